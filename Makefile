@@ -1,0 +1,39 @@
+# Everything runs from a virtual environment in .venv that `make install` creates (idempotent: it
+# reinstalls only when pyproject.toml changes). Set PYTHON to choose the interpreter (3.11+).
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+CONFIG ?=
+PYTEST_ARGS ?=
+
+.PHONY: install run test test-slow proto bench lint chaos clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+run: install
+	$(VENV)/bin/league run $(CONFIG)
+
+test: install
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-slow: install
+	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
+
+proto: install
+	$(PY) tools/gen_proto.py
+
+bench: install
+	$(PY) bench/run_all.py
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

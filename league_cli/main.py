@@ -1,0 +1,65 @@
+"""`league` — one command, one subcommand per process kind.
+
+Each subcommand lives in the package that owns it and is imported only when chosen, so `league status`
+does not pay for torch, and the three services stay independent of one another.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    name: str
+    help: str
+    # "module:function" taking (argparse subparser) to add arguments; None while not built yet.
+    add_arguments: str | None
+    # "module:function" taking the parsed Namespace and returning an exit code.
+    entry: str | None
+
+
+SUBCOMMANDS: tuple[Subcommand, ...] = (
+    Subcommand("coordinator", "serve the league (LeagueService) for actors, learners and tools", None, None),
+    Subcommand("actor", "pull collect jobs, play matches, stream trajectories to learners", None, None),
+    Subcommand("learner", "train one active player on the trajectories actors stream to it", None, None),
+    Subcommand("status", "show the league: players, payoff, ratings, jobs, workers", None, None),
+    Subcommand("run", "run a whole league locally (coordinator, learners, actors) until its budget", None, None),
+)
+
+
+def _resolve(ref: str):
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="league",
+        description="League training for reinforcement learning: coordinator, actors and learners over gRPC.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for cmd in SUBCOMMANDS:
+        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
+        if cmd.add_arguments is not None:
+            _resolve(cmd.add_arguments)(p)
+        p.set_defaults(_subcommand=cmd)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    cmd: Subcommand = args._subcommand
+    if cmd.entry is None:
+        print(f"league {cmd.name}: not built yet in this version of the package.", file=sys.stderr)
+        return 2
+    return int(_resolve(cmd.entry)(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

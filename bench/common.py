@@ -1,0 +1,52 @@
+"""What every benchmark returns, and the machine line printed with it.
+
+A benchmark compares against a baseline measured in the same run and reports the ratio; the goal is a
+sentence, not an assertion (speed goals are met in benchmarks, never as timed tests).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    metric: str
+    value: float
+    unit: str
+    baseline_name: str
+    baseline_value: float
+    goal: str
+    met: bool | None = None  # None when the goal is not a plain threshold on this row
+
+    @property
+    def ratio(self) -> float:
+        return self.value / self.baseline_value if self.baseline_value else float("nan")
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine_line() -> str:
+    return f"{os.cpu_count()} cores, {cpu_model()}, {datetime.date.today().isoformat()}"
+
+
+def print_rows(title: str, rows: list[BenchRow]) -> None:
+    print(f"\n## {title}  ({machine_line()})")
+    for r in rows:
+        flag = "" if r.met is None else ("  [goal met]" if r.met else "  [goal NOT met]")
+        print(
+            f"  {r.metric}: {r.value:,.1f} {r.unit}  vs {r.baseline_name} {r.baseline_value:,.1f}"
+            f"  ratio {r.ratio:.2f}  goal: {r.goal}{flag}"
+        )

@@ -1,0 +1,85 @@
+"""`make bench`: run every benchmark of the project in one go and rewrite BENCHMARKS.md.
+
+Each row holds the figure, the baseline measured in the same run, the ratio, the goal, and the machine
+(cores, CPU model) and date. A benchmark module exposes `main(argv) -> list[BenchRow]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pathlib
+import sys
+import time
+import traceback
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.common import BenchRow, machine_line  # noqa: E402
+
+# (module, title) in the order they run.
+BENCHMARKS: tuple[tuple[str, str], ...] = (
+    ("bench.bench_env_manager", "Env managers"),
+    ("bench.bench_computation", "ComputationTask.learn"),
+    ("bench.bench_checkpoint", "Checkpoint publish + load"),
+    ("bench.bench_coordinator", "Coordinator RPC"),
+    ("bench.bench_system", "System throughput and learning"),
+)
+
+
+def render(results: list[tuple[str, str, list[BenchRow] | str, float]], command: str) -> str:
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Produced by `{command}` on {machine_line()}.",
+        "Every baseline was measured in the same run as the figure it is compared with; figures on these",
+        "machines vary about 2x from minute to minute, so compare ratios, not absolute numbers across runs.",
+        "",
+    ]
+    for module, title, rows, seconds in results:
+        lines += [f"## {title}", "", f"`{module}` ({seconds:.0f} s)", ""]
+        if isinstance(rows, str):
+            lines += ["Did not run:", "", "```", rows.strip(), "```", ""]
+            continue
+        lines += [
+            "| metric | value | baseline | baseline value | ratio | goal | met |",
+            "| --- | ---: | --- | ---: | ---: | --- | --- |",
+        ]
+        for r in rows:
+            met = "" if r.met is None else ("yes" if r.met else "**no**")
+            lines.append(
+                f"| {r.metric} | {r.value:,.2f} {r.unit} | {r.baseline_name} | {r.baseline_value:,.2f} | "
+                f"{r.ratio:.2f} | {r.goal} | {met} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="short runs (smoke-check the benchmarks)")
+    parser.add_argument("--only", action="append", default=[], help="run only modules containing this text")
+    parser.add_argument("--out", type=pathlib.Path, default=ROOT / "BENCHMARKS.md")
+    args = parser.parse_args(argv)
+    results = []
+    for module, title in BENCHMARKS:
+        if args.only and not any(s in module for s in args.only):
+            continue
+        print(f"\n=== {title} ({module})", flush=True)
+        start = time.monotonic()
+        try:
+            mod = importlib.import_module(module)
+            rows: list[BenchRow] | str = mod.main(["--quick"] if args.quick else [])
+        except Exception:  # a broken benchmark is reported in the file, the others still run
+            rows = traceback.format_exc()
+            print(rows, file=sys.stderr)
+        results.append((module, title, rows, time.monotonic() - start))
+    command = "make bench" if not (args.quick or args.only) else "python bench/run_all.py " + " ".join(argv or [])
+    args.out.write_text(render(results, command))
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,277 @@
+"""Typed configuration: YAML in, frozen dataclasses out, and every mistake named by its key path.
+
+Why not an attribute dict: a typo there silently becomes a new key. Here an unknown key, a wrong type or a
+missing required value raises `ConfigError` with the path of the offending key, e.g.
+`league.main_player.one_phase_step: expected int, got str ('1e6')`.
+
+The machinery is generic; each service declares its own schema as dataclasses and calls `from_dict`.
+Supported field types: bool, int, float, str, Any, enums, Literal[...], `X | None`, nested dataclasses,
+`dict` (free, JSON-like), `dict[str, X]`, `list[X]`, `tuple[X, ...]`.
+
+Merging defaults with a user's file is type-aware (`merge_with_defaults`): sections that are dataclasses and
+free dicts merge key by key; a field marked with `REPLACE` metadata (e.g. branch probabilities that must sum
+to one) is replaced as a whole, so a user's value never mixes with the default's keys.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import enum
+import math
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union
+
+import yaml
+
+T = TypeVar("T")
+
+# Field metadata: a user's value for this field replaces the default wholesale instead of merging into it.
+REPLACE: Mapping[str, str] = types.MappingProxyType({"merge": "replace"})
+
+
+class ConfigError(ValueError):
+    """A configuration value that is missing, unknown or of the wrong type; `path` names the key."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
+        self.message = message
+
+
+def join_path(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else key
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """A new dict: `override` merged into `base` key by key, recursing where both sides are mappings.
+
+    Neither input is modified; values are deep-copied so the result shares nothing with them.
+    """
+    merged: dict[str, Any] = {k: copy.deepcopy(v) for k, v in base.items()}
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def merge_with_defaults(
+    cls: type, defaults: Mapping[str, Any], override: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Merge `override` into `defaults` following the schema `cls`: REPLACE fields are taken whole.
+
+    Keys the schema does not know are carried over untouched so that `from_dict` reports them with their path.
+    """
+    if not dataclasses.is_dataclass(cls):
+        return deep_merge(defaults, override)
+    hints = typing.get_type_hints(cls)
+    by_name = {f.name: f for f in dataclasses.fields(cls)}
+    merged: dict[str, Any] = {k: copy.deepcopy(v) for k, v in defaults.items()}
+    for key, value in override.items():
+        field = by_name.get(key)
+        current = merged.get(key)
+        if field is None or field.metadata.get("merge") == "replace":
+            merged[key] = copy.deepcopy(value)
+        elif isinstance(value, Mapping) and isinstance(current, Mapping):
+            section = _dataclass_in(hints[key])
+            merged[key] = (
+                merge_with_defaults(section, current, value) if section else deep_merge(current, value)
+            )
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML file whose top level is a mapping (an empty file reads as {})."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    return parse_yaml(text, source=str(path))
+
+
+def parse_yaml(text: str, source: str = "<string>") -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError("", f"{source}: not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ConfigError("", f"{source}: the top level must be a mapping, got {type(data).__name__}")
+    return dict(data)
+
+
+def from_dict(cls: type[T], data: Any, path: str = "") -> T:
+    """Build the dataclass `cls` from a mapping, checking every key and type; errors name the key path."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a dataclass")
+    if not isinstance(data, Mapping):
+        raise ConfigError(path, f"expected a mapping for {cls.__name__}, got {_type_name(data)}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    for key in data:
+        if not isinstance(key, str):
+            raise ConfigError(join_path(path, str(key)), f"keys must be strings, got {_type_name(key)}")
+        if key not in fields:
+            raise ConfigError(
+                join_path(path, key), f"unknown key (expected one of: {', '.join(sorted(fields))})"
+            )
+    kwargs: dict[str, Any] = {}
+    for name, field in fields.items():
+        if name in data:
+            kwargs[name] = _convert(hints[name], data[name], join_path(path, name))
+        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            raise ConfigError(join_path(path, name), "missing required key")
+    try:
+        return cls(**kwargs)
+    except ConfigError as exc:  # raised by __post_init__ validation with a path relative to this section
+        raise ConfigError(join_path(path, exc.path) if exc.path else path, exc.message) from None
+
+
+def to_dict(obj: Any) -> Any:
+    """A dataclass (or nested values) as plain YAML/JSON-ready data: dicts, lists, scalars."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, Mapping):
+        return {k: to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [to_dict(v) for v in obj]
+    return copy.deepcopy(obj)
+
+
+def _dataclass_in(tp: Any) -> type | None:
+    """The dataclass in `tp` (itself, or the non-None member of `X | None`), else None."""
+    if dataclasses.is_dataclass(tp):
+        return tp
+    if _is_union(tp):
+        members = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(members) == 1 and dataclasses.is_dataclass(members[0]):
+            return members[0]
+    return None
+
+
+def _is_union(tp: Any) -> bool:
+    return typing.get_origin(tp) in (Union, types.UnionType)
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, str | int | float):
+        text = repr(value)
+        return f"{_type_name(value)} ({text[:40]})"
+    return _type_name(value)
+
+
+def _expected_name(tp: Any) -> str:
+    if isinstance(tp, type):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def _convert(tp: Any, value: Any, path: str) -> Any:
+    if tp is Any:
+        return copy.deepcopy(value)
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, path)
+    origin = typing.get_origin(tp)
+    if _is_union(tp):
+        return _convert_union(tp, value, path)
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value not in choices or isinstance(value, bool) != any(isinstance(c, bool) for c in choices):
+            raise ConfigError(path, f"expected one of {', '.join(repr(c) for c in choices)}, got {value!r}")
+        return value
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp(value)
+        except ValueError:
+            choices = ", ".join(repr(m.value) for m in tp)
+            raise ConfigError(path, f"expected one of {choices}, got {value!r}") from None
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(path, f"expected bool, got {_describe(value)}")
+        return value
+    if tp is int:
+        return _convert_int(value, path)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(path, f"expected float, got {_describe(value)}")
+        if not math.isfinite(value):
+            raise ConfigError(path, f"expected a finite float, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(path, f"expected str, got {_describe(value)}")
+        return value
+    if tp is dict or origin is dict or tp is Mapping or origin is Mapping:
+        return _convert_dict(tp, value, path)
+    if origin in (list, tuple) or tp in (list, tuple):
+        return _convert_sequence(tp, value, path)
+    raise TypeError(f"{path}: unsupported config field type {tp!r}")
+
+
+def _convert_int(value: Any, path: str) -> int:
+    # Integral floats are accepted because YAML spells large step counts like 2.0e+5 as floats.
+    if isinstance(value, float) and not isinstance(value, bool) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(path, f"expected int, got {_describe(value)}")
+    return value
+
+
+def _convert_union(tp: Any, value: Any, path: str) -> Any:
+    members = typing.get_args(tp)
+    if value is None:
+        if type(None) in members:
+            return None
+        raise ConfigError(path, f"expected {_expected_name(tp)}, got null")
+    candidates = [m for m in members if m is not type(None)]
+    if len(candidates) == 1:
+        return _convert(candidates[0], value, path)
+    errors = []
+    for member in candidates:
+        try:
+            return _convert(member, value, path)
+        except ConfigError as exc:
+            errors.append(exc.message)
+    raise ConfigError(path, f"expected {_expected_name(tp)}, got {_describe(value)} ({'; '.join(errors)})")
+
+
+def _convert_dict(tp: Any, value: Any, path: str) -> dict[Any, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(path, f"expected a mapping, got {_describe(value)}")
+    args = typing.get_args(tp)
+    key_tp, value_tp = args if args else (str, Any)
+    result = {}
+    for key, item in value.items():
+        key_path = join_path(path, str(key))
+        result[_convert(key_tp, key, key_path)] = _convert(value_tp, item, key_path)
+    return result
+
+
+def _convert_sequence(tp: Any, value: Any, path: str) -> list[Any] | tuple[Any, ...]:
+    if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
+        raise ConfigError(path, f"expected a list, got {_describe(value)}")
+    origin = typing.get_origin(tp) or tp
+    args = typing.get_args(tp)
+    if origin is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
+        if len(args) != len(value):
+            raise ConfigError(path, f"expected a list of {len(args)} items, got {len(value)}")
+        return tuple(
+            _convert(a, v, join_path(path, i)) for i, (a, v) in enumerate(zip(args, value, strict=True))
+        )
+    item_tp = args[0] if args else Any
+    items = [_convert(item_tp, v, join_path(path, i)) for i, v in enumerate(value)]
+    return tuple(items) if origin is tuple else items

@@ -1,0 +1,132 @@
+"""Start the league's processes and make sure none outlives us.
+
+`league run` and the system tests both need the same thing: start several `league ...` commands with their
+output in log files, notice when one dies, and stop all of them — politely (SIGTERM, so workers release jobs
+and the coordinator flushes state), then firmly (SIGKILL) — whatever happened before. Each child gets its own
+process group so a SIGKILL also reaches the env subprocesses it started.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def league_command(*args: str) -> list[str]:
+    """The `league` CLI as a child process, with this interpreter (works without the console script on PATH)."""
+    return [sys.executable, "-m", "league_cli", *args]
+
+
+@dataclass
+class ManagedProcess:
+    name: str
+    argv: list[str]
+    log_path: Path
+    popen: subprocess.Popen
+    started_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        """Signal the child's whole process group (its env subprocesses too)."""
+        if not self.alive():
+            return
+        try:
+            os.killpg(self.popen.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+class ProcessGroup:
+    """A set of child processes stopped together; use as a context manager so stopping always happens."""
+
+    def __init__(self, log_dir: Path, env: dict[str, str] | None = None) -> None:
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.processes: list[ManagedProcess] = []
+
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> ManagedProcess:
+        if any(p.name == name for p in self.processes):
+            raise ValueError(f"a process named {name!r} was already started")
+        log_path = self.log_dir / f"{name}.log"
+        with open(log_path, "ab") as log:
+            popen = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**self._env, **(env or {})},
+                start_new_session=True,
+            )
+        proc = ManagedProcess(name, argv, log_path, popen)
+        self.processes.append(proc)
+        return proc
+
+    def get(self, name: str) -> ManagedProcess:
+        for p in self.processes:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def forget(self, proc: ManagedProcess) -> None:
+        """Drop a process that has exited (so its name can be reused for a restart)."""
+        if proc.alive():
+            raise ValueError(f"{proc.name} is still running")
+        self.processes.remove(proc)
+
+    def dead(self) -> list[ManagedProcess]:
+        return [p for p in self.processes if not p.alive()]
+
+    def stop(self, procs: list[ManagedProcess] | None = None, grace_s: float = 10.0) -> dict[str, int]:
+        """SIGTERM, wait up to `grace_s`, then SIGKILL; returns each process's exit code."""
+        targets = list(self.processes if procs is None else procs)
+        for p in targets:
+            p.signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for p in targets:
+            try:
+                p.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for p in targets:
+            if p.alive():
+                p.signal(signal.SIGKILL)
+                p.popen.wait()
+            else:
+                # The leader exited; its group may still hold env subprocesses.
+                try:
+                    os.killpg(p.popen.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        return {p.name: p.popen.returncode for p in targets}
+
+    def stop_in_order(self, groups: list[list[ManagedProcess]], grace_s: float = 10.0) -> dict[str, int]:
+        """Stop groups one after another (actors, then learners, then the coordinator)."""
+        codes: dict[str, int] = {}
+        for group in groups:
+            codes.update(self.stop(group, grace_s))
+        codes.update(self.stop(grace_s=grace_s))  # anything not named in the groups
+        return codes
+
+    def __enter__(self) -> ProcessGroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop(grace_s=5.0)

@@ -1,0 +1,399 @@
+"""The league's configuration schema, and `load_config` for the whole file.
+
+The `league:` section is typed all the way down. The other top-level sections belong to other code: `env` and
+`coordinator` are small typed sections, `policy`, `learner`, `actor` and `run` are free dicts passed through
+to the workers (their owners validate them). Defaults are the dataclass defaults overlaid with the embedded
+`default_config.yaml` (a battle league on OpenSpiel connect four); a user's file is merged over those.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from common.config import (
+    REPLACE,
+    ConfigError,
+    from_dict,
+    load_yaml,
+    merge_with_defaults,
+    parse_yaml,
+    to_dict,
+)
+
+Weighting = Literal["squared", "variance", "linear", "uniform"]
+
+# Player type names as they appear in `active_players`, each with its section of the league config.
+BATTLE_PLAYER_TYPES: tuple[str, ...] = (
+    "naive_sp_player",
+    "main_player",
+    "main_exploiter",
+    "league_exploiter",
+)
+SOLO_PLAYER_TYPES: tuple[str, ...] = ("solo_active_player",)
+PLAYER_TYPES: tuple[str, ...] = SOLO_PLAYER_TYPES + BATTLE_PLAYER_TYPES
+# Keys of a player's `job` template that give defaults under the computed job values; the rest go to extra.
+JOB_TEMPLATE_SECTIONS: tuple[str, ...] = ("forward_kwargs", "adder_kwargs", "env_kwargs")
+
+
+def _check_probability(value: float | None, name: str) -> None:
+    if value is not None and not 0.0 <= value <= 1.0:
+        raise ConfigError(name, f"must be within [0, 1], got {value}")
+
+
+def _check_at_least(value: int | float, minimum: int | float, name: str) -> None:
+    if value < minimum:
+        raise ConfigError(name, f"must be >= {minimum}, got {value}")
+
+
+@dataclass(frozen=True)
+class ExplorationConfig:
+    """Epsilon-greedy schedule over the player's agent steps; the job's forward_kwargs get `eps`."""
+
+    start: float = 0.95
+    end: float = 0.05
+    decay_len: int = 100_000
+    # exp: end + (start - end) * exp(-step / decay_len); linear: reaches `end` at decay_len and stays.
+    kind: Literal["exp", "linear"] = "exp"
+
+    def __post_init__(self) -> None:
+        _check_probability(self.start, "start")
+        _check_probability(self.end, "end")
+        _check_at_least(self.decay_len, 1, "decay_len")
+
+
+@dataclass(frozen=True)
+class ActivePlayerConfig:
+    """What every trainable player type shares (the seed's per-player section)."""
+
+    # The opponent-choice branches this player type implements; branch_probs keys must be among them.
+    BRANCHES: ClassVar[tuple[str, ...]] = ()
+
+    # Agent steps per phase: a snapshot is due after one phase (with the strong-win-rate rule) or two.
+    one_phase_step: int = 20_000
+    # None: snapshot after every one_phase_step. A number: after one phase only if the min win rate
+    # against the player's reference opponents exceeds it, and in any case after two phases.
+    strong_win_rate: float | None = None
+    branch_probs: dict[str, float] = field(default_factory=dict, metadata=REPLACE)
+    # None: the job carries no `eps`.
+    exploration: ExplorationConfig | None = None
+    forward_kwargs: dict[str, Any] = field(default_factory=dict)
+    adder_kwargs: dict[str, Any] = field(default_factory=dict)
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    # The job template: keys forward_kwargs / adder_kwargs / env_kwargs give defaults under the computed
+    # values, any other key travels in JobSpec.extra.
+    job: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_at_least(self.one_phase_step, 1, "one_phase_step")
+        _check_probability(self.strong_win_rate, "strong_win_rate")
+        for name, prob in self.branch_probs.items():
+            if name not in self.BRANCHES:
+                expected = ", ".join(self.BRANCHES) or "none (this player type chooses no opponent)"
+                raise ConfigError(f"branch_probs.{name}", f"unknown branch (expected: {expected})")
+            if not 0.0 <= prob <= 1.0:
+                raise ConfigError(f"branch_probs.{name}", f"must be within [0, 1], got {prob}")
+        if self.BRANCHES and not math.isclose(sum(self.branch_probs.values()), 1.0, abs_tol=1e-6):
+            raise ConfigError("branch_probs", f"must sum to 1, got {sum(self.branch_probs.values())}")
+        for name in JOB_TEMPLATE_SECTIONS:
+            if name in self.job and not isinstance(self.job[name], Mapping):
+                raise ConfigError(f"job.{name}", f"expected a mapping, got {type(self.job[name]).__name__}")
+
+
+@dataclass(frozen=True)
+class SoloActivePlayerConfig(ActivePlayerConfig):
+    """A player that acts alone in its environment (Atari, MuJoCo, CartPole): no opponent."""
+
+
+@dataclass(frozen=True)
+class NaiveSpPlayerConfig(ActivePlayerConfig):
+    """Self-play against itself (sp) or PFSP over its past versions (pfsp)."""
+
+    BRANCHES: ClassVar[tuple[str, ...]] = ("pfsp", "sp")
+
+    branch_probs: dict[str, float] = field(default_factory=lambda: {"pfsp": 0.5, "sp": 0.5}, metadata=REPLACE)
+    pfsp_weighting: Weighting = "squared"
+
+
+@dataclass(frozen=True)
+class MainPlayerConfig(ActivePlayerConfig):
+    """AlphaStar's main agent: PFSP over all past players, self-play, and verification of its weaknesses."""
+
+    BRANCHES: ClassVar[tuple[str, ...]] = ("pfsp", "sp", "verification")
+
+    branch_probs: dict[str, float] = field(
+        default_factory=lambda: {"pfsp": 0.5, "sp": 0.35, "verification": 0.15}, metadata=REPLACE
+    )
+    strong_win_rate: float | None = 0.7
+    # Self-play: a main opponent we beat less often than this is too strong; play its past versions instead.
+    sp_min_win_rate: float = 0.3
+    # Verification: past exploiters we beat less often than this are replayed (exploitation check) ...
+    verification_exploiter_win_rate: float = 0.3
+    # ... and past versions of the main opponent we beat less often than this (forgetting check).
+    verification_forgetting_win_rate: float = 0.7
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in (
+            "sp_min_win_rate",
+            "verification_exploiter_win_rate",
+            "verification_forgetting_win_rate",
+        ):
+            _check_probability(getattr(self, name), name)
+
+
+@dataclass(frozen=True)
+class MainExploiterConfig(ActivePlayerConfig):
+    """AlphaStar's main exploiter: plays the main players to find their weaknesses; restarts from
+    pretrained."""
+
+    BRANCHES: ClassVar[tuple[str, ...]] = ("main_players",)
+
+    branch_probs: dict[str, float] = field(default_factory=lambda: {"main_players": 1.0}, metadata=REPLACE)
+    strong_win_rate: float | None = 0.7
+    # Below this win rate a main player gives no training signal: play its past versions (curriculum).
+    min_valid_win_rate: float = 0.1
+    # At a snapshot, reset to the pretrained checkpoint when the min win rate against the main players is
+    # below this (nothing found to exploit) ...
+    reset_win_rate_below: float = 0.2
+    # ... or when this many agent steps passed since the last reset. AlphaStar resets at every snapshot:
+    # set this to one_phase_step for that.
+    reset_after_steps: int = 40_000
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_probability(self.min_valid_win_rate, "min_valid_win_rate")
+        _check_probability(self.reset_win_rate_below, "reset_win_rate_below")
+        _check_at_least(self.reset_after_steps, 1, "reset_after_steps")
+
+
+@dataclass(frozen=True)
+class LeagueExploiterConfig(ActivePlayerConfig):
+    """AlphaStar's league exploiter: PFSP over every past player, sometimes restarts from pretrained."""
+
+    BRANCHES: ClassVar[tuple[str, ...]] = ("pfsp",)
+
+    branch_probs: dict[str, float] = field(default_factory=lambda: {"pfsp": 1.0}, metadata=REPLACE)
+    strong_win_rate: float | None = 0.7
+    pfsp_weighting: Weighting = "linear"
+    # Probability of resetting to the pretrained checkpoint at each snapshot.
+    mutate_prob: float = 0.25
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_probability(self.mutate_prob, "mutate_prob")
+
+
+@dataclass(frozen=True)
+class PayoffConfig:
+    # Every record decays by this factor before each new game is added (1.0: no decay).
+    decay: float = 0.99
+    # Fewer (decayed) games than this between two players: their win rate is `default_win_rate`.
+    min_win_rate_games: float = 8.0
+    default_win_rate: float = 0.5
+    # Solo leagues: the recent episodes kept per player.
+    solo_buffer_size: int = 100
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.decay <= 1.0:
+            raise ConfigError("decay", f"must be within (0, 1], got {self.decay}")
+        _check_at_least(self.min_win_rate_games, 0, "min_win_rate_games")
+        _check_probability(self.default_win_rate, "default_win_rate")
+        _check_at_least(self.solo_buffer_size, 1, "solo_buffer_size")
+
+
+@dataclass(frozen=True)
+class EloConfig:
+    initial: float = 1200.0
+    k_factor: float = 16.0
+
+    def __post_init__(self) -> None:
+        if self.k_factor <= 0:
+            raise ConfigError("k_factor", f"must be > 0, got {self.k_factor}")
+
+
+@dataclass(frozen=True)
+class TrueSkillConfig:
+    mu: float = 25.0
+    sigma: float = 25.0 / 3
+    beta: float = 25.0 / 6
+    tau: float = 25.0 / 300
+    draw_probability: float = 0.1
+
+    def __post_init__(self) -> None:
+        for name in ("sigma", "beta"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(name, f"must be > 0, got {getattr(self, name)}")
+        _check_at_least(self.tau, 0, "tau")
+        if not 0.0 < self.draw_probability < 1.0:
+            raise ConfigError("draw_probability", f"must be within (0, 1), got {self.draw_probability}")
+
+
+@dataclass(frozen=True)
+class LeagueConfig:
+    league_type: Literal["one_vs_one", "solo"] = "one_vs_one"
+    player_category: tuple[str, ...] = ("default",)
+    # {player type: how many per category}; ids are `<type>_<category>_<index>`, e.g. main_player_default_0.
+    active_players: dict[str, int] = field(
+        default_factory=lambda: {"main_player": 1, "main_exploiter": 1, "league_exploiter": 1},
+        metadata=REPLACE,
+    )
+    # Jobs in flight per active player (the seed's LimitedSpaceContainer).
+    max_active_player_job: int = 2
+    # Add each category's pretrained checkpoint as a historical player at start.
+    use_pretrain_init_historical: bool = False
+    # {category: path} the league starts from and mutations reset to; "" means a fresh initialisation.
+    pretrain_checkpoint_path: dict[str, str] = field(
+        default_factory=lambda: {"default": ""}, metadata=REPLACE
+    )
+    solo_active_player: SoloActivePlayerConfig = field(default_factory=SoloActivePlayerConfig)
+    naive_sp_player: NaiveSpPlayerConfig = field(default_factory=NaiveSpPlayerConfig)
+    main_player: MainPlayerConfig = field(default_factory=MainPlayerConfig)
+    main_exploiter: MainExploiterConfig = field(default_factory=MainExploiterConfig)
+    league_exploiter: LeagueExploiterConfig = field(default_factory=LeagueExploiterConfig)
+    payoff: PayoffConfig = field(default_factory=PayoffConfig)
+    elo: EloConfig = field(default_factory=EloConfig)
+    trueskill: TrueSkillConfig = field(default_factory=TrueSkillConfig)
+
+    def __post_init__(self) -> None:
+        if not self.player_category:
+            raise ConfigError("player_category", "needs at least one category")
+        if len(set(self.player_category)) != len(self.player_category):
+            raise ConfigError(
+                "player_category", f"categories must be unique, got {list(self.player_category)}"
+            )
+        allowed = SOLO_PLAYER_TYPES if self.league_type == "solo" else BATTLE_PLAYER_TYPES
+        for name, count in self.active_players.items():
+            if name not in allowed:
+                raise ConfigError(
+                    f"active_players.{name}",
+                    f"not a player type of a {self.league_type} league "
+                    f"(expected one of: {', '.join(allowed)})",
+                )
+            _check_at_least(count, 0, f"active_players.{name}")
+        if sum(self.active_players.values()) < 1:
+            raise ConfigError("active_players", "needs at least one active player")
+        _check_at_least(self.max_active_player_job, 1, "max_active_player_job")
+        for category in self.pretrain_checkpoint_path:
+            if category not in self.player_category:
+                raise ConfigError(f"pretrain_checkpoint_path.{category}", "not one of player_category")
+        if self.use_pretrain_init_historical:
+            if self.league_type == "solo":
+                raise ConfigError("use_pretrain_init_historical", "a solo league has no historical opponents")
+            for category in self.player_category:
+                if not self.pretrain_checkpoint_path.get(category):
+                    raise ConfigError(
+                        f"pretrain_checkpoint_path.{category}",
+                        "use_pretrain_init_historical needs a pretrained checkpoint for every category",
+                    )
+
+    def player_config(self, player_type: str) -> ActivePlayerConfig:
+        """The section of one player type, e.g. `main_player`."""
+        if player_type not in PLAYER_TYPES:
+            raise KeyError(
+                f"unknown player type {player_type!r} (expected one of: {', '.join(PLAYER_TYPES)})"
+            )
+        return getattr(self, player_type)
+
+    def pretrain_path(self, category: str) -> str:
+        """The checkpoint the league starts a category from and resets mutated players to ("" = fresh)."""
+        return self.pretrain_checkpoint_path.get(category, "")
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    name: str = "connect_four"
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    # Environments per collect job.
+    env_num: int = 1
+    # Episodes per collect job; 0 means until env_steps are spent.
+    episode_num: int = 8
+    # Env steps per collect job; 0 means no step budget (episode_num bounds the job).
+    env_steps: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ConfigError("name", "must not be empty")
+        _check_at_least(self.env_num, 1, "env_num")
+        _check_at_least(self.episode_num, 0, "episode_num")
+        _check_at_least(self.env_steps, 0, "env_steps")
+        if self.episode_num == 0 and self.env_steps == 0:
+            raise ConfigError("episode_num", "episode_num and env_steps are both 0: a job would never end")
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    bind_address: str = "127.0.0.1:50051"
+    # A job whose worker stays silent this long is taken back and issued again.
+    lease_timeout_s: float = 30.0
+    heartbeat_interval_s: float = 5.0
+    # Ready jobs waiting for a worker.
+    job_queue_size: int = 64
+
+    def __post_init__(self) -> None:
+        if self.lease_timeout_s <= 0:
+            raise ConfigError("lease_timeout_s", f"must be > 0, got {self.lease_timeout_s}")
+        if not 0 < self.heartbeat_interval_s < self.lease_timeout_s:
+            raise ConfigError(
+                "heartbeat_interval_s",
+                f"must be > 0 and below lease_timeout_s ({self.lease_timeout_s}), "
+                f"got {self.heartbeat_interval_s}",
+            )
+        _check_at_least(self.job_queue_size, 1, "job_queue_size")
+
+
+@dataclass(frozen=True)
+class Config:
+    league: LeagueConfig = field(default_factory=LeagueConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    # Algorithm and model of the policies, passed through to actors and learners.
+    policy: dict[str, Any] = field(default_factory=dict)
+    learner: dict[str, Any] = field(default_factory=dict)
+    actor: dict[str, Any] = field(default_factory=dict)
+    run: dict[str, Any] = field(default_factory=dict)
+    coordinator: CoordinatorConfig = field(default_factory=CoordinatorConfig)
+
+
+DEFAULT_CONFIG_RESOURCE = "default_config.yaml"
+
+
+def default_config_dict() -> dict[str, Any]:
+    """The embedded default configuration file as a dict."""
+    text = importlib.resources.files("league_service").joinpath(DEFAULT_CONFIG_RESOURCE).read_text("utf-8")
+    return parse_yaml(text, source=f"league_service/{DEFAULT_CONFIG_RESOURCE}")
+
+
+def config_from_dict(data: Mapping[str, Any]) -> Config:
+    """Merge `data` over the embedded defaults and validate it into a `Config`.
+
+    When `data` names a policy algorithm other than the default's, the default `policy` and `learner` sections
+    are dropped instead of merged: one algorithm's hyperparameters mean nothing to another.
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError("", f"the configuration must be a mapping, got {type(data).__name__}")
+    defaults = default_config_dict()
+    user_policy = data.get("policy")
+    if isinstance(user_policy, Mapping) and "algorithm" in user_policy:
+        if user_policy["algorithm"] != defaults.get("policy", {}).get("algorithm"):
+            defaults.pop("policy", None)
+            defaults.pop("learner", None)
+    return from_dict(Config, merge_with_defaults(Config, defaults, data))
+
+
+def load_config(path: str | Path | None) -> Config:
+    """The configuration in the YAML file at `path` merged over the defaults; None gives the defaults."""
+    if path is None:
+        return config_from_dict({})
+    try:
+        return config_from_dict(load_yaml(path))
+    except ConfigError as exc:
+        raise ConfigError(exc.path, f"{exc.message} (in {path})") from None
+
+
+def config_to_dict(cfg: Config) -> dict[str, Any]:
+    """The whole configuration as plain data (YAML/JSON-ready); `config_from_dict` reads it back equal."""
+    return to_dict(cfg)

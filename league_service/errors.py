@@ -1,0 +1,26 @@
+"""Errors the coordinator raises for bad requests; the servicer maps each class to one gRPC status code.
+
+They carry the offending field's name so a client sees *what* was wrong, not just that something was.
+"""
+
+from __future__ import annotations
+
+
+class RequestError(Exception):
+    """A request the league refuses; `field` names the part of the request at fault ("" when none)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field = field
+
+
+class NotFoundError(RequestError):
+    """An id (worker, job, player) the league does not know."""
+
+
+class InvalidArgumentError(RequestError, ValueError):
+    """A malformed request: a missing field, a negative or non-finite number, a path outside the shared root."""
+
+
+class FailedPreconditionError(RequestError):
+    """A well-formed request the league's state does not allow now (an expired lease, a job of another worker)."""

@@ -1,0 +1,311 @@
+"""Payoff: the league's memory of past games, shared by all players and used to choose future work.
+
+Battle leagues keep, per pair of players, decayed counts of wins, draws and losses and derive win rates;
+solo leagues keep each player's recent episode returns. Both are thread-safe (one lock per payoff) and
+validate a whole job result before changing anything, so bad input never leaves half an update behind.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from league_service.config import PayoffConfig
+from league_service.league_errors import InvalidResultError, LeagueStateError, UnknownPlayerError
+from league_service.messages import JobResult, Outcome
+from league_service.status import PayoffRow
+
+if TYPE_CHECKING:
+    from league_service.players import Player
+
+
+class BattleRecordDict(dict):
+    """Games between two players from the first one's side: wins, draws, losses, games (floats, they decay).
+
+    Multiplying by a factor scales every count, which is how records decay.
+    """
+
+    data_keys = ("wins", "draws", "losses", "games")
+
+    def __init__(
+        self, wins: float = 0.0, draws: float = 0.0, losses: float = 0.0, games: float = 0.0
+    ) -> None:
+        super().__init__(wins=float(wins), draws=float(draws), losses=float(losses), games=float(games))
+
+    def __mul__(self, factor: float) -> BattleRecordDict:
+        return BattleRecordDict(*(self[k] * factor for k in self.data_keys))
+
+    __rmul__ = __mul__
+
+    def __imul__(self, factor: float) -> BattleRecordDict:
+        for key in self.data_keys:
+            self[key] *= factor
+        return self
+
+    def reversed(self) -> BattleRecordDict:
+        """The same games seen from the other player's side."""
+        return BattleRecordDict(self["losses"], self["draws"], self["wins"], self["games"])
+
+
+class PayoffDict(defaultdict):
+    """A record per key, made on first use: BattleRecordDict for battles, a bounded deque for solo players."""
+
+    def __init__(self, factory: Callable[[], Any]) -> None:
+        super().__init__(factory)
+
+
+_OUTCOME_KEY = {Outcome.WIN: "wins", Outcome.DRAW: "draws", Outcome.LOSS: "losses"}
+_CONSISTENT = {(Outcome.WIN, Outcome.LOSS), (Outcome.LOSS, Outcome.WIN), (Outcome.DRAW, Outcome.DRAW)}
+
+
+def battle_outcomes(result: JobResult) -> list[tuple[str, str, Outcome]]:
+    """Per episode: (players[0], players[1], players[0]'s outcome). Call on a validated result."""
+    home, away = result.players
+    matches = []
+    for episode in result.episodes:
+        first, second = episode.player_outcomes
+        outcome = first.outcome if first.player_id == home else second.outcome
+        if home == away:  # self-play: the first listed seat stands for the launch player
+            outcome = first.outcome
+        matches.append((home, away, outcome))
+    return matches
+
+
+class _SharedPayoff:
+    """What both payoffs share: the registered players (in the order they joined) and a lock."""
+
+    def __init__(self, cfg: PayoffConfig) -> None:
+        self._cfg = cfg
+        self._lock = threading.RLock()
+        self._players: dict[str, Player] = {}
+
+    @property
+    def players(self) -> tuple[Player, ...]:
+        with self._lock:
+            return tuple(self._players.values())
+
+    def add_player(self, player: Player) -> None:
+        with self._lock:
+            if player.player_id in self._players:
+                raise ValueError(f"player_id: {player.player_id!r} is already in the payoff")
+            self._players[player.player_id] = player
+
+    def has_player(self, player_id: str) -> bool:
+        with self._lock:
+            return player_id in self._players
+
+    def _check_players_known(self, result: JobResult) -> None:
+        for i, pid in enumerate(result.players):
+            if pid not in self._players:
+                raise UnknownPlayerError(pid, field=f"players[{i}]")
+
+
+class BattleSharedPayoff(_SharedPayoff):
+    """Records of two-player games, win rates with a minimum of games and a default, and decay."""
+
+    def __init__(self, cfg: PayoffConfig) -> None:
+        super().__init__(cfg)
+        # Key: (a, b) with a < b; the record is from a's side.
+        self._data: PayoffDict = PayoffDict(BattleRecordDict)
+
+    @staticmethod
+    def _key(home: str, away: str) -> tuple[tuple[str, str], bool]:
+        return ((home, away), False) if home <= away else ((away, home), True)
+
+    def validate(self, result: JobResult) -> None:
+        """Raise InvalidResultError / UnknownPlayerError unless `result` is a well-formed battle result."""
+        with self._lock:
+            if len(result.players) != 2:
+                raise InvalidResultError("players", f"a battle has two players, got {len(result.players)}")
+            self._check_players_known(result)
+            for i, episode in enumerate(result.episodes):
+                outcomes = episode.player_outcomes
+                ids = sorted(po.player_id for po in outcomes)
+                if ids != sorted(result.players):
+                    raise InvalidResultError(
+                        f"episodes[{i}].player_outcomes",
+                        f"must name the match's players {list(result.players)}, got {ids}",
+                    )
+                pair = (outcomes[0].outcome, outcomes[1].outcome)
+                if pair not in _CONSISTENT:
+                    raise InvalidResultError(
+                        f"episodes[{i}].player_outcomes",
+                        f"inconsistent outcomes {pair[0].value}/{pair[1].value} "
+                        "(expected win/loss or draw/draw)",
+                    )
+
+    def update(self, result: JobResult) -> int:
+        """Count every episode of a (validated here) result; returns the episodes counted.
+
+        Each new game first decays the pair's record. Self-play games are not recorded: a player's win rate
+        against itself is 0.5 by definition.
+        """
+        with self._lock:
+            self.validate(result)
+            for home, away, outcome in battle_outcomes(result):
+                if home == away:
+                    continue
+                key, reverse = self._key(home, away)
+                record = self._data[key]
+                record *= self._cfg.decay
+                record["games"] += 1.0
+                record[_OUTCOME_KEY[outcome.reverse() if reverse else outcome]] += 1.0
+            return len(result.episodes)
+
+    def record(self, home: str, away: str) -> BattleRecordDict:
+        """A copy of the record of `home` against `away`, from home's side."""
+        with self._lock:
+            key, reverse = self._key(home, away)
+            record = self._data.get(key) or BattleRecordDict()
+            return record.reversed() if reverse else BattleRecordDict(*record.values())
+
+    def win_rate(self, home: str, away: str) -> float:
+        """Home's win rate against away, draws counting half; the default below min_win_rate_games."""
+        if home == away:
+            return 0.5
+        record = self.record(home, away)
+        if record["games"] < self._cfg.min_win_rate_games or record["games"] <= 0.0:
+            return self._cfg.default_win_rate
+        return (record["wins"] + 0.5 * record["draws"]) / record["games"]
+
+    def __getitem__(self, players: tuple[Player, Player | Sequence[Player]]) -> np.ndarray:
+        """payoff[home, away_or_list] -> win rates of home against each away (a numpy array)."""
+        home, away = players
+        aways = [away] if not isinstance(away, Sequence) else list(away)
+        return np.array([self.win_rate(home.player_id, a.player_id) for a in aways], dtype=np.float64)
+
+    def rows(self) -> list[PayoffRow]:
+        """Both sides of every pair that has played, sorted by (home, away)."""
+        with self._lock:
+            items = [(key, BattleRecordDict(*rec.values())) for key, rec in self._data.items()]
+        rows = []
+        for (a, b), record in items:
+            for home, away, rec in ((a, b, record), (b, a, record.reversed())):
+                rows.append(
+                    PayoffRow(
+                        home,
+                        away,
+                        rec["wins"],
+                        rec["draws"],
+                        rec["losses"],
+                        rec["games"],
+                        self.win_rate(home, away),
+                    )
+                )
+        return sorted(rows, key=lambda r: (r.home, r.away))
+
+    def state_dict(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "records": [{"home": a, "away": b, **dict(rec)} for (a, b), rec in sorted(self._data.items())]
+            }
+
+    def load_records(self, state: dict[str, Any]) -> None:
+        """Replace the records (players must already be added); validated before anything changes."""
+        data = PayoffDict(BattleRecordDict)
+        for i, row in enumerate(_list_of_dicts(state, "records")):
+            try:
+                home, away = str(row["home"]), str(row["away"])
+                values = [float(row[k]) for k in BattleRecordDict.data_keys]
+            except (KeyError, TypeError, ValueError) as exc:
+                raise LeagueStateError(f"payoff.records[{i}]", f"malformed record: {exc}") from None
+            for pid in (home, away):
+                if not self.has_player(pid):
+                    raise LeagueStateError(f"payoff.records[{i}]", f"unknown player {pid!r}")
+            key, reverse = self._key(home, away)
+            record = BattleRecordDict(*values)
+            data[key] = record.reversed() if reverse else record
+        with self._lock:
+            self._data = data
+
+
+class SoloSharedPayoff(_SharedPayoff):
+    """Each solo player's recent episode returns (a bounded deque) and its total episode count."""
+
+    def __init__(self, cfg: PayoffConfig) -> None:
+        super().__init__(cfg)
+        self._data: PayoffDict = PayoffDict(lambda: deque(maxlen=cfg.solo_buffer_size))
+        self._episodes: dict[str, int] = {}
+
+    def validate(self, result: JobResult) -> None:
+        with self._lock:
+            if len(result.players) != 1:
+                raise InvalidResultError("players", f"a solo job has one player, got {len(result.players)}")
+            self._check_players_known(result)
+            for i, episode in enumerate(result.episodes):
+                ids = [po.player_id for po in episode.player_outcomes]
+                if ids != list(result.players):
+                    raise InvalidResultError(
+                        f"episodes[{i}].player_outcomes", f"must be exactly {list(result.players)}, got {ids}"
+                    )
+
+    def update(self, result: JobResult) -> int:
+        with self._lock:
+            self.validate(result)
+            (pid,) = result.players
+            for episode in result.episodes:
+                self._data[pid].append(float(episode.player_outcomes[0].episode_return))
+            self._episodes[pid] = self._episodes.get(pid, 0) + len(result.episodes)
+            return len(result.episodes)
+
+    def recent_returns(self, player_id: str) -> list[float]:
+        with self._lock:
+            return list(self._data.get(player_id, ()))
+
+    def mean_return(self, player_id: str) -> float:
+        returns = self.recent_returns(player_id)
+        return float(np.mean(returns)) if returns else 0.0
+
+    def episodes(self, player_id: str) -> int:
+        with self._lock:
+            return self._episodes.get(player_id, 0)
+
+    def rows(self) -> list[PayoffRow]:
+        return []
+
+    def state_dict(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "records": [
+                    {"player_id": pid, "returns": list(self._data.get(pid, ())), "episodes": n}
+                    for pid, n in sorted(self._episodes.items())
+                ]
+            }
+
+    def load_records(self, state: dict[str, Any]) -> None:
+        data = PayoffDict(lambda: deque(maxlen=self._cfg.solo_buffer_size))
+        episodes: dict[str, int] = {}
+        for i, row in enumerate(_list_of_dicts(state, "records")):
+            try:
+                pid = str(row["player_id"])
+                returns = [float(r) for r in row["returns"]]
+                count = int(row["episodes"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise LeagueStateError(f"payoff.records[{i}]", f"malformed record: {exc}") from None
+            if not self.has_player(pid):
+                raise LeagueStateError(f"payoff.records[{i}]", f"unknown player {pid!r}")
+            data[pid].extend(returns)
+            episodes[pid] = count
+        with self._lock:
+            self._data, self._episodes = data, episodes
+
+
+def _list_of_dicts(state: Any, key: str) -> Iterable[dict[str, Any]]:
+    if not isinstance(state, dict) or not isinstance(state.get(key), list):
+        raise LeagueStateError(f"payoff.{key}", "expected a list of records")
+    for i, row in enumerate(state[key]):
+        if not isinstance(row, dict):
+            raise LeagueStateError(f"payoff.{key}[{i}]", "expected a mapping")
+    return state[key]
+
+
+def create_payoff(league_type: str, cfg: PayoffConfig) -> BattleSharedPayoff | SoloSharedPayoff:
+    if league_type == "one_vs_one":
+        return BattleSharedPayoff(cfg)
+    if league_type == "solo":
+        return SoloSharedPayoff(cfg)
+    raise ValueError(f"league_type: unknown {league_type!r} (expected 'one_vs_one' or 'solo')")

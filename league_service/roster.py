@@ -1,0 +1,148 @@
+"""The league's members and their records: players, launch slots, payoff and ratings, kept together.
+
+A roster is built whole (from the config, or from a saved state) and swapped into the league whole, so a
+state that does not fit is rejected before anything of the running league changes. Not thread-safe by
+itself: the league uses it under its lock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from league_service.config import LeagueConfig
+from league_service.league_errors import LeagueStateError, NotActivePlayerError, UnknownPlayerError
+from league_service.payoff import BattleSharedPayoff, SoloSharedPayoff, create_payoff
+from league_service.player_factory import PLAYER_CLASSES, create_player
+from league_service.players import ActivePlayer, HistoricalPlayer, Player
+from league_service.ratings import RatingBook
+from league_service.slots import LimitedSpaceContainer
+
+
+@dataclass
+class Roster:
+    payoff: BattleSharedPayoff | SoloSharedPayoff
+    ratings: RatingBook
+    active: dict[str, ActivePlayer] = field(default_factory=dict)
+    historical: dict[str, HistoricalPlayer] = field(default_factory=dict)
+    # Launch slots of each active player.
+    slots: dict[str, LimitedSpaceContainer] = field(default_factory=dict)
+
+    @classmethod
+    def _configured(cls, league: LeagueConfig, league_type: str) -> Roster:
+        """The configured active players, not yet in the payoff or the ratings."""
+        roster = cls(
+            payoff=create_payoff(league_type, league.payoff), ratings=RatingBook(league.elo, league.trueskill)
+        )
+        for category in league.player_category:
+            for player_type, count in league.active_players.items():
+                for index in range(count):
+                    player = create_player(league, player_type, category, index, roster.payoff)
+                    roster.active[player.player_id] = player
+                    roster.slots[player.player_id] = LimitedSpaceContainer(0, league.max_active_player_job)
+        return roster
+
+    @classmethod
+    def build(cls, league: LeagueConfig, league_type: str) -> Roster:
+        """The configured active players and, with use_pretrain_init_historical, one pretrained historical
+        player per category (a past version of that category's first main player, when there is one)."""
+        roster = cls._configured(league, league_type)
+        for player in roster.active.values():
+            roster.payoff.add_player(player)
+            roster.ratings.add_player(player.player_id)
+        if league.use_pretrain_init_historical:
+            for category in league.player_category:
+                parent = next(
+                    (
+                        p
+                        for p in roster.active.values()
+                        if p.category == category and p.player_type == "main_player"
+                    ),
+                    None,
+                )
+                roster.add_historical(
+                    HistoricalPlayer(
+                        player_id=f"{parent.player_id}_pretrain" if parent else f"pretrain_{category}",
+                        category=category,
+                        payoff=roster.payoff,
+                        checkpoint_path=league.pretrain_path(category),
+                        parent_id=parent.player_id if parent else "",
+                        parent_type=parent.player_type if parent else "",
+                    )
+                )
+        return roster
+
+    def add_historical(self, player: HistoricalPlayer) -> None:
+        if player.player_id in self.active or player.player_id in self.historical:
+            raise ValueError(f"player_id: {player.player_id!r} already exists in the league")
+        self.historical[player.player_id] = player
+        self.payoff.add_player(player)
+        self.ratings.add_player(player.player_id, parent_id=player.parent_id or None)
+
+    def get(self, player_id: str, field: str = "player_id") -> Player:
+        player = self.active.get(player_id) or self.historical.get(player_id)
+        if player is None:
+            raise UnknownPlayerError(player_id, field=field)
+        return player
+
+    def require_active(self, player_id: str, field: str = "player_id") -> ActivePlayer:
+        player = self.get(player_id, field)
+        if not isinstance(player, ActivePlayer):
+            raise NotActivePlayerError(field, f"{player_id!r} is a historical (frozen) player")
+        return player
+
+    @property
+    def players(self) -> tuple[Player, ...]:
+        """Every player in the order they joined (opponent choice walks them in this order)."""
+        return self.payoff.players
+
+    # -- durable state ---------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "players": [p.state_dict() for p in self.players],
+            "slots_used": {pid: s.used for pid, s in self.slots.items()},
+            "payoff": self.payoff.state_dict(),
+            "ratings": self.ratings.state_dict(),
+        }
+
+    @classmethod
+    def from_state_dict(cls, league: LeagueConfig, league_type: str, state: dict[str, Any]) -> Roster:
+        """A roster restored from `state_dict`; its active players must be the configured ones."""
+        roster = cls._configured(league, league_type)
+        saved = state.get("players")
+        if not isinstance(saved, list) or not all(isinstance(p, dict) for p in saved):
+            raise LeagueStateError("players", "expected a list of player states")
+        ids = [p.get("player_id") for p in saved]
+        if len(set(ids)) != len(ids):
+            raise LeagueStateError("players", f"duplicate player ids in {ids}")
+        saved_active = {p.get("player_id") for p in saved if p.get("player_type") in PLAYER_CLASSES}
+        if saved_active != set(roster.active):
+            raise LeagueStateError(
+                "players",
+                f"active players {sorted(map(str, saved_active))} "
+                f"are not the configured {sorted(roster.active)}",
+            )
+        # Re-add every player in the saved order.
+        for entry in saved:
+            if entry.get("player_type") in PLAYER_CLASSES:
+                player: Player = roster.active[entry["player_id"]]
+                player.load_state_dict(entry)
+            elif entry.get("player_type") == HistoricalPlayer.player_type:
+                player = HistoricalPlayer.from_state_dict(entry, roster.payoff)
+                roster.historical[player.player_id] = player
+            else:
+                raise LeagueStateError("players", f"unknown player_type {entry.get('player_type')!r}")
+            roster.payoff.add_player(player)
+        roster.payoff.load_records(state.get("payoff"))
+        roster.ratings.load_state_dict(state.get("ratings"), ids)
+        slots_used = state.get("slots_used")
+        if not isinstance(slots_used, dict) or set(slots_used) != set(roster.active):
+            raise LeagueStateError("slots_used", "expected the slots used of every active player")
+        for pid, used in slots_used.items():
+            if not isinstance(used, int) or not 0 <= used <= league.max_active_player_job:
+                raise LeagueStateError(
+                    f"slots_used.{pid}", f"expected 0..{league.max_active_player_job}, got {used!r}"
+                )
+            roster.slots[pid].cur = used
+        return roster

@@ -1,0 +1,61 @@
+"""A read-only view of the league for status tools: plain frozen dataclasses, copied out under the lock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PlayerStatus:
+    player_id: str
+    player_type: str
+    active: bool
+    category: str
+    parent_id: str
+    agent_steps: int
+    train_iteration: int
+    checkpoint_path: str
+    checkpoint_version: int
+    elo: float
+    trueskill_mu: float
+    trueskill_sigma: float
+    slots_used: int
+    slots_limit: int
+    snapshots: int
+    mutations: int
+    # Rated episodes played (battle) or episodes recorded (solo).
+    episodes: int
+    # Solo leagues: mean return of the recent episodes (0.0 before any).
+    mean_return: float
+
+
+@dataclass(frozen=True)
+class PayoffRow:
+    """The record of `home` against `away` (decayed counts) and home's win rate (draws count half)."""
+
+    home: str
+    away: str
+    wins: float
+    draws: float
+    losses: float
+    games: float
+    win_rate: float
+
+
+@dataclass(frozen=True)
+class LeagueCounters:
+    matches: int = 0
+    snapshots: int = 0
+    mutations: int = 0
+    jobs_launched: int = 0
+    jobs_finished: int = 0
+    jobs_released: int = 0
+
+
+@dataclass(frozen=True)
+class LeagueStatus:
+    league_id: str
+    league_type: str
+    players: tuple[PlayerStatus, ...]
+    payoff: tuple[PayoffRow, ...]
+    counters: LeagueCounters

@@ -1,0 +1,253 @@
+"""Typed configuration: the generic loader (common/config.py) and the league schema."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pytest
+import yaml
+
+from common.config import REPLACE, ConfigError, deep_merge, from_dict, load_yaml, merge_with_defaults, to_dict
+from league_service.config import (
+    Config,
+    config_from_dict,
+    config_to_dict,
+    default_config_dict,
+    load_config,
+)
+
+
+@dataclass(frozen=True)
+class Inner:
+    rate: float = 0.5
+    names: tuple[str, ...] = ("a",)
+
+
+@dataclass(frozen=True)
+class Outer:
+    count: int
+    inner: Inner = field(default_factory=Inner)
+    maybe: Inner | None = None
+    mode: Literal["x", "y"] = "x"
+    table: dict[str, int] = field(default_factory=lambda: {"a": 1}, metadata=REPLACE)
+    free: dict[str, Any] = field(default_factory=dict)
+    flag: bool = False
+
+    def __post_init__(self) -> None:
+        if self.count < 0:
+            raise ConfigError("count", "must be >= 0")
+
+
+# -- generic machinery -------------------------------------------------------------------------------------
+
+
+def test_from_dict_builds_nested_typed_frozen_dataclasses():
+    cfg = from_dict(Outer, {"count": 3, "inner": {"rate": 1, "names": ["p", "q"]}, "maybe": {}, "mode": "y"})
+    assert cfg == Outer(count=3, inner=Inner(rate=1.0, names=("p", "q")), maybe=Inner(), mode="y")
+    assert isinstance(cfg.inner.rate, float)
+    with pytest.raises(AttributeError):
+        cfg.count = 4  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("data", "path", "message"),
+    [
+        ({"count": "3"}, "count", "expected int, got str"),
+        ({"count": True}, "count", "expected int, got bool"),
+        ({"count": 1.5}, "count", "expected int, got float"),
+        ({"count": 1, "inner": {"rate": "fast"}}, "inner.rate", "expected float, got str"),
+        ({"count": 1, "inner": {"names": "abc"}}, "inner.names", "expected a list"),
+        ({"count": 1, "inner": {"names": ["a", 2]}}, "inner.names[1]", "expected str, got int"),
+        ({"count": 1, "inner": {"speed": 1}}, "inner.speed", "unknown key"),
+        ({"count": 1, "mode": "z"}, "mode", "expected one of 'x', 'y'"),
+        ({"count": 1, "table": {"a": "1"}}, "table.a", "expected int, got str"),
+        ({"count": 1, "flag": "yes"}, "flag", "expected bool, got str"),
+        ({"count": 1, "maybe": 3}, "maybe", "expected a mapping"),
+        ({}, "count", "missing required key"),
+        ({"count": -1}, "count", "must be >= 0"),
+    ],
+)
+def test_from_dict_errors_name_the_key_path(data, path, message):
+    with pytest.raises(ConfigError) as info:
+        from_dict(Outer, data, path="root")
+    assert info.value.path == f"root.{path}"
+    assert message in str(info.value)
+    assert str(info.value).startswith(f"root.{path}: ")
+
+
+def test_integral_floats_are_ints_and_free_dicts_pass_through():
+    cfg = from_dict(Outer, {"count": 2.0e5, "free": {"nested": {"x": [1, 2]}}})
+    assert cfg.count == 200000 and isinstance(cfg.count, int)
+    assert cfg.free == {"nested": {"x": [1, 2]}}
+
+
+def test_deep_merge_recurses_and_copies():
+    base = {"a": {"b": 1, "c": [1]}, "d": 1}
+    merged = deep_merge(base, {"a": {"b": 2}, "e": 3})
+    assert merged == {"a": {"b": 2, "c": [1]}, "d": 1, "e": 3}
+    merged["a"]["c"].append(2)
+    assert base == {"a": {"b": 1, "c": [1]}, "d": 1}
+
+
+def test_merge_with_defaults_replaces_fields_marked_replace():
+    defaults = {
+        "count": 1,
+        "table": {"a": 1, "b": 2},
+        "free": {"x": 1, "y": {"z": 1}},
+        "inner": {"rate": 0.1},
+    }
+    merged = merge_with_defaults(Outer, defaults, {"table": {"c": 3}, "free": {"y": {"w": 2}}, "inner": {}})
+    assert merged["table"] == {"c": 3}
+    assert merged["free"] == {"x": 1, "y": {"z": 1, "w": 2}}
+    assert merged["inner"] == {"rate": 0.1}
+
+
+def test_to_dict_round_trips_through_from_dict():
+    cfg = from_dict(Outer, {"count": 2, "maybe": {"names": ["k"]}})
+    assert from_dict(Outer, json.loads(json.dumps(to_dict(cfg)))) == cfg
+
+
+def test_load_yaml_reads_a_mapping_and_rejects_others(tmp_path):
+    good = tmp_path / "good.yaml"
+    good.write_text("a: 1\nb: {c: 2}\n")
+    assert load_yaml(good) == {"a": 1, "b": {"c": 2}}
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert load_yaml(empty) == {}
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_yaml(listed)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("a: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_yaml(broken)
+
+
+# -- the league schema -------------------------------------------------------------------------------------
+
+
+def test_embedded_defaults_are_a_connect_four_battle_league():
+    cfg = load_config(None)
+    assert isinstance(cfg, Config)
+    assert cfg.env.name == "connect_four"
+    assert cfg.policy["algorithm"] == "ppo"
+    assert cfg.league.league_type == "one_vs_one"
+    assert cfg.league.active_players == {"main_player": 1, "main_exploiter": 1, "league_exploiter": 1}
+    assert cfg.league.main_player.branch_probs == {"pfsp": 0.5, "sp": 0.35, "verification": 0.15}
+    assert cfg.league.league_exploiter.mutate_prob == 0.25
+    assert cfg.coordinator.lease_timeout_s == 30.0
+    assert cfg.coordinator.job_queue_size == 64
+    assert config_from_dict({}) == cfg
+
+
+def test_config_round_trips_through_json():
+    cfg = load_config(None)
+    assert config_from_dict(json.loads(json.dumps(config_to_dict(cfg)))) == cfg
+
+
+def test_user_file_merges_over_defaults(tmp_path):
+    path = tmp_path / "league.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "league": {
+                    "active_players": {"naive_sp_player": 2},
+                    "naive_sp_player": {"one_phase_step": 2.0e4, "exploration": {"start": 0.5}},
+                    "payoff": {"decay": 0.9},
+                },
+                "learner": {"lr": 0.001},
+                "env": {"env_num": 2},
+            }
+        )
+    )
+    cfg = load_config(path)
+    assert cfg.league.active_players == {"naive_sp_player": 2}  # replaced, not merged
+    assert cfg.league.naive_sp_player.exploration.start == 0.5
+    assert cfg.league.naive_sp_player.exploration.end == 0.05
+    assert cfg.league.payoff.decay == 0.9
+    assert cfg.league.payoff.min_win_rate_games == 8.0
+    assert cfg.learner["lr"] == 0.001 and cfg.learner["gamma"] == 0.99  # same algorithm: merged
+    assert cfg.env.env_num == 2 and cfg.env.name == "connect_four"
+
+
+def test_another_algorithm_drops_the_default_policy_and_learner():
+    cfg = config_from_dict({"policy": {"algorithm": "dqn"}, "learner": {"lr": 0.01}})
+    assert cfg.policy == {"algorithm": "dqn"}
+    assert cfg.learner == {"lr": 0.01}
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"league": {"main_player": {"one_phase_step": "1e6"}}},
+            "league.main_player.one_phase_step: expected int, got str",
+        ),
+        (
+            {"league": {"main_player": {"one_phase_stpe": 10}}},
+            "league.main_player.one_phase_stpe: unknown key",
+        ),
+        ({"leauge": {}}, "leauge: unknown key"),
+        ({"league": {"league_type": "team"}}, "league.league_type: expected one of"),
+        (
+            {"league": {"league_type": "solo"}},
+            "league.active_players.main_player: not a player type of a solo",
+        ),
+        ({"league": {"active_players": {"hero": 1}}}, "league.active_players.hero: not a player type"),
+        ({"league": {"active_players": {"main_player": 0}}}, "league.active_players: needs at least one"),
+        (
+            {"league": {"main_player": {"branch_probs": {"pfsp": 0.5}}}},
+            "league.main_player.branch_probs: must sum",
+        ),
+        (
+            {"league": {"main_exploiter": {"branch_probs": {"pfsp": 1.0}}}},
+            "league.main_exploiter.branch_probs.pfsp: unknown branch",
+        ),
+        (
+            {"league": {"main_player": {"strong_win_rate": 1.5}}},
+            "league.main_player.strong_win_rate: must be within",
+        ),
+        ({"league": {"payoff": {"decay": 0}}}, "league.payoff.decay: must be within (0, 1]"),
+        ({"league": {"max_active_player_job": 0}}, "league.max_active_player_job: must be >= 1"),
+        ({"league": {"use_pretrain_init_historical": True}}, "league.pretrain_checkpoint_path.default:"),
+        ({"league": {"pretrain_checkpoint_path": {"zerg": "x.pt"}}}, "league.pretrain_checkpoint_path.zerg:"),
+        ({"league": {"trueskill": {"draw_probability": 0.0}}}, "league.trueskill.draw_probability"),
+        ({"league": {"main_player": {"job": {"env_kwargs": 3}}}}, "league.main_player.job.env_kwargs"),
+        ({"env": {"env_num": "4"}}, "env.env_num: expected int, got str"),
+        ({"env": {"episode_num": 0, "env_steps": 0}}, "env.episode_num:"),
+        ({"coordinator": {"heartbeat_interval_s": 60}}, "coordinator.heartbeat_interval_s:"),
+        ({"policy": ["ppo"]}, "policy: expected a mapping"),
+    ],
+)
+def test_config_errors_name_the_key_path(data, message):
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(data)
+    assert message in str(info.value)
+
+
+def test_load_config_error_names_the_file(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("league:\n  main_player:\n    one_phase_step: lots\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.path == "league.main_player.one_phase_step"
+    assert str(path) in str(info.value)
+
+
+def test_solo_league_config():
+    cfg = config_from_dict(
+        {
+            "env": {"name": "CartPole-v1"},
+            "league": {"league_type": "solo", "active_players": {"solo_active_player": 2}},
+        }
+    )
+    assert cfg.league.league_type == "solo"
+    assert cfg.league.player_config("solo_active_player").branch_probs == {}
+
+
+def test_default_yaml_only_holds_known_keys():
+    # from_dict would reject unknown keys; also check the file is the one load_config(None) uses.
+    assert from_dict(Config, default_config_dict()) == load_config(None)

@@ -1,0 +1,467 @@
+"""The league manager: launch slots, its two threads, finish/release/update, snapshots and mutations."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections import Counter
+
+import pytest
+
+from league_service.base_league_manager import BaseLeagueManager
+from league_service.config import Config, config_from_dict
+from league_service.factory import create_league
+from league_service.league_errors import (
+    InvalidResultError,
+    LeagueThreadError,
+    NotActivePlayerError,
+    SlotError,
+    StaleUpdateError,
+    UnknownPlayerError,
+)
+from league_service.messages import EpisodeOutcome, JobResult, JobSpec, Outcome, PlayerOutcome, PlayerUpdate
+from league_service.one_vs_one_league import OneVsOneLeague
+from league_service.players import CheckpointRef, HistoricalPlayer
+from league_service.solo_league import SoloLeague
+from league_service.testing import JobRecorder, battle_result, solo_result
+
+W, D, L = Outcome.WIN, Outcome.DRAW, Outcome.LOSS
+MAIN, EXPLOITER, LEAGUE_EXPLOITER = (
+    "main_player_default_0",
+    "main_exploiter_default_0",
+    "league_exploiter_default_0",
+)
+
+
+def _cfg(**league) -> Config:
+    return config_from_dict({"league": league})
+
+
+def _no_copy(src: str, dst: str) -> None:
+    raise AssertionError(f"unexpected checkpoint copy {src} -> {dst}")
+
+
+@pytest.fixture
+def make_league():
+    """Build leagues that are closed at the end of the test, whatever happens."""
+    leagues: list[BaseLeagueManager] = []
+
+    def make(
+        cfg: Config | None = None, save=_no_copy, launch=None, on_change=None, seed=0
+    ) -> BaseLeagueManager:
+        league = create_league(
+            cfg or _cfg(), save, launch or JobRecorder(), on_change=on_change, rng_seed=seed
+        )
+        leagues.append(league)
+        return league
+
+    yield make
+    for league in leagues:
+        try:
+            league.close()
+        except LeagueThreadError:
+            pass  # the test that made a thread fail asserts on it
+
+
+def _update(league, pid, steps, path="", version=0, iteration=0):
+    return league.update_active_player(PlayerUpdate(pid, iteration, steps, path, version))
+
+
+# -- construction --------------------------------------------------------------------------------------------
+
+
+def test_players_have_readable_ids_and_explicit_identity(make_league):
+    cfg = _cfg(
+        player_category=["terran", "zerg"],
+        use_pretrain_init_historical=True,
+        pretrain_checkpoint_path={"terran": "sl/terran.pt", "zerg": "sl/zerg.pt"},
+    )
+    league = make_league(cfg)
+    assert [p.player_id for p in league.active_players] == [
+        "main_player_terran_0",
+        "main_exploiter_terran_0",
+        "league_exploiter_terran_0",
+        "main_player_zerg_0",
+        "main_exploiter_zerg_0",
+        "league_exploiter_zerg_0",
+    ]
+    pretrained = league.get_player("main_player_zerg_0_pretrain")
+    assert isinstance(pretrained, HistoricalPlayer) and not pretrained.is_active
+    assert (pretrained.parent_id, pretrained.checkpoint_path, pretrained.category) == (
+        "main_player_zerg_0",
+        "sl/zerg.pt",
+        "zerg",
+    )
+    assert all(p.is_active for p in league.active_players)
+    assert len(league.league_id) == 32 and league.league_id not in {
+        p.player_id for p in league.active_players
+    }
+    with pytest.raises(UnknownPlayerError) as info:
+        league.get_player("nobody")
+    assert isinstance(info.value, KeyError) and "nobody" in str(info.value)
+
+
+def test_create_league_picks_the_league_type(make_league):
+    assert isinstance(make_league(), OneVsOneLeague)
+    solo = _cfg(league_type="solo", active_players={"solo_active_player": 2})
+    assert isinstance(make_league(solo), SoloLeague)
+    with pytest.raises(ValueError, match="league_type"):
+        SoloLeague(_cfg(), _no_copy, JobRecorder())
+
+
+# -- launch slots --------------------------------------------------------------------------------------------
+
+
+def test_launch_fills_every_free_slot_and_no_more(make_league):
+    recorder = JobRecorder()
+    league = make_league(_cfg(max_active_player_job=2), launch=recorder)
+    specs = league.launch_ready_jobs()
+    assert Counter(s.launch_player for s in specs) == {MAIN: 2, EXPLOITER: 2, LEAGUE_EXPLOITER: 2}
+    assert all(
+        isinstance(s, JobSpec) and s.players[0] == s.launch_player and len(s.players) == 2 for s in specs
+    )
+    assert recorder.drain() == specs
+    assert league.launch_ready_jobs() == []
+    league.release_job(EXPLOITER)
+    (again,) = league.launch_ready_jobs()
+    assert again.launch_player == EXPLOITER
+    status = {p.player_id: p for p in league.status().players}
+    assert (status[MAIN].slots_used, status[MAIN].slots_limit) == (2, 2)
+
+
+def test_release_without_a_held_slot_raises(make_league):
+    league = make_league(
+        _cfg(use_pretrain_init_historical=True, pretrain_checkpoint_path={"default": "sl.pt"})
+    )
+    with pytest.raises(SlotError, match="no launch slot"):
+        league.release_job(MAIN)
+    with pytest.raises(UnknownPlayerError):
+        league.release_job("ghost")
+    with pytest.raises(NotActivePlayerError, match="historical"):
+        league.release_job(f"{MAIN}_pretrain")
+    league.launch_ready_jobs()
+    league.release_job(MAIN)
+    league.release_job(MAIN)
+    with pytest.raises(SlotError):
+        league.release_job(MAIN)
+
+
+def test_slots_never_exceed_the_limit_under_concurrent_finishes(make_league):
+    limit, workers, target = 3, 6, 1200
+    recorder = JobRecorder()
+    lock = threading.Lock()
+    in_flight: Counter = Counter()
+    peak: Counter = Counter()
+    done = {"jobs": 0}
+    errors: list[BaseException] = []
+
+    def launch(spec: JobSpec) -> None:
+        with lock:
+            in_flight[spec.launch_player] += 1
+            peak[spec.launch_player] = max(peak[spec.launch_player], in_flight[spec.launch_player])
+        recorder(spec)
+
+    league = make_league(_cfg(max_active_player_job=limit), launch=launch)
+
+    def work() -> None:
+        try:
+            while True:
+                spec = recorder.jobs.get(timeout=30)
+                if spec is None:
+                    return
+                with lock:
+                    in_flight[spec.launch_player] -= 1
+                    done["jobs"] += 1
+                    n = done["jobs"]
+                if n % 7 == 0:
+                    league.release_job(spec.launch_player)
+                else:
+                    league.finish_job(battle_result(spec.players, [W, L, D]))
+                if n % 50 == 0:
+                    assert all(p.slots_used <= limit for p in league.status().players)
+                if n == target:
+                    for _ in range(workers):
+                        recorder.jobs.put(None)
+        except BaseException as exc:
+            errors.append(exc)
+            for _ in range(workers):
+                recorder.jobs.put(None)
+
+    threads = [threading.Thread(target=work) for _ in range(workers)]
+    league.run()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    league.close()
+    assert not errors, errors
+    assert set(peak) == {MAIN, EXPLOITER, LEAGUE_EXPLOITER}
+    assert max(peak.values()) <= limit
+    status = league.status()
+    counters = status.counters
+    assert counters.jobs_finished + counters.jobs_released >= target
+    assert counters.jobs_launched - counters.jobs_finished - counters.jobs_released == sum(
+        p.slots_used for p in status.players
+    )
+    assert all(p.slots_used <= limit for p in status.players)
+
+
+# -- threads -------------------------------------------------------------------------------------------------
+
+
+def test_run_launches_and_close_returns_promptly(make_league):
+    recorder = JobRecorder()
+    league = make_league(launch=recorder)
+    league.run()
+    assert len(recorder.take(6)) == 6  # every slot filled; now both threads wait
+    with pytest.raises(RuntimeError, match="already running"):
+        league.run()
+    league.close()
+    assert not any(t.is_alive() for t in threading.enumerate() if t.name.startswith("league-"))
+    league.close()  # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        league.run()
+
+
+def test_close_without_run(make_league):
+    league = make_league()
+    league.close()
+    league.close()
+
+
+def test_a_finished_job_wakes_the_launch_thread(make_league):
+    recorder = JobRecorder()
+    league = make_league(launch=recorder)
+    league.run()
+    specs = recorder.take(6)
+    exploiter_job = next(s for s in specs if s.launch_player == EXPLOITER)
+    assert league.finish_job(battle_result(exploiter_job.players, [W, W])) == 2
+    (refill,) = recorder.take(1)
+    assert refill.launch_player == EXPLOITER
+
+
+def test_a_thread_failure_stops_the_league_and_close_raises_it(make_league):
+    calls = []
+
+    def launch(spec: JobSpec) -> None:
+        calls.append(spec)
+        if len(calls) == 2:
+            raise OSError("queue is gone")
+
+    league = make_league(launch=launch)
+    league.run()
+    with pytest.raises(LeagueThreadError) as info:
+        league.close()
+    assert isinstance(info.value.__cause__, OSError)
+    assert isinstance(league.failure, OSError)
+    # The job that could not be launched, and those after it, gave their slots back.
+    assert sum(p.slots_used for p in league.status().players) == 1
+    league.close()  # reported once
+
+
+# -- finishing jobs ------------------------------------------------------------------------------------------
+
+
+def test_finish_job_updates_payoff_ratings_and_counters(make_league):
+    league = make_league()
+    specs = {s.launch_player: s for s in league.launch_ready_jobs()}
+    players = specs[EXPLOITER].players
+    assert players == (EXPLOITER, MAIN)
+    league.finish_job(battle_result(players, [W, W, W, D]))
+    status = league.status()
+    by_id = {p.player_id: p for p in status.players}
+    assert by_id[EXPLOITER].elo > 1200.0 > by_id[MAIN].elo
+    assert by_id[EXPLOITER].trueskill_mu > 25.0 > by_id[MAIN].trueskill_mu
+    assert by_id[EXPLOITER].episodes == by_id[MAIN].episodes == 4
+    rows = {(r.home, r.away): r for r in status.payoff}
+    # W, W, W, D with decay 0.99 before each game: the wins decayed once, twice and three times.
+    wins = 0.99 + 0.99**2 + 0.99**3
+    row = rows[EXPLOITER, MAIN]
+    assert (row.wins, row.draws, row.losses, row.games) == (
+        pytest.approx(wins),
+        1.0,
+        0.0,
+        pytest.approx(wins + 1),
+    )
+    assert rows[MAIN, EXPLOITER].losses == pytest.approx(wins)
+    assert (status.counters.matches, status.counters.jobs_finished, status.counters.jobs_launched) == (
+        4,
+        1,
+        6,
+    )
+
+
+def _bad_results():
+    exploiter_vs_main = (EXPLOITER, MAIN)
+    return [
+        (battle_result(("ghost", MAIN), [W]), UnknownPlayerError),
+        (battle_result((EXPLOITER, "ghost"), [W]), UnknownPlayerError),
+        (
+            JobResult(
+                EXPLOITER,
+                exploiter_vs_main,
+                (
+                    *battle_result(exploiter_vs_main, [W]).episodes,
+                    EpisodeOutcome((PlayerOutcome(EXPLOITER, W), PlayerOutcome(MAIN, W))),
+                ),
+            ),
+            InvalidResultError,
+        ),
+        (JobResult(EXPLOITER, (EXPLOITER,), ()), InvalidResultError),
+        (battle_result(exploiter_vs_main, [W]), None),  # valid, then finished twice: no slot left
+    ]
+
+
+def test_bad_results_raise_and_change_nothing(make_league):
+    league = make_league(_cfg(max_active_player_job=1))
+    league.launch_ready_jobs()
+    for result, error in _bad_results()[:-1]:
+        before = league.state_dict()
+        with pytest.raises(error):
+            league.finish_job(result)
+        assert league.state_dict() == before
+    result, _ = _bad_results()[-1]
+    league.finish_job(result)
+    before = league.state_dict()
+    with pytest.raises(SlotError, match="finished twice"):
+        league.finish_job(result)
+    assert league.state_dict() == before
+    with pytest.raises(TypeError):
+        league.finish_job({"launch_player": EXPLOITER})  # type: ignore[arg-type]
+
+
+# -- updates, snapshots, mutations ---------------------------------------------------------------------------
+
+
+def test_update_errors(make_league):
+    league = make_league(
+        _cfg(use_pretrain_init_historical=True, pretrain_checkpoint_path={"default": "sl.pt"})
+    )
+    _update(league, MAIN, 100)
+    with pytest.raises(StaleUpdateError, match="agent_steps"):
+        _update(league, MAIN, 50)
+    with pytest.raises(UnknownPlayerError):
+        _update(league, "ghost", 100)
+    with pytest.raises(NotActivePlayerError):
+        _update(league, f"{MAIN}_pretrain", 100)
+    assert league.get_player(MAIN).total_agent_step == 100
+
+
+def test_snapshot_thread_copies_the_checkpoint_and_adds_a_historical_player(make_league, tmp_path):
+    changed = threading.Event()
+    copies = []
+
+    def save(src: str, dst: str) -> None:
+        copies.append((src, dst))
+        shutil.copyfile(tmp_path / src, tmp_path / dst)
+
+    def on_change() -> None:
+        league.status()  # called outside the league's lock: this would deadlock otherwise
+        changed.set()
+
+    cfg = _cfg(main_player={"one_phase_step": 1000, "strong_win_rate": None})
+    league = make_league(cfg, save=save, on_change=on_change)
+    (tmp_path / "main").mkdir()
+    (tmp_path / "main" / "ckpt_v3.pt").write_bytes(b"weights-v3")
+    league.run()
+    assert not _update(league, MAIN, 999, "main/ckpt_v3.pt", 3).mutated
+    _update(league, MAIN, 1200, "main/ckpt_v3.pt", 3, iteration=7)
+    assert changed.wait(timeout=30)
+    league.close()
+    snap = league.get_player(f"{MAIN}_1200")
+    assert isinstance(snap, HistoricalPlayer)
+    assert (snap.checkpoint_path, snap.checkpoint_version, snap.parent_id) == (
+        "main/ckpt_v3_1200.pt",
+        3,
+        MAIN,
+    )
+    assert copies == [("main/ckpt_v3.pt", "main/ckpt_v3_1200.pt")]
+    assert (tmp_path / "main" / "ckpt_v3_1200.pt").read_bytes() == b"weights-v3"
+    status = {p.player_id: p for p in league.status().players}
+    assert status[MAIN].snapshots == 1 and status[MAIN].mutations == 0  # main players never mutate
+    assert status[f"{MAIN}_1200"].active is False and status[f"{MAIN}_1200"].parent_id == MAIN
+    assert league.status().counters.snapshots == 1
+
+
+def test_snapshot_without_a_checkpoint_copies_nothing(make_league):
+    league = make_league(_cfg(main_player={"one_phase_step": 10, "strong_win_rate": None}))
+    _update(league, MAIN, 10)
+    (snap,) = league.snapshot_ready_players()
+    assert (snap.player_id, snap.checkpoint_path) == (f"{MAIN}_10", "")
+    assert league.snapshot_ready_players() == []
+
+
+def test_mutation_resets_to_the_pretrained_checkpoint_and_tells_the_learner(make_league):
+    cfg = _cfg(
+        use_pretrain_init_historical=True,
+        pretrain_checkpoint_path={"default": "sl/pretrained.pt"},
+        league_exploiter={"one_phase_step": 100, "strong_win_rate": None, "mutate_prob": 1.0},
+    )
+    copies = []
+    league = make_league(cfg, save=lambda s, d: copies.append((s, d)))
+    _update(league, LEAGUE_EXPLOITER, 150, "le/v5.pt", 5)
+    (snap,) = league.snapshot_ready_players()
+    assert copies == [("le/v5.pt", "le/v5_150.pt")]
+    assert (snap.checkpoint_path, snap.checkpoint_version) == ("le/v5_150.pt", 5)  # the trained weights
+    player = league.get_player(LEAGUE_EXPLOITER)
+    assert (player.checkpoint_path, player.checkpoint_version) == ("sl/pretrained.pt", 6)
+    outcome = _update(league, LEAGUE_EXPLOITER, 160, "le/v6.pt", 6)
+    assert (outcome.mutated, outcome.reset_checkpoint_path, outcome.reset_checkpoint_version) == (
+        True,
+        "sl/pretrained.pt",
+        6,
+    )
+    assert player.checkpoint_path == "sl/pretrained.pt"  # the stale checkpoint was not taken
+    assert league.checkpoint_of(LEAGUE_EXPLOITER) == CheckpointRef("sl/pretrained.pt", 6)
+    assert not _update(league, LEAGUE_EXPLOITER, 170, "le/v7.pt", 7).mutated
+    assert (player.checkpoint_path, player.checkpoint_version) == ("le/v7.pt", 7)
+    status = league.status()
+    assert status.counters.mutations == 1
+    assert next(p for p in status.players if p.player_id == LEAGUE_EXPLOITER).mutations == 1
+
+
+def test_main_exploiter_resets_after_its_step_limit(make_league):
+    cfg = _cfg(main_exploiter={"one_phase_step": 100, "strong_win_rate": None, "reset_after_steps": 100})
+    league = make_league(cfg, save=lambda s, d: None)
+    _update(league, EXPLOITER, 100, "ex/v1.pt", 1)
+    league.snapshot_ready_players()
+    player = league.get_player(EXPLOITER)
+    assert (player.checkpoint_path, player.checkpoint_version, player.mutations) == ("", 2, 1)
+
+
+def test_a_failed_checkpoint_copy_adds_nothing(make_league):
+    def save(src: str, dst: str) -> None:
+        raise OSError("disk full")
+
+    league = make_league(_cfg(main_player={"one_phase_step": 10, "strong_win_rate": None}), save=save)
+    _update(league, MAIN, 10, "m/v1.pt", 1)
+    with pytest.raises(OSError, match="disk full"):
+        league.snapshot_ready_players()
+    assert league.historical_players == ()
+    assert league.get_player(MAIN).is_trained_enough()  # it will be tried again
+
+
+# -- solo ----------------------------------------------------------------------------------------------------
+
+
+def test_solo_league_jobs_and_returns(make_league):
+    cfg = config_from_dict(
+        {
+            "env": {"name": "CartPole-v1"},
+            "league": {"league_type": "solo", "active_players": {"solo_active_player": 2}},
+        }
+    )
+    league = make_league(cfg)
+    specs = league.launch_ready_jobs()
+    assert {s.players for s in specs} == {
+        ("solo_active_player_default_0",),
+        ("solo_active_player_default_1",),
+    }
+    league.finish_job(solo_result("solo_active_player_default_0", [10.0, 20.0]))
+    status = {p.player_id: p for p in league.status().players}
+    assert status["solo_active_player_default_0"].mean_return == 15.0
+    assert status["solo_active_player_default_0"].episodes == 2
+    assert status["solo_active_player_default_1"].mean_return == 0.0
+    with pytest.raises(InvalidResultError):
+        league.finish_job(battle_result(("solo_active_player_default_0",) * 2, [W]))
+    assert league.status().payoff == ()

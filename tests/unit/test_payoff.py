@@ -1,0 +1,220 @@
+"""Payoff: records, decay, win rates, validation that changes nothing on bad input, thread safety."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+
+from league_service.config import ActivePlayerConfig, PayoffConfig
+from league_service.league_errors import InvalidResultError, UnknownPlayerError
+from league_service.messages import EpisodeOutcome, JobResult, Outcome, PlayerOutcome
+from league_service.payoff import (
+    BattleRecordDict,
+    BattleSharedPayoff,
+    PayoffDict,
+    SoloSharedPayoff,
+    create_payoff,
+)
+from league_service.players import ActivePlayer, HistoricalPlayer, SoloActivePlayer
+from league_service.testing import battle_result, solo_result
+
+W, D, L = Outcome.WIN, Outcome.DRAW, Outcome.LOSS
+
+
+def _battle_payoff(ids=("a", "b", "c"), **cfg) -> BattleSharedPayoff:
+    payoff = BattleSharedPayoff(PayoffConfig(**{"decay": 1.0, "min_win_rate_games": 0.0, **cfg}))
+    for pid in ids:
+        payoff.add_player(
+            ActivePlayer(player_id=pid, category="default", payoff=payoff, cfg=ActivePlayerConfig())
+        )
+    return payoff
+
+
+def test_battle_record_dict_counts_and_decays_by_multiplication():
+    record = BattleRecordDict()
+    assert record == {"wins": 0.0, "draws": 0.0, "losses": 0.0, "games": 0.0}
+    record = BattleRecordDict(4, 2, 2, 8)
+    half = record * 0.5
+    assert half == {"wins": 2.0, "draws": 1.0, "losses": 1.0, "games": 4.0}
+    assert record["wins"] == 4.0  # * makes a new record
+    record *= 0.25
+    assert record == {"wins": 1.0, "draws": 0.5, "losses": 0.5, "games": 2.0}
+    assert record.reversed() == {"wins": 0.5, "draws": 0.5, "losses": 1.0, "games": 2.0}
+
+
+def test_payoff_dict_makes_records_on_first_use():
+    battle = PayoffDict(BattleRecordDict)
+    battle[("a", "b")]["wins"] += 1
+    assert battle[("a", "b")]["wins"] == 1.0
+    solo = PayoffDict(list)
+    solo["a"].append(1.0)
+    assert solo["a"] == [1.0]
+
+
+def test_update_counts_both_sides_and_win_rate_counts_draws_half():
+    payoff = _battle_payoff()
+    assert payoff.update(battle_result(("b", "a"), [W, W, D, L])) == 4
+    assert payoff.record("b", "a") == {"wins": 2.0, "draws": 1.0, "losses": 1.0, "games": 4.0}
+    assert payoff.record("a", "b") == {"wins": 1.0, "draws": 1.0, "losses": 2.0, "games": 4.0}
+    assert payoff.win_rate("b", "a") == pytest.approx(2.5 / 4)
+    assert payoff.win_rate("a", "b") == pytest.approx(1.5 / 4)
+    players = {p.player_id: p for p in payoff.players}
+    np.testing.assert_allclose(payoff[players["a"], [players["b"], players["c"]]], [1.5 / 4, 0.5])
+
+
+def test_seat_order_of_outcomes_does_not_matter():
+    payoff = _battle_payoff()
+    swapped = EpisodeOutcome((PlayerOutcome("b", Outcome.LOSS), PlayerOutcome("a", Outcome.WIN)))
+    payoff.update(JobResult("a", ("a", "b"), (swapped,)))
+    assert payoff.record("a", "b")["wins"] == 1.0
+
+
+def test_win_rate_needs_min_games_else_default():
+    payoff = _battle_payoff(min_win_rate_games=3.0, default_win_rate=0.4)
+    payoff.update(battle_result(("a", "b"), [W, W]))
+    assert payoff.win_rate("a", "b") == 0.4
+    payoff.update(battle_result(("a", "b"), [W]))
+    assert payoff.win_rate("a", "b") == 1.0
+    assert payoff.win_rate("a", "c") == 0.4
+    assert payoff.win_rate("a", "a") == 0.5
+
+
+def test_decay_applies_before_each_new_game():
+    payoff = _battle_payoff(decay=0.5)
+    payoff.update(battle_result(("a", "b"), [W, L]))
+    # after W: wins 1, games 1; after L: everything * 0.5, then losses +1, games +1
+    assert payoff.record("a", "b") == {"wins": 0.5, "draws": 0.0, "losses": 1.0, "games": 1.5}
+    assert payoff.win_rate("a", "b") == pytest.approx(0.5 / 1.5)
+
+
+def test_self_play_is_not_recorded():
+    payoff = _battle_payoff()
+    assert payoff.update(battle_result(("a", "a"), [W, L])) == 2
+    assert payoff.rows() == []
+    assert payoff.win_rate("a", "a") == 0.5
+
+
+@pytest.mark.parametrize(
+    ("result", "error", "field"),
+    [
+        (battle_result(("a", "x"), [W]), UnknownPlayerError, "players[1]"),
+        (JobResult("a", ("a",), ()), InvalidResultError, "players"),
+        (
+            JobResult("a", ("a", "b"), (EpisodeOutcome((PlayerOutcome("a", W), PlayerOutcome("b", W))),)),
+            InvalidResultError,
+            "episodes[0].player_outcomes",
+        ),
+        (
+            JobResult("a", ("a", "b"), (EpisodeOutcome((PlayerOutcome("a", W), PlayerOutcome("c", L))),)),
+            InvalidResultError,
+            "episodes[0].player_outcomes",
+        ),
+        (
+            JobResult("a", ("a", "b"), (EpisodeOutcome((PlayerOutcome("a", W),)),)),
+            InvalidResultError,
+            "episodes[0].player_outcomes",
+        ),
+        (
+            JobResult(
+                "a", ("a", "b"), (EpisodeOutcome((PlayerOutcome("a", Outcome.NONE), PlayerOutcome("b", L))),)
+            ),
+            InvalidResultError,
+            "episodes[0].player_outcomes",
+        ),
+    ],
+)
+def test_bad_results_raise_naming_the_field_and_change_nothing(result, error, field):
+    payoff = _battle_payoff()
+    payoff.update(battle_result(("a", "b"), [W]))
+    before = payoff.state_dict()
+    good_then_bad = JobResult(result.launch_player, result.players, result.episodes)
+    with pytest.raises(error) as info:
+        payoff.update(good_then_bad)
+    assert info.value.field == field
+    assert payoff.state_dict() == before
+
+
+def test_a_bad_episode_after_good_ones_changes_nothing():
+    payoff = _battle_payoff()
+    good = battle_result(("a", "b"), [W, W]).episodes
+    bad = EpisodeOutcome((PlayerOutcome("a", W), PlayerOutcome("b", D)))
+    with pytest.raises(InvalidResultError, match=r"episodes\[2\]"):
+        payoff.update(JobResult("a", ("a", "b"), (*good, bad)))
+    assert payoff.rows() == []
+
+
+def test_rows_show_both_sides():
+    payoff = _battle_payoff()
+    payoff.update(battle_result(("a", "b"), [W, W, L, D]))
+    rows = {(r.home, r.away): r for r in payoff.rows()}
+    assert set(rows) == {("a", "b"), ("b", "a")}
+    assert (rows["a", "b"].wins, rows["a", "b"].losses, rows["a", "b"].win_rate) == (2.0, 1.0, 0.625)
+    assert (rows["b", "a"].wins, rows["b", "a"].losses, rows["b", "a"].win_rate) == (1.0, 2.0, 0.375)
+
+
+def test_battle_state_round_trips_through_json():
+    payoff = _battle_payoff(decay=0.97)
+    payoff.update(battle_result(("c", "a"), [W, L, D, W, W]))
+    payoff.update(battle_result(("b", "c"), [L, L]))
+    restored = _battle_payoff(decay=0.97)
+    restored.load_records(json.loads(json.dumps(payoff.state_dict())))
+    assert restored.rows() == payoff.rows()
+    assert restored.state_dict() == payoff.state_dict()
+
+
+def test_concurrent_updates_are_all_counted():
+    payoff = _battle_payoff()
+
+    def play():
+        for _ in range(200):
+            payoff.update(battle_result(("a", "b"), [W, L]))
+
+    threads = [threading.Thread(target=play) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert payoff.record("a", "b") == {"wins": 800.0, "draws": 0.0, "losses": 800.0, "games": 1600.0}
+
+
+def test_players_keep_the_order_they_joined():
+    payoff = _battle_payoff(ids=("z", "a"))
+    hp = HistoricalPlayer(
+        player_id="m", category="default", payoff=payoff, parent_id="z", parent_type="main_player"
+    )
+    payoff.add_player(hp)
+    assert [p.player_id for p in payoff.players] == ["z", "a", "m"]
+    with pytest.raises(ValueError, match="already"):
+        payoff.add_player(hp)
+
+
+def test_solo_payoff_keeps_a_bounded_record_of_returns():
+    payoff = SoloSharedPayoff(PayoffConfig(solo_buffer_size=3))
+    payoff.add_player(
+        SoloActivePlayer(player_id="s", category="default", payoff=payoff, cfg=ActivePlayerConfig())
+    )
+    assert payoff.mean_return("s") == 0.0
+    assert payoff.update(solo_result("s", [1.0, 2.0, 3.0, 4.0, 5.0])) == 5
+    assert payoff.recent_returns("s") == [3.0, 4.0, 5.0]
+    assert payoff.mean_return("s") == 4.0
+    assert payoff.episodes("s") == 5
+    with pytest.raises(InvalidResultError):
+        payoff.update(battle_result(("s", "s"), [W]))
+    with pytest.raises(UnknownPlayerError):
+        payoff.update(solo_result("t", [1.0]))
+    restored = SoloSharedPayoff(PayoffConfig(solo_buffer_size=3))
+    restored.add_player(
+        SoloActivePlayer(player_id="s", category="default", payoff=restored, cfg=ActivePlayerConfig())
+    )
+    restored.load_records(json.loads(json.dumps(payoff.state_dict())))
+    assert restored.recent_returns("s") == [3.0, 4.0, 5.0] and restored.episodes("s") == 5
+
+
+def test_create_payoff_by_league_type():
+    assert isinstance(create_payoff("one_vs_one", PayoffConfig()), BattleSharedPayoff)
+    assert isinstance(create_payoff("solo", PayoffConfig()), SoloSharedPayoff)
+    with pytest.raises(ValueError, match="league_type"):
+        create_payoff("team", PayoffConfig())

@@ -1,0 +1,89 @@
+"""Elo and TrueSkill ratings move the right way: winners up, losers down, draws pull together."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from league_service.config import EloConfig, TrueSkillConfig
+from league_service.league_errors import LeagueStateError, UnknownPlayerError
+from league_service.messages import Outcome
+from league_service.ratings import RatingBook, elo_expected
+
+
+def _book(*ids: str) -> RatingBook:
+    book = RatingBook(EloConfig(initial=1200.0, k_factor=16.0), TrueSkillConfig())
+    for pid in ids:
+        book.add_player(pid)
+    return book
+
+
+def _play(book: RatingBook, matches) -> None:
+    book.commit(book.compute(matches))
+
+
+def test_winner_goes_up_loser_goes_down():
+    book = _book("a", "b")
+    _play(book, [("a", "b", Outcome.WIN)])
+    a, b = book.get("a"), book.get("b")
+    assert a.elo == pytest.approx(1208.0) and b.elo == pytest.approx(1192.0)
+    assert a.mu > 25.0 > b.mu
+    assert a.sigma < 25.0 / 3 and b.sigma < 25.0 / 3
+    assert a.games == b.games == 1
+
+
+def test_a_loss_is_a_win_for_the_other_side():
+    by_win, by_loss = _book("a", "b"), _book("a", "b")
+    _play(by_win, [("b", "a", Outcome.WIN)])
+    _play(by_loss, [("a", "b", Outcome.LOSS)])
+    assert by_win.state_dict() == by_loss.state_dict()
+
+
+def test_draws_pull_ratings_together():
+    book = _book("strong", "weak")
+    _play(book, [("strong", "weak", Outcome.WIN)] * 10)
+    before_strong, before_weak = book.get("strong"), book.get("weak")
+    _play(book, [("strong", "weak", Outcome.DRAW)])
+    after_strong, after_weak = book.get("strong"), book.get("weak")
+    assert after_strong.elo < before_strong.elo and after_weak.elo > before_weak.elo
+    assert after_strong.mu < before_strong.mu and after_weak.mu > before_weak.mu
+
+
+def test_a_draw_between_equals_changes_no_elo_but_shrinks_uncertainty():
+    book = _book("a", "b")
+    _play(book, [("a", "b", Outcome.DRAW)])
+    assert book.get("a").elo == book.get("b").elo == 1200.0
+    assert book.get("a").sigma < 25.0 / 3
+
+
+def test_elo_expected_score():
+    assert elo_expected(1200, 1200) == 0.5
+    assert elo_expected(1600, 1200) == pytest.approx(10 / 11)
+
+
+def test_compute_changes_nothing_until_commit_and_skips_self_play():
+    book = _book("a", "b")
+    updated = book.compute([("a", "a", Outcome.WIN), ("a", "b", Outcome.WIN), ("a", "b", Outcome.WIN)])
+    assert book.get("a").elo == 1200.0
+    assert updated["a"].games == 2
+    with pytest.raises(UnknownPlayerError):
+        book.compute([("a", "ghost", Outcome.WIN)])
+
+
+def test_snapshots_start_from_their_parent():
+    book = _book("a", "b")
+    _play(book, [("a", "b", Outcome.WIN)] * 3)
+    book.add_player("a_100", parent_id="a")
+    assert (book.get("a_100").elo, book.get("a_100").mu) == (book.get("a").elo, book.get("a").mu)
+    assert book.get("a_100").games == 0
+
+
+def test_state_round_trips_through_json_and_is_validated():
+    book = _book("a", "b")
+    _play(book, [("a", "b", Outcome.WIN), ("a", "b", Outcome.DRAW)])
+    restored = _book("a", "b")
+    restored.load_state_dict(json.loads(json.dumps(book.state_dict())), ["a", "b"])
+    assert restored.state_dict() == book.state_dict()
+    with pytest.raises(LeagueStateError, match="ratings"):
+        restored.load_state_dict(book.state_dict(), ["a", "b", "c"])

@@ -1,0 +1,108 @@
+"""Checkpoint publish + load throughput for a 100 MB state dict against raw `dd` on the same disk, same run.
+
+publish = torch.save to memory + sha256 + write + fsync + rename + fsync(dir) + two small manifests;
+load = read + sha256 + torch.load(weights_only=True). Baselines: `dd if=/dev/zero bs=1M conv=fsync` for
+writing, `dd of=/dev/null bs=1M` of the just-written file for reading (both page-cache warm like a load
+right after a publish). Rounds alternate store and dd so that disk-speed swings hit both; medians reported.
+
+    python bench/bench_checkpoint.py [--quick] [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.common import BenchRow, print_rows  # noqa: E402
+from common.checkpoint_store import CheckpointStore  # noqa: E402
+
+GOAL = 0.7
+
+
+def state_dict(total_bytes: int) -> dict[str, np.ndarray]:
+    """~total_bytes of float32 tensors of 4 MB each (random, so nothing compresses or dedups)."""
+    rng = np.random.default_rng(0)
+    per = 1_000_000
+    count = max(1, total_bytes // (per * 4))
+    return {f"layer{i}.weight": rng.random(per, dtype=np.float32) for i in range(count)}
+
+
+def dd_write(path: pathlib.Path, megabytes: int) -> float:
+    start = time.perf_counter()
+    subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={megabytes}", "conv=fsync"],
+                   check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def dd_read(path: pathlib.Path) -> float:
+    start = time.perf_counter()
+    subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=1M"], check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> list[BenchRow]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="20 MB and 2 rounds")
+    parser.add_argument("--dir", type=pathlib.Path, default=None, help="where to write (default: a temp dir)")
+    parser.add_argument("--rounds", type=int, default=None)
+    args = parser.parse_args(argv)
+    total = 20_000_000 if args.quick else 100_000_000
+    rounds = args.rounds or (2 if args.quick else 5)
+    work = pathlib.Path(tempfile.mkdtemp(prefix="bench_ckpt_", dir=args.dir))
+    try:
+        weights = state_dict(total)
+        nbytes = sum(a.nbytes for a in weights.values())
+        megabytes = nbytes / 1e6
+        (work / "share").mkdir()
+        store = CheckpointStore(work / "share", keep_last=2)
+        dd_file = work / "dd.bin"
+        publish_s, load_s, dd_write_s, dd_read_s = [], [], [], []
+        # Round 0 is a warm-up (the VM backs fresh memory and disk blocks on first touch): not timed.
+        store.load(store.publish("player", weights, 0).path)
+        dd_write(dd_file, round(megabytes / 1.048576))
+        dd_read(dd_file)
+        for version in range(1, rounds + 1):
+            start = time.perf_counter()
+            ref = store.publish("player", weights, version)
+            publish_s.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            checkpoint = store.load(ref.path)
+            load_s.append(time.perf_counter() - start)
+            assert checkpoint.ref.sha256 == ref.sha256
+            dd_write_s.append(dd_write(dd_file, round(megabytes / 1.048576)))
+            dd_read_s.append(dd_read(dd_file))
+        dd_mb = round(megabytes / 1.048576) * 1.048576  # dd counts MiB
+        publish = megabytes / statistics.median(publish_s)
+        load = megabytes / statistics.median(load_s)
+        round_trip = megabytes / statistics.median([p + q for p, q in zip(publish_s, load_s, strict=True)])
+        write = dd_mb / statistics.median(dd_write_s)
+        read = dd_mb / statistics.median(dd_read_s)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    size = f"{megabytes:.0f} MB"
+    rows = [
+        BenchRow(f"publish {size} (save+sha256+fsync+rename)", publish, "MB/s", "dd conv=fsync write", write,
+                 f"ratio >= {GOAL}", publish / write >= GOAL),
+        BenchRow(f"publish + load {size} round trip", round_trip, "MB/s", "dd conv=fsync write", write,
+                 f"ratio >= {GOAL}", round_trip / write >= GOAL),
+        BenchRow(f"load {size} (read+sha256+torch.load weights_only)", load, "MB/s", "dd read (page cache)", read,
+                 "informational", None),
+    ]
+    print_rows("Checkpoint publish + load", rows)
+    return rows
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

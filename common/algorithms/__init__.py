@@ -1,0 +1,23 @@
+"""Standard algorithms (PPO, DQN), their networks, and the registry that builds them from a policy config."""
+
+from common.algorithms.dqn import DQN, DQNConfig, make_replay, transitions_from_trajectory
+from common.algorithms.models import ActorCriticModel, ModelConfig, QNetworkModel
+from common.algorithms.ppo import PPO, PPOConfig, batch_from_trajectory, compute_targets
+from common.algorithms.registry import ALGORITHMS, PolicyConfig, make_computation_task
+
+__all__ = [
+    "ALGORITHMS",
+    "DQN",
+    "PPO",
+    "ActorCriticModel",
+    "DQNConfig",
+    "ModelConfig",
+    "PPOConfig",
+    "PolicyConfig",
+    "QNetworkModel",
+    "batch_from_trajectory",
+    "compute_targets",
+    "make_computation_task",
+    "make_replay",
+    "transitions_from_trajectory",
+]

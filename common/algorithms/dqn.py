@@ -1,0 +1,220 @@
+"""DQN with the usual improvements: double Q-learning, a target network, n-step returns, prioritized replay.
+
+Read top to bottom like CleanRL's dqn.py. Acting is ε-greedy over *legal* actions, with ε taken from the
+job's forward kwargs (the league's exploration schedule), not from the algorithm. Learning takes one
+sampled batch of n-step transitions per call, weighted by the replay's importance weights, and returns the
+new priorities (|TD error|) for `ExpReplayHelper.update_priorities`.
+
+n-step transitions are cut from (B, T) trajectory segments by `transitions_from_trajectory`, following
+`common.trajectory`'s bootstrapping rules (a window stops at a terminal, bootstraps at a truncation at the
+row's end, and stops short of a truncation inside the row).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from common.algorithms.acting import check_legal, epsilon_explore
+from common.algorithms.models import QNetworkModel
+from common.computation.agent_helpers import ExpReplayHelper
+from common.computation.algorithm import Algorithm, ForwardKwargs, LearnOutput
+from common.computation.specs import ACTION_MASK, TensorSpec
+from common.trajectory import DEFAULT_AGENT, Trajectory
+
+
+@dataclass(frozen=True)
+class DQNConfig:
+    """The ``policy.dqn`` section; the replay fields configure the learner's `ExpReplayHelper`."""
+
+    learning_rate: float = 1e-3
+    """Adam step size."""
+    adam_eps: float = 1e-8
+    gamma: float = 0.99
+    """Discount factor."""
+    n_step: int = 3
+    """Rewards summed before bootstrapping."""
+    double_q: bool = True
+    """Pick the next action with the online network, evaluate it with the target network."""
+    target_update_period: int = 100
+    """`learn` calls between target-network updates."""
+    target_update_tau: float = 1.0
+    """1.0 copies the online weights; below 1, Polyak-averages them in with this weight."""
+    loss: Literal["huber", "mse"] = "huber"
+    max_grad_norm: float = 10.0
+    replay_capacity: int = 100_000
+    """Transitions kept in the replay buffer."""
+    batch_size: int = 64
+    """Transitions per `learn` call."""
+    learning_starts: int = 1000
+    """Transitions to collect before the first update."""
+    prioritized: bool = True
+    """Sample by priority (|TD error|^α) instead of uniformly."""
+    priority_alpha: float = 0.6
+    priority_beta: float = 0.4
+    """Importance-weight exponent (1 corrects the sampling bias fully)."""
+    priority_eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        for name in ("learning_rate", "adam_eps", "max_grad_norm", "target_update_tau", "priority_eps"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"dqn.{name} must be > 0, got {getattr(self, name)}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"dqn.gamma must be in [0, 1], got {self.gamma}")
+        if self.target_update_tau > 1.0:
+            raise ValueError(f"dqn.target_update_tau must be <= 1, got {self.target_update_tau}")
+        for name in ("n_step", "target_update_period", "replay_capacity", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"dqn.{name} must be >= 1, got {getattr(self, name)}")
+        if self.learning_starts < 0 or self.priority_alpha < 0 or not 0 <= self.priority_beta <= 1:
+            raise ValueError("dqn: need learning_starts >= 0, priority_alpha >= 0, 0 <= priority_beta <= 1")
+
+
+def make_replay(config: DQNConfig, seed: int | None = None) -> ExpReplayHelper:
+    return ExpReplayHelper(
+        config.replay_capacity, config.prioritized, config.priority_alpha, config.priority_beta,
+        config.priority_eps, seed,
+    )
+
+
+def transitions_from_trajectory(
+    trajectory: Trajectory, gamma: float, n_step: int, agent: str = DEFAULT_AGENT
+) -> dict[str, np.ndarray]:
+    """n-step transitions (N rows): inputs, ``next_<input>``, ``action``, ``return`` and ``discount``.
+
+    ``discount`` is γ^k for a window of k rewards that bootstraps, 0 when it ended in a terminal.
+    """
+    if n_step < 1:
+        raise ValueError(f"n_step must be >= 1, got {n_step}")
+    obs, nxt = trajectory.observations(), trajectory.next_observations()
+    batch, steps = trajectory.rewards.shape
+    rewards = trajectory.rewards.astype(np.float64)
+    term, trunc = trajectory.terminals, trajectory.truncations
+    valid = ~trunc
+    valid[:, -1] = True  # a truncation at a row's end bootstraps from /next_observations
+    extended = {k: np.concatenate([v, nxt[k][:, None]], axis=1) for k, v in obs.items()}
+    rows = np.arange(batch)
+    out: dict[str, list[np.ndarray]] = {"t": [], "ret": [], "disc": [], "boot": []}
+    for t in range(steps):
+        ret = np.zeros(batch)
+        disc = np.ones(batch)
+        boot = np.full(batch, t)
+        alive = np.ones(batch, dtype=bool)
+        for j in range(t, min(t + n_step, steps)):
+            step_ok = alive & valid[:, j]  # a mid-row truncation ends the window before step j
+            ret += np.where(step_ok, disc * rewards[:, j], 0.0)
+            disc = np.where(step_ok, disc * gamma, disc)
+            boot = np.where(step_ok, j + 1, boot)
+            disc = np.where(step_ok & term[:, j], 0.0, disc)
+            alive = step_ok & ~(term[:, j] | trunc[:, j])
+        keep = valid[:, t]
+        out["t"].append(np.stack([rows[keep], np.full(keep.sum(), t)], axis=1))
+        out["ret"].append(ret[keep])
+        out["disc"].append(disc[keep])
+        out["boot"].append(boot[keep])
+    index = np.concatenate(out["t"])
+    b, t = index[:, 0], index[:, 1]
+    boot = np.concatenate(out["boot"])
+    result = {k: v[b, t] for k, v in obs.items()}
+    result.update({f"next_{k}": v[b, boot] for k, v in extended.items()})
+    result.update(
+        action=trajectory.actions(agent)[b, t],
+        **{"return": np.concatenate(out["ret"]).astype(np.float32)},
+        discount=np.concatenate(out["disc"]).astype(np.float32),
+    )
+    return result
+
+
+class DQN(Algorithm):
+    model: QNetworkModel
+
+    def __init__(self, model: QNetworkModel, config: DQNConfig) -> None:
+        super().__init__(model)
+        self.config = config
+        self.target = copy.deepcopy(model).requires_grad_(False)
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate, eps=config.adam_eps)
+        self.updates = 0
+
+    def to(self, device: torch.device) -> None:
+        self.model.to(device)
+        self.target.to(device)
+
+    def on_weights_loaded(self) -> None:
+        self.target.load_state_dict(self.model.state_dict())
+
+    def get_learn_specs(self) -> list[TensorSpec]:
+        inputs = self.model.get_input_specs()
+        return [
+            *inputs,
+            *(TensorSpec(f"next_{s.name}", s.shape, s.dtype, s.optional) for s in inputs),
+            TensorSpec("action", (), "int64"),
+            TensorSpec("return", ()),
+            TensorSpec("discount", ()),
+            TensorSpec("weight", (), optional=True),
+        ]
+
+    def predict(
+        self, inputs: dict[str, torch.Tensor], states: dict[str, torch.Tensor], kwargs: ForwardKwargs
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        q = self.model(inputs)
+        mask = inputs.get(ACTION_MASK)
+        check_legal(mask)
+        action = epsilon_explore(torch.argmax(q, dim=-1), q, mask, kwargs.eps, self.generator)
+        return {"action": action}, states
+
+    def learn(self, batch: dict[str, torch.Tensor]) -> LearnOutput:
+        cfg = self.config
+        names = [s.name for s in self.model.get_input_specs()]
+        inputs = {k: batch[k] for k in names if k in batch}
+        next_inputs = {k: batch[f"next_{k}"] for k in names if f"next_{k}" in batch}
+        actions, returns, discount = batch["action"], batch["return"], batch["discount"]
+        weights = batch.get("weight", torch.ones_like(returns))
+        if actions.ndim != 1:
+            raise ValueError(f"action: DQN learns from (N,) transitions, got shape {tuple(actions.shape)}")
+
+        with torch.no_grad():
+            if cfg.double_q:
+                next_actions = torch.argmax(self.model(next_inputs), dim=-1, keepdim=True)
+            else:
+                next_actions = torch.argmax(self.target(next_inputs), dim=-1, keepdim=True)
+            next_q = self.target(next_inputs).gather(-1, next_actions).squeeze(-1)
+            next_q = torch.where(discount > 0, next_q, torch.zeros_like(next_q))
+            target = returns + discount * next_q
+
+        q = self.model(inputs).gather(-1, actions[:, None]).squeeze(-1)
+        td = target - q
+        if cfg.loss == "huber":
+            per_sample = F.smooth_l1_loss(q, target, reduction="none")
+        else:
+            per_sample = 0.5 * td**2
+        loss = (weights * per_sample).mean()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+        self.optimizer.step()
+
+        self.updates += 1
+        if self.updates % cfg.target_update_period == 0:
+            self._update_target()
+        return LearnOutput(
+            {"loss": loss.item(), "q_mean": q.mean().item(), "td_abs_mean": td.abs().mean().item(),
+             "grad_norm": float(grad_norm)},
+            priorities=td.detach().abs(),
+        )
+
+    def _update_target(self) -> None:
+        tau = self.config.target_update_tau
+        with torch.no_grad():
+            for target, online in zip(self.target.parameters(), self.model.parameters(), strict=True):
+                if tau >= 1.0:
+                    target.copy_(online)
+                else:
+                    target.lerp_(online, tau)
+            for target, online in zip(self.target.buffers(), self.model.buffers(), strict=True):
+                target.copy_(online)

@@ -1,0 +1,155 @@
+"""Standard networks built from specs: an MLP or conv torso, an actor-critic head pair, a Q head.
+
+Observations come as ``observation`` (a vector, or an image laid out channels-first (C, H, W)) plus an
+optional ``action_mask`` (bool per action). Masked actions get logit/Q value ``finfo.min``: zero probability
+and never the argmax, without the NaNs that ``-inf`` produces in softmax and entropy.
+Inputs may carry any leading dims ((B,) for acting, (B, T) for learning).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from common.computation.model import Model
+from common.computation.specs import ACTION_MASK, TensorSpec
+from common.trajectory import OBSERVATION
+
+NATURE_CONV: tuple[tuple[int, int, int], ...] = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The ``policy.model`` section."""
+
+    hidden: tuple[int, ...] = (64, 64)
+    """Widths of the fully connected layers (after the conv stack for images)."""
+    activation: Literal["tanh", "relu"] | None = None
+    """None: the algorithm's usual choice (tanh for PPO, relu for DQN)."""
+    conv: tuple[tuple[int, int, int], ...] = ()
+    """(out_channels, kernel, stride) per conv layer for (C, H, W) observations; empty: the Nature DQN stack."""
+    obs_scale: float = 1.0
+    """Observations are multiplied by this (1/255 for uint8 pixels)."""
+    shared_torso: bool = False
+    """Actor and critic share one torso (usual for conv nets); separate torsos otherwise (CleanRL's MLP)."""
+
+    def __post_init__(self) -> None:
+        if any(h < 1 for h in self.hidden):
+            raise ValueError(f"model.hidden: widths must be >= 1, got {self.hidden}")
+        if any(c < 1 or k < 1 or s < 1 for c, k, s in self.conv):
+            raise ValueError(f"model.conv: (channels, kernel, stride) must be >= 1, got {self.conv}")
+
+
+def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias: float = 0.0) -> nn.Module:
+    """Orthogonal weights and constant bias (the PPO implementation details everyone copies)."""
+    nn.init.orthogonal_(layer.weight, std)
+    nn.init.constant_(layer.bias, bias)
+    return layer
+
+
+def apply_action_mask(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    if mask is None:
+        return values
+    return values.masked_fill(~mask, torch.finfo(values.dtype).min)
+
+
+class Torso(nn.Module):
+    """Observation -> features: conv stack for (C, H, W), else flatten; then the hidden MLP."""
+
+    def __init__(self, obs_spec: TensorSpec, config: ModelConfig, activation: str) -> None:
+        super().__init__()
+        act = nn.Tanh if activation == "tanh" else nn.ReLU
+        self.obs_shape = obs_spec.shape
+        self.obs_scale = config.obs_scale
+        layers: list[nn.Module] = []
+        if len(obs_spec.shape) == 3:
+            channels = obs_spec.shape[0]
+            for out_channels, kernel, stride in config.conv or NATURE_CONV:
+                layers += [layer_init(nn.Conv2d(channels, out_channels, kernel, stride)), act()]
+                channels = out_channels
+        layers.append(nn.Flatten())
+        with torch.no_grad():
+            width = nn.Sequential(*layers)(torch.zeros(1, *obs_spec.shape)).shape[1]
+        for hidden in config.hidden:
+            layers += [layer_init(nn.Linear(width, hidden)), act()]
+            width = hidden
+        self.net = nn.Sequential(*layers)
+        self.out_features = width
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        lead = observation.shape[: observation.ndim - len(self.obs_shape)]
+        x = observation.reshape(-1, *self.obs_shape).float()
+        if self.obs_scale != 1.0:
+            x = x * self.obs_scale
+        return self.net(x).reshape(*lead, self.out_features)
+
+
+def _split_specs(obs_specs: Mapping[str, TensorSpec], num_actions: int) -> tuple[TensorSpec, TensorSpec]:
+    unknown = sorted(set(obs_specs) - {OBSERVATION, ACTION_MASK})
+    if unknown:
+        raise ValueError(f"obs_spec: standard models read only {OBSERVATION!r} and {ACTION_MASK!r}, got {unknown}")
+    if OBSERVATION not in obs_specs:
+        raise ValueError(f"obs_spec: missing {OBSERVATION!r}")
+    mask = obs_specs.get(ACTION_MASK)
+    if mask is not None and (mask.shape != (num_actions,) or mask.dtype != "bool"):
+        raise ValueError(f"obs_spec[{ACTION_MASK!r}]: expected bool ({num_actions},), got {mask.dtype}{mask.shape}")
+    # Required when the env declares it; optional (absent = all legal) otherwise.
+    mask_spec = TensorSpec(ACTION_MASK, (num_actions,), "bool", optional=mask is None)
+    return obs_specs[OBSERVATION], mask_spec
+
+
+class ActorCriticModel(Model):
+    """Categorical policy logits and a state value."""
+
+    def __init__(self, obs_specs: Mapping[str, TensorSpec], num_actions: int, config: ModelConfig) -> None:
+        super().__init__()
+        self.obs_spec, self.mask_spec = _split_specs(obs_specs, num_actions)
+        self.num_actions = num_actions
+        activation = config.activation or "tanh"
+        self.actor_torso = Torso(self.obs_spec, config, activation)
+        self.critic_torso = None if config.shared_torso else Torso(self.obs_spec, config, activation)
+        width = self.actor_torso.out_features
+        self.policy_head = layer_init(nn.Linear(width, num_actions), std=0.01)
+        self.value_head = layer_init(nn.Linear(width, 1), std=1.0)
+
+    def get_input_specs(self) -> list[TensorSpec]:
+        return [self.obs_spec, self.mask_spec]
+
+    def get_action_specs(self) -> list[TensorSpec]:
+        return [TensorSpec("action", (), "int64")]
+
+    def forward(self, inputs: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Masked logits (..., A) and values (...)."""
+        features = self.actor_torso(inputs[OBSERVATION])
+        logits = apply_action_mask(self.policy_head(features), inputs.get(ACTION_MASK))
+        critic = features if self.critic_torso is None else self.critic_torso(inputs[OBSERVATION])
+        return logits, self.value_head(critic).squeeze(-1)
+
+    def value(self, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        torso = self.actor_torso if self.critic_torso is None else self.critic_torso
+        return self.value_head(torso(inputs[OBSERVATION])).squeeze(-1)
+
+
+class QNetworkModel(Model):
+    """Action values Q(s, ·), masked."""
+
+    def __init__(self, obs_specs: Mapping[str, TensorSpec], num_actions: int, config: ModelConfig) -> None:
+        super().__init__()
+        self.obs_spec, self.mask_spec = _split_specs(obs_specs, num_actions)
+        self.num_actions = num_actions
+        self.torso = Torso(self.obs_spec, config, config.activation or "relu")
+        self.q_head = layer_init(nn.Linear(self.torso.out_features, num_actions), std=1.0)
+
+    def get_input_specs(self) -> list[TensorSpec]:
+        return [self.obs_spec, self.mask_spec]
+
+    def get_action_specs(self) -> list[TensorSpec]:
+        return [TensorSpec("action", (), "int64")]
+
+    def forward(self, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return apply_action_mask(self.q_head(self.torso(inputs[OBSERVATION])), inputs.get(ACTION_MASK))

@@ -1,0 +1,317 @@
+"""PPO (clipped objective, GAE, value loss, entropy bonus) with an IMPALA-style correction for stale data.
+
+Read top to bottom like CleanRL's ppo.py; the differences are what a distributed league needs:
+
+- Trajectories arrive as (B, T) segments (`common.trajectory`); bootstrapping follows that module's rules:
+  a terminal never bootstraps, a truncation bootstraps V(final observation) at a row's end, and a step
+  truncated inside a row (whose final observation is not stored) is dropped, the steps before it
+  bootstrapping from the last observation of their episode that is known.
+- Legal-action masks: masked actions have zero probability when acting and in the loss.
+- Actors act with a policy some versions old (the behaviour policy µ, whose log-probabilities come with
+  the data). With ``off_policy_correction="vtrace"`` the update follows IMPALA and "decoupled" PPO: at the
+  start of an update the learner's current policy π_prox is evaluated; value targets are V-trace targets
+  with truncated importance weights ρ = min(ρ̄, π_prox/µ), c = λ·min(c̄, π_prox/µ); the policy advantage is
+  ρ_t (r_t + γ v_{t+1} − V(x_t)); the clipped PPO ratio is taken against π_prox, not µ, so stale data is
+  reweighted instead of being clipped away. With ``"none"`` it is plain PPO with GAE against µ.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from common.algorithms.acting import check_legal, epsilon_explore, legal_count, sample_logits
+from common.algorithms.models import ActorCriticModel
+from common.computation.algorithm import Algorithm, ForwardKwargs, LearnOutput
+from common.computation.specs import ACTION_MASK, TensorSpec
+from common.trajectory import DEFAULT_AGENT, Trajectory
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """The ``policy.ppo`` section."""
+
+    learning_rate: float = 2.5e-4
+    """Adam step size."""
+    anneal_lr_updates: int = 0
+    """Decay the learning rate linearly to zero over this many `learn` calls (0: constant)."""
+    adam_eps: float = 1e-5
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """λ of GAE (and of V-trace's traces c = λ·min(c̄, ratio))."""
+    update_epochs: int = 4
+    """Passes over each batch."""
+    num_minibatches: int = 4
+    """Minibatches per pass (the batch's valid steps are shuffled and split)."""
+    normalize_advantages: bool = True
+    """Standardise advantages per minibatch."""
+    clip_coef: float = 0.2
+    """PPO's ratio clip ε."""
+    clip_value_loss: bool = True
+    """Clip the value change around the start-of-update values (as PPO2 does)."""
+    value_coef: float = 0.5
+    entropy_coef: float = 0.01
+    max_grad_norm: float = 0.5
+    target_kl: float | None = None
+    """Stop the update's remaining epochs once the approximate KL exceeds this (None: never)."""
+    off_policy_correction: Literal["none", "vtrace"] = "vtrace"
+    """How stale behaviour data is corrected (see the module docstring)."""
+    vtrace_rho_clip: float = 1.0
+    """ρ̄: truncation of the importance weights in targets and advantages."""
+    vtrace_c_clip: float = 1.0
+    """c̄: truncation of the trace coefficients."""
+
+    def __post_init__(self) -> None:
+        for name in ("learning_rate", "adam_eps", "clip_coef", "max_grad_norm", "vtrace_rho_clip", "vtrace_c_clip"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"ppo.{name} must be > 0, got {getattr(self, name)}")
+        for name in ("gamma", "gae_lambda"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"ppo.{name} must be in [0, 1], got {getattr(self, name)}")
+        for name in ("update_epochs", "num_minibatches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ppo.{name} must be >= 1, got {getattr(self, name)}")
+        if self.anneal_lr_updates < 0:
+            raise ValueError(f"ppo.anneal_lr_updates must be >= 0, got {self.anneal_lr_updates}")
+
+
+@dataclass
+class Targets:
+    advantages: torch.Tensor
+    """(B, T) policy advantages."""
+    returns: torch.Tensor
+    """(B, T) value targets."""
+    valid: torch.Tensor
+    """(B, T) bool: steps whose target could be formed."""
+    rho: torch.Tensor
+    """(B, T) truncated importance weights (ones without correction)."""
+
+
+def compute_targets(
+    values: torch.Tensor,
+    bootstrap_values: torch.Tensor,
+    rewards: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: float,
+    lam: float,
+    log_ratio: torch.Tensor | None = None,
+    rho_clip: float = 1.0,
+    c_clip: float = 1.0,
+) -> Targets:
+    """GAE (``log_ratio`` None) or V-trace targets for (B, T) segments; ``bootstrap_values`` is V(next obs) (B,).
+
+    ``log_ratio`` = log π(a_t|x_t) − log µ(a_t|x_t) for V-trace.
+    """
+    batch, steps = rewards.shape
+    last = torch.zeros_like(truncated)
+    last[:, -1] = True
+    valid = ~(truncated & ~last)
+    next_values = torch.cat([values[:, 1:], bootstrap_values[:, None]], dim=1)
+    not_terminal = (~terminated).to(values.dtype)
+    continues = (~(terminated | truncated)).to(values.dtype)
+    delta = rewards + gamma * not_terminal * next_values - values
+    if log_ratio is None:
+        rho = torch.ones_like(values)
+        c = torch.full_like(values, lam)
+    else:
+        ratio = torch.exp(log_ratio)
+        rho = torch.clamp(ratio, max=rho_clip)
+        c = lam * torch.clamp(ratio, max=c_clip)
+    valid_f = valid.to(values.dtype)
+    diffs = torch.empty_like(values)
+    acc = torch.zeros(batch, dtype=values.dtype, device=values.device)
+    for t in reversed(range(steps)):
+        acc = (rho[:, t] * delta[:, t] + gamma * c[:, t] * continues[:, t] * acc) * valid_f[:, t]
+        diffs[:, t] = acc
+    returns = values + diffs
+    if log_ratio is None:
+        advantages = diffs
+    else:
+        next_returns = torch.cat([returns[:, 1:], bootstrap_values[:, None]], dim=1)
+        advantages = rho * (rewards + gamma * not_terminal * next_returns - values) * valid_f
+    return Targets(advantages, returns, valid, rho)
+
+
+def batch_from_trajectory(trajectory: Trajectory, agent: str = DEFAULT_AGENT) -> dict[str, np.ndarray]:
+    """The PPO learn batch of one agent's (B, T) trajectory (needs the ``logp`` artifact from acting)."""
+    artifacts = trajectory.artifacts(agent)
+    if "logp" not in artifacts:
+        raise ValueError(f"/agents/{agent}/artifacts/logp: PPO needs the behaviour log-probabilities")
+    batch = dict(trajectory.observations())
+    batch.update({f"next_{k}": v for k, v in trajectory.next_observations().items()})
+    batch.update(
+        action=trajectory.actions(agent),
+        reward=trajectory.rewards,
+        terminated=trajectory.terminals,
+        truncated=trajectory.truncations,
+        behaviour_logp=artifacts["logp"],
+    )
+    return batch
+
+
+class PPO(Algorithm):
+    model: ActorCriticModel
+
+    def __init__(self, model: ActorCriticModel, config: PPOConfig) -> None:
+        super().__init__(model)
+        self.config = config
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate, eps=config.adam_eps)
+        self.updates = 0
+
+    def get_artifact_specs(self) -> list[TensorSpec]:
+        return [TensorSpec("logp", ()), TensorSpec("value", ())]
+
+    def get_learn_specs(self) -> list[TensorSpec]:
+        inputs = self.model.get_input_specs()
+        return [
+            *inputs,
+            *(TensorSpec(f"next_{s.name}", s.shape, s.dtype, s.optional) for s in inputs),
+            TensorSpec("action", (), "int64"),
+            TensorSpec("reward", ()),
+            TensorSpec("terminated", (), "bool"),
+            TensorSpec("truncated", (), "bool"),
+            TensorSpec("behaviour_logp", ()),
+        ]
+
+    # ---- acting -----------------------------------------------------------------------------------------
+    def predict(
+        self, inputs: dict[str, torch.Tensor], states: dict[str, torch.Tensor], kwargs: ForwardKwargs
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        logits, value = self.model(inputs)
+        mask = inputs.get(ACTION_MASK)
+        check_legal(mask)
+        log_probs = torch.log_softmax(logits, dim=-1)
+        greedy_action = torch.argmax(logits, dim=-1)
+        action = greedy_action if kwargs.greedy else sample_logits(logits, self.generator)
+        action = epsilon_explore(action, logits, mask, kwargs.eps, self.generator)
+        chosen = log_probs.gather(-1, action[:, None]).squeeze(-1)
+        if kwargs.eps > 0 or kwargs.greedy:
+            # The behaviour distribution is the mixture actually sampled from; V-trace corrects for it.
+            policy_prob = (action == greedy_action).to(value.dtype) if kwargs.greedy else chosen.exp()
+            logp = torch.log((1 - kwargs.eps) * policy_prob + kwargs.eps / legal_count(logits, mask))
+        else:
+            logp = chosen
+        return {"action": action, "logp": logp, "value": value}, states
+
+    # ---- learning ---------------------------------------------------------------------------------------
+    def learn(self, batch: dict[str, torch.Tensor]) -> LearnOutput:
+        cfg = self.config
+        input_names = [s.name for s in self.model.get_input_specs()]
+        inputs = {k: batch[k] for k in input_names if k in batch}
+        next_inputs = {k: batch[f"next_{k}"] for k in input_names if f"next_{k}" in batch}
+        actions, rewards = batch["action"], batch["reward"]
+        _check_segments(batch, inputs, next_inputs)
+
+        with torch.no_grad():
+            logits, values = self.model(inputs)
+            logp_now = torch.log_softmax(logits, dim=-1).gather(-1, actions[..., None]).squeeze(-1)
+            bootstrap = self.model.value(next_inputs)
+            behaviour_log_ratio = logp_now - batch["behaviour_logp"]
+            vtrace = cfg.off_policy_correction == "vtrace"
+            targets = compute_targets(
+                values, bootstrap, rewards, batch["terminated"], batch["truncated"], cfg.gamma, cfg.gae_lambda,
+                log_ratio=behaviour_log_ratio if vtrace else None,
+                rho_clip=cfg.vtrace_rho_clip, c_clip=cfg.vtrace_c_clip,
+            )
+            old_logp = logp_now if vtrace else batch["behaviour_logp"]
+
+        # Flatten (B, T) to samples and keep the steps that have a target.
+        keep = targets.valid.flatten().nonzero().squeeze(-1)
+        flat = {k: v.flatten(0, 1)[keep] for k, v in inputs.items()}
+        b_actions = actions.flatten()[keep]
+        b_old_logp = old_logp.flatten()[keep]
+        b_adv = targets.advantages.flatten()[keep]
+        b_returns = targets.returns.flatten()[keep]
+        b_values = values.flatten()[keep]
+        samples = len(keep)
+        minibatch = max(1, math.ceil(samples / cfg.num_minibatches))
+
+        lr = self._learning_rate()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        stats: dict[str, list[torch.Tensor]] = {k: [] for k in ("policy_loss", "value_loss", "entropy", "approx_kl",
+                                                               "clip_fraction")}
+        for _epoch in range(cfg.update_epochs):
+            order = torch.randperm(samples, generator=self.generator).to(b_actions.device)
+            for start in range(0, samples, minibatch):
+                mb = order[start:start + minibatch]
+                logits, new_values = self.model({k: v[mb] for k, v in flat.items()})
+                log_probs = torch.log_softmax(logits, dim=-1)
+                new_logp = log_probs.gather(-1, b_actions[mb, None]).squeeze(-1)
+                probs = log_probs.exp()
+                entropy = -torch.where(probs > 0, probs * log_probs, torch.zeros_like(probs)).sum(-1).mean()
+                log_ratio = new_logp - b_old_logp[mb]
+                ratio = log_ratio.exp()
+                adv = b_adv[mb]
+                if cfg.normalize_advantages and len(mb) > 1:
+                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                policy_loss = torch.max(
+                    -adv * ratio, -adv * torch.clamp(ratio, 1 - cfg.clip_coef, 1 + cfg.clip_coef)
+                ).mean()
+                value_loss = _value_loss(new_values, b_values[mb], b_returns[mb], cfg)
+                loss = policy_loss - cfg.entropy_coef * entropy + cfg.value_coef * value_loss
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+                self.optimizer.step()
+                with torch.no_grad():  # kept as tensors: one device sync at the end, not five per step
+                    stats["policy_loss"].append(policy_loss.detach())
+                    stats["value_loss"].append(value_loss.detach())
+                    stats["entropy"].append(entropy.detach())
+                    stats["approx_kl"].append(((ratio - 1) - log_ratio).mean())
+                    stats["clip_fraction"].append(((ratio - 1).abs() > cfg.clip_coef).float().mean())
+            if cfg.target_kl is not None and stats["approx_kl"][-1].item() > cfg.target_kl:
+                break
+        self.updates += 1
+        out = {k: torch.stack(v).mean().item() if v else 0.0 for k, v in stats.items()}
+        var_returns = b_returns.var() if samples > 1 else torch.tensor(0.0)
+        out.update(
+            explained_variance=float(1 - (b_returns - b_values).var() / var_returns) if var_returns > 0 else 0.0,
+            learning_rate=lr,
+            samples=float(samples),
+            valid_fraction=samples / targets.valid.numel(),
+            behaviour_ratio=float(behaviour_log_ratio.exp().mean()),
+            rho_mean=float(targets.rho.mean()),
+        )
+        return LearnOutput(out)
+
+    def _learning_rate(self) -> float:
+        cfg = self.config
+        if cfg.anneal_lr_updates <= 0:
+            return cfg.learning_rate
+        return cfg.learning_rate * max(0.0, 1.0 - self.updates / cfg.anneal_lr_updates)
+
+
+def _value_loss(new: torch.Tensor, old: torch.Tensor, returns: torch.Tensor, cfg: PPOConfig) -> torch.Tensor:
+    unclipped = (new - returns) ** 2
+    if not cfg.clip_value_loss:
+        return 0.5 * unclipped.mean()
+    clipped = old + torch.clamp(new - old, -cfg.clip_coef, cfg.clip_coef)
+    return 0.5 * torch.max(unclipped, (clipped - returns) ** 2).mean()
+
+
+def _check_segments(
+    batch: Mapping[str, torch.Tensor], inputs: Mapping[str, torch.Tensor], next_inputs: Mapping[str, torch.Tensor]
+) -> None:
+    lead = tuple(batch["reward"].shape)
+    if len(lead) != 2:
+        raise ValueError(f"reward: PPO learns from (batch, steps) segments, got shape {lead}")
+    for key in ("action", "terminated", "truncated", "behaviour_logp"):
+        if tuple(batch[key].shape) != lead:
+            raise ValueError(f"{key}: shape {tuple(batch[key].shape)} != reward shape {lead}")
+    for key, value in inputs.items():
+        if tuple(value.shape[:2]) != lead:
+            raise ValueError(f"{key}: leading shape {tuple(value.shape[:2])} != {lead}")
+    if set(next_inputs) != set(inputs):
+        raise ValueError(f"next_*: need next_ entries for {sorted(inputs)}, got {sorted(next_inputs)}")
+    for key, value in next_inputs.items():
+        if value.shape[0] != lead[0] or value.shape[1:] != inputs[key].shape[2:]:
+            raise ValueError(f"next_{key}: shape {tuple(value.shape)} does not continue {key}")

@@ -1,0 +1,77 @@
+"""Build a model + algorithm + `ComputationTask` from the league config's ``policy`` section.
+
+The coordinator passes that section to every worker unchanged (a protobuf Struct, so numbers arrive as
+doubles); actors and learners call `make_computation_task` with it and the env's specs, and get identically
+built tasks, so weights published by one load into the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from common.algorithms.dqn import DQN, DQNConfig
+from common.algorithms.models import ActorCriticModel, ModelConfig, QNetworkModel
+from common.algorithms.ppo import PPO, PPOConfig
+from common.computation.algorithm import Algorithm
+from common.computation.computation_task import ComputationTask
+from common.computation.specs import DiscreteActionSpec, ObsSpec, observation_specs
+from common.computation.typed_config import from_mapping
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """``{"algorithm": "ppo" | "dqn", "model": {...}, "ppo": {...}, "dqn": {...}}``."""
+
+    algorithm: str = "ppo"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    dqn: DQNConfig = field(default_factory=DQNConfig)
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"policy.algorithm: {self.algorithm!r} is not one of {sorted(ALGORITHMS)}")
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any] | PolicyConfig | None) -> PolicyConfig:
+        return from_mapping(cls, mapping, "policy")
+
+
+def _build_ppo(obs: Mapping, actions: DiscreteActionSpec, config: PolicyConfig) -> Algorithm:
+    return PPO(ActorCriticModel(obs, actions.num_actions, config.model), config.ppo)
+
+
+def _build_dqn(obs: Mapping, actions: DiscreteActionSpec, config: PolicyConfig) -> Algorithm:
+    return DQN(QNetworkModel(obs, actions.num_actions, config.model), config.dqn)
+
+
+ALGORITHMS: dict[str, Callable[[Mapping, DiscreteActionSpec, PolicyConfig], Algorithm]] = {
+    "ppo": _build_ppo,
+    "dqn": _build_dqn,
+}
+"""Algorithm name -> builder(obs specs, action spec, policy config)."""
+
+
+def make_computation_task(
+    policy_config: Mapping[str, Any] | PolicyConfig | None,
+    obs_spec: ObsSpec,
+    action_spec: DiscreteActionSpec | int,
+    device: str = "auto",
+    seed: int | None = None,
+) -> ComputationTask:
+    """A ready task; ``seed`` fixes the initial weights and the acting/minibatch randomness."""
+    config = PolicyConfig.from_mapping(policy_config)
+    if isinstance(action_spec, int):
+        action_spec = DiscreteActionSpec(action_spec)
+    specs = observation_specs(obs_spec)
+    if seed is None:
+        algorithm = ALGORITHMS[config.algorithm](specs, action_spec, config)
+    else:
+        # Seeded initialisation without disturbing the process-wide torch RNG.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            algorithm = ALGORITHMS[config.algorithm](specs, action_spec, config)
+    return ComputationTask(algorithm, device=device, seed=seed)

@@ -1,0 +1,73 @@
+"""The shared-root path guard: every path a peer hands us stays inside the shared root.
+
+Checkpoint paths travel over RPC (jobs, UpdatePlayer) as strings relative to the shared root. A peer that
+sends ``../../etc/passwd``, an absolute path, or a path through a symlink that points outside the root must
+get an error, never a file. Lexical checks catch the first two; resolving the real path catches the third.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path, PurePosixPath
+
+# One path component a name may use (player ids, file names): no separators, no leading dot tricks.
+_COMPONENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}$")
+
+
+class UnsafePathError(ValueError):
+    """A path that would resolve outside the shared root, or is malformed."""
+
+
+def check_component(name: str, what: str = "name") -> str:
+    """Return ``name`` if it is one safe path component (letters, digits, ``_.-``, not starting with a dot)."""
+    if not isinstance(name, str) or not _COMPONENT.match(name):
+        raise UnsafePathError(f"{what} {name!r} must match {_COMPONENT.pattern}")
+    return name
+
+
+def check_relative(relative: str) -> PurePosixPath:
+    """Lexical checks: a non-empty relative POSIX path without ``.``/``..``/empty components or odd bytes."""
+    if not isinstance(relative, str) or not relative:
+        raise UnsafePathError(f"path {relative!r} must be a non-empty string")
+    if "\x00" in relative or "\\" in relative:
+        raise UnsafePathError(f"path {relative!r} contains a NUL byte or a backslash")
+    if relative.startswith("/") or re.match(r"^[A-Za-z]:", relative):
+        raise UnsafePathError(f"path {relative!r} is absolute; paths are relative to the shared root")
+    parts = relative.split("/")
+    for part in parts:
+        if part in ("", ".", ".."):
+            raise UnsafePathError(f"path {relative!r} has an empty, '.' or '..' component")
+    return PurePosixPath(*parts)
+
+
+class SharedRoot:
+    """A directory that relative paths are resolved against, refusing anything that escapes it."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        path = Path(root)
+        if not path.is_dir():
+            raise FileNotFoundError(f"shared root {str(path)!r} is not a directory")
+        self._root = path.resolve(strict=True)
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    def resolve(self, relative: str) -> Path:
+        """The absolute path of ``relative`` after symlinks, guaranteed to lie inside the root.
+
+        The target need not exist. Symlinks inside the root that stay inside it are allowed.
+        """
+        pure = check_relative(relative)
+        candidate = (self._root / pure).resolve(strict=False)
+        if not candidate.is_relative_to(self._root):
+            raise UnsafePathError(f"path {relative!r} resolves outside the shared root (symlink?)")
+        return candidate
+
+    def relative(self, path: str | os.PathLike[str]) -> str:
+        """The root-relative POSIX string of an absolute path inside the root."""
+        resolved = Path(path).resolve(strict=False)
+        if not resolved.is_relative_to(self._root):
+            raise UnsafePathError(f"path {str(path)!r} is outside the shared root")
+        return resolved.relative_to(self._root).as_posix()

@@ -23,11 +23,18 @@ class Subcommand:
 
 
 SUBCOMMANDS: tuple[Subcommand, ...] = (
-    Subcommand("coordinator", "serve the league (LeagueService) for actors, learners and tools", None, None),
+    Subcommand("coordinator", "serve the league (LeagueService) for actors, learners and tools",
+               "league_service.cli:add_coordinator_arguments", "league_service.cli:coordinator_main"),
     Subcommand("actor", "pull collect jobs, play matches, stream trajectories to learners", None, None),
     Subcommand("learner", "train one active player on the trajectories actors stream to it", None, None),
-    Subcommand("status", "show the league: players, payoff, ratings, jobs, workers", None, None),
-    Subcommand("run", "run a whole league locally (coordinator, learners, actors) until its budget", None, None),
+    Subcommand("status", "show the league: players, payoff, ratings, jobs, workers",
+               "league_service.cli:add_status_arguments", "league_service.cli:status_main"),
+    Subcommand("run", "run a whole league locally (coordinator, learners, actors) until its budget",
+               "league_cli.run:add_arguments", "league_cli.run:run_main"),
+    Subcommand("health", "check a server's gRPC health (exit 0 when SERVING)",
+               "league_cli.health:add_arguments", "league_cli.health:main"),
+    Subcommand("plot", "write PNGs of the win-rate matrix and rating curves from a run's status history",
+               "league_cli.plot:add_arguments", "league_cli.plot:plot_main"),
 )
 
 

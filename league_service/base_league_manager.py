@@ -318,9 +318,20 @@ class BaseLeagueManager(ABC):
                     for p in roster.active.values()
                     if p.is_trained_enough()
                 ]
-            for _, historical, source in plans:
+            copied = []
+            for plan in plans:
+                _, historical, source = plan
                 if source:
-                    self.save_checkpoint_fn(source, historical.checkpoint_path)
+                    try:
+                        self.save_checkpoint_fn(source, historical.checkpoint_path)
+                    except Exception:
+                        # A failed copy (disk full, checkpoint pruned meanwhile) skips this snapshot only: the
+                        # player stays trained enough and is tried again at its next update, and the league
+                        # keeps launching jobs meanwhile.
+                        log.exception("snapshot of %s failed; retried at its next update", historical.player_id)
+                        continue
+                copied.append(plan)
+            plans = copied
             with self._lock:
                 for player, historical, _ in plans:
                     roster.add_historical(historical)

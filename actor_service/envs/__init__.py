@@ -1,0 +1,49 @@
+"""Environments for actors: the `Env` interface, gymnasium and OpenSpiel adapters, env names, env managers.
+
+Adapters (gymnasium, pyspiel) are imported by `make_env` when first needed, so a worker process that only
+runs test envs does not pay for importing them.
+"""
+
+from actor_service.envs.base import (
+    NO_INFO,
+    ArraySpec,
+    DiscreteSpec,
+    Env,
+    EnvInfo,
+    EpisodeStats,
+    Outcome,
+    StepInfo,
+    TimeStep,
+)
+from actor_service.envs.env_manager import (
+    BaseEnvManager,
+    EnvError,
+    EnvManagerClosedError,
+    EnvManagerConfig,
+    EnvState,
+    SubprocessEnvManager,
+    SubprocessEnvManagerConfig,
+)
+from actor_service.envs.registry import EnvSpec, env_factories, make_env
+
+__all__ = [
+    "NO_INFO",
+    "ArraySpec",
+    "BaseEnvManager",
+    "DiscreteSpec",
+    "Env",
+    "EnvError",
+    "EnvInfo",
+    "EnvManagerClosedError",
+    "EnvManagerConfig",
+    "EnvSpec",
+    "EnvState",
+    "EpisodeStats",
+    "Outcome",
+    "StepInfo",
+    "SubprocessEnvManager",
+    "SubprocessEnvManagerConfig",
+    "TimeStep",
+    "env_factories",
+    "make_env",
+]

@@ -1,0 +1,362 @@
+"""BaseEnvManager: several envs driven in this process, one after another.
+
+The bookkeeping here (env states, episode counting, auto-reset, seeds, reset params, retries) is shared with
+`SubprocessEnvManager`, so both managers give the same trajectories for the same seeds and actions.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+import numbers
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from actor_service.envs.base import Env, EnvInfo, StepInfo, TimeStep
+from actor_service.envs.env_manager.failure import EnvError, EnvFailure, EnvManagerClosedError
+
+logger = logging.getLogger(__name__)
+
+EnvFactory = Callable[[], Env]
+
+
+class EnvState(enum.Enum):
+    INIT = "init"  # built (or being built); no episode started yet
+    RESET = "reset"  # a reset is under way
+    RUN = "run"  # has an observation; a step may be in flight
+    DONE = "done"  # played its `episode_num` episodes
+    ERROR = "error"  # failed; being rebuilt
+
+
+@dataclass(frozen=True)
+class EnvManagerConfig:
+    """`episode_num`: episodes per env before it is DONE (`math.inf`: never).
+    `max_retry`: how many times each env may fail and be rebuilt before the manager raises `EnvError`."""
+
+    episode_num: int | float = math.inf
+    max_retry: int = 0
+
+    def __post_init__(self) -> None:
+        if not (self.episode_num == math.inf or (isinstance(self.episode_num, int) and self.episode_num >= 1)):
+            raise ValueError(f"episode_num must be an int >= 1 or math.inf, got {self.episode_num!r}")
+        if not isinstance(self.max_retry, int) or self.max_retry < 0:
+            raise ValueError(f"max_retry must be an int >= 0, got {self.max_retry!r}")
+
+
+class _Lifecycle(enum.Enum):
+    NEW = "new"
+    RUNNING = "running"
+    CLOSED = "closed"
+
+
+class BaseEnvManager:
+    """Runs `len(env_fns)` envs serially in this process.
+
+    Usage: `launch()`, then repeatedly `step({env_id: action for env_id in next_obs})` until `done`;
+    `close()` at the end. An env whose episode ends is reset at once (its `next_obs` is then the first
+    observation of the next episode; the returned timestep carries the last one), until it has played
+    `episode_num` episodes. A failing env is rebuilt up to `max_retry` times: the step returns a truncated
+    timestep with `info.failure` set for the episode that was cut short, then the env plays on.
+    A manager is driven from one thread; it is a context manager that closes on exit.
+    """
+
+    def __init__(self, env_fns: Sequence[EnvFactory], config: EnvManagerConfig | None = None) -> None:
+        if not env_fns:
+            raise ValueError("env_fns is empty: an env manager needs at least one env factory")
+        self._env_fns = list(env_fns)
+        self._config = config or EnvManagerConfig()
+        self._episode_num = self._config.episode_num
+        self._lifecycle = _Lifecycle.NEW
+        n = len(self._env_fns)
+        self._state = [EnvState.INIT] * n
+        self._next_obs: dict[int, Any] = {}
+        self._in_flight: set[int] = set()  # envs with a step under way (only the subprocess manager has any)
+        self._results: dict[int, TimeStep] = {}  # timesteps not yet returned by `step`
+        self._episode_count = [0] * n
+        self._failures = [0] * n
+        self._reset_params: list[dict[str, Any]] = [{} for _ in range(n)]
+        self._seeds: list[int | None] = [None] * n
+        self._seeds_pending = False
+        self._env_info: EnvInfo | None = None
+        self._envs: list[Env | None] = [None] * n
+
+    # ---- read-only views -------------------------------------------------------------------------------
+    @property
+    def env_num(self) -> int:
+        return len(self._env_fns)
+
+    @property
+    def episode_num(self) -> int | float:
+        return self._episode_num
+
+    @property
+    def closed(self) -> bool:
+        return self._lifecycle is _Lifecycle.CLOSED
+
+    @property
+    def done(self) -> bool:
+        """Every env has played its `episode_num` episodes."""
+        return all(state is EnvState.DONE for state in self._state)
+
+    @property
+    def ready_env(self) -> list[int]:
+        """Envs waiting for an action."""
+        self._check_running()
+        return [i for i in sorted(self._next_obs) if i not in self._in_flight]
+
+    @property
+    def next_obs(self) -> dict[int, Any]:
+        """Observations of the envs waiting for an action, by env id."""
+        self._check_running()
+        return {i: self._next_obs[i] for i in sorted(self._next_obs) if i not in self._in_flight}
+
+    @property
+    def env_states(self) -> dict[int, EnvState]:
+        return dict(enumerate(self._state))
+
+    @property
+    def episode_counts(self) -> dict[int, int]:
+        return dict(enumerate(self._episode_count))
+
+    @property
+    def failure_counts(self) -> dict[int, int]:
+        return dict(enumerate(self._failures))
+
+    @property
+    def env_info(self) -> EnvInfo:
+        """Spaces of the envs (known once launched)."""
+        if self._env_info is None:
+            raise RuntimeError(f"{type(self).__name__}: env_info is known after launch()")
+        return self._env_info
+
+    # ---- control ---------------------------------------------------------------------------------------
+    def seed(self, seed: int | Sequence[int]) -> None:
+        """Seeds for the next `launch`/`reset`: an int gives env i the seed `seed + i`."""
+        self._check_not_closed()
+        if isinstance(seed, numbers.Integral):
+            seeds = [int(seed) + i for i in range(self.env_num)]
+        else:
+            seeds = [int(s) for s in seed]
+            if len(seeds) != self.env_num:
+                raise ValueError(f"seed: expected {self.env_num} seeds (one per env), got {len(seeds)}")
+        self._seeds = list(seeds)
+        self._seeds_pending = True
+
+    def launch(self, reset_params: Mapping[int, Mapping[str, Any]] | None = None) -> None:
+        """Build the envs and start their first episodes."""
+        self._check_not_closed()
+        if self._lifecycle is _Lifecycle.RUNNING:
+            raise RuntimeError(f"{type(self).__name__}.launch() was already called")
+        self._lifecycle = _Lifecycle.RUNNING
+        try:
+            self._launch(reset_params)
+        except BaseException:
+            self.close()
+            raise
+
+    def reset(self, reset_params: Mapping[int, Mapping[str, Any]] | None = None) -> None:
+        """Start a new episode in every env and zero the episode counts.
+
+        `reset_params` ({env_id: {name: value}}) replaces the reset params of the envs it names; an env's
+        params are used for this reset and every automatic reset after it.
+        """
+        self._check_running()
+        self._set_reset_params(reset_params)
+        self._reset_all()
+
+    def step(self, actions: Mapping[int, Any]) -> dict[int, TimeStep]:
+        """Apply one action per env id (envs from `ready_env`); returns their timesteps by env id."""
+        self._check_running()
+        self._check_ready(actions)
+        envs = self._envs
+        results = self._results
+        next_obs = self._next_obs
+        for env_id, action in actions.items():
+            env = envs[env_id]
+            try:
+                ts = env.step(action)
+            except Exception as exc:
+                self._recover(env_id, EnvFailure.capture(env_id, "step", exc))
+                continue
+            results[env_id] = ts
+            if not (ts.terminated or ts.truncated):
+                next_obs[env_id] = ts.obs
+            elif self._resets_on_done(env_id):
+                try:
+                    reset_obs = env.reset(**self._reset_params[env_id])
+                except Exception as exc:
+                    self._after_step(env_id, ts, False, None)
+                    self._recover(env_id, EnvFailure.capture(env_id, "reset", exc))
+                    continue
+                self._after_step(env_id, ts, True, reset_obs)
+            else:
+                self._after_step(env_id, ts, False, None)
+        results, self._results = self._results, {}
+        return results
+
+    def close(self) -> None:
+        """Close every env. Idempotent; afterwards every call but `close` raises EnvManagerClosedError."""
+        if self._lifecycle is _Lifecycle.CLOSED:
+            return
+        self._lifecycle = _Lifecycle.CLOSED
+        envs, self._envs = self._envs, [None] * self.env_num
+        errors = []
+        for env in envs:
+            if env is None:
+                continue
+            try:
+                env.close()
+            except Exception as exc:  # close the others first, then report
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> BaseEnvManager:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ---- serial machinery ------------------------------------------------------------------------------
+    def _launch(self, reset_params: Mapping[int, Mapping[str, Any]] | None) -> None:
+        self._set_reset_params(reset_params)
+        self._reset_all()
+
+    def _reset_all(self) -> None:
+        seeds = self._take_seeds()
+        self._start_reset()
+        for env_id in range(self.env_num):
+            try:
+                self._start_episode(env_id, seeds[env_id])
+            except Exception as exc:
+                self._recover(env_id, EnvFailure.capture(env_id, "reset", exc))
+        self._results.clear()
+
+    def _start_episode(self, env_id: int, seed: int | None) -> None:
+        env = self._envs[env_id]
+        if env is None:
+            env = self._envs[env_id] = self._env_fns[env_id]()
+            if self._env_info is None:
+                self._env_info = env.info()
+        if seed is not None:
+            env.seed(seed)
+        self._on_reset(env_id, env.reset(**self._reset_params[env_id]))
+
+    def _recover(self, env_id: int, failure: EnvFailure) -> None:
+        """Count the failure (raises once retries are spent), then rebuild the env until it starts."""
+        while True:
+            self._count_failure(env_id, failure)
+            env, self._envs[env_id] = self._envs[env_id], None
+            if env is not None:
+                try:
+                    env.close()
+                except Exception:
+                    logger.warning("closing failed env %d raised; building a new one anyway", env_id, exc_info=True)
+            try:
+                self._start_episode(env_id, self._seeds[env_id])
+                return
+            except Exception as exc:
+                failure = EnvFailure.capture(env_id, "rebuild", exc)
+
+    # ---- bookkeeping shared with SubprocessEnvManager -----------------------------------------------------
+    def _check_not_closed(self) -> None:
+        if self._lifecycle is _Lifecycle.CLOSED:
+            raise EnvManagerClosedError(f"{type(self).__name__} is closed; build a new manager")
+
+    def _check_running(self) -> None:
+        self._check_not_closed()
+        if self._lifecycle is _Lifecycle.NEW:
+            raise RuntimeError(f"{type(self).__name__}: call launch() first")
+
+    def _check_ready(self, actions: Mapping[int, Any]) -> None:
+        next_obs = self._next_obs
+        in_flight = self._in_flight
+        for env_id in actions:
+            if env_id not in next_obs or env_id in in_flight:
+                raise ValueError(self._not_ready_message(env_id))
+
+    def _not_ready_message(self, env_id: Any) -> str:
+        if not isinstance(env_id, int) or not 0 <= env_id < self.env_num:
+            return f"step: env id {env_id!r} is not in range(0, {self.env_num})"
+        state = "a step in flight" if env_id in self._in_flight else f"state {self._state[env_id].name}"
+        return f"step: env {env_id} is not waiting for an action ({state}); act only on ready_env / next_obs"
+
+    def _set_reset_params(self, reset_params: Mapping[int, Mapping[str, Any]] | None) -> None:
+        for env_id, params in (reset_params or {}).items():
+            if not isinstance(env_id, int) or not 0 <= env_id < self.env_num:
+                raise ValueError(f"reset_params: env id {env_id!r} is not in range(0, {self.env_num})")
+            self._reset_params[env_id] = dict(params)
+
+    def _take_seeds(self) -> list[int | None]:
+        """Seeds for this reset: the ones given by `seed()` since the last reset, else none."""
+        if not self._seeds_pending:
+            return [None] * self.env_num
+        self._seeds_pending = False
+        return list(self._seeds)
+
+    def _start_reset(self) -> None:
+        self._next_obs.clear()
+        self._results.clear()
+        self._episode_count = [0] * self.env_num
+        self._state = [EnvState.RESET] * self.env_num
+
+    def _on_reset(self, env_id: int, obs: Any) -> None:
+        self._state[env_id] = EnvState.RUN
+        self._next_obs[env_id] = obs
+
+    def _resets_on_done(self, env_id: int) -> bool:
+        return self._episode_count[env_id] + 1 < self._episode_num
+
+    def _after_step(self, env_id: int, ts: TimeStep, was_reset: bool, reset_obs: Any) -> None:
+        if not (ts.terminated or ts.truncated):
+            self._next_obs[env_id] = ts.obs
+            return
+        self._episode_count[env_id] += 1
+        if self._episode_count[env_id] >= self._episode_num:
+            self._state[env_id] = EnvState.DONE
+            del self._next_obs[env_id]
+        elif was_reset:
+            self._next_obs[env_id] = reset_obs
+        else:  # the automatic reset failed; recovery follows
+            self._state[env_id] = EnvState.RESET
+            del self._next_obs[env_id]
+
+    def _count_failure(self, env_id: int, failure: EnvFailure) -> None:
+        """Record a failure of `env_id`; an episode it was playing ends here with a truncated timestep.
+        Closes the manager and raises EnvError when the env has failed more than `max_retry` times."""
+        self._failures[env_id] += 1
+        self._in_flight.discard(env_id)
+        if self._state[env_id] is EnvState.RUN:
+            self._results[env_id] = TimeStep(
+                obs=self._next_obs.pop(env_id),
+                reward=self._zero_reward(),
+                terminated=False,
+                truncated=True,
+                info=StepInfo(failure=f"{failure.stage}: {failure.description}"),
+            )
+        self._next_obs.pop(env_id, None)
+        self._state[env_id] = EnvState.ERROR
+        if self._failures[env_id] > self._config.max_retry:
+            error = failure.to_error(self._failures[env_id], self._config.max_retry)
+            try:
+                self.close()
+            except Exception:
+                logger.exception("closing %s after env %d failed raised", type(self).__name__, env_id)
+            raise error
+        logger.warning(
+            "env %d failed (%d of max_retry=%d) during %s: %s; rebuilding it",
+            env_id, self._failures[env_id], self._config.max_retry, failure.stage, failure.description,
+        )
+
+    def _zero_reward(self) -> float | np.ndarray:
+        spec = self._env_info.reward_spec if self._env_info is not None else None
+        if spec is None or spec.shape == ():
+            return 0.0
+        return np.zeros(spec.shape, spec.dtype)
+
+
+__all__ = ["BaseEnvManager", "EnvError", "EnvManagerClosedError", "EnvManagerConfig", "EnvState"]

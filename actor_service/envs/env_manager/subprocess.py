@@ -1,0 +1,429 @@
+"""SubprocessEnvManager: envs in worker processes, several per worker, stepped asynchronously.
+
+Each worker process (started with `spawn`: gRPC channels do not survive fork) runs a group of envs and steps
+the whole group in one message, which is what makes light envs fast: the per-message pipe round trip is
+shared by the group. Observations go through shared memory. `step` returns once `wait_num` envs have
+results or `timeout` has passed; the others stay in flight and come back from a later call.
+
+Faults: an env exception is sent back with the env's traceback and the env is rebuilt inside its worker;
+a worker that dies (e.g. SIGKILL) or gives no reply within `step_timeout`/`reset_timeout` is killed and
+started again with its envs. Each env may fail `max_retry` times; then the manager closes and raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import multiprocessing
+import os
+import select
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+import cloudpickle
+import numpy as np
+
+from actor_service.envs.base import NO_INFO, TimeStep
+from actor_service.envs.env_manager import shared_memory
+from actor_service.envs.env_manager.base import (
+    BaseEnvManager,
+    EnvFactory,
+    EnvManagerConfig,
+    EnvState,
+    _Lifecycle,
+)
+from actor_service.envs.env_manager.failure import EnvFailure
+from actor_service.envs.env_manager.pipe import MessagePipe
+from actor_service.envs.env_manager.shared_memory import RESET_SLOT, STEP_SLOT, ObsBuffer
+from actor_service.envs.env_manager.worker import (
+    STEP,
+    AckReply,
+    AttachCommand,
+    CloseCommand,
+    ReadyReply,
+    ResetCommand,
+    ResetReply,
+    StartFailedReply,
+    worker_main,
+)
+
+logger = logging.getLogger(__name__)
+
+_POLL_EVENTS = select.POLLIN | select.POLLHUP | select.POLLERR
+
+
+@dataclass(frozen=True)
+class SubprocessEnvManagerConfig(EnvManagerConfig):
+    """Adds to EnvManagerConfig:
+
+    - `num_workers`: worker processes; envs are split evenly among them. Default: one per CPU (at most one
+      per env). Fewer workers than envs means several envs per worker and fewer messages.
+    - `num_splits`: each worker's envs are stepped in this many separate messages. With 2, a worker steps
+      one half while the parent handles the other half's results, so neither side waits for the other
+      (double buffering); pair it with `wait_num` = envs per split.
+    - `wait_num`: `step` returns once this many envs have results. Default: the envs of one split (one
+      message), so `step` returns as soon as any worker answers. Set it to the env count to step in lockstep.
+    - `timeout`: seconds after which `step` returns with whatever has arrived (at least one env), if
+      `wait_num` envs are not ready by then (default: no limit).
+    - `step_timeout`: seconds a worker may take for one step command (all its envs in it, plus the
+      automatic reset of an env whose episode ended) before it is deemed hung and killed. None: no limit.
+    - `reset_timeout`: the same for starting a worker process and resetting its envs.
+    - `shared_memory`: observations through shared memory when they are numpy arrays.
+    - `close_timeout`: seconds `close` lets workers exit on their own before killing them.
+    - `start_method`: multiprocessing start method; `spawn` because gRPC does not survive `fork`.
+
+    Sizing (measured on 2 cores, bench/results/env_manager.md): for envs that cost well under 100 us a
+    step, the parent's own work is a large share, so use fewer workers than cores with `num_splits=2`;
+    for heavier envs, one worker per core.
+    """
+
+    num_workers: int | None = None
+    num_splits: int = 1
+    wait_num: int | None = None
+    timeout: float | None = None
+    step_timeout: float | None = 60.0
+    reset_timeout: float | None = 300.0
+    shared_memory: bool = True
+    close_timeout: float = 2.0
+    start_method: str = "spawn"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.num_splits, int) or self.num_splits < 1:
+            raise ValueError(f"num_splits must be an int >= 1, got {self.num_splits!r}")
+        for name in ("num_workers", "wait_num"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be an int >= 1 or None, got {value!r}")
+        for name in ("timeout", "step_timeout", "reset_timeout"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be > 0 seconds or None, got {value!r}")
+        if not self.close_timeout >= 0:
+            raise ValueError(f"close_timeout must be >= 0 seconds, got {self.close_timeout!r}")
+        if self.start_method not in multiprocessing.get_all_start_methods():
+            raise ValueError(f"start_method {self.start_method!r} is not one of {multiprocessing.get_all_start_methods()}")
+
+
+class _Worker:
+    """Parent-side handle of one worker process and the commands it has not answered yet."""
+
+    def __init__(self, index: int, env_ids: tuple[int, ...], process: BaseProcess, conn: MessagePipe) -> None:
+        self.index = index
+        self.env_ids = env_ids
+        self.pid = process.pid
+        self.process = process
+        self.conn = conn
+        self.pending: deque[tuple[str, float | None]] = deque()  # (what, timeout), oldest first
+        self.head_since = 0.0  # when the worker started on the oldest pending command
+        self.obs_specs: tuple | None = None  # from the ready reply
+
+    def deadline(self) -> float:
+        timeout = self.pending[0][1]
+        return math.inf if timeout is None else self.head_since + timeout
+
+    def describe(self) -> str:
+        return f"env worker {self.index} (pid {self.pid}, envs {list(self.env_ids)})"
+
+
+class SubprocessEnvManager(BaseEnvManager):
+    """Same interface and trajectories as BaseEnvManager; envs run in `num_workers` processes."""
+
+    def __init__(self, env_fns: Sequence[EnvFactory], config: SubprocessEnvManagerConfig | None = None) -> None:
+        config = config or SubprocessEnvManagerConfig()
+        if not isinstance(config, SubprocessEnvManagerConfig):
+            raise TypeError(f"config must be a SubprocessEnvManagerConfig, got {type(config).__name__}")
+        super().__init__(env_fns, config)
+        self._sconfig = config
+        num_workers = config.num_workers or len(os.sched_getaffinity(0))
+        num_workers = min(num_workers, self.env_num)
+        groups = np.array_split(np.arange(self.env_num), num_workers)
+        self._groups = [tuple(int(i) for i in group) for group in groups]
+        self._worker_of = [0] * self.env_num
+        self._split_of = [0] * self.env_num
+        split_size = 1
+        for index, group in enumerate(self._groups):
+            for split, envs in enumerate(np.array_split(np.asarray(group), min(config.num_splits, len(group)))):
+                split_size = max(split_size, len(envs))
+                for env_id in envs:
+                    self._worker_of[env_id] = index
+                    self._split_of[env_id] = index * config.num_splits + split
+        self._wait_num = config.wait_num or split_size
+        self._ctx = multiprocessing.get_context(config.start_method)
+        self._workers: list[_Worker | None] = [None] * num_workers
+        self._poller = select.poll()
+        self._fd_owner: dict[int, _Worker] = {}
+        self._restarts = 0  # bumped whenever a worker is replaced: fd numbers may then be reused
+        self._buffer: ObsBuffer | None = None
+
+    @property
+    def num_workers(self) -> int:
+        return len(self._workers)
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """Pids of the live worker processes."""
+        return [w.pid for w in self._workers if w is not None]
+
+    # ---- public calls ----------------------------------------------------------------------------------
+    def step(self, actions: Mapping[int, Any]) -> dict[int, TimeStep]:
+        """Send the actions, then return the timesteps of at least `wait_num` envs in flight (or whatever
+        arrived within `timeout`, at least one); the other envs stay in flight and come back from a later
+        call. `step({})` just collects envs still in flight."""
+        self._check_running()
+        batches: dict[int, list[tuple[int, Any, bool]]] = {}
+        split_of = self._split_of
+        next_obs = self._next_obs
+        in_flight = self._in_flight
+        endless = self._episode_num == math.inf
+        for env_id, action in actions.items():
+            if env_id not in next_obs or env_id in in_flight:
+                raise ValueError(self._not_ready_message(env_id))
+            if isinstance(action, np.generic):
+                action = action.item()  # a numpy scalar pickles ~20x slower than a Python number
+            batch = batches.get(split_of[env_id])
+            if batch is None:
+                batch = batches[split_of[env_id]] = []
+            batch.append((env_id, action, endless or self._resets_on_done(env_id)))
+        in_flight.update(actions)
+        for items in batches.values():
+            worker = self._workers[self._worker_of[items[0][0]]]
+            self._send(worker, (STEP, tuple(items)), "step", self._sconfig.step_timeout)
+        results = self._results
+        want = min(self._wait_num, len(results) + len(self._in_flight))
+        if want:
+            if not self._pump(lambda: len(results) >= want, self._sconfig.timeout):
+                self._pump(lambda: bool(results) or not self._in_flight, None)
+        elif not self.ready_env:  # nothing stepping, nothing ready: wait for an env being (re)built
+            self._pump(lambda: bool(results) or bool(self.ready_env), None)
+        self._results = {}
+        return results
+
+    def close(self) -> None:
+        """Stop every worker (asked first, killed after `close_timeout`), reap them, free shared memory."""
+        if self._lifecycle is _Lifecycle.CLOSED:
+            return
+        self._lifecycle = _Lifecycle.CLOSED
+        workers = [w for w in self._workers if w is not None]
+        self._workers = [None] * len(self._workers)
+        for worker in workers:
+            try:
+                worker.conn.send(CloseCommand())
+            except OSError:
+                pass  # the worker is already gone; it is reaped below like the others
+        deadline = time.monotonic() + self._sconfig.close_timeout
+        for worker in workers:
+            worker.process.join(max(0.0, deadline - time.monotonic()))
+        for worker in workers:
+            self._stop(worker)
+        if self._buffer is not None:
+            self._buffer.close()
+            self._buffer = None
+
+    # ---- launch and reset ------------------------------------------------------------------------------
+    def _launch(self, reset_params: Mapping[int, Mapping[str, Any]] | None) -> None:
+        self._set_reset_params(reset_params)
+        for index in range(len(self._workers)):
+            self._start_worker(index)
+        self._pump(lambda: all(w.obs_specs is not None for w in self._workers), None)
+        obs_spec = self.env_info.obs_spec
+        same_specs = all(spec == obs_spec for w in self._workers for spec in w.obs_specs)
+        if self._sconfig.shared_memory and same_specs and shared_memory.supports(obs_spec):
+            self._buffer = ObsBuffer.create(self.env_info.obs_spec, self.env_num)
+            for worker in self._workers:
+                self._send(worker, AttachCommand(self._buffer.layout), "attach", self._sconfig.reset_timeout)
+            self._pump(self._idle, None)
+        self._reset_all()
+
+    def _reset_all(self) -> None:
+        self._pump(self._idle, None)  # let steps in flight land first, so no stale reply follows the reset
+        seeds = self._take_seeds()
+        self._start_reset()
+        for worker in self._workers:
+            self._send_reset(worker, worker.env_ids, seeds, rebuild=False)
+        self._pump(lambda: all(state is EnvState.RUN for state in self._state), None)
+        self._results.clear()
+
+    def _idle(self) -> bool:
+        return not any(w.pending for w in self._workers)
+
+    def _send_reset(self, worker: _Worker, env_ids: Sequence[int], seeds: Sequence[int | None], rebuild: bool) -> None:
+        command = ResetCommand(
+            tuple(env_ids),
+            tuple(seeds[env_id] for env_id in env_ids),
+            tuple(self._reset_params[env_id] for env_id in env_ids),
+            rebuild=rebuild,
+        )
+        self._send(worker, command, "rebuild" if rebuild else "reset", self._sconfig.reset_timeout)
+
+    # ---- workers ---------------------------------------------------------------------------------------
+    def _start_worker(self, index: int) -> _Worker:
+        env_ids = self._groups[index]
+        factories = cloudpickle.dumps({env_id: self._env_fns[env_id] for env_id in env_ids})
+        parent_conn, child_conn = self._ctx.Pipe()
+        layout = self._buffer.layout if self._buffer is not None else None
+        process = self._ctx.Process(
+            target=worker_main, args=(child_conn, env_ids, factories, layout), name=f"env-worker-{index}", daemon=True
+        )
+        process.start()
+        child_conn.close()
+        worker = _Worker(index, env_ids, process, MessagePipe(parent_conn))
+        self._workers[index] = worker
+        for fd in (parent_conn.fileno(), process.sentinel):
+            self._poller.register(fd, _POLL_EVENTS)
+            self._fd_owner[fd] = worker
+        worker.pending.append(("start", self._sconfig.reset_timeout))
+        worker.head_since = time.monotonic()
+        return worker
+
+    def _stop(self, worker: _Worker) -> int | None:
+        """Kill (if still running) and reap a worker, and forget its file descriptors; returns the exit code."""
+        for fd in (worker.conn.fileno(), worker.process.sentinel):
+            if self._fd_owner.get(fd) is worker:
+                self._poller.unregister(fd)
+                del self._fd_owner[fd]
+        if worker.process.is_alive():
+            worker.process.kill()
+        worker.process.join()
+        code = worker.process.exitcode
+        worker.process.close()
+        worker.conn.close()
+        return code
+
+    def _send(self, worker: _Worker, command: Any, what: str, timeout: float | None) -> None:
+        if not worker.pending:
+            worker.head_since = time.monotonic()
+        worker.pending.append((what, timeout))
+        try:
+            worker.conn.send(command)
+        except OSError:
+            # The worker died; its sentinel is readable, so the next _pump handles it as a failure.
+            logger.debug("%s: send failed, the worker is gone", worker.describe())
+
+    def _worker_failed(self, worker: _Worker, reason: str | None, failure: EnvFailure | None = None) -> None:
+        """Replace a dead or hung worker; each of its envs counts one failure (and may raise). `reason` None:
+        the process died (its exit code says how). `failure`: the env exception that made it give up."""
+        code = self._stop(worker)
+        if reason is None:
+            reason = f"exited with code {code}" + (f" (killed by signal {-code})" if code is not None and code < 0 else "")
+        self._workers[worker.index] = None
+        self._restarts += 1
+        active = [env_id for env_id in worker.env_ids if self._state[env_id] is not EnvState.DONE]
+        restart_reset = [env_id for env_id in active if self._state[env_id] is not EnvState.INIT]
+        for env_id in active:
+            if failure is not None and failure.env_id == env_id:
+                self._count_failure(env_id, failure)
+            else:
+                self._count_failure(env_id, EnvFailure(env_id, "worker", f"{worker.describe()} {reason}"))
+            if env_id not in restart_reset:
+                self._state[env_id] = EnvState.INIT
+        new = self._start_worker(worker.index)
+        if restart_reset:
+            self._send_reset(new, restart_reset, self._seeds, rebuild=False)
+
+    # ---- receiving -------------------------------------------------------------------------------------
+    def _pump(self, satisfied: Callable[[], bool], wait_s: float | None) -> bool:
+        """Handle worker replies, deaths and hangs until `satisfied()` or `wait_s` seconds have passed.
+        Returns `satisfied()`; also returns when no worker has anything pending."""
+        end = math.inf if wait_s is None else time.monotonic() + wait_s
+        while not satisfied():
+            busy = [w for w in self._workers if w is not None and w.pending]
+            if not busy:
+                return False
+            buffered = [w for w in busy if w.conn.has_message()]
+            if buffered:  # read along with an earlier reply: no need to poll
+                self._on_reply(buffered[0], buffered[0].conn.recv())
+                continue
+            now = time.monotonic()
+            first_deadline = min(w.deadline() for w in busy)
+            limit = min(first_deadline, end)
+            events = self._poller.poll(None if limit == math.inf else max(0, math.ceil((limit - now) * 1000)))
+            if not events:
+                now = time.monotonic()
+                for worker in busy:
+                    if worker.deadline() <= now:
+                        what, timeout = worker.pending[0]
+                        self._worker_failed(worker, f"gave no reply to {what} within {timeout} s (hung); killed it")
+                if now >= end:
+                    return satisfied()
+                continue
+            restarts = self._restarts
+            for fd, _ in events:
+                worker = self._fd_owner.get(fd)
+                if worker is None:
+                    continue
+                if fd == worker.process.sentinel:
+                    self._on_exit(worker)
+                else:
+                    self._on_readable(worker)
+                if self._restarts != restarts:
+                    break  # fds may now belong to a new worker: poll again
+        return True
+
+    def _on_readable(self, worker: _Worker) -> None:
+        try:
+            reply = worker.conn.recv()
+        except (EOFError, OSError):
+            self._worker_failed(worker, None)
+            return
+        self._on_reply(worker, reply)
+
+    def _on_exit(self, worker: _Worker) -> None:
+        """The process ended: take the replies it sent before, then treat it as failed."""
+        while worker.pending and worker.conn.poll():
+            try:
+                reply = worker.conn.recv()
+            except (EOFError, OSError):
+                break
+            self._on_reply(worker, reply)
+            if self._workers[worker.index] is not worker:
+                return
+        self._worker_failed(worker, None)
+
+    def _on_reply(self, worker: _Worker, reply: Any) -> None:
+        worker.pending.popleft()
+        worker.head_since = time.monotonic()
+        if type(reply) is tuple:
+            self._on_step_reply(reply[1], reply[2])
+        elif type(reply) is ResetReply:
+            for env_id, obs in reply.observations:
+                self._on_reset(env_id, self._buffer.read(env_id, RESET_SLOT) if self._buffer is not None else obs)
+            for failure in reply.failures:
+                self._rebuild(worker, failure)
+        elif type(reply) is ReadyReply:
+            worker.obs_specs = tuple(info.obs_spec for info in reply.infos)
+            if self._env_info is None:
+                self._env_info = reply.infos[0]
+        elif type(reply) is StartFailedReply:
+            failure = reply.failure
+            self._worker_failed(worker, f"could not build env {failure.env_id}: {failure.description}", failure)
+        elif type(reply) is not AckReply:
+            raise TypeError(f"{worker.describe()} sent an unknown reply {reply!r}")
+
+    def _on_step_reply(self, results: tuple, failures: tuple) -> None:
+        buffer = self._buffer
+        in_flight = self._in_flight
+        timesteps = self._results
+        next_obs = self._next_obs
+        for env_id, reward, terminated, truncated, info, obs, was_reset, reset_obs in results:
+            in_flight.discard(env_id)
+            if buffer is not None:
+                obs = buffer.read(env_id, STEP_SLOT)
+            ts = timesteps[env_id] = TimeStep(obs, reward, terminated, truncated, NO_INFO if info is None else info)
+            if terminated or truncated:
+                if was_reset and buffer is not None:
+                    reset_obs = buffer.read(env_id, RESET_SLOT)
+                self._after_step(env_id, ts, was_reset, reset_obs)
+            else:
+                next_obs[env_id] = obs
+        for failure in failures:
+            self._rebuild(self._workers[self._worker_of[failure.env_id]], failure)
+
+    def _rebuild(self, worker: _Worker, failure: EnvFailure) -> None:
+        """An env raised: count it (may raise), then have its worker build it anew and reset it."""
+        self._count_failure(failure.env_id, failure)
+        self._send_reset(worker, [failure.env_id], self._seeds, rebuild=True)

@@ -1,0 +1,261 @@
+"""Turn-based OpenSpiel games (connect four first) behind the `Env` interface, with reference bots.
+
+The observation is a fixed-shape dict of numpy arrays so it fits shared memory and batches:
+`observation` float32 (num_players, *obs_shape), `action_mask` bool (num_players, num_actions) (only the
+player to move has legal actions), `to_play` int32 () (-1 once the game is over). `step` takes the action of
+the player to move; rewards are float32 (num_players,). Seats given to reference bots are played inside the
+env, so the caller only ever sees its own seats' turns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyspiel
+
+from common.envs.base import (
+    NO_INFO,
+    ArraySpec,
+    DiscreteSpec,
+    Env,
+    EnvInfo,
+    EpisodeStats,
+    Outcome,
+    StepInfo,
+    TimeStep,
+)
+
+_MAX_SEED = 2**31 - 1  # pyspiel takes seeds as C++ ints
+BOT_KINDS = ("random", "mcts")
+
+
+@dataclass(frozen=True)
+class BotSpec:
+    """A reference bot: uniform random, or pyspiel's MCTS with random-rollout evaluation."""
+
+    kind: str
+    num_simulations: int = 100
+    uct_c: float = 2.0
+    rollouts: int = 1
+    solve: bool = True
+    max_memory_mb: int = 64
+
+    def __post_init__(self) -> None:
+        if self.kind not in BOT_KINDS:
+            raise ValueError(f"BotSpec.kind must be one of {BOT_KINDS}, got {self.kind!r}")
+        if self.num_simulations < 1:
+            raise ValueError(f"BotSpec.num_simulations must be >= 1, got {self.num_simulations}")
+        if self.rollouts < 1:
+            raise ValueError(f"BotSpec.rollouts must be >= 1, got {self.rollouts}")
+
+    @classmethod
+    def parse(cls, text: str) -> BotSpec:
+        """`"random"`, `"mcts"` or `"mcts:<num_simulations>"` (the form job configs carry)."""
+        kind, _, sims = text.partition(":")
+        if kind == "mcts" and sims:
+            if not sims.isdigit():
+                raise ValueError(f"bot spec {text!r}: simulations must be an integer, as in 'mcts:200'")
+            return cls("mcts", num_simulations=int(sims))
+        if sims:
+            raise ValueError(f"bot spec {text!r}: only mcts takes ':<num_simulations>'")
+        return cls(kind)
+
+
+class ReferenceBot:
+    """A pyspiel bot bound to one seat.
+
+    pyspiel pitfalls handled here: the MCTS bot segfaults if its evaluator is garbage-collected, so the
+    evaluator is kept on this object; the uniform random bot crashes when asked to move for another seat,
+    so there is one bot per seat and `act` checks the seat.
+    """
+
+    def __init__(self, game: pyspiel.Game, spec: BotSpec, seat: int, seed: int) -> None:
+        self.spec = spec
+        self.seat = seat
+        seed = int(seed) % _MAX_SEED
+        if spec.kind == "random":
+            self._evaluator = None
+            self._bot = pyspiel.make_uniform_random_bot(seat, seed)
+        else:
+            self._evaluator = pyspiel.RandomRolloutEvaluator(spec.rollouts, seed)
+            self._bot = pyspiel.MCTSBot(
+                game, self._evaluator, spec.uct_c, spec.num_simulations, spec.max_memory_mb, spec.solve, seed, False
+            )
+
+    def act(self, state: pyspiel.State) -> int:
+        if state.current_player() != self.seat:
+            raise ValueError(f"bot of seat {self.seat} asked to move for player {state.current_player()}")
+        return int(self._bot.step(state))
+
+    def restart(self) -> None:
+        self._bot.restart()
+
+
+def parse_bots(bots: Mapping[Any, BotSpec | str] | None, num_players: int) -> dict[int, BotSpec]:
+    """Seat -> BotSpec from a mapping whose seats may be ints or digit strings (as from YAML/JSON)."""
+    parsed: dict[int, BotSpec] = {}
+    for seat, spec in (bots or {}).items():
+        try:
+            seat_index = int(seat)
+        except (TypeError, ValueError):
+            raise ValueError(f"bots: seat {seat!r} is not a player index") from None
+        if not 0 <= seat_index < num_players:
+            raise ValueError(f"bots: seat {seat_index} is out of range for {num_players} players")
+        parsed[seat_index] = BotSpec.parse(spec) if isinstance(spec, str) else spec
+        if not isinstance(parsed[seat_index], BotSpec):
+            raise ValueError(f"bots: seat {seat_index} needs a BotSpec or a string like 'mcts:200', got {spec!r}")
+    if len(parsed) == num_players:
+        raise ValueError("bots: every seat is a bot, nothing is left for the agent to play")
+    return parsed
+
+
+def outcomes_from_returns(returns: np.ndarray) -> tuple[Outcome, ...]:
+    """Win for the unique best return, draw for a shared best, loss for the rest."""
+    best = returns.max()
+    num_best = int((returns == best).sum())
+    return tuple(
+        (Outcome.WIN if num_best == 1 else Outcome.DRAW) if r == best else Outcome.LOSS for r in returns
+    )
+
+
+class OpenSpielEnv(Env):
+    """A sequential-move OpenSpiel game, e.g. `OpenSpielEnv("connect_four", bots={1: "mcts:200"})`."""
+
+    def __init__(
+        self,
+        game: str,
+        *,
+        game_params: Mapping[str, Any] | None = None,
+        bots: Mapping[Any, BotSpec | str] | None = None,
+    ) -> None:
+        self._game = pyspiel.load_game(game, dict(game_params or {}))
+        game_type = self._game.get_type()
+        if game_type.dynamics != pyspiel.GameType.Dynamics.SEQUENTIAL:
+            raise ValueError(f"OpenSpielEnv: game {game!r} is not sequential-move; only turn-based games are supported")
+        if game_type.provides_observation_tensor:
+            self._obs_shape = tuple(self._game.observation_tensor_shape())
+            self._observe = lambda state, player: state.observation_tensor(player)
+        elif game_type.provides_information_state_tensor:
+            self._obs_shape = tuple(self._game.information_state_tensor_shape())
+            self._observe = lambda state, player: state.information_state_tensor(player)
+        else:
+            raise ValueError(f"OpenSpielEnv: game {game!r} provides no observation tensor")
+        self._num_players = self._game.num_players()
+        self._num_actions = self._game.num_distinct_actions()
+        self._info = EnvInfo(
+            name=game,
+            obs_spec={
+                "observation": ArraySpec((self._num_players, *self._obs_shape), np.float32),
+                "action_mask": ArraySpec((self._num_players, self._num_actions), np.bool_, minimum=0, maximum=1),
+                "to_play": ArraySpec((), np.int32, minimum=-1, maximum=self._num_players - 1),
+            },
+            action_spec=DiscreteSpec(self._num_actions),
+            reward_spec=ArraySpec((self._num_players,), np.float32),
+            num_players=self._num_players,
+        )
+        self._bot_specs = parse_bots(bots, self._num_players)
+        self._rng = np.random.default_rng()
+        self._pending_seed: int | None = None
+        self._bots: dict[int, ReferenceBot] = {}
+        self._build_bots()
+        self._state: pyspiel.State | None = None
+        self._episode_return = np.zeros(self._num_players, np.float32)
+        self._episode_length = 0
+
+    @property
+    def game(self) -> pyspiel.Game:
+        return self._game
+
+    @property
+    def state(self) -> pyspiel.State:
+        """The current game state (for evaluation code and bots outside the env)."""
+        if self._state is None:
+            raise RuntimeError("OpenSpielEnv: call reset() first")
+        return self._state
+
+    @property
+    def bot_seats(self) -> tuple[int, ...]:
+        return tuple(sorted(self._bots))
+
+    def info(self) -> EnvInfo:
+        return self._info
+
+    def seed(self, seed: int) -> None:
+        self._pending_seed = int(seed)
+
+    def reset(self, *, bots: Mapping[Any, BotSpec | str] | None = None) -> dict[str, np.ndarray]:
+        """Start a game; `bots` (seat -> bot) replaces the reference bots from this game on."""
+        if self._pending_seed is not None:
+            self._rng = np.random.default_rng(self._pending_seed)
+            self._pending_seed = None
+            self._build_bots()
+        if bots is not None:
+            self._bot_specs = parse_bots(bots, self._num_players)
+            self._build_bots()
+        for bot in self._bots.values():
+            bot.restart()
+        self._state = self._game.new_initial_state()
+        self._episode_return = np.zeros(self._num_players, np.float32)
+        self._episode_length = 0
+        self._advance(np.zeros(self._num_players, np.float32))
+        return self._observation()
+
+    def step(self, action: Any) -> TimeStep:
+        state = self.state
+        if state.is_terminal():
+            raise RuntimeError("OpenSpielEnv: step() after the game ended; call reset()")
+        player = state.current_player()
+        action = int(action)
+        if not (0 <= action < self._num_actions and state.legal_actions_mask(player)[action]):
+            raise ValueError(f"action {action} is illegal for player {player}; legal: {state.legal_actions(player)}")
+        state.apply_action(action)
+        reward = np.asarray(state.rewards(), np.float32)
+        self._advance(reward)
+        self._episode_return += reward
+        self._episode_length += 1
+        info = NO_INFO
+        if state.is_terminal():
+            returns = np.asarray(state.returns(), np.float32)
+            info = StepInfo(
+                episode=EpisodeStats(self._episode_return.copy(), self._episode_length),
+                outcome=outcomes_from_returns(returns),
+            )
+        return TimeStep(self._observation(), reward, state.is_terminal(), False, info)
+
+    def close(self) -> None:
+        self._bots = {}
+        self._state = None
+
+    def _build_bots(self) -> None:
+        self._bots = {
+            seat: ReferenceBot(self._game, spec, seat, int(self._rng.integers(_MAX_SEED)))
+            for seat, spec in sorted(self._bot_specs.items())
+        }
+
+    def _advance(self, reward: np.ndarray) -> None:
+        """Play chance nodes and bot seats until an agent seat is to move or the game ends; `reward`
+        accumulates what the agent's seats earn meanwhile."""
+        state = self._state
+        while not state.is_terminal():
+            if state.is_chance_node():
+                actions, probs = zip(*state.chance_outcomes(), strict=True)
+                state.apply_action(int(self._rng.choice(actions, p=probs)))
+            elif state.current_player() in self._bots:
+                state.apply_action(self._bots[state.current_player()].act(state))
+            else:
+                return
+            reward += np.asarray(state.rewards(), np.float32)
+
+    def _observation(self) -> dict[str, np.ndarray]:
+        state = self._state
+        observation = np.empty((self._num_players, *self._obs_shape), np.float32)
+        for player in range(self._num_players):
+            observation[player] = np.reshape(self._observe(state, player), self._obs_shape)
+        mask = np.zeros((self._num_players, self._num_actions), np.bool_)
+        to_play = -1 if state.is_terminal() else state.current_player()
+        if to_play >= 0:
+            mask[to_play] = state.legal_actions_mask(to_play)
+        return {"observation": observation, "action_mask": mask, "to_play": np.array(to_play, np.int32)}

@@ -1,0 +1,395 @@
+"""gRPC plumbing every process shares: servers, channels, auth, deadlines, retries.
+
+Why one module: the same decisions (message size limits, keepalive, how the token travels, that every call has a
+deadline) must hold on both ends of every connection, so they live in one place and both ends import them.
+
+- Servers come from `make_server`, which also registers the gRPC health service (open to probes without a
+  token) and server reflection (behind the token, like every other method).
+- Channels come from `make_channel`. A client interceptor gives every call a deadline (`DEFAULT_DEADLINE_S`
+  unless the caller passes `timeout=`) and sends the bearer token as plain call metadata. gRPC's call
+  credentials are silently dropped on insecure channels, so metadata is the one path that works on both.
+- `call_idempotent` retries a call with exponential backoff and jitter, for idempotent calls only.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+import os
+import random
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple, TypeVar
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+log = logging.getLogger(__name__)
+
+# Every client call without an explicit timeout gets this deadline.
+DEFAULT_DEADLINE_S = 10.0
+# Control-plane messages are small; a larger one is a bug or an attack (RESOURCE_EXHAUSTED).
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+TOKEN_ENV_VAR = "LEAGUE_TOKEN"
+AUTH_METADATA_KEY = "authorization"
+# Health checks stay open so load balancers and `grpc_health_probe` work without a secret.
+OPEN_METHOD_PREFIXES: tuple[str, ...] = ("/grpc.health.v1.Health/",)
+# Printed by servers once bound, so parents (tests, `league run`) can find the port.
+LISTEN_LINE_PREFIX = "LISTENING"
+
+_KEEPALIVE_CLIENT_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+)
+_KEEPALIVE_SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+    ("grpc.http2.max_ping_strikes", 0),
+)
+
+T = TypeVar("T")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Tokens, addresses, exposure
+# --------------------------------------------------------------------------------------------------------
+
+
+def load_token(token_file: str | os.PathLike[str] | None) -> str | None:
+    """The bearer token from `token_file`, else from $LEAGUE_TOKEN, else None (no auth)."""
+    if token_file is not None:
+        token = Path(token_file).read_text().strip()
+        if not token:
+            raise ValueError(f"token_file: {token_file} is empty")
+        return token
+    token = os.environ.get(TOKEN_ENV_VAR, "").strip()
+    return token or None
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(host: str, token: str | None, insecure: bool) -> None:
+    """Refuse to serve a non-loopback address without a token unless the operator said `--insecure`."""
+    if token is None and not insecure and not is_loopback(host):
+        raise ValueError(
+            f"host: refusing to listen on non-loopback address {host!r} without a token "
+            f"(give --token-file or ${TOKEN_ENV_VAR}, or --insecure to serve without auth)"
+        )
+
+
+def join_host_port(host: str, port: int) -> str:
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{port}"
+
+
+def format_listen_line(service: str, address: str) -> str:
+    return f"{LISTEN_LINE_PREFIX} service={service} address={address}"
+
+
+def parse_listen_line(line: str) -> tuple[str, str] | None:
+    """(service, address) from a line written by `format_listen_line`, None for any other line."""
+    parts = line.strip().split()
+    if len(parts) != 3 or parts[0] != LISTEN_LINE_PREFIX:
+        return None
+    fields = dict(p.split("=", 1) for p in parts[1:] if "=" in p)
+    if set(fields) != {"service", "address"}:
+        return None
+    return fields["service"], fields["address"]
+
+
+def write_port_file(path: str | os.PathLike[str], port: int) -> None:
+    """Write the port atomically (temp file + rename) so a reader never sees a half-written number."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{port}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# --------------------------------------------------------------------------------------------------------
+# Server side
+# --------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    cert_path: Path
+    key_path: Path
+
+    def credentials(self) -> grpc.ServerCredentials:
+        return grpc.ssl_server_credentials([(Path(self.key_path).read_bytes(), Path(self.cert_path).read_bytes())])
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    host: str = "127.0.0.1"
+    port: int = 0
+    token: str | None = None
+    tls: ServerTls | None = None
+    # Threads serving calls; long-polling GetJob holds one each, so this bounds concurrent long polls.
+    max_workers: int = 128
+    max_receive_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    max_send_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    interceptors: tuple[grpc.ServerInterceptor, ...] = ()
+
+
+def _abort_handler(like: grpc.RpcMethodHandler, code: grpc.StatusCode, details: str) -> grpc.RpcMethodHandler:
+    """A handler of the same streaming shape as `like` that fails every call with `code`."""
+
+    def abort(_request: Any, context: grpc.ServicerContext) -> Any:
+        context.abort(code, details)
+
+    kw = {"request_deserializer": like.request_deserializer, "response_serializer": like.response_serializer}
+    if like.request_streaming and like.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(abort, **kw)
+    if like.request_streaming:
+        return grpc.stream_unary_rpc_method_handler(abort, **kw)
+    if like.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(abort, **kw)
+    return grpc.unary_unary_rpc_method_handler(abort, **kw)
+
+
+class BearerTokenInterceptor(grpc.ServerInterceptor):
+    """Fails every call without `authorization: Bearer <token>` with UNAUTHENTICATED (health stays open)."""
+
+    def __init__(self, token: str, open_prefixes: Sequence[str] = OPEN_METHOD_PREFIXES) -> None:
+        if not token:
+            raise ValueError("token: must not be empty")
+        self._expected = f"Bearer {token}".encode()
+        self._open_prefixes = tuple(open_prefixes)
+
+    def intercept_service(self, continuation, handler_call_details):
+        handler = continuation(handler_call_details)
+        if handler is None or handler_call_details.method.startswith(self._open_prefixes):
+            return handler
+        metadata = handler_call_details.invocation_metadata or ()
+        got = next((v for k, v in metadata if k == AUTH_METADATA_KEY), "")
+        got_bytes = got.encode() if isinstance(got, str) else bytes(got)
+        if hmac.compare_digest(got_bytes, self._expected):
+            return handler
+        reason = "missing bearer token" if not got_bytes else "wrong bearer token"
+        return _abort_handler(handler, grpc.StatusCode.UNAUTHENTICATED, reason)
+
+
+@dataclass
+class ServingServer:
+    """A started server: its bound address, and the health status probes see."""
+
+    server: grpc.Server
+    host: str
+    port: int
+    health: health.HealthServicer
+    service_names: tuple[str, ...]
+    _stopped: bool = field(default=False, repr=False)
+
+    @property
+    def address(self) -> str:
+        return join_host_port(self.host, self.port)
+
+    def set_serving(self, serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in ("", *self.service_names):
+            self.health.set(name, status)
+
+    def stop(self, grace_s: float | None = 5.0) -> None:
+        """Report NOT_SERVING, refuse new calls, let in-flight calls finish within `grace_s`, then return."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self.health.enter_graceful_shutdown()
+        self.server.stop(grace_s).wait()
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        return self.server.wait_for_termination(timeout_s)
+
+
+def make_server(
+    options: ServerOptions,
+    register: Callable[[grpc.Server], None],
+    service_names: Sequence[str],
+) -> ServingServer:
+    """Build, bind and start a server with health (SERVING) and reflection for `service_names`."""
+    interceptors: list[grpc.ServerInterceptor] = list(options.interceptors)
+    if options.token is not None:
+        interceptors.insert(0, BearerTokenInterceptor(options.token))
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=options.max_workers, thread_name_prefix="grpc-server"),
+        interceptors=interceptors,
+        options=[
+            ("grpc.max_receive_message_length", options.max_receive_bytes),
+            ("grpc.max_send_message_length", options.max_send_bytes),
+            ("grpc.so_reuseport", 0),
+            *_KEEPALIVE_SERVER_OPTIONS,
+        ],
+    )
+    register(server)
+    health_servicer = health.HealthServicer(experimental_non_blocking=True)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = tuple(service_names)
+    reflection.enable_server_reflection(
+        (*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
+    )
+    bind = join_host_port(options.host, options.port)
+    if options.tls is not None:
+        port = server.add_secure_port(bind, options.tls.credentials())
+    else:
+        port = server.add_insecure_port(bind)
+    if port == 0:
+        raise OSError(f"port: could not bind {bind}")
+    server.start()
+    serving = ServingServer(server=server, host=options.host, port=port, health=health_servicer, service_names=names)
+    serving.set_serving(True)
+    return serving
+
+
+# --------------------------------------------------------------------------------------------------------
+# Client side
+# --------------------------------------------------------------------------------------------------------
+
+
+class _CallDetails(NamedTuple):
+    method: str
+    timeout: float | None
+    metadata: Sequence[tuple[str, str]] | None
+    credentials: grpc.CallCredentials | None
+    wait_for_ready: bool | None
+    compression: Any
+
+
+class _ClientDefaultsInterceptor(
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamUnaryClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
+):
+    """Gives every call a deadline and, when there is a token, the authorization metadata."""
+
+    def __init__(self, default_deadline_s: float, token: str | None) -> None:
+        if not default_deadline_s > 0:
+            raise ValueError(f"default_deadline_s: must be > 0, got {default_deadline_s}")
+        self._deadline = default_deadline_s
+        self._auth = ((AUTH_METADATA_KEY, f"Bearer {token}"),) if token else ()
+
+    def _details(self, d: grpc.ClientCallDetails) -> _CallDetails:
+        metadata = tuple(d.metadata or ()) + self._auth
+        return _CallDetails(
+            method=d.method,
+            timeout=d.timeout if d.timeout is not None else self._deadline,
+            metadata=metadata,
+            credentials=d.credentials,
+            wait_for_ready=getattr(d, "wait_for_ready", None),
+            compression=getattr(d, "compression", None),
+        )
+
+    def intercept_unary_unary(self, continuation, client_call_details, request):
+        return continuation(self._details(client_call_details), request)
+
+    def intercept_unary_stream(self, continuation, client_call_details, request):
+        return continuation(self._details(client_call_details), request)
+
+    def intercept_stream_unary(self, continuation, client_call_details, request_iterator):
+        return continuation(self._details(client_call_details), request_iterator)
+
+    def intercept_stream_stream(self, continuation, client_call_details, request_iterator):
+        return continuation(self._details(client_call_details), request_iterator)
+
+
+def make_channel(
+    address: str,
+    *,
+    token: str | None = None,
+    tls_ca: str | os.PathLike[str] | None = None,
+    tls_server_name: str | None = None,
+    default_deadline_s: float = DEFAULT_DEADLINE_S,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+) -> grpc.Channel:
+    """A channel whose every call has a deadline and carries the token; TLS when `tls_ca` is given."""
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+        *_KEEPALIVE_CLIENT_OPTIONS,
+    ]
+    if tls_ca is not None:
+        if tls_server_name:
+            options.append(("grpc.ssl_target_name_override", tls_server_name))
+        creds = grpc.ssl_channel_credentials(root_certificates=Path(tls_ca).read_bytes())
+        channel = grpc.secure_channel(address, creds, options=options)
+    else:
+        channel = grpc.insecure_channel(address, options=options)
+    return grpc.intercept_channel(channel, _ClientDefaultsInterceptor(default_deadline_s, token))
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with full jitter; only for idempotent calls."""
+
+    attempts: int = 5
+    initial_backoff_s: float = 0.1
+    max_backoff_s: float = 2.0
+    multiplier: float = 2.0
+    retry_codes: frozenset[grpc.StatusCode] = frozenset(
+        {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+    )
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"attempts: must be >= 1, got {self.attempts}")
+        if not (0 < self.initial_backoff_s <= self.max_backoff_s):
+            raise ValueError("initial_backoff_s: must be > 0 and <= max_backoff_s")
+
+    def backoffs(self, rng: random.Random | None = None) -> Iterable[float]:
+        rng = rng or random.Random()
+        cap = self.initial_backoff_s
+        for _ in range(self.attempts - 1):
+            yield rng.uniform(0, cap)
+            cap = min(self.max_backoff_s, cap * self.multiplier)
+
+
+def call_idempotent(
+    method: Callable[..., T],
+    request: Any,
+    *,
+    timeout: float = DEFAULT_DEADLINE_S,
+    policy: RetryPolicy = RetryPolicy(),
+    stop: threading.Event | None = None,
+) -> T:
+    """Call `method(request, timeout=...)`, retrying retryable failures with backoff until the policy gives up.
+
+    `stop` (set on shutdown) cuts the backoff short and re-raises the last error.
+    """
+    stop = stop or threading.Event()
+    delays = iter(policy.backoffs())
+    while True:
+        try:
+            return method(request, timeout=timeout)
+        except grpc.RpcError as err:
+            code = err.code() if callable(getattr(err, "code", None)) else None
+            delay = next(delays, None)
+            if code not in policy.retry_codes or delay is None:
+                raise
+            log.debug("retrying after %s in %.3fs", code, delay)
+            if stop.wait(delay):
+                raise

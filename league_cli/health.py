@@ -1,0 +1,63 @@
+"""`league health --addr HOST:PORT`: exit 0 when a server's gRPC health service answers SERVING.
+
+Why a command of our own: docker compose healthchecks need a probe that runs inside the image (no
+`grpc_health_probe` binary there), and it must not pay for torch. It imports grpc and the health stubs only.
+The health service is open without a token (see common/rpc.py), so no secret is needed to probe.
+`python -m league_cli.health ...` runs the same without the subcommand being wired.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+DEFAULT_TIMEOUT_S = 3.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--addr", required=True, help="server HOST:PORT (a coordinator or a learner)")
+    parser.add_argument("--service", default="", help='service name to check (default "": the whole server)')
+    parser.add_argument(
+        "--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="deadline of the check, seconds"
+    )
+    parser.add_argument("--tls-ca", type=Path, default=None, help="CA certificate to verify the server (TLS)")
+
+
+def main(args: argparse.Namespace) -> int:
+    """0 when SERVING; 1 (with the reason on stderr) when not serving, unreachable or unknown."""
+    if not args.timeout > 0:
+        raise SystemExit(f"league health: --timeout must be > 0, got {args.timeout}")
+    if args.tls_ca is not None:
+        creds = grpc.ssl_channel_credentials(root_certificates=Path(args.tls_ca).read_bytes())
+        channel = grpc.secure_channel(args.addr, creds)
+    else:
+        channel = grpc.insecure_channel(args.addr)
+    try:
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
+        )
+    except grpc.RpcError as err:
+        print(f"league health: {args.addr}: {err.code().name}: {err.details()}", file=sys.stderr)
+        return 1
+    finally:
+        channel.close()
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+    if reply.status != health_pb2.HealthCheckResponse.SERVING:
+        print(f"league health: {args.addr}: {status}", file=sys.stderr)
+        return 1
+    print(f"{args.addr}: {status}")
+    return 0
+
+
+def cli(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="league health", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return main(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

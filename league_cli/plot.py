@@ -1,0 +1,112 @@
+"""`league plot`: PNGs of the win-rate matrix and the rating curves from a run's status history.
+
+`league run` records one GetStatus reply per interval as JSON lines; everything here reads that file, so a
+plot can be made after the fact, on any machine, without the coordinator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--history", type=Path, required=True, help="status_history.jsonl written by `league run`")
+    parser.add_argument("--out", type=Path, required=True, help="directory for the PNG files")
+
+
+def read_history(path: Path) -> list[dict[str, Any]]:
+    lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
+    records = []
+    for n, line in enumerate(lines, 1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            if n == len(lines):  # a run killed mid-write leaves a torn last line
+                break
+            raise ValueError(f"{path}:{n}: not JSON ({err})") from err
+    return records
+
+
+def _players(record: dict[str, Any]) -> list[dict[str, Any]]:
+    return record.get("players", [])
+
+
+def write_plots(history_path: Path, out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = read_history(Path(history_path))
+    if not records:
+        raise ValueError(f"{history_path}: no status records")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+
+    # Rating curves: Elo of every player over time (historical players appear when they are created).
+    fig, (ax_elo, ax_mu) = plt.subplots(1, 2, figsize=(12, 4.5))
+    series: dict[str, tuple[list[float], list[float], list[float]]] = {}
+    for rec in records:
+        t = rec.get("elapsed_s", 0.0)
+        for p in _players(rec):
+            xs, elo, mu = series.setdefault(p["player_id"], ([], [], []))
+            xs.append(t)
+            elo.append(p.get("elo", 0.0))
+            mu.append(p.get("trueskill_mu", 0.0))
+    last_players = {p["player_id"]: p for p in _players(records[-1])}
+    for pid, (xs, elo, mu) in series.items():
+        active = last_players.get(pid, {}).get("active", False)
+        style = dict(linewidth=2.0) if active else dict(linewidth=0.8, alpha=0.6)
+        ax_elo.plot(xs, elo, label=pid if active else None, **style)
+        ax_mu.plot(xs, mu, label=pid if active else None, **style)
+    ax_elo.set(title="Elo", xlabel="seconds")
+    ax_mu.set(title="TrueSkill mu", xlabel="seconds")
+    ax_elo.legend(fontsize="small")
+    fig.tight_layout()
+    path = out_dir / "ratings.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    written.append(path)
+
+    # Win-rate matrix at the end of the run, with game counts.
+    payoff = records[-1].get("payoff", [])
+    if payoff:
+        names = sorted({row["home"] for row in payoff} | {row["away"] for row in payoff})
+        index = {n: i for i, n in enumerate(names)}
+        import numpy as np
+
+        rate = np.full((len(names), len(names)), np.nan)
+        games = np.zeros((len(names), len(names)))
+        for row in payoff:
+            i, j = index[row["home"]], index[row["away"]]
+            rate[i, j] = row.get("win_rate", np.nan)
+            games[i, j] = row.get("games", 0)
+        size = max(5.0, 0.6 * len(names) + 2)
+        fig, ax = plt.subplots(figsize=(size + 1.5, size))
+        im = ax.imshow(rate, vmin=0.0, vmax=1.0, cmap="RdYlGn")
+        ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize="x-small")
+        ax.set_yticks(range(len(names)), names, fontsize="x-small")
+        ax.set(title="win rate of row against column (games)", xlabel="opponent", ylabel="player")
+        if len(names) <= 20:
+            for i in range(len(names)):
+                for j in range(len(names)):
+                    if games[i, j]:
+                        ax.text(j, i, f"{rate[i, j]:.2f}\n({games[i, j]:.0f})", ha="center", va="center",
+                                fontsize="xx-small")
+        fig.colorbar(im, ax=ax)
+        fig.tight_layout()
+        path = out_dir / "win_rates.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def plot_main(args: argparse.Namespace) -> int:
+    written = write_plots(args.history, args.out)
+    for p in written:
+        print(p)
+    return 0

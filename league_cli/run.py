@@ -1,0 +1,279 @@
+"""`league run [CONFIG]`: a whole league on this machine, from one command, until its budget is spent.
+
+The topology is the one every deployment uses — one coordinator, one learner per active player, N actors —
+started as local processes with the same CLI commands docker compose and Kubernetes run. This file only
+supervises: it starts them, restarts a worker that dies (as a cluster would), shows progress from GetStatus,
+records the status history, and stops everything in order (actors, learners, coordinator) at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from common.config import ConfigError, from_dict
+from league_cli.processes import ManagedProcess, ProcessGroup, league_command
+
+PORT_WAIT_S = 90.0
+MAX_WORKER_RESTARTS = 5
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The `run:` section of a league config: how `league run` lays the league out on this machine."""
+
+    # Actor processes (each runs `env.env_num` environments unless env_num_per_actor is set).
+    actors: int = 2
+    env_num_per_actor: int = 0
+    manager: str = "subprocess"
+    # Budget: stop after this many seconds, or when the league counted this many env steps (0: no limit).
+    seconds: float = 300.0
+    env_steps: int = 0
+    # How often progress is polled and recorded.
+    status_interval_s: float = 2.0
+    # Seconds each process gets to stop after SIGTERM before it is killed.
+    stop_grace_s: float = 15.0
+
+    def __post_init__(self) -> None:
+        if self.actors < 1:
+            raise ConfigError("run.actors", f"must be >= 1, got {self.actors}")
+        if self.manager not in ("subprocess", "base"):
+            raise ConfigError("run.manager", f"must be 'subprocess' or 'base', got {self.manager!r}")
+        if not self.seconds > 0:
+            raise ConfigError("run.seconds", f"must be > 0, got {self.seconds}")
+        if self.env_steps < 0:
+            raise ConfigError("run.env_steps", f"must be >= 0, got {self.env_steps}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", nargs="?", type=Path, default=None,
+                        help="league YAML (default: the embedded connect-four league)")
+    parser.add_argument("--run-dir", type=Path, default=None, help="where checkpoints, logs and state go "
+                        "(default: runs/<timestamp>)")
+    parser.add_argument("--actors", type=int, default=None, help="number of actor processes (overrides run.actors)")
+    parser.add_argument("--seconds", type=float, default=None, help="time budget (overrides run.seconds)")
+    parser.add_argument("--env-steps", type=int, default=None, help="env-step budget (overrides run.env_steps)")
+    parser.add_argument("--quiet", action="store_true", help="no live table; one progress line per interval")
+
+
+def _load(args: argparse.Namespace) -> tuple[Any, RunConfig, dict[str, Any]]:
+    from league_service.config import config_to_dict, load_config
+
+    cfg = load_config(args.config)
+    run_dict = dict(cfg.run)
+    for key, value in (("actors", args.actors), ("seconds", args.seconds), ("env_steps", args.env_steps)):
+        if value is not None:
+            run_dict[key] = value
+    run_cfg = from_dict(RunConfig, run_dict, "run")
+    return cfg, run_cfg, config_to_dict(cfg)
+
+
+def active_player_count(cfg: Any) -> int:
+    league = cfg.league
+    return sum(league.active_players.values()) * len(league.player_category)
+
+
+class Supervisor:
+    """Starts the processes of one local league and keeps the workers running until told to stop."""
+
+    def __init__(self, run_dir: Path, config_path: Path, run_cfg: RunConfig, learners: int) -> None:
+        self.run_dir = run_dir
+        self.shared_root = run_dir / "shared"
+        self.state_path = run_dir / "league_state.sqlite"
+        self.config_path = config_path
+        self.run_cfg = run_cfg
+        self.learners = learners
+        self.group = ProcessGroup(run_dir / "logs")
+        self.address = ""
+        self.restarts: dict[str, int] = {}
+
+    def start_coordinator(self) -> str:
+        port_file = self.run_dir / "coordinator.port"
+        port_file.unlink(missing_ok=True)
+        proc = self.group.start("coordinator", league_command(
+            "coordinator", "--config", str(self.config_path), "--shared-root", str(self.shared_root),
+            "--state", str(self.state_path), "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file)))
+        deadline = time.monotonic() + PORT_WAIT_S
+        while time.monotonic() < deadline:
+            if port_file.exists() and port_file.read_text().strip():
+                self.address = f"127.0.0.1:{int(port_file.read_text().strip())}"
+                return self.address
+            if not proc.alive():
+                raise RuntimeError(f"the coordinator exited ({proc.popen.returncode}):\n{proc.log_tail()}")
+            time.sleep(0.1)  # a child process's file: nothing to wait on but the file system
+        raise RuntimeError(f"the coordinator did not report its port within {PORT_WAIT_S:.0f} s:\n{proc.log_tail()}")
+
+    def _worker_argv(self, name: str) -> list[str]:
+        common = ["--coordinator", self.address, "--shared-root", str(self.shared_root), "--worker-id", name]
+        if name.startswith("learner"):
+            return league_command("learner", *common, "--host", "127.0.0.1", "--port", "0")
+        argv = league_command("actor", *common, "--manager", self.run_cfg.manager)
+        if self.run_cfg.env_num_per_actor:
+            argv += ["--env-num", str(self.run_cfg.env_num_per_actor)]
+        return argv
+
+    def worker_names(self) -> list[str]:
+        return [f"learner-{i}" for i in range(self.learners)] + [f"actor-{i}" for i in range(self.run_cfg.actors)]
+
+    def start_workers(self) -> None:
+        for name in self.worker_names():
+            self.group.start(name, self._worker_argv(name))
+
+    def check(self) -> list[str]:
+        """Restart workers that died; raise if the coordinator died. Returns what happened, for the log."""
+        events = []
+        for proc in self.group.dead():
+            if proc.name == "coordinator":
+                raise RuntimeError(f"the coordinator exited ({proc.popen.returncode}):\n{proc.log_tail()}")
+            n = self.restarts.get(proc.name, 0)
+            if n >= MAX_WORKER_RESTARTS:
+                raise RuntimeError(f"{proc.name} died {n + 1} times; last log lines:\n{proc.log_tail()}")
+            self.restarts[proc.name] = n + 1
+            self.group.forget(proc)
+            self.group.start(proc.name, self._worker_argv(proc.name))
+            events.append(f"{proc.name} exited with {proc.popen.returncode}; restarted ({n + 1})")
+        return events
+
+    def stop(self) -> dict[str, int]:
+        by_kind: dict[str, list[ManagedProcess]] = {"actor": [], "learner": [], "coordinator": []}
+        for p in self.group.processes:
+            by_kind[p.name.split("-")[0]].append(p)
+        grace = self.run_cfg.stop_grace_s
+        return self.group.stop_in_order([by_kind["actor"], by_kind["learner"], by_kind["coordinator"]], grace)
+
+
+def _progress_table(status: Any, elapsed: float, run_cfg: RunConfig, steps_per_s: float, events: list[str]):
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    c = status.counters
+    budget = f"{elapsed:,.0f}/{run_cfg.seconds:,.0f} s"
+    if run_cfg.env_steps:
+        budget += f", {c.env_steps:,}/{run_cfg.env_steps:,} env steps"
+    header = Text(
+        f"league run · {budget} · env steps {c.env_steps:,} ({steps_per_s:,.0f}/s) · matches {c.matches:,} · "
+        f"jobs {c.jobs_finished:,} done, {c.jobs_expired:,} expired · snapshots {c.snapshots} · "
+        f"mutations {c.mutations}"
+    )
+    table = Table(expand=False)
+    for col in ("player", "type", "steps", "iter", "ckpt v", "elo", "mu±sigma", "return"):
+        table.add_column(col, justify="left" if col in ("player", "type") else "right")
+    for p in status.players:
+        if not p.active:
+            continue
+        table.add_row(p.player_id, p.player_type, f"{p.agent_steps:,}", f"{p.train_iteration:,}",
+                      str(p.checkpoint_version), f"{p.elo:.0f}", f"{p.trueskill_mu:.1f}±{p.trueskill_sigma:.1f}",
+                      f"{p.mean_return:.1f}" if p.episodes else "-")
+    historical = sum(1 for p in status.players if not p.active)
+    parts = [header, table, Text(f"historical players: {historical}")]
+    parts += [Text(e, style="yellow") for e in events[-3:]]
+    return Group(*parts)
+
+
+def run_main(args: argparse.Namespace) -> int:
+    import grpc
+    from rich.console import Console
+    from rich.live import Live
+
+    from common.proto.league.v1 import league_pb2, league_pb2_grpc
+    from common.rpc import make_channel
+    from league_service.status_view import render_status, status_to_json
+
+    console = Console()
+    try:
+        cfg, run_cfg, cfg_dict = _load(args)
+    except ConfigError as err:
+        console.print(f"[red]league run: config error: {err}[/red]")
+        return 2
+    run_dir = args.run_dir or Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_path = run_dir / "config.yaml"
+    config_path.write_text(yaml.safe_dump(cfg_dict, sort_keys=False))
+    history_path = run_dir / "status_history.jsonl"
+
+    stop = threading.Event()
+    reason = ["budget spent"]
+
+    def on_signal(signum: int, _frame: object) -> None:
+        reason[0] = f"stopped by {signal.Signals(signum).name}"
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    sup = Supervisor(run_dir, config_path, run_cfg, learners=active_player_count(cfg))
+    status = None
+    exit_code = 0
+    try:
+        console.print(f"league run: {run_dir} · {sup.learners} learner(s), {run_cfg.actors} actor(s), "
+                      f"budget {run_cfg.seconds:.0f} s" + (f" / {run_cfg.env_steps:,} env steps" if run_cfg.env_steps else ""))
+        address = sup.start_coordinator()
+        console.print(f"coordinator listening on {address}")
+        sup.start_workers()
+        channel = make_channel(address)
+        stub = league_pb2_grpc.LeagueServiceStub(channel)
+        start = time.monotonic()
+        last_steps, last_t = 0, start
+        events: list[str] = []
+        with open(history_path, "a") as history, Live(console=console, auto_refresh=False,
+                                                        transient=False, redirect_stdout=False) as live:
+            while not stop.is_set():
+                events += sup.check()
+                try:
+                    status = stub.GetStatus(league_pb2.GetStatusRequest(), timeout=5.0)
+                except grpc.RpcError as err:
+                    events.append(f"status: {err.code().name}: {err.details()}")
+                else:
+                    now = time.monotonic()
+                    rate = (status.counters.env_steps - last_steps) / max(now - last_t, 1e-9)
+                    last_steps, last_t = status.counters.env_steps, now
+                    record = json.loads(status_to_json(status))
+                    record["elapsed_s"] = now - start
+                    history.write(json.dumps(record) + "\n")
+                    history.flush()
+                    view = _progress_table(status, now - start, run_cfg, rate, events)
+                    if args.quiet:
+                        c = status.counters
+                        console.print(f"[{now - start:6.0f}s] env steps {c.env_steps:,} ({rate:,.0f}/s) "
+                                      f"matches {c.matches:,} snapshots {c.snapshots}")
+                    else:
+                        live.update(view, refresh=True)
+                    if run_cfg.env_steps and status.counters.env_steps >= run_cfg.env_steps:
+                        break
+                if time.monotonic() - start >= run_cfg.seconds:
+                    break
+                stop.wait(run_cfg.status_interval_s)
+        channel.close()
+    except RuntimeError as err:
+        console.print(f"[red]league run: {err}[/red]")
+        reason[0] = "a process failed"
+        exit_code = 1
+    finally:
+        codes = sup.stop()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    console.print(f"\nleague run: {reason[0]}; every process stopped "
+                  f"({', '.join(f'{k}={v}' for k, v in sorted(codes.items()))})")
+    if status is not None:
+        console.print(render_status(status))
+    plots = run_dir / "plots"
+    try:
+        from league_cli.plot import write_plots
+
+        written = write_plots(history_path, plots)
+    except Exception as err:  # plotting must not hide where the results are
+        console.print(f"[yellow]plots: not written ({err})[/yellow]")
+        written = []
+    console.print(f"checkpoints: {sup.shared_root}\nlogs:        {sup.group.log_dir}\n"
+                  f"state:       {sup.state_path}\nhistory:     {history_path}")
+    if written:
+        console.print(f"plots:       {plots} ({', '.join(p.name for p in written)})")
+    return exit_code

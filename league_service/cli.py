@@ -1,0 +1,198 @@
+"""`league coordinator` and `league status`: argument parsing and the process shell.
+
+Each subcommand is a pair `add_*_arguments(parser)` / `*_main(args) -> int` that league_cli/main.py hooks in;
+`python -m league_service.cli coordinator ...` runs the same without the `league` entry point.
+
+The coordinator process: bind, print one parseable line (`LISTENING service=coordinator address=HOST:PORT`,
+and the port to `--port-file` atomically), serve until SIGTERM/SIGINT, then health NOT_SERVING, in-flight
+calls finish within the grace period, state is already durable, exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import grpc
+
+from common.rpc import (
+    ServerOptions,
+    ServerTls,
+    check_exposure,
+    format_listen_line,
+    load_token,
+    make_channel,
+    write_port_file,
+)
+
+log = logging.getLogger("league.coordinator")
+
+DEFAULT_STATUS_ADDR = "127.0.0.1:50051"
+
+
+# ---- league coordinator -------------------------------------------------------------------------------------
+
+
+def add_coordinator_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, default=None, help="league YAML (default: the embedded league)")
+    parser.add_argument("--shared-root", type=Path, required=True, help="directory of checkpoints (and state)")
+    parser.add_argument("--state", type=Path, default=None, help="SQLite state file (default: SHARED_ROOT/league_state.sqlite)")
+    parser.add_argument("--host", default=None, help="address to listen on (default: from coordinator.bind_address)")
+    parser.add_argument("--port", type=int, default=None, help="port; 0 picks a free one (default: from config)")
+    parser.add_argument("--port-file", type=Path, default=None, help="write the bound port here (atomically)")
+    parser.add_argument("--token-file", type=Path, default=None, help="bearer token clients must send (else $LEAGUE_TOKEN)")
+    parser.add_argument("--insecure", action="store_true", help="allow a non-loopback address without a token")
+    parser.add_argument("--tls-cert", type=Path, default=None, help="PEM certificate chain (with --tls-key)")
+    parser.add_argument("--tls-key", type=Path, default=None, help="PEM private key (with --tls-cert)")
+    parser.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
+    parser.add_argument("--lease-timeout", type=float, default=None, help="seconds (default: coordinator.lease_timeout_s)")
+    parser.add_argument("--without-learners", action="store_true", help="hand out collect jobs with no learner bound")
+    parser.add_argument("--seed", type=int, default=None, help="seed of the league's opponent choice")
+    parser.add_argument("--fsync", action="store_true", help="flush every commit to disk (survive power loss)")
+    parser.add_argument("--grace", type=float, default=5.0, help="seconds in-flight calls get at shutdown")
+    parser.add_argument("--log-level", default="INFO")
+
+
+def coordinator_main(args: argparse.Namespace) -> int:
+    # Imported here so `league status` does not pay for the league core.
+    from league_service.config import load_config
+    from league_service.coordinator import Coordinator, CoordinatorSettings
+    from league_service.server import serve_coordinator
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if (args.tls_cert is None) != (args.tls_key is None):
+        return _refuse("--tls-cert and --tls-key go together")
+    if not args.shared_root.is_dir():
+        return _refuse(f"--shared-root {args.shared_root} is not a directory")
+    try:
+        cfg = load_config(args.config)
+        default_host, _, default_port = cfg.coordinator.bind_address.rpartition(":")
+        host = args.host if args.host is not None else default_host.strip("[]")
+        port = args.port if args.port is not None else int(default_port)
+        token = load_token(args.token_file)
+        check_exposure(host, token, args.insecure)
+    except ValueError as err:  # ConfigError, an empty token file, an open address without a token
+        return _refuse(str(err))
+    settings = CoordinatorSettings(
+        shared_root=args.shared_root,
+        state_path=args.state,
+        lease_timeout_s=args.lease_timeout,
+        needs_learner=not args.without_learners,
+        rng_seed=args.seed,
+        fsync=args.fsync,
+    )
+    tls = ServerTls(args.tls_cert, args.tls_key) if args.tls_cert is not None else None
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    server = serve_coordinator(
+        Coordinator(cfg, settings),
+        ServerOptions(host=host, port=port, token=token, tls=tls),
+        metrics_port=args.metrics_port,
+    )
+    # Everything built so far lives as long as the process: keep it out of full GC passes (shorter pauses).
+    gc.freeze()
+    try:
+        if args.port_file is not None:
+            write_port_file(args.port_file, server.port)
+        print(format_listen_line("coordinator", server.address), flush=True)
+        log.info(
+            "serving league %s on %s (%s, %s)%s", server.coordinator.league_id, server.address,
+            "TLS" if tls else "plaintext", "token auth" if token else "no auth",
+            f", metrics on :{server.metrics.port}" if server.metrics else "",
+        )
+        stop.wait()
+        log.info("shutting down (grace %.1fs)", args.grace)
+    finally:
+        server.stop(args.grace)
+    return 0
+
+
+def _refuse(message: str) -> int:
+    print(f"league coordinator: {message}", file=sys.stderr)
+    return 2
+
+
+# ---- league status ------------------------------------------------------------------------------------------
+
+
+def add_status_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--addr", default=DEFAULT_STATUS_ADDR, help=f"coordinator HOST:PORT (default {DEFAULT_STATUS_ADDR})")
+    parser.add_argument("--token-file", type=Path, default=None, help="bearer token (else $LEAGUE_TOKEN)")
+    parser.add_argument("--tls-ca", type=Path, default=None, help="CA certificate to verify the coordinator (TLS)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument(
+        "--watch", type=float, nargs="?", const=2.0, default=None, metavar="SECONDS",
+        help="refresh in place every SECONDS (default 2)",
+    )
+    parser.add_argument("--timeout", type=float, default=5.0, help="deadline of each status call, seconds")
+
+
+def status_main(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.live import Live
+
+    from common.proto.league.v1 import league_pb2, league_pb2_grpc
+    from league_service.status_view import render_status, status_to_json
+
+    if args.watch is not None and not args.watch > 0:
+        raise SystemExit("league status: --watch needs a positive number of seconds")
+    console = Console()
+    channel = make_channel(args.addr, token=load_token(args.token_file), tls_ca=args.tls_ca)
+    stub = league_pb2_grpc.LeagueServiceStub(channel)
+
+    def fetch() -> league_pb2.LeagueStatus:
+        return stub.GetStatus(league_pb2.GetStatusRequest(), timeout=args.timeout)
+
+    try:
+        if args.watch is None:
+            try:
+                status = fetch()
+            except grpc.RpcError as err:
+                print(f"league status: {args.addr}: {err.code().name}: {err.details()}", file=sys.stderr)
+                return 1
+            if args.json:
+                print(status_to_json(status))
+            else:
+                console.print(render_status(status))
+            return 0
+        def frame():
+            try:
+                status = fetch()
+            except grpc.RpcError as err:
+                return f"{args.addr}: {err.code().name}: {err.details()} (retrying)"
+            return status_to_json(status) if args.json else render_status(status)
+
+        pause = threading.Event()  # never set: Ctrl-C ends the watch
+        if not console.is_terminal:  # a pipe or a file: one frame after another
+            while True:
+                console.print(frame())
+                sys.stdout.flush()
+                pause.wait(args.watch)
+        with Live(console=console, auto_refresh=False, screen=False) as live:
+            while True:
+                live.update(frame(), refresh=True)
+                pause.wait(args.watch)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        channel.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m league_service.cli {coordinator,status} ...` (the same as `league coordinator|status`)."""
+    parser = argparse.ArgumentParser(prog="league_service.cli")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_coordinator_arguments(sub.add_parser("coordinator", help="serve the league"))
+    add_status_arguments(sub.add_parser("status", help="show the league"))
+    args = parser.parse_args(argv)
+    return coordinator_main(args) if args.command == "coordinator" else status_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,562 @@
+"""The league coordinator: the league core, the lease table and the durable store behind one lock.
+
+Every accepted request changes the in-memory league and lease table under one lock and records the change;
+the group committer (group_commit.py) writes recorded changes to SQLite in batches, each batch with the league
+state as of that moment, and a request replies only once everything recorded before it is durable. So the store
+always holds a state the coordinator really was in (an accepted FinishJob and the payoff it produced commit
+together), and a restart from it (after `kill -9` too) continues there. Semantics: LEASES.md. No gRPC here: the
+servicer (server.py) translates the wire to these calls.
+
+Threads: the league core's launch thread offers collect jobs through `_on_launch`; its snapshot thread reports
+snapshots through `_on_league_change`; the expiry thread here waits on a condition until the earliest lease
+deadline and expires what is due (every call also expires lazily, so the timer only makes it prompt); the
+committer writes batches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from common.config import deep_merge
+from common.paths import SharedRoot, UnsafePathError
+from league_service.checkpoint_copy import SnapshotCopier
+from league_service.config import Config, config_to_dict
+from league_service.coordinator_messages import (
+    CoordinatorStatus,
+    FinishAck,
+    FinishReport,
+    JobGrant,
+    JobView,
+    NoJob,
+    PlayerRef,
+    PlayerUpdateRequest,
+    Registration,
+    WorkerView,
+)
+from league_service.errors import FailedPreconditionError, InvalidArgumentError
+from league_service.factory import create_league
+from league_service.group_commit import GroupCommitter
+from league_service.league_errors import NotActivePlayerError
+from league_service.leases import (
+    HeartbeatResult,
+    JobEnd,
+    JobEndStatus,
+    JobKind,
+    Lease,
+    LeaseTable,
+    WorkerInfo,
+    WorkerRole,
+)
+from league_service.messages import JobResult, JobSpec, UpdateOutcome
+from league_service.metrics import LeagueFigures
+from league_service.store import Counters, LeagueStore
+
+log = logging.getLogger(__name__)
+
+STATE_FILE_NAME = "league_state.sqlite"
+
+
+@dataclass(frozen=True)
+class CoordinatorSettings:
+    shared_root: Path
+    # The SQLite file; None puts it in the shared root beside the checkpoints.
+    state_path: Path | None = None
+    # None: the config's coordinator.lease_timeout_s.
+    lease_timeout_s: float | None = None
+    # False: collect jobs go out without a bound learner (players that do not train, tests of actors alone).
+    needs_learner: bool = True
+    # Upper bound of a GetJob long poll, whatever the request asks.
+    max_wait_s: float = 30.0
+    # Told to a worker that got no job.
+    retry_after_s: float = 1.0
+    rng_seed: int | None = None
+    # Also survive power loss (one disk flush per commit); a process crash is survived either way.
+    fsync: bool = False
+    # Ended job ids kept in memory; older ones are looked up in the store (a retried finish of an old job).
+    remember_ends: int = 100_000
+
+    def __post_init__(self) -> None:
+        if self.lease_timeout_s is not None and not (math.isfinite(self.lease_timeout_s) and self.lease_timeout_s > 0):
+            raise ValueError(f"lease_timeout_s: must be a positive number, got {self.lease_timeout_s}")
+        for name in ("max_wait_s", "retry_after_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name}: must be a finite number >= 0, got {value}")
+
+    @property
+    def resolved_state_path(self) -> Path:
+        return self.state_path if self.state_path is not None else Path(self.shared_root) / STATE_FILE_NAME
+
+
+def config_digest(cfg: Config) -> str:
+    text = json.dumps(config_to_dict(cfg), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class Coordinator:
+    """The league served to workers: typed calls in, typed replies out, every change durable before replying."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        settings: CoordinatorSettings,
+        *,
+        clock: Callable[[], float] = time.time,
+        expiry_thread: bool = True,
+    ) -> None:
+        self._cfg = cfg
+        self._settings = settings
+        self._clock = clock
+        self._use_expiry_thread = expiry_thread
+        self._lock = threading.Lock()
+        self._collect_ready = threading.Condition(self._lock)
+        self._learn_ready = threading.Condition(self._lock)
+        self._expiry_wakeup = threading.Condition(self._lock)
+        self._expiry_at = math.inf
+        self._closing = False
+        self._closed = False
+        self._threads: list[threading.Thread] = []
+        self._failure: BaseException | None = None
+
+        self.lease_timeout_s = settings.lease_timeout_s or cfg.coordinator.lease_timeout_s
+        # A worker gets a few heartbeats into each lease, even when tests shorten the lease.
+        self.heartbeat_interval_s = min(cfg.coordinator.heartbeat_interval_s, self.lease_timeout_s / 3)
+        self._root = SharedRoot(settings.shared_root)
+        self._league = create_league(
+            cfg,
+            SnapshotCopier(self._root),
+            self._on_launch,
+            on_change=self._on_league_change,
+            rng_seed=settings.rng_seed,
+        )
+        self._active_ids = tuple(p.player_id for p in self._league.active_players)
+        self._counters = Counters()
+        self._store = LeagueStore(settings.resolved_state_path, fsync=settings.fsync)
+        self._table: LeaseTable[JobSpec] = LeaseTable(
+            lease_timeout_s=self.lease_timeout_s,
+            active_players=self._active_ids,
+            needs_learner=lambda _player_id: settings.needs_learner,
+            new_job_id=lambda: uuid.uuid4().hex[:16],
+            remember_ends=settings.remember_ends,
+            forgotten_end=self._store.ended,
+        )
+        try:
+            self.started_at = clock()
+            self._restore_or_initialise()
+        except BaseException:
+            self._store.close()
+            raise
+        self._commits = GroupCommitter(self._store, self._lock, self._snapshot)
+
+    # ---- life cycle --------------------------------------------------------------------------------------
+
+    @property
+    def league_id(self) -> str:
+        return self._league.league_id
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The exception that stopped a background thread (league, expiry timer, committer), if any."""
+        return self._league.failure or self._failure or self._commits.failure
+
+    def start(self) -> None:
+        """Start the league's launch and snapshot threads and the lease expiry timer."""
+        self._league.run()
+        if self._use_expiry_thread:
+            thread = threading.Thread(target=self._expiry_loop, name="lease-expiry", daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def begin_shutdown(self) -> None:
+        """Stop handing out jobs and wake every long-polling GetJob (they answer 'shutting down')."""
+        with self._lock:
+            self._closing = True
+            for cond in (self._collect_ready, self._learn_ready, self._expiry_wakeup):
+                cond.notify_all()
+
+    def close(self) -> None:
+        """Stop the threads, commit what is recorded, close the store (idempotent).
+
+        Nothing is written that a crash just before would not have written too: every change is recorded (and
+        its reply waits for its commit) as it happens; close only lets the last batch reach the disk.
+        """
+        self.begin_shutdown()
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            for thread in self._threads:
+                thread.join()
+            try:
+                self._league.close()
+            finally:
+                self._commits.close()  # what the league's last callbacks recorded is committed too
+        finally:
+            self._store.close()
+        if self._failure is not None:
+            raise RuntimeError("the lease expiry thread failed") from self._failure
+
+    # ---- RPCs --------------------------------------------------------------------------------------------
+
+    def register_worker(self, worker_id: str, role: WorkerRole, hostname: str, data_endpoint: str) -> Registration:
+        with self._lock:
+            self._table.register(WorkerInfo(worker_id, role, hostname, data_endpoint, self._clock()))
+            self._persist(workers=(self._table.worker(worker_id),))
+            self._commits.wait_durable()
+        return Registration(worker_id, self.heartbeat_interval_s, self.lease_timeout_s, self.league_id)
+
+    def heartbeat(self, worker_id: str, job_ids: Iterable[str]) -> HeartbeatResult:
+        with self._lock:
+            now = self._clock()
+            self._expire_locked(now)
+            result = self._table.heartbeat(worker_id, job_ids, now)
+            self._commits.wait_durable()
+            return result
+
+    def get_job(self, worker_id: str, role: WorkerRole, data_endpoint: str, wait_s: float) -> JobGrant | NoJob:
+        """A job under a lease, or NoJob once nothing was ready for `wait_s` (capped by max_wait_s)."""
+        if not (math.isfinite(wait_s) and wait_s >= 0):
+            raise InvalidArgumentError("wait_s", f"must be a finite number >= 0, got {wait_s}")
+        give_up = time.monotonic() + min(wait_s, self._settings.max_wait_s)
+        ready = self._collect_ready if role is WorkerRole.ACTOR else self._learn_ready
+        with self._lock:
+            info = self._table.worker(worker_id)
+            if info.role is not role:
+                raise FailedPreconditionError("role", f"worker {worker_id!r} is registered as {info.role.value}")
+            if role is WorkerRole.LEARNER and data_endpoint and data_endpoint != info.data_endpoint:
+                info = replace(info, data_endpoint=data_endpoint)
+                self._table.register(info)
+                self._persist(workers=(info,))
+            while True:
+                if self._closing:
+                    return NoJob(self._settings.retry_after_s, "the coordinator is shutting down")
+                now = self._clock()
+                self._expire_locked(now)
+                lease = self._lease_locked(info, now)
+                if lease is not None:
+                    self._commits.wait_durable()
+                    return self._grant(lease)
+                remaining = give_up - time.monotonic()
+                if remaining <= 0:
+                    self._commits.wait_durable()
+                    return NoJob(self._settings.retry_after_s, self._why_no_job(role))
+                ready.wait(remaining)
+
+    def finish_job(self, report: FinishReport) -> FinishAck:
+        """Count a job's results exactly once: a retried finish is a duplicate, a late one is refused."""
+        if report.status is JobEndStatus.EXPIRED:
+            raise InvalidArgumentError("status", "a worker finishes a job as completed, released or failed")
+        with self._lock:
+            now = self._clock()
+            self._expire_locked(now)
+            found = self._table.check_finish(report.worker_id, report.job_id, now)
+            if isinstance(found, JobEnd):
+                self._commits.wait_durable()  # the original finish may still be on its way to disk
+                return FinishAck(duplicate=True, episodes_counted=found.episodes_counted)
+            lease = found
+            counted = 0
+            league_changed = False
+            if lease.kind is JobKind.LEARN:
+                if report.episodes:
+                    raise InvalidArgumentError("episodes", "a learn job has no episodes to report")
+            elif report.status is JobEndStatus.FAILED:
+                self._league.release_job(lease.launch_player)
+            else:
+                self._check_episode_players(report, lease.players)
+                counted = self._league.finish_job(JobResult(lease.launch_player, lease.players, report.episodes))
+                league_changed = True
+            _, end = self._table.end(lease.job_id, report.status, counted, now)
+            if lease.kind is JobKind.LEARN:
+                self._learn_ready.notify()
+            failed = report.status is JobEndStatus.FAILED
+            self._counters = self._counters.plus(
+                jobs_finished=0 if failed else 1,
+                jobs_failed=1 if failed else 0,
+                episodes=counted,
+                env_steps=0 if failed else report.env_steps,
+            )
+            self._persist(ends=(end,), league_state=league_changed)
+            self._commits.wait_durable()
+            return FinishAck(duplicate=False, episodes_counted=counted)
+
+    def update_player(self, request: PlayerUpdateRequest) -> UpdateOutcome:
+        """A learner's progress for the player it is bound to; the snapshot thread takes it from there."""
+        update = request.update
+        if update.checkpoint_path:
+            # The snapshot thread will copy this file: it must be there, inside the shared root.
+            try:
+                path = self._root.resolve(update.checkpoint_path)
+            except UnsafePathError as err:
+                raise InvalidArgumentError("checkpoint_path", str(err)) from None
+            if not path.exists():
+                raise InvalidArgumentError(
+                    "checkpoint_path", f"{update.checkpoint_path!r} does not exist under the shared root"
+                )
+        with self._lock:
+            now = self._clock()
+            self._expire_locked(now)
+            self._table.worker(request.worker_id)
+            player = self._league.get_player(update.player_id)
+            if not player.is_active:
+                raise NotActivePlayerError("player_id", f"{update.player_id!r} is a historical (frozen) player")
+            if self._settings.needs_learner:
+                binding = self._table.learner_lease(update.player_id)
+                if binding is None or binding.worker_id != request.worker_id:
+                    raise FailedPreconditionError(
+                        "worker_id", f"worker {request.worker_id!r} holds no learn job of player {update.player_id!r}"
+                    )
+            outcome = self._league.update_active_player(update)
+            self._persist(league_state=True)
+            self._commits.wait_durable()
+            return outcome
+
+    def status(self) -> CoordinatorStatus:
+        with self._lock:
+            now = self._clock()
+            self._expire_locked(now)
+            jobs_of: dict[str, list[str]] = {}
+            jobs = []
+            for lease in self._table.leases.values():
+                jobs_of.setdefault(lease.worker_id, []).append(lease.job_id)
+                jobs.append(
+                    JobView(lease.job_id, lease.kind, lease.launch_player, lease.players, lease.worker_id,
+                            lease.deadline, lease.issued_at)
+                )
+            workers = tuple(
+                WorkerView(
+                    worker_id=info.worker_id,
+                    role=info.role,
+                    hostname=info.hostname,
+                    data_endpoint=info.data_endpoint,
+                    last_heartbeat=self._table.last_seen(info.worker_id),
+                    job_ids=tuple(jobs_of.get(info.worker_id, ())),
+                    alive=now - self._table.last_seen(info.worker_id) < self.lease_timeout_s,
+                )
+                for info in self._table.workers.values()
+            )
+            learner_of = {
+                pid: binding.worker_id
+                for pid in self._active_ids
+                if (binding := self._table.learner_lease(pid)) is not None
+            }
+            return CoordinatorStatus(
+                league=self._league.status(),
+                learner_of=learner_of,
+                started_at=self.started_at,
+                now=now,
+                jobs=tuple(jobs),
+                workers=workers,
+                counters=self._counters,
+            )
+
+    def figures(self) -> LeagueFigures:
+        """The numbers Prometheus scrapes."""
+        status = self.status()
+        with self._lock:
+            pending = self._table.pending_count
+        c, league = status.counters, status.league.counters
+        active = sum(1 for p in status.league.players if p.active)
+        return LeagueFigures(
+            jobs_issued=c.jobs_issued,
+            jobs_finished=c.jobs_finished,
+            jobs_expired=c.jobs_expired,
+            jobs_failed=c.jobs_failed,
+            matches=league.matches,
+            episodes=c.episodes,
+            snapshots=league.snapshots,
+            mutations=league.mutations,
+            active_players=active,
+            historical_players=len(status.league.players) - active,
+            jobs_in_flight=len(status.jobs),
+            jobs_pending=pending,
+            workers_alive=sum(1 for w in status.workers if w.alive),
+        )
+
+    def expire_due(self) -> None:
+        """Expire every lease past its deadline now (what the timer thread does; tests with a fake clock)."""
+        with self._lock:
+            self._expire_locked(self._clock())
+
+    # ---- league callbacks (called by the core's threads, outside its lock) --------------------------------
+
+    def _on_launch(self, spec: JobSpec) -> None:
+        with self._lock:
+            self._table.offer(spec.launch_player, spec.players, spec)
+            self._collect_ready.notify()
+
+    def _on_league_change(self) -> None:
+        with self._lock:
+            self._persist(league_state=True)
+
+    # ---- internals (all under self._lock) -----------------------------------------------------------------
+
+    def _lease_locked(self, info: WorkerInfo, now: float) -> Lease[JobSpec] | None:
+        if info.role is WorkerRole.ACTOR:
+            lease = self._table.lease_collect(info.worker_id, now)
+            regrant = False
+        else:
+            held = set(self._table.jobs_of(info.worker_id))
+            lease = self._table.lease_learn(info.worker_id, info.data_endpoint, now)
+            regrant = lease is not None and lease.job_id in held
+            if lease is not None and not regrant:
+                self._collect_ready.notify_all()  # the player's collect jobs are ready now
+        if lease is None:
+            return None
+        if not regrant:
+            self._counters = self._counters.plus(jobs_issued=1)
+        self._persist(leases=(lease,))
+        if lease.deadline < self._expiry_at:
+            self._expiry_wakeup.notify()
+        return lease
+
+    def _grant(self, lease: Lease[JobSpec]) -> JobGrant:
+        env = self._cfg.env
+        spec = lease.payload
+        if lease.kind is JobKind.COLLECT and spec is None:
+            raise RuntimeError(f"collect job {lease.job_id} has no job spec")
+        return JobGrant(
+            job_id=lease.job_id,
+            kind=lease.kind,
+            launch_player=lease.launch_player,
+            players=tuple(self._player_ref(pid) for pid in lease.players),
+            env_name=env.name,
+            env_kwargs=deep_merge(env.kwargs, spec.env_kwargs) if spec is not None else dict(env.kwargs),
+            env_num=env.env_num,
+            episode_num=env.episode_num,
+            env_steps=env.env_steps,
+            forward_kwargs=dict(spec.forward_kwargs) if spec is not None else {},
+            adder_kwargs=dict(spec.adder_kwargs) if spec is not None else {},
+            learner_endpoint=lease.endpoint,
+            lease_deadline=lease.deadline,
+            lease_timeout_s=self.lease_timeout_s,
+            policy=self._cfg.policy,
+            learner_kwargs=self._cfg.learner,
+        )
+
+    def _player_ref(self, player_id: str) -> PlayerRef:
+        player = self._league.get_player(player_id)
+        # Path and version are read together under the league's lock: a mutation between two separate reads
+        # would pair the pretrained path with the old version.
+        ckpt = self._league.checkpoint_of(player_id)
+        return PlayerRef(player.player_id, ckpt.path, ckpt.version, player.is_active)
+
+    def _why_no_job(self, role: WorkerRole) -> str:
+        if self._league.failure is not None:
+            return f"the league stopped launching jobs: {self._league.failure!r}"
+        if role is WorkerRole.LEARNER:
+            return "every active player that trains with a learner has one"
+        waiting = sum(1 for job in self._table.pending if not self._table.collect_ready(job.launch_player))
+        if waiting:
+            return f"no collect job ready ({waiting} waiting for their player's learner)"
+        return "no collect job ready (every launch slot is in use)"
+
+    @staticmethod
+    def _check_episode_players(report: FinishReport, players: tuple[str, ...]) -> None:
+        for i, episode in enumerate(report.episodes):
+            ids = tuple(po.player_id for po in episode.player_outcomes)
+            for j, pid in enumerate(ids):
+                if pid not in players:
+                    raise InvalidArgumentError(
+                        f"episodes[{i}].players[{j}].player_id", f"{pid!r} is not a player of this job {list(players)}"
+                    )
+            if ids != players:
+                raise InvalidArgumentError(
+                    f"episodes[{i}].players", f"must name the job's players in seat order {list(players)}, got {list(ids)}"
+                )
+
+    def _expire_locked(self, now: float) -> None:
+        expired = self._table.expire_due(now)
+        if not expired:
+            return
+        ends = []
+        for lease in expired:
+            if lease.kind is JobKind.COLLECT:
+                self._league.release_job(lease.launch_player)
+            else:
+                self._learn_ready.notify()
+            end = self._table.ended(lease.job_id)
+            assert end is not None
+            ends.append(end)
+            log.info("lease of job %s (%s, worker %s) expired", lease.job_id, lease.kind.value, lease.worker_id)
+        self._counters = self._counters.plus(jobs_expired=len(expired))
+        self._persist(ends=ends)
+
+    def _persist(
+        self,
+        *,
+        leases: Iterable[Lease[JobSpec]] = (),
+        ends: Iterable[JobEnd] = (),
+        workers: Iterable[WorkerInfo] = (),
+        league_state: bool = False,
+    ) -> None:
+        """Record changes for the next group commit (with the counters, and the league's state when it changed).
+
+        Launch slots alone (a job leased, failed or expired) are no reason to write the league state: a restart
+        sets every player's slots from the jobs in flight, not from the stored state.
+        """
+        self._commits.record(
+            leases=leases,
+            ends=ends,
+            workers=[(info, self._table.last_seen(info.worker_id)) for info in workers],
+            league_state=league_state,
+        )
+
+    def _snapshot(self, league_state: bool) -> tuple[dict[str, Any] | None, Counters]:
+        """What the committer writes with a batch (called under the lock)."""
+        return (self._league.state_dict() if league_state else None), self._counters
+
+    def _expiry_loop(self) -> None:
+        try:
+            with self._lock:
+                while not self._closing:
+                    now = self._clock()
+                    self._expire_locked(now)
+                    deadline = self._table.next_deadline()
+                    self._expiry_at = math.inf if deadline is None else deadline
+                    self._expiry_wakeup.wait(None if deadline is None else max(deadline - now, 0.001))
+        except BaseException as exc:  # re-raised by close(); lazy expiry on every call keeps working
+            log.exception("the lease expiry thread failed")
+            self._failure = exc
+
+    def _restore_or_initialise(self) -> None:
+        digest = config_digest(self._cfg)
+        stored = self._store.load(recent_ends=self._settings.remember_ends)
+        if stored is None or stored.league_state is None:
+            self._store.initialise(digest, now=self._clock())
+            with self._store.transaction() as tx:
+                tx.put_league_state(self._league.state_dict())
+                tx.put_counters(self._counters)
+            return
+        if stored.config_digest != digest:
+            log.warning("the configuration changed since this league's state was created (%s)", self._store.path)
+        now = self._clock()
+        for info, last_seen in stored.workers:
+            self._table.restore_worker(info, last_seen)
+        for end in stored.ended:
+            self._table.restore_end(end)
+        for lease in stored.leases:
+            self._table.worker(lease.worker_id)
+            self._table.restore(lease, now)
+        # A player's launch slots are its collect jobs in flight; the jobs that were pending (never leased) are
+        # gone, and their slots with them. `slots_used` is the league core's state_dict key for them.
+        state = dict(stored.league_state)
+        if not isinstance(state.get("slots_used"), dict):
+            raise RuntimeError(f"state: {self._store.path} holds a league state without slots_used")
+        state["slots_used"] = {pid: self._table.live_collect_jobs(pid) for pid in state["slots_used"]}
+        self._league.load_state_dict(state)
+        self._counters = stored.counters
+        log.info(
+            "restored league %s: %d players, %d jobs in flight, %d workers",
+            self.league_id, len(self._league.status().players), len(stored.leases), len(stored.workers),
+        )

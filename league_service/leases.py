@@ -1,0 +1,370 @@
+"""The job and lease table: who holds which job until when. Pure logic, no gRPC, no threads, no I/O.
+
+Every method takes `now` (seconds) so tests drive time with a fake clock. The table does not call the league:
+it returns what changed (an expired lease, an ended job) and the coordinator applies that to the league and the
+durable store in one transaction. The semantics are written down in LEASES.md.
+
+A job's life: collect jobs are *offered* (pending) when the league's launch thread fills a slot, then *leased*
+to one actor; learn jobs are created when a learner asks and bind that learner to one active player. A lease
+ends exactly once: finished (completed / released / failed) or expired; its id is remembered so a retried
+finish is acknowledged as a duplicate and a late one is refused. The most recent ends are kept in memory (as
+plain tuples the garbage collector skips); older ones are asked of `forgotten_end` (the durable store).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import heapq
+import math
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from league_service.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+
+P = TypeVar("P")
+
+
+class WorkerRole(enum.Enum):
+    ACTOR = "actor"
+    LEARNER = "learner"
+
+
+class JobKind(enum.Enum):
+    COLLECT = "collect"
+    LEARN = "learn"
+
+
+class JobEndStatus(enum.Enum):
+    COMPLETED = "completed"  # results counted
+    RELEASED = "released"  # worker gave it back; results, if any, counted
+    FAILED = "failed"  # nothing counted
+    EXPIRED = "expired"  # lease ran out; nothing counted, a late finish is refused
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    worker_id: str
+    role: WorkerRole
+    hostname: str
+    data_endpoint: str
+    registered_at: float
+
+
+@dataclass(frozen=True)
+class Lease(Generic[P]):
+    job_id: str
+    kind: JobKind
+    launch_player: str
+    # Seat order; players[0] is the launch player. Learn jobs: just the bound player.
+    players: tuple[str, ...]
+    worker_id: str
+    issued_at: float
+    deadline: float
+    # Collect jobs: where the launch player's learner listens (empty when it trains without one).
+    # Learn jobs: the learner's own data endpoint.
+    endpoint: str
+    # What the league asked for (the coordinator's job spec); None for learn jobs and after a restart.
+    payload: P | None = None
+
+
+@dataclass(frozen=True)
+class JobEnd:
+    job_id: str
+    status: JobEndStatus
+    episodes_counted: int
+    ended_at: float
+
+
+def _no_forgotten_ends(job_id: str) -> JobEnd | None:
+    return None
+
+
+@dataclass(frozen=True)
+class PendingJob(Generic[P]):
+    job_id: str
+    launch_player: str
+    players: tuple[str, ...]
+    payload: P | None
+
+
+@dataclass(frozen=True)
+class HeartbeatResult:
+    revoked_job_ids: tuple[str, ...]
+    lease_deadline: float
+
+
+class LeaseTable(Generic[P]):
+    """Pending jobs, leases, ended job ids, workers and learner bindings, with the invariants between them.
+
+    Invariants (checked by tests): a job id is pending, leased or ended — never two of these; a lease has one
+    owner; an active player has at most one bound learner; an ended job never comes back.
+    """
+
+    def __init__(
+        self,
+        *,
+        lease_timeout_s: float,
+        active_players: Iterable[str],
+        needs_learner: Callable[[str], bool],
+        new_job_id: Callable[[], str],
+        remember_ends: int = 100_000,
+        forgotten_end: Callable[[str], JobEnd | None] = _no_forgotten_ends,
+    ) -> None:
+        if not (math.isfinite(lease_timeout_s) and lease_timeout_s > 0):
+            raise ValueError(f"lease_timeout_s: must be a positive number, got {lease_timeout_s}")
+        self.lease_timeout_s = lease_timeout_s
+        self._active_players = tuple(active_players)
+        self._needs_learner = needs_learner
+        self._new_job_id = new_job_id
+        self._workers: dict[str, WorkerInfo] = {}
+        self._last_seen: dict[str, float] = {}
+        self._pending: dict[str, PendingJob[P]] = {}  # insertion order = FIFO
+        self._leases: dict[str, Lease[P]] = {}
+        if remember_ends < 1:
+            raise ValueError(f"remember_ends: must be >= 1, got {remember_ends}")
+        self._remember_ends = remember_ends
+        self._forgotten_end = forgotten_end
+        # job id -> (status value, episodes counted, ended at): atomic tuples stay out of the GC's way.
+        self._ended: OrderedDict[str, tuple[str, int, float]] = OrderedDict()
+        self._learner_of: dict[str, str] = {}  # active player id -> learn job id
+        self._deadlines: list[tuple[float, str]] = []  # heap with stale entries skipped lazily
+
+    # ---- read-only views -------------------------------------------------------------------------------
+
+    @property
+    def workers(self) -> dict[str, WorkerInfo]:
+        return dict(self._workers)
+
+    def last_seen(self, worker_id: str) -> float:
+        return self._last_seen.get(worker_id, float("nan"))
+
+    @property
+    def leases(self) -> dict[str, Lease[P]]:
+        return dict(self._leases)
+
+    @property
+    def pending(self) -> tuple[PendingJob[P], ...]:
+        return tuple(self._pending.values())
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    def ended(self, job_id: str) -> JobEnd | None:
+        """How a job ended, from memory or (for old jobs) from `forgotten_end`; None if it has not ended."""
+        packed = self._ended.get(job_id)
+        if packed is None:
+            return self._forgotten_end(job_id)
+        status, counted, at = packed
+        return JobEnd(job_id, JobEndStatus(status), counted, at)
+
+    def learner_lease(self, player_id: str) -> Lease[P] | None:
+        job_id = self._learner_of.get(player_id)
+        return self._leases[job_id] if job_id is not None else None
+
+    def jobs_of(self, worker_id: str) -> tuple[str, ...]:
+        return tuple(j for j, lease in self._leases.items() if lease.worker_id == worker_id)
+
+    def live_collect_jobs(self, player_id: str) -> int:
+        """Pending + leased collect jobs launched for `player_id` (each holds one of its launch slots)."""
+        pending = sum(1 for p in self._pending.values() if p.launch_player == player_id)
+        leased = sum(
+            1 for x in self._leases.values() if x.kind is JobKind.COLLECT and x.launch_player == player_id
+        )
+        return pending + leased
+
+    def next_deadline(self) -> float | None:
+        while self._deadlines:
+            deadline, job_id = self._deadlines[0]
+            lease = self._leases.get(job_id)
+            if lease is not None and lease.deadline == deadline:
+                return deadline
+            heapq.heappop(self._deadlines)
+        return None
+
+    def collect_ready(self, player_id: str) -> bool:
+        """Collect jobs of a player go out only once its learner is bound (unless it trains without one)."""
+        return not self._needs_learner(player_id) or player_id in self._learner_of
+
+    # ---- workers -----------------------------------------------------------------------------------------
+
+    def register(self, info: WorkerInfo) -> None:
+        """Idempotent by worker id: a restarted worker registers again (its role may not change)."""
+        known = self._workers.get(info.worker_id)
+        if known is not None and known.role is not info.role:
+            raise FailedPreconditionError(
+                "role", f"worker {info.worker_id!r} is registered as {known.role.value}, not {info.role.value}"
+            )
+        seen = info.registered_at
+        if known is not None:
+            seen = max(seen, self._last_seen[info.worker_id])
+            info = dataclasses.replace(info, registered_at=known.registered_at)
+        self._workers[info.worker_id] = info
+        self._last_seen[info.worker_id] = seen
+
+    def worker(self, worker_id: str) -> WorkerInfo:
+        info = self._workers.get(worker_id)
+        if info is None:
+            raise NotFoundError("worker_id", f"unknown worker {worker_id!r} (RegisterWorker first)")
+        return info
+
+    def restore_worker(self, info: WorkerInfo, last_seen: float) -> None:
+        self._workers[info.worker_id] = info
+        self._last_seen[info.worker_id] = last_seen
+
+    # ---- jobs --------------------------------------------------------------------------------------------
+
+    def offer(self, launch_player: str, players: tuple[str, ...], payload: P | None) -> PendingJob[P]:
+        """A collect job the league launched; it waits here until an actor asks."""
+        if not players or players[0] != launch_player:
+            raise ValueError(f"players: must start with the launch player {launch_player!r}, got {players}")
+        job = PendingJob(self._fresh_job_id(), launch_player, tuple(players), payload)
+        self._pending[job.job_id] = job
+        return job
+
+    def lease_collect(self, worker_id: str, now: float) -> Lease[P] | None:
+        """Lease the oldest pending collect job whose player is ready, or None."""
+        self._require_role(worker_id, WorkerRole.ACTOR)
+        self._touch(worker_id, now)
+        for job in self._pending.values():
+            if self.collect_ready(job.launch_player):
+                del self._pending[job.job_id]
+                binding = self.learner_lease(job.launch_player)
+                return self._grant(
+                    Lease(
+                        job_id=job.job_id,
+                        kind=JobKind.COLLECT,
+                        launch_player=job.launch_player,
+                        players=job.players,
+                        worker_id=worker_id,
+                        issued_at=now,
+                        deadline=now + self.lease_timeout_s,
+                        endpoint=binding.endpoint if binding is not None else "",
+                        payload=job.payload,
+                    )
+                )
+        return None
+
+    def lease_learn(self, worker_id: str, endpoint: str, now: float) -> Lease[P] | None:
+        """Bind this learner to an active player that needs one, or hand back the binding it already holds."""
+        self._require_role(worker_id, WorkerRole.LEARNER)
+        if not endpoint:
+            raise InvalidArgumentError("data_endpoint", "a learner must give the address actors stream to")
+        self._touch(worker_id, now)
+        held = next((x for x in self._leases.values() if x.worker_id == worker_id and x.kind is JobKind.LEARN), None)
+        if held is not None:
+            # A learner that restarted (or lost the reply) gets its binding back, with a fresh lease.
+            return self._grant(dataclasses.replace(held, endpoint=endpoint, deadline=now + self.lease_timeout_s))
+        for player_id in self._active_players:
+            if self._needs_learner(player_id) and player_id not in self._learner_of:
+                lease: Lease[P] = Lease(
+                    job_id=self._fresh_job_id(),
+                    kind=JobKind.LEARN,
+                    launch_player=player_id,
+                    players=(player_id,),
+                    worker_id=worker_id,
+                    issued_at=now,
+                    deadline=now + self.lease_timeout_s,
+                    endpoint=endpoint,
+                )
+                self._learner_of[player_id] = lease.job_id
+                return self._grant(lease)
+        return None
+
+    def heartbeat(self, worker_id: str, job_ids: Iterable[str], now: float) -> HeartbeatResult:
+        """Extend the leases the worker names and still holds; name the others as revoked."""
+        self.worker(worker_id)
+        self._touch(worker_id, now)
+        deadline = now + self.lease_timeout_s
+        revoked: list[str] = []
+        for job_id in dict.fromkeys(job_ids):
+            lease = self._leases.get(job_id)
+            if lease is None or lease.worker_id != worker_id or lease.deadline <= now:
+                revoked.append(job_id)
+                continue
+            self._grant(dataclasses.replace(lease, deadline=deadline))
+        return HeartbeatResult(tuple(revoked), deadline)
+
+    def check_finish(self, worker_id: str, job_id: str, now: float) -> Lease[P] | JobEnd:
+        """The lease a finish applies to, or the JobEnd of an already finished job (a duplicate). No change.
+
+        Raises NotFoundError for an unknown job, FailedPreconditionError for an expired lease, a lease of
+        another worker or a job that was never leased.
+        """
+        self.worker(worker_id)
+        end = None if job_id in self._leases or job_id in self._pending else self.ended(job_id)
+        if end is not None:
+            if end.status is JobEndStatus.EXPIRED:
+                raise FailedPreconditionError("job_id", f"the lease of job {job_id!r} expired; its result is not counted")
+            return end
+        lease = self._leases.get(job_id)
+        if lease is None:
+            if job_id in self._pending:
+                raise FailedPreconditionError("job_id", f"job {job_id!r} was never leased")
+            raise NotFoundError("job_id", f"unknown job {job_id!r}")
+        if lease.worker_id != worker_id:
+            raise FailedPreconditionError("worker_id", f"job {job_id!r} is leased to another worker")
+        if lease.deadline <= now:
+            raise FailedPreconditionError("job_id", f"the lease of job {job_id!r} expired; its result is not counted")
+        return lease
+
+    def end(self, job_id: str, status: JobEndStatus, episodes_counted: int, now: float) -> tuple[Lease[P], JobEnd]:
+        """End a lease (after `check_finish` accepted it, or on expiry) and remember its id."""
+        lease = self._leases.pop(job_id)
+        if lease.kind is JobKind.LEARN:
+            del self._learner_of[lease.launch_player]
+        end = JobEnd(job_id, status, episodes_counted, now)
+        self._remember(end)
+        self._touch(lease.worker_id, now)
+        return lease, end
+
+    def expire_due(self, now: float) -> list[Lease[P]]:
+        """End every lease whose deadline has passed; returns them (the coordinator releases their slots)."""
+        expired: list[Lease[P]] = []
+        while (deadline := self.next_deadline()) is not None and deadline <= now:
+            _, job_id = heapq.heappop(self._deadlines)
+            lease, _ = self.end(job_id, JobEndStatus.EXPIRED, 0, now)
+            expired.append(lease)
+        return expired
+
+    def restore(self, lease: Lease[P], now: float) -> None:
+        """Put back a lease that was in flight when the coordinator stopped, with a fresh deadline so its
+        worker has a full lease timeout to reconnect and heartbeat."""
+        if lease.job_id in self._leases or lease.job_id in self._ended:
+            raise ValueError(f"job_id: {lease.job_id!r} restored twice or already ended")
+        if lease.kind is JobKind.LEARN:
+            self._learner_of[lease.launch_player] = lease.job_id
+        self._grant(dataclasses.replace(lease, deadline=now + self.lease_timeout_s))
+
+    def restore_end(self, end: JobEnd) -> None:
+        self._remember(end)
+
+    # ---- internals ---------------------------------------------------------------------------------------
+
+    def _remember(self, end: JobEnd) -> None:
+        self._ended[end.job_id] = (end.status.value, end.episodes_counted, end.ended_at)
+        if len(self._ended) > self._remember_ends:
+            self._ended.popitem(last=False)
+
+    def _grant(self, lease: Lease[P]) -> Lease[P]:
+        self._leases[lease.job_id] = lease
+        heapq.heappush(self._deadlines, (lease.deadline, lease.job_id))
+        return lease
+
+    def _touch(self, worker_id: str, now: float) -> None:
+        if worker_id in self._workers:
+            self._last_seen[worker_id] = max(now, self._last_seen.get(worker_id, now))
+
+    def _require_role(self, worker_id: str, role: WorkerRole) -> None:
+        info = self.worker(worker_id)
+        if info.role is not role:
+            raise FailedPreconditionError("role", f"worker {worker_id!r} is registered as {info.role.value}")
+
+    def _fresh_job_id(self) -> str:
+        job_id = self._new_job_id()
+        if job_id in self._pending or job_id in self._leases or job_id in self._ended:
+            raise RuntimeError(f"job id factory repeated {job_id!r}")
+        return job_id

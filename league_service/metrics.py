@@ -1,0 +1,118 @@
+"""Prometheus metrics of the coordinator: RPC latency by method, and the league's counters and gauges.
+
+The league figures are read from the coordinator when Prometheus scrapes (a custom collector), so there is one
+source of truth — the coordinator's own counters, which survive restarts — instead of a second set of
+increments to keep in step. Each coordinator has its own registry, so several can live in one test process.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import grpc
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+# Unary calls here take ~0.1-10 ms; long-polling GetJob up to the call's deadline.
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+@dataclass(frozen=True)
+class LeagueFigures:
+    """What the coordinator reports at each scrape."""
+
+    jobs_issued: int
+    jobs_finished: int
+    jobs_expired: int
+    jobs_failed: int
+    matches: int
+    episodes: int
+    snapshots: int
+    mutations: int
+    active_players: int
+    historical_players: int
+    jobs_in_flight: int
+    jobs_pending: int
+    workers_alive: int
+
+
+class LeagueCollector(Collector):
+    def __init__(self, figures: Callable[[], LeagueFigures]) -> None:
+        self._figures = figures
+
+    def collect(self) -> Iterator[Metric]:
+        f = self._figures()
+        yield _counter("league_jobs_issued", "Jobs leased to workers.", f.jobs_issued)
+        yield _counter("league_jobs_finished", "Jobs finished by their worker (completed or released).", f.jobs_finished)
+        yield _counter("league_jobs_expired", "Leases that ran out before their job finished.", f.jobs_expired)
+        yield _counter("league_jobs_failed", "Jobs their worker reported as failed.", f.jobs_failed)
+        yield _counter("league_matches", "Matches (episodes) counted into the payoff.", f.matches)
+        yield _counter("league_episodes", "Episodes accepted from finished jobs.", f.episodes)
+        yield _counter("league_snapshots", "Historical players snapshotted from active ones.", f.snapshots)
+        yield _counter("league_mutations", "Active players reset to their initial checkpoint.", f.mutations)
+        players = GaugeMetricFamily("league_players", "Players in the league.", labels=["state"])
+        players.add_metric(["active"], f.active_players)
+        players.add_metric(["historical"], f.historical_players)
+        yield players
+        yield GaugeMetricFamily("league_jobs_in_flight", "Jobs under a lease now.", value=f.jobs_in_flight)
+        yield GaugeMetricFamily("league_jobs_pending", "Launched jobs waiting for a worker.", value=f.jobs_pending)
+        yield GaugeMetricFamily("league_workers_alive", "Workers heard from within a lease timeout.", value=f.workers_alive)
+
+
+def _counter(name: str, doc: str, value: int) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=value)
+
+
+class RpcMetricsInterceptor(grpc.ServerInterceptor):
+    """Times every unary-unary call by method and counts calls by method and status code."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._latency = Histogram(
+            "league_rpc_latency_seconds", "Server-side latency of unary RPCs.", ["method"],
+            registry=registry, buckets=_LATENCY_BUCKETS,
+        )
+        self._calls = Counter("league_rpc_calls", "Unary RPCs by method and status code.", ["method", "code"], registry=registry)
+
+    def intercept_service(self, continuation, handler_call_details):
+        handler = continuation(handler_call_details)
+        if handler is None or handler.request_streaming or handler.response_streaming:
+            return handler
+        method = handler_call_details.method.rsplit("/", 1)[-1]
+        inner = handler.unary_unary
+        latency = self._latency.labels(method)
+        calls = self._calls
+
+        def timed(request, context: grpc.ServicerContext):
+            start = time.perf_counter()
+            try:
+                return inner(request, context)
+            finally:
+                latency.observe(time.perf_counter() - start)
+                calls.labels(method, (context.code() or grpc.StatusCode.OK).name).inc()
+
+        return grpc.unary_unary_rpc_method_handler(
+            timed,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
+class MetricsServer:
+    """The /metrics HTTP endpoint on its own thread; `close()` stops it."""
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+        self._server, self._thread = start_http_server(port, addr=host, registry=registry)
+        self.port: int = self._server.server_port
+        self._closed = threading.Event()
+
+    def close(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()

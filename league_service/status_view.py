@@ -1,0 +1,160 @@
+"""Render a `LeagueStatus` reply for people (rich tables) or programs (JSON).
+
+Works on the wire message so `league status` needs nothing but the generated code and rich.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from google.protobuf import json_format
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from common.proto.league.v1 import league_pb2
+
+_ROLE_NAMES = {league_pb2.WORKER_ROLE_ACTOR: "actor", league_pb2.WORKER_ROLE_LEARNER: "learner"}
+_KIND_NAMES = {league_pb2.JOB_KIND_COLLECT: "collect", league_pb2.JOB_KIND_LEARN: "learn", league_pb2.JOB_KIND_EVAL: "eval"}
+
+
+def status_to_json(status: league_pb2.LeagueStatus) -> str:
+    """The whole status as JSON with the proto's field names (enums by name, zeros included)."""
+    data = json_format.MessageToDict(
+        status,
+        preserving_proto_field_name=True,
+        always_print_fields_with_no_presence=True,
+        unquote_int64_if_possible=True,
+    )
+    return json.dumps(data, indent=2, sort_keys=False)
+
+
+def render_status(status: league_pb2.LeagueStatus) -> Group:
+    """Header, players, win-rate matrix, jobs in flight and workers, as one printable group."""
+    parts = [_header(status), *_players(status)]
+    if status.payoff:
+        parts.append(_win_rates(status))
+    parts += [_jobs(status), _workers(status)]
+    return Group(*parts)
+
+
+def _header(status: league_pb2.LeagueStatus) -> Text:
+    c = status.counters
+    text = Text()
+    text.append(f"league {status.league_id}", style="bold")
+    text.append(f"  ({status.league_type})  up {_duration(status.uptime_s)}\n")
+    text.append(
+        f"jobs issued {c.jobs_issued}  finished {c.jobs_finished}  expired {c.jobs_expired}  "
+        f"failed {c.jobs_failed}  |  matches {c.matches}  snapshots {c.snapshots}  mutations {c.mutations}  "
+        f"env steps {c.env_steps:,}"
+    )
+    return text
+
+
+def _players(status: league_pb2.LeagueStatus) -> list[Table]:
+    """Active players (training progress) and historical players (frozen snapshots), one table each."""
+    active = sorted((p for p in status.players if p.active), key=lambda p: p.player_id)
+    historical = sorted((p for p in status.players if not p.active), key=lambda p: p.player_id)
+    solo = status.league_type == "solo"
+    table = _table("active players", active, ["type", "steps", "iter", "checkpoint", "elo", "trueskill", "slots", "learner"]
+                   + (["mean return", "episodes"] if solo else []))
+    for p in active:
+        row = [p.player_id, p.player_type, f"{p.agent_steps:,}", str(p.train_iteration), _checkpoint(p), *_ratings(p),
+               f"{p.slots_used}/{p.slots_limit}", p.learner_worker_id or "-"]
+        table.add_row(*row, *([f"{p.mean_return:.2f}", str(p.episodes)] if solo else []))
+    tables = [table]
+    if historical:
+        table = _table(f"historical players ({len(historical)})", historical,
+                       ["parent", "steps", "checkpoint", "elo", "trueskill"])
+        for p in historical:
+            table.add_row(p.player_id, p.parent_id or "-", f"{p.agent_steps:,}", _checkpoint(p), *_ratings(p))
+        tables.append(table)
+    return tables
+
+
+def _table(title: str, players: list[league_pb2.PlayerStatus], columns: list[str]) -> Table:
+    table = Table(title=title, title_justify="left")
+    # Ids are what people search for: never cut short; the other columns give way instead.
+    table.add_column("player", no_wrap=True, min_width=max((len(p.player_id) for p in players), default=6))
+    for name in columns:
+        numeric = name in ("steps", "iter", "elo", "slots", "mean return", "episodes")
+        # Long checkpoint paths are cut short rather than squeezing the numbers out of a narrow terminal.
+        width = {"max_width": 36} if name == "checkpoint" else {"min_width": max(4, len(name))}
+        table.add_column(name, justify="right" if numeric else "left", overflow="ellipsis", no_wrap=True, **width)
+    return table
+
+
+def _checkpoint(p: league_pb2.PlayerStatus) -> str:
+    return f"{p.checkpoint_path}@{p.checkpoint_version}" if p.checkpoint_path else "-"
+
+
+def _ratings(p: league_pb2.PlayerStatus) -> tuple[str, str]:
+    return f"{p.elo:.0f}", f"{p.trueskill_mu:.1f}±{p.trueskill_sigma:.1f}"
+
+
+def _win_rates(status: league_pb2.LeagueStatus) -> Table:
+    """Rows are home players, columns away players; a cell is the home win rate and the (decayed) games."""
+    homes = sorted({e.home for e in status.payoff})
+    aways = sorted({e.away for e in status.payoff})
+    cells = {(e.home, e.away): e for e in status.payoff}
+    table = Table(title="win rate (games)", title_justify="left")
+    table.add_column("home \\ away")
+    for away in aways:
+        table.add_column(away, justify="right")
+    for home in homes:
+        row = [home]
+        for away in aways:
+            e = cells.get((home, away))
+            row.append(f"{e.win_rate:.0%} ({e.games:.0f})" if e is not None and e.games > 0 else "-")
+        table.add_row(*row)
+    return table
+
+
+def _jobs(status: league_pb2.LeagueStatus) -> Table:
+    table = Table(title=f"jobs in flight ({len(status.jobs)})", title_justify="left")
+    for name in ("job", "kind", "launch player", "players", "worker", "lease left", "age"):
+        width = {"max_width": 36} if name == "players" else {"min_width": max(4, min(len(name), 8))}
+        table.add_column(name, no_wrap=True, overflow="ellipsis", **width)
+    for j in sorted(status.jobs, key=lambda j: j.issued_at):
+        table.add_row(
+            j.job_id,
+            _KIND_NAMES.get(j.kind, "?"),
+            j.launch_player,
+            " vs ".join(j.players),
+            j.worker_id,
+            _duration(j.lease_deadline - status.now),
+            _duration(status.now - j.issued_at),
+        )
+    return table
+
+
+def _workers(status: league_pb2.LeagueStatus) -> Table:
+    table = Table(title=f"workers ({len(status.workers)})", title_justify="left")
+    for name in ("worker", "role", "host", "endpoint", "last heartbeat", "jobs", "alive"):
+        table.add_column(name)
+    for w in sorted(status.workers, key=lambda w: (w.role, w.worker_id)):
+        table.add_row(
+            w.worker_id,
+            _ROLE_NAMES.get(w.role, "?"),
+            w.hostname or "-",
+            w.data_endpoint or "-",
+            f"{_duration(status.now - w.last_heartbeat)} ago",
+            str(len(w.job_ids)),
+            "yes" if w.alive else "no",
+            style=None if w.alive else "dim",
+        )
+    return table
+
+
+def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "-"
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"

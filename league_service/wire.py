@@ -1,0 +1,325 @@
+"""Protobuf <-> the coordinator's typed messages, checking every field on the way in.
+
+A malformed request fails here with InvalidArgumentError naming the proto field (`episodes[2].players[0].
+outcome`), before anything reaches the league. Numbers must be finite and not negative, ids non-empty, enums
+known. What needs the league's state (unknown ids, players not in the job) is checked by the coordinator.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from google.protobuf import struct_pb2
+
+from common.proto.league.v1 import league_pb2
+from league_service.coordinator_messages import (
+    CoordinatorStatus,
+    FinishAck,
+    FinishReport,
+    JobGrant,
+    NoJob,
+    PlayerUpdateRequest,
+    Registration,
+)
+from league_service.errors import InvalidArgumentError
+from league_service.leases import HeartbeatResult, JobEndStatus, JobKind, WorkerRole
+from league_service.messages import EpisodeOutcome, Outcome, PlayerOutcome, PlayerUpdate, UpdateOutcome
+
+MAX_ID_CHARS = 256
+
+_ROLES = {league_pb2.WORKER_ROLE_ACTOR: WorkerRole.ACTOR, league_pb2.WORKER_ROLE_LEARNER: WorkerRole.LEARNER}
+_ROLE_TO_PROTO = {v: k for k, v in _ROLES.items()}
+_KIND_TO_PROTO = {JobKind.COLLECT: league_pb2.JOB_KIND_COLLECT, JobKind.LEARN: league_pb2.JOB_KIND_LEARN}
+_FINISH_STATUS = {
+    league_pb2.FINISH_STATUS_COMPLETED: JobEndStatus.COMPLETED,
+    league_pb2.FINISH_STATUS_RELEASED: JobEndStatus.RELEASED,
+    league_pb2.FINISH_STATUS_FAILED: JobEndStatus.FAILED,
+}
+_OUTCOMES = {
+    league_pb2.OUTCOME_UNSPECIFIED: Outcome.NONE,
+    league_pb2.OUTCOME_WIN: Outcome.WIN,
+    league_pb2.OUTCOME_DRAW: Outcome.DRAW,
+    league_pb2.OUTCOME_LOSS: Outcome.LOSS,
+}
+
+
+# ---- checks -------------------------------------------------------------------------------------------------
+
+
+def require_id(value: str, field: str) -> str:
+    if not value:
+        raise InvalidArgumentError(field, "is required")
+    if len(value) > MAX_ID_CHARS:
+        raise InvalidArgumentError(field, f"is longer than {MAX_ID_CHARS} characters")
+    if not value.isprintable():
+        raise InvalidArgumentError(field, "contains non-printable characters")
+    return value
+
+
+def optional_text(value: str, field: str, max_chars: int = MAX_ID_CHARS) -> str:
+    if len(value) > max_chars or not value.isprintable():
+        raise InvalidArgumentError(field, f"must be printable and at most {max_chars} characters")
+    return value
+
+
+def require_count(value: int, field: str) -> int:
+    if value < 0:
+        raise InvalidArgumentError(field, f"must not be negative, got {value}")
+    return value
+
+
+def require_finite(value: float, field: str, *, minimum: float | None = None) -> float:
+    if not math.isfinite(value):
+        raise InvalidArgumentError(field, f"must be a finite number, got {value}")
+    if minimum is not None and value < minimum:
+        raise InvalidArgumentError(field, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def require_role(value: int, field: str = "role") -> WorkerRole:
+    role = _ROLES.get(value)
+    if role is None:
+        raise InvalidArgumentError(field, "must be WORKER_ROLE_ACTOR or WORKER_ROLE_LEARNER")
+    return role
+
+
+# ---- requests -----------------------------------------------------------------------------------------------
+
+
+def parse_register(req: league_pb2.RegisterWorkerRequest) -> tuple[str, WorkerRole, str, str]:
+    return (
+        require_id(req.worker_id, "worker_id"),
+        require_role(req.role),
+        optional_text(req.hostname, "hostname"),
+        optional_text(req.data_endpoint, "data_endpoint"),
+    )
+
+
+def parse_heartbeat(req: league_pb2.HeartbeatRequest) -> tuple[str, tuple[str, ...]]:
+    return require_id(req.worker_id, "worker_id"), tuple(
+        require_id(job_id, f"job_ids[{i}]") for i, job_id in enumerate(req.job_ids)
+    )
+
+
+def parse_get_job(req: league_pb2.GetJobRequest) -> tuple[str, WorkerRole, str, float]:
+    return (
+        require_id(req.worker_id, "worker_id"),
+        require_role(req.role),
+        optional_text(req.data_endpoint, "data_endpoint"),
+        require_finite(req.wait_s, "wait_s", minimum=0.0),
+    )
+
+
+def parse_finish(req: league_pb2.FinishJobRequest) -> FinishReport:
+    status = _FINISH_STATUS.get(req.status)
+    if status is None:
+        raise InvalidArgumentError("status", "must be COMPLETED, RELEASED or FAILED")
+    return FinishReport(
+        worker_id=require_id(req.worker_id, "worker_id"),
+        job_id=require_id(req.job_id, "job_id"),
+        status=status,
+        episodes=tuple(_parse_episode(ep, f"episodes[{i}]") for i, ep in enumerate(req.episodes)),
+        env_steps=require_count(req.env_steps, "env_steps"),
+        agent_steps=require_count(req.agent_steps, "agent_steps"),
+        error=req.error[:4096],
+    )
+
+
+def _parse_episode(ep: league_pb2.EpisodeResult, field: str) -> EpisodeOutcome:
+    if not ep.players:
+        raise InvalidArgumentError(f"{field}.players", "must name every player of the match")
+    outcomes = []
+    for j, po in enumerate(ep.players):
+        at = f"{field}.players[{j}]"
+        outcome = _OUTCOMES.get(po.outcome)
+        if outcome is None:
+            raise InvalidArgumentError(f"{at}.outcome", f"unknown outcome {po.outcome}")
+        outcomes.append(
+            PlayerOutcome(
+                require_id(po.player_id, f"{at}.player_id"),
+                outcome,
+                require_finite(po.episode_return, f"{at}.episode_return"),
+            )
+        )
+    return EpisodeOutcome(tuple(outcomes), require_count(ep.length, f"{field}.length"))
+
+
+def parse_update(req: league_pb2.UpdatePlayerRequest) -> PlayerUpdateRequest:
+    return PlayerUpdateRequest(
+        worker_id=require_id(req.worker_id, "worker_id"),
+        update=PlayerUpdate(
+            player_id=require_id(req.player_id, "player_id"),
+            train_iteration=require_count(req.train_iteration, "train_iteration"),
+            agent_steps=require_count(req.agent_steps, "agent_steps"),
+            checkpoint_path=optional_text(req.checkpoint_path, "checkpoint_path", max_chars=4096),
+            checkpoint_version=require_count(req.checkpoint_version, "checkpoint_version"),
+        ),
+    )
+
+
+# ---- replies ------------------------------------------------------------------------------------------------
+
+
+def to_struct(data: dict[str, Any]) -> struct_pb2.Struct:
+    """A JSON-like dict as a Struct (numbers travel as doubles: receivers convert back to ints)."""
+    struct = struct_pb2.Struct()
+    struct.update(data)
+    return struct
+
+
+class _ConfigStructs:
+    """Structs of the config's sections (policy, learner), built once: they go into every job unchanged.
+
+    Keyed by the dict's identity and holding the dict, so an entry can never answer for another dict.
+    """
+
+    def __init__(self) -> None:
+        self._built: dict[int, tuple[dict[str, Any], struct_pb2.Struct]] = {}
+
+    def __call__(self, data: dict[str, Any]) -> struct_pb2.Struct:
+        entry = self._built.get(id(data))
+        if entry is None or entry[0] is not data:
+            entry = (data, to_struct(data))
+            if len(self._built) > 64:  # configs are few; this only guards against a caller passing fresh dicts
+                self._built.clear()
+            self._built[id(data)] = entry
+        return entry[1]
+
+
+_config_struct = _ConfigStructs()
+
+
+def registration_reply(r: Registration) -> league_pb2.RegisterWorkerResponse:
+    return league_pb2.RegisterWorkerResponse(
+        worker_id=r.worker_id,
+        heartbeat_interval_s=r.heartbeat_interval_s,
+        lease_timeout_s=r.lease_timeout_s,
+        league_id=r.league_id,
+    )
+
+
+def heartbeat_reply(r: HeartbeatResult) -> league_pb2.HeartbeatResponse:
+    return league_pb2.HeartbeatResponse(revoked_job_ids=r.revoked_job_ids, lease_deadline=r.lease_deadline)
+
+
+def get_job_reply(result: JobGrant | NoJob) -> league_pb2.GetJobResponse:
+    if isinstance(result, NoJob):
+        return league_pb2.GetJobResponse(retry_after_s=result.retry_after_s, reason=result.reason)
+    return league_pb2.GetJobResponse(job=job_to_proto(result))
+
+
+def job_to_proto(g: JobGrant) -> league_pb2.Job:
+    return league_pb2.Job(
+        job_id=g.job_id,
+        kind=_KIND_TO_PROTO[g.kind],
+        launch_player=g.launch_player,
+        players=[
+            league_pb2.PlayerRef(
+                player_id=p.player_id,
+                checkpoint_path=p.checkpoint_path,
+                checkpoint_version=p.checkpoint_version,
+                active=p.active,
+            )
+            for p in g.players
+        ],
+        env_name=g.env_name,
+        env_kwargs=to_struct(g.env_kwargs),
+        env_num=g.env_num,
+        episode_num=g.episode_num,
+        env_steps=g.env_steps,
+        forward_kwargs=to_struct(g.forward_kwargs),
+        adder_kwargs=to_struct(g.adder_kwargs),
+        learner_endpoint=g.learner_endpoint,
+        lease_deadline=g.lease_deadline,
+        lease_timeout_s=g.lease_timeout_s,
+        policy=_config_struct(g.policy),
+        learner_kwargs=_config_struct(g.learner_kwargs),
+    )
+
+
+def finish_reply(ack: FinishAck) -> league_pb2.FinishJobResponse:
+    return league_pb2.FinishJobResponse(duplicate=ack.duplicate, episodes_counted=ack.episodes_counted)
+
+
+def update_reply(outcome: UpdateOutcome) -> league_pb2.UpdatePlayerResponse:
+    return league_pb2.UpdatePlayerResponse(
+        reset_checkpoint_path=outcome.reset_checkpoint_path,
+        reset_checkpoint_version=outcome.reset_checkpoint_version,
+        mutated=outcome.mutated,
+    )
+
+
+def status_reply(s: CoordinatorStatus) -> league_pb2.LeagueStatus:
+    league = s.league
+    return league_pb2.LeagueStatus(
+        league_id=league.league_id,
+        league_type=league.league_type,
+        started_at=s.started_at,
+        uptime_s=max(0.0, s.now - s.started_at),
+        now=s.now,
+        players=[
+            league_pb2.PlayerStatus(
+                player_id=p.player_id,
+                player_type=p.player_type,
+                active=p.active,
+                parent_id=p.parent_id,
+                agent_steps=p.agent_steps,
+                train_iteration=p.train_iteration,
+                checkpoint_path=p.checkpoint_path,
+                checkpoint_version=p.checkpoint_version,
+                elo=p.elo,
+                trueskill_mu=p.trueskill_mu,
+                trueskill_sigma=p.trueskill_sigma,
+                slots_used=p.slots_used,
+                slots_limit=p.slots_limit,
+                learner_worker_id=s.learner_of.get(p.player_id, ""),
+                snapshots=p.snapshots,
+                mutations=p.mutations,
+                mean_return=p.mean_return,
+                episodes=p.episodes,
+            )
+            for p in league.players
+        ],
+        payoff=[
+            league_pb2.PayoffEntry(
+                home=r.home, away=r.away, wins=r.wins, draws=r.draws, losses=r.losses, games=r.games,
+                win_rate=r.win_rate,
+            )
+            for r in league.payoff
+        ],
+        jobs=[
+            league_pb2.JobStatus(
+                job_id=j.job_id,
+                kind=_KIND_TO_PROTO[j.kind],
+                launch_player=j.launch_player,
+                players=j.players,
+                worker_id=j.worker_id,
+                lease_deadline=j.lease_deadline,
+                issued_at=j.issued_at,
+            )
+            for j in s.jobs
+        ],
+        workers=[
+            league_pb2.WorkerStatus(
+                worker_id=w.worker_id,
+                role=_ROLE_TO_PROTO[w.role],
+                hostname=w.hostname,
+                data_endpoint=w.data_endpoint,
+                last_heartbeat=w.last_heartbeat,
+                job_ids=w.job_ids,
+                alive=w.alive,
+            )
+            for w in s.workers
+        ],
+        counters=league_pb2.Counters(
+            jobs_issued=s.counters.jobs_issued,
+            jobs_finished=s.counters.jobs_finished,
+            jobs_expired=s.counters.jobs_expired,
+            jobs_failed=s.counters.jobs_failed,
+            matches=league.counters.matches,
+            snapshots=league.counters.snapshots,
+            mutations=league.counters.mutations,
+            env_steps=s.counters.env_steps,
+        ),
+    )

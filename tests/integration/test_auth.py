@@ -1,0 +1,128 @@
+"""Bearer-token auth and TLS on a real coordinator; the refusal to serve an open address without a token."""
+
+import shutil
+import subprocess
+import sys
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from common.proto.league.v1 import league_pb2 as pb
+from common.proto.league.v1 import league_pb2_grpc
+from common.rpc import ServerTls, check_exposure, load_token, make_channel
+from league_service.coordinator_testing import league_stub, running_coordinator, small_league_config
+
+TOKEN = "s3cret-token"
+
+
+def status_code(stub, **kw):
+    try:
+        stub.GetStatus(pb.GetStatusRequest(), **kw)
+    except grpc.RpcError as err:
+        return err.code(), err.details()
+    return grpc.StatusCode.OK, ""
+
+
+@pytest.fixture
+def token_server(tmp_path):
+    with running_coordinator(small_league_config(), tmp_path, token=TOKEN) as server:
+        yield server
+
+
+def test_calls_without_the_right_token_are_unauthenticated(token_server):
+    address = token_server.address
+    for token, expected in ((None, "missing"), ("wrong", "wrong"), (TOKEN + "x", "wrong")):
+        channel, stub = league_stub(address, token=token)
+        with channel:
+            code, details = status_code(stub)
+            assert code == grpc.StatusCode.UNAUTHENTICATED and expected in details
+    channel, stub = league_stub(address, token=TOKEN)
+    with channel:
+        assert status_code(stub)[0] == grpc.StatusCode.OK
+        # The token travels as plain metadata, so it is checked on an insecure channel too (not silently dropped).
+        code, _ = status_code(stub, metadata=(("x-other", "1"),))
+        assert code == grpc.StatusCode.OK
+
+
+def test_health_stays_open_and_reflection_needs_the_token(token_server):
+    channel = grpc.insecure_channel(token_server.address)
+    with channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+        with pytest.raises(grpc.RpcError) as err:
+            list(reflection.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5))
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+@pytest.fixture
+def self_signed(tmp_path):
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a self-signed certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+         "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )
+    return cert, key
+
+
+def test_tls_with_token(tmp_path, self_signed):
+    cert, key = self_signed
+    with running_coordinator(small_league_config(), tmp_path, token=TOKEN, tls=ServerTls(cert, key)) as server:
+        address = f"localhost:{server.port}"
+        channel, stub = league_stub(address, token=TOKEN, tls_ca=cert)
+        with channel:
+            assert status_code(stub)[0] == grpc.StatusCode.OK
+        channel, stub = league_stub(address, tls_ca=cert)
+        with channel:
+            assert status_code(stub)[0] == grpc.StatusCode.UNAUTHENTICATED
+        channel, stub = league_stub(address, token=TOKEN, default_deadline_s=2.0)  # plaintext to a TLS port
+        with channel:
+            assert status_code(stub)[0] == grpc.StatusCode.UNAVAILABLE
+
+
+def test_open_addresses_need_a_token_or_insecure():
+    with pytest.raises(ValueError, match="non-loopback"):
+        check_exposure("0.0.0.0", None, insecure=False)
+    check_exposure("0.0.0.0", TOKEN, insecure=False)
+    check_exposure("0.0.0.0", None, insecure=True)
+    for host in ("127.0.0.1", "localhost", "::1"):
+        check_exposure(host, None, insecure=False)
+
+
+def test_the_coordinator_cli_refuses_an_open_address_without_a_token(tmp_path):
+    env = {"PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "league_service.cli", "coordinator", "--shared-root", str(tmp_path),
+         "--host", "0.0.0.0", "--port", "0"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert proc.returncode != 0 and "non-loopback" in proc.stderr
+
+
+def test_token_comes_from_file_or_environment(tmp_path, monkeypatch):
+    monkeypatch.delenv("LEAGUE_TOKEN", raising=False)
+    assert load_token(None) is None
+    monkeypatch.setenv("LEAGUE_TOKEN", " from-env \n")
+    assert load_token(None) == "from-env"
+    path = tmp_path / "token"
+    path.write_text("from-file\n")
+    assert load_token(path) == "from-file"
+    path.write_text("  \n")
+    with pytest.raises(ValueError, match="empty"):
+        load_token(path)
+
+
+def test_make_channel_gives_every_call_a_deadline(token_server):
+    channel = make_channel(token_server.address, token=TOKEN, default_deadline_s=0.5)
+    with channel:
+        stub = league_pb2_grpc.LeagueServiceStub(channel)
+        stub.RegisterWorker(pb.RegisterWorkerRequest(worker_id="a", role=pb.WORKER_ROLE_ACTOR))
+        # No learner is bound, so no collect job comes: a long poll asking for 60 s is cut to the channel's
+        # 0.5 s default deadline and answered in time (not DEADLINE_EXCEEDED).
+        reply = stub.GetJob(pb.GetJobRequest(worker_id="a", role=pb.WORKER_ROLE_ACTOR, wait_s=60))
+        assert not reply.HasField("job") and reply.retry_after_s > 0

@@ -1,0 +1,322 @@
+"""The coordinator served on 127.0.0.1: the pull protocol, leases, snapshots, status and metrics over real gRPC."""
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from common.proto.league.v1 import league_pb2 as pb
+from league_service.coordinator_testing import (
+    league_stub,
+    outcomes_for,
+    running_coordinator,
+    small_league_config,
+)
+
+ACTOR, LEARNER = pb.WORKER_ROLE_ACTOR, pb.WORKER_ROLE_LEARNER
+COMPLETED, FAILED = pb.FINISH_STATUS_COMPLETED, pb.FINISH_STATUS_FAILED
+
+
+def wait_until(predicate, timeout_s=20.0, what="condition"):
+    """Poll a remote state (there is no event to wait on across gRPC) until it holds."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def league(tmp_path):
+    cfg = small_league_config(
+        {
+            "league": {"main_player": {"one_phase_step": 100, "strong_win_rate": None}},
+            "policy": {"algorithm": "ppo", "model": {"hidden_sizes": [8]}},
+            "learner": {"lr": 0.001},
+        }
+    )
+    with running_coordinator(cfg, tmp_path, lease_timeout_s=30.0, metrics_port=0) as server:
+        channel, stub = league_stub(server.address)
+        try:
+            yield server, stub, tmp_path
+        finally:
+            channel.close()
+
+
+def register(stub, worker_id, role, endpoint=""):
+    return stub.RegisterWorker(pb.RegisterWorkerRequest(worker_id=worker_id, role=role, hostname="h", data_endpoint=endpoint))
+
+
+def bind_learners(stub):
+    """Register one learner per active player and bind each; returns {player_id: (worker_id, job)}."""
+    bound = {}
+    for i in range(2):
+        register(stub, f"learner-{i}", LEARNER, f"127.0.0.1:{7000 + i}")
+        job = stub.GetJob(pb.GetJobRequest(worker_id=f"learner-{i}", role=LEARNER)).job
+        assert job.kind == pb.JOB_KIND_LEARN
+        bound[job.launch_player] = (f"learner-{i}", job)
+    return bound
+
+
+def test_health_and_reflection_are_served(league):
+    server, _, _ = league
+    channel = grpc.insecure_channel(server.address)
+    try:
+        health = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "league.v1.LeagueService"):
+            reply = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+        replies = reflection.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5)
+        names = {s.name for r in replies for s in r.list_services_response.service}
+        assert {"league.v1.LeagueService", "grpc.health.v1.Health"} <= names
+    finally:
+        channel.close()
+
+
+def test_collect_jobs_wait_for_the_learner_then_carry_its_endpoint(league):
+    _, stub, _ = league
+    reply = register(stub, "actor-1", ACTOR)
+    assert reply.lease_timeout_s == 30.0 and 0 < reply.heartbeat_interval_s < 30.0 and reply.league_id
+    nothing = stub.GetJob(pb.GetJobRequest(worker_id="actor-1", role=ACTOR, wait_s=0.2))
+    assert not nothing.HasField("job") and "learner" in nothing.reason and nothing.retry_after_s > 0
+
+    bound = bind_learners(stub)
+    assert set(bound) == {"main_player_default_0", "main_exploiter_default_0"}
+    learn = bound["main_player_default_0"][1]
+    assert learn.learner_kwargs["lr"] == 0.001 and learn.policy["algorithm"] == "ppo"
+    assert [p.player_id for p in learn.players] == ["main_player_default_0"]
+
+    job = stub.GetJob(pb.GetJobRequest(worker_id="actor-1", role=ACTOR, wait_s=5)).job
+    assert job.kind == pb.JOB_KIND_COLLECT and job.players[0].player_id == job.launch_player
+    learner_id = bound[job.launch_player][0]
+    assert job.learner_endpoint == f"127.0.0.1:{7000 + int(learner_id[-1])}"
+    assert job.env_name == "connect_four" and job.env_num == 2 and job.episode_num == 4
+    assert job.policy["model"]["hidden_sizes"] == [8.0]
+    assert job.players[0].active and job.lease_timeout_s == 30.0 and job.lease_deadline > time.time()
+
+    ack = stub.FinishJob(
+        pb.FinishJobRequest(worker_id="actor-1", job_id=job.job_id, status=COMPLETED,
+                            episodes=outcomes_for(job, [True, True, False]), env_steps=50)
+    )
+    assert not ack.duplicate and ack.episodes_counted == 3
+    again = stub.FinishJob(
+        pb.FinishJobRequest(worker_id="actor-1", job_id=job.job_id, status=COMPLETED,
+                            episodes=outcomes_for(job, [True, True, False]), env_steps=50)
+    )
+    assert again.duplicate and again.episodes_counted == 3
+
+    status = stub.GetStatus(pb.GetStatusRequest())
+    assert status.counters.matches == 3 and status.counters.jobs_finished == 1 and status.counters.env_steps == 50
+    assert {p.player_id: p.learner_worker_id for p in status.players if p.active} == {
+        pid: worker for pid, (worker, _) in bound.items()
+    }
+    assert {w.worker_id for w in status.workers} == {"actor-1", "learner-0", "learner-1"}
+    assert len(status.jobs) == 2  # the two learn jobs
+
+
+def test_an_expired_lease_frees_the_slot_and_a_late_finish_is_refused(tmp_path):
+    cfg = small_league_config({"league": {"active_players": {"main_player": 1}, "max_active_player_job": 1}})
+    with running_coordinator(cfg, tmp_path, lease_timeout_s=0.5, needs_learner=False) as server:
+        channel, stub = league_stub(server.address)
+        try:
+            register(stub, "slow", ACTOR)
+            register(stub, "fast", ACTOR)
+            first = stub.GetJob(pb.GetJobRequest(worker_id="slow", role=ACTOR, wait_s=5)).job
+            # The only slot is held; the next job appears only when the lease expires (the timer thread).
+            second = stub.GetJob(pb.GetJobRequest(worker_id="fast", role=ACTOR, wait_s=10)).job
+            assert second.job_id and second.job_id != first.job_id
+            beat = stub.Heartbeat(pb.HeartbeatRequest(worker_id="slow", job_ids=[first.job_id]))
+            assert list(beat.revoked_job_ids) == [first.job_id]
+            with pytest.raises(grpc.RpcError) as err:
+                stub.FinishJob(pb.FinishJobRequest(worker_id="slow", job_id=first.job_id, status=COMPLETED,
+                                                   episodes=outcomes_for(first, [True])))
+            assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "expired" in err.value.details()
+            status = stub.GetStatus(pb.GetStatusRequest())
+            assert status.counters.jobs_expired >= 1 and status.counters.matches == 0
+        finally:
+            channel.close()
+
+
+def test_heartbeats_keep_a_lease_alive_past_its_timeout(tmp_path):
+    cfg = small_league_config({"league": {"active_players": {"main_player": 1}, "max_active_player_job": 1}})
+    with running_coordinator(cfg, tmp_path, lease_timeout_s=0.6, needs_learner=False) as server:
+        channel, stub = league_stub(server.address)
+        try:
+            register(stub, "a", ACTOR)
+            job = stub.GetJob(pb.GetJobRequest(worker_id="a", role=ACTOR, wait_s=5)).job
+            stop = threading.Event()
+            for _ in range(8):  # ~1.6 s, well past the 0.6 s lease
+                beat = stub.Heartbeat(pb.HeartbeatRequest(worker_id="a", job_ids=[job.job_id]))
+                assert not beat.revoked_job_ids
+                stop.wait(0.2)
+            ack = stub.FinishJob(pb.FinishJobRequest(worker_id="a", job_id=job.job_id, status=COMPLETED,
+                                                     episodes=outcomes_for(job, [True])))
+            assert ack.episodes_counted == 1 and not ack.duplicate
+        finally:
+            channel.close()
+
+
+def test_update_player_snapshots_with_a_hard_linked_checkpoint(league):
+    _, stub, root = league
+    bound = bind_learners(stub)
+    learner, _ = bound["main_player_default_0"]
+    ckpt = root / "main_player_default_0" / "ckpt.pt"
+    ckpt.parent.mkdir()
+    ckpt.write_bytes(b"weights")
+    reply = stub.UpdatePlayer(pb.UpdatePlayerRequest(
+        worker_id=learner, player_id="main_player_default_0", train_iteration=3, agent_steps=150,
+        checkpoint_path="main_player_default_0/ckpt.pt", checkpoint_version=3))
+    assert not reply.mutated
+
+    def historical():
+        return [p for p in stub.GetStatus(pb.GetStatusRequest()).players if not p.active]
+
+    wait_until(lambda: historical(), what="a snapshot")
+    (snap,) = historical()
+    assert snap.parent_id == "main_player_default_0" and snap.checkpoint_version == 3
+    frozen = root / snap.checkpoint_path
+    assert frozen.read_bytes() == b"weights" and frozen != ckpt
+    assert os.stat(frozen).st_ino == os.stat(ckpt).st_ino  # hard link on the same filesystem
+    main = next(p for p in stub.GetStatus(pb.GetStatusRequest()).players if p.player_id == "main_player_default_0")
+    assert main.agent_steps == 150 and main.train_iteration == 3 and main.snapshots == 1
+
+
+def test_update_player_refusals(league):
+    _, stub, _ = league
+    bound = bind_learners(stub)
+    learner, _ = bound["main_player_default_0"]
+    other, _ = bound["main_exploiter_default_0"]
+
+    def update(**kw):
+        args = dict(worker_id=learner, player_id="main_player_default_0", agent_steps=10)
+        args.update(kw)
+        with pytest.raises(grpc.RpcError) as err:
+            stub.UpdatePlayer(pb.UpdatePlayerRequest(**args))
+        return err.value
+
+    err = update(checkpoint_path="../outside.pt")
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "checkpoint_path" in err.details()
+    err = update(checkpoint_path="/etc/passwd")
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "checkpoint_path" in err.details()
+    err = update(worker_id=other)
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "worker_id" in err.details()
+    err = update(player_id="nobody")
+    assert err.code() == grpc.StatusCode.NOT_FOUND and "player_id" in err.details()
+    err = update(worker_id="ghost")
+    assert err.code() == grpc.StatusCode.NOT_FOUND and "worker_id" in err.details()
+    err = update(agent_steps=-1)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "agent_steps" in err.details()
+    stub.UpdatePlayer(pb.UpdatePlayerRequest(worker_id=learner, player_id="main_player_default_0", agent_steps=50))
+    err = update(agent_steps=40)  # steps never go backwards
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_a_released_learn_job_goes_to_the_next_learner(league):
+    _, stub, _ = league
+    bound = bind_learners(stub)
+    worker, job = bound["main_player_default_0"]
+    register(stub, "learner-new", LEARNER, "127.0.0.1:7999")
+    ack = stub.FinishJob(pb.FinishJobRequest(worker_id=worker, job_id=job.job_id, status=pb.FINISH_STATUS_RELEASED))
+    assert not ack.duplicate
+    new = stub.GetJob(pb.GetJobRequest(worker_id="learner-new", role=LEARNER, wait_s=5)).job
+    assert new.launch_player == "main_player_default_0" and new.job_id != job.job_id
+    # A learner asking again gets its own binding back (a restarted learner reconnects).
+    again = stub.GetJob(pb.GetJobRequest(worker_id="learner-new", role=LEARNER, data_endpoint="127.0.0.1:7999")).job
+    assert again.job_id == new.job_id
+
+
+def test_long_poll_returns_when_a_job_frees_up(league):
+    _, stub, _ = league
+    bind_learners(stub)
+    register(stub, "a", ACTOR)
+    jobs = [stub.GetJob(pb.GetJobRequest(worker_id="a", role=ACTOR, wait_s=5)).job for _ in range(4)]
+    assert all(j.job_id for j in jobs)  # 2 players x 2 slots
+    result = {}
+    waiter = threading.Thread(
+        target=lambda: result.update(reply=stub.GetJob(pb.GetJobRequest(worker_id="a", role=ACTOR, wait_s=20), timeout=30))
+    )
+    waiter.start()
+    stub.FinishJob(pb.FinishJobRequest(worker_id="a", job_id=jobs[0].job_id, status=FAILED))
+    waiter.join(30)
+    assert result["reply"].job.launch_player == jobs[0].launch_player
+    status = stub.GetStatus(pb.GetStatusRequest())
+    assert status.counters.jobs_failed == 1 and status.counters.matches == 0
+    assert all(p.slots_used <= p.slots_limit for p in status.players)
+
+
+def test_metrics_expose_counters_and_rpc_latency(league):
+    server, stub, _ = league
+    register(stub, "a", ACTOR)
+    stub.GetStatus(pb.GetStatusRequest())
+    text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics.port}/metrics", timeout=5).read().decode()
+    for name in ("league_jobs_issued_total", "league_jobs_finished_total", "league_jobs_expired_total",
+                 "league_matches_total", "league_snapshots_total", 'league_players{state="active"} 2.0',
+                 'league_rpc_latency_seconds_count{method="RegisterWorker"} 1.0'):
+        assert name in text, name
+
+
+def test_league_status_cli_prints_tables_and_json(league, capsys):
+    import argparse
+
+    from league_service.cli import add_status_arguments, status_main
+
+    server, stub, _ = league
+    bind_learners(stub)
+    parser = argparse.ArgumentParser()
+    add_status_arguments(parser)
+    assert status_main(parser.parse_args(["--addr", server.address, "--json"])) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {p["player_id"] for p in data["players"]} == {"main_player_default_0", "main_exploiter_default_0"}
+    assert data["counters"]["jobs_issued"] == 2
+    assert status_main(parser.parse_args(["--addr", server.address])) == 0
+    out = capsys.readouterr().out
+    assert "main_player_default_0" in out and "workers (2)" in out
+    assert status_main(parser.parse_args(["--addr", "127.0.0.1:1", "--timeout", "0.5"])) == 1
+
+
+def test_league_status_watch_refreshes_until_interrupted(league):
+    server, _, _ = league
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "league_service.cli", "status", "--addr", server.address, "--watch", "0.2", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    try:
+        frames = 0
+        while frames < 2:  # refreshed at least once
+            frames += '"league_id"' in lines.get(timeout=30)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+        proc.wait(30)
+
+
+def test_a_solo_league_counts_returns(tmp_path):
+    cfg = small_league_config({"league": {"league_type": "solo", "active_players": {"solo_active_player": 1}},
+                               "env": {"name": "CartPole-v1"}})
+    with running_coordinator(cfg, tmp_path, needs_learner=False) as server:
+        channel, stub = league_stub(server.address)
+        with channel:
+            register(stub, "a", ACTOR)
+            job = stub.GetJob(pb.GetJobRequest(worker_id="a", role=ACTOR, wait_s=5)).job
+            assert [p.player_id for p in job.players] == [job.launch_player] and job.env_name == "CartPole-v1"
+            ack = stub.FinishJob(pb.FinishJobRequest(worker_id="a", job_id=job.job_id, status=COMPLETED,
+                                                     episodes=outcomes_for(job, [True, False, True])))
+            assert ack.episodes_counted == 3
+            status = stub.GetStatus(pb.GetStatusRequest())
+            (player,) = status.players
+            assert status.league_type == "solo" and player.episodes == 3
+            assert player.mean_return == pytest.approx(2 / 3)

@@ -1,0 +1,166 @@
+"""Malformed and hostile requests against a real coordinator on 127.0.0.1: clear refusals, no damage."""
+
+import math
+
+import grpc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from common.proto.league.v1 import league_pb2 as pb
+from league_service.coordinator_testing import (
+    league_stub,
+    outcomes_for,
+    running_coordinator,
+    small_league_config,
+)
+
+ACTOR = pb.WORKER_ROLE_ACTOR
+REFUSALS = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    root = tmp_path_factory.mktemp("shared")
+    (root / "main_player_default_0").mkdir()
+    (root / "main_player_default_0" / "ckpt.pt").write_bytes(b"w")
+    with running_coordinator(small_league_config(), root, lease_timeout_s=60.0, needs_learner=False) as server:
+        channel, stub = league_stub(server.address)
+        try:
+            stub.RegisterWorker(pb.RegisterWorkerRequest(worker_id="actor", role=ACTOR))
+            yield server, stub
+        finally:
+            channel.close()
+
+
+def refused(call, request):
+    with pytest.raises(grpc.RpcError) as err:
+        call(request)
+    return err.value.code(), err.value.details()
+
+
+def test_unknown_ids_are_not_found(served):
+    _, stub = served
+    assert refused(stub.Heartbeat, pb.HeartbeatRequest(worker_id="ghost"))[0] == grpc.StatusCode.NOT_FOUND
+    code, details = refused(stub.GetJob, pb.GetJobRequest(worker_id="ghost", role=ACTOR))
+    assert code == grpc.StatusCode.NOT_FOUND and "worker_id" in details
+    code, details = refused(stub.FinishJob, pb.FinishJobRequest(worker_id="actor", job_id="nope", status=1))
+    assert code == grpc.StatusCode.NOT_FOUND and "job_id" in details
+
+
+@pytest.mark.parametrize(
+    ("method", "request_", "field"),
+    [
+        ("RegisterWorker", pb.RegisterWorkerRequest(role=ACTOR), "worker_id"),
+        ("RegisterWorker", pb.RegisterWorkerRequest(worker_id="w"), "role"),
+        ("RegisterWorker", pb.RegisterWorkerRequest(worker_id="w", role=7), "role"),
+        ("Heartbeat", pb.HeartbeatRequest(worker_id="actor", job_ids=[""]), "job_ids[0]"),
+        ("GetJob", pb.GetJobRequest(worker_id="actor", role=ACTOR, wait_s=math.nan), "wait_s"),
+        ("GetJob", pb.GetJobRequest(worker_id="actor", role=ACTOR, wait_s=-1), "wait_s"),
+        ("GetJob", pb.GetJobRequest(worker_id="actor", role=ACTOR, wait_s=math.inf), "wait_s"),
+        ("FinishJob", pb.FinishJobRequest(worker_id="actor", job_id="j"), "status"),
+        ("FinishJob", pb.FinishJobRequest(worker_id="actor", job_id="j", status=1, env_steps=-5), "env_steps"),
+        ("FinishJob", pb.FinishJobRequest(worker_id="actor", job_id="j", status=1,
+                                          episodes=[pb.EpisodeResult(length=-1, players=[pb.PlayerOutcome(player_id="p")])]),
+         "episodes[0].length"),
+        ("FinishJob", pb.FinishJobRequest(worker_id="actor", job_id="j", status=1,
+                                          episodes=[pb.EpisodeResult(players=[pb.PlayerOutcome(player_id="p", episode_return=math.nan)])]),
+         "episodes[0].players[0].episode_return"),
+        ("FinishJob", pb.FinishJobRequest(worker_id="actor", job_id="j", status=1, episodes=[pb.EpisodeResult()]),
+         "episodes[0].players"),
+        ("UpdatePlayer", pb.UpdatePlayerRequest(worker_id="actor", player_id="p", checkpoint_version=-1), "checkpoint_version"),
+        ("UpdatePlayer", pb.UpdatePlayerRequest(worker_id="actor", agent_steps=1), "player_id"),
+        ("UpdatePlayer", pb.UpdatePlayerRequest(worker_id="actor", player_id="main_player_default_0",
+                                                checkpoint_path="a/../../x"), "checkpoint_path"),
+    ],
+)
+def test_malformed_requests_name_the_field(served, method, request_, field):
+    _, stub = served
+    code, details = refused(getattr(stub, method), request_)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert details.startswith(f"{field}:"), details
+
+
+def test_results_naming_players_not_in_the_job_are_refused_and_the_job_still_counts_later(served):
+    _, stub = served
+    while True:  # a match of two different players (self-play jobs name one player twice)
+        job = stub.GetJob(pb.GetJobRequest(worker_id="actor", role=ACTOR, wait_s=5)).job
+        if job.players[0].player_id != job.players[1].player_id:
+            break
+        stub.FinishJob(pb.FinishJobRequest(worker_id="actor", job_id=job.job_id, status=pb.FINISH_STATUS_FAILED))
+    bad = outcomes_for(job, [True])
+    bad[0].players[1].player_id = "intruder"
+    code, details = refused(stub.FinishJob, pb.FinishJobRequest(worker_id="actor", job_id=job.job_id, status=1, episodes=bad))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("episodes[0].players[1].player_id")
+    swapped = outcomes_for(job, [True])
+    swapped[0].players.reverse()
+    code, details = refused(stub.FinishJob, pb.FinishJobRequest(worker_id="actor", job_id=job.job_id, status=1, episodes=swapped))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "seat order" in details
+    before = stub.GetStatus(pb.GetStatusRequest()).counters.matches
+    ack = stub.FinishJob(pb.FinishJobRequest(worker_id="actor", job_id=job.job_id, status=1, episodes=outcomes_for(job, [True])))
+    assert ack.episodes_counted == 1
+    assert stub.GetStatus(pb.GetStatusRequest()).counters.matches == before + 1
+
+
+def test_oversize_messages_are_resource_exhausted(served):
+    _, stub = served
+    code, _ = refused(stub.RegisterWorker, pb.RegisterWorkerRequest(worker_id="x" * (5 * 1024 * 1024), role=ACTOR))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert stub.GetStatus(pb.GetStatusRequest()).league_id  # still serving
+
+
+# ---- generated garbage ---------------------------------------------------------------------------------------
+
+ids = st.one_of(st.sampled_from(["actor", "main_player_default_0", "main_exploiter_default_0", "",
+                                 "main_player_default_0/ckpt.pt"]),
+                st.text(max_size=20), st.text(min_size=250, max_size=300))
+numbers = st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from([0, 1, -1]))
+floats = st.floats(allow_nan=True, allow_infinity=True)
+enums = st.integers(-3, 9)
+outcome = st.builds(pb.PlayerOutcome, player_id=ids, outcome=enums, episode_return=floats)
+episode = st.builds(pb.EpisodeResult, length=numbers, players=st.lists(outcome, max_size=3))
+
+requests = st.one_of(
+    st.tuples(st.just("RegisterWorker"),
+              st.builds(pb.RegisterWorkerRequest, worker_id=ids, role=enums, hostname=st.text(max_size=300),
+                        data_endpoint=st.text(max_size=30))),
+    st.tuples(st.just("Heartbeat"), st.builds(pb.HeartbeatRequest, worker_id=ids, job_ids=st.lists(ids, max_size=3))),
+    st.tuples(st.just("GetJob"), st.builds(pb.GetJobRequest, worker_id=ids, role=enums, data_endpoint=ids,
+                                           wait_s=st.one_of(floats, st.just(0.0)))),
+    st.tuples(st.just("FinishJob"),
+              st.builds(pb.FinishJobRequest, worker_id=ids, job_id=ids, status=enums,
+                        episodes=st.lists(episode, max_size=3), env_steps=numbers, agent_steps=numbers)),
+    st.tuples(st.just("UpdatePlayer"),
+              st.builds(pb.UpdatePlayerRequest, worker_id=ids, player_id=ids, train_iteration=numbers,
+                        agent_steps=numbers, checkpoint_path=st.one_of(ids, st.just("../x"), st.just("/abs")),
+                        checkpoint_version=numbers)),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch=st.lists(requests, min_size=1, max_size=5), real_job=st.booleans())
+def test_generated_requests_are_answered_or_refused_cleanly(served, batch, real_job):
+    server, stub = served
+    job = None
+    if real_job:
+        job = stub.GetJob(pb.GetJobRequest(worker_id="actor", role=ACTOR, wait_s=0.0)).job
+    for method, request in batch:
+        if job is not None and job.job_id and method == "FinishJob":
+            request.job_id = job.job_id  # garbage results for a job that exists
+        if method == "GetJob":
+            request.wait_s = min(request.wait_s, 0.0) if math.isfinite(request.wait_s) else request.wait_s
+        try:
+            getattr(stub, method)(request, timeout=10)
+        except grpc.RpcError as err:
+            assert err.code() in REFUSALS, (method, err.code(), err.details())
+    status = stub.GetStatus(pb.GetStatusRequest())
+    assert server.coordinator.failure is None
+    for p in status.players:
+        assert 0 <= p.slots_used <= p.slots_limit or not p.active
+    assert len({j.job_id for j in status.jobs}) == len(status.jobs)
+    assert all(j.worker_id for j in status.jobs)
+    if job is not None and job.job_id:
+        # Whatever garbage came before, the real result of a real job still counts (unless it was accepted).
+        ack = stub.FinishJob(pb.FinishJobRequest(worker_id="actor", job_id=job.job_id, status=1,
+                                                 episodes=outcomes_for(job, [False])))
+        assert ack.episodes_counted in (0, 1)

@@ -1,0 +1,207 @@
+"""SubprocessEnvManager faults with real processes: env exceptions, hangs, SIGKILL, retries, closing.
+
+Fault envs fail a fixed number of times in total, counted in a file, so a rebuilt env (in a new process or
+not) knows whether it should fail again.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import threading
+from functools import partial
+
+import numpy as np
+import pytest
+
+from actor_service.envs import (
+    NO_INFO,
+    ArraySpec,
+    DiscreteSpec,
+    Env,
+    EnvError,
+    EnvInfo,
+    EnvManagerClosedError,
+    EnvState,
+    SubprocessEnvManager,
+    SubprocessEnvManagerConfig,
+    TimeStep,
+)
+from actor_service.envs.env_manager.failure import RemoteTraceback
+
+
+class FaultyEnv(Env):
+    """Observation [t]; endless episodes. At step `fail_at` it fails in `mode` ("raise", "hang", "kill"),
+    while fewer than `failures` failures are recorded in `budget_file`."""
+
+    def __init__(self, mode: str = "", budget_file: pathlib.Path | None = None, failures: int = 0, fail_at: int = 2):
+        self._mode = mode
+        self._budget_file = budget_file
+        self._failures = failures
+        self._fail_at = fail_at
+        self._t = 0
+
+    def info(self) -> EnvInfo:
+        return EnvInfo("faulty", ArraySpec((1,), np.float32), DiscreteSpec(2))
+
+    def seed(self, seed: int) -> None:
+        pass
+
+    def reset(self) -> np.ndarray:
+        self._t = 0
+        return np.array([0.0], np.float32)
+
+    def step(self, action: int) -> TimeStep:
+        self._t += 1
+        if self._t == self._fail_at and self._mode and self._spend_failure():
+            if self._mode == "raise":
+                explode_in_env()
+            elif self._mode == "hang":
+                threading.Event().wait()
+            elif self._mode == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+        return TimeStep(np.array([self._t], np.float32), 1.0, False, False, NO_INFO)
+
+    def _spend_failure(self) -> bool:
+        spent = len(self._budget_file.read_text()) if self._budget_file.exists() else 0
+        if spent >= self._failures:
+            return False
+        self._budget_file.write_text("x" * (spent + 1))
+        return True
+
+
+def explode_in_env() -> None:
+    raise ValueError("boom from inside the env")
+
+
+def unbuildable() -> Env:
+    raise OSError("no such game")
+
+
+def _alive(pids) -> list[int]:
+    """Pids that still have an entry in the process table (running, or zombies nobody reaped)."""
+    return [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
+
+
+@pytest.fixture
+def launched():
+    """Launches managers; closes them at the end and checks that no worker process is left behind."""
+    built: list[SubprocessEnvManager] = []
+    pids: set[int] = set()
+
+    def launch(env_fns, **config) -> SubprocessEnvManager:
+        config.setdefault("wait_num", len(env_fns))  # lockstep: each step returns every env stepped
+        manager = SubprocessEnvManager(env_fns, SubprocessEnvManagerConfig(**config))
+        built.append(manager)
+        manager.launch()
+        pids.update(manager.worker_pids)
+        return manager
+
+    try:
+        yield launch
+    finally:
+        for manager in built:
+            if not manager.closed:
+                pids.update(manager.worker_pids)
+            manager.close()
+    assert _alive(pids) == [], "worker processes left behind"
+
+
+def _step_all(manager: SubprocessEnvManager) -> dict[int, TimeStep]:
+    return manager.step(dict.fromkeys(manager.ready_env, 0))
+
+
+def _until_ready(manager: SubprocessEnvManager) -> None:
+    """Step whatever is ready until every env is (rebuilt envs come back asynchronously)."""
+    while manager.ready_env != list(range(manager.env_num)):
+        _step_all(manager)
+
+
+def test_env_exception_is_raised_in_the_parent_with_the_env_traceback(launched, tmp_path):
+    manager = launched([partial(FaultyEnv, "raise", tmp_path / "budget", 1), FaultyEnv], num_workers=2)
+    pids = manager.worker_pids
+    _step_all(manager)
+    with pytest.raises(EnvError) as raised:
+        _step_all(manager)
+    error = raised.value
+    assert error.env_id == 0 and "max_retry=0" in str(error)
+    assert "explode_in_env" in str(error)  # the env's own traceback, in the message
+    assert isinstance(error.__cause__, ValueError) and "boom from inside the env" in str(error.__cause__)
+    assert isinstance(error.__cause__.__cause__, RemoteTraceback)
+    assert "explode_in_env" in str(error.__cause__.__cause__)
+    assert manager.closed and _alive(pids) == []
+    with pytest.raises(EnvManagerClosedError, match="closed"):
+        manager.step({1: 0})
+    manager.close()  # idempotent
+
+
+def test_failed_env_is_rebuilt_in_its_worker_and_siblings_play_on(launched, tmp_path):
+    manager = launched(
+        [partial(FaultyEnv, "raise", tmp_path / "budget", 2), FaultyEnv], num_workers=1, max_retry=2
+    )
+    pid = manager.worker_pids
+    for _ in range(2):  # env 0 fails at its 2nd step, twice in a row; each time it is rebuilt
+        _step_all(manager)
+        out = _step_all(manager)
+        assert out[0].truncated and "boom from inside the env" in out[0].info.failure
+        assert not out[1].done and out[1].info is NO_INFO  # the sibling in the same worker is untouched
+        assert manager.env_states[0] in (EnvState.ERROR, EnvState.RUN)  # being rebuilt, or already back
+        _until_ready(manager)
+    assert manager.failure_counts == {0: 2, 1: 0}
+    assert manager.worker_pids == pid  # an exception does not cost the worker process
+    for _ in range(3):
+        assert not any(ts.done for ts in _step_all(manager).values())
+
+
+def test_hung_env_is_killed_and_rebuilt(launched, tmp_path):
+    manager = launched(
+        [partial(FaultyEnv, "hang", tmp_path / "budget", 1), FaultyEnv, FaultyEnv],
+        num_workers=2,  # env 0 shares worker 0 with env 1
+        step_timeout=1.0,
+        max_retry=1,
+    )
+    old_pids = manager.worker_pids
+    _step_all(manager)
+    out = _step_all(manager)  # env 0 hangs: worker 0 is killed after step_timeout
+    assert "hung" in out[0].info.failure and out[0].truncated
+    assert out[1].truncated and "hung" in out[1].info.failure  # its sibling lost its episode too
+    assert not out[2].done
+    assert _alive([old_pids[0]]) == []  # the hung worker was killed and reaped
+    _until_ready(manager)  # the new worker comes up while env 2 plays on
+    assert manager.worker_pids[0] != old_pids[0] and manager.worker_pids[1] == old_pids[1]
+    assert manager.failure_counts == {0: 1, 1: 1, 2: 0}
+    assert all(ts.obs[0] == 1.0 for ts in manager.step({0: 0, 1: 0}).values())  # fresh episodes
+
+
+def test_killed_env_process_is_detected_and_replaced(launched, tmp_path):
+    manager = launched([partial(FaultyEnv, "kill", tmp_path / "budget", 1), FaultyEnv], num_workers=2, max_retry=1)
+    old_pids = manager.worker_pids
+    _step_all(manager)
+    out = _step_all(manager)  # env 0 SIGKILLs its own process
+    assert "signal 9" in out[0].info.failure
+    assert _alive([old_pids[0]]) == []
+
+    # A worker killed from outside while idle is noticed at the next step, too.
+    _until_ready(manager)
+    os.kill(manager.worker_pids[1], signal.SIGKILL)
+    out = {}
+    while 1 not in out:
+        out = _step_all(manager)
+    assert out[1].truncated and "signal 9" in out[1].info.failure
+    assert manager.failure_counts == {0: 1, 1: 1}
+
+
+def test_retries_spent_on_a_hang_raise_and_clean_up(launched, tmp_path):
+    manager = launched([partial(FaultyEnv, "hang", tmp_path / "budget", 5)], step_timeout=1.0, max_retry=0)
+    pids = manager.worker_pids
+    _step_all(manager)
+    with pytest.raises(EnvError, match="hung"):
+        _step_all(manager)
+    assert manager.closed and _alive(pids) == []
+
+
+def test_env_that_cannot_be_built_fails_launch(launched):
+    with pytest.raises(EnvError, match="no such game") as raised:
+        launched([FaultyEnv, unbuildable], num_workers=2)
+    assert isinstance(raised.value.__cause__, OSError)

@@ -1,0 +1,186 @@
+"""SubprocessEnvManager with real worker processes: same trajectories as the serial manager, async steps,
+shared memory, reset while steps are in flight, and a clean process table after close."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from actor_service.envs import (
+    NO_INFO,
+    ArraySpec,
+    BaseEnvManager,
+    DiscreteSpec,
+    Env,
+    EnvInfo,
+    EnvManagerConfig,
+    EnvSpec,
+    EnvState,
+    EpisodeStats,
+    StepInfo,
+    SubprocessEnvManager,
+    SubprocessEnvManagerConfig,
+    TimeStep,
+)
+
+
+class CountingEnv(Env):
+    """Observation [t, episode, noise]; an episode lasts `length` steps (reset param `length` overrides);
+    reward is action + noise; `step_delay` (seconds, an Event wait) makes the env slow."""
+
+    def __init__(self, length: int = 3, step_delay: float = 0.0) -> None:
+        self._default_length = length
+        self._step_delay = step_delay
+        self._rng = np.random.default_rng()
+        self._episode = -1
+        self._t = 0
+        self._length = length
+
+    def info(self) -> EnvInfo:
+        return EnvInfo("counting", ArraySpec((3,), np.float32), DiscreteSpec(3))
+
+    def seed(self, seed: int) -> None:
+        self._rng = np.random.default_rng(seed)
+
+    def reset(self, length: int | None = None) -> np.ndarray:
+        self._episode += 1
+        self._t = 0
+        self._length = length or self._default_length
+        return self._obs()
+
+    def step(self, action: int) -> TimeStep:
+        if self._step_delay:
+            threading.Event().wait(self._step_delay)
+        self._t += 1
+        obs = self._obs()
+        done = self._t >= self._length
+        info = StepInfo(episode=EpisodeStats(float(self._t), self._t)) if done else NO_INFO
+        return TimeStep(obs, float(action) + float(obs[2]), done, False, info)
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self._t, self._episode, self._rng.random()], np.float32)
+
+
+def SlowEnv() -> CountingEnv:  # noqa: N802 - a factory standing for an env class
+    return CountingEnv(length=100, step_delay=0.6)
+
+
+@pytest.fixture
+def managers():
+    """Builds managers, closes them at the end, and checks that their worker processes are gone."""
+    built: list[BaseEnvManager] = []
+    pids: set[int] = set()
+
+    def make(cls, env_fns, **config):
+        manager = cls(env_fns, (SubprocessEnvManagerConfig if cls is SubprocessEnvManager else EnvManagerConfig)(**config))
+        built.append(manager)
+        return manager
+
+    def record(manager: SubprocessEnvManager) -> None:
+        pids.update(manager.worker_pids)
+
+    make.record = record
+    try:
+        yield make
+    finally:
+        for manager in built:
+            if isinstance(manager, SubprocessEnvManager) and not manager.closed:
+                record(manager)
+            manager.close()
+    assert [pid for pid in pids if os.path.exists(f"/proc/{pid}")] == [], "worker processes left behind"
+
+
+def _policy(env_id: int, obs) -> int:
+    """A deterministic policy of the observation, so trajectories depend only on the envs."""
+    if isinstance(obs, dict):
+        legal = np.flatnonzero(obs["action_mask"][int(obs["to_play"])])
+        return int(legal[(env_id + int(obs["observation"].sum())) % len(legal)])
+    return int(abs(float(np.asarray(obs).sum())) * 10 + env_id) % 2
+
+
+def _trajectories(manager: BaseEnvManager) -> dict[int, list]:
+    """Plays until done; per env, every (obs, reward, terminated, truncated, next obs) in order."""
+    out: dict[int, list] = {i: [] for i in range(manager.env_num)}
+
+    def flat(obs) -> list:
+        return [np.asarray(obs[k]).tolist() for k in sorted(obs)] if isinstance(obs, dict) else np.asarray(obs).tolist()
+
+    while not manager.done:
+        obs = manager.next_obs
+        for env_id, ts in manager.step({i: _policy(i, o) for i, o in obs.items()}).items():
+            out[env_id].append((flat(ts.obs), np.asarray(ts.reward).tolist(), ts.terminated, ts.truncated))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("env_fns", "subprocess_config"),
+    [
+        # 5 counting envs in 2 workers (3 + 2), answering as they come (wait_num=1).
+        ([CountingEnv] * 5, {"num_workers": 2, "wait_num": 1}),
+        # Connect four against a random bot: dict observations through shared memory, then pickled.
+        ([EnvSpec("connect_four", {"bots": {1: "random"}})] * 3, {"num_workers": 2}),
+        ([EnvSpec("connect_four")] * 2, {"num_workers": 1, "shared_memory": False}),
+        ([EnvSpec("CartPole-v1")] * 3, {"num_workers": 2, "num_splits": 2, "wait_num": 1}),
+    ],
+    ids=["counting-async", "connect-four-shm", "connect-four-pickled", "cartpole-splits"],
+)
+def test_same_seeds_give_the_serial_managers_trajectories(managers, env_fns, subprocess_config):
+    runs = []
+    for cls, config in ((BaseEnvManager, {}), (SubprocessEnvManager, subprocess_config)):
+        manager = managers(cls, env_fns, episode_num=3, **config)
+        manager.seed(11)
+        manager.launch(reset_params={0: {"length": 2}} if env_fns[0] is CountingEnv else None)
+        runs.append(_trajectories(manager))
+        assert manager.episode_counts == dict.fromkeys(range(len(env_fns)), 3)
+        assert all(state is EnvState.DONE for state in manager.env_states.values())
+    assert runs[0] == runs[1]
+    assert all(len(steps) > 0 for steps in runs[0].values())
+
+
+def test_async_step_returns_ready_envs_and_keeps_the_rest_in_flight(managers):
+    manager = managers(SubprocessEnvManager, [CountingEnv, SlowEnv], num_workers=2, wait_num=1)
+    manager.launch()
+    managers.record(manager)
+    first = manager.step({0: 0, 1: 0})
+    assert list(first) == [0]  # the slow env is still stepping
+    assert manager.ready_env == [0] and list(manager.next_obs) == [0]
+    with pytest.raises(ValueError, match="in flight"):
+        manager.step({1: 0})
+    later = {}
+    while 1 not in later:
+        later = manager.step({})
+    assert later[1].obs[0] == 1.0
+    assert manager.ready_env == [0, 1]
+
+    # With a timeout, step gives up waiting for wait_num envs and returns what has arrived.
+    manager.close()
+    manager = managers(SubprocessEnvManager, [CountingEnv, SlowEnv], num_workers=2, timeout=0.05)
+    manager.launch()
+    managers.record(manager)
+    assert list(manager.step({0: 0, 1: 0})) == [0]
+
+    # reset() lets the step in flight land first, then starts every env afresh.
+    manager.reset()
+    assert manager.ready_env == [0, 1]
+    assert manager.episode_counts == {0: 0, 1: 0}
+    assert {int(obs[0]) for obs in manager.next_obs.values()} == {0}
+
+
+def test_envs_and_workers_are_described(managers):
+    manager = managers(SubprocessEnvManager, [EnvSpec("connect_four")] * 4, num_workers=2)
+    assert manager.num_workers == 2 and manager.env_num == 4
+    manager.launch()
+    managers.record(manager)
+    assert len(set(manager.worker_pids)) == 2
+    assert manager.env_info.num_players == 2
+    obs = manager.next_obs
+    assert sorted(obs) == [0, 1, 2, 3]
+    assert obs[0]["observation"].shape == (2, 3, 6, 7) and obs[0]["action_mask"].dtype == np.bool_
+    assert int(obs[0]["to_play"]) == 0
+    # Observations handed out are copies: the next step does not change them.
+    before = obs[0]["observation"].copy()
+    manager.step({0: 3})
+    np.testing.assert_array_equal(obs[0]["observation"], before)

@@ -1,0 +1,112 @@
+"""The env value types, config validation and the env registry."""
+
+from __future__ import annotations
+
+import math
+import pickle
+
+import numpy as np
+import pytest
+
+from actor_service.envs import (
+    NO_INFO,
+    ArraySpec,
+    DiscreteSpec,
+    EnvManagerConfig,
+    EnvSpec,
+    StepInfo,
+    SubprocessEnvManagerConfig,
+    TimeStep,
+    env_factories,
+    make_env,
+)
+from actor_service.envs.gym_env import GymEnv
+from actor_service.envs.openspiel_env import BotSpec, OpenSpielEnv
+
+
+def test_timestep_keeps_terminated_and_truncated_apart():
+    assert TimeStep(None, 0.0, terminated=True, truncated=False).done
+    assert TimeStep(None, 0.0, terminated=False, truncated=True).done
+    assert not TimeStep(None, 0.0, terminated=False, truncated=False).done
+    assert TimeStep(None, 0.0, False, False).info is NO_INFO
+
+
+def test_values_are_frozen_and_picklable():
+    ts = TimeStep(np.zeros(2), 1.0, False, True, StepInfo(failure="x", extra={"a": 1}))
+    with pytest.raises(AttributeError):
+        ts.reward = 2.0  # type: ignore[misc]
+    back = pickle.loads(pickle.dumps(ts))
+    assert back.info.failure == "x" and back.info.extra == {"a": 1} and back.truncated
+
+
+def test_specs_compare_by_layout_not_bounds():
+    assert ArraySpec((2, 3), np.float32, minimum=0.0) == ArraySpec([2, 3], "float32", maximum=1.0)
+    assert ArraySpec((2,), np.uint8).nbytes == 2
+    assert DiscreteSpec(4).shape == ()
+    with pytest.raises(ValueError, match="num_values"):
+        DiscreteSpec(0)
+    with pytest.raises(ValueError, match="shape"):
+        ArraySpec((-1,), np.float32)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"episode_num": 0}, "episode_num"),
+        ({"episode_num": 2.5}, "episode_num"),
+        ({"max_retry": -1}, "max_retry"),
+    ],
+)
+def test_manager_config_names_the_bad_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        EnvManagerConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"num_workers": 0}, "num_workers"),
+        ({"num_splits": 0}, "num_splits"),
+        ({"wait_num": 0}, "wait_num"),
+        ({"timeout": 0}, "timeout"),
+        ({"step_timeout": -1.0}, "step_timeout"),
+        ({"reset_timeout": 0}, "reset_timeout"),
+        ({"close_timeout": -1}, "close_timeout"),
+        ({"start_method": "teleport"}, "start_method"),
+    ],
+)
+def test_subprocess_config_names_the_bad_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        SubprocessEnvManagerConfig(**kwargs)
+
+
+def test_default_configs_are_valid():
+    assert EnvManagerConfig().episode_num == math.inf
+    assert SubprocessEnvManagerConfig().start_method == "spawn"
+
+
+def test_make_env_maps_names_to_adapters():
+    assert isinstance(make_env("connect_four"), OpenSpielEnv)
+    tic_tac_toe = make_env("openspiel:tic_tac_toe")
+    assert isinstance(tic_tac_toe, OpenSpielEnv) and tic_tac_toe.info().name == "tic_tac_toe"
+    cartpole = make_env("CartPole-v1", max_episode_steps=7)
+    assert isinstance(cartpole, GymEnv) and cartpole.info().name == "CartPole-v1"
+    with pytest.raises(ValueError, match="empty"):
+        make_env("")
+
+
+def test_env_spec_is_a_picklable_factory():
+    spec = EnvSpec("connect_four", {"bots": {1: "random"}})
+    env = pickle.loads(pickle.dumps(spec))()
+    assert env.bot_seats == (1,)
+    assert len(env_factories("CartPole-v1", 3)) == 3
+    with pytest.raises(ValueError, match="env_num"):
+        env_factories("CartPole-v1", 0)
+
+
+def test_bot_spec_parsing():
+    assert BotSpec.parse("random") == BotSpec("random")
+    assert BotSpec.parse("mcts:200").num_simulations == 200
+    for bad in ("mcts:lots", "random:3", "alphazero"):
+        with pytest.raises(ValueError):
+            BotSpec.parse(bad)

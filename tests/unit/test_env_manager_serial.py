@@ -1,0 +1,230 @@
+"""BaseEnvManager: episode counting, auto-reset, reset params, seeds, retries and closing, in process."""
+
+from __future__ import annotations
+
+import pathlib
+from functools import partial
+
+import numpy as np
+import pytest
+
+from actor_service.envs import (
+    NO_INFO,
+    ArraySpec,
+    BaseEnvManager,
+    DiscreteSpec,
+    Env,
+    EnvError,
+    EnvInfo,
+    EnvManagerClosedError,
+    EnvManagerConfig,
+    EnvState,
+    EpisodeStats,
+    StepInfo,
+    TimeStep,
+)
+
+
+class CountingEnv(Env):
+    """Observation [t, episode, noise]; an episode lasts `length` steps (reset param `length` overrides);
+    reward is action + noise; the noise comes from the seeded generator."""
+
+    def __init__(self, length: int = 3) -> None:
+        self._default_length = length
+        self._rng = np.random.default_rng()
+        self._episode = -1
+        self._t = 0
+        self._length = length
+
+    def info(self) -> EnvInfo:
+        return EnvInfo("counting", ArraySpec((3,), np.float32), DiscreteSpec(3))
+
+    def seed(self, seed: int) -> None:
+        self._rng = np.random.default_rng(seed)
+
+    def reset(self, length: int | None = None) -> np.ndarray:
+        self._episode += 1
+        self._t = 0
+        self._length = length or self._default_length
+        return self._obs()
+
+    def step(self, action: int) -> TimeStep:
+        self._t += 1
+        obs = self._obs()
+        done = self._t >= self._length
+        info = StepInfo(episode=EpisodeStats(float(self._t), self._t)) if done else NO_INFO
+        return TimeStep(obs, float(action) + float(obs[2]), done, False, info)
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self._t, self._episode, self._rng.random()], np.float32)
+
+
+class FailingEnv(CountingEnv):
+    """Raises at step `fail_at` of its first episode, as long as `budget_file` allows more failures."""
+
+    def __init__(self, budget_file: pathlib.Path, failures: int, fail_at: int = 2) -> None:
+        super().__init__(length=3)
+        self._budget_file = budget_file
+        self._failures = failures
+        self._fail_at = fail_at
+
+    def step(self, action: int) -> TimeStep:
+        if self._t + 1 == self._fail_at and self._episode == 0:
+            spent = len(self._budget_file.read_text()) if self._budget_file.exists() else 0
+            if spent < self._failures:
+                self._budget_file.write_text("x" * (spent + 1))
+                explode_in_env()
+        return super().step(action)
+
+
+def explode_in_env() -> None:
+    raise ValueError("boom from inside the env")
+
+
+@pytest.fixture
+def managers():
+    """Builds managers and closes whatever the test left open."""
+    built: list[BaseEnvManager] = []
+
+    def make(env_fns, **config) -> BaseEnvManager:
+        manager = BaseEnvManager(env_fns, EnvManagerConfig(**config))
+        built.append(manager)
+        return manager
+
+    yield make
+    for manager in built:
+        manager.close()
+
+
+def _run_to_done(manager: BaseEnvManager, action: int = 1) -> dict[int, list[TimeStep]]:
+    seen: dict[int, list[TimeStep]] = {i: [] for i in range(manager.env_num)}
+    while not manager.done:
+        for env_id, ts in manager.step(dict.fromkeys(manager.ready_env, action)).items():
+            seen[env_id].append(ts)
+    return seen
+
+
+def test_episodes_are_counted_and_envs_finish(managers):
+    manager = managers([CountingEnv] * 3, episode_num=2)
+    manager.launch()
+    assert manager.ready_env == [0, 1, 2]
+    seen = _run_to_done(manager)
+    for timesteps in seen.values():
+        assert [ts.done for ts in timesteps] == [False, False, True] * 2
+    assert manager.episode_counts == {0: 2, 1: 2, 2: 2}
+    assert set(manager.env_states.values()) == {EnvState.DONE}
+    assert manager.next_obs == {} and manager.ready_env == []
+    with pytest.raises(ValueError, match="not waiting for an action"):
+        manager.step({0: 1})
+
+
+def test_auto_reset_keeps_the_last_observation_in_the_timestep(managers):
+    manager = managers([CountingEnv])
+    manager.launch()
+    for _ in range(2):
+        manager.step({0: 0})
+    last = manager.step({0: 0})[0]
+    assert last.terminated and last.obs[:2].tolist() == [3.0, 0.0]  # t=3 of episode 0
+    assert last.info.episode == EpisodeStats(3.0, 3)
+    assert manager.next_obs[0][:2].tolist() == [0.0, 1.0]  # t=0 of episode 1
+    assert manager.env_states[0] is EnvState.RUN and manager.episode_num == float("inf")
+
+
+def test_reset_params_are_per_env_and_kept_for_auto_resets(managers):
+    manager = managers([CountingEnv] * 2, episode_num=2)
+    manager.launch(reset_params={1: {"length": 5}})
+    seen = _run_to_done(manager)
+    assert [len(seen[0]), len(seen[1])] == [6, 10]
+    manager.reset(reset_params={0: {"length": 1}})
+    assert manager.episode_counts == {0: 0, 1: 0}
+    seen = _run_to_done(manager)
+    assert [len(seen[0]), len(seen[1])] == [2, 10]
+    with pytest.raises(ValueError, match="reset_params"):
+        manager.reset(reset_params={7: {}})
+
+
+def _trajectory(manager: BaseEnvManager) -> list:
+    return [
+        (env_id, ts.obs.tolist(), ts.reward)
+        for env_id, tss in sorted(_run_to_done(manager).items())
+        for ts in tss
+    ]
+
+
+def test_seeds_make_runs_repeat(managers):
+    runs = []
+    for _ in range(2):
+        manager = managers([CountingEnv] * 2, episode_num=2)
+        manager.seed(7)
+        manager.launch()
+        runs.append(_trajectory(manager))
+    assert runs[0] == runs[1]
+
+    direct = CountingEnv()
+    direct.seed(8)  # env 1 of seed(7) gets 7 + 1
+    assert manager.env_info.name == "counting"
+    manager.seed([3, 8])
+    manager.reset()
+    expected = direct.reset()
+    assert manager.next_obs[1][2] == expected[2]  # same noise: env 1 was seeded with 8
+    with pytest.raises(ValueError, match="seed"):
+        manager.seed([1, 2, 3])
+
+
+def test_failed_env_is_rebuilt_and_its_episode_cut(managers, tmp_path):
+    budget = tmp_path / "failures"
+    manager = managers([CountingEnv, partial(FailingEnv, budget, failures=1)], max_retry=1)
+    manager.launch()
+    manager.step({0: 0, 1: 0})
+    last_obs = manager.next_obs[1]
+    out = manager.step({0: 0, 1: 0})  # env 1 raises here
+    assert not out[0].done
+    cut = out[1]
+    assert cut.truncated and not cut.terminated and cut.reward == 0.0
+    assert "boom from inside the env" in cut.info.failure
+    np.testing.assert_array_equal(cut.obs, last_obs)
+    assert manager.failure_counts == {0: 0, 1: 1}
+    assert manager.next_obs[1][0] == 0.0  # a fresh episode of the rebuilt env
+    assert manager.env_states[1] is EnvState.RUN
+
+
+def test_retries_spent_raises_with_the_env_traceback_and_closes(managers, tmp_path):
+    manager = managers([partial(FailingEnv, tmp_path / "failures", failures=5)], max_retry=0)
+    manager.launch()
+    manager.step({0: 0})
+    with pytest.raises(EnvError) as raised:
+        manager.step({0: 0})
+    assert raised.value.env_id == 0
+    assert isinstance(raised.value.__cause__, ValueError)
+    assert "explode_in_env" in str(raised.value) and "max_retry=0" in str(raised.value)
+    assert manager.closed
+    with pytest.raises(EnvManagerClosedError):
+        manager.step({0: 0})
+
+
+def test_lifecycle_errors_are_clear(managers):
+    manager = managers([CountingEnv])
+    with pytest.raises(RuntimeError, match="launch"):
+        manager.step({0: 0})
+    manager.launch()
+    with pytest.raises(RuntimeError, match="already"):
+        manager.launch()
+    with pytest.raises(ValueError, match="range"):
+        manager.step({5: 0})
+    manager.close()
+    manager.close()
+    for call in (manager.launch, manager.reset, lambda: manager.seed(1), lambda: manager.next_obs):
+        with pytest.raises(EnvManagerClosedError, match="closed"):
+            call()
+    with pytest.raises(ValueError, match="env_fns"):
+        BaseEnvManager([])
+
+
+def test_a_factory_that_cannot_build_fails_launch(managers):
+    def broken() -> Env:
+        raise OSError("no such game")
+
+    manager = managers([CountingEnv, broken])
+    with pytest.raises(EnvError, match="no such game"):
+        manager.launch()
+    assert manager.closed

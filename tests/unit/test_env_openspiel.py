@@ -1,0 +1,160 @@
+"""OpenSpielEnv: connect four with per-player observations, masks, outcomes and reference bots."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from actor_service.envs import DiscreteSpec, Outcome
+from actor_service.envs.gymnasium_view import GymnasiumView
+from actor_service.envs.openspiel_env import BotSpec, OpenSpielEnv, outcomes_from_returns
+
+
+def _first_legal(obs: dict) -> int:
+    return int(np.flatnonzero(obs["action_mask"][int(obs["to_play"])])[0])
+
+
+def _random_game(env: OpenSpielEnv, rng: np.random.Generator) -> list:
+    """Play random legal moves to the end; returns every observation and timestep."""
+    obs = env.reset()
+    trace = [obs]
+    while True:
+        legal = np.flatnonzero(obs["action_mask"][int(obs["to_play"])])
+        ts = env.step(int(rng.choice(legal)))
+        trace.append(ts)
+        if ts.done:
+            return trace
+        obs = ts.obs
+
+
+def test_connect_four_layout():
+    env = OpenSpielEnv("connect_four")
+    info = env.info()
+    assert info.num_players == 2
+    assert info.action_spec == DiscreteSpec(7)
+    assert info.obs_spec["observation"].shape == (2, 3, 6, 7)
+    assert info.obs_spec["action_mask"].shape == (2, 7)
+    assert info.reward_spec.shape == (2,)
+    obs = env.reset()
+    for key, spec in info.obs_spec.items():
+        assert obs[key].shape == spec.shape and obs[key].dtype == spec.dtype, key
+    assert int(obs["to_play"]) == 0
+    assert obs["action_mask"][0].all() and not obs["action_mask"][1].any()
+
+
+def test_players_alternate_and_the_game_ends_with_outcomes():
+    env = OpenSpielEnv("connect_four")
+    obs = env.reset()
+    for _ in range(3):  # player 0 stacks column 0, player 1 column 1: player 0 wins on its 4th move
+        obs = env.step(0).obs
+        assert int(obs["to_play"]) == 1
+        obs = env.step(1).obs
+    ts = env.step(0)
+    assert ts.terminated and not ts.truncated
+    assert ts.reward.dtype == np.float32 and ts.reward.tolist() == [1.0, -1.0]
+    assert ts.info.outcome == (Outcome.WIN, Outcome.LOSS)
+    assert ts.info.episode.length == 7 and ts.info.episode.episode_return.tolist() == [1.0, -1.0]
+    assert int(ts.obs["to_play"]) == -1 and not ts.obs["action_mask"].any()
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(0)
+
+
+def test_observations_are_per_player():
+    env = OpenSpielEnv("connect_four")
+    env.reset()
+    obs = env.step(3).obs
+    assert obs["observation"][:, 0, 0, 3].tolist() == [1.0, 1.0]  # both players see x at the bottom of column 3
+
+    poker = OpenSpielEnv("kuhn_poker")  # chance deals the cards; each player sees only its own
+    poker.seed(0)
+    obs = poker.reset()
+    assert int(obs["to_play"]) == 0
+    assert not np.array_equal(obs["observation"][0], obs["observation"][1])
+
+
+def test_illegal_action_is_refused_with_the_legal_ones():
+    env = OpenSpielEnv("connect_four")
+    env.reset()
+    for _ in range(6):
+        env.step(0)  # column 0 is now full
+    with pytest.raises(ValueError, match="illegal"):
+        env.step(0)
+    with pytest.raises(ValueError, match="illegal"):
+        env.step(7)
+
+
+def test_seeded_games_repeat():
+    def games(seed: int) -> list:
+        env = OpenSpielEnv("connect_four", bots={1: "mcts:20"})
+        env.seed(seed)
+        rng = np.random.default_rng(seed)
+        out = []
+        for _ in range(2):
+            trace = _random_game(env, rng)
+            out.append([ts.obs["observation"].tobytes() for ts in trace[1:]])
+        return out
+
+    assert games(5) == games(5)
+
+
+def test_bot_seats_are_played_inside_the_env():
+    env = OpenSpielEnv("connect_four", bots={0: "random"})
+    env.seed(0)
+    obs = env.reset()
+    assert int(obs["to_play"]) == 1  # the bot at seat 0 has already moved
+    assert env.state.move_number() == 1
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        for ts in _random_game(env, rng)[1:]:
+            assert int(ts.obs["to_play"]) in (1, -1)
+        assert ts.info.outcome is not None
+
+
+def test_mcts_bot_beats_random_play():
+    env = OpenSpielEnv("connect_four", bots={1: BotSpec("mcts", num_simulations=50)})
+    env.seed(1)
+    rng = np.random.default_rng(1)
+    outcomes = [_random_game(env, rng)[-1].info.outcome[1] for _ in range(6)]
+    assert outcomes.count(Outcome.WIN) >= 5  # MCTS50 beats random ~100% of the time on these machines
+
+
+def test_reset_can_change_the_opponent():
+    env = OpenSpielEnv("connect_four")
+    assert int(env.reset(bots={0: "random"})["to_play"]) == 1
+    assert env.bot_seats == (0,)
+    assert int(env.reset(bots={})["to_play"]) == 0
+
+
+@pytest.mark.parametrize("bots", [{0: "random", 1: "random"}, {2: "random"}, {"x": "random"}, {1: 3}])
+def test_bad_bot_seats_are_refused(bots):
+    with pytest.raises(ValueError, match="bots"):
+        OpenSpielEnv("connect_four", bots=bots)
+
+
+def test_yaml_style_seats_are_accepted():
+    assert OpenSpielEnv("connect_four", bots={"1": "mcts:10"}).bot_seats == (1,)
+
+
+def test_outcomes_from_returns():
+    assert outcomes_from_returns(np.array([0.0, 0.0])) == (Outcome.DRAW, Outcome.DRAW)
+    assert outcomes_from_returns(np.array([-1.0, 1.0])) == (Outcome.LOSS, Outcome.WIN)
+
+
+def test_simultaneous_games_are_refused():
+    with pytest.raises(ValueError, match="sequential"):
+        OpenSpielEnv("matrix_rps")
+
+
+@pytest.mark.parametrize("bots", [None, {1: "random"}])
+def test_gymnasium_env_checker_passes(bots):
+    view = GymnasiumView(OpenSpielEnv("connect_four", bots=bots))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(view, skip_render_check=True)
+    assert [str(w.message) for w in caught if "infinity" not in str(w.message)] == []
+    obs, _ = view.reset(seed=0)
+    _, reward, *_ = view.step(_first_legal(obs))
+    assert isinstance(reward, float)

@@ -1,0 +1,53 @@
+"""`league run`'s own config section and the plot command, without starting processes."""
+
+import json
+
+import pytest
+
+from common.config import ConfigError, from_dict
+from league_cli.plot import read_history, write_plots
+from league_cli.run import RunConfig, active_player_count
+from league_service.config import config_from_dict, load_config
+
+
+def test_run_section_is_typed_and_errors_name_the_key():
+    assert from_dict(RunConfig, {"actors": 3, "seconds": 10}, "run").actors == 3
+    with pytest.raises(ConfigError, match="run.actors"):
+        from_dict(RunConfig, {"actors": "many"}, "run")
+    with pytest.raises(ConfigError, match="run.bogus"):
+        from_dict(RunConfig, {"bogus": 1}, "run")
+    with pytest.raises(ConfigError, match="run.manager"):
+        RunConfig(manager="threads")
+
+
+def test_one_learner_per_active_player():
+    assert active_player_count(load_config(None)) == 3
+    cfg = config_from_dict({"league": {"active_players": {"main_player": 2}, "player_category": ["a", "b"],
+                                      "pretrain_checkpoint_path": {"a": "", "b": ""}}})
+    assert active_player_count(cfg) == 4
+
+
+def _record(t, elo_a, elo_b, payoff):
+    players = [
+        {"player_id": "a", "active": True, "elo": elo_a, "trueskill_mu": 25.0},
+        {"player_id": "b_100", "active": False, "elo": elo_b, "trueskill_mu": 24.0},
+    ]
+    return {"elapsed_s": t, "players": players, "payoff": payoff}
+
+
+def test_plots_are_written_from_history(tmp_path):
+    history = tmp_path / "h.jsonl"
+    payoff = [{"home": "a", "away": "b_100", "wins": 3, "draws": 1, "losses": 1, "games": 5, "win_rate": 0.7}]
+    lines = [json.dumps(_record(t, 1000 + t, 1000 - t, payoff)) for t in range(5)]
+    history.write_text("\n".join(lines) + '\n{"elapsed_s": 9, "play')  # a torn last line is tolerated
+    assert len(read_history(history)) == 5
+    written = write_plots(history, tmp_path / "plots")
+    assert {p.name for p in written} == {"ratings.png", "win_rates.png"}
+    assert all(p.stat().st_size > 1000 for p in written)
+
+
+def test_corrupt_history_in_the_middle_is_an_error(tmp_path):
+    history = tmp_path / "h.jsonl"
+    history.write_text('{"a": 1}\nnot json\n{"a": 2}\n')
+    with pytest.raises(ValueError, match=":2:"):
+        read_history(history)

@@ -1,0 +1,99 @@
+import threading
+
+import grpc
+import pytest
+
+from common.rpc import (
+    RetryPolicy,
+    call_idempotent,
+    format_listen_line,
+    is_loopback,
+    join_host_port,
+    parse_listen_line,
+    write_port_file,
+)
+
+
+class Failure(grpc.RpcError):
+    def __init__(self, code: grpc.StatusCode) -> None:
+        self._code = code
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+
+class Flaky:
+    """A stub method that fails with `codes` in turn, then answers."""
+
+    def __init__(self, *codes: grpc.StatusCode) -> None:
+        self.codes = list(codes)
+        self.timeouts: list[float] = []
+
+    def __call__(self, request, timeout):
+        self.timeouts.append(timeout)
+        if self.codes:
+            raise Failure(self.codes.pop(0))
+        return f"reply to {request}"
+
+
+FAST = RetryPolicy(attempts=3, initial_backoff_s=0.001, max_backoff_s=0.002)
+
+
+def test_retries_unavailable_and_passes_the_deadline():
+    method = Flaky(grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    assert call_idempotent(method, "req", timeout=1.5, policy=FAST) == "reply to req"
+    assert method.timeouts == [1.5, 1.5, 1.5]
+
+
+def test_gives_up_after_the_policys_attempts():
+    method = Flaky(*[grpc.StatusCode.UNAVAILABLE] * 5)
+    with pytest.raises(Failure):
+        call_idempotent(method, "req", policy=FAST)
+    assert len(method.timeouts) == 3
+
+
+def test_does_not_retry_other_codes():
+    method = Flaky(grpc.StatusCode.INVALID_ARGUMENT)
+    with pytest.raises(Failure):
+        call_idempotent(method, "req", policy=FAST)
+    assert len(method.timeouts) == 1
+
+
+def test_stop_cuts_the_backoff_short():
+    stop = threading.Event()
+    stop.set()
+    method = Flaky(grpc.StatusCode.UNAVAILABLE)
+    with pytest.raises(Failure):
+        call_idempotent(method, "req", policy=RetryPolicy(initial_backoff_s=60, max_backoff_s=60), stop=stop)
+    assert len(method.timeouts) == 1
+
+
+def test_backoffs_grow_to_the_cap():
+    import random
+
+    policy = RetryPolicy(attempts=6, initial_backoff_s=0.1, max_backoff_s=0.4, multiplier=2.0)
+    caps = [0.1, 0.2, 0.4, 0.4, 0.4]
+    delays = list(policy.backoffs(random.Random(0)))
+    assert len(delays) == 5 and all(0 <= d <= c for d, c in zip(delays, caps, strict=True))
+    with pytest.raises(ValueError, match="attempts"):
+        RetryPolicy(attempts=0)
+
+
+def test_listen_line_round_trip_and_other_lines():
+    line = format_listen_line("coordinator", "127.0.0.1:5000")
+    assert parse_listen_line(line + "\n") == ("coordinator", "127.0.0.1:5000")
+    assert parse_listen_line("INFO something else") is None
+    assert parse_listen_line("LISTENING service=x") is None
+
+
+def test_port_file_is_written_whole(tmp_path):
+    path = tmp_path / "sub" / "port"
+    write_port_file(path, 4321)
+    assert path.read_text() == "4321\n"
+    assert [p.name for p in path.parent.iterdir()] == ["port"]
+
+
+def test_addresses():
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3") and not is_loopback("example.com")
+    assert join_host_port("::1", 80) == "[::1]:80" and join_host_port("h", 1) == "h:1"

@@ -1,0 +1,106 @@
+import sqlite3
+
+import pytest
+
+from league_service.leases import JobEnd, JobEndStatus, JobKind, Lease, WorkerInfo, WorkerRole
+from league_service.store import Counters, LeagueStore
+
+
+def lease(job_id: str, kind=JobKind.COLLECT) -> Lease[None]:
+    return Lease(job_id, kind, "main", ("main", "hist"), "actor-1", 1.0, 2.0, "10.0.0.1:7000")
+
+
+def test_fresh_store_loads_nothing_until_initialised(tmp_path):
+    store = LeagueStore(tmp_path / "state.sqlite")
+    try:
+        assert store.load() is None
+        assert store.initialise("digest", now=5.0) == 5.0
+        assert store.initialise("other", now=9.0) == 5.0
+        state = store.load()
+        assert state.created_at == 5.0 and state.config_digest == "digest"
+        assert state.league_state is None and state.counters == Counters()
+    finally:
+        store.close()
+
+
+def test_round_trip_survives_reopen_and_uses_wal(tmp_path):
+    path = tmp_path / "state.sqlite"
+    store = LeagueStore(path)
+    store.initialise("d")
+    worker = WorkerInfo("actor-1", WorkerRole.ACTOR, "host", "", 1.0)
+    with store.transaction() as tx:
+        tx.put_worker(worker, last_seen=3.0)
+        tx.put_lease(lease("j1"))
+        tx.put_lease(lease("j2", JobKind.LEARN))
+        tx.put_league_state({"players": ["main"], "payoff": {"main": 1}})
+        tx.put_counters(Counters(jobs_issued=2))
+    with store.transaction() as tx:
+        tx.put_end(JobEnd("j1", JobEndStatus.COMPLETED, 4, 6.0))
+    store.close()
+    store.close()  # idempotent
+
+    again = LeagueStore(path)
+    try:
+        state = again.load()
+        assert state.workers == ((worker, 3.0),)
+        assert [x.job_id for x in state.leases] == ["j2"]
+        restored = state.leases[0]
+        assert restored.kind is JobKind.LEARN and restored.players == ("main", "hist")
+        assert restored.endpoint == "10.0.0.1:7000"
+        assert state.ended == (JobEnd("j1", JobEndStatus.COMPLETED, 4, 6.0),)
+        assert state.league_state == {"players": ["main"], "payoff": {"main": 1}}
+        assert state.counters.jobs_issued == 2
+    finally:
+        again.close()
+    mode = sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+
+
+def test_a_failed_transaction_leaves_nothing(tmp_path):
+    store = LeagueStore(tmp_path / "state.sqlite")
+    try:
+        store.initialise("d")
+        with pytest.raises(RuntimeError), store.transaction() as tx:
+            tx.put_lease(lease("j1"))
+            tx.put_counters(Counters(jobs_issued=1))
+            raise RuntimeError("boom")
+        state = store.load()
+        assert state.leases == () and state.counters == Counters()
+    finally:
+        store.close()
+
+
+def test_an_ended_job_cannot_end_twice(tmp_path):
+    store = LeagueStore(tmp_path / "state.sqlite")
+    try:
+        store.initialise("d")
+        with store.transaction() as tx:
+            tx.put_end(JobEnd("j1", JobEndStatus.EXPIRED, 0, 1.0))
+        with pytest.raises(sqlite3.IntegrityError), store.transaction() as tx:
+            tx.put_end(JobEnd("j1", JobEndStatus.COMPLETED, 2, 2.0))
+        assert store.load().ended == (JobEnd("j1", JobEndStatus.EXPIRED, 0, 1.0),)
+    finally:
+        store.close()
+
+
+def test_non_finite_league_state_is_refused(tmp_path):
+    store = LeagueStore(tmp_path / "state.sqlite")
+    try:
+        with pytest.raises(ValueError), store.transaction() as tx:
+            tx.put_league_state({"elo": float("nan")})
+    finally:
+        store.close()
+
+
+def test_load_keeps_the_latest_ends_and_older_ones_are_looked_up(tmp_path):
+    store = LeagueStore(tmp_path / "state.sqlite")
+    try:
+        store.initialise("d")
+        for i in range(5):
+            with store.transaction() as tx:
+                tx.put_end(JobEnd(f"z{i}", JobEndStatus.COMPLETED, i, float(i)))
+        assert [e.job_id for e in store.load(recent_ends=2).ended] == ["z3", "z4"]
+        assert store.ended("z0") == JobEnd("z0", JobEndStatus.COMPLETED, 0, 0.0)
+        assert store.ended("nope") is None
+    finally:
+        store.close()

@@ -1,0 +1,59 @@
+import os
+
+import numpy as np
+import pytest
+
+from common.paths import SharedRoot, UnsafePathError
+from league_service.checkpoint_copy import SnapshotCopier
+
+
+@pytest.fixture
+def copier(tmp_path):
+    return SnapshotCopier(SharedRoot(tmp_path))
+
+
+def test_a_plain_file_is_hard_linked_and_refreezing_is_fine(tmp_path, copier):
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "ckpt.pt").write_bytes(b"weights")
+    copier("p/ckpt.pt", "p/ckpt_100.pt")
+    copier("p/ckpt.pt", "p/ckpt_100.pt")
+    frozen = tmp_path / "p" / "ckpt_100.pt"
+    assert frozen.read_bytes() == b"weights"
+    assert os.stat(frozen).st_ino == os.stat(tmp_path / "p" / "ckpt.pt").st_ino
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["ckpt.pt", "ckpt_100.pt"]
+
+
+def test_a_directory_checkpoint_is_copied_whole(tmp_path, copier):
+    (tmp_path / "p" / "ckpt").mkdir(parents=True)
+    (tmp_path / "p" / "ckpt" / "a.bin").write_bytes(b"a")
+    copier("p/ckpt", "p/ckpt_100")
+    copier("p/ckpt", "p/ckpt_100")
+    assert (tmp_path / "p" / "ckpt_100" / "a.bin").read_bytes() == b"a"
+
+
+def test_paths_outside_the_root_and_missing_sources_are_refused(tmp_path, copier):
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "ckpt.pt").write_bytes(b"w")
+    with pytest.raises(UnsafePathError):
+        copier("../etc/passwd", "p/x.pt")
+    with pytest.raises(UnsafePathError):
+        copier("p/ckpt.pt", "/tmp/elsewhere.pt")
+    with pytest.raises(FileNotFoundError, match="checkpoint_path"):
+        copier("p/missing.pt", "p/missing_1.pt")
+
+
+def test_a_published_checkpoint_is_frozen_by_the_checkpoint_store(tmp_path, copier):
+    from common.checkpoint_store import CheckpointStore
+
+    store = CheckpointStore(tmp_path)
+    ref = store.publish("main", {"w": np.arange(4, dtype=np.float32)}, version=3)
+    dst = ref.path[:-3] + "_500.pt"
+    copier(ref.path, dst)
+    copier(ref.path, dst)  # a restart repeating the snapshot
+    snap = store.manifest(dst)
+    assert snap.path == dst and snap.sha256 == ref.sha256 and snap.version == 3
+    np.testing.assert_array_equal(store.load(dst).tensors["w"], np.arange(4, dtype=np.float32))
+
+    other = store.publish("main", {"w": np.ones(4, dtype=np.float32)}, version=4)
+    with pytest.raises(FileExistsError, match="other weights"):
+        copier(other.path, dst)

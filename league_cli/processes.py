@@ -3,7 +3,8 @@
 `league run` and the system tests both need the same thing: start several `league ...` commands with their
 output in log files, notice when one dies, and stop all of them — politely (SIGTERM, so workers release jobs
 and the coordinator flushes state), then firmly (SIGKILL) — whatever happened before. Each child gets its own
-process group so a SIGKILL also reaches the env subprocesses it started.
+process group: SIGTERM goes to the child alone (it stops its env workers itself), the final SIGKILL to the
+whole group so nothing it started outlives it.
 """
 
 from __future__ import annotations
@@ -37,13 +38,16 @@ class ManagedProcess:
     def alive(self) -> bool:
         return self.popen.poll() is None
 
-    def signal(self, sig: int) -> None:
-        """Signal the child's whole process group (its env subprocesses too)."""
-        if not self.alive():
-            return
+    def terminate(self) -> None:
+        """SIGTERM to the process itself: it shuts its own children (env workers) down in order."""
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+
+    def kill_group(self) -> None:
+        """SIGKILL to the whole process group: the process and anything it started that is still there."""
         try:
-            os.killpg(self.popen.pid, sig)
-        except ProcessLookupError:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
             pass
 
     def log_tail(self, lines: int = 20) -> str:
@@ -98,7 +102,7 @@ class ProcessGroup:
         """SIGTERM, wait up to `grace_s`, then SIGKILL; returns each process's exit code."""
         targets = list(self.processes if procs is None else procs)
         for p in targets:
-            p.signal(signal.SIGTERM)
+            p.terminate()
         deadline = time.monotonic() + grace_s
         for p in targets:
             try:
@@ -106,15 +110,9 @@ class ProcessGroup:
             except subprocess.TimeoutExpired:
                 pass
         for p in targets:
-            if p.alive():
-                p.signal(signal.SIGKILL)
-                p.popen.wait()
-            else:
-                # The leader exited; its group may still hold env subprocesses.
-                try:
-                    os.killpg(p.popen.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            # Whether the leader exited or not, its group may still hold env subprocesses.
+            p.kill_group()
+            p.popen.wait()
         return {p.name: p.popen.returncode for p in targets}
 
     def stop_in_order(self, groups: list[list[ManagedProcess]], grace_s: float = 10.0) -> dict[str, int]:

@@ -92,7 +92,9 @@ class Supervisor:
         self.config_path = config_path
         self.run_cfg = run_cfg
         self.learners = learners
-        self.group = ProcessGroup(run_dir / "logs")
+        # Many torch processes share few cores here: one math thread each avoids oversubscription, which on
+        # two cores costs more than any intra-op parallelism gains.
+        self.group = ProcessGroup(run_dir / "logs", env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
         self.address = ""
         self.restarts: dict[str, int] = {}
 
@@ -138,6 +140,7 @@ class Supervisor:
             if n >= MAX_WORKER_RESTARTS:
                 raise RuntimeError(f"{proc.name} died {n + 1} times; last log lines:\n{proc.log_tail()}")
             self.restarts[proc.name] = n + 1
+            proc.kill_group()  # env workers a crashed actor left behind
             self.group.forget(proc)
             self.group.start(proc.name, self._worker_argv(proc.name))
             events.append(f"{proc.name} exited with {proc.popen.returncode}; restarted ({n + 1})")

@@ -1,0 +1,301 @@
+"""The actor's job loop: register, pull a job, play it, stream the launch player's data, report, repeat.
+
+One job at a time:
+1. GetJob (long poll; backoff while the coordinator is away) and check it (`JobPlan`; a bad job is FAILED).
+2. Start the job's heartbeat; a revoked lease abandons the job without FinishJob.
+3. Reset (or build) the env manager, load the players' policies (`PolicyPool`), open the trajectory sender
+   of a collect job, and play (`Rollout`).
+4. Wait until the learner acknowledged every chunk, then FinishJob(COMPLETED) with every episode's result —
+   or FinishJob(RELEASED) with the episodes so far when the actor is stopping (SIGTERM), FAILED on an error.
+
+`request_stop()` (the SIGTERM handler) ends the job after the current step; `run` then returns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from actor_service.coordinator_client import CoordinatorClient
+from actor_service.env_managers import EnvManagers, ManagerKind
+from actor_service.heartbeat import JobHeartbeat
+from actor_service.job import JobError, JobKind, JobPlan
+from actor_service.policy_pool import Policy, PolicyPool, PolicySettings, model_signature
+from actor_service.rollout import EpisodeRecord, Rollout, RolloutEnd, RolloutResult, RolloutTarget
+from actor_service.stop import StopSignal
+from actor_service.trajectory_sender import SenderSettings, SenderStats, TrajectorySender
+from common.checkpoint_store import CheckpointStore
+from common.envs.base import EnvInfo, Outcome
+from common.proto.league.v1 import league_pb2
+from common.tensor_codec import ChunkHeader
+
+log = logging.getLogger(__name__)
+
+_OUTCOMES = {
+    None: league_pb2.OUTCOME_UNSPECIFIED,
+    Outcome.WIN: league_pb2.OUTCOME_WIN,
+    Outcome.DRAW: league_pb2.OUTCOME_DRAW,
+    Outcome.LOSS: league_pb2.OUTCOME_LOSS,
+}
+
+
+def default_worker_id(role: str = "actor") -> str:
+    return f"{role}-{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class ActorSettings:
+    coordinator: str
+    """host:port of the coordinator."""
+    shared_root: Path
+    """Where checkpoints are (the same shared filesystem the learners publish to)."""
+    worker_id: str = field(default_factory=default_worker_id)
+    env_num: int | None = None
+    """Overrides every job's env_num."""
+    manager: ManagerKind = "subprocess"
+    token: str | None = None
+    tls_ca: Path | None = None
+    max_jobs: int | None = None
+    """Return after this many jobs (None: until stopped)."""
+    get_job_wait_s: float = 5.0
+    """GetJob long-poll length."""
+    env_max_retry: int = 2
+    """Failures each env may have (it is rebuilt) before the job fails."""
+    shutdown_flush_s: float = 5.0
+    """On SIGTERM, how long queued trajectories may take to reach the learner before the job is released."""
+    policies: PolicySettings = PolicySettings()
+    sender: SenderSettings = SenderSettings()
+
+    def __post_init__(self) -> None:
+        if self.env_num is not None and self.env_num < 1:
+            raise ValueError(f"env_num must be >= 1, got {self.env_num}")
+        if self.max_jobs is not None and self.max_jobs < 1:
+            raise ValueError(f"max_jobs must be >= 1, got {self.max_jobs}")
+        if not self.worker_id:
+            raise ValueError("worker_id is empty")
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """How one job went, for logs and tests."""
+
+    job_id: str
+    status: str  # completed | released | failed | abandoned | refused (FinishJob came too late)
+    episodes: int
+    env_steps: int
+    agent_steps: int
+    players: tuple[str, ...] = ()
+    sender: SenderStats | None = None
+    """The trajectory stream of a collect job (None: nothing streamed)."""
+    error: str = ""
+
+    @property
+    def chunks_sent(self) -> int:
+        return self.sender.chunks_acked if self.sender is not None else 0
+
+
+class Actor:
+    def __init__(self, settings: ActorSettings) -> None:
+        self.settings = settings
+        self._stop = StopSignal()
+        self._store = CheckpointStore(settings.shared_root)
+        self._client = CoordinatorClient(
+            settings.coordinator, settings.worker_id, stop=self._stop, token=settings.token, tls_ca=settings.tls_ca
+        )
+        self._managers = EnvManagers(settings.manager, settings.env_max_retry)
+        self._pool: PolicyPool | None = None
+        self._heartbeat: JobHeartbeat | None = None
+        self.reports: list[JobReport] = []
+
+    @property
+    def worker_id(self) -> str:
+        return self.settings.worker_id
+
+    def request_stop(self) -> None:
+        """Finish the current step, release the job with the episodes so far, then leave `run`."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def run(self) -> list[JobReport]:
+        """Serve jobs until stopped (or `max_jobs` are done); returns one report per job."""
+        try:
+            registration = self._client.register()
+            if registration is None:
+                return self.reports
+            while not self._stop.is_set():
+                if self.settings.max_jobs is not None and len(self.reports) >= self.settings.max_jobs:
+                    break
+                job = self._client.next_job(self.settings.get_job_wait_s)
+                if job is None:
+                    break
+                report = self._run_job(job, registration.heartbeat_interval_s)
+                log.info("job %s %s: %d episodes, %d env steps, %d agent steps, %d chunks%s", report.job_id,
+                         report.status, report.episodes, report.env_steps, report.agent_steps, report.chunks_sent,
+                         f" ({report.error})" if report.error else "")
+                self.reports.append(report)
+        finally:
+            try:
+                self._managers.close()
+            finally:
+                self._client.close()
+        return self.reports
+
+    # ---- one job -----------------------------------------------------------------------------------------
+
+    def _run_job(self, job: league_pb2.Job, heartbeat_interval_s: float) -> JobReport:
+        try:
+            plan = JobPlan.from_proto(job, self.settings.env_num)
+        except JobError as err:
+            log.error("job %s cannot run: %s", job.job_id, err)
+            self._finish(job.job_id, league_pb2.FINISH_STATUS_FAILED, (), 0, 0, str(err))
+            return JobReport(job.job_id, "failed", 0, 0, 0, tuple(p.player_id for p in job.players), error=str(err))
+        revoked = StopSignal()
+        sender = self._sender(plan)
+        if sender is not None:
+            revoked.add_listener(sender.abort)  # a writer blocked on a full queue must not wait for the learner
+
+        def on_revoked(reason: str) -> None:
+            log.warning("job %s revoked: %s; abandoning it", plan.job_id, reason)
+            revoked.set()
+
+        heartbeat = self._heartbeat = JobHeartbeat(self._client, plan.job_id, heartbeat_interval_s, on_revoked).start()
+        rollout: Rollout | None = None
+        try:
+            rollout = self._rollout(plan, sender, revoked)
+            result = rollout.run()
+            if result.end is RolloutEnd.REVOKED:
+                return self._abandoned(plan, result, sender)
+            return self._report(plan, result, sender, revoked)
+        except Exception as err:
+            return self._after_error(plan, rollout, sender, revoked, err)
+        finally:
+            heartbeat.close()
+            self._heartbeat = None
+            if sender is not None:
+                sender.close()
+
+    def _sender(self, plan: JobPlan) -> TrajectorySender | None:
+        if plan.kind is not JobKind.COLLECT:
+            return None
+        if not plan.learner_endpoint:
+            log.warning("collect job %s names no learner (coordinator without learners): nothing is streamed",
+                        plan.job_id)
+            return None
+        header = ChunkHeader(plan.job_id, plan.launch_player, self.worker_id, 0, 0)
+        return TrajectorySender(plan.learner_endpoint, header, stop=self._stop, settings=self.settings.sender,
+                                token=self.settings.token, tls_ca=self.settings.tls_ca)
+
+    def _rollout(self, plan: JobPlan, sender: TrajectorySender | None, revoked: StopSignal) -> Rollout:
+        env_num = min(plan.env_num, plan.episode_num) if plan.episode_num > 0 else plan.env_num
+        manager = self._managers.acquire(plan.env_name, plan.env_kwargs, env_num, job_seed(plan.job_id))
+        info = manager.env_info
+        pool = self._pool_for(plan, info)
+        launch = pool.launch_policy(plan.launch, cancel=revoked)
+        policies: list[Policy] = [launch] + [pool.opponent_policy(slot, launch) for slot in plan.players[1:]]
+        log.info("job %s: %s v%d vs %s on %d x %s", plan.job_id, plan.launch_player, launch.version,
+                 [f"{p.player_id} v{p.version}" for p in policies[1:]] or "nobody", env_num, plan.env_name)
+        target = RolloutTarget(tuple(s.player_id for s in plan.players), plan.episode_num, plan.env_steps,
+                               plan.forward_kwargs, plan.adder.unroll_len)
+        return Rollout(manager, info, target, policies, stop=self._stop, revoked=revoked, sink=sender,
+                       reload=lambda: pool.maybe_reload(launch))
+
+    def _pool_for(self, plan: JobPlan, info: EnvInfo) -> PolicyPool:
+        if self._pool is None or self._pool.signature != model_signature(plan.policy, info):
+            self._pool = PolicyPool(self._store, plan.policy, info, self.settings.policies, self._stop)
+        return self._pool
+
+    def _report(
+        self, plan: JobPlan, result: RolloutResult, sender: TrajectorySender | None, revoked: StopSignal
+    ) -> JobReport:
+        stopping = result.end is RolloutEnd.STOPPED
+        if sender is not None:
+            # Every chunk acknowledged before the results count; a stop meanwhile bounds the wait.
+            flushed = sender.flush(until_stop=True)
+            if not flushed and not revoked.is_set():
+                flushed = sender.flush(self.settings.shutdown_flush_s)
+            if revoked.is_set():
+                return self._abandoned(plan, result, sender)
+            if not flushed:
+                log.warning("job %s: %d chunk(s) not delivered before shutdown", plan.job_id, sender.held)
+        status = league_pb2.FINISH_STATUS_RELEASED if stopping else league_pb2.FINISH_STATUS_COMPLETED
+        reply = self._finish(plan.job_id, status, result.episodes, result.env_steps, result.agent_steps)
+        name = "refused" if reply is None else "released" if stopping else "completed"
+        return self._job_report(plan, name, result.episodes, result.env_steps, result.agent_steps, sender)
+
+    def _abandoned(self, plan: JobPlan, result: RolloutResult, sender: TrajectorySender | None) -> JobReport:
+        if sender is not None:
+            sender.abort()
+        return self._job_report(plan, "abandoned", result.episodes, result.env_steps, result.agent_steps, sender)
+
+    def _after_error(
+        self, plan: JobPlan, rollout: Rollout | None, sender: TrajectorySender | None, revoked: StopSignal,
+        err: Exception,
+    ) -> JobReport:
+        """The job broke. Stopping (env workers killed with the actor's process group, say): release it with
+        the episodes that did finish; else FAILED. The env manager is kept: the next job resets every env (or
+        rebuilds the manager if an env failure closed it)."""
+        if sender is not None:
+            sender.abort()
+        episodes = tuple(rollout.episodes) if rollout is not None else ()
+        env_steps = rollout.env_steps if rollout is not None else 0
+        agent_steps = rollout.agent_steps if rollout is not None else 0
+        message = f"{type(err).__name__}: {err}"
+        if revoked.is_set():
+            log.warning("job %s revoked while failing (%s); abandoned", plan.job_id, message)
+            return self._job_report(plan, "abandoned", episodes, env_steps, agent_steps, sender, message)
+        if self._stop.is_set():
+            log.warning("job %s broke while stopping (%s); releasing it", plan.job_id, message)
+            self._finish(plan.job_id, league_pb2.FINISH_STATUS_RELEASED, episodes, env_steps, agent_steps)
+            return self._job_report(plan, "released", episodes, env_steps, agent_steps, sender, message)
+        log.error("job %s failed", plan.job_id, exc_info=err)
+        self._finish(plan.job_id, league_pb2.FINISH_STATUS_FAILED, (), env_steps, agent_steps, message)
+        return self._job_report(plan, "failed", (), env_steps, agent_steps, sender, message)
+
+    @staticmethod
+    def _job_report(
+        plan: JobPlan, status: str, episodes: tuple[EpisodeRecord, ...], env_steps: int, agent_steps: int,
+        sender: TrajectorySender | None, error: str = "",
+    ) -> JobReport:
+        return JobReport(plan.job_id, status, len(episodes), env_steps, agent_steps,
+                         tuple(p.player_id for p in plan.players), sender.stats if sender is not None else None, error)
+
+    def _finish(
+        self, job_id: str, status: int, episodes: tuple[EpisodeRecord, ...], env_steps: int, agent_steps: int,
+        error: str = "",
+    ) -> league_pb2.FinishJobResponse | None:
+        if self._heartbeat is not None:
+            self._heartbeat.close()  # the job ends here: no heartbeat may name it afterwards
+        request = league_pb2.FinishJobRequest(
+            worker_id=self.worker_id, job_id=job_id, status=status, episodes=[episode_result(e) for e in episodes],
+            env_steps=env_steps, agent_steps=agent_steps, error=error[:4096],
+        )
+        try:
+            return self._client.finish_job(request)
+        except grpc.RpcError:
+            log.exception("FinishJob of %s failed; its lease will expire and the job be issued again", job_id)
+            return None
+
+
+def episode_result(record: EpisodeRecord) -> league_pb2.EpisodeResult:
+    """An episode as FinishJob reports it: the job's players in seat order (launch player first)."""
+    return league_pb2.EpisodeResult(
+        length=record.length,
+        players=[
+            league_pb2.PlayerOutcome(player_id=pid, outcome=_OUTCOMES[outcome], episode_return=ret)
+            for pid, outcome, ret in zip(record.player_ids, record.outcomes, record.returns, strict=True)
+        ],
+    )
+
+
+def job_seed(job_id: str) -> int:
+    """Env seeds of a job (env i gets seed + i): different for every job, the same for a re-run of one."""
+    return int.from_bytes(hashlib.sha256(job_id.encode()).digest()[:4], "little")

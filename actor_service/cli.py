@@ -1,0 +1,117 @@
+"""`league actor`: argument parsing and the process shell around `Actor`.
+
+`add_arguments(parser)` / `main(args) -> int` are what league_cli/main.py hooks in; `python -m actor_service.cli
+actor ...` runs the same without the `league` entry point.
+
+The process: the job loop runs on a worker thread; the main thread only waits for it and turns SIGTERM / SIGINT
+into `Actor.request_stop()` — the current step finishes, the job is released with the episodes so far, the env
+workers are closed, and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+COORDINATOR_ENV_VAR = "LEAGUE_COORDINATOR"
+SHARED_ROOT_ENV_VAR = "LEAGUE_SHARED_ROOT"
+
+log = logging.getLogger("league.actor")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--coordinator", default=os.environ.get(COORDINATOR_ENV_VAR),
+                        help=f"coordinator HOST:PORT (default: ${COORDINATOR_ENV_VAR})")
+    parser.add_argument("--shared-root", type=Path, default=_env_path(SHARED_ROOT_ENV_VAR),
+                        help=f"directory of checkpoints shared with the learners (default: ${SHARED_ROOT_ENV_VAR})")
+    parser.add_argument("--env-num", type=int, default=None, help="environments per job (overrides the job's env_num)")
+    parser.add_argument("--manager", choices=("subprocess", "base"), default="subprocess",
+                        help="run envs in worker processes (subprocess) or in the actor process (base)")
+    parser.add_argument("--worker-id", default=None, help="worker id (default: actor-<hostname>-<pid>)")
+    parser.add_argument("--token-file", type=Path, default=None, help="bearer token (else $LEAGUE_TOKEN)")
+    parser.add_argument("--tls-ca", type=Path, default=None, help="PEM CA certificate: connect with TLS")
+    parser.add_argument("--max-jobs", type=int, default=None, help="exit after this many jobs")
+    parser.add_argument("--log-level", default="INFO")
+
+
+def main(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.coordinator:
+        return _refuse(f"--coordinator is required (or set ${COORDINATOR_ENV_VAR})")
+    if args.shared_root is None or not args.shared_root.is_dir():
+        return _refuse(f"--shared-root {args.shared_root} is not a directory (or set ${SHARED_ROOT_ENV_VAR})")
+    # Imported only now, so `league --help` and argument errors do not pay for torch.
+    import torch
+
+    from actor_service.actor import Actor, ActorSettings, default_worker_id
+    from actor_service.coordinator_client import CoordinatorError
+    from common.rpc import load_token
+
+    try:
+        settings = ActorSettings(
+            coordinator=args.coordinator,
+            shared_root=args.shared_root,
+            worker_id=args.worker_id or default_worker_id("actor"),
+            env_num=args.env_num,
+            manager=args.manager,
+            token=load_token(args.token_file),
+            tls_ca=args.tls_ca,
+            max_jobs=args.max_jobs,
+        )
+    except (ValueError, OSError) as err:
+        return _refuse(str(err))
+    # Actors act on small batches, several actor processes share the cores: one intra-op thread each.
+    torch.set_num_threads(1)
+    actor = Actor(settings)
+    failure: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            actor.run()
+        except BaseException as err:  # handed to the main thread, which reports it and exits non-zero
+            failure.append(err)
+
+    worker = threading.Thread(target=serve, name="actor-jobs")
+    previous = {sig: signal.signal(sig, lambda signum, _frame: _on_signal(actor, signum))
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        worker.start()
+        worker.join()  # signal handlers run in this thread while it waits
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if failure:
+        err = failure[0]
+        if isinstance(err, CoordinatorError):
+            return _refuse(str(err))
+        log.error("the actor stopped on an error", exc_info=err)
+        return 1
+    log.info("actor %s stopped after %d job(s)", settings.worker_id, len(actor.reports))
+    return 0
+
+
+def _on_signal(actor, signum: int) -> None:
+    log.info("%s: finishing the current step, then releasing the job", signal.Signals(signum).name)
+    actor.request_stop()
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None
+
+
+def _refuse(message: str) -> int:
+    print(f"league actor: {message}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    _parser = argparse.ArgumentParser(prog="python -m actor_service.cli")
+    _sub = _parser.add_subparsers(dest="command", required=True)
+    add_arguments(_sub.add_parser("actor", help="pull jobs from the coordinator and play them"))
+    sys.exit(main(_parser.parse_args()))

@@ -1,0 +1,165 @@
+"""The actor's side of LeagueService: register, pull jobs, heartbeat, finish — resilient to a coordinator away.
+
+Register and GetJob retry forever (until the stop signal) with exponential backoff while the coordinator is
+unreachable, and build a fresh channel for each retry: a gRPC channel that failed to connect backs off on its
+own, up to two minutes, and would keep failing fast after the coordinator is back. FinishJob is idempotent by
+job id, so it is retried on UNAVAILABLE / DEADLINE_EXCEEDED.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from actor_service.backoff import TRANSIENT_CODES, Backoff, BackoffSettings, status_code
+from actor_service.stop import StopSignal
+from common.proto.league.v1 import league_pb2, league_pb2_grpc
+from common.rpc import RetryPolicy, call_idempotent, make_channel
+
+log = logging.getLogger(__name__)
+
+# Extra time a GetJob call gets beyond its long poll, so the server's answer arrives before the deadline.
+_LONG_POLL_MARGIN_S = 5.0
+FINISH_RETRY = RetryPolicy(attempts=12, initial_backoff_s=0.2, max_backoff_s=3.0)
+
+
+@dataclass(frozen=True)
+class Registration:
+    worker_id: str
+    heartbeat_interval_s: float
+    lease_timeout_s: float
+    league_id: str
+
+
+class CoordinatorError(RuntimeError):
+    """The coordinator refused the actor in a way retrying cannot fix (bad token, wrong role, bad request)."""
+
+
+class CoordinatorClient:
+    def __init__(
+        self,
+        address: str,
+        worker_id: str,
+        *,
+        stop: StopSignal,
+        token: str | None = None,
+        tls_ca: Path | None = None,
+        backoff: BackoffSettings | None = None,
+        call_timeout_s: float = 10.0,
+    ) -> None:
+        if not address:
+            raise ValueError("coordinator address is empty (give --coordinator or $LEAGUE_COORDINATOR)")
+        self.address = address
+        self.worker_id = worker_id
+        self._stop = stop
+        self._token = token
+        self._tls_ca = tls_ca
+        self._backoff = Backoff(backoff)
+        self._call_timeout_s = call_timeout_s
+        self._lock = threading.Lock()
+        self._channel: grpc.Channel | None = None
+        self._stub: league_pb2_grpc.LeagueServiceStub | None = None
+        self.registration: Registration | None = None
+
+    # ---- calls -------------------------------------------------------------------------------------------
+
+    def register(self) -> Registration | None:
+        """RegisterWorker(ACTOR), retried until it succeeds; None when stopped first."""
+        request = league_pb2.RegisterWorkerRequest(
+            worker_id=self.worker_id, role=league_pb2.WORKER_ROLE_ACTOR, hostname=socket.gethostname()
+        )
+        while not self._stop.is_set():
+            try:
+                reply = self._stub_now().RegisterWorker(request, timeout=self._call_timeout_s)
+            except grpc.RpcError as err:
+                self._on_failure("RegisterWorker", err)
+                continue
+            self._backoff.reset()
+            self.registration = Registration(
+                reply.worker_id or self.worker_id, reply.heartbeat_interval_s, reply.lease_timeout_s, reply.league_id
+            )
+            log.info(
+                "registered %s with league %s at %s (heartbeat every %.2f s, lease %.2f s)",
+                self.worker_id, reply.league_id, self.address, reply.heartbeat_interval_s, reply.lease_timeout_s,
+            )
+            return self.registration
+        return None
+
+    def next_job(self, wait_s: float) -> league_pb2.Job | None:
+        """Long-poll GetJob until a job comes (following the server's retry hint); None when stopped first."""
+        request = league_pb2.GetJobRequest(worker_id=self.worker_id, role=league_pb2.WORKER_ROLE_ACTOR, wait_s=wait_s)
+        while not self._stop.is_set():
+            future = self._stub_now().GetJob.future(request, timeout=wait_s + _LONG_POLL_MARGIN_S)
+            if not self._stop.wait_for_future(future):
+                future.cancel()
+                return None
+            try:
+                reply = future.result()
+            except grpc.RpcError as err:
+                if status_code(err) is grpc.StatusCode.CANCELLED and self._stop.is_set():
+                    return None
+                if status_code(err) is grpc.StatusCode.NOT_FOUND:
+                    log.warning("the coordinator does not know worker %s (%s); registering again", self.worker_id,
+                                err.details())
+                    if self.register() is None:
+                        return None
+                    continue
+                self._on_failure("GetJob", err)
+                continue
+            self._backoff.reset()
+            if reply.HasField("job"):
+                return reply.job
+            log.debug("no job: %s (retry in %.2f s)", reply.reason, reply.retry_after_s)
+            if self._stop.wait(max(0.0, reply.retry_after_s)):
+                return None
+        return None
+
+    def heartbeat(self, job_ids: list[str]) -> league_pb2.HeartbeatResponse:
+        """One Heartbeat call (the heartbeat thread decides what a failure means)."""
+        request = league_pb2.HeartbeatRequest(worker_id=self.worker_id, job_ids=job_ids)
+        return self._stub_now().Heartbeat(request, timeout=self._call_timeout_s)
+
+    def finish_job(self, request: league_pb2.FinishJobRequest) -> league_pb2.FinishJobResponse | None:
+        """FinishJob, retried while the coordinator is unreachable; None when the coordinator no longer
+        holds the job for us (its lease expired or was re-issued: FAILED_PRECONDITION / NOT_FOUND)."""
+        try:
+            return call_idempotent(
+                self._stub_now().FinishJob, request, timeout=self._call_timeout_s, policy=FINISH_RETRY
+            )
+        except grpc.RpcError as err:
+            if status_code(err) in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
+                log.warning("FinishJob of %s refused, results not counted: %s", request.job_id, err.details())
+                return None
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            if self._channel is not None:
+                self._channel.close()
+            self._channel = self._stub = None
+
+    # ---- internals ---------------------------------------------------------------------------------------
+
+    def _stub_now(self) -> league_pb2_grpc.LeagueServiceStub:
+        with self._lock:
+            if self._stub is None:
+                self._channel = make_channel(self.address, token=self._token, tls_ca=self._tls_ca)
+                self._stub = league_pb2_grpc.LeagueServiceStub(self._channel)
+            return self._stub
+
+    def _on_failure(self, what: str, err: grpc.RpcError) -> None:
+        """A transient failure: back off (a fresh channel for the next try); anything else raises."""
+        code = status_code(err)
+        if code not in TRANSIENT_CODES:
+            raise CoordinatorError(f"{what} at {self.address} failed: {code.name if code else code}: "
+                                   f"{err.details() if hasattr(err, 'details') else err}") from err
+        delay = self._backoff.next_delay()
+        log.warning("%s: coordinator %s unreachable (%s); retry %d in %.2f s", what, self.address,
+                    code.name, self._backoff.failures, delay)
+        self.close()
+        self._stop.wait(delay)

@@ -1,0 +1,73 @@
+"""The actor's env manager, kept from job to job while the jobs run the same envs.
+
+Starting worker processes costs far more than resetting envs, and a league's jobs almost always name the same
+env, so the manager of the last job is reset (with the new job's seed) instead of rebuilt. Worker processes
+start with `spawn`: the actor process holds gRPC channels, which do not survive `fork`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from actor_service.envs.env_manager import (
+    BaseEnvManager,
+    EnvManagerConfig,
+    SubprocessEnvManager,
+    SubprocessEnvManagerConfig,
+)
+from common.envs.registry import env_factories
+
+log = logging.getLogger(__name__)
+
+ManagerKind = Literal["subprocess", "base"]
+MANAGER_KINDS: tuple[str, ...] = ("subprocess", "base")
+
+
+class EnvManagers:
+    def __init__(self, kind: ManagerKind, max_retry: int = 2) -> None:
+        if kind not in MANAGER_KINDS:
+            raise ValueError(f"manager must be one of {MANAGER_KINDS}, got {kind!r}")
+        self.kind = kind
+        self._max_retry = max_retry
+        self._manager: BaseEnvManager | None = None
+        self._key: tuple[str, str, int] | None = None
+
+    @property
+    def current(self) -> BaseEnvManager | None:
+        return self._manager
+
+    def acquire(self, env_name: str, env_kwargs: Mapping[str, Any], env_num: int, seed: int) -> BaseEnvManager:
+        """A launched manager of `env_num` envs `env_name(**env_kwargs)`, every env at a fresh episode."""
+        key = (env_name, json.dumps(env_kwargs, sort_keys=True, default=str), env_num)
+        manager = self._manager
+        if manager is not None and key == self._key and not manager.closed:
+            manager.seed(seed)
+            manager.reset()
+            return manager
+        self.discard()
+        factories = env_factories(env_name, env_num, **env_kwargs)
+        if self.kind == "subprocess":
+            manager = SubprocessEnvManager(
+                factories,
+                SubprocessEnvManagerConfig(episode_num=math.inf, max_retry=self._max_retry, start_method="spawn"),
+            )
+        else:
+            manager = BaseEnvManager(factories, EnvManagerConfig(episode_num=math.inf, max_retry=self._max_retry))
+        manager.seed(seed)
+        manager.launch()  # closes itself if launching fails
+        log.info("launched %s env manager: %d x %s", self.kind, env_num, env_name)
+        self._manager, self._key = manager, key
+        return manager
+
+    def discard(self) -> None:
+        """Close the current manager (after a failure its state is unknown; or at shutdown)."""
+        manager, self._manager, self._key = self._manager, None, None
+        if manager is not None:
+            manager.close()
+
+    def close(self) -> None:
+        self.discard()

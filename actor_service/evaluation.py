@@ -1,0 +1,148 @@
+"""Playing a published checkpoint against OpenSpiel reference bots (what `league eval` runs).
+
+The checkpoint is loaded through the checkpoint store (sha256 verified, unpickled with weights_only) from a path
+relative to the shared root, or from an absolute path that must lie inside a shared root (when no root is given
+the root is taken to be the checkpoint's grandparent: ``<root>/<player_id>/v<version>.pt``). The network is
+built from the league config's ``policy`` section and the env's specs, exactly as actors and learners build it.
+Seats alternate game by game; the policy acts greedily (its most likely legal move).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from common.algorithms.registry import make_computation_task
+from common.checkpoint_store import CheckpointRef, CheckpointStore
+from common.computation.algorithm import ForwardKwargs
+from common.computation.computation_task import ComputationTask
+from common.envs.base import EnvInfo, Outcome
+from common.envs.policy_view import ACTION_MASK, player_view, policy_specs, to_play
+from common.envs.registry import make_env
+
+
+@dataclass(frozen=True)
+class SeatTally:
+    seat: int
+    games: int
+    wins: int
+    draws: int
+    losses: int
+
+    @property
+    def win_rate(self) -> float:
+        return self.wins / self.games if self.games else 0.0
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    opponent: str
+    seats: tuple[SeatTally, ...]
+    mean_length: float
+
+    @property
+    def games(self) -> int:
+        return sum(s.games for s in self.seats)
+
+    @property
+    def wins(self) -> int:
+        return sum(s.wins for s in self.seats)
+
+    @property
+    def draws(self) -> int:
+        return sum(s.draws for s in self.seats)
+
+    @property
+    def losses(self) -> int:
+        return sum(s.losses for s in self.seats)
+
+    @property
+    def win_rate(self) -> float:
+        return self.wins / self.games if self.games else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "opponent": self.opponent, "games": self.games, "wins": self.wins, "draws": self.draws,
+            "losses": self.losses, "win_rate": self.win_rate, "mean_length": self.mean_length,
+            "by_seat": [{**asdict(s), "win_rate": s.win_rate} for s in self.seats],
+        }
+
+
+def play_against_bot(
+    task: ComputationTask,
+    env_name: str,
+    env_kwargs: Mapping[str, Any],
+    opponent: str,
+    games: int,
+    seed: int = 0,
+    greedy: bool = True,
+) -> EvalResult:
+    """`games` games of `task` against the bot `opponent` ("random", "mcts:N"), the agent's seat alternating."""
+    if games < 1:
+        raise ValueError(f"games must be >= 1, got {games}")
+    env = make_env(env_name, **env_kwargs)
+    try:
+        info = env.info()
+        if not hasattr(env, "bot_seats") or info.num_players < 2:
+            raise ValueError(f"env {env_name!r}: evaluation plays two-player OpenSpiel games against reference bots")
+        seats = info.num_players
+        tallies = {seat: [0, 0, 0, 0] for seat in range(seats)}  # games, wins, draws, losses
+        lengths = []
+        kwargs = ForwardKwargs(greedy=greedy)
+        for game in range(games):
+            seat = game % seats
+            env.seed(seed + game)
+            obs = env.reset(bots={other: opponent for other in range(seats) if other != seat})
+            length = 0
+            while True:
+                if to_play(obs, info) != seat:
+                    raise RuntimeError(f"game {game}: the env asks seat {to_play(obs, info)} to move, the agent is {seat}")
+                view = player_view(obs, seat, info)
+                action = int(task.predict({k: v[None] for k, v in view.items()}, forward_kwargs=kwargs)
+                             .actions["action"][0])
+                if ACTION_MASK in view and not view[ACTION_MASK][action]:
+                    raise RuntimeError(f"game {game}: the policy chose illegal action {action}")
+                ts = env.step(action)
+                length = ts.info.episode.length if ts.info.episode is not None else length + 1
+                obs = ts.obs
+                if ts.terminated or ts.truncated:
+                    break
+            outcome = ts.info.outcome[seat] if ts.info.outcome else Outcome.DRAW
+            tally = tallies[seat]
+            tally[0] += 1
+            tally[{Outcome.WIN: 1, Outcome.DRAW: 2, Outcome.LOSS: 3}[outcome]] += 1
+            lengths.append(length)
+    finally:
+        env.close()
+    return EvalResult(
+        opponent,
+        tuple(SeatTally(seat, *counts) for seat, counts in tallies.items() if counts[0]),
+        float(np.mean(lengths)),
+    )
+
+
+def resolve_checkpoint(checkpoint: str, shared_root: Path | None) -> tuple[CheckpointStore, str]:
+    """The store and root-relative path of `checkpoint` (see the module docstring)."""
+    path = Path(checkpoint)
+    if path.is_absolute():
+        root = shared_root if shared_root is not None else path.parent.parent
+        store = CheckpointStore(root)
+        return store, store.root.relative(path)  # UnsafePathError when outside the root
+    if shared_root is None:
+        raise ValueError(f"checkpoint {checkpoint!r} is relative: give the shared root it is relative to")
+    return CheckpointStore(shared_root), checkpoint
+
+
+def load_policy(
+    store: CheckpointStore, path: str, policy_config: Mapping[str, Any], info: EnvInfo, seed: int = 0
+) -> tuple[ComputationTask, CheckpointRef]:
+    """A task built from `policy_config` for `info`'s specs, with the verified weights at `path`."""
+    inputs, actions = policy_specs(info)
+    task = make_computation_task(policy_config, inputs, actions, device="cpu", seed=seed)
+    checkpoint = store.load(path)
+    task.set_weights(checkpoint.tensors, checkpoint.ref.version)
+    return task, checkpoint.ref

@@ -1,0 +1,157 @@
+"""A job as the actor runs it: the protobuf `Job` checked once, on arrival, into typed fields.
+
+Everything the coordinator sends is validated here and a bad field raises `JobError` naming it, so the rest of
+the actor never meets a half-valid job (the job is then finished as FAILED with that message).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf import json_format, struct_pb2
+
+from common.computation.algorithm import ForwardKwargs
+from common.computation.typed_config import from_mapping
+from common.proto.league.v1 import league_pb2
+
+DEFAULT_UNROLL_LEN = 32
+
+
+class JobError(ValueError):
+    """A job the actor cannot run as given; `field` names the Job field at fault."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class JobKind(enum.Enum):
+    COLLECT = "collect"  # play, stream the launch player's trajectories to its learner, report results
+    EVAL = "eval"  # play and report results only
+
+
+_KINDS = {league_pb2.JOB_KIND_COLLECT: JobKind.COLLECT, league_pb2.JOB_KIND_EVAL: JobKind.EVAL}
+
+
+@dataclass(frozen=True)
+class PlayerSlot:
+    """One participant of the match and the checkpoint its policy loads from ("" = none yet)."""
+
+    player_id: str
+    checkpoint_path: str
+    checkpoint_version: int
+    active: bool
+
+
+@dataclass(frozen=True)
+class AdderConfig:
+    """The job's ``adder_kwargs``: how the launch player's trajectory is cut."""
+
+    unroll_len: int = DEFAULT_UNROLL_LEN
+    """Transitions per trajectory row (rows end earlier at a truncation, an env failure or the job's end)."""
+
+    def __post_init__(self) -> None:
+        if self.unroll_len < 1:
+            raise ValueError(f"unroll_len must be >= 1, got {self.unroll_len}")
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    job_id: str
+    kind: JobKind
+    launch_player: str
+    players: tuple[PlayerSlot, ...]
+    """Seat order as the league sees it: players[0] is the launch player."""
+    env_name: str
+    env_kwargs: Mapping[str, Any]
+    env_num: int
+    episode_num: int
+    """Episodes to play; 0: play until `env_steps` env steps are spent."""
+    env_steps: int
+    forward_kwargs: ForwardKwargs
+    """How the launch player acts (the league's exploration schedule); other players act with the defaults."""
+    adder: AdderConfig
+    learner_endpoint: str
+    """Where trajectories go; empty for a coordinator run `--without-learners` (then nothing is streamed)."""
+    lease_timeout_s: float
+    policy: Mapping[str, Any]
+    """The league config's ``policy`` section (algorithm and model), for `make_computation_task`."""
+
+    @property
+    def launch(self) -> PlayerSlot:
+        return self.players[0]
+
+    @classmethod
+    def from_proto(cls, job: league_pb2.Job, env_num_override: int | None = None) -> JobPlan:
+        """Check every field of `job`; `env_num_override` (the actor's --env-num) replaces the job's env_num."""
+        if not job.job_id:
+            raise JobError("job_id", "is empty")
+        kind = _KINDS.get(job.kind)
+        if kind is None:
+            raise JobError("kind", f"an actor runs collect and eval jobs, got {league_pb2.JobKind.Name(job.kind)}")
+        if not job.players:
+            raise JobError("players", "names no player")
+        players = tuple(_player_slot(p, f"players[{i}]") for i, p in enumerate(job.players))
+        if job.launch_player != players[0].player_id:
+            raise JobError("players", f"players[0] is {players[0].player_id!r}, not the launch player {job.launch_player!r}")
+        if not job.env_name:
+            raise JobError("env_name", "is empty")
+        env_num = env_num_override if env_num_override is not None else job.env_num
+        if env_num < 1:
+            raise JobError("env_num", f"must be >= 1, got {env_num}")
+        if job.episode_num < 0 or job.env_steps < 0:
+            raise JobError("episode_num", f"episode_num {job.episode_num} and env_steps {job.env_steps} must be >= 0")
+        if job.episode_num == 0 and job.env_steps == 0:
+            raise JobError("episode_num", "episode_num and env_steps are both 0: the job would never end")
+        return cls(
+            job_id=job.job_id,
+            kind=kind,
+            launch_player=job.launch_player,
+            players=players,
+            env_name=job.env_name,
+            env_kwargs=struct_to_dict(job.env_kwargs),
+            env_num=env_num,
+            episode_num=job.episode_num,
+            env_steps=job.env_steps,
+            forward_kwargs=_typed(ForwardKwargs, job.forward_kwargs, "forward_kwargs"),
+            adder=_typed(AdderConfig, job.adder_kwargs, "adder_kwargs"),
+            learner_endpoint=job.learner_endpoint,
+            lease_timeout_s=job.lease_timeout_s,
+            policy=struct_to_dict(job.policy),
+        )
+
+
+def struct_to_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
+    """A Struct as plain data. A Struct carries every number as a double; whole numbers come back as ints
+    (env kwargs such as ``max_episode_steps`` or game parameters must be ints; typed configs turn an int back
+    into a float where a float is wanted)."""
+    return _whole_numbers_as_ints(json_format.MessageToDict(struct))
+
+
+def _whole_numbers_as_ints(value: Any) -> Any:
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole_numbers_as_ints(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole_numbers_as_ints(v) for v in value]
+    return value
+
+
+def _typed(cls: type, struct: struct_pb2.Struct, field: str) -> Any:
+    try:
+        return from_mapping(cls, struct_to_dict(struct), field)
+    except ValueError as e:
+        raise JobError(field, str(e).removeprefix(f"{field}: ")) from None
+
+
+def _player_slot(ref: league_pb2.PlayerRef, field: str) -> PlayerSlot:
+    if not ref.player_id:
+        raise JobError(f"{field}.player_id", "is empty")
+    if ref.checkpoint_version < 0:
+        raise JobError(f"{field}.checkpoint_version", f"must be >= 0, got {ref.checkpoint_version}")
+    return PlayerSlot(ref.player_id, ref.checkpoint_path, ref.checkpoint_version, ref.active)

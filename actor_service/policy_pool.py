@@ -1,0 +1,223 @@
+"""The policies a job's players act with, loaded from the shared checkpoint store.
+
+- The launch player's policy starts from the newest of (the job's checkpoint, the store's latest version),
+  and `maybe_reload` swaps in a newer published version every `reload_interval_s` while the job runs. A player
+  without any checkpoint yet waits briefly for its learner's first publish (once per player per process), then
+  falls back to the deterministic initialisation (`player_seed`) the learner uses too.
+- Every other player (historical snapshots, other active players) is a frozen policy from a bounded LRU cache
+  keyed by (checkpoint path, version): a league replays the same few opponents over and over.
+- Self-play: an opponent with the launch player's id acts with the launch player's policy object.
+
+One pool serves one model signature (the policy config plus the env's specs); the actor builds a new pool
+when a job brings a different one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from actor_service.job import PlayerSlot
+from actor_service.stop import StopSignal
+from common.algorithms.registry import make_computation_task
+from common.checkpoint_store import CheckpointNotFoundError, CheckpointRef, CheckpointStore
+from common.computation.computation_task import ComputationTask
+from common.envs.base import EnvInfo
+from common.envs.policy_view import policy_specs
+
+log = logging.getLogger(__name__)
+
+# How often a player's first checkpoint is looked for while waiting on it. A file on a shared filesystem
+# gives no event to wait on, so this is the one place the actor polls.
+_FIRST_CHECKPOINT_POLL_S = 0.1
+
+
+def player_seed(player_id: str) -> int:
+    """The seed of a player's fresh initialisation: the first 4 bytes of sha256(player_id), little-endian.
+
+    Learners initialise with the same seed, so a player's version 0 is the same network on both sides.
+    """
+    return int.from_bytes(hashlib.sha256(player_id.encode()).digest()[:4], "little")
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    reload_interval_s: float = 2.0
+    """How often the launch player's newest published version is looked up during a job."""
+    first_checkpoint_wait_s: float = 5.0
+    """How long a launch player without a checkpoint waits for its learner's first publish."""
+    opponent_cache_size: int = 8
+    """Frozen policies kept (LRU by checkpoint path and version)."""
+    device: str = "cpu"
+    seed: int | None = None
+    """Seeds the acting randomness of the policies built (None: from the OS)."""
+
+    def __post_init__(self) -> None:
+        if not self.reload_interval_s > 0:
+            raise ValueError(f"reload_interval_s must be > 0, got {self.reload_interval_s}")
+        if self.first_checkpoint_wait_s < 0:
+            raise ValueError(f"first_checkpoint_wait_s must be >= 0, got {self.first_checkpoint_wait_s}")
+        if self.opponent_cache_size < 1:
+            raise ValueError(f"opponent_cache_size must be >= 1, got {self.opponent_cache_size}")
+
+
+class Policy:
+    """A player's acting network and which checkpoint version it holds (0 and path "" for a fresh init)."""
+
+    def __init__(self, player_id: str, task: ComputationTask, version: int, path: str) -> None:
+        self.player_id = player_id
+        self.task = task
+        self.version = version
+        self.path = path
+
+    def __repr__(self) -> str:
+        return f"Policy({self.player_id!r}, version={self.version}, path={self.path!r})"
+
+
+def model_signature(policy_config: Mapping[str, Any], info: EnvInfo) -> str:
+    """What decides a network's shape: a pool only serves jobs with the same signature."""
+    inputs, actions = policy_specs(info)
+    return json.dumps(
+        {"policy": policy_config, "inputs": {k: [list(v.shape), v.dtype] for k, v in sorted(inputs.items())},
+         "actions": actions.num_actions},
+        sort_keys=True, default=str,
+    )
+
+
+class PolicyPool:
+    def __init__(
+        self,
+        store: CheckpointStore,
+        policy_config: Mapping[str, Any],
+        info: EnvInfo,
+        settings: PolicySettings,
+        stop: StopSignal,
+    ) -> None:
+        self.store = store
+        self.policy_config = dict(policy_config)
+        self.signature = model_signature(policy_config, info)
+        self._inputs, self._actions = policy_specs(info)
+        self._settings = settings
+        self._stop = stop
+        self._acting_seeds = np.random.default_rng(settings.seed)
+        self._launch: OrderedDict[str, Policy] = OrderedDict()  # mutable: reloads write into them
+        self._frozen: OrderedDict[tuple[str, int] | str, Policy] = OrderedDict()
+        self._waited_for: set[str] = set()
+        self._last_check: dict[str, float] = {}
+
+    # ---- launch player -----------------------------------------------------------------------------------
+
+    def launch_policy(self, slot: PlayerSlot, cancel: StopSignal | None = None) -> Policy:
+        """The launch player's policy at the newest version known (job checkpoint or store); `cancel` (the
+        job was revoked) cuts the wait for a first checkpoint short, as the actor's stop signal does."""
+        ref = self._newest_ref(slot, wait=slot.player_id not in self._waited_for, cancel=cancel)
+        policy = self._launch.get(slot.player_id)
+        if policy is None:
+            policy = self._build(slot.player_id, ref)
+            self._launch[slot.player_id] = policy
+            while len(self._launch) > 4:  # an actor serves a few players in turn
+                self._launch.popitem(last=False)
+        elif ref is not None and (ref.version != policy.version or ref.path != policy.path):
+            self._load_into(policy, ref)
+        elif ref is None and policy.path:
+            # The store lost every version (a new shared root?): start over like the learner does.
+            policy = self._launch[slot.player_id] = self._build(slot.player_id, None)
+        self._launch.move_to_end(slot.player_id)
+        self._last_check[slot.player_id] = time.monotonic()
+        return policy
+
+    def maybe_reload(self, policy: Policy) -> bool:
+        """Load the player's newest published version if one appeared (checked every reload_interval_s)."""
+        now = time.monotonic()
+        if now - self._last_check.get(policy.player_id, 0.0) < self._settings.reload_interval_s:
+            return False
+        self._last_check[policy.player_id] = now
+        latest = self.store.latest(policy.player_id)
+        if latest is None or latest.version <= policy.version:
+            return False
+        self._load_into(policy, latest)
+        log.info("reloaded %s at version %d", policy.player_id, policy.version)
+        return True
+
+    # ---- other players -----------------------------------------------------------------------------------
+
+    def opponent_policy(self, slot: PlayerSlot, launch: Policy) -> Policy:
+        """A frozen policy for `slot` (the launch policy itself for self-play)."""
+        if slot.player_id == launch.player_id:
+            return launch
+        if slot.checkpoint_path:
+            key: tuple[str, int] | str = (slot.checkpoint_path, slot.checkpoint_version)
+            ref: CheckpointRef | None = None
+        else:  # no checkpoint in the job: the store may have one already, else the fresh init
+            ref = self.store.latest(slot.player_id)
+            key = (ref.path, ref.version) if ref is not None else f"init:{slot.player_id}"
+        policy = self._frozen.get(key)
+        if policy is None:
+            if ref is None and slot.checkpoint_path:
+                ref = self._manifest(slot.checkpoint_path, slot.checkpoint_version, f"player {slot.player_id}")
+            policy = self._build(slot.player_id, ref)
+            self._frozen[key] = policy
+            while len(self._frozen) > self._settings.opponent_cache_size:
+                self._frozen.popitem(last=False)
+        self._frozen.move_to_end(key)
+        return policy
+
+    @property
+    def cached_opponents(self) -> int:
+        return len(self._frozen)
+
+    # ---- internals ---------------------------------------------------------------------------------------
+
+    def _newest_ref(self, slot: PlayerSlot, wait: bool, cancel: StopSignal | None) -> CheckpointRef | None:
+        latest = self.store.latest(slot.player_id)
+        if latest is None and not slot.checkpoint_path and wait:
+            self._waited_for.add(slot.player_id)
+            deadline = time.monotonic() + self._settings.first_checkpoint_wait_s
+            while latest is None and time.monotonic() < deadline:
+                if self._stop.wait(_FIRST_CHECKPOINT_POLL_S) or (cancel is not None and cancel.is_set()):
+                    break
+                latest = self.store.latest(slot.player_id)
+            if latest is None:
+                log.info("no checkpoint of %s after %.1f s: acting with its fresh initialisation",
+                         slot.player_id, self._settings.first_checkpoint_wait_s)
+        if slot.checkpoint_path and (latest is None or latest.version <= slot.checkpoint_version):
+            return self._manifest(slot.checkpoint_path, slot.checkpoint_version, f"launch player {slot.player_id}")
+        return latest
+
+    def _manifest(self, path: str, version: int, what: str) -> CheckpointRef:
+        ref = self.store.manifest(path)
+        if ref.version != version:
+            raise ValueError(f"{what}: checkpoint {path!r} is version {ref.version}, the job says {version}")
+        return ref
+
+    def _build(self, player_id: str, ref: CheckpointRef | None) -> Policy:
+        task = make_computation_task(
+            self.policy_config, self._inputs, self._actions, device=self._settings.device, seed=player_seed(player_id)
+        )
+        if task.state_specs:
+            raise ValueError(f"policy of {player_id}: recurrent models are not supported by the actor yet")
+        task.algorithm.generator.manual_seed(int(self._acting_seeds.integers(2**62)))
+        policy = Policy(player_id, task, 0, "")
+        if ref is not None:
+            self._load_into(policy, ref)
+        return policy
+
+    def _load_into(self, policy: Policy, ref: CheckpointRef) -> None:
+        try:
+            checkpoint = self.store.load(ref.path, ref.version)
+        except CheckpointNotFoundError:
+            # Retention removed it between lookup and load: the player's newest version is the next best.
+            checkpoint = self.store.load_latest(policy.player_id)
+            if checkpoint is None:
+                raise
+        policy.task.set_weights(checkpoint.tensors, checkpoint.ref.version)
+        policy.version = checkpoint.ref.version
+        policy.path = checkpoint.ref.path

@@ -1,0 +1,330 @@
+"""Playing one job's episodes: batched acting across envs, seats, episode results, the launch player's rows.
+
+Each loop: take the envs waiting for an action, ask each env whose turn it is, group the envs by the policy
+that acts there and run **one forward per policy** over its group, step the env manager with all actions,
+then account rewards, episode ends and finished trajectory rows. Only the launch player's (players[0])
+decisions become trajectories; in self-play the other seat uses the same policy object but is not recorded.
+
+Seats: with as many players as the env has seats, player i sits at seat (i + r) % seats, where
+r = (env_id + episode_index) % seats, so the launch player's seat alternates per episode (and differs across
+envs). A single player in a multi-seat env (the other seats played by the env's reference bots) plays
+whichever seat it is asked to act in.
+
+Episodes: with `episode_num` > 0 the job reports exactly the first `episode_num` episodes *started* and ends
+once they are all finished. An env that finishes while the others play the last counted episodes keeps playing
+"surplus" episodes meanwhile: their transitions are sent (the learner can use them; the job's end cuts them),
+their results are not reported — reporting the first episodes *finished* would favour short games in the
+payoff, and parking the env would leave it idle. With `episode_num` 0 the job ends once `env_steps` env steps
+were taken. An episode cut short by an env failure is not reported and its replacement takes its place.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from actor_service.envs.env_manager.base import BaseEnvManager
+from actor_service.job import JobError
+from actor_service.policy_pool import Policy
+from actor_service.stop import StopSignal
+from actor_service.trajectory_sender import MAX_CHUNK_BYTES, TrajectorySink
+from actor_service.transitions import Decision, Row, SeatTrajectory
+from common.computation.algorithm import ForwardKwargs
+from common.envs.base import EnvInfo, Outcome, TimeStep
+from common.envs.policy_view import player_view, to_play
+from common.trajectory import Trajectory
+
+log = logging.getLogger(__name__)
+
+_DEFAULT_KWARGS = ForwardKwargs()
+
+
+class RolloutEnd(enum.Enum):
+    COMPLETED = "completed"  # played every episode (or step) the job asked for
+    STOPPED = "stopped"  # the actor is shutting down; results so far are valid
+    REVOKED = "revoked"  # the lease was taken back; nothing is to be reported
+
+
+@dataclass(frozen=True)
+class EpisodeRecord:
+    """One finished episode, per job player (job order: the launch player first)."""
+
+    length: int
+    player_ids: tuple[str, ...]
+    outcomes: tuple[Outcome | None, ...]
+    """None for solo matches (one player): no winner."""
+    returns: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class RolloutResult:
+    end: RolloutEnd
+    episodes: tuple[EpisodeRecord, ...]
+    env_steps: int
+    agent_steps: int
+    failed_episodes: int
+    rows_written: int
+
+
+@dataclass(frozen=True)
+class RolloutTarget:
+    """What to play: the job's bounds and players."""
+
+    player_ids: tuple[str, ...]
+    episode_num: int
+    env_steps: int
+    forward_kwargs: ForwardKwargs
+    unroll_len: int
+
+    def __post_init__(self) -> None:
+        if not self.player_ids:
+            raise JobError("players", "names no player")
+        if self.episode_num < 0 or self.env_steps < 0 or (self.episode_num == 0 and self.env_steps == 0):
+            raise JobError("episode_num", f"need episode_num > 0 or env_steps > 0, got {self.episode_num}, "
+                           f"{self.env_steps}")
+
+
+class Seating:
+    """Which seat each job player takes in an episode."""
+
+    def __init__(self, num_players: int, num_seats: int) -> None:
+        if num_players != num_seats and num_players != 1:
+            raise JobError("players", f"{num_players} players cannot fill an env with {num_seats} seat(s)")
+        self.num_players = num_players
+        self.num_seats = num_seats
+
+    def seats(self, env_id: int, episode_index: int) -> list[int | None]:
+        """Seat of each player; None: taken at the player's first turn (a lone player among bots)."""
+        if self.num_players == 1:
+            return [0] if self.num_seats == 1 else [None]
+        rotation = (env_id + episode_index) % self.num_seats
+        return [(i + rotation) % self.num_seats for i in range(self.num_players)]
+
+
+class _EnvSlot:
+    """The rollout's bookkeeping for one env."""
+
+    def __init__(self, env_id: int, seating: Seating, trajectory: SeatTrajectory | None) -> None:
+        self.env_id = env_id
+        self.counted = True  # the current episode's result is reported (False: a surplus episode)
+        self.episode_index = 0
+        self.trajectory = trajectory
+        self._seating = seating
+        self.seat_of: list[int | None] = []
+        self.returns = np.zeros(seating.num_seats, np.float64)
+        self.length = 0
+        self.start_episode()
+
+    def start_episode(self) -> None:
+        self.seat_of = self._seating.seats(self.env_id, self.episode_index)
+        self.returns[:] = 0.0
+        self.length = 0
+
+    def player_at(self, seat: int) -> int:
+        if self.seat_of == [None]:
+            self.seat_of = [seat]
+        if seat in self.seat_of:
+            return self.seat_of.index(seat)
+        raise RuntimeError(f"env {self.env_id}: seat {seat} asks for an action, but the job's player(s) sit at "
+                           f"{self.seat_of} (a lone player in a multi-seat game plays one seat per episode)")
+
+
+@dataclass
+class _Group:
+    """The envs one policy acts in this step."""
+
+    policy: Policy
+    kwargs: ForwardKwargs
+    env_ids: list[int]
+    players: list[int]
+    views: list[dict[str, np.ndarray]]
+
+
+class Rollout:
+    def __init__(
+        self,
+        manager: BaseEnvManager,
+        info: EnvInfo,
+        target: RolloutTarget,
+        policies: Sequence[Policy],
+        *,
+        stop: StopSignal,
+        revoked: StopSignal | None = None,
+        sink: TrajectorySink | None = None,
+        reload: Callable[[], Any] | None = None,
+        chunk_rows: int | None = None,
+    ) -> None:
+        """`policies[i]` acts for `target.player_ids[i]`; `sink` None: no trajectories (eval);
+        `reload` is called once per loop (the launch policy's reload check)."""
+        if len(policies) != len(target.player_ids):
+            raise ValueError(f"{len(policies)} policies for {len(target.player_ids)} players")
+        self._manager = manager
+        self._info = info
+        self._target = target
+        self._policies = list(policies)
+        self._stop = stop
+        self._revoked = revoked or StopSignal()
+        self._sink = sink
+        self._reload = reload
+        self._seating = Seating(len(policies), info.num_players)
+        env_num = manager.env_num
+        self._chunk_rows = chunk_rows or env_num
+        self._slots = [
+            _EnvSlot(env_id, self._seating, SeatTrajectory(target.unroll_len) if sink is not None else None)
+            for env_id in range(env_num)
+        ]
+        self._to_start = 0  # counted episodes not yet started
+        if target.episode_num > 0:
+            for slot in self._slots[target.episode_num:]:
+                slot.counted = False
+            self._to_start = max(0, target.episode_num - env_num)
+        self._rows: dict[int, list[Row]] = {}
+        self.episodes: list[EpisodeRecord] = []
+        self.env_steps = 0
+        self.agent_steps = 0
+        self.failed_episodes = 0
+        self.rows_written = 0
+
+    def run(self) -> RolloutResult:
+        """Play until the job's bound, a stop, or a revocation; the manager must be launched (or reset)."""
+        end = RolloutEnd.COMPLETED
+        while not self._finished():
+            if self._revoked.is_set():
+                end = RolloutEnd.REVOKED
+                break
+            if self._stop.is_set():
+                end = RolloutEnd.STOPPED
+                break
+            if self._reload is not None:
+                self._reload()
+            timesteps = self._manager.step(self._act(self._manager.next_obs))
+            self._observe(timesteps)
+            self._write_rows(final=False)
+        if end is not RolloutEnd.REVOKED and self._sink is not None:
+            for slot in self._slots:
+                self._collect(slot.trajectory.cut())
+            self._write_rows(final=True)
+        return RolloutResult(end, tuple(self.episodes), self.env_steps, self.agent_steps, self.failed_episodes,
+                             self.rows_written)
+
+    # ---- one step ----------------------------------------------------------------------------------------
+
+    def _finished(self) -> bool:
+        if self._target.episode_num > 0:
+            return len(self.episodes) >= self._target.episode_num
+        return self.env_steps >= self._target.env_steps
+
+    def _act(self, ready: Mapping[int, Any]) -> dict[int, int]:
+        groups: dict[int, _Group] = {}
+        launch_policy = self._policies[0]
+        for env_id, obs in ready.items():
+            slot = self._slots[env_id]
+            seat = to_play(obs, self._info)
+            if seat < 0:
+                raise RuntimeError(f"env {env_id} asks for an action after its game ended (to_play {seat})")
+            player = slot.player_at(seat)
+            policy = self._policies[player]
+            group = groups.get(id(policy))
+            if group is None:
+                kwargs = self._target.forward_kwargs if policy is launch_policy else _DEFAULT_KWARGS
+                group = groups[id(policy)] = _Group(policy, kwargs, [], [], [])
+            group.env_ids.append(env_id)
+            group.players.append(player)
+            group.views.append(player_view(obs, seat, self._info))
+        actions: dict[int, int] = {}
+        for group in groups.values():
+            inputs = {k: np.stack([view[k] for view in group.views]) for k in group.views[0]}
+            prediction = group.policy.task.predict(inputs, forward_kwargs=group.kwargs)
+            chosen = prediction.actions["action"]
+            for i, env_id in enumerate(group.env_ids):
+                actions[env_id] = int(chosen[i])
+                if group.players[i] != 0:
+                    continue
+                self.agent_steps += 1
+                trajectory = self._slots[env_id].trajectory
+                if trajectory is not None:
+                    artifacts = {k: v[i] for k, v in prediction.artifacts.items()}
+                    decision = Decision(group.views[i], chosen[i], artifacts, group.policy.version)
+                    self._collect(trajectory.decide(decision))
+        return actions
+
+    def _observe(self, timesteps: Mapping[int, TimeStep]) -> None:
+        seats = self._info.num_players
+        for env_id, ts in timesteps.items():
+            slot = self._slots[env_id]
+            self.env_steps += 1
+            rewards = np.asarray(ts.reward, np.float64).reshape(-1)
+            if rewards.shape != (seats,):
+                raise RuntimeError(f"env {env_id}: reward of shape {np.shape(ts.reward)} for {seats} seat(s)")
+            slot.returns += rewards
+            slot.length += 1
+            launch_seat = slot.seat_of[0]
+            if slot.trajectory is not None and launch_seat is not None:
+                slot.trajectory.add_reward(rewards[launch_seat])
+            if not (ts.terminated or ts.truncated):
+                continue
+            if ts.info.failure is not None:
+                log.warning("env %d failed, its episode is dropped and replaced: %s", env_id, ts.info.failure)
+                self.failed_episodes += 1
+                if slot.trajectory is not None:
+                    self._collect(slot.trajectory.cut())
+                slot.start_episode()
+                continue
+            if slot.trajectory is not None and launch_seat is not None:
+                final = player_view(ts.obs, launch_seat, self._info)
+                episode_return = float(slot.returns[launch_seat])
+                self._collect(slot.trajectory.end_episode(final, ts.terminated, ts.truncated, episode_return))
+            if slot.counted or self._target.episode_num == 0:
+                self.episodes.append(self._record(slot, ts))
+            slot.episode_index += 1
+            slot.start_episode()
+            slot.counted = self._to_start > 0
+            if slot.counted:
+                self._to_start -= 1
+
+    def _record(self, slot: _EnvSlot, ts: TimeStep) -> EpisodeRecord:
+        ids = self._target.player_ids
+        seats = slot.seat_of
+        returns = tuple(float(slot.returns[s]) if s is not None else 0.0 for s in seats)
+        outcomes: tuple[Outcome | None, ...] = (None,) * len(ids)
+        if len(ids) > 1:
+            by_seat = ts.info.outcome or _outcomes_from_returns(slot.returns)
+            outcomes = tuple(by_seat[s] for s in seats)
+        length = ts.info.episode.length if ts.info.episode is not None else slot.length
+        return EpisodeRecord(int(length), ids, outcomes, returns)
+
+    # ---- rows --------------------------------------------------------------------------------------------
+
+    def _collect(self, rows: list[Row]) -> None:
+        for row in rows:
+            self._rows.setdefault(row.trajectory.steps, []).append(row)
+
+    def _write_rows(self, final: bool) -> None:
+        """Rows of equal length go out together, `chunk_rows` at a time (all of them at the end)."""
+        for steps in list(self._rows):
+            rows = self._rows[steps]
+            while rows and (final or len(rows) >= self._chunk_rows):
+                take, size = 0, 0
+                while take < len(rows) and take < self._chunk_rows:
+                    size += rows[take].trajectory.nbytes
+                    if take and size > MAX_CHUNK_BYTES:
+                        break
+                    take += 1
+                chunk, rows[:] = rows[:take], rows[take:]
+                trajectory = Trajectory.concatenate([r.trajectory for r in chunk])
+                self._sink.write(trajectory, min(r.policy_version for r in chunk))
+                self.rows_written += len(chunk)
+            if not rows:
+                del self._rows[steps]
+
+
+def _outcomes_from_returns(returns: np.ndarray) -> tuple[Outcome, ...]:
+    """For envs that report no outcome: a win for the unique best return, a draw for a shared best."""
+    best = returns.max()
+    winners = int((returns == best).sum())
+    return tuple((Outcome.WIN if winners == 1 else Outcome.DRAW) if r == best else Outcome.LOSS for r in returns)

@@ -1,0 +1,98 @@
+"""`league eval`: play a published checkpoint against an OpenSpiel reference bot and print W/D/L.
+
+`add_arguments(parser)` / `main(args) -> int` for league_cli/main.py; the work is in `actor_service.evaluation`
+(imported only when the command runs, so building the `league` parser does not import torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from actor_service.evaluation import EvalResult
+    from common.checkpoint_store import CheckpointRef
+
+SHARED_ROOT_ENV_VAR = "LEAGUE_SHARED_ROOT"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", required=True,
+                        help="checkpoint path relative to --shared-root, or an absolute path inside a shared root")
+    parser.add_argument("--opponent", default="random", help="reference bot: random or mcts:N (N simulations)")
+    parser.add_argument("--games", type=int, default=20, help="games to play (seats alternate)")
+    parser.add_argument("--config", type=Path, default=None,
+                        help="league YAML whose policy and env to use (default: the embedded league)")
+    parser.add_argument("--shared-root", type=Path, default=_env_path(SHARED_ROOT_ENV_VAR),
+                        help=f"the checkpoints' shared root (default: ${SHARED_ROOT_ENV_VAR})")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the games (bots, env)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
+
+
+def main(args: argparse.Namespace) -> int:
+    import torch
+
+    from actor_service.evaluation import load_policy, play_against_bot, resolve_checkpoint
+    from common.envs.openspiel_env import BotSpec
+    from common.envs.registry import make_env
+
+    torch.set_num_threads(1)
+    if not Path(args.checkpoint).is_absolute() and args.shared_root is None:
+        return _refuse(f"--checkpoint {args.checkpoint!r} is relative: give --shared-root (or ${SHARED_ROOT_ENV_VAR})")
+    try:
+        BotSpec.parse(args.opponent)
+        policy, env_name, env_kwargs = _league_policy_and_env(args.config)
+        store, path = resolve_checkpoint(args.checkpoint, args.shared_root)
+        env = make_env(env_name, **env_kwargs)
+        try:
+            info = env.info()
+        finally:
+            env.close()
+        task, ref = load_policy(store, path, policy, info, seed=args.seed)
+        result = play_against_bot(task, env_name, env_kwargs, args.opponent, args.games, seed=args.seed)
+    except (ValueError, OSError) as err:  # config, path, checkpoint (corrupt / missing) or model mismatch
+        return _refuse(str(err))
+    if args.json:
+        print(json.dumps({"checkpoint": ref.path, "version": ref.version, "env": env_name, **result.to_dict()}))
+    else:
+        _print_table(ref, env_name, result)
+    return 0
+
+
+def _league_policy_and_env(config: Path | None) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    # The league config (and its embedded default) belongs to league_service; the CLI layer may read it.
+    from league_service.config import load_config
+
+    cfg = load_config(config)
+    return dict(cfg.policy), cfg.env.name, dict(cfg.env.kwargs)
+
+
+def _print_table(ref: CheckpointRef, env_name: str, result: EvalResult) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{ref.path} (v{ref.version}) vs {result.opponent} on {env_name}")
+    for column in ("seat", "games", "wins", "draws", "losses", "win rate"):
+        table.add_column(column, justify="left" if column == "seat" else "right")
+    for s in result.seats:
+        table.add_row("first" if s.seat == 0 else f"seat {s.seat}" if s.seat > 1 else "second", str(s.games),
+                      str(s.wins), str(s.draws), str(s.losses), f"{s.win_rate:.1%}")
+    table.add_row("total", str(result.games), str(result.wins), str(result.draws), str(result.losses),
+                  f"{result.win_rate:.1%}", style="bold")
+    console = Console()
+    console.print(table)
+    console.print(f"mean game length: {result.mean_length:.1f} moves of the evaluated policy")
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None
+
+
+def _refuse(message: str) -> int:
+    print(f"league eval: {message}", file=sys.stderr)
+    return 2

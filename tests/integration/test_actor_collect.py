@@ -1,0 +1,321 @@
+"""The actor against a real coordinator (in process, port 0) and a recording LearnerService over real gRPC:
+solo CartPole and connect-four battle leagues, trajectories a PPO learner can train on, backpressure from a slow
+learner, and a learner that goes away mid-job and comes back."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from actor_service.actor import Actor, ActorSettings, JobReport
+from actor_service.policy_pool import PolicySettings, player_seed
+from actor_service.testing import ChunkRecords, serve_recording_learner
+from actor_service.trajectory_sender import SenderSettings
+from common.algorithms.ppo import batch_from_trajectory
+from common.algorithms.registry import make_computation_task
+from common.checkpoint_store import CheckpointStore
+from common.envs.policy_view import policy_specs
+from common.envs.registry import make_env
+from common.proto.league.v1 import league_pb2 as pb
+from common.trajectory import Trajectory
+from league_service.config import Config, config_from_dict
+from league_service.coordinator_testing import league_stub, running_coordinator, small_league_config
+
+# Only keys every version of the model config has: the default league's `policy.model` is not used here.
+CARTPOLE_POLICY = {"algorithm": "ppo"}
+CONNECT_FOUR_POLICY = {"algorithm": "ppo", "model": {"conv": [[8, 3, 1]], "hidden": [32]}}
+
+
+def solo_config(episode_num: int = 4, unroll_len: int = 8, env_num: int = 2) -> Config:
+    cfg = config_from_dict({
+        "league": {
+            "league_type": "solo",
+            "active_players": {"solo_active_player": 1},
+            "max_active_player_job": 1,
+            "solo_active_player": {"adder_kwargs": {"unroll_len": unroll_len}},
+        },
+        "env": {"name": "CartPole-v1", "env_num": env_num, "episode_num": episode_num},
+    })
+    return dataclasses.replace(cfg, policy=CARTPOLE_POLICY)
+
+
+def bind_learners(stub, endpoint: str, count: int) -> list[str]:
+    """Register `count` learner workers streaming to `endpoint` and bind each to an active player."""
+    players = []
+    for i in range(count):
+        worker = f"learner-{i}"
+        stub.RegisterWorker(pb.RegisterWorkerRequest(worker_id=worker, role=pb.WORKER_ROLE_LEARNER,
+                                                     data_endpoint=endpoint))
+        job = stub.GetJob(pb.GetJobRequest(worker_id=worker, role=pb.WORKER_ROLE_LEARNER)).job
+        assert job.kind == pb.JOB_KIND_LEARN
+        players.append(job.launch_player)
+    return players
+
+
+def actor_settings(address: str, root: Path, **overrides) -> ActorSettings:
+    fields = dict(
+        coordinator=address, shared_root=root, worker_id="actor-0", manager="base", get_job_wait_s=1.0,
+        policies=PolicySettings(first_checkpoint_wait_s=0.0, seed=0),
+    )
+    fields.update(overrides)
+    return ActorSettings(**fields)
+
+
+def check_transitions(trajectories: list[Trajectory], report: JobReport, env_num: int = 2) -> None:
+    """Every decision became a transition, except at most one per env cut by the job's end (a surplus
+    episode's last decision, still waiting for its outcome)."""
+    sent = sum(t.num_steps for t in trajectories)
+    assert report.agent_steps - env_num <= sent <= report.agent_steps
+
+
+def check_stream(records: ChunkRecords, report: JobReport, player_id: str) -> list[Trajectory]:
+    """Every chunk of the job arrived once, in seq order 0..n-1, from this worker and player."""
+    chunks = records.of_job(report.job_id)
+    assert report.sender is not None
+    assert [c.header.seq for c in chunks] == list(range(report.sender.chunks_written))
+    assert report.sender.chunks_acked == report.sender.chunks_written
+    assert {(c.header.worker_id, c.header.player_id) for c in chunks} == {("actor-0", player_id)}
+    return [c.trajectory for c in chunks]
+
+
+@pytest.fixture
+def recording_learner():
+    records = ChunkRecords()
+    server = serve_recording_learner(records)
+    try:
+        yield records, server
+    finally:
+        server.stop(0)
+
+
+def test_solo_cartpole_jobs_stream_trainable_trajectories(tmp_path, recording_learner):
+    records, learner = recording_learner
+    info = make_env("CartPole-v1").info()
+    inputs, actions = policy_specs(info)
+    # The player's learner already published version 3: the actor acts with it, and says so in every chunk.
+    player = "solo_active_player_default_0"
+    published = make_computation_task(CARTPOLE_POLICY, inputs, actions, "cpu", seed=123)
+    CheckpointStore(tmp_path).publish(player, published.get_weights(), 3)
+
+    with running_coordinator(solo_config(episode_num=4), tmp_path) as server:
+        channel, stub = league_stub(server.address)
+        try:
+            assert bind_learners(stub, learner.address, 1) == [player]
+            reports = Actor(actor_settings(server.address, tmp_path, max_jobs=2)).run()
+            status = stub.GetStatus(pb.GetStatusRequest())
+        finally:
+            channel.close()
+
+    assert [r.status for r in reports] == ["completed", "completed"]
+    (player_status,) = status.players
+    assert player_status.episodes == 8
+    assert status.counters.env_steps == sum(r.env_steps for r in reports)
+    learner_task = make_computation_task(CARTPOLE_POLICY, inputs, actions, "cpu", seed=player_seed(player))
+    for report in reports:
+        trajectories = check_stream(records, report, player)
+        assert {c.header.policy_version for c in records.of_job(report.job_id)} == {3}
+        assert report.agent_steps == report.env_steps  # solo: every step is a decision
+        check_transitions(trajectories, report)
+        assert sum(int((t.terminals | t.truncations).sum()) for t in trajectories) >= 4
+        for trajectory in trajectories:
+            assert trajectory.steps <= 8
+            batch = batch_from_trajectory(trajectory)
+            assert batch["observation"].shape[2:] == (4,) and batch["next_observation"].shape[1:] == (4,)
+            stats = learner_task.learn(batch).stats
+            assert np.isfinite(stats["policy_loss"]) and np.isfinite(stats["value_loss"])
+
+
+def test_connect_four_battle_league_reports_what_it_played(tmp_path, recording_learner):
+    records, learner = recording_learner
+    cfg = dataclasses.replace(small_league_config(), policy=CONNECT_FOUR_POLICY)
+    with running_coordinator(cfg, tmp_path) as server:
+        channel, stub = league_stub(server.address)
+        try:
+            players = bind_learners(stub, learner.address, 2)
+            settings = actor_settings(server.address, tmp_path, manager="subprocess", max_jobs=4)
+            reports = Actor(settings).run()
+            status = stub.GetStatus(pb.GetStatusRequest())
+        finally:
+            channel.close()
+
+    assert [r.status for r in reports] == ["completed"] * 4
+    assert all(r.episodes == 4 for r in reports)
+    assert status.counters.matches == 16
+    # The payoff holds exactly the games between different players, seen from both sides.
+    played = Counter()
+    for report in reports:
+        home, away = report.players
+        if home != away:
+            played[(home, away)] += report.episodes
+            played[(away, home)] += report.episodes
+    payoff = {(e.home, e.away): e for e in status.payoff if e.games}
+    assert {k: int(e.games) for k, e in payoff.items()} == dict(played)
+    for (home, away), entry in payoff.items():
+        assert entry.wins == payoff[(away, home)].losses and entry.draws == payoff[(away, home)].draws
+
+    moved_first = episode_starts = 0
+    for report in reports:
+        assert report.players[0] in players
+        trajectories = check_stream(records, report, report.players[0])
+        check_transitions(trajectories, report)
+        assert sum(int(t.terminals.sum()) for t in trajectories) >= report.episodes  # every counted game ended
+        for t in trajectories:
+            obs = t.observations()
+            assert obs["observation"].shape[2:] == (3, 6, 7)
+            chosen = np.take_along_axis(obs["action_mask"], t.actions()[..., None], axis=-1)
+            assert chosen.all()  # every move the launch player made was legal
+            assert set(np.unique(t.rewards[t.terminals])) <= {-1.0, 0.0, 1.0}
+            assert not t.rewards[~t.terminals].any()  # connect four pays only at the end
+            # Episode starts: the board is empty exactly when the launch player moved first.
+            starts = np.zeros_like(t.terminals)
+            starts[:, 1:] = t.terminals[:, :-1]
+            pieces = obs["observation"][:, :, :2].sum(axis=(2, 3, 4))
+            moved_first += int(((pieces == 0) & starts).sum())
+            episode_starts += int(starts.sum())
+            batch_from_trajectory(t)
+    assert 0 < moved_first < episode_starts  # the launch player's seat alternated
+
+
+def test_backpressure_from_a_slow_learner_bounds_memory_and_loses_nothing(tmp_path):
+    records = ChunkRecords()
+    learner = serve_recording_learner(records, delay_s=0.02)
+    sender = SenderSettings(queue_chunks=2, stream_chunks=2)
+    try:
+        with running_coordinator(solo_config(episode_num=6, unroll_len=2), tmp_path) as server:
+            channel, stub = league_stub(server.address)
+            try:
+                bind_learners(stub, learner.address, 1)
+                (report,) = Actor(actor_settings(server.address, tmp_path, max_jobs=1, sender=sender)).run()
+            finally:
+                channel.close()
+    finally:
+        learner.stop(0)
+    assert report.status == "completed"
+    stats = report.sender
+    assert stats.chunks_written >= 10
+    assert stats.max_held <= sender.queue_chunks + sender.stream_chunks  # the memory bound held
+    assert stats.chunks_dropped == 0 and records.duplicates == 0
+    check_transitions(check_stream(records, report, "solo_active_player_default_0"), report)
+
+
+def test_learner_away_mid_job_then_back_gets_every_chunk(tmp_path):
+    records = ChunkRecords()
+    learner = serve_recording_learner(records, delay_s=0.01)
+    port = learner.port
+    sender = SenderSettings(queue_chunks=2, stream_chunks=4)
+    reports: list[JobReport] = []
+    with running_coordinator(solo_config(episode_num=10, unroll_len=2), tmp_path) as server:
+        channel, stub = league_stub(server.address)
+        actor = Actor(actor_settings(server.address, tmp_path, max_jobs=1, sender=sender))
+        thread = threading.Thread(target=lambda: reports.extend(actor.run()))
+        try:
+            bind_learners(stub, learner.address, 1)
+            thread.start()
+            assert records.wait_for(3, timeout_s=60)
+            learner.stop(0)  # the learner goes away mid-job ...
+            threading.Event().wait(0.5)  # ... for a while (the actor retries meanwhile) ...
+            learner = serve_recording_learner(records, port=port)  # ... and comes back on its address
+            thread.join(timeout=120)
+            assert not thread.is_alive()
+        finally:
+            actor.request_stop()
+            thread.join(timeout=30)
+            learner.stop(0)
+            channel.close()
+    (report,) = reports
+    assert report.status == "completed"
+    assert report.sender.failed_streams >= 1  # it did reconnect
+    check_transitions(check_stream(records, report, "solo_active_player_default_0"), report)
+
+
+def test_coordinator_without_learners_plays_and_reports_without_streaming(tmp_path):
+    with running_coordinator(solo_config(episode_num=3), tmp_path, needs_learner=False) as server:
+        channel, stub = league_stub(server.address)
+        try:
+            (report,) = Actor(actor_settings(server.address, tmp_path, max_jobs=1)).run()
+            status = stub.GetStatus(pb.GetStatusRequest())
+        finally:
+            channel.close()
+    assert report.status == "completed" and report.sender is None
+    assert status.players[0].episodes == 3
+
+
+def test_a_job_the_actor_cannot_run_is_finished_as_failed(tmp_path):
+    cfg = dataclasses.replace(solo_config(), policy={"algorithm": "ppo", "model": {"no_such_field": 1}})
+    with running_coordinator(cfg, tmp_path, needs_learner=False) as server:
+        channel, stub = league_stub(server.address)
+        try:
+            (report,) = Actor(actor_settings(server.address, tmp_path, max_jobs=1)).run()
+            status = stub.GetStatus(pb.GetStatusRequest())
+        finally:
+            channel.close()
+    assert report.status == "failed"
+    assert "no_such_field" in report.error
+    assert status.counters.jobs_failed == 1 and status.players[0].episodes == 0
+
+
+def test_a_newer_checkpoint_is_picked_up_mid_job(tmp_path):
+    records = ChunkRecords()
+    learner = serve_recording_learner(records, delay_s=0.01)
+    player = "solo_active_player_default_0"
+    inputs, actions = policy_specs(make_env("CartPole-v1").info())
+    store = CheckpointStore(tmp_path)
+    store.publish(player, make_computation_task(CARTPOLE_POLICY, inputs, actions, "cpu", seed=1).get_weights(), 1)
+    settings = dict(max_jobs=1, sender=SenderSettings(queue_chunks=2, stream_chunks=2),
+                    policies=PolicySettings(first_checkpoint_wait_s=0.0, reload_interval_s=0.05))
+    reports: list[JobReport] = []
+    with running_coordinator(solo_config(episode_num=20, unroll_len=2), tmp_path) as server:
+        channel, stub = league_stub(server.address)
+        actor = Actor(actor_settings(server.address, tmp_path, **settings))
+        thread = threading.Thread(target=lambda: reports.extend(actor.run()))
+        try:
+            bind_learners(stub, learner.address, 1)
+            thread.start()
+            assert records.wait_for(2, timeout_s=60)
+            # The learner publishes version 2 while the job runs: the actor switches to it within a check or two.
+            store.publish(player, make_computation_task(CARTPOLE_POLICY, inputs, actions, "cpu", seed=2).get_weights(), 2)
+            thread.join(timeout=120)
+            assert not thread.is_alive()
+        finally:
+            actor.request_stop()
+            thread.join(timeout=30)
+            learner.stop(0)
+            channel.close()
+    (report,) = reports
+    check_stream(records, report, player)
+    versions = [c.header.policy_version for c in records.of_job(report.job_id)]
+    assert versions[0] == 1 and versions[-1] == 2
+    assert versions == sorted(versions)
+
+
+def test_the_actor_waits_for_a_coordinator_that_is_away(tmp_path):
+    from common.rpc import ServerOptions
+    from league_service.coordinator import Coordinator, CoordinatorSettings
+    from league_service.server import serve_coordinator
+
+    placeholder = serve_recording_learner(ChunkRecords())  # only to find a free port, then freed
+    port = placeholder.port
+    placeholder.stop(0)
+    reports: list[JobReport] = []
+    actor = Actor(actor_settings(f"127.0.0.1:{port}", tmp_path, max_jobs=1))
+    thread = threading.Thread(target=lambda: reports.extend(actor.run()))
+    thread.start()
+    try:
+        threading.Event().wait(1.0)  # the coordinator is away: the actor retries with backoff meanwhile
+        coordinator = Coordinator(solo_config(episode_num=2), CoordinatorSettings(shared_root=tmp_path,
+                                                                                   needs_learner=False))
+        server = serve_coordinator(coordinator, ServerOptions(host="127.0.0.1", port=port))
+        try:
+            thread.join(timeout=60)
+            assert not thread.is_alive()
+        finally:
+            server.stop(grace_s=1.0)
+    finally:
+        actor.request_stop()
+        thread.join(timeout=30)
+    assert [r.status for r in reports] == ["completed"]

@@ -1,0 +1,156 @@
+"""`python -m actor_service.cli actor` as a real process: SIGTERM releases the job and leaves no env process
+behind; a lease that expired while the actor was frozen (SIGSTOP) makes it abandon the job without FinishJob."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from common.algorithms.registry import make_computation_task
+from common.checkpoint_store import CheckpointStore
+from common.envs.policy_view import policy_specs
+from common.envs.registry import make_env
+from common.proto.league.v1 import league_pb2 as pb
+from league_service.config import config_from_dict
+from league_service.coordinator_testing import league_stub, running_coordinator
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYER = "solo_active_player_default_0"
+POLICY = {"algorithm": "ppo"}
+
+
+def long_solo_config():
+    """A solo CartPole league whose jobs last far longer than the test (so they are cut short)."""
+    cfg = config_from_dict({
+        "league": {"league_type": "solo", "active_players": {"solo_active_player": 1}, "max_active_player_job": 1},
+        "env": {"name": "CartPole-v1", "env_num": 2, "episode_num": 1_000_000},
+    })
+    return dataclasses.replace(cfg, policy=POLICY)
+
+
+def publish_first_checkpoint(root: Path) -> None:
+    """The player's learner published version 1 already, so the actor starts playing at once."""
+    info = make_env("CartPole-v1").info()
+    inputs, actions = policy_specs(info)
+    task = make_computation_task(POLICY, inputs, actions, "cpu", seed=1)
+    CheckpointStore(root).publish(PLAYER, task.get_weights(), 1)
+
+
+def playing(log: Path, job_id: str) -> bool:
+    """The actor logs this line once its policies are loaded and the rollout starts."""
+    return f"job {job_id}: {PLAYER} v1" in log.read_text()
+
+
+def wait_until(predicate, timeout_s: float = 60.0, what: str = "condition"):
+    """Poll another process's state (there is no event to wait on across processes) until it holds."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def children(pid: int) -> set[int]:
+    """Direct children of `pid` (from /proc)."""
+    found = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            found.update(int(c) for c in (task / "children").read_text().split())
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+@contextlib.contextmanager
+def actor_process(address: str, root: Path, log: Path, *args: str):
+    command = [sys.executable, "-m", "actor_service.cli", "actor", "--coordinator", address, "--shared-root",
+               str(root), *args]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGCONT)
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+
+
+def job_of(stub, worker_id: str):
+    jobs = [j for j in stub.GetStatus(pb.GetStatusRequest()).jobs if j.worker_id == worker_id]
+    return jobs[0] if jobs else None
+
+
+def test_sigterm_releases_the_job_and_leaves_no_env_process(tmp_path):
+    log = tmp_path / "actor.log"
+    publish_first_checkpoint(tmp_path)
+    with running_coordinator(long_solo_config(), tmp_path, needs_learner=False) as server:
+        channel, stub = league_stub(server.address)
+        try:
+            with actor_process(server.address, tmp_path, log, "--manager", "subprocess", "--worker-id", "actor-t") as proc:
+                job = wait_until(lambda: job_of(stub, "actor-t"), what="the actor's job")
+                wait_until(lambda: playing(log, job.job_id), what=f"the job to play\n{log.read_text()}")
+                workers = children(proc.pid)  # the env workers (and multiprocessing's resource tracker)
+                assert len(workers) >= 2
+                proc.send_signal(signal.SIGTERM)
+                assert proc.wait(60) == 0, log.read_text()
+            status = stub.GetStatus(pb.GetStatusRequest())
+        finally:
+            channel.close()
+    text = log.read_text()
+    assert "SIGTERM" in text and f"job {job.job_id} released" in text, text
+    released = re.search(rf"job {job.job_id} released: (\d+) episodes", text)
+    assert status.counters.jobs_finished == 1 and status.counters.jobs_expired == 0
+    assert status.players[0].episodes == int(released.group(1))  # the episodes so far were counted
+    assert not [j for j in status.jobs if j.job_id == job.job_id]
+    wait_until(lambda: not any(alive(pid) for pid in workers), timeout_s=10, what="env workers to be gone")
+
+
+def test_revoked_lease_abandons_the_job_without_finishing_it(tmp_path):
+    log = tmp_path / "actor.log"
+    publish_first_checkpoint(tmp_path)
+    with running_coordinator(long_solo_config(), tmp_path, needs_learner=False, lease_timeout_s=1.0) as server:
+        channel, stub = league_stub(server.address)
+        try:
+            with actor_process(server.address, tmp_path, log, "--manager", "base", "--worker-id", "actor-r",
+                               "--max-jobs", "1") as proc:
+                job = wait_until(lambda: job_of(stub, "actor-r"), what="the actor's job")
+                wait_until(lambda: playing(log, job.job_id), what=f"the job to play\n{log.read_text()}")
+                os.kill(proc.pid, signal.SIGSTOP)  # no heartbeats while frozen ...
+                wait_until(lambda: stub.GetStatus(pb.GetStatusRequest()).counters.jobs_expired >= 1,
+                           what="the lease to expire")
+                os.kill(proc.pid, signal.SIGCONT)  # ... and the next one hears the job was revoked
+                assert proc.wait(60) == 0, log.read_text()
+            status = stub.GetStatus(pb.GetStatusRequest())
+        finally:
+            channel.close()
+    text = log.read_text()
+    assert f"job {job.job_id} revoked" in text and f"job {job.job_id} abandoned" in text, text
+    assert status.counters.jobs_finished == 0  # no FinishJob for a job the coordinator took back
+
+
+@pytest.mark.parametrize("argv", [["--coordinator", ""], ["--coordinator", "127.0.0.1:1", "--shared-root", "/nonexistent"]])
+def test_bad_arguments_exit_with_a_message(argv, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "actor_service.cli", "actor", *argv], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "LEAGUE_SHARED_ROOT": str(tmp_path)})
+    assert proc.returncode == 2
+    assert "league actor:" in proc.stderr

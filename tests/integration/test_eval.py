@@ -1,0 +1,110 @@
+"""`league eval`: a published checkpoint against OpenSpiel reference bots, seats alternating, legal moves only,
+W/D/L as a table or JSON, checkpoints only from inside a shared root."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+
+from league_cli import eval as eval_cli
+from actor_service.evaluation import load_policy, play_against_bot, resolve_checkpoint
+from common.algorithms.registry import make_computation_task
+from common.checkpoint_store import CheckpointStore
+from common.envs.policy_view import policy_specs
+from common.envs.registry import make_env
+
+CONV = {"conv": [[8, 3, 1]], "hidden": [32]}
+PPO = {"algorithm": "ppo", "model": CONV}
+# A league file for the CLI. Its algorithm differs from the embedded default's, so the default `policy` section
+# is replaced rather than merged into.
+DQN = {"algorithm": "dqn", "model": CONV}
+
+
+def publish(root, policy, player="p", version=1, seed=0, tweak=None) -> str:
+    inputs, actions = policy_specs(make_env("connect_four").info())
+    weights = make_computation_task(policy, inputs, actions, "cpu", seed).get_weights()
+    if tweak is not None:
+        tweak(weights)
+    return CheckpointStore(root).publish(player, weights, version).path
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    eval_cli.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_fresh_policy_against_random_alternates_seats(tmp_path):
+    path = publish(tmp_path, PPO)
+    store, relative = resolve_checkpoint(path, tmp_path)
+    task, ref = load_policy(store, relative, PPO, make_env("connect_four").info())
+    assert ref.version == 1
+    result = play_against_bot(task, "connect_four", {}, "random", games=4, seed=1)
+    assert result.games == 4 and result.wins + result.draws + result.losses == 4
+    assert [(s.seat, s.games) for s in result.seats] == [(0, 2), (1, 2)]
+    assert result.mean_length >= 4  # a connect-four game takes at least 4 moves of each player
+
+
+def test_a_policy_that_wants_an_illegal_column_plays_legal_moves_only(tmp_path):
+    def prefer_column_zero(weights):
+        weights["policy_head.bias"] = weights["policy_head.bias"].copy()
+        weights["policy_head.bias"][0] = 100.0  # after six moves column 0 is full
+
+    path = publish(tmp_path, PPO, tweak=prefer_column_zero)
+    store, relative = resolve_checkpoint(path, tmp_path)
+    task, _ = load_policy(store, relative, PPO, make_env("connect_four").info())
+    full_column = {"observation": np.zeros((1, 3, 6, 7), np.float32), "action_mask": np.array([[False] + [True] * 6])}
+    for greedy in (True, False):
+        action = task.predict(full_column, forward_kwargs={"greedy": greedy}).actions["action"][0]
+        assert action != 0
+    result = play_against_bot(task, "connect_four", {}, "mcts:5", games=2, seed=2)  # the env refuses illegal moves
+    assert result.games == 2
+
+
+def test_cli_prints_a_table_and_json(tmp_path, capsys):
+    path = publish(tmp_path, DQN)
+    config = tmp_path / "league.yaml"
+    config.write_text(json.dumps({"policy": DQN}))  # JSON is YAML
+    assert eval_cli.main(parse("--checkpoint", path, "--shared-root", str(tmp_path), "--config", str(config),
+                               "--games", "2")) == 0
+    table = capsys.readouterr().out
+    assert "wins" in table and "total" in table and "random" in table
+
+    absolute = str(tmp_path / path)  # an absolute path inside the shared root (its grandparent)
+    assert eval_cli.main(parse("--checkpoint", absolute, "--config", str(config), "--games", "3", "--json",
+                               "--opponent", "mcts:2")) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["games"] == 3 and report["opponent"] == "mcts:2" and report["version"] == 1
+    assert report["wins"] + report["draws"] + report["losses"] == 3
+    assert sum(s["games"] for s in report["by_seat"]) == 3
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--checkpoint", "p/v0000000001.pt"], "is relative"),
+        (["--checkpoint", "../outside.pt", "--shared-root", "{root}"], "'..'"),
+        (["--checkpoint", "p/v0000000009.pt", "--shared-root", "{root}"], "no published checkpoint"),
+        (["--checkpoint", "p/v0000000001.pt", "--shared-root", "{root}", "--opponent", "alphazero"], "alphazero"),
+    ],
+)
+def test_cli_refuses_bad_input_with_a_message(tmp_path, capsys, monkeypatch, argv, message):
+    monkeypatch.delenv("LEAGUE_SHARED_ROOT", raising=False)
+    publish(tmp_path, DQN)
+    config = tmp_path / "league.yaml"
+    config.write_text(json.dumps({"policy": DQN}))
+    argv = [a.format(root=tmp_path) for a in argv] + ["--config", str(config)]
+    assert eval_cli.main(parse(*argv)) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_an_absolute_path_outside_the_shared_root_is_refused(tmp_path):
+    inside, outside = tmp_path / "root", tmp_path / "elsewhere"
+    inside.mkdir()
+    outside.mkdir()
+    path = publish(outside, PPO)
+    with pytest.raises(ValueError, match="outside the shared root"):
+        resolve_checkpoint(str(outside / path), inside)

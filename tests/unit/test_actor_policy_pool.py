@@ -1,0 +1,101 @@
+"""PolicyPool against a real checkpoint store: launch player at its newest version, reloads, deterministic fresh
+init, frozen opponents in a bounded LRU, self-play sharing the launch policy."""
+
+import numpy as np
+import pytest
+
+from actor_service.job import PlayerSlot
+from actor_service.policy_pool import PolicyPool, PolicySettings, player_seed
+from actor_service.stop import StopSignal
+from common.algorithms.registry import make_computation_task
+from common.checkpoint_store import CheckpointStore
+from common.envs.base import ArraySpec, DiscreteSpec, EnvInfo
+from common.envs.policy_view import policy_specs
+
+POLICY = {"algorithm": "ppo", "model": {"hidden": [8]}}
+INFO = EnvInfo("toy", ArraySpec((4,), np.float32), DiscreteSpec(2))
+OBS = {"observation": np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)}
+
+
+def weights(seed: int) -> dict[str, np.ndarray]:
+    inputs, actions = policy_specs(INFO)
+    return make_computation_task(POLICY, inputs, actions, "cpu", seed).get_weights()
+
+
+def value(policy) -> np.ndarray:
+    return policy.task.predict(OBS).artifacts["value"]
+
+
+@pytest.fixture
+def store(tmp_path):
+    return CheckpointStore(tmp_path)
+
+
+def pool(store, **settings) -> PolicyPool:
+    defaults = dict(first_checkpoint_wait_s=0.0, reload_interval_s=1e-6)  # a publish takes far longer
+    return PolicyPool(store, POLICY, INFO, PolicySettings(**{**defaults, **settings}), StopSignal())
+
+
+def test_fresh_init_is_deterministic_per_player(store):
+    a = pool(store).launch_policy(PlayerSlot("p", "", 0, True))
+    b = pool(store).launch_policy(PlayerSlot("p", "", 0, True))
+    c = pool(store).launch_policy(PlayerSlot("q", "", 0, True))
+    assert a.version == 0 and a.path == ""
+    np.testing.assert_array_equal(value(a), value(b))
+    assert not np.allclose(value(a), value(c))
+    # The learner's version 0 (built with player_seed) is the same network.
+    inputs, actions = policy_specs(INFO)
+    learner = make_computation_task(POLICY, inputs, actions, "cpu", player_seed("p"))
+    np.testing.assert_array_equal(learner.predict(OBS).artifacts["value"], value(a))
+
+
+def test_launch_player_starts_from_the_newest_version_and_reloads(store):
+    store.publish("p", weights(1), 1)
+    store.publish("p", weights(2), 2)
+    policies = pool(store)
+    launch = policies.launch_policy(PlayerSlot("p", "p/v0000000001.pt", 1, True))
+    assert launch.version == 2  # the store is newer than the job
+    store.publish("p", weights(3), 5)
+    assert policies.maybe_reload(launch)
+    assert launch.version == 5 and launch.path == "p/v0000000005.pt"
+    reference = pool(store).opponent_policy(PlayerSlot("x", "p/v0000000005.pt", 5, False), launch)
+    np.testing.assert_array_equal(value(launch), value(reference))
+    assert not policies.maybe_reload(launch)
+
+
+def test_launch_player_waits_briefly_for_its_first_checkpoint(store):
+    policies = pool(store, first_checkpoint_wait_s=0.05)
+    launch = policies.launch_policy(PlayerSlot("p", "", 0, True))
+    assert launch.version == 0
+    store.publish("p", weights(4), 0)
+    store.publish("p", weights(5), 1)
+    assert policies.launch_policy(PlayerSlot("p", "", 0, True)).version == 1
+
+
+def test_opponents_are_frozen_and_cached_by_path_and_version(store):
+    for version in range(1, 5):
+        store.publish("h", weights(10 + version), version)
+    store.pin("h/v0000000001.pt")
+    policies = pool(store, opponent_cache_size=2)
+    launch = policies.launch_policy(PlayerSlot("p", "", 0, True))
+    first = policies.opponent_policy(PlayerSlot("h", "h/v0000000003.pt", 3, False), launch)
+    assert first.version == 3
+    assert policies.opponent_policy(PlayerSlot("h", "h/v0000000003.pt", 3, False), launch) is first
+    policies.opponent_policy(PlayerSlot("h", "h/v0000000004.pt", 4, False), launch)
+    policies.opponent_policy(PlayerSlot("h", "h/v0000000002.pt", 2, False), launch)
+    assert policies.cached_opponents == 2
+    assert policies.opponent_policy(PlayerSlot("h", "h/v0000000003.pt", 3, False), launch) is not first
+
+
+def test_self_play_opponent_is_the_launch_policy(store):
+    policies = pool(store)
+    launch = policies.launch_policy(PlayerSlot("p", "", 0, True))
+    assert policies.opponent_policy(PlayerSlot("p", "", 0, True), launch) is launch
+
+
+def test_a_job_version_that_does_not_match_the_manifest_is_refused(store):
+    store.publish("h", weights(1), 1)
+    policies = pool(store)
+    launch = policies.launch_policy(PlayerSlot("p", "", 0, True))
+    with pytest.raises(ValueError, match="version 1, the job says 7"):
+        policies.opponent_policy(PlayerSlot("h", "h/v0000000001.pt", 7, False), launch)

@@ -1,0 +1,235 @@
+"""Rollout on a scripted two-player game: seats alternate, one forward per policy per step, the launch player's
+transitions span its decisions (opponent replies included), episode results per player in job order."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from actor_service.envs.env_manager import BaseEnvManager, EnvManagerConfig
+from actor_service.job import JobError
+from actor_service.policy_pool import Policy
+from actor_service.rollout import Rollout, RolloutEnd, RolloutTarget
+from actor_service.stop import StopSignal
+from actor_service.trajectory_sender import InMemorySink
+from common.algorithms.ppo import batch_from_trajectory
+from common.algorithms.registry import make_computation_task
+from common.computation.algorithm import ForwardKwargs
+from common.envs.base import (
+    NO_INFO,
+    ArraySpec,
+    DiscreteSpec,
+    Env,
+    EnvInfo,
+    EpisodeStats,
+    Outcome,
+    StepInfo,
+    TimeStep,
+)
+from common.envs.policy_view import policy_specs
+from common.trajectory import Trajectory
+
+OPPONENT_MOVE_BONUS = 0.01
+
+
+class TakeAwayGame(Env):
+    """Two players take 1 or 2 from a pile of `pile`; who takes the last wins (+1, the other -1). Each move
+    also pays the player *not* moving 0.01, so a transition's reward must include the opponent's reply.
+
+    Observation per seat: [pile left / pile, moves made so far, 1 if it is this seat's turn]."""
+
+    def __init__(self, pile: int = 5) -> None:
+        self._pile = pile
+        self._left = pile
+        self._moves = 0
+        self._returns = np.zeros(2, np.float32)
+
+    def info(self) -> EnvInfo:
+        return EnvInfo(
+            "take_away",
+            {"observation": ArraySpec((2, 3), np.float32), "action_mask": ArraySpec((2, 2), np.bool_),
+             "to_play": ArraySpec((), np.int32)},
+            DiscreteSpec(2),
+            ArraySpec((2,), np.float32),
+            num_players=2,
+        )
+
+    def seed(self, seed: int) -> None:
+        pass
+
+    def reset(self) -> dict:
+        self._left, self._moves = self._pile, 0
+        self._returns = np.zeros(2, np.float32)
+        return self._obs()
+
+    def _to_play(self) -> int:
+        return -1 if self._left == 0 else self._moves % 2
+
+    def _obs(self) -> dict:
+        to_play = self._to_play()
+        obs = np.zeros((2, 3), np.float32)
+        mask = np.zeros((2, 2), np.bool_)
+        for seat in range(2):
+            obs[seat] = [self._left / self._pile, self._moves, float(seat == to_play)]
+        if to_play >= 0:
+            mask[to_play] = [True, self._left >= 2]
+        return {"observation": obs, "action_mask": mask, "to_play": np.array(to_play, np.int32)}
+
+    def step(self, action: int) -> TimeStep:
+        mover = self._to_play()
+        take = int(action) + 1
+        if take > self._left:
+            raise ValueError(f"illegal: take {take} from {self._left}")
+        self._left -= take
+        self._moves += 1
+        reward = np.zeros(2, np.float32)
+        reward[1 - mover] += OPPONENT_MOVE_BONUS
+        info = NO_INFO
+        if self._left == 0:
+            reward[mover] += 1.0
+            reward[1 - mover] -= 1.0
+            outcome = [Outcome.LOSS, Outcome.LOSS]
+            outcome[mover] = Outcome.WIN
+            self._returns += reward
+            info = StepInfo(episode=EpisodeStats(self._returns.copy(), self._moves), outcome=tuple(outcome))
+            return TimeStep(self._obs(), reward, True, False, info)
+        self._returns += reward
+        return TimeStep(self._obs(), reward, False, False, info)
+
+
+class CountingTask:
+    """A ComputationTask that records the batch size of every predict (one forward per policy per step)."""
+
+    def __init__(self, task) -> None:
+        self._task = task
+        self.batches: list[int] = []
+
+    def predict(self, inputs, states=None, forward_kwargs=None):
+        self.batches.append(len(next(iter(inputs.values()))))
+        return self._task.predict(inputs, states, forward_kwargs)
+
+
+def make_policy(player_id: str, seed: int) -> Policy:
+    inputs, actions = policy_specs(TakeAwayGame().info())
+    task = make_computation_task({"algorithm": "ppo", "model": {"hidden": [16]}}, inputs, actions, "cpu", seed)
+    return Policy(player_id, CountingTask(task), version=7, path="")
+
+
+@pytest.fixture
+def manager():
+    manager = BaseEnvManager([TakeAwayGame, TakeAwayGame], EnvManagerConfig(episode_num=math.inf))
+    manager.launch()
+    yield manager
+    manager.close()
+
+
+@pytest.fixture
+def one_env():
+    """One env plays every episode in turn: no surplus episodes, so every total below adds up exactly."""
+    manager = BaseEnvManager([TakeAwayGame], EnvManagerConfig(episode_num=math.inf))
+    manager.launch()
+    yield manager
+    manager.close()
+
+
+def play(manager, policies, episodes=6, unroll_len=100, stop=None):
+    sink = InMemorySink()
+    target = RolloutTarget(tuple(p.player_id for p in policies), episodes, 0, ForwardKwargs(), unroll_len)
+    rollout = Rollout(manager, manager.env_info, target, policies, stop=stop or StopSignal(), sink=sink)
+    return rollout.run(), sink
+
+
+def split_rows(traj: Trajectory) -> list[Trajectory]:
+    return [Trajectory({k: v[b:b + 1] for k, v in traj.tensors.items()}) for b in range(traj.batch_size)]
+
+
+def first_move_flags(row: Trajectory) -> list[int]:
+    """For each episode in a row: 0 if the launch player moved first, 1 if the opponent did."""
+    moves = row.observations()["observation"][0, :, 1]
+    starts = [0] + [t + 1 for t in np.flatnonzero(row.terminals[0])[:-1]]
+    return [int(moves[t]) for t in starts]
+
+
+def test_battle_rollout_alternates_seats_and_builds_the_launch_players_transitions(one_env):
+    home, away = make_policy("home", 1), make_policy("away", 2)
+    result, sink = play(one_env, [home, away], episodes=6)
+
+    assert result.end is RolloutEnd.COMPLETED
+    assert len(result.episodes) == 6
+    for episode in result.episodes:
+        assert episode.player_ids == ("home", "away")
+        assert sorted(o.value for o in episode.outcomes) == ["loss", "win"]
+        assert math.isclose(sum(episode.returns), OPPONENT_MOVE_BONUS * episode.length, abs_tol=1e-5)
+    # One forward per policy per step, batched across the envs where that policy acts.
+    assert sum(home.task.batches) + sum(away.task.batches) == result.env_steps
+    assert sum(home.task.batches) == result.agent_steps
+
+    rows = [row for traj, _ in sink.items for row in split_rows(traj)]
+    assert len(rows) == 1  # the job ended before unroll_len
+    assert sum(traj.steps for traj in rows) == result.agent_steps  # every decision's episode finished
+    assert sum(int(traj.terminals.sum()) for traj in rows) == 6
+    assert all(version == 7 for _, version in sink.items)
+    opponent_first = 0
+    for traj in rows:
+        flags = first_move_flags(traj)
+        assert flags == [i % 2 for i in range(6)]  # env 0: first in episode 0, second in episode 1, ...
+        opponent_first += sum(flags)
+        # Terminal transitions: a win pays +1; a loss (the opponent took the last) pays -1 plus its move's bonus.
+        for reward in traj.rewards[traj.terminals]:
+            assert math.isclose(reward, 1.0, abs_tol=1e-5) or math.isclose(reward, -0.99, abs_tol=1e-5)
+        # Every recorded action was legal where it was taken.
+        mask = traj.observations()["action_mask"][0]
+        actions = traj.actions()[0]
+        assert mask[np.arange(len(actions)), actions].all()
+        batch = batch_from_trajectory(traj)
+        assert batch["observation"].shape == (1, traj.steps, 3)
+    assert opponent_first == 3
+    # What the launch player received, less the bonus paid before its first decision when it moved second.
+    transition_rewards = sum(float(traj.rewards.sum()) for traj in rows)
+    launch_returns = sum(e.returns[0] for e in result.episodes)
+    sent_returns = [float(r) for traj in rows for r in traj.infos()["episode_return"][traj.terminals]]
+    np.testing.assert_allclose(sent_returns, [e.returns[0] for e in result.episodes], atol=1e-5)
+    assert math.isclose(transition_rewards, launch_returns - OPPONENT_MOVE_BONUS * opponent_first, abs_tol=1e-4)
+
+
+def test_self_play_uses_one_policy_for_both_seats_and_records_only_the_launch_seat(manager):
+    me = make_policy("me", 3)
+    result, sink = play(manager, [me, me], episodes=4)
+    assert len(result.episodes) == 4
+    assert all(e.player_ids == ("me", "me") for e in result.episodes)
+    assert sum(me.task.batches) == result.env_steps  # both seats act through the same forward
+    assert max(me.task.batches) == 2
+    # The launch seat's decisions only (the job's end may cut a surplus episode's last decision).
+    assert result.agent_steps - 2 <= sum(traj.num_steps for traj, _ in sink.items) <= result.agent_steps
+    assert result.agent_steps < result.env_steps
+
+
+@pytest.mark.parametrize("episodes", [1, 3])
+def test_the_first_episodes_started_are_reported_and_surplus_ones_only_feed_the_learner(manager, episodes):
+    result, sink = play(manager, [make_policy("a", 1), make_policy("b", 2)], episodes=episodes)
+    assert len(result.episodes) == episodes
+    finished = sum(int(traj.terminals.sum()) for traj, _ in sink.items)
+    assert finished >= episodes  # an env that was done early played on (its data still went out)
+    assert result.env_steps >= sum(e.length for e in result.episodes)
+
+
+def test_stop_ends_after_the_current_step_with_the_episodes_so_far(manager):
+    stop = StopSignal()
+    home, away = make_policy("home", 1), make_policy("away", 2)
+    target = RolloutTarget(("home", "away"), 1000, 0, ForwardKwargs(), 8)
+    sink = InMemorySink()
+    rollout = Rollout(manager, manager.env_info, target, [home, away], stop=stop, sink=sink,
+                      reload=lambda: len(rollout.episodes) >= 3 and stop.set())
+    result = rollout.run()
+    assert result.end is RolloutEnd.STOPPED
+    assert 3 <= len(result.episodes) < 1000
+    # Open decisions were dropped: every transition that was sent belongs to a finished episode or row.
+    assert sum(traj.num_steps for traj, _ in sink.items) <= result.agent_steps
+
+
+def test_players_that_do_not_fit_the_seats_are_refused(manager):
+    policies = [make_policy(p, i) for i, p in enumerate(("a", "b", "c"))]
+    with pytest.raises(JobError, match="players"):
+        play(manager, policies)

@@ -158,7 +158,7 @@ def test_user_file_merges_over_defaults(tmp_path):
                     "naive_sp_player": {"one_phase_step": 2.0e4, "exploration": {"start": 0.5}},
                     "payoff": {"decay": 0.9},
                 },
-                "learner": {"lr": 0.001},
+                "learner": {"batch_size": 512},
                 "env": {"env_num": 2},
             }
         )
@@ -169,7 +169,7 @@ def test_user_file_merges_over_defaults(tmp_path):
     assert cfg.league.naive_sp_player.exploration.end == 0.05
     assert cfg.league.payoff.decay == 0.9
     assert cfg.league.payoff.min_win_rate_games == 8.0
-    assert cfg.learner["lr"] == 0.001 and cfg.learner["gamma"] == 0.99  # same algorithm: merged
+    assert cfg.learner["batch_size"] == 512 and cfg.learner["publish_every"] == 1  # same algorithm: merged
     assert cfg.env.env_num == 2 and cfg.env.name == "connect_four"
 
 

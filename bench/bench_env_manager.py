@@ -13,6 +13,7 @@ round, so a burst of load from other processes on the machine disturbs all varia
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import sys
 import time
@@ -33,7 +34,7 @@ from actor_service.envs.env_manager import (  # noqa: E402
     SubprocessEnvManager,
     SubprocessEnvManagerConfig,
 )
-from actor_service.envs.gym_env import GymEnv  # noqa: E402
+from common.envs.gym_env import GymEnv  # noqa: E402
 from bench.common import BenchRow, machine_line, print_rows  # noqa: E402
 
 NUM_ENVS = 8
@@ -238,8 +239,8 @@ on these virtual machines a wake-up costs tens of microseconds, so throughput co
 in one message and keeping both processes busy (one worker, two halves in flight). On heavy envs the cost
 is the env itself, and the figure is bounded by what the two cores give after the parent's share (copying
 each 28 KB observation out of shared memory, building timesteps). Other processes on the machine take cores
-at random moments; the heavier the load, the lower all figures, and the ratios move by about +-30% between
-runs.
+at random moments and hit the two-core variants hardest (a one-core baseline still finds a free core): under
+load the SubprocessEnvManager ratios dropped to half of their quiet-machine values.
 """
 
 
@@ -292,13 +293,18 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
     heavy_config = SubprocessEnvManagerConfig()
     cartpole = Workload("CartPole", _cartpole, 2, light_config)
     heavy = Workload(f"84x84x4 ({work_size} sines/step)", _HeavyFactory(work_size), 4, heavy_config)
+    loads = [f"{os.getloadavg()[0]:.2f} at the start"]
     rows = rows_for(cartpole, measure(cartpole, seconds, rounds), "AsyncVectorEnv", 5.0)
+    loads.append(f"{os.getloadavg()[0]:.2f} after CartPole")
     rows += rows_for(heavy, measure(heavy, seconds, rounds), "bare env", 1.6)
+    loads.append(f"{os.getloadavg()[0]:.2f} at the end")
+    print("load average (1 min, whole machine): " + ", ".join(loads))
     print_rows("Env managers", rows)
     if args.output is not None:
         command = "python bench/bench_env_manager.py " + " ".join(argv if argv is not None else sys.argv[1:])
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(render_markdown(rows, command.strip(), [cartpole, heavy], seconds, rounds))
+        text = render_markdown(rows, command.strip(), [cartpole, heavy], seconds, rounds)
+        args.output.write_text(text + f"\nLoad average of the machine (1 min) during this run: {', '.join(loads)}.\n")
         print(f"wrote {args.output}")
     return rows
 

@@ -97,6 +97,7 @@ class Supervisor:
         self.group = ProcessGroup(run_dir / "logs", env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
         self.address = ""
         self.restarts: dict[str, int] = {}
+        self.learner_ports: dict[str, int] = {}
 
     def start_coordinator(self) -> str:
         port_file = self.run_dir / "coordinator.port"
@@ -117,7 +118,10 @@ class Supervisor:
     def _worker_argv(self, name: str) -> list[str]:
         common = ["--coordinator", self.address, "--shared-root", str(self.shared_root), "--worker-id", name]
         if name.startswith("learner"):
-            return league_command("learner", *common, "--host", "127.0.0.1", "--port", "0")
+            # A restarted learner keeps its address, as a StatefulSet pod or a compose service would: collect
+            # jobs already handed out name that endpoint.
+            port = self.learner_ports.get(name, 0)
+            return league_command("learner", *common, "--host", "127.0.0.1", "--port", str(port))
         argv = league_command("actor", *common, "--manager", self.run_cfg.manager)
         if self.run_cfg.env_num_per_actor:
             argv += ["--env-num", str(self.run_cfg.env_num_per_actor)]
@@ -140,6 +144,10 @@ class Supervisor:
             if n >= MAX_WORKER_RESTARTS:
                 raise RuntimeError(f"{proc.name} died {n + 1} times; last log lines:\n{proc.log_tail()}")
             self.restarts[proc.name] = n + 1
+            if proc.name.startswith("learner"):
+                port = _listening_port(proc.log_path)
+                if port:
+                    self.learner_ports[proc.name] = port
             proc.kill_group()  # env workers a crashed actor left behind
             self.group.forget(proc)
             self.group.start(proc.name, self._worker_argv(proc.name))
@@ -152,6 +160,22 @@ class Supervisor:
             by_kind[p.name.split("-")[0]].append(p)
         grace = self.run_cfg.stop_grace_s
         return self.group.stop_in_order([by_kind["actor"], by_kind["learner"], by_kind["coordinator"]], grace)
+
+
+def _listening_port(log_path: Path) -> int | None:
+    """The port a server last reported in its log (its LISTENING line)."""
+    from common.rpc import parse_listen_line
+
+    port = None
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parsed = parse_listen_line(line)
+        if parsed is not None:
+            port = int(parsed[1].rsplit(":", 1)[1])
+    return port
 
 
 def _progress_table(status: Any, elapsed: float, run_cfg: RunConfig, steps_per_s: float, events: list[str]):
@@ -199,7 +223,7 @@ def run_main(args: argparse.Namespace) -> int:
         console.print(f"[red]league run: config error: {err}[/red]")
         return 2
     run_dir = args.run_dir or Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "shared").mkdir(parents=True, exist_ok=True)
     config_path = run_dir / "config.yaml"
     config_path.write_text(yaml.safe_dump(cfg_dict, sort_keys=False))
     history_path = run_dir / "status_history.jsonl"
@@ -229,7 +253,11 @@ def run_main(args: argparse.Namespace) -> int:
         with open(history_path, "a") as history, Live(console=console, auto_refresh=False,
                                                         transient=False, redirect_stdout=False) as live:
             while not stop.is_set():
-                events += sup.check()
+                new_events = sup.check()
+                events += new_events
+                if args.quiet:
+                    for event in new_events:
+                        console.print(event)
                 try:
                     status = stub.GetStatus(league_pb2.GetStatusRequest(), timeout=5.0)
                 except grpc.RpcError as err:
@@ -271,7 +299,7 @@ def run_main(args: argparse.Namespace) -> int:
     try:
         from league_cli.plot import write_plots
 
-        written = write_plots(history_path, plots)
+        written = write_plots(history_path, plots) if history_path.exists() else []
     except Exception as err:  # plotting must not hide where the results are
         console.print(f"[yellow]plots: not written ({err})[/yellow]")
         written = []

@@ -1,10 +1,10 @@
-"""Environments for actors: the `Env` interface, gymnasium and OpenSpiel adapters, env names, env managers.
+"""Environments for actors: the env managers, plus the `Env` interface and env names from common.envs.
 
 Adapters (gymnasium, pyspiel) are imported by `make_env` when first needed, so a worker process that only
 runs test envs does not pay for importing them.
 """
 
-from actor_service.envs.base import (
+from common.envs.base import (
     NO_INFO,
     ArraySpec,
     DiscreteSpec,
@@ -24,7 +24,7 @@ from actor_service.envs.env_manager import (
     SubprocessEnvManager,
     SubprocessEnvManagerConfig,
 )
-from actor_service.envs.registry import EnvSpec, env_factories, make_env
+from common.envs.registry import EnvSpec, env_factories, make_env
 
 __all__ = [
     "NO_INFO",

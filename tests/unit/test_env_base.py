@@ -20,8 +20,8 @@ from actor_service.envs import (
     env_factories,
     make_env,
 )
-from actor_service.envs.gym_env import GymEnv
-from actor_service.envs.openspiel_env import BotSpec, OpenSpielEnv
+from common.envs.gym_env import GymEnv
+from common.envs.openspiel_env import BotSpec, OpenSpielEnv
 
 
 def test_timestep_keeps_terminated_and_truncated_apart():

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from actor_service.envs import DiscreteSpec, EpisodeStats
-from actor_service.envs.gym_env import GymEnv
-from actor_service.envs.gymnasium_view import GymnasiumView
+from common.envs import DiscreteSpec, EpisodeStats
+from common.envs.gym_env import GymEnv
+from common.envs.gymnasium_view import GymnasiumView
 
 
 def _play(env: GymEnv, seed: int, steps: int) -> list[tuple]:

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from actor_service.envs import DiscreteSpec, Outcome
-from actor_service.envs.gymnasium_view import GymnasiumView
-from actor_service.envs.openspiel_env import BotSpec, OpenSpielEnv, outcomes_from_returns
+from common.envs import DiscreteSpec, Outcome
+from common.envs.gymnasium_view import GymnasiumView
+from common.envs.openspiel_env import BotSpec, OpenSpielEnv, outcomes_from_returns
 
 
 def _first_legal(obs: dict) -> int:

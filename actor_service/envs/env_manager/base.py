@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from actor_service.envs.base import Env, EnvInfo, StepInfo, TimeStep
+from common.envs.base import Env, EnvInfo, StepInfo, TimeStep
 from actor_service.envs.env_manager.failure import EnvError, EnvFailure, EnvManagerClosedError
 
 logger = logging.getLogger(__name__)

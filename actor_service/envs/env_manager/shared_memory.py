@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from actor_service.envs.base import ArraySpec, DiscreteSpec, ObsSpec
+from common.envs.base import ArraySpec, DiscreteSpec, ObsSpec
 
 STEP_SLOT = 0
 RESET_SLOT = 1

@@ -27,7 +27,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from actor_service.envs.base import NO_INFO, TimeStep
+from common.envs.base import NO_INFO, TimeStep
 from actor_service.envs.env_manager import shared_memory
 from actor_service.envs.env_manager.base import (
     BaseEnvManager,

@@ -1,0 +1,200 @@
+"""`league run` end to end: real coordinator, learner and actor processes on this machine.
+
+Each test runs the solo CartPole league for a short budget and checks what a user would: processes start,
+jobs flow, checkpoints publish, status shows progress, everything exits and nothing is left running — also
+when an actor is killed mid-run (its lease expires, training goes on) and when the learner is killed (it is
+restarted and resumes from its checkpoint: steps never go back).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+SOLO = ROOT / "configs" / "solo_cartpole.yaml"
+
+
+def _config(tmp_path: Path, seconds: float) -> Path:
+    cfg = yaml.safe_load(SOLO.read_text())
+    cfg["env"]["env_num"] = 4
+    cfg["env"]["env_steps"] = 512
+    cfg["coordinator"] = {**cfg.get("coordinator", {}), "lease_timeout_s": 4.0, "heartbeat_interval_s": 1.0}
+    cfg["run"] = {"actors": 2, "seconds": seconds, "manager": "base", "status_interval_s": 1.0, "stop_grace_s": 20}
+    path = tmp_path / "league.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _pids_mentioning(text: str) -> list[int]:
+    """Processes whose command line mentions `text` (our run dir): what must be gone at the end."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _worker_pid(run_dir: Path, worker_id: str) -> int | None:
+    for pid in _pids_mentioning(str(run_dir)):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"--worker-id" in argv and argv[argv.index(b"--worker-id") + 1] == worker_id.encode():
+            return pid
+    return None
+
+
+def _history(run_dir: Path) -> list[dict]:
+    path = run_dir / "status_history.jsonl"
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass  # the line being written right now
+    return records
+
+
+def _counter(record: dict, name: str) -> int:
+    return int(record.get("counters", {}).get(name, 0) or 0)
+
+
+def _active(record: dict) -> dict:
+    (player,) = [p for p in record["players"] if p.get("active")]
+    return player
+
+
+class LeagueRun:
+    """`league run` as a subprocess in its own session; killed with everything under it at the end."""
+
+    def __init__(self, tmp_path: Path, seconds: float) -> None:
+        self.run_dir = tmp_path / "run"
+        argv = [sys.executable, "-m", "league_cli", "run", str(_config(tmp_path, seconds)),
+                "--run-dir", str(self.run_dir), "--quiet"]
+        self.log = open(tmp_path / "league_run.log", "wb")
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, cwd=tmp_path,
+                                     start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    def wait_for(self, predicate, timeout_s: float, what: str) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            history = _history(self.run_dir)
+            if history and predicate(history[-1]):
+                return history[-1]
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.5)
+        raise AssertionError(f"timed out waiting for {what}:\n{self.output()}")
+
+    def finish(self, timeout_s: float) -> int:
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"league run did not stop by itself:\n{self.output()}") from None
+
+    def output(self, tail: int | None = 6000) -> str:
+        self.log.flush()
+        text = Path(self.log.name).read_text(errors="replace")
+        return text if tail is None else text[-tail:]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        for pid in _pids_mentioning(str(self.run_dir)):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.log.close()
+
+
+@pytest.fixture
+def league_run(tmp_path):
+    runs: list[LeagueRun] = []
+
+    def start(seconds: float) -> LeagueRun:
+        run = LeagueRun(tmp_path, seconds)
+        runs.append(run)
+        return run
+
+    yield start
+    for run in runs:
+        run.close()
+
+
+def _assert_clean_end(run: LeagueRun) -> None:
+    assert run.finish(timeout_s=120) == 0, run.output()
+    deadline = time.monotonic() + 10
+    while _pids_mentioning(str(run.run_dir)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _pids_mentioning(str(run.run_dir)) == [], "processes of the run outlived it"
+    out = run.output()
+    for where in ("checkpoints:", "logs:", "state:"):
+        assert where in out
+    assert (run.run_dir / "league_state.sqlite").exists()
+
+
+def test_solo_league_runs_publishes_and_exits_cleanly(league_run):
+    run = league_run(seconds=45)
+    run.wait_for(lambda r: _counter(r, "jobs_finished") >= 2 and _active(r)["checkpoint_version"] >= 2,
+                 timeout_s=120, what="finished jobs and published checkpoints")
+    _assert_clean_end(run)
+    history = _history(run.run_dir)
+    steps = [_counter(r, "env_steps") for r in history]
+    assert steps == sorted(steps) and steps[-1] > 0
+    player = _active(history[-1])
+    versions = sorted((run.run_dir / "shared" / player["player_id"]).glob("v*.pt"))
+    assert versions, "no checkpoint file published"
+    assert player["agent_steps"] > 0 and player["train_iteration"] > 0
+
+
+def test_a_killed_actor_loses_its_lease_and_training_goes_on(league_run):
+    run = league_run(seconds=60)
+    first = run.wait_for(lambda r: _counter(r, "jobs_finished") >= 1 and r.get("jobs"), 120, "a job in flight")
+    pid = _worker_pid(run.run_dir, "actor-0")
+    assert pid is not None
+    os.killpg(os.getpgid(pid), signal.SIGKILL)  # the actor and its env processes, as a crash would
+    after = run.wait_for(lambda r: _counter(r, "jobs_expired") >= 1, 60, "the dead actor's lease to expire")
+    run.wait_for(lambda r: _counter(r, "jobs_finished") > _counter(after, "jobs_finished"), 60,
+                 "jobs to keep finishing after the kill")
+    _assert_clean_end(run)
+    last = _history(run.run_dir)[-1]
+    assert _active(last)["agent_steps"] > _active(first)["agent_steps"]
+    c = last["counters"]
+    assert _counter(last, "jobs_issued") >= c.get("jobs_finished", 0) + c.get("jobs_expired", 0)
+
+
+def test_a_killed_learner_is_restarted_and_resumes(league_run):
+    run = league_run(seconds=75)
+    before = run.wait_for(lambda r: _active(r)["checkpoint_version"] >= 2, 120, "published checkpoints")
+    pid = _worker_pid(run.run_dir, "learner-0")
+    assert pid is not None
+    os.killpg(os.getpgid(pid), signal.SIGKILL)
+    run.wait_for(lambda r: _active(r)["checkpoint_version"] > _active(before)["checkpoint_version"] + 2,
+                 90, "training to resume after the learner restart")
+    _assert_clean_end(run)
+    history = _history(run.run_dir)
+    steps = [_active(r)["agent_steps"] for r in history]
+    versions = [_active(r)["checkpoint_version"] for r in history]
+    assert steps == sorted(steps), "a player's steps went backwards"
+    assert versions == sorted(versions), "checkpoint versions went backwards"
+    assert "learner-0 exited" in run.output(tail=None)

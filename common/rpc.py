@@ -44,6 +44,10 @@ OPEN_METHOD_PREFIXES: tuple[str, ...] = ("/grpc.health.v1.Health/",)
 LISTEN_LINE_PREFIX = "LISTENING"
 
 _KEEPALIVE_CLIENT_OPTIONS: tuple[tuple[str, int], ...] = (
+    # After a server outage gRPC's own reconnect schedule can stretch to ~2 minutes; workers must rejoin a
+    # restarted coordinator or learner within seconds.
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 5_000),
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.keepalive_permit_without_calls", 1),

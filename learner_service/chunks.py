@@ -1,0 +1,177 @@
+"""Pushed trajectories -> validated learn rows, on the RPC thread that received them.
+
+Everything an actor sends is checked here against the model the learner trains (observation names, shapes
+and dtypes, action range, the behaviour log-probabilities PPO needs, finite numbers), so a bad chunk fails
+its own stream with INVALID_ARGUMENT naming the trajectory key, and never reaches the training loop.
+Converting on the RPC threads also spreads that work over the server's threads instead of the trainer's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from common.algorithms.dqn import transitions_from_trajectory
+from common.algorithms.ppo import batch_from_trajectory
+from common.algorithms.registry import PolicyConfig
+from common.computation.specs import TensorSpec
+from common.tensor_codec import ChunkHeader, DecodedChunk
+from common.trajectory import DEFAULT_AGENT, OBSERVATION, Trajectory
+
+EPISODE_RETURN_INFO = "episode_return"
+"""Optional ``/infos/episode_return`` (B, T): the episode's return, read at the steps that end an episode."""
+
+
+class InvalidChunkError(ValueError):
+    """A chunk that does not fit the learner's model; ``key`` names the trajectory key at fault."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}" if key else message)
+        self.key = key
+
+
+@dataclass(frozen=True)
+class PreparedChunk:
+    """A chunk ready for the trainer: its header, learn rows and what the learner logs about it."""
+
+    header: ChunkHeader
+    rows: Mapping[str, np.ndarray]
+    """PPO: (B, T, ...) segments; DQN: (N, ...) n-step transitions."""
+    steps: int
+    """T of the segments (PPO batches only segments of equal length)."""
+    agent_steps: int
+    """Decisions of the learner's player in the chunk (B × T)."""
+    rewards: np.ndarray
+    """(B, T) rewards and ..."""
+    dones: np.ndarray
+    """... (B, T) episode ends, to sum episode returns across chunks when the actor sends none."""
+    episode_returns: np.ndarray | None
+    """Returns of the episodes that ended in this chunk, when the actor sent ``/infos/episode_return``."""
+
+    @property
+    def nbytes(self) -> int:
+        return sum(v.nbytes for v in self.rows.values())
+
+
+def observation_key(name: str, trajectory: Trajectory, prefix: str = "/observations") -> str:
+    """The trajectory key a model input comes from: ``/observations`` for a plain array, else ``/observations/<k>``."""
+    plain = prefix in trajectory.tensors
+    return prefix if plain and name == OBSERVATION else f"{prefix}/{name}"
+
+
+class ChunkPreparer:
+    """Checks chunks against one model and converts them to its algorithm's learn rows (thread-safe)."""
+
+    def __init__(
+        self, policy: PolicyConfig, input_specs: tuple[TensorSpec, ...], learn_specs: tuple[TensorSpec, ...],
+        num_actions: int,
+    ) -> None:
+        self.policy = policy
+        self.input_specs = {s.name: s for s in input_specs}
+        self.learn_specs = learn_specs
+        self.num_actions = num_actions
+
+    def prepare(self, chunk: DecodedChunk) -> PreparedChunk:
+        trajectory = chunk.trajectory
+        agent = self._agent(trajectory)
+        self._check_observations(trajectory)
+        self._check_actions(trajectory, agent)
+        _check_finite("/rewards", trajectory.rewards)
+        if self.policy.algorithm == "ppo":
+            logp_key = f"/agents/{agent}/artifacts/logp"
+            logp = trajectory.tensors.get(logp_key)
+            if logp is None:
+                raise InvalidChunkError(logp_key, "PPO needs the behaviour log-probabilities of the actions")
+            if logp.shape != trajectory.rewards.shape or not np.issubdtype(logp.dtype, np.floating):
+                raise InvalidChunkError(logp_key, f"expected float (batch, steps), got {logp.dtype}{logp.shape}")
+            _check_finite(logp_key, logp)
+            rows = batch_from_trajectory(trajectory, agent)
+        else:
+            rows = transitions_from_trajectory(trajectory, self.policy.dqn.gamma, self.policy.dqn.n_step, agent)
+        rows = self._check_rows(rows)
+        dones = trajectory.terminals | trajectory.truncations
+        return PreparedChunk(
+            header=chunk.header,
+            rows=rows,
+            steps=trajectory.steps,
+            agent_steps=trajectory.num_steps,
+            rewards=trajectory.rewards,
+            dones=dones,
+            episode_returns=self._episode_returns(trajectory, dones),
+        )
+
+    # ---- checks ---------------------------------------------------------------------------------------
+    @staticmethod
+    def _agent(trajectory: Trajectory) -> str:
+        agents = trajectory.agents()
+        if DEFAULT_AGENT in agents:
+            return DEFAULT_AGENT
+        if len(agents) == 1:
+            return agents[0]
+        if not agents:
+            raise InvalidChunkError(f"/agents/{DEFAULT_AGENT}/actions", "required: the learner's player's actions")
+        raise InvalidChunkError("/agents", f"several agents {agents} and none named {DEFAULT_AGENT!r}")
+
+    def _check_observations(self, trajectory: Trajectory) -> None:
+        for prefix, observations, leading in (
+            ("/observations", trajectory.observations(), 2),
+            ("/next_observations", trajectory.next_observations(), 1),
+        ):
+            for name, array in observations.items():
+                key = observation_key(name, trajectory, prefix)
+                spec = self.input_specs.get(name)
+                if spec is None:
+                    raise InvalidChunkError(key, f"not an input of the model (inputs: {sorted(self.input_specs)})")
+                try:
+                    checked = spec.check(array, leading_dims=leading)
+                except ValueError as e:
+                    raise InvalidChunkError(key, str(e).split(": ", 1)[-1]) from e
+                if np.issubdtype(checked.dtype, np.floating):
+                    _check_finite(key, checked)
+            for name, spec in self.input_specs.items():
+                if not spec.optional and name not in observations:
+                    raise InvalidChunkError(observation_key(name, trajectory, prefix), "required input missing")
+
+    def _check_actions(self, trajectory: Trajectory, agent: str) -> None:
+        key = f"/agents/{agent}/actions"
+        actions = trajectory.actions(agent)
+        if actions.shape != trajectory.rewards.shape or not np.issubdtype(actions.dtype, np.integer):
+            raise InvalidChunkError(key, f"expected integer (batch, steps), got {actions.dtype}{actions.shape}")
+        if actions.size and (actions.min() < 0 or actions.max() >= self.num_actions):
+            raise InvalidChunkError(key, f"actions must be in [0, {self.num_actions})")
+
+    def _check_rows(self, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        specs = {s.name: s for s in self.learn_specs}
+        unknown = sorted(set(rows) - set(specs))
+        if unknown:
+            raise InvalidChunkError("", f"learn rows have unknown entries {unknown}")
+        out = {}
+        for name, spec in specs.items():
+            if name not in rows:
+                if spec.optional:
+                    continue
+                raise InvalidChunkError("", f"learn rows miss {name!r}")
+            try:
+                out[name] = spec.check(rows[name])
+            except ValueError as e:
+                raise InvalidChunkError("", f"learn rows: {e}") from e
+        return out
+
+    @staticmethod
+    def _episode_returns(trajectory: Trajectory, dones: np.ndarray) -> np.ndarray | None:
+        key = f"/infos/{EPISODE_RETURN_INFO}"
+        returns = trajectory.tensors.get(key)
+        if returns is None:
+            return None
+        if returns.shape != dones.shape or not np.issubdtype(returns.dtype, np.number):
+            raise InvalidChunkError(key, f"expected numeric (batch, steps), got {returns.dtype}{returns.shape}")
+        ended = returns[dones].astype(np.float64)
+        _check_finite(key, ended)
+        return ended
+
+
+def _check_finite(key: str, array: np.ndarray) -> None:
+    if np.issubdtype(array.dtype, np.floating) and not np.all(np.isfinite(array)):
+        raise InvalidChunkError(key, "holds NaN or infinite values")

@@ -1,0 +1,134 @@
+"""`league learner`: argument parsing and the process shell (signals, exit codes).
+
+`add_arguments(parser)` / `main(args) -> int` are what league_cli/main.py hooks in;
+`python -m learner_service.cli learner ...` runs the same without the `league` entry point.
+
+The process prints one parseable line once its server is bound (`LISTENING service=learner address=HOST:PORT`),
+then trains until SIGTERM/SIGINT: stop accepting data, publish a final checkpoint, UpdatePlayer,
+FinishJob(RELEASED), health NOT_SERVING, exit 0. Exit 2: bad arguments or a learn job it cannot train;
+exit 1: a failure while training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+
+from common.rpc import format_listen_line, load_token
+
+log = logging.getLogger("league.learner")
+
+COORDINATOR_ENV_VAR = "LEAGUE_COORDINATOR"
+SHARED_ROOT_ENV_VAR = "LEAGUE_SHARED_ROOT"
+
+
+def default_worker_id() -> str:
+    return f"learner-{socket.gethostname()}-{os.getpid()}"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--coordinator", default=os.environ.get(COORDINATOR_ENV_VAR),
+                        help=f"coordinator HOST:PORT (default ${COORDINATOR_ENV_VAR})")
+    shared_root = os.environ.get(SHARED_ROOT_ENV_VAR)
+    parser.add_argument("--shared-root", type=Path, default=Path(shared_root) if shared_root else None,
+                        help=f"directory of checkpoints and TensorBoard logs (default ${SHARED_ROOT_ENV_VAR})")
+    parser.add_argument("--host", default="127.0.0.1", help="address the trajectory server listens on")
+    parser.add_argument("--port", type=int, default=0, help="port of the trajectory server; 0 picks a free one")
+    parser.add_argument("--advertise", default="", help="HOST:PORT actors stream to (default: host:bound port)")
+    parser.add_argument("--worker-id", default=None,
+                        help="keep it across restarts to get the same player back (default learner-<host>-<pid>)")
+    parser.add_argument("--token-file", type=Path, default=None, help="bearer token (else $LEAGUE_TOKEN)")
+    parser.add_argument("--tls-ca", type=Path, default=None, help="CA certificate to verify the coordinator (TLS)")
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="where to train")
+    parser.add_argument("--log-level", default="INFO")
+
+
+def main(args: argparse.Namespace) -> int:
+    # Imported here so that `league --help` does not pay for torch.
+    from common.computation.computation_task import resolve_device
+    from learner_service.config import LearnerSettings
+    from learner_service.learner import JobSetupError, Learner
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.coordinator is None:
+        return _refuse(f"--coordinator (or ${COORDINATOR_ENV_VAR}) is required")
+    if args.shared_root is None:
+        return _refuse(f"--shared-root (or ${SHARED_ROOT_ENV_VAR}) is required")
+    if not args.shared_root.is_dir():
+        return _refuse(f"--shared-root {args.shared_root} is not a directory")
+    try:
+        resolve_device(args.device)  # `cuda` on a machine without one: refuse now, not at the first job
+        settings = LearnerSettings(
+            coordinator=args.coordinator,
+            shared_root=args.shared_root,
+            worker_id=args.worker_id or default_worker_id(),
+            host=args.host,
+            port=args.port,
+            advertise=args.advertise,
+            token=load_token(args.token_file),
+            tls_ca=args.tls_ca,
+            device=args.device,
+        )
+        learner = Learner(settings)
+    except (ValueError, OSError) as err:
+        return _refuse(str(err))
+    try:
+        address = learner.start()
+    except (ValueError, OSError, RuntimeError) as err:
+        learner.close()
+        return _refuse(str(err))
+
+    wake = threading.Event()
+    failure: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            learner.run()
+        except BaseException as err:  # reported by the main thread below
+            failure.append(err)
+        finally:
+            wake.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: wake.set())
+    worker = threading.Thread(target=serve, name="learner", daemon=True)
+    print(format_listen_line("learner", address), flush=True)
+    log.info("learner %s serving trajectories on %s (advertised %s), coordinator %s", settings.worker_id, address,
+             learner.data_endpoint, settings.coordinator)
+    worker.start()
+    try:
+        wake.wait()
+        if not failure:
+            log.info("stopping: final checkpoint, report, release")
+        learner.request_stop()
+        worker.join()
+    finally:
+        learner.close()
+    if failure:
+        err = failure[0]
+        log.error("learner failed", exc_info=err)
+        return 2 if isinstance(err, JobSetupError) else 1
+    return 0
+
+
+def _refuse(message: str) -> int:
+    print(f"league learner: {message}", file=sys.stderr)
+    return 2
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """`python -m learner_service.cli learner ...` (the same as `league learner ...`)."""
+    parser = argparse.ArgumentParser(prog="learner_service.cli")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_arguments(sub.add_parser("learner", help="train one active player"))
+    return main(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

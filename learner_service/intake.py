@@ -1,0 +1,153 @@
+"""Where pushed chunks wait for the trainer: a bounded queue (backpressure) and duplicate detection.
+
+The queue is bounded in chunks and in bytes. A pushing stream whose chunk does not fit blocks in `put` (its
+RPC thread stops reading the stream, so gRPC flow control slows the actor down); nothing is buffered without
+bound and nothing is dropped. `close` wakes every waiter: the session ends, blocked streams are told to retry; what was accepted before
+stays for `drain` (a stopping learner still trains on it).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from learner_service.chunks import PreparedChunk
+
+
+class IntakeClosedError(Exception):
+    """The queue was closed (the learner stops or rebinds) while a chunk waited for room."""
+
+
+class ChunkQueue:
+    """FIFO of prepared chunks, bounded by count and total bytes; one chunk larger than the byte bound fits
+    alone, so no chunk waits forever."""
+
+    def __init__(self, max_chunks: int, max_bytes: int) -> None:
+        if max_chunks < 1 or max_bytes < 1:
+            raise ValueError(f"max_chunks and max_bytes must be >= 1, got {max_chunks}, {max_bytes}")
+        self.max_chunks = max_chunks
+        self.max_bytes = max_bytes
+        self._items: deque[PreparedChunk] = deque()
+        self._bytes = 0
+        self._closed = False
+        self._cond = threading.Condition()
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._items)
+
+    @property
+    def closed(self) -> bool:
+        with self._cond:
+            return self._closed
+
+    def put(self, chunk: PreparedChunk, abandoned: Callable[[], bool] = lambda: False) -> bool:
+        """Wait for room, then enqueue. False when ``abandoned()`` became true first (the stream was cancelled;
+        call `wake` after it changes). Raises `IntakeClosedError` when the queue is closed first."""
+        size = chunk.nbytes
+        with self._cond:
+            self._cond.wait_for(lambda: self._closed or abandoned() or self._fits(size))
+            if self._closed:
+                raise IntakeClosedError("the learner is not taking data now (stopping or rebinding); retry")
+            if not self._fits(size):
+                return False
+            self._items.append(chunk)
+            self._bytes += size
+            self._cond.notify_all()
+            return True
+
+    def get(self, timeout: float | None = None) -> PreparedChunk | None:
+        """The oldest chunk; None when closed (what is left stays for `drain`) or when ``timeout`` passed."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._closed or self._items, timeout)
+            if self._closed or not self._items:
+                return None
+            chunk = self._items.popleft()
+            self._bytes -= chunk.nbytes
+            self._cond.notify_all()
+            return chunk
+
+    def drain(self) -> list[PreparedChunk]:
+        """Everything still queued, oldest first; the queue is empty afterwards."""
+        with self._cond:
+            items, self._items, self._bytes = list(self._items), deque(), 0
+            self._cond.notify_all()
+            return items
+
+    def wake(self) -> None:
+        """Make blocked `put` calls re-check their ``abandoned`` predicate."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Refuse further chunks and wake everyone; queued chunks stay for `drain`."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def _fits(self, size: int) -> bool:
+        if not self._items:
+            return True
+        return len(self._items) < self.max_chunks and self._bytes + size <= self.max_bytes
+
+
+@dataclass
+class _StreamSeqs:
+    below: int = 0
+    """Every seq below this was seen."""
+    above: set[int] | None = None
+    """Seen seqs >= below (out of order)."""
+
+
+class SeqDeduper:
+    """Remembers which (worker_id, job_id, seq) were accepted, for the most recent ``max_streams`` streams.
+
+    Per stream it keeps the contiguous prefix as one number and only out-of-order seqs in a set, so memory
+    stays small however long a job streams. `reserve` is atomic: of two concurrent copies, one wins.
+    """
+
+    def __init__(self, max_streams: int = 4096) -> None:
+        if max_streams < 1:
+            raise ValueError(f"max_streams must be >= 1, got {max_streams}")
+        self.max_streams = max_streams
+        self._streams: OrderedDict[tuple[str, str], _StreamSeqs] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def reserve(self, worker_id: str, job_id: str, seq: int) -> bool:
+        """True if the seq is new (now recorded), False for a duplicate."""
+        with self._lock:
+            key = (worker_id, job_id)
+            stream = self._streams.get(key)
+            if stream is None:
+                stream = self._streams[key] = _StreamSeqs()
+                while len(self._streams) > self.max_streams:
+                    self._streams.popitem(last=False)
+            self._streams.move_to_end(key)
+            if seq < stream.below or (stream.above is not None and seq in stream.above):
+                return False
+            if seq == stream.below:
+                stream.below += 1
+                while stream.above and stream.below in stream.above:
+                    stream.above.discard(stream.below)
+                    stream.below += 1
+            else:
+                stream.above = stream.above or set()
+                stream.above.add(seq)
+            return True
+
+    def release(self, worker_id: str, job_id: str, seq: int) -> None:
+        """Forget a reserved seq whose chunk was not accepted after all (so a resend is not a duplicate)."""
+        with self._lock:
+            stream = self._streams.get((worker_id, job_id))
+            if stream is None:
+                return
+            if stream.above is not None and seq in stream.above:
+                stream.above.discard(seq)
+            elif seq == stream.below - 1:
+                stream.below -= 1
+            elif seq < stream.below:
+                # Inside the contiguous prefix: split it, keeping the seqs above as out-of-order ones.
+                stream.above = (stream.above or set()) | set(range(seq + 1, stream.below))
+                stream.below = seq

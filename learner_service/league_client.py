@@ -1,0 +1,244 @@
+"""The learner's calls to the coordinator, with deadlines, retries where idempotent, and backoff while it is away.
+
+Every call goes through a `common.rpc.make_channel` channel, so each has a deadline and carries the token.
+Waiting calls (registering, asking for a job, backing off) end early when `interrupt` is called, so a
+SIGTERM is acted on at once; the calls of an orderly shutdown (UpdatePlayer, FinishJob) are not interrupted.
+
+While the coordinator is away, calls fail with UNAVAILABLE and the waiting loops back off exponentially (with
+jitter, capped); the channel itself reconnects on gRPC's own backoff schedule.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import socket
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+
+from common.proto.league.v1 import league_pb2, league_pb2_grpc
+from common.rpc import RetryPolicy, call_idempotent, make_channel
+from learner_service.trainer import Progress
+
+log = logging.getLogger(__name__)
+
+# CANCELLED: what a call in flight gets from a coordinator that shuts down.
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED})
+# UpdatePlayer / FinishJob: a few quick retries; if the coordinator stays away the next report catches up.
+REPORT_RETRY = RetryPolicy(attempts=4, initial_backoff_s=0.2, max_backoff_s=2.0, retry_codes=RETRYABLE)
+
+
+class Interrupted(Exception):
+    """A waiting call was cut short by `LeagueClient.interrupt` (the learner is stopping)."""
+
+
+class BindingLost(Exception):
+    """The coordinator says this worker no longer holds the learn job (lease expired, unknown worker)."""
+
+
+@dataclass(frozen=True)
+class Registration:
+    heartbeat_interval_s: float
+    lease_timeout_s: float
+
+
+@dataclass(frozen=True)
+class LearnJob:
+    """A learn job as the learner uses it (the proto's Structs already turned into plain mappings)."""
+
+    job_id: str
+    player_id: str
+    checkpoint_path: str
+    checkpoint_version: int
+    env_name: str
+    env_kwargs: Mapping[str, Any]
+    policy: Mapping[str, Any]
+    learner_kwargs: Mapping[str, Any]
+    lease_timeout_s: float
+
+    @classmethod
+    def from_proto(cls, job: league_pb2.Job) -> LearnJob:
+        if job.kind != league_pb2.JOB_KIND_LEARN:
+            raise ValueError(f"job {job.job_id}: kind {league_pb2.JobKind.Name(job.kind)} is not a learn job")
+        if not job.players:
+            raise ValueError(f"job {job.job_id}: players: a learn job names its player")
+        player = job.players[0]
+        return cls(
+            job_id=job.job_id,
+            player_id=player.player_id,
+            checkpoint_path=player.checkpoint_path,
+            checkpoint_version=player.checkpoint_version,
+            env_name=job.env_name,
+            env_kwargs=json_format.MessageToDict(job.env_kwargs),
+            policy=json_format.MessageToDict(job.policy),
+            learner_kwargs=json_format.MessageToDict(job.learner_kwargs),
+            lease_timeout_s=job.lease_timeout_s,
+        )
+
+
+class Backoff:
+    """Exponential backoff with full jitter, reset after a success."""
+
+    def __init__(self, initial_s: float = 0.2, max_s: float = 10.0) -> None:
+        self.initial_s = initial_s
+        self.max_s = max_s
+        self._cap = initial_s
+        self._rng = random.Random()
+
+    def next_delay(self) -> float:
+        delay = self._rng.uniform(self._cap / 2, self._cap)
+        self._cap = min(self.max_s, self._cap * 2)
+        return delay
+
+    def reset(self) -> None:
+        self._cap = self.initial_s
+
+
+class LeagueClient:
+    def __init__(
+        self, address: str, worker_id: str, *, token: str | None = None, tls_ca: Path | None = None,
+        max_backoff_s: float = 10.0,
+    ) -> None:
+        self.address = address
+        self.worker_id = worker_id
+        self.max_backoff_s = max_backoff_s
+        self._channel = make_channel(address, token=token, tls_ca=tls_ca)
+        self._stub = league_pb2_grpc.LeagueServiceStub(self._channel)
+        self._cond = threading.Condition()
+        self._interrupted = False
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def interrupt(self) -> None:
+        """End every waiting call (register, next_learn_job, backoff) now; they raise `Interrupted`."""
+        with self._cond:
+            self._interrupted = True
+            self._cond.notify_all()
+
+    # ---- waiting calls --------------------------------------------------------------------------------
+    def register(self, data_endpoint: str) -> Registration:
+        """RegisterWorker(role LEARNER), retried with backoff until the coordinator answers."""
+        request = league_pb2.RegisterWorkerRequest(
+            worker_id=self.worker_id, role=league_pb2.WORKER_ROLE_LEARNER, hostname=socket.gethostname(),
+            data_endpoint=data_endpoint,
+        )
+        backoff = Backoff(max_s=self.max_backoff_s)
+        while True:
+            try:
+                reply = self._call(self._stub.RegisterWorker, request, timeout=10.0)
+                return Registration(reply.heartbeat_interval_s, reply.lease_timeout_s)
+            except grpc.RpcError as err:
+                if err.code() not in RETRYABLE:
+                    raise
+                self._back_off(backoff, f"RegisterWorker: {err.code().name}")
+
+    def next_learn_job(self, data_endpoint: str, wait_s: float) -> LearnJob:
+        """GetJob(role LEARNER) until a learn job comes: long polls, the server's retry hints, backoff while
+        the coordinator is away; re-registers if the coordinator forgot this worker."""
+        request = league_pb2.GetJobRequest(
+            worker_id=self.worker_id, role=league_pb2.WORKER_ROLE_LEARNER, data_endpoint=data_endpoint, wait_s=wait_s,
+        )
+        backoff = Backoff(max_s=self.max_backoff_s)
+        while True:
+            try:
+                reply = self._call(self._stub.GetJob, request, timeout=wait_s + 5.0)
+            except grpc.RpcError as err:
+                if err.code() == grpc.StatusCode.NOT_FOUND:
+                    log.warning("the coordinator does not know worker %s: registering again", self.worker_id)
+                    self.register(data_endpoint)
+                    continue
+                if err.code() not in RETRYABLE:
+                    raise
+                self._back_off(backoff, f"GetJob: {err.code().name}")
+                continue
+            backoff.reset()
+            if reply.HasField("job"):
+                return LearnJob.from_proto(reply.job)
+            log.debug("no learn job (%s); asking again in %.1fs", reply.reason, reply.retry_after_s)
+            self._wait(max(reply.retry_after_s, 0.05))
+
+    # ---- session calls --------------------------------------------------------------------------------
+    def heartbeat(self, job_id: str, timeout: float) -> bool:
+        """True while the lease is held; False when the coordinator revoked it (or forgot this worker)."""
+        request = league_pb2.HeartbeatRequest(worker_id=self.worker_id, job_ids=[job_id])
+        try:
+            reply = self._stub.Heartbeat(request, timeout=timeout)
+        except grpc.RpcError as err:
+            if err.code() == grpc.StatusCode.NOT_FOUND:
+                return False
+            raise
+        return job_id not in reply.revoked_job_ids
+
+    def update_player(
+        self, player_id: str, progress: Progress, checkpoint_path: str, checkpoint_version: int
+    ) -> league_pb2.UpdatePlayerResponse | None:
+        """UpdatePlayer with a few retries; None if the coordinator stayed unreachable (report again later).
+
+        Raises `BindingLost` when the coordinator refuses it as not ours (FAILED_PRECONDITION, NOT_FOUND).
+        """
+        request = league_pb2.UpdatePlayerRequest(
+            worker_id=self.worker_id, player_id=player_id, train_iteration=progress.train_iteration,
+            agent_steps=progress.agent_steps, checkpoint_path=checkpoint_path, checkpoint_version=checkpoint_version,
+        )
+        try:
+            return call_idempotent(self._stub.UpdatePlayer, request, timeout=10.0, policy=REPORT_RETRY)
+        except grpc.RpcError as err:
+            if err.code() in RETRYABLE:
+                log.warning("UpdatePlayer %s v%d: coordinator unreachable (%s); will report again",
+                            player_id, checkpoint_version, err.code().name)
+                return None
+            if err.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
+                raise BindingLost(f"UpdatePlayer refused: {err.details()}") from err
+            raise
+
+    def finish(self, job_id: str, status: int, error: str = "") -> bool:
+        """FinishJob (idempotent by job id); False if the coordinator was unreachable or refused it."""
+        request = league_pb2.FinishJobRequest(worker_id=self.worker_id, job_id=job_id, status=status, error=error)
+        try:
+            call_idempotent(self._stub.FinishJob, request, timeout=10.0, policy=REPORT_RETRY)
+            return True
+        except grpc.RpcError as err:
+            log.warning("FinishJob %s: %s: %s (its lease will expire instead)", job_id, err.code().name, err.details())
+            return False
+
+    def player_progress(self, player_id: str) -> Progress:
+        """The league's totals for the player (agent steps, train iteration), so ours never go below them."""
+        status = call_idempotent(self._stub.GetStatus, league_pb2.GetStatusRequest(), timeout=10.0,
+                                 policy=REPORT_RETRY)
+        for player in status.players:
+            if player.player_id == player_id:
+                return Progress(player.agent_steps, player.train_iteration)
+        return Progress()
+
+    # ---- internals ------------------------------------------------------------------------------------
+    def _call(self, method, request, timeout: float):
+        """A unary call that `interrupt` cancels."""
+        future = method.future(request, timeout=timeout)
+        future.add_done_callback(lambda _f: self._notify())
+        with self._cond:
+            self._cond.wait_for(lambda: self._interrupted or future.done())
+            if not future.done():
+                future.cancel()
+                raise Interrupted()
+        return future.result()
+
+    def _notify(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def _wait(self, seconds: float) -> None:
+        with self._cond:
+            if self._cond.wait_for(lambda: self._interrupted, seconds):
+                raise Interrupted()
+
+    def _back_off(self, backoff: Backoff, why: str) -> None:
+        delay = backoff.next_delay()
+        log.info("%s; coordinator %s unreachable, retrying in %.1fs", why, self.address, delay)
+        self._wait(delay)

@@ -1,0 +1,243 @@
+"""The learner process: serve PushTrajectories, get bound to a player, train it, publish it, hand it back.
+
+    Learner.start()   LearnerService server on --port (0 = free), health SERVING
+    Learner.run()     loop: RegisterWorker -> GetJob(LEARNER) until a learn job -> LearnSession.run()
+                      a session ends when its lease is revoked or lost (back to GetJob; the trainer is kept
+                      in case the same player comes back) or when the learner stops (final checkpoint,
+                      UpdatePlayer, FinishJob(RELEASED))
+    Learner.request_stop()   from the SIGTERM handler's thread: stop accepting data, end the session
+
+Threads: the thread calling `run` trains (the session loop); one heartbeat thread per learn job; gRPC's server
+threads decode and check pushed chunks and block on the session's bounded queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from common.algorithms.registry import PolicyConfig
+from common.checkpoint_store import CheckpointError, CheckpointRef, CheckpointStore
+from common.envs import make_env
+from common.envs.policy_view import policy_specs
+from common.proto.league.v1 import league_pb2, league_pb2_grpc
+from common.rpc import ServerOptions, ServingServer, check_exposure, is_loopback, join_host_port, make_server
+from learner_service.config import MAX_CHUNK_BYTES, LearnerConfig, LearnerSettings, player_seed
+from learner_service.league_client import RETRYABLE, BindingLost, Interrupted, LeagueClient, LearnJob
+from learner_service.publisher import CheckpointPublisher
+from learner_service.servicer import SERVICE_NAME, DataPlane, LearnerServicer
+from learner_service.session import LearnSession, LeaseKeeper, SessionContext, SessionEnd
+from learner_service.trainer import ModelSpec, Trainer, build_trainer
+
+log = logging.getLogger(__name__)
+
+
+class JobSetupError(Exception):
+    """A learn job the learner cannot train (a bad policy/learner section, an unknown env)."""
+
+
+def model_spec(job: LearnJob) -> ModelSpec:
+    """The model of the job's player: policy section + the env's policy view (what actors build too)."""
+    try:
+        policy = PolicyConfig.from_mapping(job.policy)
+        env = make_env(job.env_name, **job.env_kwargs)
+        try:
+            obs_specs, action_spec = policy_specs(env.info())
+        finally:
+            env.close()
+    except Exception as err:  # a bad policy section, an unknown env or env kwargs (gymnasium has its own errors)
+        raise JobSetupError(f"job {job.job_id} ({job.player_id}): {type(err).__name__}: {err}") from err
+    return ModelSpec(policy, obs_specs, action_spec)
+
+
+def learner_config(job: LearnJob) -> LearnerConfig:
+    try:
+        return LearnerConfig.from_mapping(job.learner_kwargs)
+    except ValueError as err:
+        raise JobSetupError(f"job {job.job_id} ({job.player_id}): {err}") from err
+
+
+@dataclass
+class _Kept:
+    """A trainer from a session that ended without its player being handed back (revoked, lost)."""
+
+    player_id: str
+    trainer: Trainer
+    published_version: int
+
+
+class Learner:
+    def __init__(self, settings: LearnerSettings) -> None:
+        self.settings = settings
+        self.plane = DataPlane()
+        self.client = LeagueClient(
+            settings.coordinator, settings.worker_id, token=settings.token, tls_ca=settings.tls_ca,
+            max_backoff_s=settings.max_backoff_s,
+        )
+        self.server: ServingServer | None = None
+        self.data_endpoint = ""
+        self._lock = threading.Lock()
+        self._stopping = False
+        self._session: LearnSession | None = None
+        self._kept: _Kept | None = None
+        self._published_cond = threading.Condition()
+        self._published: dict[str, CheckpointRef] = {}
+
+    @property
+    def stopping(self) -> bool:
+        with self._lock:
+            return self._stopping
+
+    @property
+    def session(self) -> LearnSession | None:
+        with self._lock:
+            return self._session
+
+    def note_published(self, player_id: str, ref: CheckpointRef) -> None:
+        """Record the newest published version of the bound player (told to actors in PushSummary)."""
+        self.plane.learner_version = ref.version
+        with self._published_cond:
+            self._published[player_id] = ref
+            self._published_cond.notify_all()
+
+    def wait_published(self, player_id: str, min_version: int, timeout_s: float) -> CheckpointRef:
+        """Block until this learner published ``min_version`` (or later) of the player; for tests and tools."""
+        def reached() -> bool:
+            ref = self._published.get(player_id)
+            return ref is not None and ref.version >= min_version
+
+        with self._published_cond:
+            if not self._published_cond.wait_for(reached, timeout_s):
+                latest = self._published.get(player_id)
+                raise TimeoutError(f"{player_id}: version {min_version} not published within {timeout_s}s "
+                                   f"(latest {latest.version if latest else None})")
+            return self._published[player_id]
+
+    def start(self) -> str:
+        """Bind and start the LearnerService server; returns the bound address."""
+        s = self.settings
+        check_exposure(s.host, s.token, insecure=False)
+        self.server = make_server(
+            ServerOptions(host=s.host, port=s.port, token=s.token, max_receive_bytes=MAX_CHUNK_BYTES),
+            lambda server: league_pb2_grpc.add_LearnerServiceServicer_to_server(LearnerServicer(self.plane), server),
+            [SERVICE_NAME],
+        )
+        if s.advertise:
+            self.data_endpoint = s.advertise
+        else:
+            host = s.host if s.host not in ("0.0.0.0", "::", "[::]", "") else socket.gethostname()
+            self.data_endpoint = join_host_port(host, self.server.port)
+            if not is_loopback(host):
+                log.info("advertising %s to actors (give --advertise to choose)", self.data_endpoint)
+        return self.server.address
+
+    def run(self) -> None:
+        """Serve learn jobs until `request_stop`. Raises on what cannot be recovered (bad job config, bugs)."""
+        if self.server is None:
+            raise RuntimeError("Learner.start() first")
+        store_root = Path(self.settings.shared_root)
+        while not self.stopping:
+            try:
+                registration = self.client.register(self.data_endpoint)
+                job = self.client.next_learn_job(self.data_endpoint, self.settings.get_job_wait_s)
+            except Interrupted:
+                break
+            log.info("bound to %s (learn job %s, checkpoint %r v%d)", job.player_id, job.job_id,
+                     job.checkpoint_path, job.checkpoint_version)
+            lease = LeaseKeeper(self.client, job, registration).start()
+            try:
+                self._serve_job(job, lease, store_root)
+            finally:
+                lease.close()
+
+    def _serve_job(self, job: LearnJob, lease: LeaseKeeper, store_root: Path) -> None:
+        try:
+            session = self._open_session(job, lease, store_root)
+        except JobSetupError as err:
+            self.client.finish(job.job_id, league_pb2.FINISH_STATUS_FAILED, str(err))
+            raise
+        except BindingLost as err:
+            log.warning("%s: %s", job.player_id, err)
+            return
+        except grpc.RpcError as err:
+            if err.code() not in RETRYABLE:
+                raise
+            log.warning("%s: coordinator unreachable while binding (%s); asking again", job.player_id,
+                        err.code().name)
+            return
+        with self._lock:
+            self._session = session
+        try:
+            end = session.run()
+        except BaseException as err:
+            self.client.finish(job.job_id, league_pb2.FINISH_STATUS_FAILED, f"{type(err).__name__}: {err}")
+            raise
+        finally:
+            with self._lock:
+                self._session = None
+        if end is SessionEnd.STOPPED:
+            session.release()
+        else:
+            self._kept = _Kept(job.player_id, session.trainer, session.publisher.last_version)
+
+    def request_stop(self) -> None:
+        """Stop taking data and end the current session (safe from any thread)."""
+        with self._lock:
+            self._stopping = True
+            session = self._session
+        if self.server is not None:
+            self.server.set_serving(False)
+        self.client.interrupt()
+        self.plane.close()
+        if session is not None:
+            session.end(SessionEnd.STOPPED)
+
+    def close(self, grace_s: float = 2.0) -> None:
+        """Stop the server (health NOT_SERVING, in-flight streams get ``grace_s``) and the client."""
+        self.plane.close()
+        if self.server is not None:
+            self.server.stop(grace_s)
+        self.client.close()
+
+    # ---- binding ----------------------------------------------------------------------------------------
+    def _open_session(self, job: LearnJob, lease: LeaseKeeper, store_root: Path) -> LearnSession:
+        spec = model_spec(job)
+        config = learner_config(job)
+        try:
+            return self._start_session(job, lease, store_root, spec, config)
+        except CheckpointError as err:  # e.g. the league names a pretrained checkpoint that is not there
+            raise JobSetupError(f"job {job.job_id} ({job.player_id}): {err}") from err
+
+    def _start_session(
+        self, job: LearnJob, lease: LeaseKeeper, store_root: Path, spec: ModelSpec, config: LearnerConfig
+    ) -> LearnSession:
+        seed = config.seed if config.seed is not None else player_seed(job.player_id)
+        publisher = CheckpointPublisher(CheckpointStore(store_root, keep_last=config.keep_last), job.player_id,
+                                        self.settings.worker_id)
+        kept, self._kept = self._kept, None
+        if (
+            kept is not None and kept.player_id == job.player_id and kept.trainer.spec == spec
+            and publisher.last_version <= kept.published_version and job.checkpoint_version <= kept.published_version
+        ):
+            log.info("%s: continuing with the trainer kept in memory (version %d)", job.player_id, kept.trainer.version)
+            trainer = kept.trainer
+            trainer.config = config
+        else:
+            league = self.client.player_progress(job.player_id)
+            start = publisher.choose_start(job.checkpoint_path, job.checkpoint_version, league)
+            version = start.version if start.published is not None else publisher.next_version(start.version)
+            trainer = build_trainer(spec, config, start.progress, seed=seed, device=self.settings.device,
+                                    weights=start.weights, version=version)
+            trainer.restore_algorithm_updates(start.algorithm_updates)
+            if start.published is None:
+                publisher.publish(trainer)
+            log.info("%s: starting from %s at version %d (%d agent steps, %d train iterations)", job.player_id,
+                     start.source, trainer.version, start.progress.agent_steps, start.progress.train_iteration)
+        context = SessionContext(self.client, self.plane, Path(self.settings.shared_root), self.settings.device,
+                                 lambda: self.stopping, self.note_published)
+        return LearnSession(context, job, lease, trainer, publisher, config, seed)

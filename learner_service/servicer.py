@@ -1,0 +1,175 @@
+"""LearnerService.PushTrajectories: the gRPC face of the learner's data plane.
+
+`DataPlane` is the logic (which player the learner takes data for now, duplicates, decoding and checks, the
+bounded queue); `LearnerServicer` only translates: each chunk goes to `DataPlane.accept`, its typed refusal
+becomes a status code, the stream's counts become the PushSummary.
+
+Status codes: a chunk that cannot be decoded or does not fit the model -> INVALID_ARGUMENT naming the key;
+a chunk for another player -> FAILED_PRECONDITION; no player bound yet, or the learner stopping/rebinding
+-> UNAVAILABLE (retry later). Chunks accepted before a refusal stay accepted.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from dataclasses import dataclass
+
+import grpc
+
+from common.proto.league.v1 import league_pb2, league_pb2_grpc
+from common.tensor_codec import CodecError, decode_chunk
+from learner_service.chunks import ChunkPreparer, InvalidChunkError
+from learner_service.intake import ChunkQueue, IntakeClosedError, SeqDeduper
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = league_pb2.DESCRIPTOR.services_by_name["LearnerService"].full_name
+
+
+class ChunkRefused(Exception):
+    """A chunk the learner does not take; ``code`` is the status the stream ends with."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Intake:
+    """Where data for the bound player goes during one learn session."""
+
+    player_id: str
+    preparer: ChunkPreparer
+    queue: ChunkQueue
+
+
+class Accepted(enum.Enum):
+    NEW = "new"
+    DUPLICATE = "duplicate"
+    ABANDONED = "abandoned"
+
+
+@dataclass(frozen=True)
+class AcceptResult:
+    status: Accepted
+    samples: int = 0
+
+
+@dataclass(frozen=True)
+class DataPlaneCounts:
+    chunks_accepted: int
+    chunks_duplicate: int
+    samples_accepted: int
+
+
+class DataPlane:
+    """Thread-safe: many streams call `accept` while the learner opens and closes sessions."""
+
+    def __init__(self, deduper: SeqDeduper | None = None) -> None:
+        self._lock = threading.Lock()
+        self._intake: Intake | None = None
+        self._deduper = deduper or SeqDeduper()
+        self._accepted = 0
+        self._duplicates = 0
+        self._samples = 0
+        self.learner_version = 0
+        """The newest published version of the bound player (what actors can load); told in PushSummary."""
+
+    def open(self, intake: Intake) -> None:
+        with self._lock:
+            self._intake = intake
+
+    def close(self) -> None:
+        """Stop taking data (streams get UNAVAILABLE); what the queue holds stays for its session to drain."""
+        with self._lock:
+            intake, self._intake = self._intake, None
+        if intake is not None:
+            intake.queue.close()
+
+    def counts(self) -> DataPlaneCounts:
+        with self._lock:
+            return DataPlaneCounts(self._accepted, self._duplicates, self._samples)
+
+    def accept(self, chunk: league_pb2.TrajectoryChunk, abandoned=lambda: False) -> AcceptResult:
+        """Check, decode, de-duplicate and enqueue one chunk (blocks while the queue is full)."""
+        with self._lock:
+            intake = self._intake
+        if intake is None:
+            raise ChunkRefused(grpc.StatusCode.UNAVAILABLE, "the learner is not bound to a player yet; retry")
+        if chunk.player_id != intake.player_id:
+            raise ChunkRefused(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"player_id: this learner trains {intake.player_id!r}, not {chunk.player_id!r}",
+            )
+        for name in ("worker_id", "job_id"):
+            if not getattr(chunk, name):
+                raise ChunkRefused(grpc.StatusCode.INVALID_ARGUMENT, f"{name}: required (duplicates are keyed by it)")
+        if chunk.seq < 0:
+            raise ChunkRefused(grpc.StatusCode.INVALID_ARGUMENT, f"seq: must be >= 0, got {chunk.seq}")
+        key = (chunk.worker_id, chunk.job_id, chunk.seq)
+        if not self._deduper.reserve(*key):
+            with self._lock:
+                self._duplicates += 1
+            return AcceptResult(Accepted.DUPLICATE)
+        try:
+            prepared = intake.preparer.prepare(decode_chunk(chunk))
+            if not intake.queue.put(prepared, abandoned):
+                self._deduper.release(*key)
+                return AcceptResult(Accepted.ABANDONED)
+        except (CodecError, InvalidChunkError) as err:
+            self._deduper.release(*key)
+            raise ChunkRefused(grpc.StatusCode.INVALID_ARGUMENT, f"chunk seq {chunk.seq}: {err}") from err
+        except IntakeClosedError as err:
+            self._deduper.release(*key)
+            raise ChunkRefused(grpc.StatusCode.UNAVAILABLE, str(err)) from err
+        except BaseException:
+            self._deduper.release(*key)
+            raise
+        with self._lock:
+            self._accepted += 1
+            self._samples += prepared.agent_steps
+        return AcceptResult(Accepted.NEW, prepared.agent_steps)
+
+    def wake(self) -> None:
+        """Wake blocked streams so they notice their cancellation."""
+        with self._lock:
+            intake = self._intake
+        if intake is not None:
+            intake.queue.wake()
+
+
+class LearnerServicer(league_pb2_grpc.LearnerServiceServicer):
+    def __init__(self, plane: DataPlane) -> None:
+        self._plane = plane
+
+    def PushTrajectories(self, request_iterator, context):
+        cancelled = threading.Event()
+
+        def on_done() -> None:
+            cancelled.set()
+            self._plane.wake()
+
+        context.add_callback(on_done)
+        accepted = duplicates = samples = 0
+        for chunk in request_iterator:
+            try:
+                result = self._plane.accept(chunk, cancelled.is_set)
+            except ChunkRefused as refused:
+                log.info("refused a chunk from %s (job %s): %s", chunk.worker_id, chunk.job_id, refused)
+                context.abort(refused.code, str(refused))
+                raise  # abort raises; this keeps the flow explicit
+            if result.status is Accepted.ABANDONED:
+                break
+            if result.status is Accepted.DUPLICATE:
+                duplicates += 1
+            else:
+                accepted += 1
+                samples += result.samples
+        return league_pb2.PushSummary(
+            chunks_accepted=accepted,
+            chunks_duplicate=duplicates,
+            samples_accepted=samples,
+            learner_version=self._plane.learner_version,
+        )

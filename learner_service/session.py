@@ -1,0 +1,286 @@
+"""One learn job's binding to a player: its lease kept alive, training on its queue, reports and resets.
+
+    LeaseKeeper     heartbeats the job from the moment it is granted; tells the session if it is revoked
+    LearnSession    run(): UpdatePlayer for the starting checkpoint, then train on the queue until ended
+                    (stop, revoked, lost); release(): the learner stops - train on what was accepted, final
+                    checkpoint, UpdatePlayer, FinishJob(RELEASED)
+
+Every UpdatePlayer reply may say the league reset (mutated) the player: `apply_reset` continues from the reset
+checkpoint with a fresh trainer, numbering versions above everything published.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from common.checkpoint_store import CheckpointRef
+from common.proto.league.v1 import league_pb2
+from learner_service.chunks import PreparedChunk
+from learner_service.config import LearnerConfig
+from learner_service.intake import ChunkQueue
+from learner_service.league_client import RETRYABLE, BindingLost, LeagueClient, LearnJob, Registration
+from learner_service.publisher import CheckpointPublisher
+from learner_service.servicer import DataPlane, Intake
+from learner_service.telemetry import Telemetry
+from learner_service.trainer import IterationReport, Trainer, build_trainer
+
+log = logging.getLogger(__name__)
+
+MAX_RESETS_PER_REPORT = 3
+PROGRESS_LOG_EVERY_S = 10.0
+
+
+class SessionEnd(enum.Enum):
+    STOPPED = "stopped"  # the learner stops: publish, report, release
+    REVOKED = "revoked"  # the coordinator took the lease back
+    LOST = "lost"  # the coordinator refused our report or forgot this worker
+
+
+@dataclass(frozen=True)
+class SessionContext:
+    """What a session uses of the learner process around it."""
+
+    client: LeagueClient
+    plane: DataPlane
+    shared_root: Path
+    device: str
+    stopping: Callable[[], bool]
+    """True once the learner was asked to stop."""
+    on_published: Callable[[str, CheckpointRef], None]
+    """Told every checkpoint the session publishes (player id, reference)."""
+
+
+class LeaseKeeper:
+    """Heartbeats one learn job from the moment it is granted (building a model can outlast a short lease)
+    until `close`; tells the attached session when the coordinator revoked or forgot the job."""
+
+    def __init__(self, client: LeagueClient, job: LearnJob, registration: Registration) -> None:
+        self._client = client
+        self._job = job
+        self._interval = max(registration.heartbeat_interval_s, 0.05)
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._lost: SessionEnd | None = None
+        self._on_lost: Callable[[SessionEnd], None] | None = None
+        self._thread = threading.Thread(target=self._run, name="learner-heartbeat", daemon=True)
+
+    def start(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def attach(self, on_lost: Callable[[SessionEnd], None]) -> None:
+        """Call ``on_lost`` when the lease is lost (at once if it already was)."""
+        with self._lock:
+            self._on_lost = on_lost
+            lost = self._lost
+        if lost is not None:
+            on_lost(lost)
+
+    def _lose(self, reason: SessionEnd) -> None:
+        with self._lock:
+            self._lost = reason
+            on_lost = self._on_lost
+        if on_lost is not None:
+            on_lost(reason)
+
+    def _run(self) -> None:
+        timeout = min(10.0, max(1.0, 3 * self._interval))
+        while not self._closed.wait(self._interval):
+            try:
+                held = self._client.heartbeat(self._job.job_id, timeout)
+            except grpc.RpcError as err:
+                if err.code() in RETRYABLE:
+                    log.info("heartbeat: %s (coordinator away?)", err.code().name)
+                    continue
+                log.error("heartbeat refused: %s: %s; asking for a job again", err.code().name, err.details())
+                self._lose(SessionEnd.LOST)
+                return
+            if not held:
+                log.warning("the coordinator revoked learn job %s (%s)", self._job.job_id, self._job.player_id)
+                self._lose(SessionEnd.REVOKED)
+                return
+
+
+class LearnSession:
+    """One binding to a player: trains on its queue until ended."""
+
+    def __init__(
+        self, context: SessionContext, job: LearnJob, lease: LeaseKeeper, trainer: Trainer,
+        publisher: CheckpointPublisher, config: LearnerConfig, seed: int,
+    ) -> None:
+        self._context = context
+        self.job = job
+        self.lease = lease
+        self.trainer = trainer
+        self.publisher = publisher
+        self.config = config
+        self.seed = seed
+        self.queue = ChunkQueue(config.queue_chunks, config.queue_bytes)
+        self.telemetry = Telemetry(Path(context.shared_root) / "tensorboard" / job.player_id)
+        self._ended = threading.Event()
+        self._end_lock = threading.Lock()
+        self.end_reason: SessionEnd | None = None
+        self.rollbacks = 0
+        """Updates undone because they made the weights non-finite."""
+        self._last_log = time.monotonic()
+
+    @property
+    def client(self) -> LeagueClient:
+        return self._context.client
+
+    def end(self, reason: SessionEnd) -> None:
+        """End the session (any thread); the first reason given wins."""
+        with self._end_lock:
+            if self.end_reason is None:
+                self.end_reason = reason
+        self._ended.set()
+        self._context.plane.close()
+
+    def run(self) -> SessionEnd:
+        plane = self._context.plane
+        plane.open(Intake(self.job.player_id, self.trainer.preparer, self.queue))
+        if self.publisher.last is not None:
+            self._context.on_published(self.job.player_id, self.publisher.last)
+        log.info("taking trajectories of %s (learner version %d)", self.job.player_id, self.trainer.version)
+        self.lease.attach(self.end)
+        try:
+            if self._context.stopping():
+                self.end(SessionEnd.STOPPED)
+            else:
+                self._report(self._current_ref())
+                self._train_until_ended()
+        except BindingLost as err:
+            log.warning("%s: %s", self.job.player_id, err)
+            self.end(SessionEnd.LOST)
+        except BaseException:
+            self.end(SessionEnd.LOST)
+            raise
+        finally:
+            self._ended.set()
+            if self.end_reason is not SessionEnd.STOPPED:
+                dropped = len(self.queue.drain())
+                if dropped:
+                    log.info("%s: %d received chunks not trained on (session %s)", self.job.player_id, dropped,
+                             self.end_reason.value if self.end_reason else "failed")
+                self.telemetry.close()
+        assert self.end_reason is not None
+        return self.end_reason
+
+    def release(self) -> None:
+        """The learner stops: train on what was accepted, a final checkpoint, UpdatePlayer, FinishJob(RELEASED)."""
+        try:
+            for chunk in self.queue.drain():  # one at a time, so batches keep their usual size
+                self.telemetry.observe(chunk, self.trainer.version)
+                self.trainer.add(chunk)
+                self._train_ready(publish=False)
+            ref = self._publish() if self.trainer.version > self.publisher.last_version else self._current_ref()
+            self._report(ref)
+        except BindingLost as err:
+            log.warning("%s: final report refused (%s); releasing anyway", self.job.player_id, err)
+        finally:
+            self.telemetry.close()
+        self.client.finish(self.job.job_id, league_pb2.FINISH_STATUS_RELEASED)
+        log.info("released %s at version %d (%d agent steps, %d train iterations)", self.job.player_id,
+                 self.publisher.last_version, self.trainer.progress.agent_steps, self.trainer.progress.train_iteration)
+
+    # ---- training -------------------------------------------------------------------------------------
+    def _train_until_ended(self) -> None:
+        while not self._ended.is_set():
+            chunk = self.queue.get()
+            if chunk is None:
+                return
+            self._consume(chunk)
+
+    def _consume(self, chunk: PreparedChunk) -> None:
+        self.telemetry.observe(chunk, self.trainer.version)
+        self.trainer.add(chunk)
+        self._train_ready(publish=True)
+
+    def _train_ready(self, publish: bool) -> None:
+        """Train while a batch is ready; publish + report every ``publish_every`` iterations when ``publish``."""
+        while (report := self.trainer.train_ready()) is not None:
+            if not self.trainer.weights_finite():
+                self._roll_back(report)
+                continue
+            scalars = self.telemetry.iteration(report, self.trainer.progress, self.trainer.buffered_samples)
+            if publish and report.train_iteration % self.config.publish_every == 0:
+                self._report(self._publish())
+            self._log_progress(scalars)
+            if publish and self._ended.is_set():
+                return
+
+    def _log_progress(self, scalars: dict[str, float]) -> None:
+        now = time.monotonic()
+        if now - self._last_log < PROGRESS_LOG_EVERY_S:
+            return
+        self._last_log = now
+        progress = self.trainer.progress
+        log.info(
+            "%s: iteration %d, version %d, %d agent steps, %.0f samples/s, staleness %.1f, return %s",
+            self.job.player_id, progress.train_iteration, self.trainer.version, progress.agent_steps,
+            scalars.get("throughput/samples_per_s", 0.0), scalars.get("staleness/mean", 0.0),
+            f"{scalars['episode/return_mean']:.2f}" if "episode/return_mean" in scalars else "-",
+        )
+
+    def _roll_back(self, report: IterationReport) -> None:
+        """The update made the weights NaN/inf: never publish them; continue from the last published weights
+        with a fresh optimizer (the data of that batch is gone), numbering on from the current version."""
+        ref = self._current_ref()
+        log.error("%s: train iteration %d diverged (non-finite weights; stats %s): back to the weights of version "
+                  "%d with a fresh optimizer (%d roll-backs before)", self.job.player_id, report.train_iteration,
+                  report.stats, ref.version, self.rollbacks)
+        updates = self.trainer.algorithm_updates
+        self.trainer = build_trainer(
+            self.trainer.spec, self.config, self.trainer.progress, seed=self.seed, device=self._context.device,
+            weights=self.publisher.store.load(ref.path).tensors, version=self.trainer.version,
+        )
+        self.trainer.restore_algorithm_updates(updates)
+        self.rollbacks += 1
+
+    # ---- reporting and resets -------------------------------------------------------------------------
+    def _publish(self) -> CheckpointRef:
+        ref = self.publisher.publish(self.trainer)
+        self._context.on_published(self.job.player_id, ref)
+        return ref
+
+    def _current_ref(self) -> CheckpointRef:
+        if self.publisher.last is None:
+            raise RuntimeError(f"{self.job.player_id}: nothing published yet")
+        return self.publisher.last
+
+    def _report(self, ref: CheckpointRef) -> None:
+        """UpdatePlayer for ``ref``; when the league reset the player, reload and report the reset weights."""
+        for _ in range(MAX_RESETS_PER_REPORT):
+            reply = self.client.update_player(self.job.player_id, self.trainer.progress, ref.path, ref.version)
+            if reply is None or not reply.mutated:
+                return
+            ref = self.apply_reset(reply.reset_checkpoint_path, reply.reset_checkpoint_version)
+        log.error("%s: the league reset the player %d times in a row; carrying on", self.job.player_id,
+                  MAX_RESETS_PER_REPORT)
+
+    def apply_reset(self, path: str, version: int) -> CheckpointRef:
+        """Continue from the league's reset checkpoint (``""``: the seeded fresh initialisation) with a fresh
+        optimizer and empty buffers, numbered at least ``version`` and above everything published; publish it."""
+        weights = self.publisher.load_reset(path)
+        new_version = self.publisher.next_version(version)
+        self.trainer = build_trainer(
+            self.trainer.spec, self.config, self.trainer.progress, seed=self.seed,
+            device=self._context.device, weights=weights, version=new_version,
+        )
+        ref = self._publish()
+        log.info("%s was reset by the league to %s: continuing at version %d", self.job.player_id,
+                 path or "a fresh initialisation", ref.version)
+        return ref

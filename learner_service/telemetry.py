@@ -1,0 +1,142 @@
+"""What the learner reports about its training: TensorBoard scalars under <shared_root>/tensorboard/<player_id>/.
+
+Per train iteration (x axis: the player's agent steps): the algorithm's statistics (``train/...``: losses, KL,
+...), episode returns (``episode/return_mean``) from ``/infos/episode_return`` when actors send it, else summed
+from the pushed rewards per env row across a job's chunks, samples per second received (``throughput/...``),
+staleness of the data (``staleness/...`` = learner version - the policy_version it was collected with), and
+the learner's version, iteration and buffered samples.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from learner_service.chunks import PreparedChunk
+from learner_service.trainer import IterationReport, Progress
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _RowReturns:
+    sums: np.ndarray
+    complete: np.ndarray
+    """Rows whose running sum started at an episode start (seq 0, or after an episode end)."""
+    next_seq: int
+
+
+class EpisodeTracker:
+    """Episode returns summed from rewards, per env row of a (worker, job) stream, across its chunks.
+
+    Rows of consecutive chunks of one job are the same envs (the actor's builder batch). A stream first seen
+    past seq 0, or with a gap in seq, starts its sums only at the next episode end, so no partial episode is
+    ever reported as a whole one.
+    """
+
+    def __init__(self, max_streams: int = 1024) -> None:
+        self.max_streams = max_streams
+        self._streams: OrderedDict[tuple[str, str], _RowReturns] = OrderedDict()
+
+    def observe(self, chunk: PreparedChunk) -> np.ndarray:
+        """Returns of the episodes that ended in this chunk."""
+        if chunk.episode_returns is not None:
+            return chunk.episode_returns
+        header = chunk.header
+        key = (header.worker_id, header.job_id)
+        rows = chunk.rewards.shape[0]
+        state = self._streams.get(key)
+        if state is None or state.sums.shape[0] != rows:
+            state = _RowReturns(np.zeros(rows), np.full(rows, header.seq == 0), header.seq)
+            self._streams[key] = state
+            while len(self._streams) > self.max_streams:
+                self._streams.popitem(last=False)
+        self._streams.move_to_end(key)
+        if header.seq != state.next_seq:
+            state.complete[:] = False
+        state.next_seq = header.seq + 1
+        ended: list[float] = []
+        for t in range(chunk.rewards.shape[1]):
+            state.sums += chunk.rewards[:, t]
+            done = chunk.dones[:, t]
+            ended.extend(state.sums[done & state.complete].tolist())
+            state.sums[done] = 0.0
+            state.complete[done] = True
+        return np.asarray(ended, dtype=np.float64)
+
+
+@dataclass
+class _Window:
+    """What was received since the last iteration report."""
+
+    samples: int = 0
+    staleness: list[int] = field(default_factory=list)
+    returns: list[float] = field(default_factory=list)
+
+
+class Telemetry:
+    """Accumulates per-chunk figures and writes them with each iteration; also keeps the last values written."""
+
+    def __init__(self, log_dir: Path | None, clock: Callable[[], float] = time.monotonic) -> None:
+        self._writer = None
+        if log_dir is not None:
+            from torch.utils.tensorboard import SummaryWriter  # imported late: it is slow to import
+
+            log_dir.mkdir(parents=True, exist_ok=True)
+            self._writer = SummaryWriter(log_dir=str(log_dir), flush_secs=10)
+        self._clock = clock
+        self._since = clock()
+        self._window = _Window()
+        self._episodes = EpisodeTracker()
+        self.last: dict[str, float] = {}
+        """The scalars of the latest report (for logs and tests)."""
+        self.episodes_seen = 0
+        self.staleness_max = 0
+
+    def observe(self, chunk: PreparedChunk, learner_version: int) -> None:
+        staleness = learner_version - chunk.header.policy_version
+        self._window.samples += chunk.agent_steps
+        self._window.staleness.append(staleness)
+        self.staleness_max = max(self.staleness_max, staleness)
+        returns = self._episodes.observe(chunk)
+        self._window.returns.extend(returns.tolist())
+        self.episodes_seen += len(returns)
+
+    def iteration(self, report: IterationReport, progress: Progress, buffered: int) -> dict[str, float]:
+        now = self._clock()
+        elapsed = max(now - self._since, 1e-9)
+        window, self._window, self._since = self._window, _Window(), now
+        scalars = {f"train/{k}": float(v) for k, v in report.stats.items()}
+        scalars.update({
+            "learner/version": float(report.version),
+            "learner/train_iteration": float(report.train_iteration),
+            "learner/buffered_samples": float(buffered),
+            "throughput/samples_per_s": window.samples / elapsed,
+            "throughput/trained_samples": float(report.samples),
+        })
+        if window.staleness:
+            scalars["staleness/mean"] = float(np.mean(window.staleness))
+            scalars["staleness/max"] = float(np.max(window.staleness))
+        if window.returns:
+            scalars["episode/return_mean"] = float(np.mean(window.returns))
+            scalars["episode/count"] = float(len(window.returns))
+        if self._writer is not None:
+            for tag, value in scalars.items():
+                self._writer.add_scalar(tag, value, global_step=progress.agent_steps)
+        self.last = scalars
+        return scalars
+
+    def flush(self) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

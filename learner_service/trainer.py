@@ -1,0 +1,204 @@
+"""The training loop's state for one player: its ComputationTask, the data it waits on, and its counters.
+
+Single-threaded by design (the learner's session thread calls it): RPC threads only prepare chunks and put
+them in the queue; this class turns them into updates.
+
+- PPO trains on-policy batches: an `OnlineHelper` fills up to ``learner.batch_size`` samples, then everything
+  held is one train iteration. Actors send rows of different lengths (a row ends early at a truncation or at
+  the job's end), and (B, T) segments only stack at one T: shorter rows are padded at the *front* to the
+  longest length seen (`front_pad`), with padding steps that PPO's targets mark invalid.
+- DQN adds n-step transitions to its prioritized replay and, once ``dqn.learning_starts`` transitions are
+  held, owes ``replay_ratio / dqn.batch_size`` learn calls per received transition; each call is a train
+  iteration whose new priorities go back to the replay.
+
+Versions: the task's version grows by one per learn call, so the version of a published checkpoint is the
+number of updates behind it (plus where it started); staleness = task version - the chunk's policy_version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from common.algorithms.dqn import make_replay
+from common.algorithms.registry import PolicyConfig, make_computation_task
+from common.computation.agent_helpers import ExpReplayHelper, OnlineHelper
+from common.computation.computation_task import ComputationTask
+from common.computation.specs import DiscreteActionSpec, TensorSpec
+from learner_service.chunks import ChunkPreparer, PreparedChunk
+from learner_service.config import LearnerConfig
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything that decides the network's shape: actors build theirs from the same."""
+
+    policy: PolicyConfig
+    obs_specs: Mapping[str, TensorSpec]
+    action_spec: DiscreteActionSpec
+
+
+@dataclass
+class Progress:
+    """Totals since the player was created; they never go down (not even when the player is reset)."""
+
+    agent_steps: int = 0
+    train_iteration: int = 0
+
+
+@dataclass(frozen=True)
+class IterationReport:
+    train_iteration: int
+    version: int
+    samples: int
+    """Samples the update trained on."""
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+class Trainer:
+    """Owns the task and the data buffers of one player (not thread-safe: one caller)."""
+
+    def __init__(
+        self, task: ComputationTask, spec: ModelSpec, config: LearnerConfig, progress: Progress, seed: int
+    ) -> None:
+        self.task = task
+        self.spec = spec
+        self.config = config
+        self.progress = progress
+        self.preparer = ChunkPreparer(spec.policy, task.input_specs, task.learn_specs, spec.action_spec.num_actions)
+        # Bounded by `train_ready` (it takes everything once batch_size samples are held), not by dropping rows.
+        self._online = OnlineHelper(capacity_rows=2**62)
+        self._segment_len = 0
+        self._held_samples = 0
+        self._replay: ExpReplayHelper | None = None
+        self._owed_updates = 0.0
+        if spec.policy.algorithm == "dqn":
+            self._replay = make_replay(spec.policy.dqn, seed)
+
+    @property
+    def version(self) -> int:
+        return self.task.version
+
+    @property
+    def algorithm_updates(self) -> int:
+        """The algorithm's own update counter (learning-rate annealing, target-network period)."""
+        return int(getattr(self.task.algorithm, "updates", 0))
+
+    def restore_algorithm_updates(self, updates: int) -> None:
+        if hasattr(self.task.algorithm, "updates"):
+            self.task.algorithm.updates = int(updates)
+
+    def weights_finite(self) -> bool:
+        """False once an update produced NaN or infinite parameters (such weights are never published)."""
+        with torch.no_grad():
+            return all(bool(torch.isfinite(p).all()) for p in self.task.algorithm.model.parameters())
+
+    @property
+    def buffered_samples(self) -> int:
+        """Samples received and not yet trained on (PPO) or held in the replay (DQN)."""
+        if self._replay is not None:
+            return len(self._replay)
+        return self._held_samples
+
+    # ---- data -----------------------------------------------------------------------------------------
+    def add(self, chunk: PreparedChunk) -> None:
+        self.progress.agent_steps += chunk.agent_steps
+        if self._replay is not None:
+            self._add_transitions(chunk.rows)
+            return
+        if chunk.steps > self._segment_len:
+            held = self._online.take(min_rows=1, timeout=0) if self._online.rows else None
+            self._segment_len = chunk.steps
+            if held is not None:
+                self._online.add(front_pad(held, self._segment_len))
+        self._online.add(front_pad(chunk.rows, self._segment_len))
+        self._held_samples += chunk.agent_steps
+
+    def _add_transitions(self, rows: Mapping[str, np.ndarray]) -> None:
+        assert self._replay is not None
+        count = len(next(iter(rows.values())))
+        for start in range(0, count, self._replay.capacity):
+            self._replay.add({k: v[start:start + self._replay.capacity] for k, v in rows.items()})
+        dqn = self.spec.policy.dqn
+        if len(self._replay) >= max(dqn.learning_starts, 1):
+            self._owed_updates += count * self.config.replay_ratio / dqn.batch_size
+
+    # ---- training -------------------------------------------------------------------------------------
+    def train_ready(self) -> IterationReport | None:
+        """One train iteration if enough data is held, else None."""
+        if self._replay is not None:
+            return self._train_replay()
+        if self._held_samples < self.config.batch_size:
+            return None
+        batch = self._online.take(min_rows=1, timeout=0)
+        if batch is None:
+            return None
+        samples, self._held_samples = self._held_samples, 0
+        result = self.task.learn(batch)
+        return self._report(result.stats, samples)
+
+    def _train_replay(self) -> IterationReport | None:
+        assert self._replay is not None
+        if self._owed_updates < 1.0:
+            return None
+        self._owed_updates -= 1.0
+        dqn = self.spec.policy.dqn
+        sample = self._replay.sample(dqn.batch_size)
+        batch = dict(sample.batch)
+        if self._replay.prioritized:
+            batch["weight"] = sample.weights
+        result = self.task.learn(batch)
+        if result.priorities is not None:
+            self._replay.update_priorities(sample, result.priorities)
+        return self._report(result.stats, dqn.batch_size)
+
+    def _report(self, stats: dict[str, float], samples: int) -> IterationReport:
+        self.progress.train_iteration += 1
+        return IterationReport(self.progress.train_iteration, self.task.version, samples, stats)
+
+
+def front_pad(rows: Mapping[str, np.ndarray], length: int) -> dict[str, np.ndarray]:
+    """PPO rows (B, T, ...) padded at the front to (B, length, ...), leaving every target of the real steps as it was.
+
+    The padding repeats the row's first step as *truncated* steps with reward 0: a step truncated inside a row
+    is invalid for PPO (no target, not in the loss, no trace flows through it), and the real steps still end
+    the row, so their bootstrapping from ``next_<input>`` is untouched. ``next_*`` entries have no T axis.
+    """
+    steps = rows["reward"].shape[1]
+    if steps == length:
+        return dict(rows)
+    if steps > length:
+        raise ValueError(f"rows of {steps} steps do not fit {length}")
+    pad = length - steps
+    out = {}
+    for key, value in rows.items():
+        if key.startswith("next_"):
+            out[key] = value
+            continue
+        out[key] = np.concatenate([np.repeat(value[:, :1], pad, axis=1), value], axis=1)
+    out["reward"][:, :pad] = 0.0
+    out["terminated"][:, :pad] = False
+    out["truncated"][:, :pad] = True
+    return out
+
+
+def build_trainer(
+    spec: ModelSpec,
+    config: LearnerConfig,
+    progress: Progress,
+    *,
+    seed: int,
+    device: str,
+    weights: Mapping[str, np.ndarray] | None,
+    version: int,
+) -> Trainer:
+    """A trainer whose task starts from ``weights`` (None: the seeded fresh initialisation) at ``version``.
+
+    A fresh task every time, so a reset player also gets a fresh optimizer and empty buffers.
+    """
+    task = make_computation_task(spec.policy, dict(spec.obs_specs), spec.action_spec, device=device, seed=seed)
+    task.set_weights(task.get_weights() if weights is None else weights, version)
+    return Trainer(task, spec, config, progress, seed)

@@ -1,0 +1,320 @@
+"""A real learner (in process) against a real coordinator, both on 127.0.0.1 port 0, with real torch and files.
+
+Chunks are real CartPole rollouts (or connect-four shaped data) cut with TrajectoryBuilder + encode_chunk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from common.algorithms.registry import make_computation_task
+from common.checkpoint_store import CheckpointStore
+from common.config import load_yaml
+from common.envs import make_env
+from common.envs.policy_view import policy_specs
+from common.proto.league.v1 import league_pb2, league_pb2_grpc
+from common.rpc import ServerOptions, make_channel
+from league_service.config import Config, config_from_dict
+from league_service.coordinator import Coordinator, CoordinatorSettings
+from league_service.coordinator_testing import league_stub, running_coordinator
+from league_service.server import serve_coordinator
+from learner_service.config import LearnerSettings
+from learner_service.learner import JobSetupError, Learner
+from learner_service.learner_testing import Rollout, running_learner, synthetic_chunk
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYER = "solo_active_player_default_0"
+
+
+def solo_config(**learner) -> Config:
+    data = load_yaml(REPO / "configs" / "solo_cartpole.yaml")
+    data["learner"] = {**data["learner"], **learner}
+    data["policy"]["ppo"]["update_epochs"] = 2  # fast tests; learning itself is the slow test's business
+    return config_from_dict(data)
+
+
+def acting_task(cfg: Config, shared_root: Path, player_id: str = PLAYER):
+    """What an actor does: the same model from the policy section and the env's view, latest weights loaded."""
+    env = make_env(cfg.env.name, **cfg.env.kwargs)
+    obs, action = policy_specs(env.info())
+    env.close()
+    task = make_computation_task(cfg.policy, obs, action, device="cpu", seed=0)
+    checkpoint = CheckpointStore(shared_root).load_latest(player_id)
+    task.set_weights(checkpoint.tensors, checkpoint.ref.version)
+    return task
+
+
+def push(address: str, chunks) -> league_pb2.PushSummary:
+    channel = make_channel(address, max_message_bytes=64 * 2**20)
+    try:
+        return league_pb2_grpc.LearnerServiceStub(channel).PushTrajectories(iter(chunks), timeout=30)
+    finally:
+        channel.close()
+
+
+def player_status(address: str, player_id: str = PLAYER) -> league_pb2.PlayerStatus:
+    channel, stub = league_stub(address)
+    try:
+        status = stub.GetStatus(league_pb2.GetStatusRequest())
+    finally:
+        channel.close()
+    return next(p for p in status.players if p.player_id == player_id)
+
+
+def eventually(check, timeout_s: float = 30.0):
+    """``check()`` until it returns a truthy value (the coordinator's snapshot thread works on its own); an
+    UNAVAILABLE coordinator (a channel still backing off after an outage) counts as "not yet"."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            value = check()
+        except grpc.RpcError as err:
+            if err.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+            value = None
+        if value or time.monotonic() > deadline:
+            assert value, "condition not reached in time"
+            return value
+        time.sleep(0.05)
+
+
+def test_binds_publishes_version_zero_and_trains_on_pushed_chunks(tmp_path):
+    cfg = solo_config(batch_size=128)
+    with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
+        with running_learner(coordinator.address, tmp_path, worker_id="learner-a") as learner:
+            v0 = learner.learner.wait_published(PLAYER, 0, 60)
+            assert v0.version == 0 and v0.metadata["agent_steps"] == 0
+            status = eventually(lambda: (s := player_status(coordinator.address)).checkpoint_path and s)
+            assert status.learner_worker_id == "learner-a" and status.checkpoint_version == 0
+
+            rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)
+            chunks = rollout.chunks(acting_task(cfg, tmp_path), 4, policy_version=0)
+            rollout.close()
+            summary = push(learner.address, chunks + chunks[:2])  # two resent chunks
+            assert (summary.chunks_accepted, summary.chunks_duplicate, summary.samples_accepted) == (4, 2, 512)
+            assert summary.learner_version >= 0
+
+            ref = learner.learner.wait_published(PLAYER, 4, 60)
+            assert ref.metadata["agent_steps"] == 512 and ref.metadata["train_iteration"] == 4
+            status = eventually(lambda: (s := player_status(coordinator.address)).train_iteration >= 4 and s)
+            assert status.agent_steps == 512 and status.checkpoint_version == ref.version
+            scalars = learner.learner.session.telemetry.last
+            assert scalars["staleness/max"] >= 1 and "train/value_loss" in scalars
+    assert list((tmp_path / "tensorboard" / PLAYER).glob("events.out.tfevents.*"))
+
+
+def test_bad_and_foreign_chunks_are_refused_and_the_server_keeps_serving(tmp_path):
+    cfg = solo_config(batch_size=1024)
+    with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
+        with running_learner(coordinator.address, tmp_path) as learner:
+            learner.learner.wait_published(PLAYER, 0, 60)
+            good = synthetic_chunk(_cartpole_specs(), 2, player_id=PLAYER, seq=0)
+            bad = synthetic_chunk(_cartpole_specs(), 2, player_id=PLAYER, seq=1)
+            del bad.tensors["/agents/agent/artifacts/logp"]
+            with pytest.raises(grpc.RpcError) as err:
+                push(learner.address, [good, bad])
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "/agents/agent/artifacts/logp" in err.value.details()
+
+            foreign = synthetic_chunk(_cartpole_specs(), 2, player_id="someone_else", seq=0)
+            with pytest.raises(grpc.RpcError) as err:
+                push(learner.address, [foreign])
+            assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+            # Still serving: health SERVING, the good chunk was kept (a resend is a duplicate), new data taken.
+            channel = make_channel(learner.address)
+            health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""))
+            channel.close()
+            assert health.status == health_pb2.HealthCheckResponse.SERVING
+            bad_fixed = synthetic_chunk(_cartpole_specs(), 2, player_id=PLAYER, seq=1)
+            summary = push(learner.address, [good, bad_fixed])
+            assert (summary.chunks_accepted, summary.chunks_duplicate) == (1, 1)
+
+
+def _cartpole_specs():
+    env = make_env("CartPole-v1")
+    try:
+        return policy_specs(env.info())[0]
+    finally:
+        env.close()
+
+
+def test_restart_resumes_where_it_left_off(tmp_path):
+    cfg = solo_config(batch_size=128, publish_every=2)
+    rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)
+    try:
+        with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
+            with running_learner(coordinator.address, tmp_path, worker_id="learner-a") as learner:
+                learner.learner.wait_published(PLAYER, 0, 60)
+                push(learner.address, rollout.chunks(acting_task(cfg, tmp_path), 5, policy_version=0))
+                learner.learner.wait_published(PLAYER, 4, 60)
+            # Stopped: a final checkpoint (the 5th iteration was not published yet), its job released.
+            first = CheckpointStore(tmp_path).latest(PLAYER)
+            assert first.version == 5 and first.metadata["agent_steps"] == 640
+            status = player_status(coordinator.address)
+            assert status.learner_worker_id == "" and status.checkpoint_version == 5 and status.agent_steps == 640
+
+            with running_learner(coordinator.address, tmp_path, worker_id="learner-b") as learner:
+                resumed = learner.learner.wait_published(PLAYER, 5, 60)
+                assert resumed == first  # resumed from it, not republished, nothing went back
+                session = eventually(lambda: learner.learner.session)
+                assert session.trainer.progress.agent_steps == 640 and session.trainer.version == 5
+                push(learner.address, rollout.chunks(acting_task(cfg, tmp_path), 2, policy_version=5))
+                learner.learner.wait_published(PLAYER, 6, 60)
+            later = CheckpointStore(tmp_path).latest(PLAYER)
+            assert later.version == 7 and later.metadata["agent_steps"] == 896
+            assert later.metadata["train_iteration"] == 7 and later.metadata["worker_id"] == "learner-b"
+            status = player_status(coordinator.address)
+            assert status.agent_steps == 896 and status.checkpoint_version == 7
+    finally:
+        rollout.close()
+
+
+def test_a_mutated_player_is_reset_and_keeps_counting_up(tmp_path):
+    """A league exploiter that mutates at every snapshot (every 80 agent steps) back to a fresh start."""
+    cfg = config_from_dict({
+        "league": {
+            "active_players": {"league_exploiter": 1},
+            "league_exploiter": {"one_phase_step": 80, "strong_win_rate": None, "mutate_prob": 1.0},
+        },
+        "policy": {"model": {"hidden": [16], "conv": [[4, 3, 1]]}},
+        "learner": {"batch_size": 32},
+    })
+    player = "league_exploiter_default_0"
+    env = make_env("connect_four")
+    obs, action = policy_specs(env.info())
+    env.close()
+    with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
+        with running_learner(coordinator.address, tmp_path) as learner:
+            fresh = CheckpointStore(tmp_path).load(learner.learner.wait_published(player, 0, 60).path)
+            chunks = [synthetic_chunk(obs, action.num_actions, player_id=player, batch=2, steps=16, seq=s, seed=s)
+                      for s in range(6)]
+            push(learner.address, chunks[:3])  # 96 agent steps: over one phase, a snapshot and a mutation
+            learner.learner.wait_published(player, 3, 60)
+            eventually(lambda: player_status(coordinator.address, player).mutations == 1)
+            push(learner.address, chunks[3:4])  # the next report is answered "mutated"
+            store = CheckpointStore(tmp_path)
+
+            def reset_published():
+                latest = store.load_latest(player)
+                same = all(np.array_equal(v, fresh.tensors[k]) for k, v in latest.tensors.items())
+                return same and latest.ref.version > 3 and latest
+
+            reset = eventually(reset_published)  # the seeded fresh weights, at a new version
+            status = eventually(lambda: (s := player_status(coordinator.address, player)).checkpoint_version
+                                == reset.ref.version and s)
+            assert status.agent_steps == 128 and status.checkpoint_path == reset.ref.path
+            push(learner.address, chunks[4:])  # training goes on from the reset weights, versions keep rising
+            assert learner.learner.wait_published(player, reset.ref.version + 1, 60).metadata["agent_steps"] >= 160
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _coordinator_on(port: int, cfg: Config, shared_root: Path, state: Path):
+    coordinator = Coordinator(cfg, CoordinatorSettings(shared_root=shared_root, state_path=state, lease_timeout_s=3.0))
+    server = serve_coordinator(coordinator, ServerOptions(host="127.0.0.1", port=port))
+    try:
+        yield server
+    finally:
+        server.stop(grace_s=0.5)
+
+
+def test_waits_for_an_absent_coordinator_and_rebinds_after_it_lost_its_state(tmp_path):
+    """The learner starts first (registers with backoff); later its coordinator is replaced by one that never
+    heard of it (another state file): heartbeats say so, the learner registers again, gets the player back and
+    goes on with the trainer it kept (the store has nothing newer), steps and versions never going back."""
+    cfg = solo_config(batch_size=128)
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)
+    try:
+        with running_learner(address, tmp_path, worker_id="learner-w") as learner:
+            with _coordinator_on(port, cfg, tmp_path, tmp_path / "a.sqlite"):
+                learner.learner.wait_published(PLAYER, 0, 60)
+                push(learner.address, rollout.chunks(acting_task(cfg, tmp_path), 2, policy_version=0))
+                learner.learner.wait_published(PLAYER, 2, 60)
+                first = learner.learner.session
+            with _coordinator_on(port, cfg, tmp_path, tmp_path / "b.sqlite") as fresh:
+                status = eventually(lambda: (s := player_status(fresh.address)).learner_worker_id and s)
+                status = eventually(lambda: (s := player_status(fresh.address)).checkpoint_version == 2 and s)
+                assert status.agent_steps == 256 and status.train_iteration == 2
+                session = learner.learner.session
+                assert session is not first and session.trainer is first.trainer  # kept, not reloaded
+                push(learner.address, rollout.chunks(acting_task(cfg, tmp_path), 1, policy_version=2))
+                assert learner.learner.wait_published(PLAYER, 3, 60).metadata["agent_steps"] == 384
+    finally:
+        rollout.close()
+
+
+def test_a_dqn_player_trains_from_its_replay(tmp_path):
+    cfg = config_from_dict({
+        "league": {"league_type": "solo", "active_players": {"solo_active_player": 1}},
+        "env": {"name": "CartPole-v1", "env_num": 4, "episode_num": 0, "env_steps": 1000},
+        "policy": {"algorithm": "dqn", "model": {"hidden": [32]},
+                   "dqn": {"learning_starts": 64, "batch_size": 32, "replay_capacity": 1000}},
+        "learner": {"replay_ratio": 1.0, "publish_every": 2},
+    })
+    rollout = Rollout(player_id=PLAYER, env_num=4, unroll_len=16)
+    try:
+        with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
+            with running_learner(coordinator.address, tmp_path) as learner:
+                learner.learner.wait_published(PLAYER, 0, 60)
+                push(learner.address, rollout.chunks(acting_task(cfg, tmp_path), 4, policy_version=0))
+                ref = learner.learner.wait_published(PLAYER, 2, 60)
+                assert ref.metadata["algorithm"] == "dqn"
+                assert "train/td_abs_mean" in learner.learner.session.telemetry.last
+    finally:
+        rollout.close()
+
+
+def test_a_job_it_cannot_train_fails_with_the_field_named(tmp_path):
+    data = load_yaml(REPO / "configs" / "solo_cartpole.yaml")
+    data["learner"]["bach_size"] = 64  # a typo: the learner's typed section refuses it
+    cfg = config_from_dict(data)
+    with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
+        learner = Learner(LearnerSettings(coordinator=coordinator.address, shared_root=tmp_path, worker_id="l",
+                                          device="cpu", get_job_wait_s=1.0))
+        learner.start()
+        try:
+            with pytest.raises(JobSetupError, match=r"learner: unknown field\(s\) \['bach_size'\]"):
+                learner.run()
+        finally:
+            learner.close()
+        channel, stub = league_stub(coordinator.address)
+        counters = stub.GetStatus(league_pb2.GetStatusRequest()).counters
+        channel.close()
+        assert counters.jobs_failed == 1  # handed back at once, not left to expire
+
+
+def test_diverged_updates_are_rolled_back_and_never_published(tmp_path):
+    data = load_yaml(REPO / "configs" / "solo_cartpole.yaml")
+    data["policy"]["ppo"].update(learning_rate=1e20, target_kl=None)  # every update turns the weights into NaN
+    data["learner"]["batch_size"] = 128
+    cfg = config_from_dict(data)
+    rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)
+    try:
+        with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
+            with running_learner(coordinator.address, tmp_path) as learner:
+                learner.learner.wait_published(PLAYER, 0, 60)
+                push(learner.address, rollout.chunks(acting_task(cfg, tmp_path), 4, policy_version=0))
+                session = learner.learner.session
+                eventually(lambda: session.rollbacks == 4)  # one per batch of 128: all of them
+                assert session.trainer.weights_finite() and session.trainer.progress.agent_steps == 512
+        store = CheckpointStore(tmp_path)
+        for ref in store.versions(PLAYER):
+            assert all(np.isfinite(v).all() for v in store.load(ref.path).tensors.values()), ref.path
+    finally:
+        rollout.close()

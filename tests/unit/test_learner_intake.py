@@ -1,0 +1,169 @@
+"""The learner's intake: bounded queue (backpressure), duplicate detection, and the data plane's refusals."""
+
+import threading
+
+import grpc
+import numpy as np
+import pytest
+
+from common.algorithms.registry import PolicyConfig, make_computation_task
+from common.computation.specs import TensorSpec
+from common.proto.league.v1 import league_pb2
+from common.tensor_codec import ChunkHeader
+from learner_service.chunks import ChunkPreparer, PreparedChunk
+from learner_service.intake import ChunkQueue, IntakeClosedError, SeqDeduper
+from learner_service.learner_testing import synthetic_chunk
+from learner_service.servicer import Accepted, ChunkRefused, DataPlane, Intake
+
+OBS = {"observation": TensorSpec("observation", (4,))}
+
+
+def _prepared(seq: int, nbytes: int = 16) -> PreparedChunk:
+    rows = {"x": np.zeros(nbytes, np.uint8)}
+    return PreparedChunk(ChunkHeader("j", "p", "w", seq, 0), rows, 1, 1, np.zeros((1, 1), np.float32),
+                         np.zeros((1, 1), bool), None)
+
+
+def _blocked_put(queue: ChunkQueue, chunk: PreparedChunk, **kwargs):
+    outcome: list = []
+    thread = threading.Thread(target=lambda: outcome.append(_try_put(queue, chunk, **kwargs)), daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def _try_put(queue, chunk, **kwargs):
+    try:
+        return queue.put(chunk, **kwargs)
+    except IntakeClosedError as err:
+        return err
+
+
+def test_full_queue_blocks_the_producer_until_the_consumer_takes():
+    queue = ChunkQueue(max_chunks=2, max_bytes=1 << 20)
+    assert queue.put(_prepared(0)) and queue.put(_prepared(1))
+    thread, outcome = _blocked_put(queue, _prepared(2))
+    thread.join(0.3)
+    assert thread.is_alive() and len(queue) == 2  # waiting for room, nothing dropped
+    assert queue.get().header.seq == 0
+    thread.join(10)
+    assert outcome == [True]
+    assert [queue.get().header.seq for _ in range(2)] == [1, 2]
+
+
+def test_byte_bound_and_an_oversized_chunk_still_fits_alone():
+    queue = ChunkQueue(max_chunks=10, max_bytes=100)
+    assert queue.put(_prepared(0, nbytes=60))
+    thread, outcome = _blocked_put(queue, _prepared(1, nbytes=60))
+    thread.join(0.3)
+    assert thread.is_alive()
+    queue.get()
+    thread.join(10)
+    assert outcome == [True]
+    queue.get()
+    assert queue.put(_prepared(2, nbytes=1000))  # alone in the queue: admitted, or it would wait forever
+
+
+def test_close_wakes_blocked_producers_and_consumers():
+    queue = ChunkQueue(max_chunks=1, max_bytes=1 << 20)
+    queue.put(_prepared(0))
+    thread, outcome = _blocked_put(queue, _prepared(1))
+    queue.close()
+    thread.join(10)
+    assert isinstance(outcome[0], IntakeClosedError)
+    assert queue.get() is None
+    assert [c.header.seq for c in queue.drain()] == [0]  # accepted before closing: kept for the final training
+    assert queue.drain() == []
+    with pytest.raises(IntakeClosedError):
+        queue.put(_prepared(2))
+
+
+def test_an_abandoned_put_returns_false_when_woken():
+    queue = ChunkQueue(max_chunks=1, max_bytes=1 << 20)
+    queue.put(_prepared(0))
+    cancelled = threading.Event()
+    thread, outcome = _blocked_put(queue, _prepared(1), abandoned=cancelled.is_set)
+    cancelled.set()
+    queue.wake()
+    thread.join(10)
+    assert outcome == [False] and len(queue) == 1
+
+
+def test_deduper_counts_each_seq_once_in_any_order():
+    dedup = SeqDeduper()
+    assert [dedup.reserve("w", "j", s) for s in (0, 2, 1, 2, 0, 3)] == [True, True, True, False, False, True]
+    assert dedup.reserve("w", "other-job", 0) and dedup.reserve("other-worker", "j", 0)
+    dedup.release("w", "j", 3)
+    assert dedup.reserve("w", "j", 3)  # released: a resend is new again
+    dedup.release("w", "j", 1)  # inside the contiguous prefix
+    assert dedup.reserve("w", "j", 1) and not dedup.reserve("w", "j", 2)
+
+
+def test_deduper_forgets_the_oldest_streams_beyond_its_bound():
+    dedup = SeqDeduper(max_streams=2)
+    for job in ("a", "b", "c"):
+        assert dedup.reserve("w", job, 0)
+    assert dedup.reserve("w", "a", 0)  # "a" was forgotten
+    assert not dedup.reserve("w", "c", 0)
+
+
+@pytest.fixture()
+def plane():
+    policy = PolicyConfig.from_mapping({"algorithm": "ppo", "model": {"hidden": [8]}})
+    task = make_computation_task(policy, OBS, 2, device="cpu", seed=0)
+    queue = ChunkQueue(max_chunks=1, max_bytes=1 << 20)
+    plane = DataPlane()
+    plane.open(Intake("p", ChunkPreparer(policy, task.input_specs, task.learn_specs, 2), queue))
+    yield plane, queue
+    plane.close()
+
+
+def _chunk(seq: int, player: str = "p") -> league_pb2.TrajectoryChunk:
+    return synthetic_chunk(OBS, 2, player_id=player, seq=seq, batch=2, steps=4)
+
+
+def test_data_plane_refusals_have_their_status_codes(plane):
+    plane, _ = plane
+    with pytest.raises(ChunkRefused) as refused:
+        plane.accept(_chunk(0, player="someone-else"))
+    assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION and "someone-else" in str(refused.value)
+    bad = _chunk(0)
+    bad.tensors["/rewards"].data = b"\x00"
+    with pytest.raises(ChunkRefused) as refused:
+        plane.accept(bad)
+    assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT and "/rewards" in str(refused.value)
+    negative = _chunk(0)
+    negative.seq = -1
+    with pytest.raises(ChunkRefused, match="seq"):
+        plane.accept(negative)
+    assert plane.accept(_chunk(0)).status is Accepted.NEW  # the refused seq 0 was not remembered
+    assert plane.accept(_chunk(0)).status is Accepted.DUPLICATE
+    counts = plane.counts()
+    assert (counts.chunks_accepted, counts.chunks_duplicate, counts.samples_accepted) == (1, 1, 8)
+    plane.close()
+    with pytest.raises(ChunkRefused) as refused:
+        plane.accept(_chunk(1))
+    assert refused.value.code == grpc.StatusCode.UNAVAILABLE
+
+
+def test_data_plane_blocks_a_stream_on_a_full_queue_and_close_releases_it(plane):
+    plane, queue = plane
+    plane.accept(_chunk(0))
+    outcome: list = []
+
+    def push() -> None:
+        try:
+            outcome.append(plane.accept(_chunk(1)).status)
+        except ChunkRefused as err:
+            outcome.append(err.code)
+
+    thread = threading.Thread(target=push, daemon=True)
+    thread.start()
+    thread.join(0.3)
+    assert thread.is_alive()  # backpressure: the stream waits
+    assert queue.get().header.seq == 0
+    thread.join(10)
+    assert outcome == [Accepted.NEW]
+    thread = threading.Thread(target=push, daemon=True)  # seq 1 again: a duplicate, never blocks
+    thread.start()
+    thread.join(10)
+    assert outcome[-1] is Accepted.DUPLICATE

@@ -1,0 +1,197 @@
+"""The trainer (PPO batches, DQN replay), where a session starts from, and the TensorBoard scalars."""
+
+import numpy as np
+import pytest
+import torch
+
+from common.algorithms.ppo import compute_targets
+from common.algorithms.registry import PolicyConfig
+from common.checkpoint_store import CheckpointStore
+from common.computation.specs import DiscreteActionSpec, TensorSpec
+from common.tensor_codec import ChunkHeader, decode_chunk
+from learner_service.chunks import PreparedChunk
+from learner_service.config import LearnerConfig
+from learner_service.learner_testing import rollout_chunks, synthetic_chunk
+from learner_service.publisher import CheckpointPublisher
+from learner_service.telemetry import EpisodeTracker, Telemetry
+from learner_service.trainer import ModelSpec, Progress, build_trainer, front_pad
+
+OBS = {"observation": TensorSpec("observation", (4,))}
+ACTIONS = DiscreteActionSpec(2)
+
+
+def _trainer(algorithm="ppo", progress=None, weights=None, version=0, **learner):
+    policy = PolicyConfig.from_mapping({
+        "algorithm": algorithm, "model": {"hidden": [16]},
+        "ppo": {"update_epochs": 1, "num_minibatches": 1},
+        "dqn": {"learning_starts": 40, "batch_size": 8, "replay_capacity": 1000},
+    })
+    return build_trainer(ModelSpec(policy, OBS, ACTIONS), LearnerConfig.from_mapping(learner), progress or Progress(),
+                         seed=3, device="cpu", weights=weights, version=version)
+
+
+def _prepared(trainer, *, batch=2, steps=8, seq=0, policy_version=0):
+    chunk = synthetic_chunk(OBS, 2, player_id="p", batch=batch, steps=steps, seq=seq, policy_version=policy_version,
+                            seed=seq)
+    return trainer.preparer.prepare(decode_chunk(chunk))
+
+
+def test_ppo_trains_once_a_batch_of_samples_is_held():
+    trainer = _trainer(batch_size=32)
+    trainer.add(_prepared(trainer, seq=0))  # 16 samples
+    assert trainer.train_ready() is None and trainer.buffered_samples == 16
+    trainer.add(_prepared(trainer, seq=1))
+    report = trainer.train_ready()
+    assert report is not None and report.train_iteration == 1 and report.version == 1 and report.samples == 32
+    assert "policy_loss" in report.stats
+    assert trainer.train_ready() is None and trainer.buffered_samples == 0
+    assert trainer.progress == Progress(agent_steps=32, train_iteration=1)
+
+
+def test_ppo_batches_rows_of_any_length_together():
+    trainer = _trainer(batch_size=32)
+    trainer.add(_prepared(trainer, steps=4, seq=0, batch=2))  # short rows first: padded later
+    trainer.add(_prepared(trainer, steps=8, seq=1, batch=2))
+    assert trainer.train_ready() is None and trainer.buffered_samples == 24
+    trainer.add(_prepared(trainer, steps=3, seq=2, batch=3))
+    report = trainer.train_ready()
+    assert report is not None and report.samples == 33 and report.stats["samples"] == 33  # real steps only
+    assert trainer.buffered_samples == 0
+
+
+def test_front_padding_leaves_every_target_of_the_real_steps_unchanged():
+    rng = np.random.default_rng(0)
+    steps = 5
+    rows = {
+        "observation": rng.standard_normal((2, steps, 4)).astype(np.float32),
+        "next_observation": rng.standard_normal((2, 4)).astype(np.float32),
+        "action": rng.integers(0, 2, (2, steps)),
+        "reward": rng.standard_normal((2, steps)).astype(np.float32),
+        "terminated": np.array([[0, 1, 0, 0, 0], [0, 0, 0, 0, 1]], bool),
+        "truncated": np.array([[0, 0, 0, 0, 1], [0, 0, 0, 0, 0]], bool),
+        "behaviour_logp": np.full((2, steps), -0.7, np.float32),
+    }
+    padded = front_pad(rows, 8)
+    assert padded["observation"].shape == (2, 8, 4) and padded["next_observation"].shape == (2, 4)
+    values = torch.tensor(rng.standard_normal((2, steps)), dtype=torch.float32)
+    bootstrap = torch.tensor([0.3, -0.2])
+    pad_values = torch.cat([torch.full((2, 3), 9.0), values], dim=1)  # garbage values at the padding
+    log_ratio = torch.tensor(rng.standard_normal((2, steps)) * 0.1, dtype=torch.float32)
+    pad_ratio = torch.cat([torch.full((2, 3), 2.0), log_ratio], dim=1)
+    for ratio, ratio_padded in ((None, None), (log_ratio, pad_ratio)):
+        real = compute_targets(values, bootstrap, torch.tensor(rows["reward"]), torch.tensor(rows["terminated"]),
+                               torch.tensor(rows["truncated"]), 0.9, 0.8, log_ratio=ratio)
+        pad = compute_targets(pad_values, bootstrap, torch.tensor(padded["reward"]),
+                              torch.tensor(padded["terminated"]), torch.tensor(padded["truncated"]), 0.9, 0.8,
+                              log_ratio=ratio_padded)
+        assert not pad.valid[:, :3].any()
+        assert torch.equal(pad.valid[:, 3:], real.valid)
+        torch.testing.assert_close(pad.advantages[:, 3:], real.advantages)
+        torch.testing.assert_close(pad.returns[:, 3:], real.returns)
+
+
+def test_dqn_waits_for_learning_starts_then_trains_by_replay_ratio():
+    trainer = _trainer("dqn", replay_ratio=2.0)
+    trainer.add(_prepared(trainer, batch=2, steps=16, seq=0))  # ~32 transitions < learning_starts 40
+    assert trainer.train_ready() is None
+    trainer.add(_prepared(trainer, batch=2, steps=16, seq=1))  # now held >= 40: owes ~32 * 2 / 8 updates
+    reports = []
+    while (report := trainer.train_ready()) is not None:
+        reports.append(report)
+    assert 4 <= len(reports) <= 8
+    assert [r.train_iteration for r in reports] == list(range(1, len(reports) + 1))
+    assert reports[-1].version == len(reports) and "td_abs_mean" in reports[0].stats
+
+
+def test_fresh_initialisation_is_deterministic_and_weights_load_at_a_version():
+    a, b = _trainer(), _trainer()
+    for name, value in a.task.get_weights().items():
+        np.testing.assert_array_equal(value, b.task.get_weights()[name])
+    c = _trainer(weights=a.task.get_weights(), version=7)
+    assert c.version == 7
+
+
+def _publisher(tmp_path, player="p"):
+    return CheckpointPublisher(CheckpointStore(tmp_path, keep_last=3), player, "w")
+
+
+def test_start_fresh_at_the_jobs_version_when_nothing_is_published(tmp_path):
+    start = _publisher(tmp_path).choose_start("", 0, Progress(5, 2))
+    assert start.weights is None and start.version == 0 and start.published is None
+    assert start.progress == Progress(5, 2)
+
+
+def test_start_from_the_newer_of_store_and_job_and_counters_never_go_back(tmp_path):
+    publisher = _publisher(tmp_path)
+    trainer = _trainer(progress=Progress(agent_steps=500, train_iteration=9))
+    publisher.publish(trainer)  # v0 with agent_steps 500
+    trainer.task.set_weights(trainer.task.get_weights(), 4)
+    ref = publisher.publish(trainer)
+    start = _publisher(tmp_path).choose_start("", 2, Progress(100, 3))
+    assert start.version == 4 and start.published == ref and start.weights is not None
+    assert start.progress == Progress(500, 9)  # the checkpoint knows more than the league
+    assert _publisher(tmp_path).choose_start("", 4, Progress(900, 1)).progress == Progress(900, 9)
+    # The league reset the player (job names a fresh start above the store): fresh weights at 5, to publish.
+    reset = _publisher(tmp_path).choose_start("", 5, Progress())
+    assert reset.weights is None and reset.version == 5 and reset.published is None
+    assert reset.progress == Progress(500, 9)
+    # ... or to another checkpoint (a pretrained one under another directory).
+    other = _publisher(tmp_path, "pretrained")
+    other_ref = other.publish(_trainer())
+    start = _publisher(tmp_path).choose_start(other_ref.path, 6, Progress())
+    assert start.version == 6 and start.source == other_ref.path and start.published is None
+    assert _publisher(tmp_path).next_version(2) == 5
+
+
+def test_a_corrupt_latest_version_is_skipped_for_the_one_before(tmp_path):
+    publisher = _publisher(tmp_path)
+    trainer = _trainer(progress=Progress(10, 1))
+    publisher.publish(trainer)
+    trainer.task.set_weights(trainer.task.get_weights(), 1)
+    ref = publisher.publish(trainer)
+    (tmp_path / ref.path).write_bytes(b"garbage")
+    fresh = _publisher(tmp_path)
+    start = fresh.choose_start("", 0, Progress())
+    assert start.version == 0 and start.published is None  # not the store's latest: will be republished
+    assert fresh.next_version(start.version) == 2
+
+
+def _chunk(rewards, dones, seq, job="j", returns=None):
+    return PreparedChunk(ChunkHeader(job, "p", "w", seq, 0), {}, rewards.shape[1], rewards.size,
+                         np.asarray(rewards, np.float32), np.asarray(dones, bool), returns)
+
+
+def test_episode_returns_are_summed_across_a_jobs_chunks():
+    tracker = EpisodeTracker()
+    ones = np.ones((2, 3))
+    assert tracker.observe(_chunk(ones, [[0, 0, 0], [0, 1, 0]], seq=0)).tolist() == [2.0]
+    assert tracker.observe(_chunk(ones, [[0, 1, 0], [0, 0, 1]], seq=1)).tolist() == [5.0, 4.0]
+    # A stream first seen past seq 0 reports only episodes that started while it was watched.
+    assert tracker.observe(_chunk(ones, [[1, 0, 1], [0, 0, 0]], seq=5, job="late")).tolist() == [2.0]
+    given = np.array([42.0])
+    assert tracker.observe(_chunk(ones, [[1, 0, 0], [0, 0, 0]], seq=2, returns=given)) is given
+
+
+def test_telemetry_writes_scalars_for_tensorboard(tmp_path):
+    trainer = _trainer(batch_size=16)
+    telemetry = Telemetry(tmp_path / "tb")
+    for seq, version in ((0, 0), (1, 1)):
+        chunk = _prepared(trainer, batch=1, steps=8, seq=seq, policy_version=version)
+        telemetry.observe(chunk, learner_version=3)
+        trainer.add(chunk)
+    scalars = telemetry.iteration(trainer.train_ready(), trainer.progress, trainer.buffered_samples)
+    telemetry.close()
+    assert scalars["staleness/mean"] == 2.5 and scalars["staleness/max"] == 3
+    assert scalars["throughput/samples_per_s"] > 0 and "train/policy_loss" in scalars
+    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "dqn"])
+def test_real_rollouts_train_both_algorithms(algorithm):
+    trainer = _trainer(algorithm, batch_size=64, replay_ratio=1.0)
+    for chunk in rollout_chunks(trainer.task, player_id="p", env_num=4, unroll_len=16, count=2):
+        trainer.add(trainer.preparer.prepare(decode_chunk(chunk)))
+    reports = []
+    while (report := trainer.train_ready()) is not None:
+        reports.append(report)
+    assert reports and trainer.version == len(reports)

@@ -9,54 +9,16 @@ import numpy as np
 import pytest
 
 from actor_service.envs import (
-    NO_INFO,
-    ArraySpec,
     BaseEnvManager,
-    DiscreteSpec,
     Env,
     EnvError,
-    EnvInfo,
     EnvManagerClosedError,
     EnvManagerConfig,
     EnvState,
     EpisodeStats,
-    StepInfo,
     TimeStep,
 )
-
-
-class CountingEnv(Env):
-    """Observation [t, episode, noise]; an episode lasts `length` steps (reset param `length` overrides);
-    reward is action + noise; the noise comes from the seeded generator."""
-
-    def __init__(self, length: int = 3) -> None:
-        self._default_length = length
-        self._rng = np.random.default_rng()
-        self._episode = -1
-        self._t = 0
-        self._length = length
-
-    def info(self) -> EnvInfo:
-        return EnvInfo("counting", ArraySpec((3,), np.float32), DiscreteSpec(3))
-
-    def seed(self, seed: int) -> None:
-        self._rng = np.random.default_rng(seed)
-
-    def reset(self, length: int | None = None) -> np.ndarray:
-        self._episode += 1
-        self._t = 0
-        self._length = length or self._default_length
-        return self._obs()
-
-    def step(self, action: int) -> TimeStep:
-        self._t += 1
-        obs = self._obs()
-        done = self._t >= self._length
-        info = StepInfo(episode=EpisodeStats(float(self._t), self._t)) if done else NO_INFO
-        return TimeStep(obs, float(action) + float(obs[2]), done, False, info)
-
-    def _obs(self) -> np.ndarray:
-        return np.array([self._t, self._episode, self._rng.random()], np.float32)
+from tests.env_doubles import CountingEnv
 
 
 class FailingEnv(CountingEnv):

@@ -40,7 +40,6 @@ from typing import Any
 
 import yaml
 
-from league_cli.main import SUBCOMMANDS
 from league_cli.processes import ManagedProcess, ProcessGroup
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -48,8 +47,6 @@ DEPLOY_DIR = REPO_ROOT / "deploy"
 DOCKERFILE = DEPLOY_DIR / "Dockerfile"
 NETNS_ETC = Path("/etc/netns")
 SUBNET_PREFIX = "10.213.0"
-# Subcommands other helpers build in their own package before league_cli wires them: run from their module.
-_UNWIRED_MODULES = {"coordinator": "league_service.cli", "status": "league_service.cli"}
 # Namespaces are named lgt<pid>x<n>-<role>, so a later run can tell an abandoned one (its pid is gone).
 _NETWORK_SERIAL = itertools.count()
 _OUR_NAMESPACE = re.compile(r"lgt(\d+)x\d+-\w+")
@@ -372,10 +369,6 @@ def dockerfile_entrypoint(path: Path = DOCKERFILE) -> tuple[str, ...]:
 
 def league_argv(args: Sequence[str]) -> list[str]:
     """`league ARGS` as a child of this interpreter (no console script or PATH needed)."""
-    sub = args[0] if args else ""
-    wired = next((c for c in SUBCOMMANDS if c.name == sub), None)
-    if wired is not None and wired.entry is None and sub in _UNWIRED_MODULES:
-        return [sys.executable, "-m", _UNWIRED_MODULES[sub], *args]
     return [sys.executable, "-m", "league_cli", *args]
 
 

@@ -8,7 +8,6 @@ files also go through compose's own `config` validation.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import re
 import shutil
@@ -42,43 +41,11 @@ NFS = DEPLOY_DIR / "docker-compose.nfs.yml"
 TOKEN_TARGET = "/run/secrets/league_token"
 SHARED_VOLUME = "league-shared"
 
-# Flags of subcommands not built yet, from the end-to-end design (issue 6). Subcommands that are built (or whose
-# owner module exists) are parsed with their real parser instead.
-DESIGN_FLAGS: dict[str, dict[str, dict]] = {
-    "actor": {
-        "--coordinator": {}, "--shared-root": {}, "--env-num": {"type": int},
-        "--manager": {"choices": ["subprocess", "base"]}, "--worker-id": {}, "--token-file": {},
-        "--tls-ca": {}, "--max-jobs": {"type": int}, "--log-level": {},
-    },
-    "learner": {
-        "--coordinator": {}, "--shared-root": {}, "--host": {}, "--port": {"type": int}, "--advertise": {},
-        "--worker-id": {}, "--token-file": {}, "--tls-ca": {}, "--device": {"choices": ["auto", "cpu", "cuda"]},
-        "--log-level": {},
-    },
-}  # fmt: skip
-# Built in their own package before league_cli wires them in.
-OWNER_ARGUMENTS = {
-    "coordinator": "league_service.cli:add_coordinator_arguments",
-    "status": "league_service.cli:add_status_arguments",
-}
-
-
 def parse_league(argv: tuple[str, ...] | list[str]) -> argparse.Namespace:
-    """Parse a `league ...` argv (no program name) with the real CLI, or the design's flags while unbuilt."""
-    sub = argv[0]
-    command = {c.name: c for c in SUBCOMMANDS}.get(sub)
-    assert command is not None, f"`league {sub}` is not a subcommand"
+    """Parse a `league ...` argv (no program name) with the real CLI."""
+    assert argv[0] in {c.name for c in SUBCOMMANDS}, f"`league {argv[0]}` is not a subcommand"
     try:
-        if command.add_arguments is not None:
-            return build_parser().parse_args(list(argv))
-        parser = argparse.ArgumentParser(prog=f"league {sub}")
-        if sub in OWNER_ARGUMENTS:
-            module, _, attr = OWNER_ARGUMENTS[sub].partition(":")
-            getattr(importlib.import_module(module), attr)(parser)
-        else:
-            for flag, kwargs in DESIGN_FLAGS[sub].items():
-                parser.add_argument(flag, **kwargs)
-        return parser.parse_args(list(argv[1:]))
+        return build_parser().parse_args(list(argv))
     except SystemExit:
         pytest.fail(f"`league {' '.join(argv)}` does not parse (see stderr)")
 

@@ -53,6 +53,10 @@ def render(results: list[tuple[str, str, list[BenchRow] | str, float]], command:
                 f"{r.ratio:.2f} | {r.goal} | {met} |"
             )
         lines.append("")
+    # Measurements that need a long run or a person (learning outcomes) are recorded by hand beside the
+    # benchmarks, each with its command, and carried into every rewrite of BENCHMARKS.md.
+    for manual in sorted((ROOT / "bench" / "results").glob("manual_*.md")):
+        lines += [manual.read_text().strip(), ""]
     return "\n".join(lines)
 
 

@@ -34,8 +34,8 @@ from actor_service.envs.env_manager import (  # noqa: E402
     SubprocessEnvManager,
     SubprocessEnvManagerConfig,
 )
-from common.envs.gym_env import GymEnv  # noqa: E402
 from bench.common import BenchRow, machine_line, print_rows  # noqa: E402
+from common.envs.gym_env import GymEnv  # noqa: E402
 
 NUM_ENVS = 8
 _ACTIONS = 1 << 16  # random actions drawn up front, reused cyclically

@@ -32,7 +32,12 @@ SOLO = ROOT / "configs" / "solo_cartpole.yaml"
 
 def env_manager_alone(env_num: int, manager: str, seconds: float) -> float:
     """Steps/s of the env manager by itself: random actions, no policy, no network."""
-    from actor_service.envs import BaseEnvManager, EnvManagerConfig, SubprocessEnvManager, SubprocessEnvManagerConfig
+    from actor_service.envs import (
+        BaseEnvManager,
+        EnvManagerConfig,
+        SubprocessEnvManager,
+        SubprocessEnvManagerConfig,
+    )
     from common.envs import env_factories
 
     fns = env_factories("CartPole-v1", env_num)

@@ -11,8 +11,8 @@ import argparse
 import pathlib
 import sys
 
-from grpc_tools import protoc
 import grpc_tools
+from grpc_tools import protoc
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "protos"

@@ -4,6 +4,15 @@ Adapters (gymnasium, pyspiel) are imported by `make_env` when first needed, so a
 runs test envs does not pay for importing them.
 """
 
+from actor_service.envs.env_manager import (
+    BaseEnvManager,
+    EnvError,
+    EnvManagerClosedError,
+    EnvManagerConfig,
+    EnvState,
+    SubprocessEnvManager,
+    SubprocessEnvManagerConfig,
+)
 from common.envs.base import (
     NO_INFO,
     ArraySpec,
@@ -14,15 +23,6 @@ from common.envs.base import (
     Outcome,
     StepInfo,
     TimeStep,
-)
-from actor_service.envs.env_manager import (
-    BaseEnvManager,
-    EnvError,
-    EnvManagerClosedError,
-    EnvManagerConfig,
-    EnvState,
-    SubprocessEnvManager,
-    SubprocessEnvManagerConfig,
 )
 from common.envs.registry import EnvSpec, env_factories, make_env
 

@@ -9,12 +9,12 @@ import json
 import numpy as np
 import pytest
 
-from league_cli import eval as eval_cli
 from actor_service.evaluation import load_policy, play_against_bot, resolve_checkpoint
 from common.algorithms.registry import make_computation_task
 from common.checkpoint_store import CheckpointStore
 from common.envs.policy_view import policy_specs
 from common.envs.registry import make_env
+from league_cli import eval as eval_cli
 
 CONV = {"conv": [[8, 3, 1]], "hidden": [32]}
 PPO = {"algorithm": "ppo", "model": CONV}

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from common.envs.base import Env, EnvInfo, StepInfo, TimeStep
 from actor_service.envs.env_manager.failure import EnvError, EnvFailure, EnvManagerClosedError
+from common.envs.base import Env, EnvInfo, StepInfo, TimeStep
 
 logger = logging.getLogger(__name__)
 

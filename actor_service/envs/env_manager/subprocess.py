@@ -27,7 +27,6 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from common.envs.base import NO_INFO, TimeStep
 from actor_service.envs.env_manager import shared_memory
 from actor_service.envs.env_manager.base import (
     BaseEnvManager,
@@ -50,6 +49,7 @@ from actor_service.envs.env_manager.worker import (
     StartFailedReply,
     worker_main,
 )
+from common.envs.base import NO_INFO, TimeStep
 
 logger = logging.getLogger(__name__)
 

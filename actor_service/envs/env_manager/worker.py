@@ -24,10 +24,10 @@ from typing import Any
 
 import cloudpickle
 
-from common.envs.base import NO_INFO, Env, EnvInfo
 from actor_service.envs.env_manager.failure import EnvFailure
 from actor_service.envs.env_manager.pipe import MessagePipe
 from actor_service.envs.env_manager.shared_memory import RESET_SLOT, STEP_SLOT, ObsBuffer, ObsLayout
+from common.envs.base import NO_INFO, Env, EnvInfo
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,6 @@
-"""Environments for actors: the env managers, plus the `Env` interface and env names from common.envs.
+"""Env managers for actors: run many environments serially or in worker processes.
 
-Adapters (gymnasium, pyspiel) are imported by `make_env` when first needed, so a worker process that only
-runs test envs does not pay for importing them.
+The `Env` interface, the adapters and env names (`make_env`) live in common.envs, shared with learners.
 """
 
 from actor_service.envs.env_manager import (
@@ -13,37 +12,13 @@ from actor_service.envs.env_manager import (
     SubprocessEnvManager,
     SubprocessEnvManagerConfig,
 )
-from common.envs.base import (
-    NO_INFO,
-    ArraySpec,
-    DiscreteSpec,
-    Env,
-    EnvInfo,
-    EpisodeStats,
-    Outcome,
-    StepInfo,
-    TimeStep,
-)
-from common.envs.registry import EnvSpec, env_factories, make_env
 
 __all__ = [
-    "NO_INFO",
-    "ArraySpec",
     "BaseEnvManager",
-    "DiscreteSpec",
-    "Env",
     "EnvError",
-    "EnvInfo",
     "EnvManagerClosedError",
     "EnvManagerConfig",
-    "EnvSpec",
     "EnvState",
-    "EpisodeStats",
-    "Outcome",
-    "StepInfo",
     "SubprocessEnvManager",
     "SubprocessEnvManagerConfig",
-    "TimeStep",
-    "env_factories",
-    "make_env",
 ]

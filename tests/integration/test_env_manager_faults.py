@@ -16,26 +16,23 @@ import numpy as np
 import pytest
 
 from actor_service.envs import (
-    NO_INFO,
-    ArraySpec,
-    DiscreteSpec,
-    Env,
     EnvError,
-    EnvInfo,
     EnvManagerClosedError,
     EnvState,
     SubprocessEnvManager,
     SubprocessEnvManagerConfig,
-    TimeStep,
 )
 from actor_service.envs.env_manager.failure import RemoteTraceback
+from common.envs import NO_INFO, ArraySpec, DiscreteSpec, Env, EnvInfo, TimeStep
 
 
 class FaultyEnv(Env):
     """Observation [t]; endless episodes. At step `fail_at` it fails in `mode` ("raise", "hang", "kill"),
     while fewer than `failures` failures are recorded in `budget_file`."""
 
-    def __init__(self, mode: str = "", budget_file: pathlib.Path | None = None, failures: int = 0, fail_at: int = 2):
+    def __init__(
+        self, mode: str = "", budget_file: pathlib.Path | None = None, failures: int = 0, fail_at: int = 2
+    ):
         self._mode = mode
         self._budget_file = budget_file
         self._failures = failures
@@ -175,7 +172,9 @@ def test_hung_env_is_killed_and_rebuilt(launched, tmp_path):
 
 
 def test_killed_env_process_is_detected_and_replaced(launched, tmp_path):
-    manager = launched([partial(FaultyEnv, "kill", tmp_path / "budget", 1), FaultyEnv], num_workers=2, max_retry=1)
+    manager = launched(
+        [partial(FaultyEnv, "kill", tmp_path / "budget", 1), FaultyEnv], num_workers=2, max_retry=1
+    )
     old_pids = manager.worker_pids
     _step_all(manager)
     out = _step_all(manager)  # env 0 SIGKILLs its own process

@@ -11,11 +11,11 @@ import pytest
 from actor_service.envs import (
     BaseEnvManager,
     EnvManagerConfig,
-    EnvSpec,
     EnvState,
     SubprocessEnvManager,
     SubprocessEnvManagerConfig,
 )
+from common.envs import EnvSpec
 from tests.env_doubles import CountingEnv
 
 
@@ -30,7 +30,10 @@ def managers():
     pids: set[int] = set()
 
     def make(cls, env_fns, **config):
-        manager = cls(env_fns, (SubprocessEnvManagerConfig if cls is SubprocessEnvManager else EnvManagerConfig)(**config))
+        manager = cls(
+            env_fns,
+            (SubprocessEnvManagerConfig if cls is SubprocessEnvManager else EnvManagerConfig)(**config),
+        )
         built.append(manager)
         return manager
 
@@ -61,7 +64,11 @@ def _trajectories(manager: BaseEnvManager) -> dict[int, list]:
     out: dict[int, list] = {i: [] for i in range(manager.env_num)}
 
     def flat(obs) -> list:
-        return [np.asarray(obs[k]).tolist() for k in sorted(obs)] if isinstance(obs, dict) else np.asarray(obs).tolist()
+        return (
+            [np.asarray(obs[k]).tolist() for k in sorted(obs)]
+            if isinstance(obs, dict)
+            else np.asarray(obs).tolist()
+        )
 
     while not manager.done:
         obs = manager.next_obs

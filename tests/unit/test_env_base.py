@@ -8,18 +8,8 @@ import pickle
 import numpy as np
 import pytest
 
-from actor_service.envs import (
-    NO_INFO,
-    ArraySpec,
-    DiscreteSpec,
-    EnvManagerConfig,
-    EnvSpec,
-    StepInfo,
-    SubprocessEnvManagerConfig,
-    TimeStep,
-    env_factories,
-    make_env,
-)
+from actor_service.envs import EnvManagerConfig, SubprocessEnvManagerConfig
+from common.envs import NO_INFO, ArraySpec, DiscreteSpec, EnvSpec, StepInfo, TimeStep, env_factories, make_env
 from common.envs.gym_env import GymEnv
 from common.envs.openspiel_env import BotSpec, OpenSpielEnv
 

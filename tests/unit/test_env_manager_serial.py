@@ -8,16 +8,8 @@ from functools import partial
 import numpy as np
 import pytest
 
-from actor_service.envs import (
-    BaseEnvManager,
-    Env,
-    EnvError,
-    EnvManagerClosedError,
-    EnvManagerConfig,
-    EnvState,
-    EpisodeStats,
-    TimeStep,
-)
+from actor_service.envs import BaseEnvManager, EnvError, EnvManagerClosedError, EnvManagerConfig, EnvState
+from common.envs import Env, EpisodeStats, TimeStep
 from tests.env_doubles import CountingEnv
 
 

@@ -8,9 +8,9 @@ import threading
 import numpy as np
 import pytest
 
-from actor_service.envs import ArraySpec, DiscreteSpec
 from actor_service.envs.env_manager.pipe import MessagePipe
 from actor_service.envs.env_manager.shared_memory import RESET_SLOT, STEP_SLOT, ObsBuffer, supports
+from common.envs import ArraySpec, DiscreteSpec
 
 
 @pytest.fixture
@@ -58,7 +58,11 @@ def test_obs_buffer_round_trip_for_dict_and_scalar_leaves():
         obs = {"board": np.ones((2, 3), np.float32), "to_play": np.array(1, np.int32), "a": 3}
         other.write(1, RESET_SLOT, obs)
         back = owner.read(1, RESET_SLOT)
-        assert back["board"].tolist() == obs["board"].tolist() and int(back["to_play"]) == 1 and int(back["a"]) == 3
+        assert (
+            back["board"].tolist() == obs["board"].tolist()
+            and int(back["to_play"]) == 1
+            and int(back["a"]) == 3
+        )
         assert isinstance(back["to_play"], np.ndarray) and back["to_play"].shape == ()
         back["board"][0, 0] = 7  # a copy: the buffer is untouched
         assert owner.read(1, RESET_SLOT)["board"][0, 0] == 1

@@ -29,8 +29,19 @@ test-slow: install
 proto: install
 	$(PY) tools/gen_proto.py
 
-bench: install
+BENCH_STAMP := $(VENV)/.installed-bench
+
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	@touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
 	$(PY) bench/run_all.py
+
+# The chaos suite: every scenario in tests/chaos, the long (slow) versions included. `make test` runs the
+# short versions.
+chaos: install
+	$(PY) -m pytest -q -m '' tests/chaos $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .

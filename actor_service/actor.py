@@ -8,6 +8,11 @@ One job at a time:
 4. Wait until the learner acknowledged every chunk, then FinishJob(COMPLETED) with every episode's result —
    or FinishJob(RELEASED) with the episodes so far when the actor is stopping (SIGTERM), FAILED on an error.
 
+Faults: an env that crashes or hangs (subprocess manager: `env_step_timeout_s`) is rebuilt by the env manager
+and its episode is dropped, up to `env_max_retry` times per env and job; past that, or on any other error in a
+job, the job is finished FAILED with the error and its traceback, and the actor takes the next job. The
+coordinator decides whether the job is tried again (league_service/LEASES.md, "Failing jobs").
+
 `request_stop()` (the SIGTERM handler) ends the job after the current step; `run` then returns.
 """
 
@@ -17,6 +22,7 @@ import hashlib
 import logging
 import os
 import socket
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +30,7 @@ import grpc
 
 from actor_service.coordinator_client import CoordinatorClient
 from actor_service.env_managers import EnvManagers, ManagerKind
+from actor_service.envs import EnvError
 from actor_service.heartbeat import JobHeartbeat
 from actor_service.job import JobError, JobKind, JobPlan
 from actor_service.policy_pool import Policy, PolicyPool, PolicySettings, model_signature
@@ -66,7 +73,11 @@ class ActorSettings:
     get_job_wait_s: float = 5.0
     """GetJob long-poll length."""
     env_max_retry: int = 2
-    """Failures each env may have (it is rebuilt) before the job fails."""
+    """Failures each env may have per job (it is rebuilt each time) before the job fails."""
+    env_step_timeout_s: float | None = 60.0
+    """A step taking longer is a hung env: its worker process is killed and rebuilt (subprocess manager)."""
+    env_reset_timeout_s: float | None = 300.0
+    """The same for building and resetting envs."""
     shutdown_flush_s: float = 5.0
     """On SIGTERM, how long queued trajectories may take to reach the learner before the job is released."""
     policies: PolicySettings = PolicySettings()
@@ -79,6 +90,12 @@ class ActorSettings:
             raise ValueError(f"max_jobs must be >= 1, got {self.max_jobs}")
         if not self.worker_id:
             raise ValueError("worker_id is empty")
+        if self.env_max_retry < 0:
+            raise ValueError(f"env_max_retry must be >= 0, got {self.env_max_retry}")
+        for name in ("env_step_timeout_s", "env_reset_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be > 0 seconds or None, got {value}")
 
 
 @dataclass(frozen=True)
@@ -94,6 +111,8 @@ class JobReport:
     sender: SenderStats | None = None
     """The trajectory stream of a collect job (None: nothing streamed)."""
     error: str = ""
+    env_failures: int = 0
+    """Env failures the job survived (each env was rebuilt and its episode dropped)."""
 
     @property
     def chunks_sent(self) -> int:
@@ -108,7 +127,8 @@ class Actor:
         self._client = CoordinatorClient(
             settings.coordinator, settings.worker_id, stop=self._stop, token=settings.token, tls_ca=settings.tls_ca
         )
-        self._managers = EnvManagers(settings.manager, settings.env_max_retry)
+        self._managers = EnvManagers(settings.manager, settings.env_max_retry, settings.env_step_timeout_s,
+                                     settings.env_reset_timeout_s)
         self._pool: PolicyPool | None = None
         self._heartbeat: JobHeartbeat | None = None
         self.reports: list[JobReport] = []
@@ -159,23 +179,24 @@ class Actor:
             self._finish(job.job_id, league_pb2.FINISH_STATUS_FAILED, (), 0, 0, str(err))
             return JobReport(job.job_id, "failed", 0, 0, 0, tuple(p.player_id for p in job.players), error=str(err))
         revoked = StopSignal()
-        sender = self._sender(plan)
-        if sender is not None:
-            revoked.add_listener(sender.abort)  # a writer blocked on a full queue must not wait for the learner
 
         def on_revoked(reason: str) -> None:
             log.warning("job %s revoked: %s; abandoning it", plan.job_id, reason)
             revoked.set()
 
         heartbeat = self._heartbeat = JobHeartbeat(self._client, plan.job_id, heartbeat_interval_s, on_revoked).start()
+        sender: TrajectorySender | None = None
         rollout: Rollout | None = None
         try:
+            sender = self._sender(plan)
+            if sender is not None:
+                revoked.add_listener(sender.abort)  # a writer blocked on a full queue must not wait for the learner
             rollout = self._rollout(plan, sender, revoked)
             result = rollout.run()
             if result.end is RolloutEnd.REVOKED:
                 return self._abandoned(plan, result, sender)
             return self._report(plan, result, sender, revoked)
-        except Exception as err:
+        except Exception as err:  # whatever broke the job fails the job, not the actor
             return self._after_error(plan, rollout, sender, revoked, err)
         finally:
             heartbeat.close()
@@ -229,12 +250,14 @@ class Actor:
         status = league_pb2.FINISH_STATUS_RELEASED if stopping else league_pb2.FINISH_STATUS_COMPLETED
         reply = self._finish(plan.job_id, status, result.episodes, result.env_steps, result.agent_steps)
         name = "refused" if reply is None else "released" if stopping else "completed"
-        return self._job_report(plan, name, result.episodes, result.env_steps, result.agent_steps, sender)
+        return self._job_report(plan, name, result.episodes, result.env_steps, result.agent_steps, sender,
+                                env_failures=result.failed_episodes)
 
     def _abandoned(self, plan: JobPlan, result: RolloutResult, sender: TrajectorySender | None) -> JobReport:
         if sender is not None:
             sender.abort()
-        return self._job_report(plan, "abandoned", result.episodes, result.env_steps, result.agent_steps, sender)
+        return self._job_report(plan, "abandoned", result.episodes, result.env_steps, result.agent_steps, sender,
+                                env_failures=result.failed_episodes)
 
     def _after_error(
         self, plan: JobPlan, rollout: Rollout | None, sender: TrajectorySender | None, revoked: StopSignal,
@@ -248,25 +271,29 @@ class Actor:
         episodes = tuple(rollout.episodes) if rollout is not None else ()
         env_steps = rollout.env_steps if rollout is not None else 0
         agent_steps = rollout.agent_steps if rollout is not None else 0
+        env_failures = rollout.failed_episodes if rollout is not None else 0
         message = f"{type(err).__name__}: {err}"
         if revoked.is_set():
             log.warning("job %s revoked while failing (%s); abandoned", plan.job_id, message)
-            return self._job_report(plan, "abandoned", episodes, env_steps, agent_steps, sender, message)
+            return self._job_report(plan, "abandoned", episodes, env_steps, agent_steps, sender, message,
+                                    env_failures)
         if self._stop.is_set():
             log.warning("job %s broke while stopping (%s); releasing it", plan.job_id, message)
             self._finish(plan.job_id, league_pb2.FINISH_STATUS_RELEASED, episodes, env_steps, agent_steps)
-            return self._job_report(plan, "released", episodes, env_steps, agent_steps, sender, message)
+            return self._job_report(plan, "released", episodes, env_steps, agent_steps, sender, message,
+                                    env_failures)
         log.error("job %s failed", plan.job_id, exc_info=err)
-        self._finish(plan.job_id, league_pb2.FINISH_STATUS_FAILED, (), env_steps, agent_steps, message)
-        return self._job_report(plan, "failed", (), env_steps, agent_steps, sender, message)
+        self._finish(plan.job_id, league_pb2.FINISH_STATUS_FAILED, (), env_steps, agent_steps, failure_text(err))
+        return self._job_report(plan, "failed", (), env_steps, agent_steps, sender, message, env_failures)
 
     @staticmethod
     def _job_report(
         plan: JobPlan, status: str, episodes: tuple[EpisodeRecord, ...], env_steps: int, agent_steps: int,
-        sender: TrajectorySender | None, error: str = "",
+        sender: TrajectorySender | None, error: str = "", env_failures: int = 0,
     ) -> JobReport:
         return JobReport(plan.job_id, status, len(episodes), env_steps, agent_steps,
-                         tuple(p.player_id for p in plan.players), sender.stats if sender is not None else None, error)
+                         tuple(p.player_id for p in plan.players), sender.stats if sender is not None else None, error,
+                         env_failures)
 
     def _finish(
         self, job_id: str, status: int, episodes: tuple[EpisodeRecord, ...], env_steps: int, agent_steps: int,
@@ -276,13 +303,33 @@ class Actor:
             self._heartbeat.close()  # the job ends here: no heartbeat may name it afterwards
         request = league_pb2.FinishJobRequest(
             worker_id=self.worker_id, job_id=job_id, status=status, episodes=[episode_result(e) for e in episodes],
-            env_steps=env_steps, agent_steps=agent_steps, error=error[:4096],
+            env_steps=env_steps, agent_steps=agent_steps, error=bounded_text(error, MAX_ERROR_CHARS),
         )
         try:
             return self._client.finish_job(request)
         except grpc.RpcError:
             log.exception("FinishJob of %s failed; its lease will expire and the job be issued again", job_id)
             return None
+
+
+MAX_ERROR_CHARS = 4096
+
+
+def failure_text(err: BaseException) -> str:
+    """What FinishJob(FAILED) says: the error and its traceback. An env manager's EnvError already carries
+    the env's own traceback (from its worker process) in its message; other errors get theirs here."""
+    if isinstance(err, EnvError):
+        return f"{type(err).__name__}: {err}"
+    return "".join(traceback.format_exception(err)).rstrip()
+
+
+def bounded_text(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, keeping its first line and its end (a traceback's last frames)."""
+    if len(text) <= limit:
+        return text
+    head = text.split("\n", 1)[0][: limit // 2]
+    marker = "\n[...]\n"
+    return head + marker + text[-(limit - len(head) - len(marker)):]
 
 
 def episode_result(record: EpisodeRecord) -> league_pb2.EpisodeResult:

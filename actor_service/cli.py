@@ -36,6 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token-file", type=Path, default=None, help="bearer token (else $LEAGUE_TOKEN)")
     parser.add_argument("--tls-ca", type=Path, default=None, help="PEM CA certificate: connect with TLS")
     parser.add_argument("--max-jobs", type=int, default=None, help="exit after this many jobs")
+    parser.add_argument("--env-max-retry", type=int, default=2,
+                        help="failures each env may have per job (it is rebuilt each time) before the job fails")
+    parser.add_argument("--env-step-timeout", type=_seconds_or_none, default=60.0, metavar="SECONDS",
+                        help="an env step taking longer is a hung env: its worker is killed and rebuilt "
+                             "(subprocess manager; 'none': no limit)")
+    parser.add_argument("--env-reset-timeout", type=_seconds_or_none, default=300.0, metavar="SECONDS",
+                        help="the same for building and resetting envs")
     parser.add_argument("--log-level", default="INFO")
 
 
@@ -62,6 +69,9 @@ def main(args: argparse.Namespace) -> int:
             token=load_token(args.token_file),
             tls_ca=args.tls_ca,
             max_jobs=args.max_jobs,
+            env_max_retry=args.env_max_retry,
+            env_step_timeout_s=args.env_step_timeout,
+            env_reset_timeout_s=args.env_reset_timeout,
         )
     except (ValueError, OSError) as err:
         return _refuse(str(err))
@@ -98,6 +108,10 @@ def main(args: argparse.Namespace) -> int:
 def _on_signal(actor, signum: int) -> None:
     log.info("%s: finishing the current step, then releasing the job", signal.Signals(signum).name)
     actor.request_stop()
+
+
+def _seconds_or_none(text: str) -> float | None:
+    return None if text.lower() == "none" else float(text)
 
 
 def _env_path(name: str) -> Path | None:

@@ -28,11 +28,23 @@ MANAGER_KINDS: tuple[str, ...] = ("subprocess", "base")
 
 
 class EnvManagers:
-    def __init__(self, kind: ManagerKind, max_retry: int = 2) -> None:
+    """`max_retry`: failures each env may have per job (it is rebuilt each time) before the job fails.
+    `step_timeout_s` / `reset_timeout_s`: how long an env worker may take before it is deemed hung and
+    restarted (subprocess manager only: the serial manager cannot interrupt a hung env)."""
+
+    def __init__(
+        self,
+        kind: ManagerKind,
+        max_retry: int = 2,
+        step_timeout_s: float | None = 60.0,
+        reset_timeout_s: float | None = 300.0,
+    ) -> None:
         if kind not in MANAGER_KINDS:
             raise ValueError(f"manager must be one of {MANAGER_KINDS}, got {kind!r}")
         self.kind = kind
         self._max_retry = max_retry
+        self._step_timeout_s = step_timeout_s
+        self._reset_timeout_s = reset_timeout_s
         self._manager: BaseEnvManager | None = None
         self._key: tuple[str, str, int] | None = None
 
@@ -53,7 +65,10 @@ class EnvManagers:
         if self.kind == "subprocess":
             manager = SubprocessEnvManager(
                 factories,
-                SubprocessEnvManagerConfig(episode_num=math.inf, max_retry=self._max_retry, start_method="spawn"),
+                SubprocessEnvManagerConfig(
+                    episode_num=math.inf, max_retry=self._max_retry, start_method="spawn",
+                    step_timeout=self._step_timeout_s, reset_timeout=self._reset_timeout_s,
+                ),
             )
         else:
             manager = BaseEnvManager(factories, EnvManagerConfig(episode_num=math.inf, max_retry=self._max_retry))

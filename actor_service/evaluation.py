@@ -1,6 +1,6 @@
 """Playing a published checkpoint against OpenSpiel reference bots (what `league eval` runs).
 
-The checkpoint is loaded through the checkpoint store (sha256 verified, unpickled with weights_only) from a path
+The checkpoint is loaded through the checkpoint store (digest verified, unpickled with weights_only) from a path
 relative to the shared root, or from an absolute path that must lie inside a shared root (when no root is given
 the root is taken to be the checkpoint's grandparent: ``<root>/<player_id>/v<version>.pt``). The network is
 built from the league config's ``policy`` section and the env's specs, exactly as actors and learners build it.

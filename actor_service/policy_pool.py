@@ -7,6 +7,9 @@
 - Every other player (historical snapshots, other active players) is a frozen policy from a bounded LRU cache
   keyed by (checkpoint path, version): a league replays the same few opponents over and over.
 - Self-play: an opponent with the launch player's id acts with the launch player's policy object.
+- A corrupt or tampered checkpoint is never loaded (the store verifies it): it is logged once and remembered;
+  the launch player acts with its newest older version that verifies (a reload keeps the version it has), so
+  the actor plays on until its learner publishes a good one. An opponent's bad checkpoint fails the job.
 
 One pool serves one model signature (the policy config plus the env's specs); the actor builds a new pool
 when a job brings a different one.
@@ -28,7 +31,12 @@ import numpy as np
 from actor_service.job import PlayerSlot
 from actor_service.stop import StopSignal
 from common.algorithms.registry import make_computation_task
-from common.checkpoint_store import CheckpointNotFoundError, CheckpointRef, CheckpointStore
+from common.checkpoint_store import (
+    CheckpointNotFoundError,
+    CheckpointRef,
+    CheckpointStore,
+    CorruptCheckpointError,
+)
 from common.computation.computation_task import ComputationTask
 from common.envs.base import EnvInfo
 from common.envs.policy_view import policy_specs
@@ -113,6 +121,8 @@ class PolicyPool:
         self._frozen: OrderedDict[tuple[str, int] | str, Policy] = OrderedDict()
         self._waited_for: set[str] = set()
         self._last_check: dict[str, float] = {}
+        self._rejected: set[tuple[str, int]] = set()
+        """(path, version) of checkpoints that failed verification: never read again."""
 
     # ---- launch player -----------------------------------------------------------------------------------
 
@@ -122,12 +132,14 @@ class PolicyPool:
         ref = self._newest_ref(slot, wait=slot.player_id not in self._waited_for, cancel=cancel)
         policy = self._launch.get(slot.player_id)
         if policy is None:
-            policy = self._build(slot.player_id, ref)
+            policy = self._build(slot.player_id, None)
             self._launch[slot.player_id] = policy
             while len(self._launch) > 4:  # an actor serves a few players in turn
                 self._launch.popitem(last=False)
+            if ref is not None:
+                self._load_launch(policy, ref)
         elif ref is not None and (ref.version != policy.version or ref.path != policy.path):
-            self._load_into(policy, ref)
+            self._load_launch(policy, ref)
         elif ref is None and policy.path:
             # The store lost every version (a new shared root?): start over like the learner does.
             policy = self._launch[slot.player_id] = self._build(slot.player_id, None)
@@ -142,9 +154,13 @@ class PolicyPool:
             return False
         self._last_check[policy.player_id] = now
         latest = self.store.latest(policy.player_id)
-        if latest is None or latest.version <= policy.version:
+        if latest is None or latest.version <= policy.version or (latest.path, latest.version) in self._rejected:
             return False
-        self._load_into(policy, latest)
+        try:
+            self._load_into(policy, latest)
+        except CorruptCheckpointError as err:
+            self._reject(latest, err)  # keep acting with the version held
+            return False
         log.info("reloaded %s at version %d", policy.player_id, policy.version)
         return True
 
@@ -210,6 +226,35 @@ class PolicyPool:
         if ref is not None:
             self._load_into(policy, ref)
         return policy
+
+    def _load_launch(self, policy: Policy, ref: CheckpointRef) -> None:
+        """Load the launch player's ``ref``, or, when it is corrupt or tampered, its newest older version that
+        verifies; raises `CorruptCheckpointError` when none does (the job fails, the actor goes on)."""
+        if (ref.path, ref.version) not in self._rejected:
+            try:
+                self._load_into(policy, ref)
+                return
+            except CorruptCheckpointError as err:
+                self._reject(ref, err)
+        for older in reversed(self.store.versions(policy.player_id)):
+            if older.version >= ref.version or (older.path, older.version) in self._rejected:
+                continue
+            if (older.path, older.version) == (policy.path, policy.version):
+                return  # holds it already
+            try:
+                self._load_into(policy, older)
+            except CorruptCheckpointError as err:
+                self._reject(older, err)
+                continue
+            log.warning("%s: acting with version %d, the newest before %d that verifies", policy.player_id,
+                        policy.version, ref.version)
+            return
+        raise CorruptCheckpointError(f"{ref.path} (version {ref.version}) is corrupt or tampered and no older "
+                                     f"version of {policy.player_id} verifies")
+
+    def _reject(self, ref: CheckpointRef, err: CorruptCheckpointError) -> None:
+        self._rejected.add((ref.path, ref.version))
+        log.error("%s (version %d) was not loaded and will not be read again: %s", ref.path, ref.version, err)
 
     def _load_into(self, policy: Policy, ref: CheckpointRef) -> None:
         try:

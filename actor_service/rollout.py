@@ -2,8 +2,10 @@
 
 Each loop: take the envs waiting for an action, ask each env whose turn it is, group the envs by the policy
 that acts there and run **one forward per policy** over its group, step the env manager with all actions,
-then account rewards, episode ends and finished trajectory rows. Only the launch player's (players[0])
-decisions become trajectories; in self-play the other seat uses the same policy object but is not recorded.
+then account rewards, episode ends and finished trajectory rows. The launch player's (players[0]) decisions
+become trajectories; in self-play (another seat is the launch player itself, acting with the same policy
+object and forward kwargs) that seat's decisions are recorded too: they are on-policy data of the same
+player, and recording them doubles what a self-play game teaches its learner.
 
 Seats: with as many players as the env has seats, player i sits at seat (i + r) % seats, where
 r = (env_id + episode_index) % seats, so the launch player's seat alternates per episode (and differs across
@@ -109,11 +111,11 @@ class Seating:
 class _EnvSlot:
     """The rollout's bookkeeping for one env."""
 
-    def __init__(self, env_id: int, seating: Seating, trajectory: SeatTrajectory | None) -> None:
+    def __init__(self, env_id: int, seating: Seating, trajectories: dict[int, SeatTrajectory]) -> None:
         self.env_id = env_id
         self.counted = True  # the current episode's result is reported (False: a surplus episode)
         self.episode_index = 0
-        self.trajectory = trajectory
+        self.trajectories = trajectories  # job player index -> its trajectory (recorded players only)
         self._seating = seating
         self.seat_of: list[int | None] = []
         self.returns = np.zeros(seating.num_seats, np.float64)
@@ -172,10 +174,16 @@ class Rollout:
         self._sink = sink
         self._reload = reload
         self._seating = Seating(len(policies), info.num_players)
+        # The launch player and its self-play twins: the players whose decisions are trained on.
+        self._recorded = frozenset(
+            i for i, (pid, policy) in enumerate(zip(target.player_ids, self._policies, strict=True))
+            if i == 0 or (pid == target.player_ids[0] and policy is self._policies[0])
+        )
         env_num = manager.env_num
         self._chunk_rows = chunk_rows or env_num
         self._slots = [
-            _EnvSlot(env_id, self._seating, SeatTrajectory(target.unroll_len) if sink is not None else None)
+            _EnvSlot(env_id, self._seating,
+                     {i: SeatTrajectory(target.unroll_len) for i in self._recorded} if sink is not None else {})
             for env_id in range(env_num)
         ]
         self._to_start = 0  # counted episodes not yet started
@@ -207,7 +215,8 @@ class Rollout:
             self._write_rows(final=False)
         if end is not RolloutEnd.REVOKED and self._sink is not None:
             for slot in self._slots:
-                self._collect(slot.trajectory.cut())
+                for trajectory in slot.trajectories.values():
+                    self._collect(trajectory.cut())
             self._write_rows(final=True)
         return RolloutResult(end, tuple(self.episodes), self.env_steps, self.agent_steps, self.failed_episodes,
                              self.rows_written)
@@ -243,10 +252,10 @@ class Rollout:
             chosen = prediction.actions["action"]
             for i, env_id in enumerate(group.env_ids):
                 actions[env_id] = int(chosen[i])
-                if group.players[i] != 0:
+                if group.players[i] not in self._recorded:
                     continue
                 self.agent_steps += 1
-                trajectory = self._slots[env_id].trajectory
+                trajectory = self._slots[env_id].trajectories.get(group.players[i])
                 if trajectory is not None:
                     artifacts = {k: v[i] for k, v in prediction.artifacts.items()}
                     decision = Decision(group.views[i], chosen[i], artifacts, group.policy.version)
@@ -263,22 +272,23 @@ class Rollout:
                 raise RuntimeError(f"env {env_id}: reward of shape {np.shape(ts.reward)} for {seats} seat(s)")
             slot.returns += rewards
             slot.length += 1
-            launch_seat = slot.seat_of[0]
-            if slot.trajectory is not None and launch_seat is not None:
-                slot.trajectory.add_reward(rewards[launch_seat])
+            recorded = [(trajectory, slot.seat_of[player]) for player, trajectory in slot.trajectories.items()
+                        if slot.seat_of[player] is not None]
+            for trajectory, seat in recorded:
+                trajectory.add_reward(rewards[seat])
             if not (ts.terminated or ts.truncated):
                 continue
             if ts.info.failure is not None:
                 log.warning("env %d failed, its episode is dropped and replaced: %s", env_id, ts.info.failure)
                 self.failed_episodes += 1
-                if slot.trajectory is not None:
-                    self._collect(slot.trajectory.cut())
+                for trajectory in slot.trajectories.values():
+                    self._collect(trajectory.cut())
                 slot.start_episode()
                 continue
-            if slot.trajectory is not None and launch_seat is not None:
-                final = player_view(ts.obs, launch_seat, self._info)
-                episode_return = float(slot.returns[launch_seat])
-                self._collect(slot.trajectory.end_episode(final, ts.terminated, ts.truncated, episode_return))
+            for trajectory, seat in recorded:
+                final = player_view(ts.obs, seat, self._info)
+                episode_return = float(slot.returns[seat])
+                self._collect(trajectory.end_episode(final, ts.terminated, ts.truncated, episode_return))
             if slot.counted or self._target.episode_num == 0:
                 self.episodes.append(self._record(slot, ts))
             slot.episode_index += 1

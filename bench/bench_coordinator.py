@@ -2,7 +2,8 @@
 
 Both servers run as their own processes (`league coordinator`, and this file with `--serve-echo`: the same
 LeagueService messages, the same server factory, no league behind it), measured in the same run with the same
-client: N simulated workers, each with its own channel, in threads of this process.
+client: N simulated workers, each with its own channel, in threads of this process. Every load runs in rounds
+alternating between the two servers (medians reported), so the machine's load from elsewhere hits both alike.
 
 - Closed loop (each worker calls again as soon as it is answered): round trips per second at 1, 8 and 64
   workers; the goal is >= 0.7x the echo server at 8 and 64.
@@ -12,14 +13,16 @@ client: N simulated workers, each with its own channel, in threads of this proce
   percentiles are reported but carry no goal.
 - 1,000 registered workers each holding a job and heartbeating every lease_timeout/3: no lease may expire.
 
-Run: `python bench/bench_coordinator.py [--quick]` (or `make bench`).
+Run: `python bench/bench_coordinator.py [--quick] [--rounds N] [--pin-servers CPU]` (or `make bench`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import pathlib
+import statistics
 import sys
 import tempfile
 import threading
@@ -38,6 +41,7 @@ from common.proto.league.v1 import league_pb2_grpc  # noqa: E402
 from common.rpc import ServerOptions, format_listen_line, make_server  # noqa: E402
 from league_service.coordinator_testing import (  # noqa: E402
     ServerProcess,
+    coordinator_command,
     coordinator_process,
     league_stub,
     outcomes_for,
@@ -248,36 +252,74 @@ def _league_config(path: pathlib.Path, slots: int) -> pathlib.Path:
     return path
 
 
+def _median_result(runs: list[LoadResult]) -> LoadResult:
+    """The median of each figure over rounds (a round disturbed by the shared machine weighs little)."""
+    return LoadResult(
+        round_trips_per_s=statistics.median(r.round_trips_per_s for r in runs),
+        p50_ms=statistics.median(r.p50_ms for r in runs),
+        p99_ms=statistics.median(r.p99_ms for r in runs),
+        calls=sum(r.calls for r in runs),
+        server_cpu_us_per_rt=statistics.median(r.server_cpu_us_per_rt for r in runs),
+    )
+
+
 def _measure(
-    server: ServerProcess, counts: list[int], seconds: float, tag: str
-) -> tuple[dict[int, LoadResult], dict[float, LoadResult]]:
-    """Closed-loop loads at each worker count, then the paced 64-worker loads, against one server."""
-    pid = server.popen.pid
-    closed = {n: run_load(server.address, n, seconds, None, f"{tag}-closed", pid) for n in counts}
-    paced = {pace: run_load(server.address, 64, seconds, pace, f"{tag}-paced", pid) for pace in PACES}
-    return closed, paced
+    servers: dict[str, ServerProcess], counts: list[int], seconds: float, rounds: int
+) -> dict[str, tuple[dict[int, LoadResult], dict[float, LoadResult]]]:
+    """Closed-loop loads at each worker count, then the paced 64-worker loads, against every server.
+
+    Interleaved: each load runs `rounds` times against each server in turn, so a burst of load from elsewhere
+    on the machine hits both sides of a ratio alike; each figure is the median over the rounds.
+    """
+    closed: dict[str, dict[int, list[LoadResult]]] = {name: {} for name in servers}
+    paced: dict[str, dict[float, list[LoadResult]]] = {name: {} for name in servers}
+    for _ in range(rounds):
+        for n in counts:
+            for name, server in servers.items():
+                result = run_load(server.address, n, seconds, None, f"{name}-closed", server.popen.pid)
+                closed[name].setdefault(n, []).append(result)
+        for pace in PACES:
+            for name, server in servers.items():
+                result = run_load(server.address, 64, seconds, pace, f"{name}-paced", server.popen.pid)
+                paced[name].setdefault(pace, []).append(result)
+    return {
+        name: (
+            {n: _median_result(runs) for n, runs in closed[name].items()},
+            {pace: _median_result(runs) for pace, runs in paced[name].items()},
+        )
+        for name in servers
+    }
 
 
 def main(argv: list[str] | None = None) -> list[BenchRow]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short runs (a smoke check)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per load (medians reported)")
+    parser.add_argument(
+        "--pin-servers", dest="pin", type=lambda cpu: ["taskset", "-c", cpu], default=[], metavar="CPU",
+        help="run both servers on this CPU only (taskset): measures them without cross-core GIL hand-offs",
+    )
     parser.add_argument("--serve-echo", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_echo:
         sys.exit(serve_echo())
-    seconds = 1.0 if args.quick else 4.0
+    seconds = 1.0 if args.quick else 2.0
+    rounds = 1 if args.quick else args.rounds
     storm_seconds = 3.0 if args.quick else 12.0
     counts = [1, 8, 64]
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="bench-coordinator-"))
-    results: dict[str, tuple[dict[int, LoadResult], dict[float, LoadResult]]] = {}
-    echo_cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--serve-echo"]
-    with server_process(echo_cmd, tmp / "echo.log") as echo:
-        results["echo"] = _measure(echo, counts, seconds, "echo")
+    echo_cmd = [*args.pin, sys.executable, str(pathlib.Path(__file__).resolve()), "--serve-echo"]
     coordinator_argv = ["--config", str(_league_config(tmp / "league.yaml", 64)), "--shared-root", str(tmp),
                         "--state", str(tmp / "state-rt.sqlite"), "--port", "0", "--without-learners",
                         "--lease-timeout", "30", "--log-level", "WARNING"]
-    with coordinator_process(coordinator_argv, tmp / "coordinator.log") as coord:
-        results["coordinator"] = _measure(coord, counts, seconds, "coord")
+    with contextlib.ExitStack() as running:
+        servers = {
+            "echo": running.enter_context(server_process(echo_cmd, tmp / "echo.log")),
+            "coordinator": running.enter_context(
+                server_process([*args.pin, *coordinator_command(*coordinator_argv)], tmp / "coordinator.log")
+            ),
+        }
+        results = _measure(servers, counts, seconds, rounds)
     storm_argv = ["--config", str(_league_config(tmp / "storm.yaml", 250)), "--shared-root", str(tmp),
                   "--state", str(tmp / "state-hb.sqlite"), "--port", "0", "--without-learners",
                   "--lease-timeout", "3", "--log-level", "WARNING"]

@@ -234,19 +234,27 @@ def rows_for(work: Workload, sps: dict[str, float], goal_baseline: str, goal_rat
 NOTES = """\
 How to read it: every ratio compares two variants measured in the same run, each taking its best of the
 interleaved rounds. On light envs (CartPole) the cost is not the env but moving steps between processes:
-each message costs a pipe write (which also wakes the process waiting on it) and a read on each side, and
-on these virtual machines a wake-up costs tens of microseconds, so throughput comes from putting many envs
-in one message and keeping both processes busy (one worker, two halves in flight). On heavy envs the cost
-is the env itself, and the figure is bounded by what the two cores give after the parent's share (copying
-each 28 KB observation out of shared memory, building timesteps). Other processes on the machine take cores
-at random moments and hit the two-core variants hardest (a one-core baseline still finds a free core): under
-load the SubprocessEnvManager ratios dropped to half of their quiet-machine values.
+each message costs a pipe write and read on each side, and waking a process that sleeps for it costs tens of
+microseconds on these virtual machines. So the defaults put all envs in one worker, stepped in two halves
+(the worker steps one half while the parent handles the other), and both processes busy-wait on a
+shared-memory doorbell instead of sleeping, backing off as soon as another process wants their CPU. On heavy
+envs the cost is the env itself: one worker per core, each worker's envs in one message; workers busy-wait
+for their next command and the parent sleeps (it shares the CPUs with the workers). The figure is then
+bounded by what two cores give (two bare envs in two processes reach ~1.85x one here) after the parent's
+share (~15 us a step: copying each 28 KB observation out of shared memory, building timesteps) and the
+worker's wait for its next command (~30 us per message). Other processes on the machine take cores at random
+moments and hit the two-core variants hardest (a one-core baseline still finds a free core): under load the
+SubprocessEnvManager ratios drop far below their quiet-machine values.
 """
 
 
 def _describe(config: SubprocessEnvManagerConfig) -> str:
-    workers = config.num_workers or "one per CPU"
-    return f"num_workers={workers}, num_splits={config.num_splits}, wait_num={config.wait_num or 'one split'}"
+    """The settings a manager of NUM_ENVS envs resolves `config` to on this machine."""
+    mgr = SubprocessEnvManager([_GymEnvFactory(_cartpole)] * NUM_ENVS, config)  # sized, not launched
+    return (
+        f"num_workers={mgr.num_workers}, num_splits={mgr.num_splits}, wait_num={mgr.wait_num}, "
+        f"busy-wait up to {mgr.worker_spin_s * 1e6:g} us in workers, {mgr.parent_spin_s * 1e6:g} us in the parent"
+    )
 
 
 def render_markdown(
@@ -258,7 +266,7 @@ def render_markdown(
         f"Command: `{command}`",
         "",
         f"Machine: {machine_line()}. 8 envs in every variant; {rounds} interleaved round(s) of {seconds:g} s per",
-        "variant, best round reported. Shared memory on. SubprocessEnvManager settings:",
+        "variant, best round reported. Shared memory on. SubprocessEnvManager settings (as resolved here):",
         "",
         *[f"- {w.name}: {_describe(w.subprocess_config)}" for w in workloads],
         f"- default config: {_describe(SubprocessEnvManagerConfig())}",
@@ -287,10 +295,12 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
     rounds = args.rounds or (1 if args.quick else 10)
 
     work_size = calibrate_work_size()
-    # Light env: one worker with its 8 envs in two halves, so the parent keeps the other core.
-    light_config = SubprocessEnvManagerConfig(num_workers=1, num_splits=2, wait_num=NUM_ENVS // 2)
-    # Heavy env: the default, one worker per core, `step` returning as soon as one worker answers.
-    heavy_config = SubprocessEnvManagerConfig()
+    # Light env: the defaults (on 2 cores: one worker with its 8 envs in two halves, the parent keeping the
+    # other core, both busy-waiting for messages instead of sleeping).
+    light_config = SubprocessEnvManagerConfig()
+    # Heavy env: one worker per core (then one message per worker and step; workers busy-wait for their
+    # next command, the parent sleeps), `step` returning as soon as one worker answers.
+    heavy_config = SubprocessEnvManagerConfig(num_workers=len(os.sched_getaffinity(0)))
     cartpole = Workload("CartPole", _cartpole, 2, light_config)
     heavy = Workload(f"84x84x4 ({work_size} sines/step)", _HeavyFactory(work_size), 4, heavy_config)
     loads = [f"{os.getloadavg()[0]:.2f} at the start"]

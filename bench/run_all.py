@@ -24,7 +24,9 @@ BENCHMARKS: tuple[tuple[str, str], ...] = (
     ("bench.bench_computation", "ComputationTask.learn"),
     ("bench.bench_checkpoint", "Checkpoint publish + load"),
     ("bench.bench_coordinator", "Coordinator RPC"),
+    ("bench.bench_load", "Load: 200 simulated workers against one coordinator"),
     ("bench.bench_system", "System throughput and learning"),
+    ("bench.bench_league", "Default connect-four league: learning outcome"),
 )
 
 

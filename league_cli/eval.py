@@ -1,5 +1,8 @@
 """`league eval`: play a published checkpoint against an OpenSpiel reference bot and print W/D/L.
 
+With `--run-dir` instead of `--checkpoint` it evaluates a player's snapshots along a `league run` against a
+ladder of bots (league_cli/progression.py): how the player's strength grew over the run.
+
 `add_arguments(parser)` / `main(args) -> int` for league_cli/main.py; the work is in `actor_service.evaluation`
 (imported only when the command runs, so building the `league` parser does not import torch).
 """
@@ -13,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from league_cli.progression import DEFAULT_LADDER  # light: no torch
+
 if TYPE_CHECKING:
     from actor_service.evaluation import EvalResult
     from common.checkpoint_store import CheckpointRef
@@ -21,9 +26,18 @@ SHARED_ROOT_ENV_VAR = "LEAGUE_SHARED_ROOT"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", required=True,
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--checkpoint",
                         help="checkpoint path relative to --shared-root, or an absolute path inside a shared root")
-    parser.add_argument("--opponent", default="random", help="reference bot: random or mcts:N (N simulations)")
+    target.add_argument("--run-dir", type=Path,
+                        help="a `league run` directory: evaluate a player's snapshots along the run (progression)")
+    parser.add_argument("--opponent", default=None,
+                        help="reference bot: random or mcts:N (N simulations); with --run-dir, a comma-separated "
+                             f"ladder (default {','.join(DEFAULT_LADDER)})")
+    parser.add_argument("--player", default=None,
+                        help="with --run-dir: the active player whose snapshots to evaluate (default: the main player)")
+    parser.add_argument("--points", type=int, default=6,
+                        help="with --run-dir: how many of the player's checkpoints, evenly spaced, ending at its latest")
     parser.add_argument("--games", type=int, default=20, help="games to play (seats alternate)")
     parser.add_argument("--config", type=Path, default=None,
                         help="league YAML whose policy and env to use (default: the embedded league)")
@@ -34,6 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.run_dir is not None:
+        return _progression_main(args)
     import torch
 
     from actor_service.evaluation import load_policy, play_against_bot, resolve_checkpoint
@@ -41,6 +57,7 @@ def main(args: argparse.Namespace) -> int:
     from common.envs.registry import make_env
 
     torch.set_num_threads(1)
+    args.opponent = args.opponent or "random"
     if not Path(args.checkpoint).is_absolute() and args.shared_root is None:
         return _refuse(f"--checkpoint {args.checkpoint!r} is relative: give --shared-root (or ${SHARED_ROOT_ENV_VAR})")
     try:
@@ -61,6 +78,75 @@ def main(args: argparse.Namespace) -> int:
     else:
         _print_table(ref, env_name, result)
     return 0
+
+
+def _progression_main(args: argparse.Namespace) -> int:
+    import torch
+    from rich.console import Console
+
+    from actor_service.evaluation import load_policy, play_against_bot
+    from common.checkpoint_store import CheckpointStore
+    from common.envs.openspiel_env import BotSpec
+    from common.envs.registry import make_env
+    from league_cli.progression import (
+        LineagePoint,
+        PointResult,
+        choose_player,
+        evaluate_lineage,
+        last_status,
+        lineage,
+        progression_to_dict,
+    )
+
+    torch.set_num_threads(1)
+    console = Console(stderr=args.json)
+    ladder = tuple(o.strip() for o in (args.opponent or ",".join(DEFAULT_LADDER)).split(",") if o.strip())
+    try:
+        for opponent in ladder:
+            BotSpec.parse(opponent)
+        config = args.config or args.run_dir / "config.yaml"
+        policy, env_name, env_kwargs = _league_policy_and_env(config if config.exists() else None)
+        status = last_status(args.run_dir / "status_history.jsonl")
+        player_id = choose_player(status, args.player)
+        line = lineage(status, player_id, args.points)
+        store = CheckpointStore(args.shared_root or args.run_dir / "shared")
+        env = make_env(env_name, **env_kwargs)
+        try:
+            info = env.info()
+        finally:
+            env.close()
+
+        def play(point: LineagePoint, opponent: str) -> dict[str, Any]:
+            task, _ = load_policy(store, point.checkpoint_path, policy, info, seed=args.seed)
+            return play_against_bot(task, env_name, env_kwargs, opponent, args.games, seed=args.seed).to_dict()
+
+        def progress(result: PointResult, opponent: str) -> None:
+            console.print(f"{result.point.checkpoint_path} ({result.point.agent_steps:,} steps) vs {opponent}: "
+                          f"{result.results[opponent]['win_rate']:.0%}")
+
+        results = evaluate_lineage(line, ladder, play, on_result=progress)
+    except (ValueError, OSError) as err:
+        return _refuse(str(err))
+    report = progression_to_dict(player_id, results, args.games)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        _print_progression(report, ladder)
+    return 0
+
+
+def _print_progression(report: dict[str, Any], ladder: tuple[str, ...]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{report['player_id']}: win rate over {report['games']} games per cell, along the run")
+    for column in ("version", "agent steps", *ladder, "strongest beaten > 50%"):
+        table.add_column(column, justify="left" if column == "version" else "right")
+    for point in report["points"]:
+        kind = "snapshot" if point["snapshot"] else "latest"
+        table.add_row(f"v{point['version']} ({kind})", f"{point['agent_steps']:,}",
+                      *(f"{point['win_rate'][o]:.0%}" for o in ladder), point["strongest_beaten"])
+    Console().print(table)
 
 
 def _league_policy_and_env(config: Path | None) -> tuple[dict[str, Any], str, dict[str, Any]]:

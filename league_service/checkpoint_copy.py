@@ -58,7 +58,7 @@ class SnapshotCopier:
         except CheckpointNotFoundError:
             store.snapshot(src, dst)
             return
-        if existing.sha256 != store.manifest(src).sha256:
+        if existing.digest != store.manifest(src).digest:
             raise FileExistsError(f"snapshot {dst!r} exists and holds other weights than {src!r}")
 
     @staticmethod

@@ -333,6 +333,12 @@ class CoordinatorConfig:
     heartbeat_interval_s: float = 5.0
     # Ready jobs waiting for a worker.
     job_queue_size: int = 64
+    # A collect job is leased at most this many times when its attempts fail (FAILED finish or lease expiry);
+    # once a player's consecutive failed attempts reach it, its jobs wait job_retry_backoff_s, then twice that,
+    # ... up to max_job_retry_backoff_s before they are handed out again (LEASES.md, "Failing jobs").
+    max_job_attempts: int = 3
+    job_retry_backoff_s: float = 5.0
+    max_job_retry_backoff_s: float = 300.0
 
     def __post_init__(self) -> None:
         if self.lease_timeout_s <= 0:
@@ -344,6 +350,13 @@ class CoordinatorConfig:
                 f"got {self.heartbeat_interval_s}",
             )
         _check_at_least(self.job_queue_size, 1, "job_queue_size")
+        _check_at_least(self.max_job_attempts, 1, "max_job_attempts")
+        if not (math.isfinite(self.job_retry_backoff_s) and self.job_retry_backoff_s >= 0):
+            raise ConfigError("job_retry_backoff_s", f"must be a finite number >= 0, got {self.job_retry_backoff_s}")
+        if not (math.isfinite(self.max_job_retry_backoff_s)
+                and self.max_job_retry_backoff_s >= self.job_retry_backoff_s):
+            raise ConfigError("max_job_retry_backoff_s", f"must be finite and >= job_retry_backoff_s "
+                              f"({self.job_retry_backoff_s}), got {self.max_job_retry_backoff_s}")
 
 
 @dataclass(frozen=True)

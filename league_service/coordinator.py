@@ -46,6 +46,7 @@ from league_service.coordinator_messages import (
 from league_service.errors import FailedPreconditionError, InvalidArgumentError
 from league_service.factory import create_league
 from league_service.group_commit import GroupCommitter
+from league_service.job_retries import JobRetryPolicy, PlayerJobFailures
 from league_service.league_errors import NotActivePlayerError
 from league_service.leases import (
     HeartbeatResult,
@@ -98,6 +99,14 @@ class CoordinatorSettings:
         return self.state_path if self.state_path is not None else Path(self.shared_root) / STATE_FILE_NAME
 
 
+def _error_summary(text: str) -> str:
+    """A worker's error in one line: its first line and, for a traceback, its last (the exception raised)."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return lines[0] if lines else ""
+    return f"{lines[0]} [...] {lines[-1].strip()}"
+
+
 def config_digest(cfg: Config) -> str:
     text = json.dumps(config_to_dict(cfg), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -141,6 +150,9 @@ class Coordinator:
         )
         self._active_ids = tuple(p.player_id for p in self._league.active_players)
         self._counters = Counters()
+        coord = cfg.coordinator
+        self._retry = JobRetryPolicy(coord.max_job_attempts, coord.job_retry_backoff_s, coord.max_job_retry_backoff_s)
+        self._job_failures: dict[str, PlayerJobFailures] = {}  # launch player -> its failure books
         self._store = LeagueStore(settings.resolved_state_path, fsync=settings.fsync)
         self._table: LeaseTable[JobSpec] = LeaseTable(
             lease_timeout_s=self.lease_timeout_s,
@@ -245,13 +257,19 @@ class Coordinator:
                 self._expire_locked(now)
                 lease = self._lease_locked(info, now)
                 if lease is not None:
-                    self._commits.wait_durable()
-                    return self._grant(lease)
+                    ticket = self._commits.ticket()
+                    break
                 remaining = give_up - time.monotonic()
                 if remaining <= 0:
                     self._commits.wait_durable()
-                    return NoJob(self._settings.retry_after_s, self._why_no_job(role))
+                    return NoJob(self._settings.retry_after_s, self._why_no_job(role, now))
+                release = self._table.next_release(now) if role is WorkerRole.ACTOR else None
+                if release is not None:  # a held-back job becomes free before the poll ends: look again then
+                    remaining = min(remaining, max(release - now, 0.001))
                 ready.wait(remaining)
+        # Waiting for the grant's commit and building the reply need nothing more of the lock (hot path).
+        self._commits.wait_until(ticket)
+        return self._grant(lease)
 
     def finish_job(self, report: FinishReport) -> FinishAck:
         """Count a job's results exactly once: a retried finish is a duplicate, a late one is refused."""
@@ -270,15 +288,17 @@ class Coordinator:
             if lease.kind is JobKind.LEARN:
                 if report.episodes:
                     raise InvalidArgumentError("episodes", "a learn job has no episodes to report")
-            elif report.status is JobEndStatus.FAILED:
-                self._league.release_job(lease.launch_player)
-            else:
+            elif report.status is not JobEndStatus.FAILED:
                 self._check_episode_players(report, lease.players)
                 counted = self._league.finish_job(JobResult(lease.launch_player, lease.players, report.episodes))
                 league_changed = True
             _, end = self._table.end(lease.job_id, report.status, counted, now)
             if lease.kind is JobKind.LEARN:
                 self._learn_ready.notify()
+            elif report.status is JobEndStatus.FAILED:
+                self._collect_attempt_failed(lease, report.error or "finished FAILED without an error message", now)
+            elif report.status is JobEndStatus.COMPLETED:
+                self._collect_job_completed(lease.launch_player)
             failed = report.status is JobEndStatus.FAILED
             self._counters = self._counters.plus(
                 jobs_finished=0 if failed else 1,
@@ -286,9 +306,10 @@ class Coordinator:
                 episodes=counted,
                 env_steps=0 if failed else report.env_steps,
             )
-            self._persist(ends=(end,), league_state=league_changed)
-            self._commits.wait_durable()
-            return FinishAck(duplicate=False, episodes_counted=counted)
+            self._persist(ends=(end,), league_state=league_changed, waited=True)
+            ticket = self._commits.ticket()
+        self._commits.wait_until(ticket)  # without the lock (hot path): the reply needs nothing more of it
+        return FinishAck(duplicate=False, episodes_counted=counted)
 
     def update_player(self, request: PlayerUpdateRequest) -> UpdateOutcome:
         """A learner's progress for the player it is bound to; the snapshot thread takes it from there."""
@@ -358,6 +379,7 @@ class Coordinator:
                 jobs=tuple(jobs),
                 workers=workers,
                 counters=self._counters,
+                job_failures=tuple(self._job_failures[pid] for pid in sorted(self._job_failures)),
             )
 
     def figures(self) -> LeagueFigures:
@@ -372,6 +394,7 @@ class Coordinator:
             jobs_finished=c.jobs_finished,
             jobs_expired=c.jobs_expired,
             jobs_failed=c.jobs_failed,
+            jobs_given_up=c.jobs_given_up,
             matches=league.matches,
             episodes=c.episodes,
             snapshots=league.snapshots,
@@ -392,7 +415,9 @@ class Coordinator:
 
     def _on_launch(self, spec: JobSpec) -> None:
         with self._lock:
-            self._table.offer(spec.launch_player, spec.players, spec)
+            books = self._job_failures.get(spec.launch_player)
+            self._table.offer(spec.launch_player, spec.players, spec,
+                              not_before=books.held_until if books is not None else 0.0)
             self._collect_ready.notify()
 
     def _on_league_change(self) -> None:
@@ -415,7 +440,7 @@ class Coordinator:
             return None
         if not regrant:
             self._counters = self._counters.plus(jobs_issued=1)
-        self._persist(leases=(lease,))
+        self._persist(leases=(lease,), waited=True)  # get_job waits for it next
         if lease.deadline < self._expiry_at:
             self._expiry_wakeup.notify()
         return lease
@@ -451,15 +476,58 @@ class Coordinator:
         ckpt = self._league.checkpoint_of(player_id)
         return PlayerRef(player.player_id, ckpt.path, ckpt.version, player.is_active)
 
-    def _why_no_job(self, role: WorkerRole) -> str:
+    def _why_no_job(self, role: WorkerRole, now: float) -> str:
         if self._league.failure is not None:
             return f"the league stopped launching jobs: {self._league.failure!r}"
         if role is WorkerRole.LEARNER:
             return "every active player that trains with a learner has one"
         waiting = sum(1 for job in self._table.pending if not self._table.collect_ready(job.launch_player))
+        held = [job for job in self._table.pending if job.not_before > now]
+        if held:
+            players = sorted({job.launch_player for job in held})
+            return (f"no collect job ready ({len(held)} held back after repeated failures of {players}, the next "
+                    f"in {min(job.not_before for job in held) - now:.1f} s)")
         if waiting:
             return f"no collect job ready ({waiting} waiting for their player's learner)"
         return "no collect job ready (every launch slot is in use)"
+
+    def _collect_attempt_failed(self, lease: Lease[JobSpec], error: str, now: float) -> None:
+        """A collect job's attempt failed (FAILED or expired): offer the job again, after the player's backoff,
+        while it has attempts left; else give it up and free its launch slot (the league launches a new job,
+        which waits out the same backoff). Semantics: LEASES.md, "Failing jobs"."""
+        player = lease.launch_player
+        given_up = lease.attempt >= self._retry.max_attempts
+        books = self._job_failures.get(player, PlayerJobFailures(player)).failed(error, now, self._retry, given_up)
+        self._job_failures[player] = books
+        wait = f"; its jobs wait {books.held_until - now:.1f} s" if books.held_until else ""
+        if not given_up and lease.payload is not None:
+            retry = self._table.offer(player, lease.players, lease.payload, attempt=lease.attempt + 1,
+                                      not_before=books.held_until)
+            self._collect_ready.notify()
+            log.warning("collect job %s of %s failed (attempt %d of %d), offered again as %s%s: %s", lease.job_id,
+                        player, lease.attempt, self._retry.max_attempts, retry.job_id, wait,
+                        _error_summary(books.last_error))
+        else:
+            # Given up, or a job restored after a restart (its spec is not stored): the league launches anew.
+            self._league.release_job(player)
+            if given_up:
+                self._counters = self._counters.plus(jobs_given_up=1)
+                log.error("collect job of %s (players %s) failed %d attempts in a row; given up (%d failed attempts "
+                          "of this player since its last completed job%s). Last error: %s", player,
+                          list(lease.players), lease.attempt, books.failures_in_a_row, wait, books.last_error)
+        self._persist(job_failures=(books,))
+
+    def _collect_job_completed(self, player: str) -> None:
+        """A completed job ends its player's failure streak and backoff; held jobs go out at once."""
+        books = self._job_failures.get(player)
+        if books is None or (books.failures_in_a_row == 0 and not books.held_until):
+            return
+        self._job_failures[player] = books.succeeded()
+        if self._table.release_held(player):
+            self._collect_ready.notify_all()
+        log.info("a collect job of %s completed after %d failed attempt(s) in a row", player,
+                 books.failures_in_a_row)
+        self._persist(job_failures=(self._job_failures[player],))
 
     @staticmethod
     def _check_episode_players(report: FinishReport, players: tuple[str, ...]) -> None:
@@ -480,17 +548,19 @@ class Coordinator:
         if not expired:
             return
         ends = []
+        self._counters = self._counters.plus(jobs_expired=len(expired))
         for lease in expired:
-            if lease.kind is JobKind.COLLECT:
-                self._league.release_job(lease.launch_player)
-            else:
-                self._learn_ready.notify()
             end = self._table.ended(lease.job_id)
             assert end is not None
             ends.append(end)
-            log.info("lease of job %s (%s, worker %s) expired", lease.job_id, lease.kind.value, lease.worker_id)
-        self._counters = self._counters.plus(jobs_expired=len(expired))
+        # The ends first: a collect job offered again below is recorded after the lease it replaces ended.
         self._persist(ends=ends)
+        for lease in expired:
+            log.info("lease of job %s (%s, worker %s) expired", lease.job_id, lease.kind.value, lease.worker_id)
+            if lease.kind is JobKind.COLLECT:
+                self._collect_attempt_failed(lease, f"the lease expired (worker {lease.worker_id} went silent)", now)
+            else:
+                self._learn_ready.notify()
 
     def _persist(
         self,
@@ -498,18 +568,23 @@ class Coordinator:
         leases: Iterable[Lease[JobSpec]] = (),
         ends: Iterable[JobEnd] = (),
         workers: Iterable[WorkerInfo] = (),
+        job_failures: Iterable[PlayerJobFailures] = (),
         league_state: bool = False,
+        waited: bool = False,
     ) -> None:
         """Record changes for the next group commit (with the counters, and the league's state when it changed).
 
         Launch slots alone (a job leased, failed or expired) are no reason to write the league state: a restart
-        sets every player's slots from the jobs in flight, not from the stored state.
+        sets every player's slots from the jobs in flight, not from the stored state. `waited`: the caller
+        waits for them next (`wait_durable`, or `wait_until` once it let go of the lock), so no thread is woken.
         """
         self._commits.record(
             leases=leases,
             ends=ends,
             workers=[(info, self._table.last_seen(info.worker_id)) for info in workers],
+            job_failures=job_failures,
             league_state=league_state,
+            waited=waited,
         )
 
     def _snapshot(self, league_state: bool) -> tuple[dict[str, Any] | None, Counters]:
@@ -556,6 +631,7 @@ class Coordinator:
         state["slots_used"] = {pid: self._table.live_collect_jobs(pid) for pid in state["slots_used"]}
         self._league.load_state_dict(state)
         self._counters = stored.counters
+        self._job_failures = {r.player_id: r for r in stored.job_failures if r.player_id in self._active_ids}
         log.info(
             "restored league %s: %d players, %d jobs in flight, %d workers",
             self.league_id, len(self._league.status().players), len(stored.leases), len(stored.workers),

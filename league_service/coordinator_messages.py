@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from league_service.job_retries import PlayerJobFailures
 from league_service.leases import JobEndStatus, JobKind, WorkerRole
 from league_service.messages import EpisodeOutcome, PlayerUpdate
 from league_service.status import LeagueStatus
@@ -117,3 +118,5 @@ class CoordinatorStatus:
     jobs: tuple[JobView, ...]
     workers: tuple[WorkerView, ...]
     counters: Counters
+    # Launch players whose collect jobs failed (since their last completed job, or ever gave one up).
+    job_failures: tuple[PlayerJobFailures, ...] = ()

@@ -3,11 +3,20 @@
 Why: one transaction per request (plus a league-state snapshot per FinishJob) costs more than the request
 itself; with many workers, one transaction for everything that changed since the last commit costs about the
 same as one. Correctness is the usual group-commit argument:
-- changes are recorded under the coordinator's lock, in order; the committer takes all of them *and* the
-  league's state under that lock, so a batch is a state the coordinator really was in;
+- changes are recorded under the coordinator's lock, in order; a commit takes all of them *and* the league's
+  state under that lock, so a batch is a state the coordinator really was in;
 - a request replies only after everything recorded before its reply (not just its own change) is committed, so
   nothing a worker was told can be lost in a crash — e.g. a retried FinishJob answered "duplicate" while the
   original's commit is still in flight waits for that commit.
+
+Who writes (leader/follower): a request that waits for durability writes the batch itself when no commit is
+under way (the leader; it lets go of the lock while SQLite works), and otherwise waits for the commit under
+way and then, if its changes were not in it, leads the next one — which takes everything recorded meanwhile.
+So an uncontended request costs no thread hand-off, and under load one commit serves many requests. Changes
+that nobody waits for (an expiry found by the timer thread, a snapshot) are written by the committer thread,
+which is woken only for those: `record(..., waited=True)` promises a `wait_durable()` (or `wait_until`) right
+after. `wait_until(ticket)` waits without the coordinator's lock: a reply that needs nothing more of the state
+does not queue for the lock again once its commit is done.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from league_service.job_retries import PlayerJobFailures
 from league_service.leases import JobEnd, Lease, WorkerInfo
 from league_service.store import Counters, LeagueStore
 
@@ -32,21 +42,26 @@ class _Batch:
     workers: dict[str, tuple[WorkerInfo, float]] = field(default_factory=dict)
     leases: list[Lease[Any]] = field(default_factory=list)
     ends: list[JobEnd] = field(default_factory=list)
+    job_failures: dict[str, PlayerJobFailures] = field(default_factory=dict)
     league_state: bool = False
 
 
 class GroupCommitter:
-    """Records changes (under `lock`) and commits them on its own thread; `wait_durable` is the reply barrier."""
+    """Records changes (under `lock`); `wait_durable` is the reply barrier and commits as the leader."""
 
     def __init__(self, store: LeagueStore, lock: threading.Lock, snapshot: Snapshot) -> None:
         self._store = store
         self._lock = lock
         self._snapshot = snapshot
-        self._due = threading.Condition(lock)
+        self._due = threading.Condition(lock)  # the committer thread waits here for unattended changes
         self._committed_cond = threading.Condition(lock)
+        # Waiters that hold no lock (`wait_until`) wait here: woken, they need not queue for `lock` again.
+        self._durable = threading.Condition(threading.Lock())
         self._batch = _Batch()
         self._recorded = 0  # changes recorded so far
         self._committed = 0  # changes durable so far
+        self._committing = False  # a commit is writing (with the lock let go)
+        self._unattended = False  # the batch holds changes no request waits for
         self._stopping = False
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
@@ -62,25 +77,69 @@ class GroupCommitter:
         leases: Iterable[Lease[Any]] = (),
         ends: Iterable[JobEnd] = (),
         workers: Iterable[tuple[WorkerInfo, float]] = (),
+        job_failures: Iterable[PlayerJobFailures] = (),
         league_state: bool = False,
+        waited: bool = False,
     ) -> None:
-        """Queue changes for the next commit (hold the lock). Leases before ends keeps each job's order."""
+        """Queue changes for the next commit (hold the lock). Leases before ends keeps each job's order.
+
+        `waited`: the caller waits for these changes right after (`wait_durable`, or `wait_until` with the
+        `ticket` it takes before letting go of the lock), so the committer thread need not be woken for them.
+        """
         batch = self._batch
         for info, last_seen in workers:
             batch.workers[info.worker_id] = (info, last_seen)
         batch.leases.extend(leases)
         batch.ends.extend(ends)
+        for record in job_failures:
+            batch.job_failures[record.player_id] = record
         batch.league_state |= league_state
         self._recorded += 1
-        self._due.notify()
+        if not waited and not self._unattended:
+            self._unattended = True
+            self._due.notify()
 
     def wait_durable(self) -> None:
-        """Block (releasing the lock) until everything recorded so far is committed. Hold the lock."""
+        """Return once everything recorded so far is committed, committing it here when no commit is under
+        way. Hold the lock (it is let go while SQLite writes or while waiting for another commit)."""
         target = self._recorded
         while self._committed < target:
             if self._failure is not None:
                 raise RuntimeError("the coordinator could not write its state") from self._failure
-            self._committed_cond.wait()
+            if self._committing:
+                self._committed_cond.wait()
+                continue
+            try:
+                self._commit_locked()
+            except Exception as exc:
+                raise RuntimeError("the coordinator could not write its state") from exc
+
+    def ticket(self) -> int:
+        """The changes recorded so far (hold the lock), for `wait_until` after the lock is let go."""
+        return self._recorded
+
+    def wait_until(self, ticket: int) -> None:
+        """`wait_durable` for a caller that holds no lock: return once the changes up to `ticket` are committed,
+        committing them here when no commit is under way.
+
+        A reply that needs nothing more of the coordinator's state waits like this, so under load the requests
+        that share a commit do not all queue for the coordinator's lock again just to return.
+        """
+        while True:
+            with self._durable:  # _committing and _committed change under the lock; read here, they may be stale
+                while self._committing and self._committed < ticket and self._failure is None:
+                    self._durable.wait()  # ... but the commit under way notifies here once it is done
+                if self._failure is not None:
+                    raise RuntimeError("the coordinator could not write its state") from self._failure
+                if self._committed >= ticket:
+                    return
+            with self._lock:
+                if self._committed >= ticket or self._committing or self._failure is not None:
+                    continue
+                try:
+                    self._commit_locked()
+                except Exception as exc:
+                    raise RuntimeError("the coordinator could not write its state") from exc
 
     def close(self) -> None:
         """Commit what is recorded, then stop the thread (idempotent)."""
@@ -92,31 +151,51 @@ class GroupCommitter:
             raise RuntimeError("the coordinator could not write its state") from self._failure
 
     def _run(self) -> None:
-        while True:
-            with self._lock:
-                self._due.wait_for(lambda: self._stopping or self._recorded > self._committed)
-                if self._recorded == self._committed:
-                    return  # stopping, nothing left
-                batch, self._batch = self._batch, _Batch()
-                target = self._recorded
-                state, counters = self._snapshot(batch.league_state)
+        """The committer thread: commits changes that no request waits for, and what is left at close."""
+        with self._lock:
+            while True:
+                self._due.wait_for(lambda: not self._committing and (self._stopping or self._unattended))
+                if self._failure is not None:
+                    return
+                if self._recorded > self._committed:
+                    try:
+                        self._commit_locked()
+                    except BaseException:  # recorded in _failure: every waiting and later request raises it
+                        return
+                elif self._stopping:
+                    return
+
+    def _commit_locked(self) -> None:
+        """Commit everything recorded so far (called with the lock held; lets go of it while writing)."""
+        self._committing = True
+        batch, self._batch = self._batch, _Batch()
+        target = self._recorded
+        self._unattended = False
+        try:
+            state, counters = self._snapshot(batch.league_state)
+            self._lock.release()
             try:
-                with self._store.transaction() as tx:
-                    for info, last_seen in batch.workers.values():
-                        tx.put_worker(info, last_seen)
-                    for lease in batch.leases:
-                        tx.put_lease(lease)
-                    for end in batch.ends:
-                        tx.put_end(end)
-                    if state is not None:
-                        tx.put_league_state(state)
-                    tx.put_counters(counters)
-            except BaseException as exc:  # every waiting and later request raises it
-                log.exception("committing the coordinator's state failed")
-                with self._lock:
-                    self._failure = exc
-                    self._committed_cond.notify_all()
-                return
-            with self._lock:
-                self._committed = target
-                self._committed_cond.notify_all()
+                self._write(batch, state, counters)
+            finally:
+                self._lock.acquire()
+            self._committed = target
+        except BaseException as exc:
+            log.exception("committing the coordinator's state failed")
+            self._failure = exc
+            raise
+        finally:
+            self._committing = False
+            self._committed_cond.notify_all()
+            with self._durable:
+                self._durable.notify_all()
+            if self._unattended or self._stopping or self._failure is not None:
+                self._due.notify()
+
+    def _write(self, batch: _Batch, state: dict[str, Any] | None, counters: Counters) -> None:
+        with self._store.transaction() as tx:
+            tx.put_workers(list(batch.workers.values()))
+            tx.put_leases(batch.leases)
+            tx.put_ends(batch.ends)
+            for record in batch.job_failures.values():
+                tx.put_job_failures(record)
+            tx.put_state(state, counters)

@@ -9,6 +9,9 @@ to one actor; learn jobs are created when a learner asks and bind that learner t
 ends exactly once: finished (completed / released / failed) or expired; its id is remembered so a retried
 finish is acknowledged as a duplicate and a late one is refused. The most recent ends are kept in memory (as
 plain tuples the garbage collector skips); older ones are asked of `forgotten_end` (the durable store).
+A collect job whose attempt failed may be offered again (the coordinator decides, job_retries.py): as a new
+pending job with its own id and the next `attempt` number, holding the same launch slot, and not leased before
+its `not_before` time (a failing player's backoff).
 """
 
 from __future__ import annotations
@@ -68,6 +71,8 @@ class Lease(Generic[P]):
     endpoint: str
     # What the league asked for (the coordinator's job spec); None for learn jobs and after a restart.
     payload: P | None = None
+    # Collect jobs: which lease of the job this is (1 = first); a failed attempt may be offered again.
+    attempt: int = 1
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,9 @@ class PendingJob(Generic[P]):
     launch_player: str
     players: tuple[str, ...]
     payload: P | None
+    attempt: int = 1
+    # Not leased before this time (a failing player's backoff); 0: at once.
+    not_before: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -217,20 +225,39 @@ class LeaseTable(Generic[P]):
 
     # ---- jobs --------------------------------------------------------------------------------------------
 
-    def offer(self, launch_player: str, players: tuple[str, ...], payload: P | None) -> PendingJob[P]:
-        """A collect job the league launched; it waits here until an actor asks."""
+    def offer(
+        self, launch_player: str, players: tuple[str, ...], payload: P | None, *, attempt: int = 1,
+        not_before: float = 0.0,
+    ) -> PendingJob[P]:
+        """A collect job the league launched (or a failed one offered again, as a new job id with the next
+        `attempt`); it waits here until an actor asks, and is not leased before `not_before`."""
         if not players or players[0] != launch_player:
             raise ValueError(f"players: must start with the launch player {launch_player!r}, got {players}")
-        job = PendingJob(self._fresh_job_id(), launch_player, tuple(players), payload)
+        if attempt < 1:
+            raise ValueError(f"attempt: must be >= 1, got {attempt}")
+        job = PendingJob(self._fresh_job_id(), launch_player, tuple(players), payload, attempt, not_before)
         self._pending[job.job_id] = job
         return job
 
+    def next_release(self, now: float) -> float | None:
+        """When the earliest held-back pending job whose player is ready may be leased (None: none held)."""
+        held = [p.not_before for p in self._pending.values()
+                if p.not_before > now and self.collect_ready(p.launch_player)]
+        return min(held) if held else None
+
+    def release_held(self, launch_player: str) -> int:
+        """Let the held-back pending jobs of `launch_player` go out at once; returns how many were held."""
+        held = [job for job in self._pending.values() if job.launch_player == launch_player and job.not_before]
+        for job in held:
+            self._pending[job.job_id] = dataclasses.replace(job, not_before=0.0)
+        return len(held)
+
     def lease_collect(self, worker_id: str, now: float) -> Lease[P] | None:
-        """Lease the oldest pending collect job whose player is ready, or None."""
+        """Lease the oldest pending collect job whose player is ready and which is not held back, or None."""
         self._require_role(worker_id, WorkerRole.ACTOR)
         self._touch(worker_id, now)
         for job in self._pending.values():
-            if self.collect_ready(job.launch_player):
+            if job.not_before <= now and self.collect_ready(job.launch_player):
                 del self._pending[job.job_id]
                 binding = self.learner_lease(job.launch_player)
                 return self._grant(
@@ -244,6 +271,7 @@ class LeaseTable(Generic[P]):
                         deadline=now + self.lease_timeout_s,
                         endpoint=binding.endpoint if binding is not None else "",
                         payload=job.payload,
+                        attempt=job.attempt,
                     )
                 )
         return None

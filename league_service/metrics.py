@@ -29,6 +29,7 @@ class LeagueFigures:
     jobs_finished: int
     jobs_expired: int
     jobs_failed: int
+    jobs_given_up: int
     matches: int
     episodes: int
     snapshots: int
@@ -50,6 +51,8 @@ class LeagueCollector(Collector):
         yield _counter("league_jobs_finished", "Jobs finished by their worker (completed or released).", f.jobs_finished)
         yield _counter("league_jobs_expired", "Leases that ran out before their job finished.", f.jobs_expired)
         yield _counter("league_jobs_failed", "Jobs their worker reported as failed.", f.jobs_failed)
+        yield _counter("league_jobs_given_up", "Collect jobs given up after max_job_attempts failed attempts.",
+                       f.jobs_given_up)
         yield _counter("league_matches", "Matches (episodes) counted into the payoff.", f.matches)
         yield _counter("league_episodes", "Episodes accepted from finished jobs.", f.episodes)
         yield _counter("league_snapshots", "Historical players snapshotted from active ones.", f.snapshots)
@@ -68,7 +71,11 @@ def _counter(name: str, doc: str, value: int) -> CounterMetricFamily:
 
 
 class RpcMetricsInterceptor(grpc.ServerInterceptor):
-    """Times every unary-unary call by method and counts calls by method and status code."""
+    """Times every unary-unary call by method and counts calls by method and status code.
+
+    gRPC asks the interceptor for a handler on every call: the wrapped handler of each method is built once and
+    reused (a method's handler never changes), and the OK counter of each method is resolved once.
+    """
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self._latency = Histogram(
@@ -76,15 +83,26 @@ class RpcMetricsInterceptor(grpc.ServerInterceptor):
             registry=registry, buckets=_LATENCY_BUCKETS,
         )
         self._calls = Counter("league_rpc_calls", "Unary RPCs by method and status code.", ["method", "code"], registry=registry)
+        # full method name -> (the handler wrapped, the wrapper)
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
     def intercept_service(self, continuation, handler_call_details):
         handler = continuation(handler_call_details)
         if handler is None or handler.request_streaming or handler.response_streaming:
             return handler
-        method = handler_call_details.method.rsplit("/", 1)[-1]
+        full_name = handler_call_details.method
+        cached = self._wrapped.get(full_name)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapper = self._wrap(full_name.rsplit("/", 1)[-1], handler)
+        self._wrapped[full_name] = (handler, wrapper)
+        return wrapper
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         inner = handler.unary_unary
         latency = self._latency.labels(method)
         calls = self._calls
+        ok = calls.labels(method, grpc.StatusCode.OK.name)
 
         def timed(request, context: grpc.ServicerContext):
             start = time.perf_counter()
@@ -92,7 +110,8 @@ class RpcMetricsInterceptor(grpc.ServerInterceptor):
                 return inner(request, context)
             finally:
                 latency.observe(time.perf_counter() - start)
-                calls.labels(method, (context.code() or grpc.StatusCode.OK).name).inc()
+                code = context.code()
+                (ok if code is None or code is grpc.StatusCode.OK else calls.labels(method, code.name)).inc()
 
         return grpc.unary_unary_rpc_method_handler(
             timed,

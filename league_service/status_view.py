@@ -46,7 +46,7 @@ def _header(status: league_pb2.LeagueStatus) -> Text:
     text.append(f"  ({status.league_type})  up {_duration(status.uptime_s)}\n")
     text.append(
         f"jobs issued {c.jobs_issued}  finished {c.jobs_finished}  expired {c.jobs_expired}  "
-        f"failed {c.jobs_failed}  |  matches {c.matches}  snapshots {c.snapshots}  mutations {c.mutations}  "
+        f"failed {c.jobs_failed}  given up {c.jobs_given_up}  |  matches {c.matches}  snapshots {c.snapshots}  mutations {c.mutations}  "
         f"env steps {c.env_steps:,}"
     )
     return text
@@ -64,6 +64,18 @@ def _players(status: league_pb2.LeagueStatus) -> list[Table]:
                f"{p.slots_used}/{p.slots_limit}", p.learner_worker_id or "-"]
         table.add_row(*row, *([f"{p.mean_return:.2f}", str(p.episodes)] if solo else []))
     tables = [table]
+    failing = [p for p in active if p.failed_attempts_in_a_row or p.jobs_given_up]
+    if failing:
+        table = Table(title="failing jobs (LEASES.md: failing jobs)", title_justify="left")
+        for name in ("player", "failed in a row", "given up", "held for", "last error"):
+            table.add_column(name, no_wrap=True, overflow="ellipsis",
+                             **({"max_width": 60} if name == "last error" else {}))
+        for p in failing:
+            held = p.jobs_held_until - status.now
+            table.add_row(p.player_id, str(p.failed_attempts_in_a_row), str(p.jobs_given_up),
+                          _duration(held) if held > 0 else "-",
+                          p.last_job_error.strip().splitlines()[-1] if p.last_job_error.strip() else "-")
+        tables.append(table)
     if historical:
         table = _table(f"historical players ({len(historical)})", historical,
                        ["parent", "steps", "checkpoint", "elo", "trueskill"])

@@ -18,12 +18,15 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, fields, replace
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from league_service.job_retries import PlayerJobFailures
 from league_service.leases import JobEnd, JobEndStatus, JobKind, Lease, WorkerInfo, WorkerRole
+
+T = TypeVar("T")
 
 SCHEMA_VERSION = 1
 CHECKPOINT_EVERY = 500
@@ -39,6 +42,10 @@ CREATE TABLE IF NOT EXISTS jobs (
 -- A rowid table on purpose: rowid order is commit order, which `load` uses to keep the latest ends.
 CREATE TABLE IF NOT EXISTS ended_jobs (
     job_id TEXT PRIMARY KEY, status TEXT NOT NULL, episodes_counted INTEGER NOT NULL, ended_at REAL NOT NULL);
+-- Failing collect jobs, per launch player (job_retries.PlayerJobFailures): the backoff survives a restart.
+CREATE TABLE IF NOT EXISTS job_failures (
+    player_id TEXT PRIMARY KEY, failures_in_a_row INTEGER NOT NULL, jobs_given_up INTEGER NOT NULL,
+    last_error TEXT NOT NULL, last_failure_at REAL NOT NULL, held_until REAL NOT NULL) WITHOUT ROWID;
 """
 
 
@@ -50,17 +57,26 @@ class Counters:
     jobs_finished: int = 0
     jobs_expired: int = 0
     jobs_failed: int = 0
+    # Collect jobs whose every attempt failed (job_retries.py); their attempts are counted above too.
+    jobs_given_up: int = 0
     episodes: int = 0
     env_steps: int = 0
 
     def plus(self, **deltas: int) -> Counters:
-        return replace(self, **{name: getattr(self, name) + delta for name, delta in deltas.items()})
+        """These counters with `deltas` added (a few per request: kept cheaper than dataclasses.replace)."""
+        unknown = deltas.keys() - _COUNTER_NAMES
+        if unknown:
+            raise TypeError(f"Counters has no {sorted(unknown)}")
+        return Counters(*[getattr(self, name) + deltas.get(name, 0) for name in _COUNTER_NAMES])
 
     @staticmethod
     def from_json(text: str) -> Counters:
         data = json.loads(text)
         known = {f.name for f in fields(Counters)}
         return Counters(**{k: int(v) for k, v in data.items() if k in known})
+
+
+_COUNTER_NAMES = tuple(f.name for f in fields(Counters))
 
 
 @dataclass(frozen=True)
@@ -73,51 +89,93 @@ class StoredState:
     leases: tuple[Lease[Any], ...]
     # The most recent ends, oldest first (older ones: `LeagueStore.ended`).
     ended: tuple[JobEnd, ...]
+    job_failures: tuple[PlayerJobFailures, ...] = ()
 
 
 class StoreWriter:
-    """The changes of one transaction; only valid inside `LeagueStore.transaction()`."""
+    """The changes of one transaction; only valid inside `LeagueStore.transaction()`.
+
+    The plural methods write a whole batch in one statement per table (multi-row VALUES): every statement is a
+    round trip into SQLite that lets go of the GIL, and a group commit holds many changes.
+    """
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
 
     def put_worker(self, info: WorkerInfo, last_seen: float) -> None:
-        self._conn.execute(
-            "INSERT OR REPLACE INTO workers VALUES (?, ?, ?, ?, ?, ?)",
-            (info.worker_id, info.role.value, info.hostname, info.data_endpoint, info.registered_at, last_seen),
+        self.put_workers([(info, last_seen)])
+
+    def put_workers(self, workers: Sequence[tuple[WorkerInfo, float]]) -> None:
+        self._insert(
+            "INSERT OR REPLACE INTO workers VALUES",
+            [(i.worker_id, i.role.value, i.hostname, i.data_endpoint, i.registered_at, seen) for i, seen in workers],
         )
 
     def put_lease(self, lease: Lease[Any]) -> None:
-        """Record a job in flight. Deadlines are not stored: a restart grants every lease a fresh one."""
-        self._conn.execute(
-            "INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (
-                lease.job_id,
-                lease.kind.value,
-                lease.launch_player,
-                json.dumps(list(lease.players)),
-                lease.worker_id,
-                lease.issued_at,
-                lease.endpoint,
-            ),
+        self.put_leases([lease])
+
+    def put_leases(self, leases: Sequence[Lease[Any]]) -> None:
+        """Record jobs in flight. Deadlines are not stored: a restart grants every lease a fresh one."""
+        self._insert(
+            "INSERT OR REPLACE INTO jobs VALUES",
+            [
+                (lease.job_id, lease.kind.value, lease.launch_player, json.dumps(list(lease.players)),
+                 lease.worker_id, lease.issued_at, lease.endpoint)
+                for lease in leases
+            ],
         )
 
     def put_end(self, end: JobEnd) -> None:
-        """A job ended: it leaves the in-flight table and its id is remembered."""
-        self._conn.execute("DELETE FROM jobs WHERE job_id = ?", (end.job_id,))
+        self.put_ends([end])
+
+    def put_ends(self, ends: Sequence[JobEnd]) -> None:
+        """Jobs ended: they leave the in-flight table and their ids are remembered (in this order)."""
+        for chunk in _chunks(ends):
+            self._conn.execute(
+                f"DELETE FROM jobs WHERE job_id IN ({', '.join('?' * len(chunk))})", [e.job_id for e in chunk]
+            )
+        self._insert(
+            "INSERT INTO ended_jobs VALUES",
+            [(e.job_id, e.status.value, e.episodes_counted, e.ended_at) for e in ends],
+        )
+
+    def put_job_failures(self, record: PlayerJobFailures) -> None:
         self._conn.execute(
-            "INSERT INTO ended_jobs VALUES (?, ?, ?, ?)",
-            (end.job_id, end.status.value, end.episodes_counted, end.ended_at),
+            "INSERT OR REPLACE INTO job_failures VALUES (?, ?, ?, ?, ?, ?)",
+            (record.player_id, record.failures_in_a_row, record.jobs_given_up, record.last_error,
+             record.last_failure_at, record.held_until),
         )
 
     def put_league_state(self, state: dict[str, Any]) -> None:
-        self._put_meta("league_state", json.dumps(state, separators=(",", ":"), allow_nan=False))
+        self.put_state(state, None)
 
     def put_counters(self, counters: Counters) -> None:
-        self._put_meta("counters", json.dumps(vars(counters)))
+        self.put_state(None, counters)
 
-    def _put_meta(self, key: str, value: str) -> None:
-        self._conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+    def put_state(self, state: dict[str, Any] | None, counters: Counters | None) -> None:
+        """The league state and/or the counters (None: unchanged), in one statement."""
+        rows = []
+        if state is not None:
+            rows.append(("league_state", json.dumps(state, separators=(",", ":"), allow_nan=False)))
+        if counters is not None:
+            rows.append(("counters", json.dumps(vars(counters))))
+        self._insert("INSERT OR REPLACE INTO meta VALUES", rows)
+
+    def _insert(self, head: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        """`head` (an INSERT ... VALUES) with `rows`, a few hundred rows per statement."""
+        if not rows:
+            return
+        one = f"({', '.join('?' * len(rows[0]))})"
+        for chunk in _chunks(rows):
+            self._conn.execute(f"{head} {', '.join([one] * len(chunk))}", [v for row in chunk for v in row])
+
+
+_CHUNK_ROWS = 200  # rows per statement: well below SQLite's bound-parameter limit with 7 columns
+
+
+def _chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), _CHUNK_ROWS):
+        yield items[start:start + _CHUNK_ROWS]
 
 
 class LeagueStore:
@@ -205,6 +263,9 @@ class LeagueStore:
                 "SELECT * FROM ended_jobs ORDER BY rowid DESC LIMIT ?", (recent_ends,)
             ).fetchall()
             ended = tuple(JobEnd(job_id, JobEndStatus(status), count, at) for job_id, status, count, at in reversed(rows))
+            job_failures = tuple(
+                PlayerJobFailures(*row) for row in self._conn.execute("SELECT * FROM job_failures ORDER BY player_id")
+            )
             return StoredState(
                 created_at=float(created_at),
                 config_digest=self._meta("config_digest") or "",
@@ -213,6 +274,7 @@ class LeagueStore:
                 workers=workers,
                 leases=leases,
                 ended=ended,
+                job_failures=job_failures,
             )
 
     def ended(self, job_id: str) -> JobEnd | None:

@@ -23,6 +23,7 @@ from league_service.coordinator_messages import (
     Registration,
 )
 from league_service.errors import InvalidArgumentError
+from league_service.job_retries import PlayerJobFailures
 from league_service.leases import HeartbeatResult, JobEndStatus, JobKind, WorkerRole
 from league_service.messages import EpisodeOutcome, Outcome, PlayerOutcome, PlayerUpdate, UpdateOutcome
 
@@ -119,30 +120,37 @@ def parse_finish(req: league_pb2.FinishJobRequest) -> FinishReport:
         worker_id=require_id(req.worker_id, "worker_id"),
         job_id=require_id(req.job_id, "job_id"),
         status=status,
-        episodes=tuple(_parse_episode(ep, f"episodes[{i}]") for i, ep in enumerate(req.episodes)),
+        episodes=tuple(_parse_episode(ep, i) for i, ep in enumerate(req.episodes)),
         env_steps=require_count(req.env_steps, "env_steps"),
         agent_steps=require_count(req.agent_steps, "agent_steps"),
         error=req.error[:4096],
     )
 
 
-def _parse_episode(ep: league_pb2.EpisodeResult, field: str) -> EpisodeOutcome:
-    if not ep.players:
-        raise InvalidArgumentError(f"{field}.players", "must name every player of the match")
+def _is_id(value: str) -> bool:
+    return bool(value) and len(value) <= MAX_ID_CHARS and value.isprintable()
+
+
+def _parse_episode(ep: league_pb2.EpisodeResult, i: int) -> EpisodeOutcome:
+    """episodes[i]; field names are spelled out only for an error (this runs for every episode reported)."""
+    players = ep.players
+    if not players:
+        raise InvalidArgumentError(f"episodes[{i}].players", "must name every player of the match")
     outcomes = []
-    for j, po in enumerate(ep.players):
-        at = f"{field}.players[{j}]"
+    for j, po in enumerate(players):
         outcome = _OUTCOMES.get(po.outcome)
         if outcome is None:
-            raise InvalidArgumentError(f"{at}.outcome", f"unknown outcome {po.outcome}")
-        outcomes.append(
-            PlayerOutcome(
-                require_id(po.player_id, f"{at}.player_id"),
-                outcome,
-                require_finite(po.episode_return, f"{at}.episode_return"),
-            )
-        )
-    return EpisodeOutcome(tuple(outcomes), require_count(ep.length, f"{field}.length"))
+            raise InvalidArgumentError(f"episodes[{i}].players[{j}].outcome", f"unknown outcome {po.outcome}")
+        player_id, episode_return = po.player_id, po.episode_return
+        if not _is_id(player_id):
+            require_id(player_id, f"episodes[{i}].players[{j}].player_id")
+        if not math.isfinite(episode_return):
+            require_finite(episode_return, f"episodes[{i}].players[{j}].episode_return")
+        outcomes.append(PlayerOutcome(player_id, outcome, episode_return))
+    length = ep.length
+    if length < 0:
+        require_count(length, f"episodes[{i}].length")
+    return EpisodeOutcome(tuple(outcomes), length)
 
 
 def parse_update(req: league_pb2.UpdatePlayerRequest) -> PlayerUpdateRequest:
@@ -168,26 +176,37 @@ def to_struct(data: dict[str, Any]) -> struct_pb2.Struct:
     return struct
 
 
-class _ConfigStructs:
-    """Structs of the config's sections (policy, learner), built once: they go into every job unchanged.
+class _JobTemplates:
+    """A serialized Job holding the config's sections (policy, learner_kwargs), built once per config: they go
+    into every job unchanged, and parsing these bytes into a reply is several times cheaper than copying the
+    sections' Structs into it (the most expensive part of a GetJob reply otherwise).
 
-    Keyed by the dict's identity and holding the dict, so an entry can never answer for another dict.
+    Keyed by the dicts' identity and holding the dicts, so an entry can never answer for other dicts. The
+    per-job Struct fields are present (empty) in the template, as a reply built field by field has them.
     """
 
     def __init__(self) -> None:
-        self._built: dict[int, tuple[dict[str, Any], struct_pb2.Struct]] = {}
+        self._built: dict[tuple[int, int], tuple[dict[str, Any], dict[str, Any], bytes]] = {}
 
-    def __call__(self, data: dict[str, Any]) -> struct_pb2.Struct:
-        entry = self._built.get(id(data))
-        if entry is None or entry[0] is not data:
-            entry = (data, to_struct(data))
+    def __call__(self, policy: dict[str, Any], learner_kwargs: dict[str, Any]) -> bytes:
+        key = (id(policy), id(learner_kwargs))
+        entry = self._built.get(key)
+        if entry is None or entry[0] is not policy or entry[1] is not learner_kwargs:
+            template = league_pb2.Job(
+                env_kwargs=struct_pb2.Struct(),
+                forward_kwargs=struct_pb2.Struct(),
+                adder_kwargs=struct_pb2.Struct(),
+                policy=to_struct(policy),
+                learner_kwargs=to_struct(learner_kwargs),
+            )
+            entry = (policy, learner_kwargs, template.SerializeToString())
             if len(self._built) > 64:  # configs are few; this only guards against a caller passing fresh dicts
                 self._built.clear()
-            self._built[id(data)] = entry
-        return entry[1]
+            self._built[key] = entry
+        return entry[2]
 
 
-_config_struct = _ConfigStructs()
+_job_template = _JobTemplates()
 
 
 def registration_reply(r: Registration) -> league_pb2.RegisterWorkerResponse:
@@ -206,36 +225,42 @@ def heartbeat_reply(r: HeartbeatResult) -> league_pb2.HeartbeatResponse:
 def get_job_reply(result: JobGrant | NoJob) -> league_pb2.GetJobResponse:
     if isinstance(result, NoJob):
         return league_pb2.GetJobResponse(retry_after_s=result.retry_after_s, reason=result.reason)
-    return league_pb2.GetJobResponse(job=job_to_proto(result))
+    reply = league_pb2.GetJobResponse()
+    _fill_job(reply.job, result)  # in place: a Job built apart would be copied into the reply once more
+    return reply
 
 
 def job_to_proto(g: JobGrant) -> league_pb2.Job:
-    return league_pb2.Job(
-        job_id=g.job_id,
-        kind=_KIND_TO_PROTO[g.kind],
-        launch_player=g.launch_player,
-        players=[
-            league_pb2.PlayerRef(
-                player_id=p.player_id,
-                checkpoint_path=p.checkpoint_path,
-                checkpoint_version=p.checkpoint_version,
-                active=p.active,
-            )
-            for p in g.players
-        ],
-        env_name=g.env_name,
-        env_kwargs=to_struct(g.env_kwargs),
-        env_num=g.env_num,
-        episode_num=g.episode_num,
-        env_steps=g.env_steps,
-        forward_kwargs=to_struct(g.forward_kwargs),
-        adder_kwargs=to_struct(g.adder_kwargs),
-        learner_endpoint=g.learner_endpoint,
-        lease_deadline=g.lease_deadline,
-        lease_timeout_s=g.lease_timeout_s,
-        policy=_config_struct(g.policy),
-        learner_kwargs=_config_struct(g.learner_kwargs),
-    )
+    job = league_pb2.Job()
+    _fill_job(job, g)
+    return job
+
+
+def _fill_job(job: league_pb2.Job, g: JobGrant) -> None:
+    job.MergeFromString(_job_template(g.policy, g.learner_kwargs))
+    job.job_id = g.job_id
+    job.kind = _KIND_TO_PROTO[g.kind]
+    job.launch_player = g.launch_player
+    for p in g.players:
+        job.players.add(
+            player_id=p.player_id,
+            checkpoint_path=p.checkpoint_path,
+            checkpoint_version=p.checkpoint_version,
+            active=p.active,
+        )
+    job.env_name = g.env_name
+    if g.env_kwargs:
+        job.env_kwargs.update(g.env_kwargs)
+    job.env_num = g.env_num
+    job.episode_num = g.episode_num
+    job.env_steps = g.env_steps
+    if g.forward_kwargs:
+        job.forward_kwargs.update(g.forward_kwargs)
+    if g.adder_kwargs:
+        job.adder_kwargs.update(g.adder_kwargs)
+    job.learner_endpoint = g.learner_endpoint
+    job.lease_deadline = g.lease_deadline
+    job.lease_timeout_s = g.lease_timeout_s
 
 
 def finish_reply(ack: FinishAck) -> league_pb2.FinishJobResponse:
@@ -252,6 +277,8 @@ def update_reply(outcome: UpdateOutcome) -> league_pb2.UpdatePlayerResponse:
 
 def status_reply(s: CoordinatorStatus) -> league_pb2.LeagueStatus:
     league = s.league
+    failures = {f.player_id: f for f in s.job_failures}
+    no_failures = PlayerJobFailures("")
     return league_pb2.LeagueStatus(
         league_id=league.league_id,
         league_type=league.league_type,
@@ -278,6 +305,10 @@ def status_reply(s: CoordinatorStatus) -> league_pb2.LeagueStatus:
                 mutations=p.mutations,
                 mean_return=p.mean_return,
                 episodes=p.episodes,
+                failed_attempts_in_a_row=failures.get(p.player_id, no_failures).failures_in_a_row,
+                jobs_given_up=failures.get(p.player_id, no_failures).jobs_given_up,
+                jobs_held_until=failures.get(p.player_id, no_failures).held_until,
+                last_job_error=failures.get(p.player_id, no_failures).last_error,
             )
             for p in league.players
         ],
@@ -321,5 +352,6 @@ def status_reply(s: CoordinatorStatus) -> league_pb2.LeagueStatus:
             snapshots=league.counters.snapshots,
             mutations=league.counters.mutations,
             env_steps=s.counters.env_steps,
+            jobs_given_up=s.counters.jobs_given_up,
         ),
     )

@@ -234,8 +234,10 @@ class Learner:
             trainer = build_trainer(spec, config, start.progress, seed=seed, device=self.settings.device,
                                     weights=start.weights, version=version)
             trainer.restore_algorithm_updates(start.algorithm_updates)
+            if start.published is not None:  # the player's own latest version: resume its optimizer state too
+                trainer.resume_training_state(publisher.store, start.published)
             if start.published is None:
-                publisher.publish(trainer)
+                publisher.try_publish(trainer)  # a full disk is logged; the session retries on a backoff
             log.info("%s: starting from %s at version %d (%d agent steps, %d train iterations)", job.player_id,
                      start.source, trainer.version, start.progress.agent_steps, start.progress.train_iteration)
         context = SessionContext(self.client, self.plane, Path(self.settings.shared_root), self.settings.device,

@@ -6,18 +6,26 @@ wins; a tie goes to the store (its weights exist). The counters (agent steps, tr
 highest any source knows, so they never go back. When the winner is not already the store's latest version of
 this player (a fresh start, a reset), it is published at once, numbered above everything published before,
 so actors always find the weights the learner trains.
+
+Storage failures (a full shared filesystem, a quota, an I/O error) do not stop training: `try_publish` logs a
+clear error and returns None; the store leaves nothing of the failed version visible (no torn file, no
+manifest naming a missing one, no temp file), and while publishing fails it is retried on a backoff
+(1 s doubling to 30 s) instead of at every scheduled iteration, so a full disk is not hammered. The first
+publish that works again is logged and numbered above everything before it.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from common.checkpoint_store import CheckpointError, CheckpointRef, CheckpointStore
+from common.checkpoint_store import CheckpointError, CheckpointRef, CheckpointStore, CorruptCheckpointError
 from learner_service.trainer import Progress, Trainer
 
 log = logging.getLogger(__name__)
@@ -25,6 +33,34 @@ log = logging.getLogger(__name__)
 META_AGENT_STEPS = "agent_steps"
 META_TRAIN_ITERATION = "train_iteration"
 META_ALGORITHM_UPDATES = "algorithm_updates"
+
+RETRY_FIRST_S = 1.0
+RETRY_MAX_S = 30.0
+
+
+class PublishError(Exception):
+    """Publishing failed for lack of storage (disk full, quota, I/O error); nothing was published."""
+
+    def __init__(self, message: str, cause: OSError) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+    @property
+    def disk_full(self) -> bool:
+        return self.cause.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def storage_error(err: BaseException) -> OSError | None:
+    """The OSError behind ``err``, if any: torch.save reports a failed write of its file object as a
+    RuntimeError whose context is the OSError, so the chain is followed."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        if isinstance(current, OSError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 @dataclass(frozen=True)
@@ -49,13 +85,20 @@ def _meta_int(metadata: Mapping[str, Any], key: str) -> int:
 class CheckpointPublisher:
     """Publishes one player's versions (the player's only writer while the learner holds its learn job)."""
 
-    def __init__(self, store: CheckpointStore, player_id: str, worker_id: str) -> None:
+    def __init__(
+        self, store: CheckpointStore, player_id: str, worker_id: str, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.store = store
         self.player_id = player_id
         self.worker_id = worker_id
         latest = store.latest(player_id)
         self.last: CheckpointRef | None = latest
         """The newest version in the store (ours or a previous learner's)."""
+        self.failures = 0
+        """Publishes that failed in a row (0: the last one worked)."""
+        self.last_error: PublishError | None = None
+        self._clock = clock
+        self._retry_at = 0.0
 
     @property
     def last_version(self) -> int:
@@ -65,7 +108,19 @@ class CheckpointPublisher:
         """A version number >= ``at_least`` and above every published one."""
         return max(at_least, self.last_version + 1)
 
+    @property
+    def failing(self) -> bool:
+        """The last publish failed (the store's latest is older than what the trainer holds)."""
+        return self.failures > 0
+
+    def due(self, train_iteration: int, publish_every: int) -> bool:
+        """Whether to publish after ``train_iteration``: on schedule, or while failing once the backoff passed."""
+        if self.failing:
+            return self._clock() >= self._retry_at
+        return train_iteration % publish_every == 0
+
     def publish(self, trainer: Trainer) -> CheckpointRef:
+        """Publish the trainer's weights as its version; raises `PublishError` when storage fails."""
         metadata = {
             META_AGENT_STEPS: trainer.progress.agent_steps,
             META_TRAIN_ITERATION: trainer.progress.train_iteration,
@@ -73,9 +128,37 @@ class CheckpointPublisher:
             "worker_id": self.worker_id,
             "algorithm": trainer.spec.policy.algorithm,
         }
-        ref = trainer.task.publish(self.store, self.player_id, metadata)
+        try:
+            ref = trainer.publish(self.store, self.player_id, metadata)  # weights + training state
+        except Exception as err:
+            cause = storage_error(err)
+            if cause is None:
+                raise
+            self.failures += 1
+            self._retry_at = self._clock() + min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** (self.failures - 1))
+            where = self.store.root.root
+            self.last_error = PublishError(
+                f"{self.player_id}: publishing version {trainer.version} under {where} failed: {cause}", cause
+            )
+            raise self.last_error from err
+        if self.failing:
+            log.warning("%s: publishing works again: version %d published after %d failed attempt(s)",
+                        self.player_id, ref.version, self.failures)
+        self.failures = 0
+        self.last_error = None
         self.last = ref
         return ref
+
+    def try_publish(self, trainer: Trainer) -> CheckpointRef | None:
+        """`publish`, but a storage failure is logged (an ERROR line) and gives None: training goes on."""
+        try:
+            return self.publish(trainer)
+        except PublishError as err:
+            delay = max(0.0, self._retry_at - self._clock())
+            log.error("%s; nothing of it is visible, actors keep version %s; training goes on, next attempt in "
+                      "%.0f s (%d failed in a row)%s", err, self.last_version if self.last else "none", delay,
+                      self.failures, " - the shared filesystem is full" if err.disk_full else "")
+            return None
 
     # ---- where to start -------------------------------------------------------------------------------
     def choose_start(self, job_path: str, job_version: int, league_progress: Progress) -> StartPoint:
@@ -91,7 +174,16 @@ class CheckpointPublisher:
             latest_is_own = self.last is not None and self.last.version == own.version
             return StartPoint(own.version, own_weights, own.path, progress, updates, own if latest_is_own else None)
         if job_path:
-            weights = self.store.load(job_path).tensors
+            try:
+                weights = self.store.load(job_path).tensors
+            except CorruptCheckpointError as err:
+                if own is None:
+                    raise
+                # A tampered or corrupt file is never loaded: the newest own version that verifies is the
+                # best left; it is republished above the league's version, so nothing goes back.
+                log.error("%s: the league's checkpoint cannot be used (%s); resuming from %s instead", job_path,
+                          err, own.path)
+                return StartPoint(max(own.version, job_version + 1), own_weights, own.path, progress, updates, None)
             return StartPoint(job_version, weights, job_path, progress, 0, None)
         return StartPoint(job_version, None, "fresh", progress, 0, None)
 

@@ -160,7 +160,8 @@ class LearnSession:
             if self._context.stopping():
                 self.end(SessionEnd.STOPPED)
             else:
-                self._report(self._current_ref())
+                if self.publisher.last is not None and not self.publisher.failing:  # else the first publish reports
+                    self._report(self.publisher.last)
                 self._train_until_ended()
         except BindingLost as err:
             log.warning("%s: %s", self.job.player_id, err)
@@ -186,8 +187,9 @@ class LearnSession:
                 self.telemetry.observe(chunk, self.trainer.version)
                 self.trainer.add(chunk)
                 self._train_ready(publish=False)
-            ref = self._publish() if self.trainer.version > self.publisher.last_version else self._current_ref()
-            self._report(ref)
+            ref = self._publish() if self.trainer.version > self.publisher.last_version else None
+            if ref is not None or not self.publisher.failing:  # a failed final publish leaves the league's view
+                self._report(ref or self._current_ref())
         except BindingLost as err:
             log.warning("%s: final report refused (%s); releasing anyway", self.job.player_id, err)
         finally:
@@ -216,8 +218,10 @@ class LearnSession:
                 self._roll_back(report)
                 continue
             scalars = self.telemetry.iteration(report, self.trainer.progress, self.trainer.buffered_samples)
-            if publish and report.train_iteration % self.config.publish_every == 0:
-                self._report(self._publish())
+            if publish and self.publisher.due(report.train_iteration, self.config.publish_every):
+                ref = self._publish()
+                if ref is not None:  # else storage failed (logged); the publisher retries on a backoff
+                    self._report(ref)
             self._log_progress(scalars)
             if publish and self._ended.is_set():
                 return
@@ -251,9 +255,11 @@ class LearnSession:
         self.rollbacks += 1
 
     # ---- reporting and resets -------------------------------------------------------------------------
-    def _publish(self) -> CheckpointRef:
-        ref = self.publisher.publish(self.trainer)
-        self._context.on_published(self.job.player_id, ref)
+    def _publish(self) -> CheckpointRef | None:
+        """Publish the trainer's weights; None when storage failed (a full disk: logged, training goes on)."""
+        ref = self.publisher.try_publish(self.trainer)
+        if ref is not None:
+            self._context.on_published(self.job.player_id, ref)
         return ref
 
     def _current_ref(self) -> CheckpointRef:
@@ -268,10 +274,12 @@ class LearnSession:
             if reply is None or not reply.mutated:
                 return
             ref = self.apply_reset(reply.reset_checkpoint_path, reply.reset_checkpoint_version)
+            if ref is None:  # not published (storage failed): the league keeps naming the reset checkpoint
+                return
         log.error("%s: the league reset the player %d times in a row; carrying on", self.job.player_id,
                   MAX_RESETS_PER_REPORT)
 
-    def apply_reset(self, path: str, version: int) -> CheckpointRef:
+    def apply_reset(self, path: str, version: int) -> CheckpointRef | None:
         """Continue from the league's reset checkpoint (``""``: the seeded fresh initialisation) with a fresh
         optimizer and empty buffers, numbered at least ``version`` and above everything published; publish it."""
         weights = self.publisher.load_reset(path)
@@ -282,5 +290,5 @@ class LearnSession:
         )
         ref = self._publish()
         log.info("%s was reset by the league to %s: continuing at version %d", self.job.player_id,
-                 path or "a fresh initialisation", ref.version)
+                 path or "a fresh initialisation", new_version)
         return ref

@@ -5,6 +5,9 @@ Per train iteration (x axis: the player's agent steps): the algorithm's statisti
 from the pushed rewards per env row across a job's chunks, samples per second received (``throughput/...``),
 staleness of the data (``staleness/...`` = learner version - the policy_version it was collected with), and
 the learner's version, iteration and buffered samples.
+
+The event files live on the shared filesystem, which can fill up: a failed write is logged (an ERROR line),
+the writer is dropped and a new one opened after `REOPEN_AFTER_S`; training never stops for its telemetry.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from learner_service.chunks import PreparedChunk
 from learner_service.trainer import IterationReport, Progress
 
 log = logging.getLogger(__name__)
+
+REOPEN_AFTER_S = 30.0
 
 
 @dataclass
@@ -85,12 +90,13 @@ class Telemetry:
 
     def __init__(self, log_dir: Path | None, clock: Callable[[], float] = time.monotonic) -> None:
         self._writer = None
-        if log_dir is not None:
-            from torch.utils.tensorboard import SummaryWriter  # imported late: it is slow to import
-
-            log_dir.mkdir(parents=True, exist_ok=True)
-            self._writer = SummaryWriter(log_dir=str(log_dir), flush_secs=10)
+        self._log_dir = log_dir
         self._clock = clock
+        self._reopen_at: float | None = None
+        """While the writer is dropped after a failed write: when to open a new one."""
+        self.write_failures = 0
+        if log_dir is not None:
+            self._open()
         self._since = clock()
         self._window = _Window()
         self._episodes = EpisodeTracker()
@@ -126,17 +132,52 @@ class Telemetry:
         if window.returns:
             scalars["episode/return_mean"] = float(np.mean(window.returns))
             scalars["episode/count"] = float(len(window.returns))
+        if self._writer is None and self._reopen_at is not None and now >= self._reopen_at:
+            self._open()
         if self._writer is not None:
-            for tag, value in scalars.items():
-                self._writer.add_scalar(tag, value, global_step=progress.agent_steps)
+            try:
+                for tag, value in scalars.items():
+                    self._writer.add_scalar(tag, value, global_step=progress.agent_steps)
+            except OSError as err:
+                self._failed(err)
         self.last = scalars
         return scalars
 
     def flush(self) -> None:
         if self._writer is not None:
-            self._writer.flush()
+            try:
+                self._writer.flush()
+            except OSError as err:
+                self._failed(err)
 
     def close(self) -> None:
         if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+            writer, self._writer = self._writer, None
+            try:
+                writer.close()
+            except OSError as err:
+                log.error("TensorBoard events under %s: the last scalars were not written (%s)", self._log_dir, err)
+
+    def _open(self) -> None:
+        from torch.utils.tensorboard import SummaryWriter  # imported late: it is slow to import
+
+        assert self._log_dir is not None
+        self._reopen_at = None
+        try:
+            self._log_dir.mkdir(parents=True, exist_ok=True)
+            self._writer = SummaryWriter(log_dir=str(self._log_dir), flush_secs=10)
+        except OSError as err:
+            self._failed(err)
+
+    def _failed(self, err: OSError) -> None:
+        """A write failed (a full disk, say): report it, drop the writer, try a new one later."""
+        self.write_failures += 1
+        self._reopen_at = self._clock() + REOPEN_AFTER_S
+        log.error("TensorBoard scalars under %s not written: %s; training goes on, retrying in %.0f s",
+                  self._log_dir, err, REOPEN_AFTER_S)
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            try:
+                writer.close()
+            except OSError as close_err:  # the same full disk, most likely; the error above says it already
+                log.debug("closing the failed TensorBoard writer: %s", close_err)

@@ -13,10 +13,17 @@ them in the queue; this class turns them into updates.
 
 Versions: the task's version grows by one per learn call, so the version of a published checkpoint is the
 number of updates behind it (plus where it started); staleness = task version - the chunk's policy_version.
+
+Training state: every checkpoint a learner publishes carries the task's training state (optimizer moments,
+DQN's target network, the update counter, the minibatch generator) in a companion file actors never read;
+a learner that resumes the player's latest checkpoint adopts it (`resume_training_state`), so a restart goes
+on with the same Adam moments and step counts instead of a fresh optimizer. Replay contents are not saved
+(a restarted DQN learner refills its replay up to ``learning_starts`` first).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -25,11 +32,14 @@ import torch
 
 from common.algorithms.dqn import make_replay
 from common.algorithms.registry import PolicyConfig, make_computation_task
+from common.checkpoint_store import CheckpointError, CheckpointRef, CheckpointStore
 from common.computation.agent_helpers import ExpReplayHelper, OnlineHelper
 from common.computation.computation_task import ComputationTask
 from common.computation.specs import DiscreteActionSpec, TensorSpec
 from learner_service.chunks import ChunkPreparer, PreparedChunk
 from learner_service.config import LearnerConfig
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,32 @@ class Trainer:
     def restore_algorithm_updates(self, updates: int) -> None:
         if hasattr(self.task.algorithm, "updates"):
             self.task.algorithm.updates = int(updates)
+
+    def publish(self, store: CheckpointStore, player_id: str, metadata: Mapping[str, object]) -> CheckpointRef:
+        """Publish the weights at the trainer's version, with the training state a restart resumes."""
+        return self.task.publish(store, player_id, metadata, training_state=True)
+
+    def resume_training_state(self, store: CheckpointStore, ref: CheckpointRef) -> bool:
+        """Adopt the training state published with ``ref``, the checkpoint this trainer's weights came from.
+
+        False when there is none (published before training states existed) or it cannot be used (logged as an
+        error: corrupt, or built for another model); training then goes on with a fresh optimizer.
+        """
+        try:
+            state = store.load_training_state(ref.path, ref.version)
+        except CheckpointError as err:
+            log.error("%s: training state unusable (%s); going on with a fresh optimizer", ref.path, err)
+            return False
+        if state is None:
+            log.info("%s has no training state; going on with a fresh optimizer", ref.path)
+            return False
+        try:
+            self.task.set_training_state(state)
+        except ValueError as err:
+            log.error("%s: training state does not fit this model (%s); going on with a fresh optimizer",
+                      ref.path, err)
+            return False
+        return True
 
     def weights_finite(self) -> bool:
         """False once an update produced NaN or infinite parameters (such weights are never published)."""

@@ -13,8 +13,9 @@ row's end, and stops short of a truncation inside the row).
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -24,7 +25,13 @@ from torch import nn
 from common.algorithms.acting import check_legal, epsilon_explore
 from common.algorithms.models import QNetworkModel
 from common.computation.agent_helpers import ExpReplayHelper
-from common.computation.algorithm import Algorithm, ForwardKwargs, LearnOutput
+from common.computation.algorithm import (
+    Algorithm,
+    ForwardKwargs,
+    LearnOutput,
+    load_optimizer_state,
+    training_counter,
+)
 from common.computation.specs import ACTION_MASK, TensorSpec
 from common.trajectory import DEFAULT_AGENT, Trajectory
 
@@ -147,6 +154,25 @@ class DQN(Algorithm):
 
     def on_weights_loaded(self) -> None:
         self.target.load_state_dict(self.model.state_dict())
+
+    def get_training_state(self) -> dict[str, Any]:
+        return {**super().get_training_state(), "optimizer": self.optimizer.state_dict(), "updates": self.updates,
+                "target": self.target.state_dict()}
+
+    def load_training_state(self, state: Mapping[str, Any]) -> None:
+        updates = training_counter(state, "updates")
+        super().load_training_state(state)
+        target = state.get("target")
+        if not isinstance(target, Mapping):
+            raise ValueError("training_state: missing 'target' (the target network's state_dict)")
+        own = self.target.state_dict()
+        if set(target) != set(own) or any(
+            not isinstance(target[k], torch.Tensor) or target[k].shape != v.shape for k, v in own.items()
+        ):
+            raise ValueError("training_state['target']: does not fit the target network")
+        load_optimizer_state(self.optimizer, state, lr=self.config.learning_rate, eps=self.config.adam_eps)
+        self.target.load_state_dict(dict(target))
+        self.updates = updates
 
     def get_learn_specs(self) -> list[TensorSpec]:
         inputs = self.model.get_input_specs()

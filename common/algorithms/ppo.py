@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -28,7 +28,13 @@ from torch import nn
 
 from common.algorithms.acting import check_legal, epsilon_explore, legal_count, sample_logits
 from common.algorithms.models import ActorCriticModel
-from common.computation.algorithm import Algorithm, ForwardKwargs, LearnOutput
+from common.computation.algorithm import (
+    Algorithm,
+    ForwardKwargs,
+    LearnOutput,
+    load_optimizer_state,
+    training_counter,
+)
 from common.computation.specs import ACTION_MASK, TensorSpec
 from common.trajectory import DEFAULT_AGENT, Trajectory
 
@@ -168,6 +174,15 @@ class PPO(Algorithm):
 
     def get_artifact_specs(self) -> list[TensorSpec]:
         return [TensorSpec("logp", ()), TensorSpec("value", ())]
+
+    def get_training_state(self) -> dict[str, Any]:
+        return {**super().get_training_state(), "optimizer": self.optimizer.state_dict(), "updates": self.updates}
+
+    def load_training_state(self, state: Mapping[str, Any]) -> None:
+        updates = training_counter(state, "updates")
+        super().load_training_state(state)
+        load_optimizer_state(self.optimizer, state, eps=self.config.adam_eps)  # lr: set by every learn call
+        self.updates = updates
 
     def get_learn_specs(self) -> list[TensorSpec]:
         inputs = self.model.get_input_specs()

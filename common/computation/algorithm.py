@@ -83,6 +83,66 @@ class Algorithm(ABC):
         """Called after `ComputationTask.set_weights` (e.g. DQN re-syncs its target network)."""
         return None
 
+    def get_training_state(self) -> dict[str, Any]:
+        """Everything besides the model's weights that training needs to go on exactly where it was: torch
+        tensors, numbers, strings and containers of them (so ``torch.load(weights_only=True)`` reads it back).
+        The base class keeps the acting/minibatch random generator; subclasses add optimizers, target
+        networks, counters."""
+        return {"generator": self.generator.get_state()}
+
+    def load_training_state(self, state: Mapping[str, Any]) -> None:
+        """Adopt a `get_training_state` of an identically built algorithm (after its weights were loaded);
+        raises ValueError naming the part that does not fit."""
+        generator = _require(state, "generator", torch.Tensor)
+        own = self.generator.get_state()
+        if generator.dtype != own.dtype or generator.shape != own.shape:
+            raise ValueError(f"training_state['generator']: not a state of this generator ({generator.dtype}, "
+                             f"{tuple(generator.shape)})")
+        self.generator.set_state(generator)
+
     def to(self, device: torch.device) -> None:
         """Move every module the algorithm owns (parameters keep their identity, so optimizers stay valid)."""
         self.model.to(device)
+
+
+def _require(state: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    if not isinstance(state, Mapping) or key not in state:
+        raise ValueError(f"training_state: missing {key!r}")
+    value = state[key]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise ValueError(f"training_state[{key!r}]: expected {kind}, got {type(value).__name__}")
+    return value
+
+
+def training_counter(state: Mapping[str, Any], key: str) -> int:
+    """A non-negative int counter from a training state (``updates``)."""
+    value = _require(state, key, int)
+    if value < 0:
+        raise ValueError(f"training_state[{key!r}] must be >= 0, got {value}")
+    return int(value)
+
+
+def load_optimizer_state(
+    optimizer: torch.optim.Optimizer, state: Mapping[str, Any], key: str = "optimizer", **hyperparameters: float
+) -> None:
+    """Load ``state[key]`` (an optimizer ``state_dict``) into ``optimizer``, after checking that every
+    per-parameter tensor has its parameter's shape (torch itself only checks the parameter counts); the
+    given ``hyperparameters`` (the current config's ``lr``, ``eps``...) then override the saved ones."""
+    saved = _require(state, key, Mapping)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    per_param = saved.get("state")
+    if not isinstance(per_param, Mapping) or not isinstance(saved.get("param_groups"), list):
+        raise ValueError(f"training_state[{key!r}]: not an optimizer state_dict")
+    for index, entries in per_param.items():
+        if not isinstance(index, int) or not 0 <= index < len(params) or not isinstance(entries, Mapping):
+            raise ValueError(f"training_state[{key!r}]: state of unknown parameter {index!r}")
+        for name, value in entries.items():
+            if isinstance(value, torch.Tensor) and value.ndim > 0 and value.shape != params[index].shape:
+                raise ValueError(f"training_state[{key!r}]: {name} of parameter {index} has shape "
+                                 f"{tuple(value.shape)}, the model's is {tuple(params[index].shape)}")
+    try:
+        optimizer.load_state_dict(dict(saved))
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"training_state[{key!r}]: does not fit the optimizer ({e})") from e
+    for group in optimizer.param_groups:
+        group.update(hyperparameters)

@@ -148,16 +148,32 @@ class ComputationTask:
             self.algorithm.on_weights_loaded()
             self._version = version
 
+    def get_training_state(self) -> dict[str, Any]:
+        """A copy (on the CPU) of what training needs besides the weights to go on exactly: optimizer state,
+        target network, update counter, random generator. Opaque to callers: it goes to the checkpoint store
+        and back to `set_training_state` of an identically built task."""
+        with self._lock:
+            return _cpu_copy(self.algorithm.get_training_state())
+
+    def set_training_state(self, state: Mapping[str, Any]) -> None:
+        """Adopt a `get_training_state` (after the weights it was saved with); raises ValueError if it does
+        not fit this task's algorithm."""
+        with self._lock:
+            self.algorithm.load_training_state(state)
+
     def publish(
-        self, store: CheckpointStore, player_id: str, metadata: Mapping[str, Any] | None = None
+        self, store: CheckpointStore, player_id: str, metadata: Mapping[str, Any] | None = None,
+        training_state: bool = False,
     ) -> CheckpointRef:
-        """Publish the current weights as version `version` of ``player_id``."""
+        """Publish the current weights as version `version` of ``player_id``; with ``training_state`` (a
+        learner) also the training state, in a file of its own that actors never read."""
         with self._lock:
             weights, version = self.get_weights(), self._version
-        return store.publish(player_id, weights, version, metadata)
+            state = self.get_training_state() if training_state else None
+        return store.publish(player_id, weights, version, metadata, training_state=state)
 
     def restore(self, store: CheckpointStore, path: str) -> CheckpointRef:
-        """Load a published checkpoint (path relative to the shared root) and adopt its version."""
+        """Load a published checkpoint's weights (path relative to the shared root) and adopt its version."""
         checkpoint = store.load(path)
         self.set_weights(checkpoint.tensors, checkpoint.ref.version)
         return checkpoint.ref
@@ -206,3 +222,15 @@ def _common_leading(tensors: Mapping[str, torch.Tensor], what: str) -> int:
     if len(set(sizes.values())) != 1:
         raise ValueError(f"{what}: batch sizes differ {sizes}")
     return next(iter(sizes.values()))
+
+
+def _cpu_copy(value: Any) -> Any:
+    """``value`` with every tensor copied to the CPU (so the copy stays as it is while training goes on)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, Mapping):
+        return {k: _cpu_copy(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        items = [_cpu_copy(v) for v in value]
+        return items if isinstance(value, list) else tuple(items)
+    return value

@@ -5,6 +5,12 @@ The observation is a fixed-shape dict of numpy arrays so it fits shared memory a
 player to move has legal actions), `to_play` int32 () (-1 once the game is over). `step` takes the action of
 the player to move; rewards are float32 (num_players,). Seats given to reference bots are played inside the
 env, so the caller only ever sees its own seats' turns.
+
+Each player's observation ends with one-hot *seat* features (a constant plane per seat for board tensors,
+one entry per seat for flat ones). Many OpenSpiel games (connect four, tic-tac-toe) give every player the
+same board tensor, so without them a policy could tell which pieces are its own only from the parity of
+the piece count: measured here, a connect-four player trained that way beat random only ~89% of the time,
+losing mostly as second player. AlphaGo's colour-to-play plane is the same idea.
 """
 
 from __future__ import annotations
@@ -145,6 +151,9 @@ class OpenSpielEnv(Env):
             raise ValueError(f"OpenSpielEnv: game {game!r} provides no observation tensor")
         self._num_players = self._game.num_players()
         self._num_actions = self._game.num_distinct_actions()
+        self._raw_shape = self._obs_shape
+        self._obs_shape = (self._raw_shape[0] + self._num_players, *self._raw_shape[1:])
+        self._seat_features = _seat_features(self._raw_shape, self._num_players)
         self._info = EnvInfo(
             name=game,
             obs_spec={
@@ -252,10 +261,20 @@ class OpenSpielEnv(Env):
     def _observation(self) -> dict[str, np.ndarray]:
         state = self._state
         observation = np.empty((self._num_players, *self._obs_shape), np.float32)
+        raw = self._raw_shape[0]
         for player in range(self._num_players):
-            observation[player] = np.reshape(self._observe(state, player), self._obs_shape)
+            observation[player, :raw] = np.reshape(self._observe(state, player), self._raw_shape)
+            observation[player, raw:] = self._seat_features[player]
         mask = np.zeros((self._num_players, self._num_actions), np.bool_)
         to_play = -1 if state.is_terminal() else state.current_player()
         if to_play >= 0:
             mask[to_play] = state.legal_actions_mask(to_play)
         return {"observation": observation, "action_mask": mask, "to_play": np.array(to_play, np.int32)}
+
+
+def _seat_features(raw_shape: tuple[int, ...], num_players: int) -> np.ndarray:
+    """(num_players, num_players, *raw_shape[1:]): player p's seat features, ones in row p, zeros elsewhere."""
+    features = np.zeros((num_players, num_players, *raw_shape[1:]), np.float32)
+    for player in range(num_players):
+        features[player, player] = 1.0
+    return features

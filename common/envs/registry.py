@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -9,14 +10,20 @@ from typing import Any
 from common.envs.base import Env
 
 OPENSPIEL_PREFIX = "openspiel:"
+# "python:package.module:Name" builds `Name(**kwargs)` from an importable module: envs of your own (and the test
+# doubles) named in a league config like any other env, built by the same name in every env worker process.
+PYTHON_PREFIX = "python:"
 # Short names for OpenSpiel games; anything else goes through "openspiel:<game>" or to gymnasium.
 OPENSPIEL_ALIASES = ("connect_four",)
 
 
 def make_env(name: str, **kwargs: Any) -> Env:
-    """`connect_four` and `openspiel:<game>` build an `OpenSpielEnv`; any other name is a gymnasium id."""
+    """`connect_four` and `openspiel:<game>` build an `OpenSpielEnv`; `python:<module>:<name>` calls that
+    callable with `kwargs` (it must return an `Env`); any other name is a gymnasium id."""
     if not name:
         raise ValueError("make_env: env name is empty")
+    if name.startswith(PYTHON_PREFIX):
+        return _python_env(name, kwargs)
     if name in OPENSPIEL_ALIASES or name.startswith(OPENSPIEL_PREFIX):
         from common.envs.openspiel_env import OpenSpielEnv
 
@@ -24,6 +31,20 @@ def make_env(name: str, **kwargs: Any) -> Env:
     from common.envs.gym_env import GymEnv
 
     return GymEnv(name, **kwargs)
+
+
+def _python_env(name: str, kwargs: Mapping[str, Any]) -> Env:
+    module_name, sep, attr = name.removeprefix(PYTHON_PREFIX).partition(":")
+    if not (module_name and sep and attr):
+        raise ValueError(f"env name {name!r}: expected {PYTHON_PREFIX}<module>:<callable>")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"env name {name!r}: cannot import {attr!r} from {module_name!r}: {err}") from err
+    env = factory(**kwargs)
+    if not isinstance(env, Env):
+        raise TypeError(f"env name {name!r}: {module_name}.{attr} returned a {type(env).__name__}, not an Env")
+    return env
 
 
 @dataclass(frozen=True)

@@ -166,7 +166,7 @@ def test_connect_four_battle_league_reports_what_it_played(tmp_path, recording_l
         assert sum(int(t.terminals.sum()) for t in trajectories) >= report.episodes  # every counted game ended
         for t in trajectories:
             obs = t.observations()
-            assert obs["observation"].shape[2:] == (3, 6, 7)
+            assert obs["observation"].shape[2:] == (5, 6, 7)
             chosen = np.take_along_axis(obs["action_mask"], t.actions()[..., None], axis=-1)
             assert chosen.all()  # every move the launch player made was legal
             assert set(np.unique(t.rewards[t.terminals])) <= {-1.0, 0.0, 1.0}

@@ -10,22 +10,24 @@ import sys
 import threading
 
 import numpy as np
+import pytest
 
 from common.checkpoint_store import CheckpointStore
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FINAL_VERSION = 30
-SHAPES = {"a": (256, 256), "b": (256, 512), "c": (1024,)}  # ~0.8 MB per checkpoint
+SHAPES = {"a": (256, 256), "b": (256, 512), "c": (1024,)}  # ~0.8 MB per checkpoint: loads read into memory
+LARGE_SHAPES = {"a": (256, 256), "b": (256, 512), "c": (1_200_000,)}  # ~5.6 MB: loads map a sealed memory file
 
 
-def tensors_for(version: int) -> dict[str, np.ndarray]:
-    return {name: np.full(shape, version, np.float32) for name, shape in SHAPES.items()}
+def tensors_for(version: int, shapes=SHAPES) -> dict[str, np.ndarray]:
+    return {name: np.full(shape, version, np.float32) for name, shape in shapes.items()}
 
 
-def check(checkpoint) -> str | None:
+def check(checkpoint, shapes=SHAPES) -> str | None:
     """A mismatch description, or None when every tensor carries the manifest's version."""
     version = checkpoint.ref.version
-    for name, shape in SHAPES.items():
+    for name, shape in shapes.items():
         array = checkpoint.tensors.get(name)
         if array is None or array.shape != shape or not np.all(array == version):
             return f"version {version}: tensor {name} does not match"
@@ -54,9 +56,10 @@ print(json.dumps({"loads": loads, "last": last, "errors": errors}))
 """
 
 
-def test_readers_never_see_torn_or_mismatched_checkpoints(tmp_path):
+@pytest.mark.parametrize("shapes", [SHAPES, LARGE_SHAPES], ids=["small", "large"])
+def test_readers_never_see_torn_or_mismatched_checkpoints(tmp_path, shapes):
     store = CheckpointStore(tmp_path, keep_last=2)  # aggressive retention: files vanish under readers
-    store.publish("player", tensors_for(0), 0)
+    store.publish("player", tensors_for(0, shapes), 0)
     done = threading.Event()
     errors: list[str] = []
     loads = [0] * 3
@@ -64,7 +67,7 @@ def test_readers_never_see_torn_or_mismatched_checkpoints(tmp_path):
     def writer() -> None:
         try:
             for version in range(1, FINAL_VERSION + 1):
-                store.publish("player", tensors_for(version), version)
+                store.publish("player", tensors_for(version, shapes), version)
         except BaseException as e:  # reported by the assertion below
             errors.append(f"writer: {e!r}")
         finally:
@@ -79,7 +82,7 @@ def test_readers_never_see_torn_or_mismatched_checkpoints(tmp_path):
                 loads[index] += 1
                 if checkpoint.ref.version < last:
                     errors.append(f"reader {index}: went back from {last} to {checkpoint.ref.version}")
-                if (problem := check(checkpoint)) is not None:
+                if (problem := check(checkpoint, shapes)) is not None:
                     errors.append(f"reader {index}: {problem}")
                 last = checkpoint.ref.version
         except BaseException as e:

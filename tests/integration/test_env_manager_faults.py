@@ -151,13 +151,16 @@ def test_failed_env_is_rebuilt_in_its_worker_and_siblings_play_on(launched, tmp_
         assert not any(ts.done for ts in _step_all(manager).values())
 
 
-def test_hung_env_is_killed_and_rebuilt(launched, tmp_path):
+def test_hung_env_is_killed_and_rebuilt(launched, tmp_path, monkeypatch):
+    # As on a machine with CPUs to spare, the parent busy-waits on doorbells: the hang must be found the same.
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
     manager = launched(
         [partial(FaultyEnv, "hang", tmp_path / "budget", 1), FaultyEnv, FaultyEnv],
         num_workers=2,  # env 0 shares worker 0 with env 1
         step_timeout=1.0,
         max_retry=1,
     )
+    assert manager.parent_spin_s > 0
     old_pids = manager.worker_pids
     _step_all(manager)
     out = _step_all(manager)  # env 0 hangs: worker 0 is killed after step_timeout
@@ -171,10 +174,16 @@ def test_hung_env_is_killed_and_rebuilt(launched, tmp_path):
     assert all(ts.obs[0] == 1.0 for ts in manager.step({0: 0, 1: 0}).values())  # fresh episodes
 
 
-def test_killed_env_process_is_detected_and_replaced(launched, tmp_path):
+@pytest.mark.parametrize("spin_s", [0.0, 200e-6], ids=["sleeping", "spinning"])
+def test_killed_env_process_is_detected_and_replaced(launched, tmp_path, monkeypatch, spin_s):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))  # CPUs to spare: all may spin
     manager = launched(
-        [partial(FaultyEnv, "kill", tmp_path / "budget", 1), FaultyEnv], num_workers=2, max_retry=1
+        [partial(FaultyEnv, "kill", tmp_path / "budget", 1), FaultyEnv],
+        num_workers=2,
+        max_retry=1,
+        spin_s=spin_s,
     )
+    assert manager.parent_spin_s == manager.worker_spin_s == spin_s
     old_pids = manager.worker_pids
     _step_all(manager)
     out = _step_all(manager)  # env 0 SIGKILLs its own process

@@ -80,14 +80,17 @@ def _trajectories(manager: BaseEnvManager) -> dict[int, list]:
 @pytest.mark.parametrize(
     ("env_fns", "subprocess_config"),
     [
-        # 5 counting envs in 2 workers (3 + 2), answering as they come (wait_num=1).
-        ([CountingEnv] * 5, {"num_workers": 2, "wait_num": 1}),
+        # 5 counting envs in 2 workers (3 + 2), answering as they come (wait_num=1), busy-waiting.
+        ([CountingEnv] * 5, {"num_workers": 2, "wait_num": 1, "spin_s": 200e-6}),
         # Connect four against a random bot: dict observations through shared memory, then pickled.
         ([EnvSpec("connect_four", {"bots": {1: "random"}})] * 3, {"num_workers": 2}),
-        ([EnvSpec("connect_four")] * 2, {"num_workers": 1, "shared_memory": False}),
-        ([EnvSpec("CartPole-v1")] * 3, {"num_workers": 2, "num_splits": 2, "wait_num": 1}),
+        ([EnvSpec("connect_four")] * 2, {"num_workers": 1, "shared_memory": False, "spin_s": 0.0}),
+        ([EnvSpec("CartPole-v1")] * 3, {"num_workers": 2, "num_splits": 1, "wait_num": 1}),
+        ([EnvSpec("CartPole-v1")] * 5, {}),  # the defaults
     ],
-    ids=["counting-async", "connect-four-shm", "connect-four-pickled", "cartpole-splits"],
+    ids=[
+        "counting-async-spin", "connect-four-shm", "connect-four-pickled", "cartpole-one-split", "cartpole-default"
+    ],
 )
 def test_same_seeds_give_the_serial_managers_trajectories(managers, env_fns, subprocess_config):
     runs = []
@@ -140,7 +143,7 @@ def test_envs_and_workers_are_described(managers):
     assert manager.env_info.num_players == 2
     obs = manager.next_obs
     assert sorted(obs) == [0, 1, 2, 3]
-    assert obs[0]["observation"].shape == (2, 3, 6, 7) and obs[0]["action_mask"].dtype == np.bool_
+    assert obs[0]["observation"].shape == (2, 5, 6, 7) and obs[0]["action_mask"].dtype == np.bool_
     assert int(obs[0]["to_play"]) == 0
     # Observations handed out are copies: the next step does not change them.
     before = obs[0]["observation"].copy()

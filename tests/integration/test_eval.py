@@ -56,7 +56,7 @@ def test_a_policy_that_wants_an_illegal_column_plays_legal_moves_only(tmp_path):
     path = publish(tmp_path, PPO, tweak=prefer_column_zero)
     store, relative = resolve_checkpoint(path, tmp_path)
     task, _ = load_policy(store, relative, PPO, make_env("connect_four").info())
-    full_column = {"observation": np.zeros((1, 3, 6, 7), np.float32), "action_mask": np.array([[False] + [True] * 6])}
+    full_column = {"observation": np.zeros((1, 5, 6, 7), np.float32), "action_mask": np.array([[False] + [True] * 6])}
     for greedy in (True, False):
         action = task.predict(full_column, forward_kwargs={"greedy": greedy}).actions["action"][0]
         assert action != 0

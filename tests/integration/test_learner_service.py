@@ -13,6 +13,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from common.algorithms.registry import make_computation_task
@@ -167,6 +168,11 @@ def test_restart_resumes_where_it_left_off(tmp_path):
                 assert resumed == first  # resumed from it, not republished, nothing went back
                 session = eventually(lambda: learner.learner.session)
                 assert session.trainer.progress.agent_steps == 640 and session.trainer.version == 5
+                # Adam resumed with the moments and step counts the first learner published, not from scratch.
+                saved = CheckpointStore(tmp_path).load_training_state(first.path)["optimizer"]
+                adam = session.trainer.task.algorithm.optimizer.state_dict()
+                assert saved["state"] and min(int(s["step"]) for s in adam["state"].values()) > 0
+                torch.testing.assert_close(adam["state"], saved["state"], rtol=0, atol=0)
                 push(learner.address, rollout.chunks(acting_task(cfg, tmp_path), 2, policy_version=5))
                 learner.learner.wait_published(PLAYER, 6, 60)
             later = CheckpointStore(tmp_path).latest(PLAYER)

@@ -194,16 +194,22 @@ def test_battle_rollout_alternates_seats_and_builds_the_launch_players_transitio
     assert math.isclose(transition_rewards, launch_returns - OPPONENT_MOVE_BONUS * opponent_first, abs_tol=1e-4)
 
 
-def test_self_play_uses_one_policy_for_both_seats_and_records_only_the_launch_seat(manager):
+def test_self_play_uses_one_policy_for_both_seats_and_records_both_seats(manager):
     me = make_policy("me", 3)
     result, sink = play(manager, [me, me], episodes=4)
     assert len(result.episodes) == 4
     assert all(e.player_ids == ("me", "me") for e in result.episodes)
     assert sum(me.task.batches) == result.env_steps  # both seats act through the same forward
     assert max(me.task.batches) == 2
-    # The launch seat's decisions only (the job's end may cut a surplus episode's last decision).
-    assert result.agent_steps - 2 <= sum(traj.num_steps for traj, _ in sink.items) <= result.agent_steps
-    assert result.agent_steps < result.env_steps
+    # Every decision is the player's own, on-policy: both seats are trained on (the job's end may cut the
+    # last decision of each seat of a surplus episode).
+    assert result.agent_steps == result.env_steps
+    assert result.agent_steps - 4 <= sum(traj.num_steps for traj, _ in sink.items) <= result.agent_steps
+    # Each counted episode ends two rows, one per seat, each with that seat's return.
+    sent = sorted(float(r) for traj, _ in sink.items for r in traj.infos()["episode_return"][traj.terminals])
+    for episode in result.episodes:
+        for seat_return in episode.returns:
+            assert any(math.isclose(seat_return, r, abs_tol=1e-5) for r in sent)
 
 
 @pytest.mark.parametrize("episodes", [1, 3])

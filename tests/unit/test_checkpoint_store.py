@@ -42,7 +42,8 @@ def store(tmp_path):
 def test_publish_then_load_round_trip(store):
     assert store.latest("p0") is None and store.load_latest("p0") is None
     ref = store.publish("p0", weights(2.0), version=7, metadata={"train_iteration": 70})
-    assert ref.path == "p0/v0000000007.pt" and ref.version == 7 and len(ref.sha256) == 64
+    assert ref.path == "p0/v0000000007.pt" and ref.version == 7 and ref.digest.startswith("blake3:")
+    assert len(ref.digest) == len("blake3:") + 64
     assert store.latest("p0") == ref
     checkpoint = store.load(ref.path, expected_version=7)
     assert checkpoint.ref.metadata == {"train_iteration": 70}
@@ -104,7 +105,7 @@ def test_snapshot_is_a_hard_link_that_survives_retention(store):
     name = snapshot_path(ref.path, 5000)
     assert name == "p0/v0000000001_5000.pt"
     snap = store.snapshot(ref.path, name)
-    assert snap.version == 1 and snap.sha256 == ref.sha256 and snap.metadata["snapshot_of"] == ref.path
+    assert snap.version == 1 and snap.digest == ref.digest and snap.metadata["snapshot_of"] == ref.path
     source, copy = store.root.resolve(ref.path), store.root.resolve(name)
     assert os.stat(source).st_ino == os.stat(copy).st_ino
     for version in range(2, 8):
@@ -136,7 +137,7 @@ def test_flipped_byte_is_detected(store):
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
-    with pytest.raises(CorruptCheckpointError, match="sha256"):
+    with pytest.raises(CorruptCheckpointError, match="digest does not match"):
         store.load(ref.path)
     with pytest.raises(CorruptCheckpointError):
         store.snapshot(ref.path, "p0/copy.pt")
@@ -153,8 +154,11 @@ def test_truncated_file_and_bad_manifests_are_detected(store):
     manifest = store.root.resolve(second.path + ".json")
     body = json.loads(manifest.read_text())
     for tampered, match in [
-        ({**body, "sha256": "0" * 64}, "sha256"),
-        ({**body, "sha256": "nothex"}, "sha256"),
+        ({**body, "digest": "blake3:" + "0" * 64}, "digest does not match"),
+        ({**body, "digest": "sha256:" + body["digest"].split(":")[1]}, "digest does not match"),
+        ({**body, "digest": "nothex"}, "digest"),
+        ({**body, "digest": "md5:" + "0" * 64}, "digest"),
+        ({**body, "size": True}, "size"),
         ({**body, "version": -1}, "version"),
         ({**body, "path": "p0/v0000000001.pt"}, "describes"),
         ({**body, "path": "../outside.pt"}, "unsafe"),
@@ -263,3 +267,144 @@ def test_shared_root_relative_paths(tmp_path):
         root.relative(tmp_path.parent / "x")
     with pytest.raises(FileNotFoundError):
         SharedRoot(tmp_path / "missing")
+
+
+# ---- digests and manifest formats ----------------------------------------------------------------------------
+def test_legacy_sha256_manifests_still_load_and_are_verified(store):
+    import hashlib
+
+    ref = store.publish("p0", weights(4.0), 1)
+    path = store.root.resolve(ref.path)
+    manifest = store.root.resolve(ref.path + ".json")
+    legacy = {"format": "league-checkpoint/1", "path": ref.path, "version": 1,
+              "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "size": ref.size, "created_at": 0.0,
+              "metadata": {}}
+    manifest.write_text(json.dumps(legacy))
+    checkpoint = store.load(ref.path)
+    assert checkpoint.ref.digest == "sha256:" + legacy["sha256"]
+    np.testing.assert_array_equal(checkpoint.tensors["layer.weight"], weights(4.0)["layer.weight"])
+    manifest.write_text(json.dumps({**legacy, "sha256": "0" * 64}))
+    with pytest.raises(CorruptCheckpointError, match="digest does not match"):
+        store.load(ref.path)
+    manifest.write_text(json.dumps({**legacy, "sha256": "blake3:" + "0" * 64}))
+    with pytest.raises(CorruptCheckpointError, match="sha256"):
+        store.load(ref.path)
+
+
+def test_large_checkpoints_round_trip_through_the_background_hash(store):
+    big = {f"w{i}": np.random.default_rng(i).random(700_000, dtype=np.float32) for i in range(4)}  # 11 MB
+    big["odd"] = np.arange(5, dtype=np.int16)
+    ref = store.publish("big", big, 1)
+    loaded = store.load(ref.path).tensors
+    for key, value in big.items():
+        np.testing.assert_array_equal(loaded[key], value)
+    path = store.root.resolve(ref.path)
+    data = bytearray(path.read_bytes())
+    data[-(len(data) // 3)] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptCheckpointError, match="digest does not match"):
+        store.load(ref.path)
+
+
+# ---- training state (a resuming learner's optimizer and algorithm state) ----------------------------------------
+def training_state() -> dict:
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model(torch.ones(4, 3)).sum().backward()
+    optimizer.step()
+    return {"optimizer": optimizer.state_dict(), "updates": 7, "target": model.state_dict(), "note": None}
+
+
+def test_training_state_is_published_beside_the_weights_and_loaded_only_on_request(store):
+    state = training_state()
+    ref = store.publish("p0", weights(1.0), 1, training_state=state)
+    assert ref.training_state is not None and ref.training_state.digest.startswith("blake3:")
+    assert store.latest("p0") == ref and store.manifest(ref.path) == ref
+    loaded = store.load_training_state(ref.path, expected_version=1)
+    assert loaded["updates"] == 7 and loaded["note"] is None
+    assert loaded["optimizer"]["param_groups"] == state["optimizer"]["param_groups"]
+    for index, moments in state["optimizer"]["state"].items():
+        for key, value in moments.items():
+            torch.testing.assert_close(loaded["optimizer"]["state"][index][key], value)
+    torch.testing.assert_close(loaded["target"]["weight"], state["target"]["weight"])
+    # Actors load the weights only: a missing or damaged training-state file does not concern them ...
+    train_file = store.root.resolve(ref.path + ".train")
+    train_file.write_bytes(b"garbage")
+    np.testing.assert_array_equal(store.load(ref.path).tensors["mask"], weights()["mask"])
+    # ... while the learner's load of it is verified like the weights.
+    with pytest.raises(CorruptCheckpointError, match="size|digest"):
+        store.load_training_state(ref.path)
+    train_file.unlink()
+    with pytest.raises(CheckpointNotFoundError):
+        store.load_training_state(ref.path)
+    # Published without one: None. Retention removes the companion file with its version.
+    plain = store.publish("p0", weights(2.0), 2)
+    assert plain.training_state is None and store.load_training_state(plain.path) is None
+    for version in range(3, 7):
+        store.publish("p0", weights(version), version, training_state=state)
+    assert sorted(n for n in os.listdir(store.root.root / "p0") if n.endswith(".train")) == [
+        f"v{v:010d}.pt.train" for v in (4, 5, 6)]
+    with pytest.raises(CorruptCheckpointError, match="expected 5"):
+        store.load_training_state("p0/v0000000006.pt", expected_version=5)
+
+
+def test_training_state_must_be_plain_and_a_planted_pickle_does_nothing(store, tmp_path):
+    for bad, match in [({"x": np.ones(2)}, "ndarray"), ({"x": {1.5: 2}}, "key"), ([1], "mapping")]:
+        with pytest.raises((ValueError, TypeError), match=match):
+            store.publish("p0", weights(), 1, training_state=bad)
+    assert store.latest("p0") is None and not (store.root.root / "p0").exists()  # refused before any write
+    ref = store.publish("p0", weights(), 1, training_state={"updates": 1})
+    marker = tmp_path / "pwned_state"
+    buffer = io.BytesIO()
+    torch.save({"format": "league-training-state/1", "version": 1, "state": {"x": Payload(str(marker))}}, buffer)
+    import blake3
+
+    data = buffer.getvalue()
+    store.root.resolve(ref.path + ".train").write_bytes(data)
+    manifest = store.root.resolve(ref.path + ".json")
+    body = json.loads(manifest.read_text())
+    body["training_state"] = {"digest": "blake3:" + blake3.blake3(data).hexdigest(), "size": len(data)}
+    manifest.write_text(json.dumps(body))
+    with pytest.raises(CorruptCheckpointError, match="not a plain-tensor checkpoint"):
+        store.load_training_state(ref.path)
+    assert not marker.exists()
+
+
+def test_large_loads_hand_out_the_verified_copy_not_the_file(store, tmp_path):
+    """Loads of several MB go through a sealed in-memory copy that torch maps: the arrays must be writable,
+    independent of the file (rewriting it afterwards changes nothing) and a planted pickle still does nothing."""
+    big = {"w": np.random.default_rng(1).random(2_000_000, dtype=np.float32), "b": np.arange(3, dtype=np.int64)}
+    ref = store.publish("big", big, 1)
+    loaded = store.load(ref.path).tensors
+    np.testing.assert_array_equal(loaded["w"], big["w"])
+    store.root.resolve(ref.path).write_bytes(b"\0" * ref.size)  # in place, same size
+    np.testing.assert_array_equal(loaded["w"], big["w"])
+    loaded["w"][:3] = -1.0  # private to this load
+    assert loaded["w"][0] == -1.0
+    with pytest.raises(CorruptCheckpointError, match="digest does not match"):
+        store.load(ref.path)
+
+    marker = tmp_path / "pwned_big"
+    evil = {"format": "league-checkpoint/1", "version": 1, "tensors": {"w": torch.zeros(2_000_000)},
+            "x": Payload(str(marker))}
+    buffer = io.BytesIO()
+    torch.save(evil, buffer)
+    assert len(buffer.getvalue()) > 4 << 20
+    plant(store, "evil/v0000000001.pt", buffer.getvalue())
+    with pytest.raises(CorruptCheckpointError, match="not a plain-tensor checkpoint"):
+        store.load("evil/v0000000001.pt")
+    assert not marker.exists()
+
+
+def test_retention_during_publish_never_removes_the_latest(tmp_path):
+    store = CheckpointStore(tmp_path, keep_last=1)
+    seen = []
+    for version in range(1, 4):
+        store.publish("p", weights(version), version)
+        seen.append([r.version for r in store.versions("p")])
+    assert seen == [[1], [2], [3]]
+    pinned = CheckpointStore(tmp_path, keep_last=2)
+    pinned.pin("p/v0000000003.pt")
+    for version in range(4, 7):
+        pinned.publish("p", weights(version), version)
+    assert [r.version for r in pinned.versions("p")] == [3, 5, 6]

@@ -35,7 +35,7 @@ def test_connect_four_layout():
     info = env.info()
     assert info.num_players == 2
     assert info.action_spec == DiscreteSpec(7)
-    assert info.obs_spec["observation"].shape == (2, 3, 6, 7)
+    assert info.obs_spec["observation"].shape == (2, 5, 6, 7)
     assert info.obs_spec["action_mask"].shape == (2, 7)
     assert info.reward_spec.shape == (2,)
     obs = env.reset()
@@ -43,6 +43,28 @@ def test_connect_four_layout():
         assert obs[key].shape == spec.shape and obs[key].dtype == spec.dtype, key
     assert int(obs["to_play"]) == 0
     assert obs["action_mask"][0].all() and not obs["action_mask"][1].any()
+
+
+def test_each_player_sees_the_board_and_its_own_seat():
+    """Connect four gives both players the same board tensor; the seat planes tell them apart."""
+    env = OpenSpielEnv("connect_four")
+    obs = env.reset()
+    obs = env.step(3).obs
+    board = obs["observation"][:, :3]
+    assert np.array_equal(board[0], board[1]) and board[0].sum() == 6 * 7  # one plane set per cell
+    for seat in (0, 1):
+        seat_planes = obs["observation"][seat, 3:]
+        assert (seat_planes[seat] == 1).all() and (seat_planes[1 - seat] == 0).all()
+
+
+def test_flat_observations_get_a_one_hot_seat():
+    env = OpenSpielEnv("kuhn_poker")
+    raw = env.game.information_state_tensor_shape()[0] if not env.game.get_type().provides_observation_tensor \
+        else env.game.observation_tensor_shape()[0]
+    assert env.info().obs_spec["observation"].shape == (2, raw + 2)
+    obs = env.reset()
+    assert obs["observation"][0, raw:].tolist() == [1.0, 0.0]
+    assert obs["observation"][1, raw:].tolist() == [0.0, 1.0]
 
 
 def test_players_alternate_and_the_game_ends_with_outcomes():

@@ -61,7 +61,7 @@ def test_connect_four_view_with_action_masks_is_accepted():
     obs, action = _specs("connect_four")
     chunk = synthetic_chunk(obs, action.num_actions, player_id="p", batch=2, steps=6)
     prepared = preparer.prepare(decode_chunk(chunk))
-    assert prepared.rows["observation"].shape == (2, 6, 3, 6, 7)
+    assert prepared.rows["observation"].shape == (2, 6, 5, 6, 7)
     assert prepared.rows["action_mask"].shape == (2, 6, 7)
     task.learn(dict(prepared.rows))
 

@@ -64,7 +64,7 @@ def test_default_league_policy_and_learner_sections_build_a_connect_four_model()
     obs_specs, action_spec = policy_specs(env.info())
     env.close()
     task = make_computation_task(policy, obs_specs, action_spec, device="cpu", seed=0)
-    board = {"observation": np.zeros((2, 3, 6, 7), np.float32), "action_mask": np.ones((2, 7), bool)}
+    board = {"observation": np.zeros((2, *obs_specs["observation"].shape), np.float32), "action_mask": np.ones((2, 7), bool)}
     assert task.predict(board).actions["action"].shape == (2,)
 
 

@@ -195,3 +195,74 @@ def test_real_rollouts_train_both_algorithms(algorithm):
     while (report := trainer.train_ready()) is not None:
         reports.append(report)
     assert reports and trainer.version == len(reports)
+
+
+def _resumed(tmp_path, algorithm, **learner):
+    """What the learner does on a restart: choose the start point, build a trainer on it, resume its state."""
+    publisher = _publisher(tmp_path)
+    start = publisher.choose_start("", 0, Progress())
+    trainer = _trainer(algorithm, progress=start.progress, weights=start.weights, version=start.version, **learner)
+    trainer.restore_algorithm_updates(start.algorithm_updates)
+    assert start.published is not None
+    return trainer, trainer.resume_training_state(publisher.store, start.published)
+
+
+def _assert_same_state(a, b):
+    left, right = a.task.get_training_state(), b.task.get_training_state()
+    assert left.keys() == right.keys()
+    torch.testing.assert_close(left, right, rtol=0, atol=0)
+
+
+def test_a_restarted_ppo_learner_resumes_its_optimizer_and_updates_exactly(tmp_path):
+    trainer = _trainer(batch_size=16)
+    for seq in range(2):
+        trainer.add(_prepared(trainer, seq=seq))
+        assert trainer.train_ready() is not None
+    _publisher(tmp_path).publish(trainer)
+    adam = trainer.task.algorithm.optimizer.state_dict()["state"]
+    assert adam and all(int(s["step"]) == 2 for s in adam.values())  # 2 iterations x 1 epoch x 1 minibatch
+
+    resumed, ok = _resumed(tmp_path, "ppo", batch_size=16)
+    assert ok and resumed.version == trainer.version == 2 and resumed.algorithm_updates == 2
+    _assert_same_state(trainer, resumed)
+    fresh = _trainer(batch_size=16, weights=trainer.task.get_weights(), version=2)  # what a restart did before
+    for t in (trainer, resumed, fresh):
+        t.add(_prepared(t, seq=2))
+        assert t.train_ready() is not None
+    after, again, restarted = (t.task.get_weights() for t in (trainer, resumed, fresh))
+    for name, value in after.items():
+        np.testing.assert_array_equal(again[name], value)  # the same update as if it had never stopped
+    assert any(not np.array_equal(restarted[n], v) for n, v in after.items())  # a fresh Adam steps differently
+
+
+def test_a_restarted_dqn_learner_resumes_optimizer_target_network_and_counter(tmp_path):
+    trainer = _trainer("dqn", replay_ratio=1.0)
+    for seq in range(6):
+        trainer.add(_prepared(trainer, batch=4, seq=seq))
+        while trainer.train_ready() is not None:
+            pass
+    assert trainer.version > 0
+    with torch.no_grad():  # a target network that differs from the online one (between target updates)
+        for p in trainer.task.algorithm.target.parameters():
+            p.add_(0.5)
+    _publisher(tmp_path).publish(trainer)
+    resumed, ok = _resumed(tmp_path, "dqn")
+    assert ok and resumed.algorithm_updates == trainer.algorithm_updates == trainer.version
+    _assert_same_state(trainer, resumed)
+
+
+def test_a_training_state_that_does_not_fit_leaves_a_fresh_optimizer(tmp_path, caplog):
+    trainer = _trainer(batch_size=16)
+    trainer.add(_prepared(trainer))
+    trainer.train_ready()
+    ref = _publisher(tmp_path).publish(trainer)
+    store = CheckpointStore(tmp_path)
+    assert store.load_training_state(ref.path) is not None
+    other = build_trainer(  # a wider model: the saved moments have other shapes
+        ModelSpec(PolicyConfig.from_mapping({"model": {"hidden": [32]}}), OBS, ACTIONS), LearnerConfig(),
+        Progress(), seed=3, device="cpu", weights=None, version=1)
+    assert not other.resume_training_state(store, ref)
+    assert "does not fit" in caplog.text and not other.task.algorithm.optimizer.state_dict()["state"]
+    (tmp_path / (ref.path + ".train")).write_bytes(b"tampered")
+    assert not _trainer(batch_size=16).resume_training_state(store, ref)
+    assert "training state unusable" in caplog.text

@@ -25,7 +25,9 @@ from league_service.messages import EpisodeOutcome, Outcome, PlayerOutcome
 
 TIMEOUT = 10.0
 WORKERS = ("w0", "w1", "w2")
-CFG = small_league_config()  # 2 active players x 2 slots, payoff without decay
+# 2 active players x 2 slots, payoff without decay. Failed attempts are offered again and given up as usual,
+# but without the backoff (its timing is tested in test_job_retries.py): a free slot always has a job ready.
+CFG = small_league_config({"coordinator": {"job_retry_backoff_s": 0.0}})
 TOTAL_SLOTS = 4
 
 

@@ -51,7 +51,7 @@ def test_a_published_checkpoint_is_frozen_by_the_checkpoint_store(tmp_path, copi
     copier(ref.path, dst)
     copier(ref.path, dst)  # a restart repeating the snapshot
     snap = store.manifest(dst)
-    assert snap.path == dst and snap.sha256 == ref.sha256 and snap.version == 3
+    assert snap.path == dst and snap.digest == ref.digest and snap.version == 3
     np.testing.assert_array_equal(store.load(dst).tensors["w"], np.arange(4, dtype=np.float32))
 
     other = store.publish("main", {"w": np.ones(4, dtype=np.float32)}, version=4)

@@ -159,12 +159,15 @@ class BaseEnvManager:
             raise
 
     def reset(self, reset_params: Mapping[int, Mapping[str, Any]] | None = None) -> None:
-        """Start a new episode in every env and zero the episode counts.
+        """Start a new episode in every env and zero the episode counts and the failure counts (each reset
+        starts a fresh `max_retry` budget: an actor resets its manager for every job, and an env that fails
+        now and then must not use up the budget of the jobs after).
 
         `reset_params` ({env_id: {name: value}}) replaces the reset params of the envs it names; an env's
         params are used for this reset and every automatic reset after it.
         """
         self._check_running()
+        self._failures = [0] * self.env_num
         self._set_reset_params(reset_params)
         self._reset_all()
 

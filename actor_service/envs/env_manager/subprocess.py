@@ -3,7 +3,9 @@
 Each worker process (started with `spawn`: gRPC channels do not survive fork) runs a group of envs and steps
 the whole group in one message, which is what makes light envs fast: the per-message pipe round trip is
 shared by the group. Observations go through shared memory. `step` returns once `wait_num` envs have
-results or `timeout` has passed; the others stay in flight and come back from a later call.
+results or `timeout` has passed; the others stay in flight and come back from a later call. A process
+expecting a message soon busy-waits on a doorbell in shared memory instead of sleeping in a system call
+(waking a sleeper costs more than a light env's step; see doorbell.py), where it has a CPU to spare.
 
 Faults: an env exception is sent back with the env's traceback and the env is rebuilt inside its worker;
 a worker that dies (e.g. SIGKILL) or gives no reply within `step_timeout`/`reset_timeout` is killed and
@@ -35,6 +37,7 @@ from actor_service.envs.env_manager.base import (
     EnvState,
     _Lifecycle,
 )
+from actor_service.envs.env_manager.doorbell import Doorbells, SpinBudget
 from actor_service.envs.env_manager.failure import EnvFailure
 from actor_service.envs.env_manager.pipe import MessagePipe
 from actor_service.envs.env_manager.shared_memory import RESET_SLOT, STEP_SLOT, ObsBuffer
@@ -60,11 +63,13 @@ _POLL_EVENTS = select.POLLIN | select.POLLHUP | select.POLLERR
 class SubprocessEnvManagerConfig(EnvManagerConfig):
     """Adds to EnvManagerConfig:
 
-    - `num_workers`: worker processes; envs are split evenly among them. Default: one per CPU (at most one
-      per env). Fewer workers than envs means several envs per worker and fewer messages.
+    - `num_workers`: worker processes; envs are split evenly among them. Default: one fewer than the CPUs
+      (at least one, at most one per env), leaving a CPU to the parent, which acts for every env. Fewer
+      workers than envs means several envs per worker and fewer messages.
     - `num_splits`: each worker's envs are stepped in this many separate messages. With 2, a worker steps
       one half while the parent handles the other half's results, so neither side waits for the other
-      (double buffering); pair it with `wait_num` = envs per split.
+      (double buffering). Default: 2 where every process has a CPU of its own (see below), else 1 (the
+      parent then shares a CPU with a worker, and each extra message costs both a wake-up).
     - `wait_num`: `step` returns once this many envs have results. Default: the envs of one split (one
       message), so `step` returns as soon as any worker answers. Set it to the env count to step in lockstep.
     - `timeout`: seconds after which `step` returns with whatever has arrived (at least one env), if
@@ -75,14 +80,25 @@ class SubprocessEnvManagerConfig(EnvManagerConfig):
     - `shared_memory`: observations through shared memory when they are numpy arrays.
     - `close_timeout`: seconds `close` lets workers exit on their own before killing them.
     - `start_method`: multiprocessing start method; `spawn` because gRPC does not survive `fork`.
+    - `spin_s`: at most how long a process waiting for a message busy-waits on a shared-memory doorbell
+      before it sleeps in a system call (waking a sleeping process costs tens of microseconds on these
+      machines, more than a light env's step). Each process spins less after waits that took longer and
+      not at all while other processes want its CPU (`doorbell.SpinBudget`). Workers spin for commands
+      when there are no more workers than CPUs; the parent spins for replies only where every process has
+      a CPU of its own, else it sleeps (spinning, it would hold a CPU that a worker needs). 0: nobody
+      spins.
 
-    Sizing (measured on 2 cores, bench/results/env_manager.md): for envs that cost well under 100 us a
-    step, the parent's own work is a large share, so use fewer workers than cores with `num_splits=2`;
-    for heavier envs, one worker per core.
+    "Every process has a CPU of its own" means workers + 1 <= CPUs (the parent is the +1).
+
+    Sizing (measured on 2 cores, BENCHMARKS.md): the defaults (there: one worker, two halves, spinning)
+    suit light envs (CartPole, board games: well under 100 us a step), where moving steps between
+    processes is the cost. For heavy envs (an Atari-like 84x84x4 frame and ~100 us of work a step) set
+    `num_workers` to the CPU count: then the envs are the cost, and every CPU steps envs while the parent
+    fits in between (one message per worker and step; workers spin for commands, the parent sleeps).
     """
 
     num_workers: int | None = None
-    num_splits: int = 1
+    num_splits: int | None = None
     wait_num: int | None = None
     timeout: float | None = None
     step_timeout: float | None = 60.0
@@ -90,12 +106,11 @@ class SubprocessEnvManagerConfig(EnvManagerConfig):
     shared_memory: bool = True
     close_timeout: float = 2.0
     start_method: str = "spawn"
+    spin_s: float = 200e-6
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not isinstance(self.num_splits, int) or self.num_splits < 1:
-            raise ValueError(f"num_splits must be an int >= 1, got {self.num_splits!r}")
-        for name in ("num_workers", "wait_num"):
+        for name in ("num_workers", "num_splits", "wait_num"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be an int >= 1 or None, got {value!r}")
@@ -103,6 +118,8 @@ class SubprocessEnvManagerConfig(EnvManagerConfig):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be > 0 seconds or None, got {value!r}")
+        if not self.spin_s >= 0:
+            raise ValueError(f"spin_s must be >= 0 seconds, got {self.spin_s!r}")
         if not self.close_timeout >= 0:
             raise ValueError(f"close_timeout must be >= 0 seconds, got {self.close_timeout!r}")
         if self.start_method not in multiprocessing.get_all_start_methods():
@@ -139,19 +156,25 @@ class SubprocessEnvManager(BaseEnvManager):
             raise TypeError(f"config must be a SubprocessEnvManagerConfig, got {type(config).__name__}")
         super().__init__(env_fns, config)
         self._sconfig = config
-        num_workers = config.num_workers or len(os.sched_getaffinity(0))
-        num_workers = min(num_workers, self.env_num)
+        cpus = len(os.sched_getaffinity(0))
+        num_workers = min(config.num_workers or max(1, cpus - 1), self.env_num)
+        own_cpus = num_workers < cpus  # every process (the parent too) can have a CPU of its own
+        num_splits = config.num_splits or (2 if own_cpus else 1)
+        self._worker_spin_s = config.spin_s if num_workers <= cpus else 0.0
+        self._parent_spin_s = config.spin_s if own_cpus else 0.0
+        self._spin_budget: SpinBudget | None = None  # the parent's
         groups = np.array_split(np.arange(self.env_num), num_workers)
         self._groups = [tuple(int(i) for i in group) for group in groups]
         self._worker_of = [0] * self.env_num
         self._split_of = [0] * self.env_num
         split_size = 1
         for index, group in enumerate(self._groups):
-            for split, envs in enumerate(np.array_split(np.asarray(group), min(config.num_splits, len(group)))):
+            for split, envs in enumerate(np.array_split(np.asarray(group), min(num_splits, len(group)))):
                 split_size = max(split_size, len(envs))
                 for env_id in envs:
                     self._worker_of[env_id] = index
-                    self._split_of[env_id] = index * config.num_splits + split
+                    self._split_of[env_id] = index * num_splits + split
+        self._num_splits = num_splits
         self._wait_num = config.wait_num or split_size
         self._ctx = multiprocessing.get_context(config.start_method)
         self._workers: list[_Worker | None] = [None] * num_workers
@@ -159,10 +182,29 @@ class SubprocessEnvManager(BaseEnvManager):
         self._fd_owner: dict[int, _Worker] = {}
         self._restarts = 0  # bumped whenever a worker is replaced: fd numbers may then be reused
         self._buffer: ObsBuffer | None = None
+        self._doorbells: Doorbells | None = None
 
     @property
     def num_workers(self) -> int:
         return len(self._workers)
+
+    @property
+    def num_splits(self) -> int:
+        return self._num_splits
+
+    @property
+    def wait_num(self) -> int:
+        return self._wait_num
+
+    @property
+    def worker_spin_s(self) -> float:
+        """How long workers may busy-wait for a command (0: they sleep until it arrives)."""
+        return self._worker_spin_s
+
+    @property
+    def parent_spin_s(self) -> float:
+        """How long `step` may busy-wait for replies (0: it sleeps until one arrives)."""
+        return self._parent_spin_s
 
     @property
     def worker_pids(self) -> list[int]:
@@ -223,10 +265,17 @@ class SubprocessEnvManager(BaseEnvManager):
         if self._buffer is not None:
             self._buffer.close()
             self._buffer = None
+        if self._doorbells is not None:
+            self._doorbells.close()
+            self._doorbells = None
 
     # ---- launch and reset ------------------------------------------------------------------------------
     def _launch(self, reset_params: Mapping[int, Mapping[str, Any]] | None) -> None:
         self._set_reset_params(reset_params)
+        if self._worker_spin_s > 0 or self._parent_spin_s > 0:
+            self._doorbells = Doorbells.create(len(self._workers))
+        if self._parent_spin_s > 0:
+            self._spin_budget = SpinBudget(self._parent_spin_s)
         for index in range(len(self._workers)):
             self._start_worker(index)
         self._pump(lambda: all(w.obs_specs is not None for w in self._workers), None)
@@ -264,16 +313,26 @@ class SubprocessEnvManager(BaseEnvManager):
     def _start_worker(self, index: int) -> _Worker:
         env_ids = self._groups[index]
         factories = cloudpickle.dumps({env_id: self._env_fns[env_id] for env_id in env_ids})
-        parent_conn, child_conn = self._ctx.Pipe()
+        (reader, writer), child_ends = MessagePipe.channel(self._ctx)
         layout = self._buffer.layout if self._buffer is not None else None
+        bells = self._doorbells
+        doorbell = None
+        if bells is not None:
+            bells.clear(index)  # the slot's last worker (if any) is dead and reaped
+            doorbell = (bells.address(index), self._worker_spin_s)
         process = self._ctx.Process(
-            target=worker_main, args=(child_conn, env_ids, factories, layout), name=f"env-worker-{index}", daemon=True
+            target=worker_main,
+            args=(child_ends, env_ids, factories, layout, doorbell),
+            name=f"env-worker-{index}",
+            daemon=True,
         )
         process.start()
-        child_conn.close()
-        worker = _Worker(index, env_ids, process, MessagePipe(parent_conn))
+        for end in child_ends:  # the child has its own copies; ours would hide its exit (no EOF)
+            end.close()
+        conn = MessagePipe(reader, writer, bells.parent_end(index) if bells is not None else None)
+        worker = _Worker(index, env_ids, process, conn)
         self._workers[index] = worker
-        for fd in (parent_conn.fileno(), process.sentinel):
+        for fd in (conn.fileno(), process.sentinel):
             self._poller.register(fd, _POLL_EVENTS)
             self._fd_owner[fd] = worker
         worker.pending.append(("start", self._sconfig.reset_timeout))
@@ -341,7 +400,18 @@ class SubprocessEnvManager(BaseEnvManager):
             now = time.monotonic()
             first_deadline = min(w.deadline() for w in busy)
             limit = min(first_deadline, end)
+            budget = self._spin_budget
+            if budget is not None:
+                started = now
+                signalled = budget.spin(self._signalled_finder(busy), limit)
+                now = time.monotonic()
+                if signalled is not None:
+                    budget.waited(now - started)
+                    self._on_readable(signalled)
+                    continue
             events = self._poller.poll(None if limit == math.inf else max(0, math.ceil((limit - now) * 1000)))
+            if budget is not None:
+                budget.waited(time.monotonic() - started)
             if not events:
                 now = time.monotonic()
                 for worker in busy:
@@ -363,6 +433,24 @@ class SubprocessEnvManager(BaseEnvManager):
                 if self._restarts != restarts:
                     break  # fds may now belong to a new worker: poll again
         return True
+
+    @staticmethod
+    def _signalled_finder(busy: list[_Worker]) -> Callable[[], _Worker | None]:
+        """A function returning a busy worker that has rung its doorbell, else None. A dead worker never
+        rings: it is found by the poll that follows the busy-wait."""
+        if len(busy) == 1:
+            worker = busy[0]
+            signalled = worker.conn.signalled
+            return lambda: worker if signalled() else None
+        conns = [(w, w.conn.signalled) for w in busy]
+
+        def find() -> _Worker | None:
+            for worker, signalled in conns:
+                if signalled():
+                    return worker
+            return None
+
+        return find
 
     def _on_readable(self, worker: _Worker) -> None:
         try:

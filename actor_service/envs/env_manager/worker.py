@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -24,6 +25,7 @@ from typing import Any
 
 import cloudpickle
 
+from actor_service.envs.env_manager.doorbell import DoorbellAddress, Doorbells, SpinBudget
 from actor_service.envs.env_manager.failure import EnvFailure
 from actor_service.envs.env_manager.pipe import MessagePipe
 from actor_service.envs.env_manager.shared_memory import RESET_SLOT, STEP_SLOT, ObsBuffer, ObsLayout
@@ -82,8 +84,9 @@ class AckReply:
 
 
 class _Worker:
-    def __init__(self, conn: MessagePipe, env_ids: tuple[int, ...]) -> None:
+    def __init__(self, conn: MessagePipe, env_ids: tuple[int, ...], spin_s: float = 0.0) -> None:
         self.conn = conn
+        self.spin_s = spin_s
         self.env_ids = env_ids
         self.factories: Mapping[int, Callable[[], Env]] = {}
         self.buffer: ObsBuffer | None = None
@@ -101,9 +104,16 @@ class _Worker:
             self.conn.send(StartFailedReply(EnvFailure.capture(env_id, "build", exc, for_pickling=True)))
             return
         self.conn.send(ReadyReply(tuple(env.info() for env in self.envs.values())))
+        budget = SpinBudget(self.spin_s) if self.spin_s > 0 else None
         while True:
             try:
-                command = self.conn.recv()
+                if budget is None:
+                    command = self.conn.recv()
+                else:
+                    start = time.monotonic()
+                    budget.spin(self.conn.signalled)
+                    command = self.conn.recv()
+                    budget.waited(time.monotonic() - start)
             except EOFError:  # the parent is gone
                 return
             if type(command) is tuple:
@@ -198,13 +208,27 @@ class _Worker:
         self.conn.close()
 
 
-def worker_main(conn: Connection, env_ids: tuple[int, ...], factories_blob: bytes, layout: ObsLayout | None) -> None:
-    """Process entry point. Ctrl-C is left to the parent, which closes the workers itself."""
+def worker_main(
+    ends: tuple[Connection, Connection],
+    env_ids: tuple[int, ...],
+    factories_blob: bytes,
+    layout: ObsLayout | None,
+    doorbell: tuple[DoorbellAddress, float] | None = None,
+) -> None:
+    """Process entry point. Ctrl-C is left to the parent, which closes the workers itself. `ends`: where
+    commands come from and replies go to. `doorbell`: where this worker's message counters are, and how long
+    it busy-waits on them for a command."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    worker = _Worker(MessagePipe(conn), env_ids)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the parent closes us; a lost parent closes our pipe
+    bells = Doorbells.attach(doorbell[0]) if doorbell is not None else None
+    spin_s = doorbell[1] if doorbell is not None else 0.0
+    pipe = MessagePipe(*ends, bells.worker_end(doorbell[0].index) if bells is not None else None)
+    worker = _Worker(pipe, env_ids, spin_s)
     try:
         worker.serve(factories_blob, layout)
     except (BrokenPipeError, ConnectionResetError):  # the parent is gone: nobody to report to
         pass
     finally:
         worker.close()
+        if bells is not None:
+            bells.close()

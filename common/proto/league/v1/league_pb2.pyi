@@ -235,7 +235,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PlayerStatus(_message.Message):
-    __slots__ = ("player_id", "player_type", "active", "parent_id", "agent_steps", "train_iteration", "checkpoint_path", "checkpoint_version", "elo", "trueskill_mu", "trueskill_sigma", "slots_used", "slots_limit", "learner_worker_id", "snapshots", "mutations", "mean_return", "episodes")
+    __slots__ = ("player_id", "player_type", "active", "parent_id", "agent_steps", "train_iteration", "checkpoint_path", "checkpoint_version", "elo", "trueskill_mu", "trueskill_sigma", "slots_used", "slots_limit", "learner_worker_id", "snapshots", "mutations", "mean_return", "episodes", "failed_attempts_in_a_row", "jobs_given_up", "jobs_held_until", "last_job_error")
     PLAYER_ID_FIELD_NUMBER: _ClassVar[int]
     PLAYER_TYPE_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_FIELD_NUMBER: _ClassVar[int]
@@ -254,6 +254,10 @@ class PlayerStatus(_message.Message):
     MUTATIONS_FIELD_NUMBER: _ClassVar[int]
     MEAN_RETURN_FIELD_NUMBER: _ClassVar[int]
     EPISODES_FIELD_NUMBER: _ClassVar[int]
+    FAILED_ATTEMPTS_IN_A_ROW_FIELD_NUMBER: _ClassVar[int]
+    JOBS_GIVEN_UP_FIELD_NUMBER: _ClassVar[int]
+    JOBS_HELD_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    LAST_JOB_ERROR_FIELD_NUMBER: _ClassVar[int]
     player_id: str
     player_type: str
     active: bool
@@ -272,7 +276,11 @@ class PlayerStatus(_message.Message):
     mutations: int
     mean_return: float
     episodes: int
-    def __init__(self, player_id: _Optional[str] = ..., player_type: _Optional[str] = ..., active: _Optional[bool] = ..., parent_id: _Optional[str] = ..., agent_steps: _Optional[int] = ..., train_iteration: _Optional[int] = ..., checkpoint_path: _Optional[str] = ..., checkpoint_version: _Optional[int] = ..., elo: _Optional[float] = ..., trueskill_mu: _Optional[float] = ..., trueskill_sigma: _Optional[float] = ..., slots_used: _Optional[int] = ..., slots_limit: _Optional[int] = ..., learner_worker_id: _Optional[str] = ..., snapshots: _Optional[int] = ..., mutations: _Optional[int] = ..., mean_return: _Optional[float] = ..., episodes: _Optional[int] = ...) -> None: ...
+    failed_attempts_in_a_row: int
+    jobs_given_up: int
+    jobs_held_until: float
+    last_job_error: str
+    def __init__(self, player_id: _Optional[str] = ..., player_type: _Optional[str] = ..., active: _Optional[bool] = ..., parent_id: _Optional[str] = ..., agent_steps: _Optional[int] = ..., train_iteration: _Optional[int] = ..., checkpoint_path: _Optional[str] = ..., checkpoint_version: _Optional[int] = ..., elo: _Optional[float] = ..., trueskill_mu: _Optional[float] = ..., trueskill_sigma: _Optional[float] = ..., slots_used: _Optional[int] = ..., slots_limit: _Optional[int] = ..., learner_worker_id: _Optional[str] = ..., snapshots: _Optional[int] = ..., mutations: _Optional[int] = ..., mean_return: _Optional[float] = ..., episodes: _Optional[int] = ..., failed_attempts_in_a_row: _Optional[int] = ..., jobs_given_up: _Optional[int] = ..., jobs_held_until: _Optional[float] = ..., last_job_error: _Optional[str] = ...) -> None: ...
 
 class PayoffEntry(_message.Message):
     __slots__ = ("home", "away", "wins", "draws", "losses", "games", "win_rate")
@@ -329,7 +337,7 @@ class WorkerStatus(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., role: _Optional[_Union[WorkerRole, str]] = ..., hostname: _Optional[str] = ..., data_endpoint: _Optional[str] = ..., last_heartbeat: _Optional[float] = ..., job_ids: _Optional[_Iterable[str]] = ..., alive: _Optional[bool] = ...) -> None: ...
 
 class Counters(_message.Message):
-    __slots__ = ("jobs_issued", "jobs_finished", "jobs_expired", "jobs_failed", "matches", "snapshots", "mutations", "env_steps")
+    __slots__ = ("jobs_issued", "jobs_finished", "jobs_expired", "jobs_failed", "matches", "snapshots", "mutations", "env_steps", "jobs_given_up")
     JOBS_ISSUED_FIELD_NUMBER: _ClassVar[int]
     JOBS_FINISHED_FIELD_NUMBER: _ClassVar[int]
     JOBS_EXPIRED_FIELD_NUMBER: _ClassVar[int]
@@ -338,6 +346,7 @@ class Counters(_message.Message):
     SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
     MUTATIONS_FIELD_NUMBER: _ClassVar[int]
     ENV_STEPS_FIELD_NUMBER: _ClassVar[int]
+    JOBS_GIVEN_UP_FIELD_NUMBER: _ClassVar[int]
     jobs_issued: int
     jobs_finished: int
     jobs_expired: int
@@ -346,7 +355,8 @@ class Counters(_message.Message):
     snapshots: int
     mutations: int
     env_steps: int
-    def __init__(self, jobs_issued: _Optional[int] = ..., jobs_finished: _Optional[int] = ..., jobs_expired: _Optional[int] = ..., jobs_failed: _Optional[int] = ..., matches: _Optional[int] = ..., snapshots: _Optional[int] = ..., mutations: _Optional[int] = ..., env_steps: _Optional[int] = ...) -> None: ...
+    jobs_given_up: int
+    def __init__(self, jobs_issued: _Optional[int] = ..., jobs_finished: _Optional[int] = ..., jobs_expired: _Optional[int] = ..., jobs_failed: _Optional[int] = ..., matches: _Optional[int] = ..., snapshots: _Optional[int] = ..., mutations: _Optional[int] = ..., env_steps: _Optional[int] = ..., jobs_given_up: _Optional[int] = ...) -> None: ...
 
 class LeagueStatus(_message.Message):
     __slots__ = ("league_id", "league_type", "started_at", "uptime_s", "now", "players", "payoff", "jobs", "workers", "counters")

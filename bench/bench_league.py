@@ -1,0 +1,95 @@
+"""Learning outcome of the default battle league (issue 6): `make run`'s league, judged against fixed bots.
+
+Runs the embedded default league (connect four; main player, main exploiter, league exploiter) for its
+budget exactly as `make run` does, then `league eval --run-dir` plays the main player's snapshots along the
+run against random and OpenSpiel's MCTS bot at growing simulation counts. Goals: the final main player
+beats random >= 95%; its results against MCTS improve over the run (the strongest MCTS it beats more than
+half the time is reported). The league's own view (historical players, rated games, rating spread) is
+reported from its last status.
+
+`python bench/bench_league.py [--quick] [--seconds S] [--games N]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.common import BenchRow, print_rows  # noqa: E402
+
+LADDER = ("random", "mcts:10", "mcts:25", "mcts:50", "mcts:100", "mcts:200")
+
+
+def _mcts_sims(opponent: str) -> int:
+    return 0 if opponent == "random" else int(opponent.split(":")[1])
+
+
+def main(argv: list[str] | None = None) -> list[BenchRow]:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--seconds", type=float, default=None, help="league run budget (default: the config's 300 s)")
+    parser.add_argument("--games", type=int, default=None, help="games per checkpoint and opponent")
+    parser.add_argument("--keep", type=pathlib.Path, default=None, help="keep the run directory here")
+    args = parser.parse_args(argv)
+    seconds = args.seconds or (60.0 if args.quick else None)
+    games = args.games or (20 if args.quick else 100)
+    with tempfile.TemporaryDirectory(prefix="bench-league-") as tmp:
+        run_dir = args.keep or pathlib.Path(tmp) / "run"
+        cmd = [sys.executable, "-m", "league_cli", "run", "--run-dir", str(run_dir), "--quiet"]
+        if seconds:
+            cmd += ["--seconds", str(seconds)]
+        start = time.monotonic()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, timeout=(seconds or 300) + 300)
+        run_s = time.monotonic() - start
+        out = subprocess.run(
+            [sys.executable, "-m", "league_cli", "eval", "--run-dir", str(run_dir), "--opponent", ",".join(LADDER),
+             "--games", str(games), "--points", "4", "--json"],
+            check=True, capture_output=True, text=True, timeout=3600)
+        report = json.loads(out.stdout.strip().splitlines()[-1])
+        history = (run_dir / "status_history.jsonl").read_text().splitlines()
+        status = json.loads(history[-1])
+    points = report["points"]
+    first, last = points[0], points[-1]
+    rows = [
+        BenchRow(f"main player after {run_s:.0f} s (v{last['version']}, {last['agent_steps']:,} agent steps) "
+                 f"vs uniform random, {games} games", last["win_rate"]["random"] * 100, "% won",
+                 "goal", 95.0, "≥ 95%", last["win_rate"]["random"] >= 0.95),
+    ]
+    for opponent in LADDER[1:]:
+        rows.append(BenchRow(f"main player vs {opponent}: first snapshot (v{first['version']}, "
+                             f"{first['agent_steps']:,} steps) -> final", last["win_rate"][opponent] * 100, "% won",
+                             "first snapshot", first["win_rate"][opponent] * 100, "improves over the run",
+                             last["win_rate"][opponent] > first["win_rate"][opponent]
+                             or last["win_rate"][opponent] == 1.0))
+    strongest_last = _mcts_sims(last["strongest_beaten"]) if last["strongest_beaten"] != "-" else -1
+    strongest_first = _mcts_sims(first["strongest_beaten"]) if first["strongest_beaten"] != "-" else -1
+    rows.append(BenchRow("largest MCTS simulation count the final main player beats > 50% (0: random only)",
+                         strongest_last, "simulations", "the same for the first snapshot", strongest_first,
+                         "reported (and not below the first snapshot's)", strongest_last >= strongest_first))
+    historical = sum(1 for p in status["players"] if not p.get("active"))
+    elos = [p.get("elo", 0.0) for p in status["players"]]
+    c = status["counters"]
+    rows.append(BenchRow("historical players (snapshots) at the end", historical, "players", "active players",
+                         sum(1 for p in status["players"] if p.get("active")), "> 0", historical > 0))
+    rows.append(BenchRow("matches counted into the payoff", int(c.get("matches", 0)), "matches", "env steps",
+                         int(c.get("env_steps", 0)), "(context)", None))
+    rows.append(BenchRow("Elo spread across players (max - min)", max(elos) - min(elos), "Elo", "initial Elo",
+                         1200.0, "ratings move (> 0)", max(elos) - min(elos) > 0))
+    progression = " | ".join(
+        f"v{p['version']} ({p['agent_steps']:,} steps): " + ", ".join(f"{o} {p['win_rate'][o]:.0%}" for o in LADDER)
+        for p in points)
+    print(f"progression: {progression}")
+    print_rows("Default connect-four league: learning outcome", rows)
+    return rows
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,128 @@
+"""`league eval --run-dir RUN`: how a player's strength grew over a finished (or running) `league run`.
+
+A league freezes its players into historical players as they train, so the snapshots of one player, in
+the order of their agent steps, are checkpoints taken along the run. Playing each of them against a
+ladder of reference bots (random, then MCTS with more and more simulations) shows whether the player got
+stronger, and which bot strength it had passed at each point. Nothing here needs the coordinator: the
+last line of the run's status history names the players and their checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_LADDER = ("random", "mcts:10", "mcts:25", "mcts:50", "mcts:100")
+
+
+@dataclass(frozen=True)
+class LineagePoint:
+    """One checkpoint of the evaluated player: a frozen snapshot or the active player's latest version."""
+
+    player_id: str
+    agent_steps: int
+    checkpoint_path: str
+    checkpoint_version: int
+    active: bool
+
+
+@dataclass
+class PointResult:
+    point: LineagePoint
+    # opponent -> result dict (EvalResult.to_dict())
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def strongest_beaten(self) -> str:
+        """The last opponent of the ladder that this checkpoint beats more than half the time ("-": none)."""
+        beaten = [opponent for opponent, r in self.results.items() if r["win_rate"] > 0.5]
+        return beaten[-1] if beaten else "-"
+
+
+def last_status(history_path: Path) -> dict[str, Any]:
+    """The newest record of a run's status_history.jsonl (a torn last line, from a live run, is skipped)."""
+    if not history_path.is_file():
+        raise ValueError(f"{history_path}: no status history (is this a `league run` directory?)")
+    record = None
+    with open(history_path) as fh:
+        for line in fh:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+    if record is None:
+        raise ValueError(f"{history_path}: no complete status record yet")
+    return record
+
+
+def choose_player(status: dict[str, Any], player_id: str | None) -> str:
+    """`player_id` if given (it must be an active player), else the league's first main player."""
+    active = [p for p in status.get("players", []) if p.get("active")]
+    if not active:
+        raise ValueError("the run's status lists no active player")
+    if player_id is not None:
+        if player_id not in {p["player_id"] for p in active}:
+            raise ValueError(f"--player {player_id!r} is not an active player of the run "
+                             f"(active: {', '.join(p['player_id'] for p in active)})")
+        return player_id
+    main = [p for p in active if p.get("player_type") == "main_player"]
+    return (main or active)[0]["player_id"]
+
+
+def lineage(status: dict[str, Any], player_id: str, points: int) -> list[LineagePoint]:
+    """Snapshots of `player_id` by agent steps, thinned to `points` evenly spaced ones ending at its latest."""
+    if points < 1:
+        raise ValueError(f"--points must be >= 1, got {points}")
+    found = []
+    for p in status.get("players", []):
+        mine = p["player_id"] == player_id if p.get("active") else p.get("parent_id") == player_id
+        if mine and p.get("checkpoint_path"):
+            found.append(LineagePoint(p["player_id"], int(p.get("agent_steps", 0)), p["checkpoint_path"],
+                                      int(p.get("checkpoint_version", 0)), bool(p.get("active"))))
+    if not found:
+        raise ValueError(f"player {player_id!r} has no published checkpoint in the run's status")
+    # The active player's latest checkpoint comes after every snapshot taken from it, unless a snapshot
+    # froze that very version (then the snapshot stands for it).
+    snapshot_versions = {pt.checkpoint_version for pt in found if not pt.active}
+    found = [pt for pt in found if not (pt.active and pt.checkpoint_version in snapshot_versions)]
+    found.sort(key=lambda pt: (pt.active, pt.agent_steps, pt.checkpoint_version))
+    if len(found) <= points:
+        return found
+    if points == 1:
+        return [found[-1]]
+    step = (len(found) - 1) / (points - 1)
+    return [found[round(i * step)] for i in range(points)]
+
+
+def evaluate_lineage(
+    line: Sequence[LineagePoint],
+    ladder: Sequence[str],
+    play: Callable[[LineagePoint, str], dict[str, Any]],
+    on_result: Callable[[PointResult, str], None] | None = None,
+) -> list[PointResult]:
+    """`play(point, opponent)` for every point and rung; `on_result` after each (progress)."""
+    out = []
+    for point in line:
+        result = PointResult(point)
+        for opponent in ladder:
+            result.results[opponent] = play(point, opponent)
+            if on_result is not None:
+                on_result(result, opponent)
+        out.append(result)
+    return out
+
+
+def progression_to_dict(player_id: str, results: Sequence[PointResult], games: int) -> dict[str, Any]:
+    return {
+        "player_id": player_id,
+        "games": games,
+        "points": [
+            {"checkpoint": r.point.checkpoint_path, "version": r.point.checkpoint_version,
+             "agent_steps": r.point.agent_steps, "snapshot": r.point.player_id if not r.point.active else None,
+             "strongest_beaten": r.strongest_beaten(),
+             "win_rate": {opp: res["win_rate"] for opp, res in r.results.items()}}
+            for r in results
+        ],
+    }

@@ -15,8 +15,8 @@ from typing import Any
 from google.protobuf import json_format, struct_pb2
 
 from common.computation.algorithm import ForwardKwargs
-from common.computation.typed_config import from_mapping
 from common.proto.league.v1 import league_pb2
+from common.typed_config import from_mapping
 
 DEFAULT_UNROLL_LEN = 32
 

@@ -17,7 +17,6 @@ when a job brings a different one.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -40,20 +39,13 @@ from common.checkpoint_store import (
 from common.computation.computation_task import ComputationTask
 from common.envs.base import EnvInfo
 from common.envs.policy_view import policy_specs
+from common.policy_config import player_seed
 
 log = logging.getLogger(__name__)
 
 # How often a player's first checkpoint is looked for while waiting on it. A file on a shared filesystem
 # gives no event to wait on, so this is the one place the actor polls.
 _FIRST_CHECKPOINT_POLL_S = 0.1
-
-
-def player_seed(player_id: str) -> int:
-    """The seed of a player's fresh initialisation: the first 4 bytes of sha256(player_id), little-endian.
-
-    Learners initialise with the same seed, so a player's version 0 is the same network on both sides.
-    """
-    return int.from_bytes(hashlib.sha256(player_id.encode()).digest()[:4], "little")
 
 
 @dataclass(frozen=True)

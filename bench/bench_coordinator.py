@@ -66,8 +66,8 @@ class EchoServicer(league_pb2_grpc.LeagueServiceServicer):
                      pb.PlayerRef(player_id="main_exploiter_default_0", active=True)],
             env_name="connect_four", env_num=2, episode_num=4, lease_deadline=time.time() + 30, lease_timeout_s=30,
         )
-        job.policy.update({"algorithm": "ppo", "model": {"hidden_sizes": [128, 128]}})
-        job.learner_kwargs.update({"lr": 0.00025, "gamma": 0.99, "batch_size": 1024})
+        job.policy.update({"algorithm": "ppo", "model": {"hidden": [128, 128]}})
+        job.learner_kwargs.update({"batch_size": 1024, "publish_every": 1, "keep_last": 5})
         self._job = pb.GetJobResponse(job=job)
 
     def RegisterWorker(self, request, context):

@@ -394,7 +394,26 @@ def config_from_dict(data: Mapping[str, Any]) -> Config:
         if user_policy["algorithm"] != defaults.get("policy", {}).get("algorithm"):
             defaults.pop("policy", None)
             defaults.pop("learner", None)
-    return from_dict(Config, merge_with_defaults(Config, defaults, data))
+    cfg = from_dict(Config, merge_with_defaults(Config, defaults, data))
+    _check_worker_sections(cfg)
+    return cfg
+
+
+def _check_worker_sections(cfg: Config) -> None:
+    """`policy` and `learner` travel to actors and learners as free dicts; parse them here too, so a typo
+    stops the coordinator (or `league run`) at startup, naming the key, instead of every learner later."""
+    from common.learner_config import LearnerConfig
+    from common.policy_config import PolicyConfig
+
+    for section, parse in (("policy", PolicyConfig.from_mapping), ("learner", LearnerConfig.from_mapping)):
+        try:
+            parse(getattr(cfg, section))
+        except (TypeError, ValueError) as err:
+            message = str(err)
+            path, _, rest = message.partition(": ")
+            if path.startswith(section) and rest:  # "policy.ppo.x: ..." -> path and message
+                raise ConfigError(path, rest) from None
+            raise ConfigError(section, message) from None
 
 
 def load_config(path: str | Path | None) -> Config:

@@ -15,8 +15,8 @@ import numpy as np
 
 from common.algorithms.dqn import transitions_from_trajectory
 from common.algorithms.ppo import batch_from_trajectory
-from common.algorithms.registry import PolicyConfig
 from common.computation.specs import TensorSpec
+from common.policy_config import PolicyConfig
 from common.tensor_codec import ChunkHeader, DecodedChunk
 from common.trajectory import DEFAULT_AGENT, OBSERVATION, Trajectory
 

@@ -21,13 +21,14 @@ from pathlib import Path
 
 import grpc
 
-from common.algorithms.registry import PolicyConfig
 from common.checkpoint_store import CheckpointError, CheckpointRef, CheckpointStore
 from common.envs import make_env
 from common.envs.policy_view import policy_specs
+from common.learner_config import LearnerConfig
+from common.policy_config import PolicyConfig, player_seed
 from common.proto.league.v1 import league_pb2, league_pb2_grpc
 from common.rpc import ServerOptions, ServingServer, check_exposure, is_loopback, join_host_port, make_server
-from learner_service.config import MAX_CHUNK_BYTES, LearnerConfig, LearnerSettings, player_seed
+from learner_service.config import MAX_CHUNK_BYTES, LearnerSettings
 from learner_service.league_client import RETRYABLE, BindingLost, Interrupted, LeagueClient, LearnJob
 from learner_service.publisher import CheckpointPublisher
 from learner_service.servicer import SERVICE_NAME, DataPlane, LearnerServicer

@@ -22,9 +22,9 @@ from pathlib import Path
 import grpc
 
 from common.checkpoint_store import CheckpointRef
+from common.learner_config import LearnerConfig
 from common.proto.league.v1 import league_pb2
 from learner_service.chunks import PreparedChunk
-from learner_service.config import LearnerConfig
 from learner_service.intake import ChunkQueue
 from learner_service.league_client import RETRYABLE, BindingLost, LeagueClient, LearnJob, Registration
 from learner_service.publisher import CheckpointPublisher

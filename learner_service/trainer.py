@@ -31,13 +31,14 @@ import numpy as np
 import torch
 
 from common.algorithms.dqn import make_replay
-from common.algorithms.registry import PolicyConfig, make_computation_task
+from common.algorithms.registry import make_computation_task
 from common.checkpoint_store import CheckpointError, CheckpointRef, CheckpointStore
 from common.computation.agent_helpers import ExpReplayHelper, OnlineHelper
 from common.computation.computation_task import ComputationTask
 from common.computation.specs import DiscreteActionSpec, TensorSpec
+from common.learner_config import LearnerConfig
+from common.policy_config import PolicyConfig
 from learner_service.chunks import ChunkPreparer, PreparedChunk
-from learner_service.config import LearnerConfig
 
 log = logging.getLogger(__name__)
 

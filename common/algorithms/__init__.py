@@ -1,9 +1,10 @@
 """Standard algorithms (PPO, DQN), their networks, and the registry that builds them from a policy config."""
 
-from common.algorithms.dqn import DQN, DQNConfig, make_replay, transitions_from_trajectory
-from common.algorithms.models import ActorCriticModel, ModelConfig, QNetworkModel
-from common.algorithms.ppo import PPO, PPOConfig, batch_from_trajectory, compute_targets
-from common.algorithms.registry import ALGORITHMS, PolicyConfig, make_computation_task
+from common.algorithms.dqn import DQN, make_replay, transitions_from_trajectory
+from common.algorithms.models import ActorCriticModel, QNetworkModel
+from common.algorithms.ppo import PPO, batch_from_trajectory, compute_targets
+from common.algorithms.registry import ALGORITHMS, make_computation_task
+from common.policy_config import DQNConfig, ModelConfig, PolicyConfig, PPOConfig
 
 __all__ = [
     "ALGORITHMS",

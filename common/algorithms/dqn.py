@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -33,54 +32,8 @@ from common.computation.algorithm import (
     training_counter,
 )
 from common.computation.specs import ACTION_MASK, TensorSpec
+from common.policy_config import DQNConfig
 from common.trajectory import DEFAULT_AGENT, Trajectory
-
-
-@dataclass(frozen=True)
-class DQNConfig:
-    """The ``policy.dqn`` section; the replay fields configure the learner's `ExpReplayHelper`."""
-
-    learning_rate: float = 1e-3
-    """Adam step size."""
-    adam_eps: float = 1e-8
-    gamma: float = 0.99
-    """Discount factor."""
-    n_step: int = 3
-    """Rewards summed before bootstrapping."""
-    double_q: bool = True
-    """Pick the next action with the online network, evaluate it with the target network."""
-    target_update_period: int = 100
-    """`learn` calls between target-network updates."""
-    target_update_tau: float = 1.0
-    """1.0 copies the online weights; below 1, Polyak-averages them in with this weight."""
-    loss: Literal["huber", "mse"] = "huber"
-    max_grad_norm: float = 10.0
-    replay_capacity: int = 100_000
-    """Transitions kept in the replay buffer."""
-    batch_size: int = 64
-    """Transitions per `learn` call."""
-    learning_starts: int = 1000
-    """Transitions to collect before the first update."""
-    prioritized: bool = True
-    """Sample by priority (|TD error|^α) instead of uniformly."""
-    priority_alpha: float = 0.6
-    priority_beta: float = 0.4
-    """Importance-weight exponent (1 corrects the sampling bias fully)."""
-    priority_eps: float = 1e-6
-
-    def __post_init__(self) -> None:
-        for name in ("learning_rate", "adam_eps", "max_grad_norm", "target_update_tau", "priority_eps"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"dqn.{name} must be > 0, got {getattr(self, name)}")
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"dqn.gamma must be in [0, 1], got {self.gamma}")
-        if self.target_update_tau > 1.0:
-            raise ValueError(f"dqn.target_update_tau must be <= 1, got {self.target_update_tau}")
-        for name in ("n_step", "target_update_period", "replay_capacity", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"dqn.{name} must be >= 1, got {getattr(self, name)}")
-        if self.learning_starts < 0 or self.priority_alpha < 0 or not 0 <= self.priority_beta <= 1:
-            raise ValueError("dqn: need learning_starts >= 0, priority_alpha >= 0, 0 <= priority_beta <= 1")
 
 
 def make_replay(config: DQNConfig, seed: int | None = None) -> ExpReplayHelper:

@@ -10,39 +10,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from torch import nn
 
 from common.computation.model import Model
 from common.computation.specs import ACTION_MASK, TensorSpec
+from common.policy_config import ModelConfig
 from common.trajectory import OBSERVATION
 
 NATURE_CONV: tuple[tuple[int, int, int], ...] = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """The ``policy.model`` section."""
-
-    hidden: tuple[int, ...] = (64, 64)
-    """Widths of the fully connected layers (after the conv stack for images)."""
-    activation: Literal["tanh", "relu"] | None = None
-    """None: the algorithm's usual choice (tanh for PPO, relu for DQN)."""
-    conv: tuple[tuple[int, int, int], ...] = ()
-    """(out_channels, kernel, stride) per conv layer for (C, H, W) observations; empty: the Nature DQN stack."""
-    obs_scale: float = 1.0
-    """Observations are multiplied by this (1/255 for uint8 pixels)."""
-    shared_torso: bool = False
-    """Actor and critic share one torso (usual for conv nets); separate torsos otherwise (CleanRL's MLP)."""
-
-    def __post_init__(self) -> None:
-        if any(h < 1 for h in self.hidden):
-            raise ValueError(f"model.hidden: widths must be >= 1, got {self.hidden}")
-        if any(c < 1 or k < 1 or s < 1 for c, k, s in self.conv):
-            raise ValueError(f"model.conv: (channels, kernel, stride) must be >= 1, got {self.conv}")
 
 
 def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias: float = 0.0) -> nn.Module:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,56 +36,8 @@ from common.computation.algorithm import (
     training_counter,
 )
 from common.computation.specs import ACTION_MASK, TensorSpec
+from common.policy_config import PPOConfig
 from common.trajectory import DEFAULT_AGENT, Trajectory
-
-
-@dataclass(frozen=True)
-class PPOConfig:
-    """The ``policy.ppo`` section."""
-
-    learning_rate: float = 2.5e-4
-    """Adam step size."""
-    anneal_lr_updates: int = 0
-    """Decay the learning rate linearly to zero over this many `learn` calls (0: constant)."""
-    adam_eps: float = 1e-5
-    gamma: float = 0.99
-    """Discount factor."""
-    gae_lambda: float = 0.95
-    """λ of GAE (and of V-trace's traces c = λ·min(c̄, ratio))."""
-    update_epochs: int = 4
-    """Passes over each batch."""
-    num_minibatches: int = 4
-    """Minibatches per pass (the batch's valid steps are shuffled and split)."""
-    normalize_advantages: bool = True
-    """Standardise advantages per minibatch."""
-    clip_coef: float = 0.2
-    """PPO's ratio clip ε."""
-    clip_value_loss: bool = True
-    """Clip the value change around the start-of-update values (as PPO2 does)."""
-    value_coef: float = 0.5
-    entropy_coef: float = 0.01
-    max_grad_norm: float = 0.5
-    target_kl: float | None = None
-    """Stop the update's remaining epochs once the approximate KL exceeds this (None: never)."""
-    off_policy_correction: Literal["none", "vtrace"] = "vtrace"
-    """How stale behaviour data is corrected (see the module docstring)."""
-    vtrace_rho_clip: float = 1.0
-    """ρ̄: truncation of the importance weights in targets and advantages."""
-    vtrace_c_clip: float = 1.0
-    """c̄: truncation of the trace coefficients."""
-
-    def __post_init__(self) -> None:
-        for name in ("learning_rate", "adam_eps", "clip_coef", "max_grad_norm", "vtrace_rho_clip", "vtrace_c_clip"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"ppo.{name} must be > 0, got {getattr(self, name)}")
-        for name in ("gamma", "gae_lambda"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"ppo.{name} must be in [0, 1], got {getattr(self, name)}")
-        for name in ("update_epochs", "num_minibatches"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"ppo.{name} must be >= 1, got {getattr(self, name)}")
-        if self.anneal_lr_updates < 0:
-            raise ValueError(f"ppo.anneal_lr_updates must be >= 0, got {self.anneal_lr_updates}")
 
 
 @dataclass

@@ -8,36 +8,17 @@ built tasks, so weights published by one load into the other.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from common.algorithms.dqn import DQN, DQNConfig
-from common.algorithms.models import ActorCriticModel, ModelConfig, QNetworkModel
-from common.algorithms.ppo import PPO, PPOConfig
+from common.algorithms.dqn import DQN
+from common.algorithms.models import ActorCriticModel, QNetworkModel
+from common.algorithms.ppo import PPO
 from common.computation.algorithm import Algorithm
 from common.computation.computation_task import ComputationTask
 from common.computation.specs import DiscreteActionSpec, ObsSpec, observation_specs
-from common.computation.typed_config import from_mapping
-
-
-@dataclass(frozen=True)
-class PolicyConfig:
-    """``{"algorithm": "ppo" | "dqn", "model": {...}, "ppo": {...}, "dqn": {...}}``."""
-
-    algorithm: str = "ppo"
-    model: ModelConfig = field(default_factory=ModelConfig)
-    ppo: PPOConfig = field(default_factory=PPOConfig)
-    dqn: DQNConfig = field(default_factory=DQNConfig)
-
-    def __post_init__(self) -> None:
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"policy.algorithm: {self.algorithm!r} is not one of {sorted(ALGORITHMS)}")
-
-    @classmethod
-    def from_mapping(cls, mapping: Mapping[str, Any] | PolicyConfig | None) -> PolicyConfig:
-        return from_mapping(cls, mapping, "policy")
+from common.policy_config import ALGORITHM_NAMES, PolicyConfig
 
 
 def _build_ppo(obs: Mapping, actions: DiscreteActionSpec, config: PolicyConfig) -> Algorithm:
@@ -53,6 +34,8 @@ ALGORITHMS: dict[str, Callable[[Mapping, DiscreteActionSpec, PolicyConfig], Algo
     "dqn": _build_dqn,
 }
 """Algorithm name -> builder(obs specs, action spec, policy config)."""
+if set(ALGORITHMS) != set(ALGORITHM_NAMES):
+    raise ImportError(f"common.policy_config.ALGORITHM_NAMES {ALGORITHM_NAMES} != the builders {sorted(ALGORITHMS)}")
 
 
 def make_computation_task(

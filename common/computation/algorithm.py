@@ -15,7 +15,7 @@ import torch
 
 from common.computation.model import Model
 from common.computation.specs import TensorSpec
-from common.computation.typed_config import from_mapping
+from common.typed_config import from_mapping
 
 
 @dataclass(frozen=True)

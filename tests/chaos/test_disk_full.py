@@ -20,7 +20,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,6 +32,7 @@ from league_service.server import CoordinatorServer, serve_coordinator
 from learner_service.learner_testing import Rollout, learner_command
 from tests.chaos.invariants import assert_invariants, check_status
 from tests.integration.test_learner_service import PLAYER, acting_task, player_status, push, solo_config
+from tests.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARE_BYTES = 32 * 2**20
@@ -149,18 +150,6 @@ def learner_process(coordinator: str, share: Path, log: Path) -> Iterator[subpro
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, 9)
         proc.wait(30)
-
-
-def wait_until(what: str, check: Callable[[], object], timeout_s: float, context: Callable[[], str]) -> object:
-    """Poll another process's state (no event crosses the process boundary) until ``check()`` is truthy."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}\n{context()}")
-        time.sleep(0.1)
 
 
 def learner_address(log: Path) -> str:

@@ -33,6 +33,7 @@ from league_cli.processes import ManagedProcess, ProcessGroup, league_command
 from league_service.config import config_from_dict
 from league_service.coordinator_testing import league_stub, running_coordinator
 from tests.chaos.invariants import assert_invariants, fetch_status, read_ledger
+from tests.polling import wait_until
 
 FLAKY = "python:tests.env_doubles:FlakyEnv"
 # Episodes of exactly 10 steps, so where the faults fall is known in advance.
@@ -60,19 +61,6 @@ def publish_first_checkpoint(shared_root: Path, config: dict[str, Any]) -> None:
     inputs, actions = policy_specs(make_env(FLAKY, **TEN_STEP_EPISODES).info())
     task = make_computation_task(policy, inputs, actions, "cpu", seed=1)
     CheckpointStore(shared_root).publish(PLAYER, task.get_weights(), 1)
-
-
-def wait_until(what: str, check: Callable[[], Any], timeout_s: float, context: Callable[[], str] = str) -> Any:
-    """Poll another process's state (no event crosses the process boundary) until `check()` is truthy."""
-    deadline = time.monotonic() + timeout_s
-    pause = threading.Event()  # never set: its wait() is the pause between polls
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}\n{context()}")
-        pause.wait(0.2)
 
 
 def job_failures(state_path: Path) -> dict[str, dict[str, Any]]:

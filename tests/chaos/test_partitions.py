@@ -18,7 +18,6 @@ Skips when this machine cannot make network namespaces (not root, or no `ip`).
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,15 +49,6 @@ def netns_available() -> None:
     reason = netns_unavailable_reason()
     if reason is not None:
         pytest.skip(f"partition chaos needs network namespaces: {reason}")
-
-
-@pytest.fixture
-def token_file(tmp_path: Path) -> Path:
-    path = tmp_path / "secrets" / "league_token"
-    path.parent.mkdir()
-    path.write_text(secrets.token_hex(16) + "\n")
-    path.chmod(0o600)
-    return path
 
 
 @pytest.fixture

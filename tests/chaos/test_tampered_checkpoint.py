@@ -24,7 +24,6 @@ import pickle
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -40,6 +39,7 @@ from league_service.coordinator_testing import running_coordinator, server_proce
 from learner_service.learner_testing import Rollout, learner_command, running_learner
 from tests.chaos.invariants import assert_invariants
 from tests.integration.test_learner_service import PLAYER, acting_task, player_status, push, solo_config
+from tests.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = {"algorithm": "ppo"}
@@ -117,18 +117,6 @@ def flip_bytes(share: Path, relative: str) -> None:
 
 
 # ---- processes -----------------------------------------------------------------------------------------------
-
-
-def wait_until(what: str, check: Callable[[], object], timeout_s: float, context: Callable[[], str]) -> object:
-    """Poll another process's state (no event crosses the process boundary) until ``check()`` is truthy."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}\n{context()}")
-        time.sleep(0.1)
 
 
 def _learner(coordinator: str, share: Path, log: Path):

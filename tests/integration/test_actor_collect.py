@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from actor_service.actor import Actor, ActorSettings, JobReport
-from actor_service.policy_pool import PolicySettings, player_seed
+from actor_service.policy_pool import PolicySettings
 from actor_service.testing import ChunkRecords, serve_recording_learner
 from actor_service.trajectory_sender import SenderSettings
 from common.algorithms.ppo import batch_from_trajectory
@@ -21,6 +21,7 @@ from common.algorithms.registry import make_computation_task
 from common.checkpoint_store import CheckpointStore
 from common.envs.policy_view import policy_specs
 from common.envs.registry import make_env
+from common.policy_config import player_seed
 from common.proto.league.v1 import league_pb2 as pb
 from common.trajectory import Trajectory
 from league_service.config import Config, config_from_dict

@@ -41,8 +41,8 @@ def league(tmp_path):
     cfg = small_league_config(
         {
             "league": {"main_player": {"one_phase_step": 100, "strong_win_rate": None}},
-            "policy": {"algorithm": "ppo", "model": {"hidden_sizes": [8]}},
-            "learner": {"lr": 0.001},
+            "policy": {"algorithm": "ppo", "model": {"hidden": [8]}},
+            "learner": {"batch_size": 64},
         }
     )
     with running_coordinator(cfg, tmp_path, lease_timeout_s=30.0, metrics_port=0) as server:
@@ -94,7 +94,7 @@ def test_collect_jobs_wait_for_the_learner_then_carry_its_endpoint(league):
     bound = bind_learners(stub)
     assert set(bound) == {"main_player_default_0", "main_exploiter_default_0"}
     learn = bound["main_player_default_0"][1]
-    assert learn.learner_kwargs["lr"] == 0.001 and learn.policy["algorithm"] == "ppo"
+    assert learn.learner_kwargs["batch_size"] == 64 and learn.policy["algorithm"] == "ppo"
     assert [p.player_id for p in learn.players] == ["main_player_default_0"]
 
     job = stub.GetJob(pb.GetJobRequest(worker_id="actor-1", role=ACTOR, wait_s=5)).job
@@ -102,7 +102,7 @@ def test_collect_jobs_wait_for_the_learner_then_carry_its_endpoint(league):
     learner_id = bound[job.launch_player][0]
     assert job.learner_endpoint == f"127.0.0.1:{7000 + int(learner_id[-1])}"
     assert job.env_name == "connect_four" and job.env_num == 2 and job.episode_num == 4
-    assert job.policy["model"]["hidden_sizes"] == [8.0]
+    assert job.policy["model"]["hidden"] == [8.0]
     assert job.players[0].active and job.lease_timeout_s == 30.0 and job.lease_deadline > time.time()
 
     ack = stub.FinishJob(

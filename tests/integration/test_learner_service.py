@@ -6,6 +6,7 @@ Chunks are real CartPole rollouts (or connect-four shaped data) cut with Traject
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import socket
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from common.algorithms.registry import make_computation_task
 from common.checkpoint_store import CheckpointStore
-from common.config import load_yaml
+from common.config import ConfigError, load_yaml
 from common.envs import make_env
 from common.envs.policy_view import policy_specs
 from common.proto.league.v1 import league_pb2, league_pb2_grpc
@@ -288,8 +289,12 @@ def test_a_dqn_player_trains_from_its_replay(tmp_path):
 
 def test_a_job_it_cannot_train_fails_with_the_field_named(tmp_path):
     data = load_yaml(REPO / "configs" / "solo_cartpole.yaml")
-    data["learner"]["bach_size"] = 64  # a typo: the learner's typed section refuses it
-    cfg = config_from_dict(data)
+    data["learner"]["bach_size"] = 64  # a typo: the league config refuses it at load ...
+    with pytest.raises(ConfigError, match=r"learner: unknown field\(s\) \['bach_size'\]"):
+        config_from_dict(data)
+    # ... and a learner handed such a section anyway (a coordinator of another version, say) refuses it too.
+    del data["learner"]["bach_size"]
+    cfg = dataclasses.replace(config_from_dict(data), learner={**data["learner"], "bach_size": 64})
     with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
         learner = Learner(LearnerSettings(coordinator=coordinator.address, shared_root=tmp_path, worker_id="l",
                                           device="cpu", get_job_wait_s=1.0))

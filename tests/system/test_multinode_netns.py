@@ -11,7 +11,6 @@ Both skip when this machine cannot make network namespaces (not root, or no `ip`
 from __future__ import annotations
 
 import json
-import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -41,15 +40,6 @@ def netns_available() -> None:
     reason = netns_unavailable_reason()
     if reason is not None:
         pytest.skip(f"multi-host test needs network namespaces: {reason}")
-
-
-@pytest.fixture
-def token_file(tmp_path: Path) -> Path:
-    path = tmp_path / "secrets" / "league_token"
-    path.parent.mkdir()
-    path.write_text(secrets.token_hex(16) + "\n")
-    path.chmod(0o600)
-    return path
 
 
 def compose_env(token_file: Path, config_file: Path, **extra: str) -> dict[str, str]:

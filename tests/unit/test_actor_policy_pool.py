@@ -5,12 +5,13 @@ import numpy as np
 import pytest
 
 from actor_service.job import PlayerSlot
-from actor_service.policy_pool import PolicyPool, PolicySettings, player_seed
+from actor_service.policy_pool import PolicyPool, PolicySettings
 from actor_service.stop import StopSignal
 from common.algorithms.registry import make_computation_task
 from common.checkpoint_store import CheckpointStore
 from common.envs.base import ArraySpec, DiscreteSpec, EnvInfo
 from common.envs.policy_view import policy_specs
+from common.policy_config import player_seed
 
 POLICY = {"algorithm": "ppo", "model": {"hidden": [8]}}
 INFO = EnvInfo("toy", ArraySpec((4,), np.float32), DiscreteSpec(2))

@@ -22,7 +22,7 @@ from common.computation import (
     resolve_device,
     specs_from_gym,
 )
-from common.computation.typed_config import from_mapping
+from common.typed_config import from_mapping
 
 
 class RegressionModel(Model):

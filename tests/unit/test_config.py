@@ -174,9 +174,9 @@ def test_user_file_merges_over_defaults(tmp_path):
 
 
 def test_another_algorithm_drops_the_default_policy_and_learner():
-    cfg = config_from_dict({"policy": {"algorithm": "dqn"}, "learner": {"lr": 0.01}})
+    cfg = config_from_dict({"policy": {"algorithm": "dqn"}, "learner": {"replay_ratio": 4.0}})
     assert cfg.policy == {"algorithm": "dqn"}
-    assert cfg.learner == {"lr": 0.01}
+    assert cfg.learner == {"replay_ratio": 4.0}
 
 
 @pytest.mark.parametrize(
@@ -220,6 +220,12 @@ def test_another_algorithm_drops_the_default_policy_and_learner():
         ({"env": {"episode_num": 0, "env_steps": 0}}, "env.episode_num:"),
         ({"coordinator": {"heartbeat_interval_s": 60}}, "coordinator.heartbeat_interval_s:"),
         ({"policy": ["ppo"]}, "policy: expected a mapping"),
+        # The sections actors and learners parse are checked at load too (a typo stops startup).
+        ({"policy": {"ppo": {"learnin_rate": 0.1}}}, "policy.ppo: unknown field(s) ['learnin_rate']"),
+        ({"policy": {"ppo": {"gamma": 3}}}, "ppo.gamma must be in [0, 1]"),
+        ({"policy": {"algorithm": "a2c"}}, "policy.algorithm: 'a2c' is not one of"),
+        ({"learner": {"batch_size": -3}}, "learner.batch_size must be >= 1"),
+        ({"learner": {"bach_size": 64}}, "learner: unknown field(s) ['bach_size']"),
     ],
 )
 def test_config_errors_name_the_key_path(data, message):
@@ -251,3 +257,14 @@ def test_solo_league_config():
 def test_default_yaml_only_holds_known_keys():
     # from_dict would reject unknown keys; also check the file is the one load_config(None) uses.
     assert from_dict(Config, default_config_dict()) == load_config(None)
+
+
+def test_loading_a_league_config_does_not_import_torch():
+    """The coordinator parses the policy and learner sections without torch (it never imports it)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from league_service.config import load_config; load_config(None); "
+            "import league_service.server; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "False"

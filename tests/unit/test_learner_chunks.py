@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 
-from common.algorithms.registry import PolicyConfig, make_computation_task
+from common.algorithms.registry import make_computation_task
 from common.envs import make_env
 from common.envs.policy_view import policy_specs
+from common.policy_config import PolicyConfig
 from common.tensor_codec import decode_chunk, encode_chunk
 from common.trajectory import Trajectory
 from learner_service.chunks import ChunkPreparer, InvalidChunkError

@@ -7,11 +7,13 @@ import numpy as np
 import pytest
 from google.protobuf import json_format, struct_pb2
 
-from common.algorithms.registry import PolicyConfig, make_computation_task
+from common.algorithms.registry import make_computation_task
 from common.envs import make_env
 from common.envs.policy_view import policy_specs
+from common.learner_config import LearnerConfig
+from common.policy_config import PolicyConfig, player_seed
 from league_service.config import load_config
-from learner_service.config import LearnerConfig, LearnerSettings, player_seed
+from learner_service.config import LearnerSettings
 
 REPO = Path(__file__).resolve().parents[2]
 

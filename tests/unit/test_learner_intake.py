@@ -6,8 +6,9 @@ import grpc
 import numpy as np
 import pytest
 
-from common.algorithms.registry import PolicyConfig, make_computation_task
+from common.algorithms.registry import make_computation_task
 from common.computation.specs import TensorSpec
+from common.policy_config import PolicyConfig
 from common.proto.league.v1 import league_pb2
 from common.tensor_codec import ChunkHeader
 from learner_service.chunks import ChunkPreparer, PreparedChunk

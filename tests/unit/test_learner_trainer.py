@@ -5,12 +5,12 @@ import pytest
 import torch
 
 from common.algorithms.ppo import compute_targets
-from common.algorithms.registry import PolicyConfig
 from common.checkpoint_store import CheckpointStore
 from common.computation.specs import DiscreteActionSpec, TensorSpec
+from common.learner_config import LearnerConfig
+from common.policy_config import PolicyConfig
 from common.tensor_codec import ChunkHeader, decode_chunk
 from learner_service.chunks import PreparedChunk
-from learner_service.config import LearnerConfig
 from learner_service.learner_testing import rollout_chunks, synthetic_chunk
 from learner_service.publisher import CheckpointPublisher
 from learner_service.telemetry import EpisodeTracker, Telemetry

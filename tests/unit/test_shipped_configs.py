@@ -22,7 +22,7 @@ def test_league_connect_four_is_the_embedded_default():
 def test_shipped_config_loads(path):
     cfg = load_config(path)
     from_dict(RunConfig, dict(cfg.run), "run")
-    from common.algorithms.registry import PolicyConfig
+    from common.policy_config import PolicyConfig
 
     PolicyConfig.from_mapping(cfg.policy)
 

@@ -1,0 +1,163 @@
+"""The ``policy`` section of a league config as typed dataclasses, free of torch.
+
+Actors and learners build their ComputationTask from it (common/algorithms/registry.py); the coordinator and
+`league run` parse it at startup so a typo fails there, naming the key, instead of in a learner's log. Hence
+no torch here: the coordinator does not import it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from common.typed_config import from_mapping
+
+ALGORITHM_NAMES = ("ppo", "dqn")
+"""The algorithms `common.algorithms.registry` builds."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The ``policy.model`` section."""
+
+    hidden: tuple[int, ...] = (64, 64)
+    """Widths of the fully connected layers (after the conv stack for images)."""
+    activation: Literal["tanh", "relu"] | None = None
+    """None: the algorithm's usual choice (tanh for PPO, relu for DQN)."""
+    conv: tuple[tuple[int, int, int], ...] = ()
+    """(out_channels, kernel, stride) per conv layer for (C, H, W) observations; empty: the Nature DQN stack."""
+    obs_scale: float = 1.0
+    """Observations are multiplied by this (1/255 for uint8 pixels)."""
+    shared_torso: bool = False
+    """Actor and critic share one torso (usual for conv nets); separate torsos otherwise (CleanRL's MLP)."""
+
+    def __post_init__(self) -> None:
+        if any(h < 1 for h in self.hidden):
+            raise ValueError(f"model.hidden: widths must be >= 1, got {self.hidden}")
+        if any(c < 1 or k < 1 or s < 1 for c, k, s in self.conv):
+            raise ValueError(f"model.conv: (channels, kernel, stride) must be >= 1, got {self.conv}")
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """The ``policy.ppo`` section."""
+
+    learning_rate: float = 2.5e-4
+    """Adam step size."""
+    anneal_lr_updates: int = 0
+    """Decay the learning rate linearly to zero over this many `learn` calls (0: constant)."""
+    adam_eps: float = 1e-5
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """λ of GAE (and of V-trace's traces c = λ·min(c̄, ratio))."""
+    update_epochs: int = 4
+    """Passes over each batch."""
+    num_minibatches: int = 4
+    """Minibatches per pass (the batch's valid steps are shuffled and split)."""
+    normalize_advantages: bool = True
+    """Standardise advantages per minibatch."""
+    clip_coef: float = 0.2
+    """PPO's ratio clip ε."""
+    clip_value_loss: bool = True
+    """Clip the value change around the start-of-update values (as PPO2 does)."""
+    value_coef: float = 0.5
+    entropy_coef: float = 0.01
+    max_grad_norm: float = 0.5
+    target_kl: float | None = None
+    """Stop the update's remaining epochs once the approximate KL exceeds this (None: never)."""
+    off_policy_correction: Literal["none", "vtrace"] = "vtrace"
+    """How stale behaviour data is corrected (see the module docstring)."""
+    vtrace_rho_clip: float = 1.0
+    """ρ̄: truncation of the importance weights in targets and advantages."""
+    vtrace_c_clip: float = 1.0
+    """c̄: truncation of the trace coefficients."""
+
+    def __post_init__(self) -> None:
+        for name in ("learning_rate", "adam_eps", "clip_coef", "max_grad_norm", "vtrace_rho_clip", "vtrace_c_clip"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"ppo.{name} must be > 0, got {getattr(self, name)}")
+        for name in ("gamma", "gae_lambda"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"ppo.{name} must be in [0, 1], got {getattr(self, name)}")
+        for name in ("update_epochs", "num_minibatches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ppo.{name} must be >= 1, got {getattr(self, name)}")
+        if self.anneal_lr_updates < 0:
+            raise ValueError(f"ppo.anneal_lr_updates must be >= 0, got {self.anneal_lr_updates}")
+
+
+@dataclass(frozen=True)
+class DQNConfig:
+    """The ``policy.dqn`` section; the replay fields configure the learner's `ExpReplayHelper`."""
+
+    learning_rate: float = 1e-3
+    """Adam step size."""
+    adam_eps: float = 1e-8
+    gamma: float = 0.99
+    """Discount factor."""
+    n_step: int = 3
+    """Rewards summed before bootstrapping."""
+    double_q: bool = True
+    """Pick the next action with the online network, evaluate it with the target network."""
+    target_update_period: int = 100
+    """`learn` calls between target-network updates."""
+    target_update_tau: float = 1.0
+    """1.0 copies the online weights; below 1, Polyak-averages them in with this weight."""
+    loss: Literal["huber", "mse"] = "huber"
+    max_grad_norm: float = 10.0
+    replay_capacity: int = 100_000
+    """Transitions kept in the replay buffer."""
+    batch_size: int = 64
+    """Transitions per `learn` call."""
+    learning_starts: int = 1000
+    """Transitions to collect before the first update."""
+    prioritized: bool = True
+    """Sample by priority (|TD error|^α) instead of uniformly."""
+    priority_alpha: float = 0.6
+    priority_beta: float = 0.4
+    """Importance-weight exponent (1 corrects the sampling bias fully)."""
+    priority_eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        for name in ("learning_rate", "adam_eps", "max_grad_norm", "target_update_tau", "priority_eps"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"dqn.{name} must be > 0, got {getattr(self, name)}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"dqn.gamma must be in [0, 1], got {self.gamma}")
+        if self.target_update_tau > 1.0:
+            raise ValueError(f"dqn.target_update_tau must be <= 1, got {self.target_update_tau}")
+        for name in ("n_step", "target_update_period", "replay_capacity", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"dqn.{name} must be >= 1, got {getattr(self, name)}")
+        if self.learning_starts < 0 or self.priority_alpha < 0 or not 0 <= self.priority_beta <= 1:
+            raise ValueError("dqn: need learning_starts >= 0, priority_alpha >= 0, 0 <= priority_beta <= 1")
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """``{"algorithm": "ppo" | "dqn", "model": {...}, "ppo": {...}, "dqn": {...}}``."""
+
+    algorithm: str = "ppo"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    dqn: DQNConfig = field(default_factory=DQNConfig)
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHM_NAMES:
+            raise ValueError(f"policy.algorithm: {self.algorithm!r} is not one of {sorted(ALGORITHM_NAMES)}")
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any] | PolicyConfig | None) -> PolicyConfig:
+        return from_mapping(cls, mapping, "policy")
+
+
+def player_seed(player_id: str) -> int:
+    """The seed of a player's fresh initialisation: the first 4 bytes of sha256(player_id), little-endian.
+
+    Actors and learners that initialise a player without a checkpoint both use it (``hash()`` is salted per
+    process), so a player's version 0 is the same network on both sides.
+    """
+    return int.from_bytes(hashlib.sha256(player_id.encode()).digest()[:4], "little")

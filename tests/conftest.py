@@ -1,0 +1,18 @@
+"""Fixtures shared across test folders."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def token_file(tmp_path: Path) -> Path:
+    """A fresh bearer-token file readable by its owner only, as an operator would create one."""
+    path = tmp_path / "secrets" / "league_token"
+    path.parent.mkdir()
+    path.write_text(secrets.token_hex(16) + "\n")
+    path.chmod(0o600)
+    return path

@@ -168,18 +168,25 @@ def status_main(args: argparse.Namespace) -> int:
                 return f"{args.addr}: {err.code().name}: {err.details()} (retrying)"
             return status_to_json(status) if args.json else render_status(status)
 
-        pause = threading.Event()  # never set: Ctrl-C ends the watch
-        if not console.is_terminal:  # a pipe or a file: one frame after another
-            while True:
-                console.print(frame())
-                sys.stdout.flush()
-                pause.wait(args.watch)
-        with Live(console=console, auto_refresh=False, screen=False) as live:
-            while True:
-                live.update(frame(), refresh=True)
-                pause.wait(args.watch)
-    except KeyboardInterrupt:
-        return 0
+        # Ctrl-C (or SIGTERM) sets `stop` instead of raising KeyboardInterrupt wherever the main thread is:
+        # inside a gRPC call the interrupt could be swallowed and the watch would never end.
+        stop = threading.Event()
+        previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            if not console.is_terminal:  # a pipe or a file: one frame after another
+                while not stop.is_set():
+                    console.print(frame())
+                    sys.stdout.flush()
+                    stop.wait(args.watch)
+                return 0
+            with Live(console=console, auto_refresh=False, screen=False) as live:
+                while not stop.is_set():
+                    live.update(frame(), refresh=True)
+                    stop.wait(args.watch)
+            return 0
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
     finally:
         channel.close()
 

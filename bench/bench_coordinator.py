@@ -83,10 +83,11 @@ class EchoServicer(league_pb2_grpc.LeagueServiceServicer):
         return pb.FinishJobResponse(episodes_counted=len(request.episodes))
 
 
-def serve_echo() -> int:
+def serve_echo(servicer: type[EchoServicer] = EchoServicer) -> int:
+    """Serve `servicer` on a free loopback port and print its LISTEN line (the parent reads the port)."""
     serving = make_server(
         ServerOptions(),
-        lambda server: league_pb2_grpc.add_LeagueServiceServicer_to_server(EchoServicer(), server),
+        lambda server: league_pb2_grpc.add_LeagueServiceServicer_to_server(servicer(), server),
         ["league.v1.LeagueService"],
     )
     print(format_listen_line("echo", serving.address), flush=True)

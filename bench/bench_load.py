@@ -43,11 +43,10 @@ if str(ROOT) not in sys.path:
 import grpc  # noqa: E402
 import yaml  # noqa: E402
 
-from bench.bench_coordinator import EchoServicer  # noqa: E402
+from bench.bench_coordinator import EchoServicer, serve_echo  # noqa: E402
 from bench.common import BenchRow, print_rows  # noqa: E402
 from common.proto.league.v1 import league_pb2 as pb  # noqa: E402
 from common.proto.league.v1 import league_pb2_grpc  # noqa: E402
-from common.rpc import ServerOptions, format_listen_line, make_server  # noqa: E402
 from league_service.coordinator_testing import ServerProcess, coordinator_process, server_process  # noqa: E402
 
 T = TypeVar("T")
@@ -561,17 +560,6 @@ class LoadEchoServicer(EchoServicer):
         return pb.UpdatePlayerResponse()
 
 
-def serve_echo() -> int:
-    serving = make_server(
-        ServerOptions(),
-        lambda server: league_pb2_grpc.add_LeagueServiceServicer_to_server(LoadEchoServicer(), server),
-        ["league.v1.LeagueService"],
-    )
-    print(format_listen_line("echo", serving.address), flush=True)
-    serving.wait()
-    return 0
-
-
 # ---- driver -------------------------------------------------------------------------------------------------
 
 
@@ -584,7 +572,7 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
     parser.add_argument("--serve-echo", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_echo:
-        sys.exit(serve_echo())
+        sys.exit(serve_echo(LoadEchoServicer))
     if args.quick:
         args.workers, args.seconds, args.echo_seconds = 50, 8.0, 4.0
     learners = len(ACTIVE_PLAYERS)

@@ -10,7 +10,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from common.envs.registry import make_env
 from common.proto.league.v1 import league_pb2 as pb
 from league_service.config import config_from_dict
 from league_service.coordinator_testing import league_stub, running_coordinator
+from tests.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYER = "solo_active_player_default_0"
@@ -48,18 +48,6 @@ def publish_first_checkpoint(root: Path) -> None:
 def playing(log: Path, job_id: str) -> bool:
     """The actor logs this line once its policies are loaded and the rollout starts."""
     return f"job {job_id}: {PLAYER} v1" in log.read_text()
-
-
-def wait_until(predicate, timeout_s: float = 60.0, what: str = "condition"):
-    """Poll another process's state (there is no event to wait on across processes) until it holds."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def children(pid: int) -> set[int]:
@@ -107,8 +95,8 @@ def test_sigterm_releases_the_job_and_leaves_no_env_process(tmp_path):
         channel, stub = league_stub(server.address)
         try:
             with actor_process(server.address, tmp_path, log, "--manager", "subprocess", "--worker-id", "actor-t") as proc:
-                job = wait_until(lambda: job_of(stub, "actor-t"), what="the actor's job")
-                wait_until(lambda: playing(log, job.job_id), what=f"the job to play\n{log.read_text()}")
+                job = wait_until("the actor's job", lambda: job_of(stub, "actor-t"), 60)
+                wait_until("the job to play", lambda: playing(log, job.job_id), 60, log.read_text)
                 workers = children(proc.pid)  # the env workers (and multiprocessing's resource tracker)
                 assert len(workers) >= 2
                 proc.send_signal(signal.SIGTERM)
@@ -122,7 +110,7 @@ def test_sigterm_releases_the_job_and_leaves_no_env_process(tmp_path):
     assert status.counters.jobs_finished == 1 and status.counters.jobs_expired == 0
     assert status.players[0].episodes == int(released.group(1))  # the episodes so far were counted
     assert not [j for j in status.jobs if j.job_id == job.job_id]
-    wait_until(lambda: not any(alive(pid) for pid in workers), timeout_s=10, what="env workers to be gone")
+    wait_until("env workers to be gone", lambda: not any(alive(pid) for pid in workers), 10)
 
 
 def test_revoked_lease_abandons_the_job_without_finishing_it(tmp_path):
@@ -133,11 +121,11 @@ def test_revoked_lease_abandons_the_job_without_finishing_it(tmp_path):
         try:
             with actor_process(server.address, tmp_path, log, "--manager", "base", "--worker-id", "actor-r",
                                "--max-jobs", "1") as proc:
-                job = wait_until(lambda: job_of(stub, "actor-r"), what="the actor's job")
-                wait_until(lambda: playing(log, job.job_id), what=f"the job to play\n{log.read_text()}")
+                job = wait_until("the actor's job", lambda: job_of(stub, "actor-r"), 60)
+                wait_until("the job to play", lambda: playing(log, job.job_id), 60, log.read_text)
                 os.kill(proc.pid, signal.SIGSTOP)  # no heartbeats while frozen ...
-                wait_until(lambda: stub.GetStatus(pb.GetStatusRequest()).counters.jobs_expired >= 1,
-                           what="the lease to expire")
+                wait_until("the lease to expire",
+                           lambda: stub.GetStatus(pb.GetStatusRequest()).counters.jobs_expired >= 1, 60)
                 os.kill(proc.pid, signal.SIGCONT)  # ... and the next one hears the job was revoked
                 assert proc.wait(60) == 0, log.read_text()
             status = stub.GetStatus(pb.GetStatusRequest())

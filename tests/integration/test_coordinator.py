@@ -22,18 +22,10 @@ from league_service.coordinator_testing import (
     running_coordinator,
     small_league_config,
 )
+from tests.polling import wait_until
 
 ACTOR, LEARNER = pb.WORKER_ROLE_ACTOR, pb.WORKER_ROLE_LEARNER
 COMPLETED, FAILED = pb.FINISH_STATUS_COMPLETED, pb.FINISH_STATUS_FAILED
-
-
-def wait_until(predicate, timeout_s=20.0, what="condition"):
-    """Poll a remote state (there is no event to wait on across gRPC) until it holds."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -182,7 +174,7 @@ def test_update_player_snapshots_with_a_hard_linked_checkpoint(league):
     def historical():
         return [p for p in stub.GetStatus(pb.GetStatusRequest()).players if not p.active]
 
-    wait_until(lambda: historical(), what="a snapshot")
+    wait_until("a snapshot", historical, 20)
     (snap,) = historical()
     assert snap.parent_id == "main_player_default_0" and snap.checkpoint_version == 3
     frozen = root / snap.checkpoint_path

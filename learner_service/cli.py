@@ -44,6 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--worker-id", default=None,
                         help="keep it across restarts to get the same player back (default learner-<host>-<pid>)")
     parser.add_argument("--token-file", type=Path, default=None, help="bearer token (else $LEAGUE_TOKEN)")
+    parser.add_argument("--insecure", action="store_true",
+                        help="allow a non-loopback --host without a token (trajectories then arrive unauthenticated)")
     parser.add_argument("--tls-ca", type=Path, default=None, help="CA certificate to verify the coordinator (TLS)")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="where to train")
     parser.add_argument("--log-level", default="INFO")
@@ -72,6 +74,7 @@ def main(args: argparse.Namespace) -> int:
             port=args.port,
             advertise=args.advertise,
             token=load_token(args.token_file),
+            insecure=args.insecure,
             tls_ca=args.tls_ca,
             device=args.device,
         )

@@ -26,6 +26,8 @@ class LearnerSettings:
     advertise: str = ""
     """The address actors stream to; empty: host:bound_port (the machine's hostname for a wildcard host)."""
     token: str | None = None
+    insecure: bool = False
+    """Serve a non-loopback host without a token (the operator said --insecure)."""
     tls_ca: Path | None = None
     device: str = "auto"
     get_job_wait_s: float = 5.0

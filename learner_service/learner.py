@@ -122,7 +122,7 @@ class Learner:
     def start(self) -> str:
         """Bind and start the LearnerService server; returns the bound address."""
         s = self.settings
-        check_exposure(s.host, s.token, insecure=False)
+        check_exposure(s.host, s.token, insecure=s.insecure)
         self.server = make_server(
             ServerOptions(host=s.host, port=s.port, token=s.token, max_receive_bytes=MAX_CHUNK_BYTES),
             lambda server: league_pb2_grpc.add_LearnerServiceServicer_to_server(LearnerServicer(self.plane), server),

@@ -329,3 +329,16 @@ def test_diverged_updates_are_rolled_back_and_never_published(tmp_path):
             assert all(np.isfinite(v).all() for v in store.load(ref.path).tensors.values()), ref.path
     finally:
         rollout.close()
+
+
+def test_a_non_loopback_host_needs_a_token_or_insecure(tmp_path):
+    """Like the coordinator: no unauthenticated trajectory server on a routable address unless asked for."""
+    base = LearnerSettings(coordinator="127.0.0.1:1", shared_root=tmp_path, worker_id="learner-x", host="0.0.0.0")
+    with pytest.raises(ValueError, match="--insecure"):
+        Learner(base).start()
+    learner = Learner(dataclasses.replace(base, insecure=True))
+    try:
+        address = learner.start()
+        assert address.rsplit(":", 1)[1].isdigit()
+    finally:
+        learner.close()

@@ -8,6 +8,10 @@
    in the same benchmark: both trainers keep every policy version with its time since launch, and the
    versions are judged offline by the same code (bench/learning_clock.py), so evaluation costs neither any
    training time. Goal: the league is faster.
+4. Throughput again with envs that cost what real simulators do (bench/costly_env.py: CartPole plus 1 ms of
+   CPU a step), against one subprocess env manager stepping all the actors' envs: how much of the machine the
+   league leaves to environments once they, not the policy, are the work. CartPole alone (item 1) measures
+   the opposite regime, where the learner's 20 epochs a batch bound everything.
 
 `python bench/bench_system.py [--quick] [--seconds S]`
 """
@@ -33,9 +37,12 @@ from bench.learning_clock import first_to_reach  # noqa: E402
 
 SOLO = ROOT / "configs" / "solo_cartpole.yaml"
 PLAYER = "solo_active_player_default_0"
+COSTLY_ENV = "python:bench.costly_env:CostlyCartPole"
+COSTLY_WORK_US = 1000.0
 
 
-def env_manager_alone(env_num: int, manager: str, seconds: float) -> float:
+def env_manager_alone(env_num: int, manager: str, seconds: float, env_name: str = "CartPole-v1",
+                      env_kwargs: dict | None = None, num_workers: int | None = None) -> float:
     """Steps/s of the env manager by itself: random actions, no policy, no network."""
     from actor_service.envs import (
         BaseEnvManager,
@@ -45,9 +52,10 @@ def env_manager_alone(env_num: int, manager: str, seconds: float) -> float:
     )
     from common.envs import env_factories
 
-    fns = env_factories("CartPole-v1", env_num)
+    fns = env_factories(env_name, env_num, **(env_kwargs or {}))
     if manager == "subprocess":
-        mgr = SubprocessEnvManager(fns, SubprocessEnvManagerConfig())
+        workers = {} if num_workers is None else {"num_workers": num_workers}
+        mgr = SubprocessEnvManager(fns, SubprocessEnvManagerConfig(**workers))
     else:
         mgr = BaseEnvManager(fns, EnvManagerConfig())
     rng = np.random.default_rng(0)
@@ -69,9 +77,28 @@ def run_league(config: dict, run_dir: pathlib.Path, seconds: float) -> tuple[lis
     cmd = [sys.executable, "-m", "league_cli", "run", str(path), "--run-dir", str(run_dir),
            "--seconds", str(seconds), "--quiet"]
     launched = time.time()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, timeout=seconds + 180)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, timeout=seconds + 180, cwd=ROOT)
     history = [json.loads(line) for line in (run_dir / "status_history.jsonl").read_text().splitlines() if line.strip()]
     return history, launched
+
+
+def costly_env_throughput(config: dict, seconds: float) -> BenchRow:
+    """System against env manager when envs cost what real simulators do (bench/costly_env.py, 1 ms of CPU a
+    step): the same solo league and learner, 2 actors with the subprocess manager (one env process each by
+    default), against one subprocess env manager stepping all their envs in as many env processes."""
+    config = json.loads(json.dumps(config))
+    config["env"].update(name=COSTLY_ENV, kwargs={"work_us": COSTLY_WORK_US}, env_steps=1024)
+    actors = int(config["run"]["actors"])
+    config["run"].update(manager="subprocess")
+    env_num = int(config["env"]["env_num"]) * actors
+    alone = env_manager_alone(env_num, "subprocess", 10.0, COSTLY_ENV, {"work_us": COSTLY_WORK_US}, num_workers=actors)
+    with tempfile.TemporaryDirectory(prefix="bench-system-costly-") as tmp:
+        history, _ = run_league(config, pathlib.Path(tmp) / "run", seconds)
+    system = steady_rate(history)
+    return BenchRow(f"league run solo, CartPole + {COSTLY_WORK_US / 1000:.0f} ms CPU a step, {actors} actors x "
+                    f"{env_num // actors} envs (subprocess manager), env steps/s", system, "steps/s",
+                    f"one subprocess env manager alone, {env_num} envs in {actors} processes, random actions",
+                    alone, "≥ 0.7× (system vs env manager)", system >= 0.7 * alone)
 
 
 def league_snapshots(run_dir: pathlib.Path, config: dict, launched: float) -> list:
@@ -195,6 +222,7 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
                              bool(league_reached and sb3["reached_s"] is not None and league_s <= sb3_s)))
         rows.append(BenchRow("SB3 PPO training env steps/s (context)", sb3["steps_per_s"], "steps/s",
                              "league run env steps/s", system, "(context)", None))
+    rows.append(costly_env_throughput(config, 30.0 if args.quick else 60.0))
     print_rows("System throughput and learning", rows)
     return rows
 

@@ -98,12 +98,14 @@ def play_against_bot(
             env.seed(seed + game)
             obs = env.reset(bots={other: opponent for other in range(seats) if other != seat})
             length = 0
+            states = task.initial_states(1)  # a recurrent policy's memory starts afresh with every game
             while True:
                 if to_play(obs, info) != seat:
                     raise RuntimeError(f"game {game}: the env asks seat {to_play(obs, info)} to move, the agent is {seat}")
                 view = player_view(obs, seat, info)
-                action = int(task.predict({k: v[None] for k, v in view.items()}, forward_kwargs=kwargs)
-                             .actions["action"][0])
+                prediction = task.predict({k: v[None] for k, v in view.items()}, states, forward_kwargs=kwargs)
+                states = prediction.states
+                action = int(prediction.actions["action"][0])
                 if ACTION_MASK in view and not view[ACTION_MASK][action]:
                     raise RuntimeError(f"game {game}: the policy chose illegal action {action}")
                 ts = env.step(action)

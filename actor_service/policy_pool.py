@@ -212,8 +212,6 @@ class PolicyPool:
         task = make_computation_task(
             self.policy_config, self._inputs, self._actions, device=self._settings.device, seed=player_seed(player_id)
         )
-        if task.state_specs:
-            raise ValueError(f"policy of {player_id}: recurrent models are not supported by the actor yet")
         task.algorithm.generator.manual_seed(int(self._acting_seeds.integers(2**62)))
         policy = Policy(player_id, task, 0, "")
         if ref is not None:

@@ -12,6 +12,11 @@ r = (env_id + episode_index) % seats, so the launch player's seat alternates per
 envs). A single player in a multi-seat env (the other seats played by the env's reference bots) plays
 whichever seat it is asked to act in.
 
+Recurrent policies: every (env, job player) pair carries its own state between that player's decisions (rows of
+one batched forward each bring their own state), self-play seats and opponents included; it starts afresh at
+every episode (the env manager auto-resets an env whose episode ended, `_observe` sees the end) and is recorded
+with each decision, so the learner can re-run the core from it.
+
 Episodes: with `episode_num` > 0 the job reports exactly the first `episode_num` episodes *started* and ends
 once they are all finished. An env that finishes while the others play the last counted episodes keeps playing
 "surplus" episodes meanwhile: their transitions are sent (the learner can use them; the job's end cuts them),
@@ -35,7 +40,7 @@ from actor_service.job import JobError
 from actor_service.policy_pool import Policy
 from actor_service.stop import StopSignal
 from actor_service.trajectory_sender import MAX_CHUNK_BYTES, TrajectorySink
-from actor_service.transitions import Decision, Row, SeatTrajectory
+from actor_service.transitions import NO_STATE, Decision, Row, SeatTrajectory
 from common.computation.algorithm import ForwardKwargs
 from common.envs.base import EnvInfo, Outcome, TimeStep
 from common.envs.policy_view import player_view, to_play
@@ -44,6 +49,9 @@ from common.trajectory import Trajectory
 log = logging.getLogger(__name__)
 
 _DEFAULT_KWARGS = ForwardKwargs()
+
+State = Mapping[str, np.ndarray]
+"""One player's recurrent state in one env: the model's state entries, without a batch dimension."""
 
 
 class RolloutEnd(enum.Enum):
@@ -120,12 +128,15 @@ class _EnvSlot:
         self.seat_of: list[int | None] = []
         self.returns = np.zeros(seating.num_seats, np.float64)
         self.length = 0
+        self.states: dict[int, State] = {}
+        """Recurrent policies: job player index -> the state it continues from (absent: its initial state)."""
         self.start_episode()
 
     def start_episode(self) -> None:
         self.seat_of = self._seating.seats(self.env_id, self.episode_index)
         self.returns[:] = 0.0
         self.length = 0
+        self.states.clear()  # every player's memory starts afresh with the episode
 
     def player_at(self, seat: int) -> int:
         if self.seat_of == [None]:
@@ -192,6 +203,10 @@ class Rollout:
                 slot.counted = False
             self._to_start = max(0, target.episode_num - env_num)
         self._rows: dict[int, list[Row]] = {}
+        # Initial states of the recurrent policies (by id: self-play shares one policy object).
+        self._initial_states: dict[int, State] = {
+            id(p): {k: v[0] for k, v in p.task.initial_states(1).items()} for p in self._policies if p.task.state_specs
+        }
         self.episodes: list[EpisodeRecord] = []
         self.env_steps = 0
         self.agent_steps = 0
@@ -248,19 +263,32 @@ class Rollout:
         actions: dict[int, int] = {}
         for group in groups.values():
             inputs = {k: np.stack([view[k] for view in group.views]) for k in group.views[0]}
-            prediction = group.policy.task.predict(inputs, forward_kwargs=group.kwargs)
+            acted_with = self._states_of(group)
+            states = {k: np.stack([row[k] for row in acted_with]) for k in acted_with[0]} if acted_with else None
+            prediction = group.policy.task.predict(inputs, states, forward_kwargs=group.kwargs)
             chosen = prediction.actions["action"]
-            for i, env_id in enumerate(group.env_ids):
+            for i, (env_id, player) in enumerate(zip(group.env_ids, group.players, strict=True)):
                 actions[env_id] = int(chosen[i])
-                if group.players[i] not in self._recorded:
+                if acted_with:
+                    self._slots[env_id].states[player] = {k: v[i] for k, v in prediction.states.items()}
+                if player not in self._recorded:
                     continue
                 self.agent_steps += 1
-                trajectory = self._slots[env_id].trajectories.get(group.players[i])
+                trajectory = self._slots[env_id].trajectories.get(player)
                 if trajectory is not None:
                     artifacts = {k: v[i] for k, v in prediction.artifacts.items()}
-                    decision = Decision(group.views[i], chosen[i], artifacts, group.policy.version)
+                    hidden_state = acted_with[i] if acted_with else NO_STATE
+                    decision = Decision(group.views[i], chosen[i], artifacts, group.policy.version, hidden_state)
                     self._collect(trajectory.decide(decision))
         return actions
+
+    def _states_of(self, group: _Group) -> list[State]:
+        """The state each row of a recurrent policy's group acts with (empty for a feed-forward policy)."""
+        initial = self._initial_states.get(id(group.policy))
+        if initial is None:
+            return []
+        return [self._slots[env_id].states.get(player, initial)
+                for env_id, player in zip(group.env_ids, group.players, strict=True)]
 
     def _observe(self, timesteps: Mapping[int, TimeStep]) -> None:
         seats = self._info.num_players

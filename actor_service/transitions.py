@@ -20,15 +20,20 @@ episode (rewards before its first decision included); 0 at other steps.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 
-from common.trajectory import DEFAULT_AGENT, OBSERVATION, Trajectory
+from common.trajectory import DEFAULT_AGENT, OBSERVATION, Trajectory, hidden_state_key
 
 EPISODE_RETURN_INFO = "episode_return"
 
 View = Mapping[str, np.ndarray]
+
+
+NO_STATE: Mapping[str, np.ndarray] = MappingProxyType({})
+"""The recurrent state of a feed-forward policy's decision."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,9 @@ class Decision:
     action: np.ndarray
     artifacts: Mapping[str, np.ndarray]
     policy_version: int
+    hidden_state: Mapping[str, np.ndarray] = field(default_factory=lambda: NO_STATE)
+    """A recurrent policy's state when it acted (``/agents/<name>/hidden_state/<k>``, what learners restart
+    the core from)."""
 
 
 @dataclass(frozen=True)
@@ -150,6 +158,8 @@ class SeatTrajectory:
         tensors[f"{agent}/actions"] = np.stack([np.asarray(s.action) for s in steps])[None]
         for name in first.artifacts:
             tensors[f"{agent}/artifacts/{name}"] = np.stack([np.asarray(s.artifacts[name]) for s in steps])[None]
+        for name in first.hidden_state:
+            tensors[hidden_state_key(self._agent, name)] = np.stack([s.hidden_state[name] for s in steps])[None]
         tensors["/rewards"] = np.asarray(self._rewards, np.float32)[None]
         tensors["/terminals"] = np.asarray(self._terminals, np.bool_)[None]
         tensors["/truncations"] = np.asarray(self._truncations, np.bool_)[None]

@@ -16,6 +16,8 @@ from common.typed_config import from_mapping
 
 ALGORITHM_NAMES = ("ppo", "dqn")
 """The algorithms `common.algorithms.registry` builds."""
+RECURRENT_ALGORITHMS = ("ppo",)
+"""The algorithms that train recurrent (``model.recurrent``) models."""
 
 
 @dataclass(frozen=True)
@@ -31,11 +33,19 @@ class ModelConfig:
     obs_scale: float = 1.0
     """Observations are multiplied by this (1/255 for uint8 pixels)."""
     shared_torso: bool = False
-    """Actor and critic share one torso (usual for conv nets); separate torsos otherwise (CleanRL's MLP)."""
+    """Actor and critic share one torso (usual for conv nets); separate torsos otherwise (CleanRL's MLP).
+    A recurrent model always shares its torso and core: both heads read the one memory."""
+    recurrent: Literal["gru", "lstm"] | None = None
+    """A recurrent core between the torso and the heads, so the policy can remember past observations
+    (PPO only); None: feed-forward."""
+    recurrent_size: int = 64
+    """Width of the recurrent core's state (with ``recurrent``)."""
 
     def __post_init__(self) -> None:
         if any(h < 1 for h in self.hidden):
             raise ValueError(f"model.hidden: widths must be >= 1, got {self.hidden}")
+        if self.recurrent_size < 1:
+            raise ValueError(f"model.recurrent_size must be >= 1, got {self.recurrent_size}")
         if any(c < 1 or k < 1 or s < 1 for c, k, s in self.conv):
             raise ValueError(f"model.conv: (channels, kernel, stride) must be >= 1, got {self.conv}")
 
@@ -148,6 +158,10 @@ class PolicyConfig:
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHM_NAMES:
             raise ValueError(f"policy.algorithm: {self.algorithm!r} is not one of {sorted(ALGORITHM_NAMES)}")
+        if self.model.recurrent is not None and self.algorithm not in RECURRENT_ALGORITHMS:
+            raise ValueError(f"policy.model.recurrent: {self.model.recurrent!r} needs algorithm "
+                             f"{' or '.join(RECURRENT_ALGORITHMS)}; {self.algorithm} trains feed-forward models only "
+                             f"(remove model.recurrent)")
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any] | PolicyConfig | None) -> PolicyConfig:

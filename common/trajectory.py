@@ -225,6 +225,11 @@ def _agents(tensors: Mapping[str, np.ndarray]) -> set[str]:
     return {m.group("agent") for k in tensors if (m := _AGENT_KEY.match(k))}
 
 
+def hidden_state_key(agent: str, name: str) -> str:
+    """The key of entry ``name`` of an agent's recurrent state (models name their states, e.g. ``hidden``)."""
+    return f"/agents/{agent}/hidden_state/{name}"
+
+
 def observation_tensors(observation: np.ndarray | Mapping[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
     """Flat keys for one observation value: a plain array goes to ``prefix``, a dict to ``prefix/<k>``."""
     if isinstance(observation, Mapping):

@@ -18,7 +18,7 @@ from common.algorithms.ppo import batch_from_trajectory
 from common.computation.specs import TensorSpec
 from common.policy_config import PolicyConfig
 from common.tensor_codec import ChunkHeader, DecodedChunk
-from common.trajectory import DEFAULT_AGENT, OBSERVATION, Trajectory
+from common.trajectory import DEFAULT_AGENT, OBSERVATION, Trajectory, hidden_state_key
 
 EPISODE_RETURN_INFO = "episode_return"
 """Optional ``/infos/episode_return`` (B, T): the episode's return, read at the steps that end an episode."""
@@ -66,12 +66,15 @@ class ChunkPreparer:
 
     def __init__(
         self, policy: PolicyConfig, input_specs: tuple[TensorSpec, ...], learn_specs: tuple[TensorSpec, ...],
-        num_actions: int,
+        num_actions: int, state_specs: tuple[TensorSpec, ...] = (),
     ) -> None:
+        """``state_specs``: a recurrent model's states, which every chunk must carry per step (as
+        ``/agents/<name>/hidden_state/<k>``)."""
         self.policy = policy
         self.input_specs = {s.name: s for s in input_specs}
         self.learn_specs = learn_specs
         self.num_actions = num_actions
+        self.state_specs = state_specs
 
     def prepare(self, chunk: DecodedChunk) -> PreparedChunk:
         trajectory = chunk.trajectory
@@ -87,7 +90,8 @@ class ChunkPreparer:
             if logp.shape != trajectory.rewards.shape or not np.issubdtype(logp.dtype, np.floating):
                 raise InvalidChunkError(logp_key, f"expected float (batch, steps), got {logp.dtype}{logp.shape}")
             _check_finite(logp_key, logp)
-            rows = batch_from_trajectory(trajectory, agent)
+            self._check_states(trajectory, agent)
+            rows = batch_from_trajectory(trajectory, agent, [s.name for s in self.state_specs])
         else:
             rows = transitions_from_trajectory(trajectory, self.policy.dqn.gamma, self.policy.dqn.n_step, agent)
         rows = self._check_rows(rows)
@@ -141,6 +145,18 @@ class ChunkPreparer:
             raise InvalidChunkError(key, f"expected integer (batch, steps), got {actions.dtype}{actions.shape}")
         if actions.size and (actions.min() < 0 or actions.max() >= self.num_actions):
             raise InvalidChunkError(key, f"actions must be in [0, {self.num_actions})")
+
+    def _check_states(self, trajectory: Trajectory, agent: str) -> None:
+        recorded = trajectory.hidden_state(agent)
+        for spec in self.state_specs:
+            key = hidden_state_key(agent, spec.name)
+            if spec.name not in recorded:
+                raise InvalidChunkError(key, "a recurrent policy's chunks carry the state it acted with at each step")
+            try:
+                spec.check(recorded[spec.name], leading_dims=2)
+            except ValueError as e:
+                raise InvalidChunkError(key, str(e).split(": ", 1)[-1]) from e
+            _check_finite(key, recorded[spec.name])
 
     def _check_rows(self, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         specs = {s.name: s for s in self.learn_specs}

@@ -6,7 +6,9 @@ them in the queue; this class turns them into updates.
 - PPO trains on-policy batches: an `OnlineHelper` fills up to ``learner.batch_size`` samples, then everything
   held is one train iteration. Actors send rows of different lengths (a row ends early at a truncation or at
   the job's end), and (B, T) segments only stack at one T: shorter rows are padded at the *front* to the
-  longest length seen (`front_pad`), with padding steps that PPO's targets mark invalid.
+  longest length seen (`front_pad`), with padding steps that PPO's targets mark invalid. A recurrent model's
+  rows carry ``state_<k>`` per step; the padding repeats the first real step's state, from which the core
+  restarts at that step (padding ends like an episode).
 - DQN adds n-step transitions to its prioritized replay and, once ``dqn.learning_starts`` transitions are
   held, owes ``replay_ratio / dqn.batch_size`` learn calls per received transition; each call is a train
   iteration whose new priorities go back to the replay.
@@ -79,7 +81,8 @@ class Trainer:
         self.spec = spec
         self.config = config
         self.progress = progress
-        self.preparer = ChunkPreparer(spec.policy, task.input_specs, task.learn_specs, spec.action_spec.num_actions)
+        self.preparer = ChunkPreparer(spec.policy, task.input_specs, task.learn_specs, spec.action_spec.num_actions,
+                                      task.state_specs)
         # Bounded by `train_ready` (it takes everything once batch_size samples are held), not by dropping rows.
         self._online = OnlineHelper(capacity_rows=2**62)
         self._segment_len = 0

@@ -66,7 +66,7 @@ class Torso(nn.Module):
         return self.net(x).reshape(*lead, self.out_features)
 
 
-def _split_specs(obs_specs: Mapping[str, TensorSpec], num_actions: int) -> tuple[TensorSpec, TensorSpec]:
+def split_input_specs(obs_specs: Mapping[str, TensorSpec], num_actions: int) -> tuple[TensorSpec, TensorSpec]:
     unknown = sorted(set(obs_specs) - {OBSERVATION, ACTION_MASK})
     if unknown:
         raise ValueError(f"obs_spec: standard models read only {OBSERVATION!r} and {ACTION_MASK!r}, got {unknown}")
@@ -85,7 +85,7 @@ class ActorCriticModel(Model):
 
     def __init__(self, obs_specs: Mapping[str, TensorSpec], num_actions: int, config: ModelConfig) -> None:
         super().__init__()
-        self.obs_spec, self.mask_spec = _split_specs(obs_specs, num_actions)
+        self.obs_spec, self.mask_spec = split_input_specs(obs_specs, num_actions)
         self.num_actions = num_actions
         activation = config.activation or "tanh"
         self.actor_torso = Torso(self.obs_spec, config, activation)
@@ -117,7 +117,7 @@ class QNetworkModel(Model):
 
     def __init__(self, obs_specs: Mapping[str, TensorSpec], num_actions: int, config: ModelConfig) -> None:
         super().__init__()
-        self.obs_spec, self.mask_spec = _split_specs(obs_specs, num_actions)
+        self.obs_spec, self.mask_spec = split_input_specs(obs_specs, num_actions)
         self.num_actions = num_actions
         self.torso = Torso(self.obs_spec, config, config.activation or "relu")
         self.q_head = layer_init(nn.Linear(self.torso.out_features, num_actions), std=1.0)

@@ -13,12 +13,15 @@ Read top to bottom like CleanRL's ppo.py; the differences are what a distributed
   with truncated importance weights ρ = min(ρ̄, π_prox/µ), c = λ·min(c̄, π_prox/µ); the policy advantage is
   ρ_t (r_t + γ v_{t+1} − V(x_t)); the clipped PPO ratio is taken against π_prox, not µ, so stale data is
   reweighted instead of being clipped away. With ``"none"`` it is plain PPO with GAE against µ.
+
+Recurrent models (``policy.model.recurrent``) train with `common.algorithms.recurrent_ppo.RecurrentPPO`, which
+shares this objective (`PPO._minibatch_step`) but minibatches whole sequences.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,9 +38,10 @@ from common.computation.algorithm import (
     load_optimizer_state,
     training_counter,
 )
+from common.computation.model import Model
 from common.computation.specs import ACTION_MASK, TensorSpec
 from common.policy_config import PPOConfig
-from common.trajectory import DEFAULT_AGENT, Trajectory
+from common.trajectory import DEFAULT_AGENT, Trajectory, hidden_state_key
 
 
 @dataclass
@@ -98,8 +102,15 @@ def compute_targets(
     return Targets(advantages, returns, valid, rho)
 
 
-def batch_from_trajectory(trajectory: Trajectory, agent: str = DEFAULT_AGENT) -> dict[str, np.ndarray]:
-    """The PPO learn batch of one agent's (B, T) trajectory (needs the ``logp`` artifact from acting)."""
+STATE_PREFIX = "state_"
+"""Learn-batch key prefix of a recurrent model's recorded states: ``state_<name>`` (B, T, ...)."""
+
+
+def batch_from_trajectory(
+    trajectory: Trajectory, agent: str = DEFAULT_AGENT, state_names: Sequence[str] = ()
+) -> dict[str, np.ndarray]:
+    """The PPO learn batch of one agent's (B, T) trajectory (needs the ``logp`` artifact from acting, and for a
+    recurrent model the ``hidden_state/<name>`` entries of each of its ``state_names``)."""
     artifacts = trajectory.artifacts(agent)
     if "logp" not in artifacts:
         raise ValueError(f"/agents/{agent}/artifacts/logp: PPO needs the behaviour log-probabilities")
@@ -112,7 +123,42 @@ def batch_from_trajectory(trajectory: Trajectory, agent: str = DEFAULT_AGENT) ->
         truncated=trajectory.truncations,
         behaviour_logp=artifacts["logp"],
     )
+    if state_names:
+        recorded = trajectory.hidden_state(agent)
+        for name in state_names:
+            if name not in recorded:
+                raise ValueError(f"{hidden_state_key(agent, name)}: a recurrent policy learns from the states it "
+                                 f"acted with")
+            batch[STATE_PREFIX + name] = recorded[name]
     return batch
+
+
+def choose_actions(
+    logits: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, kwargs: ForwardKwargs,
+    generator: torch.Generator,
+) -> dict[str, torch.Tensor]:
+    """The action of each row (sampled, greedy and/or ε-explored) with its behaviour log-probability and value."""
+    check_legal(mask)
+    log_probs = torch.log_softmax(logits, dim=-1)
+    greedy_action = torch.argmax(logits, dim=-1)
+    action = greedy_action if kwargs.greedy else sample_logits(logits, generator)
+    action = epsilon_explore(action, logits, mask, kwargs.eps, generator)
+    chosen = log_probs.gather(-1, action[:, None]).squeeze(-1)
+    if kwargs.eps > 0 or kwargs.greedy:
+        # The behaviour distribution is the mixture actually sampled from; V-trace corrects for it.
+        policy_prob = (action == greedy_action).to(value.dtype) if kwargs.greedy else chosen.exp()
+        logp = torch.log((1 - kwargs.eps) * policy_prob + kwargs.eps / legal_count(logits, mask))
+    else:
+        logp = chosen
+    return {"action": action, "logp": logp, "value": value}
+
+
+def split_inputs(
+    model: Model, batch: Mapping[str, torch.Tensor]
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """The model inputs of a learn batch and their ``next_`` counterparts."""
+    names = [s.name for s in model.get_input_specs()]
+    return {k: batch[k] for k in names if k in batch}, {k: batch[f"next_{k}"] for k in names if f"next_{k}" in batch}
 
 
 class PPO(Algorithm):
@@ -153,42 +199,19 @@ class PPO(Algorithm):
         self, inputs: dict[str, torch.Tensor], states: dict[str, torch.Tensor], kwargs: ForwardKwargs
     ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         logits, value = self.model(inputs)
-        mask = inputs.get(ACTION_MASK)
-        check_legal(mask)
-        log_probs = torch.log_softmax(logits, dim=-1)
-        greedy_action = torch.argmax(logits, dim=-1)
-        action = greedy_action if kwargs.greedy else sample_logits(logits, self.generator)
-        action = epsilon_explore(action, logits, mask, kwargs.eps, self.generator)
-        chosen = log_probs.gather(-1, action[:, None]).squeeze(-1)
-        if kwargs.eps > 0 or kwargs.greedy:
-            # The behaviour distribution is the mixture actually sampled from; V-trace corrects for it.
-            policy_prob = (action == greedy_action).to(value.dtype) if kwargs.greedy else chosen.exp()
-            logp = torch.log((1 - kwargs.eps) * policy_prob + kwargs.eps / legal_count(logits, mask))
-        else:
-            logp = chosen
-        return {"action": action, "logp": logp, "value": value}, states
+        return choose_actions(logits, value, inputs.get(ACTION_MASK), kwargs, self.generator), states
 
     # ---- learning ---------------------------------------------------------------------------------------
     def learn(self, batch: dict[str, torch.Tensor]) -> LearnOutput:
         cfg = self.config
-        input_names = [s.name for s in self.model.get_input_specs()]
-        inputs = {k: batch[k] for k in input_names if k in batch}
-        next_inputs = {k: batch[f"next_{k}"] for k in input_names if f"next_{k}" in batch}
-        actions, rewards = batch["action"], batch["reward"]
-        _check_segments(batch, inputs, next_inputs)
+        inputs, next_inputs = split_inputs(self.model, batch)
+        actions = batch["action"]
+        check_segments(batch, inputs, next_inputs)
 
         with torch.no_grad():
             logits, values = self.model(inputs)
-            logp_now = torch.log_softmax(logits, dim=-1).gather(-1, actions[..., None]).squeeze(-1)
             bootstrap = self.model.value(next_inputs)
-            behaviour_log_ratio = logp_now - batch["behaviour_logp"]
-            vtrace = cfg.off_policy_correction == "vtrace"
-            targets = compute_targets(
-                values, bootstrap, rewards, batch["terminated"], batch["truncated"], cfg.gamma, cfg.gae_lambda,
-                log_ratio=behaviour_log_ratio if vtrace else None,
-                rho_clip=cfg.vtrace_rho_clip, c_clip=cfg.vtrace_c_clip,
-            )
-            old_logp = logp_now if vtrace else batch["behaviour_logp"]
+            targets, old_logp, behaviour_log_ratio = self._targets(batch, logits, values, bootstrap)
 
         # Flatten (B, T) to samples and keep the steps that have a target.
         keep = targets.valid.flatten().nonzero().squeeze(-1)
@@ -201,48 +224,80 @@ class PPO(Algorithm):
         samples = len(keep)
         minibatch = max(1, math.ceil(samples / cfg.num_minibatches))
 
-        lr = self._learning_rate()
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        stats: dict[str, list[torch.Tensor]] = {k: [] for k in ("policy_loss", "value_loss", "entropy", "approx_kl",
-                                                               "clip_fraction")}
+        stats = self._start_update()
         for _epoch in range(cfg.update_epochs):
             order = torch.randperm(samples, generator=self.generator).to(b_actions.device)
             for start in range(0, samples, minibatch):
                 mb = order[start:start + minibatch]
                 logits, new_values = self.model({k: v[mb] for k, v in flat.items()})
-                log_probs = torch.log_softmax(logits, dim=-1)
-                new_logp = log_probs.gather(-1, b_actions[mb, None]).squeeze(-1)
-                probs = log_probs.exp()
-                entropy = -torch.where(probs > 0, probs * log_probs, torch.zeros_like(probs)).sum(-1).mean()
-                log_ratio = new_logp - b_old_logp[mb]
-                ratio = log_ratio.exp()
-                adv = b_adv[mb]
-                if cfg.normalize_advantages and len(mb) > 1:
-                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                policy_loss = torch.max(
-                    -adv * ratio, -adv * torch.clamp(ratio, 1 - cfg.clip_coef, 1 + cfg.clip_coef)
-                ).mean()
-                value_loss = _value_loss(new_values, b_values[mb], b_returns[mb], cfg)
-                loss = policy_loss - cfg.entropy_coef * entropy + cfg.value_coef * value_loss
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-                self.optimizer.step()
-                with torch.no_grad():  # kept as tensors: one device sync at the end, not five per step
-                    stats["policy_loss"].append(policy_loss.detach())
-                    stats["value_loss"].append(value_loss.detach())
-                    stats["entropy"].append(entropy.detach())
-                    stats["approx_kl"].append(((ratio - 1) - log_ratio).mean())
-                    stats["clip_fraction"].append(((ratio - 1).abs() > cfg.clip_coef).float().mean())
+                self._minibatch_step(logits, new_values, b_actions[mb], b_old_logp[mb], b_adv[mb], b_values[mb],
+                                     b_returns[mb], stats)
             if cfg.target_kl is not None and stats["approx_kl"][-1].item() > cfg.target_kl:
                 break
+        return self._finish_update(stats, b_returns, b_values, targets, behaviour_log_ratio)
+
+    def _targets(
+        self, batch: Mapping[str, torch.Tensor], logits: torch.Tensor, values: torch.Tensor, bootstrap: torch.Tensor
+    ) -> tuple[Targets, torch.Tensor, torch.Tensor]:
+        """Targets of the (B, T) batch from the start-of-update logits and values; the log-probabilities the
+        clipped ratio is taken against; log π/µ of the behaviour data."""
+        cfg = self.config
+        logp_now = torch.log_softmax(logits, dim=-1).gather(-1, batch["action"][..., None]).squeeze(-1)
+        behaviour_log_ratio = logp_now - batch["behaviour_logp"]
+        vtrace = cfg.off_policy_correction == "vtrace"
+        targets = compute_targets(
+            values, bootstrap, batch["reward"], batch["terminated"], batch["truncated"], cfg.gamma, cfg.gae_lambda,
+            log_ratio=behaviour_log_ratio if vtrace else None,
+            rho_clip=cfg.vtrace_rho_clip, c_clip=cfg.vtrace_c_clip,
+        )
+        return targets, (logp_now if vtrace else batch["behaviour_logp"]), behaviour_log_ratio
+
+    def _start_update(self) -> dict[str, list[torch.Tensor]]:
+        lr = self._learning_rate()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return {k: [] for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")}
+
+    def _minibatch_step(
+        self, logits: torch.Tensor, new_values: torch.Tensor, actions: torch.Tensor, old_logp: torch.Tensor,
+        adv: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, stats: dict[str, list[torch.Tensor]],
+    ) -> None:
+        """One gradient step on a minibatch of samples (flat: (N, A) logits, (N,) everything else)."""
+        cfg = self.config
+        log_probs = torch.log_softmax(logits, dim=-1)
+        new_logp = log_probs.gather(-1, actions[:, None]).squeeze(-1)
+        probs = log_probs.exp()
+        entropy = -torch.where(probs > 0, probs * log_probs, torch.zeros_like(probs)).sum(-1).mean()
+        log_ratio = new_logp - old_logp
+        ratio = log_ratio.exp()
+        if cfg.normalize_advantages and len(adv) > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        policy_loss = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+        value_loss = _value_loss(new_values, old_values, returns, cfg)
+        loss = policy_loss - cfg.entropy_coef * entropy + cfg.value_coef * value_loss
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+        self.optimizer.step()
+        with torch.no_grad():  # kept as tensors: one device sync at the end, not five per step
+            stats["policy_loss"].append(policy_loss.detach())
+            stats["value_loss"].append(value_loss.detach())
+            stats["entropy"].append(entropy.detach())
+            stats["approx_kl"].append(((ratio - 1) - log_ratio).mean())
+            stats["clip_fraction"].append(((ratio - 1).abs() > cfg.clip_coef).float().mean())
+
+    def _finish_update(
+        self, stats: dict[str, list[torch.Tensor]], b_returns: torch.Tensor, b_values: torch.Tensor,
+        targets: Targets, behaviour_log_ratio: torch.Tensor,
+    ) -> LearnOutput:
+        """Count the update and report its statistics (``b_*``: the valid samples' returns and values)."""
         self.updates += 1
+        samples = len(b_returns)
         out = {k: torch.stack(v).mean().item() if v else 0.0 for k, v in stats.items()}
         var_returns = b_returns.var() if samples > 1 else torch.tensor(0.0)
         out.update(
             explained_variance=float(1 - (b_returns - b_values).var() / var_returns) if var_returns > 0 else 0.0,
-            learning_rate=lr,
+            learning_rate=self.optimizer.param_groups[0]["lr"],
             samples=float(samples),
             valid_fraction=samples / targets.valid.numel(),
             behaviour_ratio=float(behaviour_log_ratio.exp().mean()),
@@ -265,7 +320,7 @@ def _value_loss(new: torch.Tensor, old: torch.Tensor, returns: torch.Tensor, cfg
     return 0.5 * torch.max(unclipped, (clipped - returns) ** 2).mean()
 
 
-def _check_segments(
+def check_segments(
     batch: Mapping[str, torch.Tensor], inputs: Mapping[str, torch.Tensor], next_inputs: Mapping[str, torch.Tensor]
 ) -> None:
     lead = tuple(batch["reward"].shape)

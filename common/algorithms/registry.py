@@ -15,6 +15,8 @@ import torch
 from common.algorithms.dqn import DQN
 from common.algorithms.models import ActorCriticModel, QNetworkModel
 from common.algorithms.ppo import PPO
+from common.algorithms.recurrent_models import RecurrentActorCriticModel
+from common.algorithms.recurrent_ppo import RecurrentPPO
 from common.computation.algorithm import Algorithm
 from common.computation.computation_task import ComputationTask
 from common.computation.specs import DiscreteActionSpec, ObsSpec, observation_specs
@@ -22,6 +24,8 @@ from common.policy_config import ALGORITHM_NAMES, PolicyConfig
 
 
 def _build_ppo(obs: Mapping, actions: DiscreteActionSpec, config: PolicyConfig) -> Algorithm:
+    if config.model.recurrent is not None:
+        return RecurrentPPO(RecurrentActorCriticModel(obs, actions.num_actions, config.model), config.ppo)
     return PPO(ActorCriticModel(obs, actions.num_actions, config.model), config.ppo)
 
 

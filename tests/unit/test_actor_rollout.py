@@ -110,6 +110,9 @@ class CountingTask:
         self.batches.append(len(next(iter(inputs.values()))))
         return self._task.predict(inputs, states, forward_kwargs)
 
+    def __getattr__(self, name):  # state_specs, initial_states, ...: the wrapped task's
+        return getattr(self._task, name)
+
 
 def make_policy(player_id: str, seed: int) -> Policy:
     inputs, actions = policy_specs(TakeAwayGame().info())

@@ -1,0 +1,91 @@
+"""PPO for recurrent models: the same objective as `PPO`, learned over whole sequences.
+
+What changes against feed-forward PPO:
+
+- Acting steps the core from the caller's states and returns the next ones (`ComputationTask.predict`).
+- The learn batch carries ``state_<name>`` (B, T, ...): the state the actor acted with at every step.
+- Targets: the core is re-run over each (B, T) row from its recorded state at step 0, restarting from the
+  recorded (initial) state after every episode end in the row; the bootstrap value of ``next_<input>`` is
+  taken with the state the row ends in.
+- Minibatches are sets of whole rows (the rows are shuffled, not the steps), so each minibatch re-runs the core
+  over its sequences with gradients through time; losses are taken over the valid steps only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from common.algorithms.ppo import PPO, STATE_PREFIX, check_segments, choose_actions, split_inputs
+from common.algorithms.recurrent_models import RecurrentActorCriticModel
+from common.computation.algorithm import ForwardKwargs, LearnOutput
+from common.computation.specs import ACTION_MASK, TensorSpec
+from common.policy_config import PPOConfig
+
+
+def episode_starts(terminated: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:
+    """(B, T) bool: the steps where the core restarts from the recorded state (step 0, and after an end)."""
+    starts = torch.ones_like(terminated)
+    starts[:, 1:] = terminated[:, :-1] | truncated[:, :-1]
+    return starts
+
+
+class RecurrentPPO(PPO):
+    model: RecurrentActorCriticModel  # type: ignore[assignment]
+
+    def __init__(self, model: RecurrentActorCriticModel, config: PPOConfig) -> None:
+        super().__init__(model, config)  # type: ignore[arg-type]
+
+    def get_learn_specs(self) -> list[TensorSpec]:
+        states = [TensorSpec(STATE_PREFIX + s.name, s.shape, s.dtype) for s in self.model.get_state_specs()]
+        return [*super().get_learn_specs(), *states]
+
+    def predict(
+        self, inputs: dict[str, torch.Tensor], states: dict[str, torch.Tensor], kwargs: ForwardKwargs
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        logits, value, next_states = self.model.step(inputs, states)
+        return choose_actions(logits, value, inputs.get(ACTION_MASK), kwargs, self.generator), next_states
+
+    def learn(self, batch: dict[str, torch.Tensor]) -> LearnOutput:
+        cfg = self.config
+        inputs, next_inputs = split_inputs(self.model, batch)
+        check_segments(batch, inputs, next_inputs)
+        recorded = self._recorded_states(batch)
+        actions = batch["action"]
+        starts = episode_starts(batch["terminated"], batch["truncated"])
+
+        with torch.no_grad():
+            logits, values, final = self.model.unroll(inputs, recorded, starts)
+            bootstrap = self.model.value(next_inputs, final)
+            targets, old_logp, behaviour_log_ratio = self._targets(batch, logits, values, bootstrap)
+
+        rows = actions.shape[0]
+        rows_per_minibatch = max(1, math.ceil(rows / cfg.num_minibatches))
+        stats = self._start_update()
+        for _epoch in range(cfg.update_epochs):
+            order = torch.randperm(rows, generator=self.generator).to(actions.device)
+            for begin in range(0, rows, rows_per_minibatch):
+                mb = order[begin:begin + rows_per_minibatch]
+                keep = targets.valid[mb]
+                logits, new_values, _ = self.model.unroll(
+                    {k: v[mb] for k, v in inputs.items()}, {k: v[mb] for k, v in recorded.items()}, starts[mb]
+                )
+                self._minibatch_step(
+                    logits[keep], new_values[keep], actions[mb][keep], old_logp[mb][keep],
+                    targets.advantages[mb][keep], values[mb][keep], targets.returns[mb][keep], stats,
+                )
+            if cfg.target_kl is not None and stats["approx_kl"][-1].item() > cfg.target_kl:
+                break
+        valid = targets.valid
+        return self._finish_update(stats, targets.returns[valid], values[valid], targets, behaviour_log_ratio)
+
+    def _recorded_states(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        lead = tuple(batch["reward"].shape)
+        states = {}
+        for spec in self.model.get_state_specs():
+            value = batch[STATE_PREFIX + spec.name]
+            if tuple(value.shape[:2]) != lead:
+                raise ValueError(f"{STATE_PREFIX}{spec.name}: leading shape {tuple(value.shape[:2])} != {lead}")
+            states[spec.name] = value
+        return states

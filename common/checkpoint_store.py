@@ -12,9 +12,13 @@ Layout under the shared root (every path in the API is relative to it)::
 
 Publishing writes each file to a temporary name in the same directory, fsyncs it, renames it into place and
 fsyncs the directory, in the order files -> manifest -> latest.json, so a reader that finds a manifest finds
-complete files. A reader verifies size and digest against the manifest *on the bytes it then unpickles* (no
-window for a swap) and unpickles with ``torch.load(weights_only=True)``, which refuses any object that is not
+complete files. A reader reads the file once into private memory, verifies size and digest of that memory
+against the manifest, and unpickles exactly those bytes (no window for a swap; the tensors are that memory,
+see `common.checkpoint_unpickle`) with torch's weights-only unpickler, which refuses any object that is not
 plain tensors and containers: a crafted pickle on the share raises instead of running.
+Retention runs at the end of a publish: the versions beyond ``keep_last`` lose their manifests, their files get
+hidden ``.retired`` names, and deleting those (which waits for the disk) finishes in the background; the next
+publish, `CheckpointStore.close` and interpreter exit wait for it.
 Snapshots (frozen copies for historical players) are hard links, or copies where linking fails.
 One writer per player is assumed (its learner); any number of readers may load concurrently.
 
@@ -29,11 +33,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import fcntl
 import hashlib
 import io
 import json
-import mmap
+import logging
 import os
 import queue
 import re
@@ -50,8 +53,12 @@ import blake3
 import numpy as np
 import torch
 
+from common.checkpoint_buffers import LoadBuffers
+from common.checkpoint_unpickle import load_weights_only
 from common.paths import SharedRoot, check_component, check_relative
 from common.trajectory import ALLOWED_DTYPES
+
+log = logging.getLogger(__name__)
 
 MANIFEST_FORMAT = "league-checkpoint/2"
 LEGACY_MANIFEST_FORMAT = "league-checkpoint/1"
@@ -70,10 +77,12 @@ _DIGEST = re.compile(r"^(blake3|sha256):[0-9a-f]{64}$")
 _HASHES: dict[str, Callable[[], Any]] = {"blake3": blake3.blake3, "sha256": hashlib.sha256}
 _MAX_MANIFEST_BYTES = 64 * 1024
 _STALE_TEMP_S = 3600.0
+_RETIRED_SUFFIX = ".retired"
+"""Hidden name of a retired version's file until its deletion (in the background after a publish) is done."""
 _CHUNK = 4 << 20
 """Read size of a load (the hash of one chunk overlaps the read of the next)."""
-_MEMFD = hasattr(os, "memfd_create") and hasattr(fcntl, "F_ADD_SEALS") and os.path.isdir("/proc/self/fd")
-"""Loads of at least `_CHUNK` bytes go through a sealed memory file that torch.load maps (Linux)."""
+_LOAD_BUFFERS = LoadBuffers(keep=2)
+"""Loads read into memory that earlier loads' dropped arrays left (see `common.checkpoint_buffers`)."""
 _SMALL_WRITE = 64 << 10
 """torch.save's headers and small records are gathered up to `_CHUNK` before one write (fewer syscalls)."""
 
@@ -135,6 +144,26 @@ class CheckpointStore:
             raise ValueError(f"keep_last must be >= 1, got {keep_last}")
         self.root = SharedRoot(shared_root)
         self.keep_last = keep_last
+        self._retiring: list[_InThread] = []
+        self._retiring_lock = threading.Lock()
+
+    def wait_for_retention(self) -> None:
+        """Wait until the files earlier publishes retired are deleted; raises what deleting them raised.
+        Each publish waits for its predecessors', and interpreter exit waits as well."""
+        with self._retiring_lock:
+            retiring, self._retiring = self._retiring, []
+        errors = []
+        for deletion in retiring:
+            try:
+                deletion.join()
+            except Exception as e:
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+    def close(self) -> None:
+        """`wait_for_retention`: nothing of this store is left running afterwards."""
+        self.wait_for_retention()
 
     # ---- names ------------------------------------------------------------------------------------------
     @staticmethod
@@ -161,6 +190,7 @@ class CheckpointStore:
         """
         relative = self.version_path(player_id, version)
         metadata = _check_metadata(metadata)
+        self.wait_for_retention()
         latest = self.latest(player_id)
         if latest is not None and version <= latest.version:
             raise ValueError(f"version {version} of {player_id!r} must exceed the latest published {latest.version}")
@@ -173,6 +203,8 @@ class CheckpointStore:
                              "state": _training_state_to_cpu(training_state, "training_state")}
         path = self.root.resolve(relative)
         path.parent.mkdir(parents=True, exist_ok=True)
+        if latest is not None:
+            self._drop_cache_of_retiring(player_id, latest.version)
         state_path = path.with_name(path.name + TRAINING_STATE_SUFFIX)
         manifest_path = path.with_name(path.name + MANIFEST_SUFFIX)
         temps: list[Path] = []
@@ -203,7 +235,13 @@ class CheckpointStore:
                 _unlink_quietly(victim)
             raise
         _fsync_dir(path.parent)
-        self.prune(player_id)
+        # Retention: the versions now beyond keep_last are unpublished and their files renamed out of the way
+        # here; deleting those files (which waits for the disk: ext4 discards their blocks) goes on in the
+        # background while the caller moves on.
+        retired = self._retire_beyond(player_id, self.keep_last, ())[1]
+        if retired:
+            with self._retiring_lock:
+                self._retiring.append(_InThread(_delete_retired, path.parent, retired))
         return ref
 
     # ---- read -------------------------------------------------------------------------------------------
@@ -339,31 +377,60 @@ class CheckpointStore:
         if keep_last < 1:
             raise ValueError(f"keep_last must be >= 1, got {keep_last}")
         check_component(player_id, "player_id")
+        removed, retired = self._retire_beyond(player_id, keep_last, pinned)
+        _delete_retired(self.root.resolve(player_id), retired)
+        return removed
+
+    def _drop_cache_of_retiring(self, player_id: str, newest: int) -> None:
+        """Drop the page cache of the versions the coming publish will retire (a hint: they stay published and
+        readable, from disk). The new files' page cache is then built from memory freed just now: on a VM
+        that hands free memory back to its host (free page reporting, as here), memory that has been free
+        for a few seconds must be backed by the host again on first touch, which made writing 100 MB cost
+        60-140 ms of CPU instead of ~25 ms."""
+        directory = self.root.resolve(player_id)
+        names = sorted((n for n in os.listdir(directory)
+                        if (m := _VERSION_FILE.match(n)) and int(m.group(1)) <= newest), reverse=True)
+        for name in names[self.keep_last - 1:]:
+            if not (directory / (name + PIN_SUFFIX)).exists():
+                for victim in (name, name + TRAINING_STATE_SUFFIX):
+                    _drop_page_cache(directory / victim)
+
+    def _retire_beyond(self, player_id: str, keep_last: int,
+                       pinned: Collection[str]) -> tuple[list[str], list[Path]]:
+        """Unpublish the versions beyond the newest ``keep_last`` (except pinned ones) and rename their files
+        to hidden ``.retired`` names for `_delete_retired`; returns the versions' paths and those files."""
         directory = self.root.resolve(player_id)
         if not directory.is_dir():
-            return []
+            return [], []
         names = sorted((n for n in os.listdir(directory) if _VERSION_FILE.match(n)), reverse=True)
-        removed = []
+        removed: list[str] = []
+        retired: list[Path] = []
         for name in names[keep_last:]:
             relative = f"{player_id}/{name}"
             if relative in pinned or (directory / (name + PIN_SUFFIX)).exists():
                 continue
             # Manifest first: from then on the version is unpublished, so readers never see a half-removal.
-            for victim in (directory / (name + MANIFEST_SUFFIX), directory / name,
-                           directory / (name + TRAINING_STATE_SUFFIX)):
-                _unlink_quietly(victim)
+            _unlink_quietly(directory / (name + MANIFEST_SUFFIX))
+            for victim in (directory / name, directory / (name + TRAINING_STATE_SUFFIX)):
+                hidden = _temp_name(victim, _RETIRED_SUFFIX)
+                try:
+                    os.rename(victim, hidden)
+                except FileNotFoundError:
+                    continue
+                retired.append(hidden)
             removed.append(relative)
         now = time.time()
         for name in os.listdir(directory):
-            if name.startswith(".") and name.endswith(".tmp"):
-                try:
-                    if now - os.stat(directory / name).st_mtime > _STALE_TEMP_S:
-                        os.unlink(directory / name)  # left by a writer that crashed mid-publish
-                except FileNotFoundError:
-                    pass
-        if removed:
-            _fsync_dir(directory)
-        return removed
+            if not name.startswith("."):
+                continue
+            try:
+                if name.endswith(_RETIRED_SUFFIX) and directory / name not in retired:
+                    os.unlink(directory / name)  # left by a process that exited while deleting it
+                elif name.endswith(".tmp") and now - os.stat(directory / name).st_mtime > _STALE_TEMP_S:
+                    os.unlink(directory / name)  # left by a writer that crashed mid-publish
+            except FileNotFoundError:
+                pass
+        return removed, retired
 
 
 # ---- helpers ----------------------------------------------------------------------------------------------
@@ -429,13 +496,15 @@ def _training_state_to_cpu(value: Any, where: str) -> Any:
 
 
 def _load_verified(where: str, resolved: Path, digest: str, size: int) -> Any:
-    """Unpickle the file once its bytes are exactly ``size`` bytes hashing to ``digest``: the bytes hashed are
-    copied into memory first and the ones unpickled are that copy, so a file swapped or rewritten meanwhile
-    changes nothing."""
+    """Unpickle the file once its bytes are exactly ``size`` bytes hashing to ``digest``: the file is read once
+    into private memory, that memory is hashed, and the tensors unpickled are that same memory (no second
+    copy, and a file swapped or rewritten after the read changes nothing)."""
     with _opened(where, resolved, size) as fd:
-        if _MEMFD and size >= _CHUNK:
-            return _load_through_memfd(fd, where, digest, size)
-        return _unpickle(_read_hashed(fd, where, digest, size, keep=True), where)
+        data = _read_hashed(fd, where, digest, size, keep=True)
+    try:
+        return load_weights_only(data)
+    except Exception as e:  # pickle errors come in many types; all mean "not a checkpoint of ours"
+        raise CorruptCheckpointError(f"{where}: not a plain-tensor checkpoint ({type(e).__name__}: {e})") from e
 
 
 @contextlib.contextmanager
@@ -458,15 +527,16 @@ def _opened(where: str, resolved: Path, size: int) -> Iterator[int]:
         os.close(fd)
 
 
-def _read_hashed(fd: int, where: str, digest: str, size: int, keep: bool) -> memoryview:
+def _read_hashed(fd: int, where: str, digest: str, size: int, keep: bool) -> np.ndarray:
     """Read the file and check its digest; ``keep``: into one buffer that is returned (the helper thread
     hashes chunk i while chunk i + 1 is read), else through one reused chunk (only the check is wanted)."""
-    buffer = memoryview(np.empty(size if keep else min(size, _CHUNK), dtype=np.uint8))  # not zero-filled
+    buffer = _LOAD_BUFFERS.take(size) if keep else np.empty(min(size, _CHUNK), dtype=np.uint8)
+    view = memoryview(buffer)
     hasher = _Hasher(digest.split(":", 1)[0], background=keep and size > _CHUNK)
     try:
         offset = 0
         while offset < size:
-            target = buffer[offset:offset + _CHUNK] if keep else buffer[:min(_CHUNK, size - offset)]
+            target = view[offset:offset + _CHUNK] if keep else view[:min(_CHUNK, size - offset)]
             n = os.preadv(fd, [target], offset)
             if not n:
                 break
@@ -479,54 +549,11 @@ def _read_hashed(fd: int, where: str, digest: str, size: int, keep: bool) -> mem
     return buffer
 
 
-def _load_through_memfd(fd: int, where: str, digest: str, size: int) -> Any:
-    """Linux: copy the file into a private memory file (in the kernel, chunk by chunk, hashing each chunk on
-    the helper thread as the next is copied), seal it against any change, and let torch.load map it: the
-    tensors are the verified bytes themselves, with no second copy into fresh tensor memory."""
-    memfd = os.memfd_create("checkpoint", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    try:
-        os.ftruncate(memfd, size)
-        mapped = mmap.mmap(memfd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
-        try:
-            view = memoryview(mapped)
-            hasher = _Hasher(digest.split(":", 1)[0])
-            try:
-                offset = 0
-                while offset < size:
-                    n = os.sendfile(memfd, fd, offset, min(_CHUNK, size - offset))
-                    if not n:
-                        break
-                    hasher.update(view[offset:offset + n])
-                    offset += n
-                actual = hasher.digest()
-            finally:
-                hasher.close()
-                view.release()
-        finally:
-            mapped.close()
-        _check_complete(fd, where, offset, size, actual, digest)
-        fcntl.fcntl(memfd, fcntl.F_ADD_SEALS,
-                    fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
-        try:
-            return torch.load(f"/proc/self/fd/{memfd}", mmap=True, map_location="cpu", weights_only=True)
-        except Exception as e:  # pickle errors come in many types; all mean "not a checkpoint of ours"
-            raise CorruptCheckpointError(f"{where}: not a plain-tensor checkpoint ({type(e).__name__}: {e})") from e
-    finally:
-        os.close(memfd)  # the mapping torch made keeps the memory file alive as long as the tensors live
-
-
 def _check_complete(fd: int, where: str, read: int, size: int, actual: str, digest: str) -> None:
     if read != size or os.pread(fd, 1, size):
         raise CorruptCheckpointError(f"{where}: file changed size while being read")
     if actual != digest:
         raise CorruptCheckpointError(f"{where}: digest does not match the manifest (corrupt or tampered)")
-
-
-def _unpickle(data: memoryview, where: str) -> Any:
-    try:
-        return torch.load(_MemoryReader(data), map_location="cpu", weights_only=True)
-    except Exception as e:  # pickle errors come in many types; all mean "not a checkpoint of ours"
-        raise CorruptCheckpointError(f"{where}: not a plain-tensor checkpoint ({type(e).__name__}: {e})") from e
 
 
 def _manifest_bytes(ref: CheckpointRef) -> bytes:
@@ -598,8 +625,36 @@ def _read_small(path: Path) -> bytes:
     return data
 
 
-def _temp_name(path: Path) -> Path:
-    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+def _temp_name(path: Path, suffix: str = ".tmp") -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}{suffix}")
+
+
+def _drop_page_cache(path: Path) -> None:
+    """Ask the kernel to drop the file's cached pages (clean ones go; nothing changes for readers)."""
+    if not hasattr(os, "posix_fadvise"):
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:  # gone meanwhile: nothing to drop
+        return
+    except OSError as e:
+        if e.errno == errno.ELOOP:  # a symlink where a version should be: not ours to touch
+            return
+        raise
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ESPIPE, errno.ENOSYS):  # a filesystem without the hint
+            raise
+    finally:
+        os.close(fd)
+
+
+def _delete_retired(directory: Path, retired: list[Path]) -> None:
+    """Delete files `CheckpointStore._retire_beyond` renamed away, then make their removal durable."""
+    for path in retired:
+        _unlink_quietly(path)
+    _fsync_dir(directory)
 
 
 _CRC32_LOCK = threading.Lock()
@@ -660,6 +715,29 @@ def _publish_manifest(manifest: bytes, manifest_path: Path, latest_path: Path) -
     except BaseException:
         _unlink_quietly(tmp)
         raise
+
+
+class _InThread:
+    """``function(*args)`` on a helper thread (not a daemon: interpreter exit waits for it); `join` waits for
+    it and raises what it raised."""
+
+    def __init__(self, function: Callable[..., Any], *args: Any) -> None:
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                function(*args)
+            except BaseException as e:  # raised again by join(); logged in case nobody joins
+                log.error("%s failed: %r", getattr(function, "__name__", function), e)
+                self._error = e
+
+        self._thread = threading.Thread(target=run, name="ckpt-retire", daemon=False)
+        self._thread.start()
+
+    def join(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 class _Hasher:
@@ -792,36 +870,6 @@ class _HashingWriter(io.RawIOBase):
             self._file.close()
         finally:
             super().close()
-
-
-class _MemoryReader(io.RawIOBase):
-    """A seekable read-only file over verified bytes: torch.load reads records straight into tensors."""
-
-    def __init__(self, view: memoryview) -> None:
-        super().__init__()
-        self._view = view
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
-        target = memoryview(buffer).cast("B")
-        n = max(0, min(len(target), len(self._view) - self._pos))
-        target[:n] = self._view[self._pos:self._pos + n]
-        self._pos += n
-        return n
 
 
 def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:

@@ -17,7 +17,7 @@ from common.checkpoint_store import CheckpointStore
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FINAL_VERSION = 30
 SHAPES = {"a": (256, 256), "b": (256, 512), "c": (1024,)}  # ~0.8 MB per checkpoint: loads read into memory
-LARGE_SHAPES = {"a": (256, 256), "b": (256, 512), "c": (1_200_000,)}  # ~5.6 MB: loads map a sealed memory file
+LARGE_SHAPES = {"a": (256, 256), "b": (256, 512), "c": (1_200_000,)}  # ~5.6 MB: hashed on the helper thread
 
 
 def tensors_for(version: int, shapes=SHAPES) -> dict[str, np.ndarray]:

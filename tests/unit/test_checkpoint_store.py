@@ -371,8 +371,9 @@ def test_training_state_must_be_plain_and_a_planted_pickle_does_nothing(store, t
 
 
 def test_large_loads_hand_out_the_verified_copy_not_the_file(store, tmp_path):
-    """Loads of several MB go through a sealed in-memory copy that torch maps: the arrays must be writable,
-    independent of the file (rewriting it afterwards changes nothing) and a planted pickle still does nothing."""
+    """Loads hand out the verified in-memory copy itself (torch's tensors are cut from it): the arrays must be
+    writable, independent of the file (rewriting it afterwards changes nothing), and a planted pickle still
+    does nothing."""
     big = {"w": np.random.default_rng(1).random(2_000_000, dtype=np.float32), "b": np.arange(3, dtype=np.int64)}
     ref = store.publish("big", big, 1)
     loaded = store.load(ref.path).tensors

@@ -352,14 +352,14 @@ class _Clients:
                 return
             self.books.granted.add(job.job_id)
             self.books.held.add(job.job_id)
-            player, steps, version, iteration = job.launch_player, 0, 0, 0
+            player, steps, version, iteration, reset_applied = job.launch_player, 0, 0, 0, 0
             last_beat = time.monotonic()
             while not await self.pause(self.s.update_every_s):
                 steps += self.s.agent_steps_per_update
                 version += 1
                 iteration += 1
                 request = pb.UpdatePlayerRequest(worker_id=worker_id, player_id=player, train_iteration=iteration,
-                                                 agent_steps=steps)
+                                                 agent_steps=steps, reset_applied_version=reset_applied)
                 if self.shared_root is not None:
                     relative = f"load-checkpoints/{player}/v{version}.bin"
                     path = self.shared_root / relative
@@ -367,8 +367,9 @@ class _Clients:
                     path.write_bytes(b"weights %d" % version)
                     request.checkpoint_path, request.checkpoint_version = relative, version
                 reply = await self.call("UpdatePlayer", stub.UpdatePlayer(request, timeout=10))
-                if reply is not None and reply.mutated:  # reset: number the next checkpoints above the reset one
-                    version = reply.reset_checkpoint_version
+                if reply is not None and reply.mutated:  # reset: number the next checkpoints above the reset one,
+                    version = reply.reset_checkpoint_version  # and acknowledge it in the next updates
+                    reset_applied = reply.reset_checkpoint_version
                 if time.monotonic() - last_beat >= reg.heartbeat_interval_s:
                     last_beat = time.monotonic()
                     beat = await self.call("Heartbeat", stub.Heartbeat(

@@ -2,10 +2,15 @@
 
 Two threads, as in the seed, but event-driven instead of sleep-polling:
 - the launch thread waits until some active player has a free launch slot (a slot frees on finish_job /
-  release_job), builds one JobSpec per free slot and hands each to `launch_job_fn`;
+  release_job), builds one JobSpec per free slot and hands each to `launch_job_fn`. A caller that frees slots
+  itself under its own lock (the coordinator) runs the league without it (`launch_thread=False`) and takes the
+  jobs with `take_ready_jobs()` right after: no thread hand-off per finished job;
 - the snapshot thread waits until a player was updated, then snapshots every player that is trained enough
   (copying its checkpoint with `save_checkpoint_fn`), mutates it if its type says so, and calls `on_change`.
 `close()` sets a stop flag and wakes both, so it returns as soon as they finish what they are doing.
+
+Durable state: `state_dict()` is the whole league; `take_state_changes()` only what changed since it last ran
+(league_state.py), so a store writes a few rows per finished job instead of the whole league.
 
 One lock guards players, slots, ratings and counters (the payoff has its own). The injected functions and
 `on_change` are always called outside it, so they may call back into the league.
@@ -25,6 +30,7 @@ import numpy as np
 
 from league_service.config import Config
 from league_service.league_errors import LeagueStateError, LeagueThreadError, SlotError
+from league_service.league_state import LeagueStateChanges, changes_from_state
 from league_service.messages import JobResult, JobSpec, PlayerUpdate, UpdateOutcome
 from league_service.payoff import BattleSharedPayoff, SoloSharedPayoff
 from league_service.players import ActivePlayer, CheckpointRef, HistoricalPlayer, Player, PlayerJob
@@ -59,6 +65,7 @@ class BaseLeagueManager(ABC):
         launch_job_fn: LaunchJobFn,
         on_change: Callable[[], None] | None = None,
         rng_seed: int | None = None,
+        launch_thread: bool = True,
     ) -> None:
         if cfg.league.league_type != self.league_type:
             raise ValueError(
@@ -86,6 +93,10 @@ class BaseLeagueManager(ABC):
         self._checked_seq = 0
         self._counters = _Counters()
         self._roster = Roster.build(cfg.league, self.league_type)
+        self._launch_thread = launch_thread
+        # For take_state_changes: players changed since it last ran, and whether it must hand out everything.
+        self._changed_players: set[str] = set()
+        self._all_changed = True
 
     # -- lookup ----------------------------------------------------------------------------------------------
 
@@ -117,6 +128,13 @@ class BaseLeagueManager(ABC):
             player = self._roster.get(player_id)
             return CheckpointRef(player.checkpoint_path, player.checkpoint_version)
 
+    def job_checkpoints(self, player_ids: Iterable[str]) -> list[tuple[str, int, bool]]:
+        """(checkpoint path, checkpoint version, active) of each player, read together under the lock as in
+        `checkpoint_of`, in one visit (a job's players)."""
+        with self._lock:
+            players = [self._roster.get(pid) for pid in player_ids]
+            return [(p.checkpoint_path, p.checkpoint_version, p.is_active) for p in players]
+
     @property
     def failure(self) -> BaseException | None:
         """The exception that stopped a league thread, if one did."""
@@ -133,12 +151,15 @@ class BaseLeagueManager(ABC):
                 raise RuntimeError("the league is already running (run() was called before)")
             self._threads = [
                 threading.Thread(
-                    target=self._guarded, args=(self._launch_job,), name="league-launch", daemon=True
-                ),
-                threading.Thread(
                     target=self._guarded, args=(self._snapshot,), name="league-snapshot", daemon=True
                 ),
             ]
+            if self._launch_thread:
+                self._threads.append(
+                    threading.Thread(
+                        target=self._guarded, args=(self._launch_job,), name="league-launch", daemon=True
+                    )
+                )
             threads = list(self._threads)
         for thread in threads:
             thread.start()
@@ -171,11 +192,14 @@ class BaseLeagueManager(ABC):
         except BaseException as exc:  # recorded and re-raised by close(); the league stops launching
             log.exception("league thread %s failed", threading.current_thread().name)
             with self._lock:
-                if self._failure is None:
-                    self._failure = exc
-                self._closing = True
-                self._slot_freed.notify_all()
-                self._player_updated.notify_all()
+                self._fail_locked(exc)
+
+    def _fail_locked(self, exc: BaseException) -> None:
+        if self._failure is None:
+            self._failure = exc
+        self._closing = True
+        self._slot_freed.notify_all()
+        self._player_updated.notify_all()
 
     def _launch_job(self) -> None:
         """Launch thread: fill free launch slots whenever there are some."""
@@ -241,6 +265,20 @@ class BaseLeagueManager(ABC):
         self._launch(specs)
         return specs
 
+    def take_ready_jobs(self) -> list[JobSpec]:
+        """A job per free launch slot, slots taken, for a caller that launches them itself (`launch_thread=False`;
+        launch_job_fn is not called). A failure stops the league as a failing launch thread does: it is logged,
+        kept in `failure` and re-raised; later calls take nothing."""
+        with self._lock:
+            if self._failure is not None:
+                return []
+            try:
+                return self._take_free_slots_locked()
+            except BaseException as exc:
+                log.exception("launching jobs failed; the league launches no more")
+                self._fail_locked(exc)
+                raise
+
     @abstractmethod
     def _get_job_info(self, player: ActivePlayer) -> JobSpec:
         """The next job of `player` (called under the lock; players[0] must be the player)."""
@@ -295,6 +333,7 @@ class BaseLeagueManager(ABC):
         with self._lock:
             player = self._roster.require_active(update.player_id)
             outcome = self._update_player(player, update)
+            self._changed_players.add(player.player_id)
             self._update_seq += 1
             self._player_updated.notify_all()
         return outcome
@@ -336,6 +375,7 @@ class BaseLeagueManager(ABC):
                 for player, historical, _ in plans:
                     roster.add_historical(historical)
                     player.record_snapshot(historical)
+                    self._changed_players.update((player.player_id, historical.player_id))
                     self._counters.snapshots += 1
                     if self._mutate_player(player):
                         self._counters.mutations += 1
@@ -403,15 +443,32 @@ class BaseLeagueManager(ABC):
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to restore this league exactly; JSON-serialisable."""
         with self._lock:
-            roster = self._roster
-            return {
-                "format_version": STATE_FORMAT_VERSION,
-                "league_id": self.league_id,
-                "league_type": self.league_type,
-                **roster.state_dict(),
-                "counters": dataclasses.asdict(self._counters),
-                "rng": self._rng.bit_generator.state,
-            }
+            return {**self._header_locked(), **self._roster.state_dict()}
+
+    def take_state_changes(self) -> LeagueStateChanges:
+        """What changed in `state_dict()` since this last ran: the header, the players updated or added, the
+        payoff records and ratings that changed. The first call (and the first after `load_state_dict`) hands
+        out everything (`complete`)."""
+        with self._lock:
+            if self._all_changed:
+                self._all_changed = False
+                self._changed_players.clear()
+                self._roster.take_changes(set())  # forget the roster's own changes: all of it goes out now
+                return changes_from_state({**self._header_locked(), **self._roster.state_dict()})
+            changed, self._changed_players = self._changed_players, set()
+            players, records, ratings = self._roster.take_changes(changed)
+            return LeagueStateChanges(self._header_locked(), players, records, ratings)
+
+    def _header_locked(self) -> dict[str, Any]:
+        """The state besides the roster's collections (small: written whole with every change)."""
+        return {
+            "format_version": STATE_FORMAT_VERSION,
+            "league_id": self.league_id,
+            "league_type": self.league_type,
+            "slots_used": self._roster.slots_used(),
+            "counters": dict(vars(self._counters)),
+            "rng": self._rng.bit_generator.state,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a league saved by `state_dict` (before run()). Its active players must be the configured
@@ -441,6 +498,7 @@ class BaseLeagueManager(ABC):
             raise LeagueStateError("league_id", f"expected a non-empty str, got {league_id!r}")
         with self._lock:
             self._roster, self._counters, self._rng, self.league_id = roster, counters, rng, league_id
+            self._all_changed = True
             self._update_seq += 1
 
     @staticmethod

@@ -331,8 +331,6 @@ class CoordinatorConfig:
     # A job whose worker stays silent this long is taken back and issued again.
     lease_timeout_s: float = 30.0
     heartbeat_interval_s: float = 5.0
-    # Ready jobs waiting for a worker.
-    job_queue_size: int = 64
     # A collect job is leased at most this many times when its attempts fail (FAILED finish or lease expiry);
     # once a player's consecutive failed attempts reach it, its jobs wait job_retry_backoff_s, then twice that,
     # ... up to max_job_retry_backoff_s before they are handed out again (LEASES.md, "Failing jobs").
@@ -349,7 +347,6 @@ class CoordinatorConfig:
                 f"must be > 0 and below lease_timeout_s ({self.lease_timeout_s}), "
                 f"got {self.heartbeat_interval_s}",
             )
-        _check_at_least(self.job_queue_size, 1, "job_queue_size")
         _check_at_least(self.max_job_attempts, 1, "max_job_attempts")
         if not (math.isfinite(self.job_retry_backoff_s) and self.job_retry_backoff_s >= 0):
             raise ConfigError("job_retry_backoff_s", f"must be a finite number >= 0, got {self.job_retry_backoff_s}")

@@ -1,16 +1,18 @@
 """The league coordinator: the league core, the lease table and the durable store behind one lock.
 
 Every accepted request changes the in-memory league and lease table under one lock and records the change;
-the group committer (group_commit.py) writes recorded changes to SQLite in batches, each batch with the league
-state as of that moment, and a request replies only once everything recorded before it is durable. So the store
-always holds a state the coordinator really was in (an accepted FinishJob and the payoff it produced commit
-together), and a restart from it (after `kill -9` too) continues there. Semantics: LEASES.md. No gRPC here: the
-servicer (server.py) translates the wire to these calls.
+the group committer (group_commit.py) writes recorded changes to SQLite in batches, each batch with what changed
+in the league state up to that moment, and a request replies only once everything recorded before it is
+durable. So the store always holds a state the coordinator really was in (an accepted FinishJob and the payoff
+it produced commit together), and a restart from it (after `kill -9` too) continues there. Semantics:
+LEASES.md. No gRPC here: the servicer (server.py) translates the wire to these calls.
 
-Threads: the league core's launch thread offers collect jobs through `_on_launch`; its snapshot thread reports
-snapshots through `_on_league_change`; the expiry thread here waits on a condition until the earliest lease
-deadline and expires what is due (every call also expires lazily, so the timer only makes it prompt); the
-committer writes batches.
+Threads: the league core runs without its launch thread: whoever frees a launch slot (a finish, an expiry)
+takes the league's new jobs and offers them in the same critical section (`_refill_locked`), so a finished job
+costs no thread hand-off. The league's snapshot thread reports snapshots through `_on_league_change`; the
+expiry thread here waits on a condition until the earliest lease deadline and expires what is due (every call
+also expires lazily, so the timer only makes it prompt); the committer writes batches. Workers' last-seen times
+are lazy changes: written within `LAST_SEEN_FLUSH_S`, not once per call.
 """
 
 from __future__ import annotations
@@ -19,13 +21,13 @@ import hashlib
 import json
 import logging
 import math
+import os
+import random
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from common.config import deep_merge
 from common.paths import SharedRoot, UnsafePathError
@@ -48,6 +50,7 @@ from league_service.factory import create_league
 from league_service.group_commit import GroupCommitter
 from league_service.job_retries import JobRetryPolicy, PlayerJobFailures
 from league_service.league_errors import NotActivePlayerError
+from league_service.league_state import LeagueStateChanges
 from league_service.leases import (
     HeartbeatResult,
     JobEnd,
@@ -65,6 +68,8 @@ from league_service.store import Counters, LeagueStore
 log = logging.getLogger(__name__)
 
 STATE_FILE_NAME = "league_state.sqlite"
+# Workers' last-seen times reach the store at most this long after they changed (one write per interval).
+LAST_SEEN_FLUSH_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -129,6 +134,7 @@ class Coordinator:
         self._use_expiry_thread = expiry_thread
         self._lock = threading.Lock()
         self._collect_ready = threading.Condition(self._lock)
+        self._collect_pollers = 0  # actors' GetJobs waiting on _collect_ready (offers notify only if any)
         self._learn_ready = threading.Condition(self._lock)
         self._expiry_wakeup = threading.Condition(self._lock)
         self._expiry_at = math.inf
@@ -147,6 +153,7 @@ class Coordinator:
             self._on_launch,
             on_change=self._on_league_change,
             rng_seed=settings.rng_seed,
+            launch_thread=False,
         )
         self._active_ids = tuple(p.player_id for p in self._league.active_players)
         self._counters = Counters()
@@ -154,11 +161,14 @@ class Coordinator:
         self._retry = JobRetryPolicy(coord.max_job_attempts, coord.job_retry_backoff_s, coord.max_job_retry_backoff_s)
         self._job_failures: dict[str, PlayerJobFailures] = {}  # launch player -> its failure books
         self._store = LeagueStore(settings.resolved_state_path, fsync=settings.fsync)
+        # Job ids (idempotency keys, not secrets) from a generator seeded once: os.urandom per id is a system call
+        # that lets go of the GIL while the coordinator's lock is held.
+        self._job_id_rng = random.Random(os.urandom(32))
         self._table: LeaseTable[JobSpec] = LeaseTable(
             lease_timeout_s=self.lease_timeout_s,
             active_players=self._active_ids,
             needs_learner=lambda _player_id: settings.needs_learner,
-            new_job_id=lambda: uuid.uuid4().hex[:16],
+            new_job_id=self._new_job_id,
             remember_ends=settings.remember_ends,
             forgotten_end=self._store.ended,
         )
@@ -168,7 +178,10 @@ class Coordinator:
         except BaseException:
             self._store.close()
             raise
-        self._commits = GroupCommitter(self._store, self._lock, self._snapshot)
+        self._commits = GroupCommitter(
+            self._store, self._lock, self._snapshot, lazy_rows=self._table.take_seen,
+            lazy_interval_s=min(LAST_SEEN_FLUSH_S, self.heartbeat_interval_s),
+        )
 
     # ---- life cycle --------------------------------------------------------------------------------------
 
@@ -182,8 +195,10 @@ class Coordinator:
         return self._league.failure or self._failure or self._commits.failure
 
     def start(self) -> None:
-        """Start the league's launch and snapshot threads and the lease expiry timer."""
+        """Fill the launch slots; start the league's snapshot thread and the lease expiry timer."""
         self._league.run()
+        with self._lock:
+            self._refill_locked()
         if self._use_expiry_thread:
             thread = threading.Thread(target=self._expiry_loop, name="lease-expiry", daemon=True)
             self._threads.append(thread)
@@ -233,6 +248,7 @@ class Coordinator:
             now = self._clock()
             self._expire_locked(now)
             result = self._table.heartbeat(worker_id, job_ids, now)
+            self._commits.note_lazy()
             self._commits.wait_durable()
             return result
 
@@ -250,6 +266,7 @@ class Coordinator:
                 info = replace(info, data_endpoint=data_endpoint)
                 self._table.register(info)
                 self._persist(workers=(info,))
+            self._commits.note_lazy()  # leasing (or asking) counts as being seen
             while True:
                 if self._closing:
                     return NoJob(self._settings.retry_after_s, "the coordinator is shutting down")
@@ -266,7 +283,14 @@ class Coordinator:
                 release = self._table.next_release(now) if role is WorkerRole.ACTOR else None
                 if release is not None:  # a held-back job becomes free before the poll ends: look again then
                     remaining = min(remaining, max(release - now, 0.001))
-                ready.wait(remaining)
+                if role is WorkerRole.ACTOR:
+                    self._collect_pollers += 1
+                    try:
+                        ready.wait(remaining)
+                    finally:
+                        self._collect_pollers -= 1
+                else:
+                    ready.wait(remaining)
         # Waiting for the grant's commit and building the reply need nothing more of the lock (hot path).
         self._commits.wait_until(ticket)
         return self._grant(lease)
@@ -292,7 +316,9 @@ class Coordinator:
                 self._check_episode_players(report, lease.players)
                 counted = self._league.finish_job(JobResult(lease.launch_player, lease.players, report.episodes))
                 league_changed = True
+                self._refill_locked()
             _, end = self._table.end(lease.job_id, report.status, counted, now)
+            self._commits.note_lazy()
             if lease.kind is JobKind.LEARN:
                 self._learn_ready.notify()
             elif report.status is JobEndStatus.FAILED:
@@ -414,17 +440,37 @@ class Coordinator:
     # ---- league callbacks (called by the core's threads, outside its lock) --------------------------------
 
     def _on_launch(self, spec: JobSpec) -> None:
+        """The league's launch_job_fn (only `league.launch_ready_jobs()` calls it: the league runs without its
+        launch thread, `_refill_locked` takes the jobs instead)."""
         with self._lock:
-            books = self._job_failures.get(spec.launch_player)
-            self._table.offer(spec.launch_player, spec.players, spec,
-                              not_before=books.held_until if books is not None else 0.0)
-            self._collect_ready.notify()
+            self._offer_locked(spec)
 
     def _on_league_change(self) -> None:
         with self._lock:
             self._persist(league_state=True)
 
     # ---- internals (all under self._lock) -----------------------------------------------------------------
+
+    def _new_job_id(self) -> str:
+        return f"{self._job_id_rng.getrandbits(64):016x}"
+
+    def _refill_locked(self) -> None:
+        """Offer a job for every free launch slot (after a slot was freed, and at start)."""
+        try:
+            specs = self._league.take_ready_jobs()
+        except Exception:
+            # Logged and kept by the league as its failure (GetJob then says the league stopped launching, as
+            # when its launch thread died); what freed the slot stands.
+            return
+        for spec in specs:
+            self._offer_locked(spec)
+
+    def _offer_locked(self, spec: JobSpec) -> None:
+        books = self._job_failures.get(spec.launch_player)
+        self._table.offer(spec.launch_player, spec.players, spec,
+                          not_before=books.held_until if books is not None else 0.0)
+        if self._collect_pollers:
+            self._collect_ready.notify()
 
     def _lease_locked(self, info: WorkerInfo, now: float) -> Lease[JobSpec] | None:
         if info.role is WorkerRole.ACTOR:
@@ -454,7 +500,12 @@ class Coordinator:
             job_id=lease.job_id,
             kind=lease.kind,
             launch_player=lease.launch_player,
-            players=tuple(self._player_ref(pid) for pid in lease.players),
+            players=tuple(
+                PlayerRef(pid, path, version, active)
+                for pid, (path, version, active) in zip(
+                    lease.players, self._league.job_checkpoints(lease.players), strict=True
+                )
+            ),
             env_name=env.name,
             env_kwargs=deep_merge(env.kwargs, spec.env_kwargs) if spec is not None else dict(env.kwargs),
             env_num=env.env_num,
@@ -468,13 +519,6 @@ class Coordinator:
             policy=self._cfg.policy,
             learner_kwargs=self._cfg.learner,
         )
-
-    def _player_ref(self, player_id: str) -> PlayerRef:
-        player = self._league.get_player(player_id)
-        # Path and version are read together under the league's lock: a mutation between two separate reads
-        # would pair the pretrained path with the old version.
-        ckpt = self._league.checkpoint_of(player_id)
-        return PlayerRef(player.player_id, ckpt.path, ckpt.version, player.is_active)
 
     def _why_no_job(self, role: WorkerRole, now: float) -> str:
         if self._league.failure is not None:
@@ -510,6 +554,7 @@ class Coordinator:
         else:
             # Given up, or a job restored after a restart (its spec is not stored): the league launches anew.
             self._league.release_job(player)
+            self._refill_locked()
             if given_up:
                 self._counters = self._counters.plus(jobs_given_up=1)
                 log.error("collect job of %s (players %s) failed %d attempts in a row; given up (%d failed attempts "
@@ -587,9 +632,10 @@ class Coordinator:
             waited=waited,
         )
 
-    def _snapshot(self, league_state: bool) -> tuple[dict[str, Any] | None, Counters]:
-        """What the committer writes with a batch (called under the lock)."""
-        return (self._league.state_dict() if league_state else None), self._counters
+    def _snapshot(self, league_state: bool) -> tuple[LeagueStateChanges | None, Counters]:
+        """What the committer writes with a batch (called under the lock): what changed in the league since
+        the last batch that asked, and the counters."""
+        return (self._league.take_state_changes() if league_state else None), self._counters
 
     def _expiry_loop(self) -> None:
         try:
@@ -610,7 +656,7 @@ class Coordinator:
         if stored is None or stored.league_state is None:
             self._store.initialise(digest, now=self._clock())
             with self._store.transaction() as tx:
-                tx.put_league_state(self._league.state_dict())
+                tx.put_league_changes(self._league.take_state_changes())  # the first changes: all of it
                 tx.put_counters(self._counters)
             return
         if stored.config_digest != digest:
@@ -630,7 +676,11 @@ class Coordinator:
             raise RuntimeError(f"state: {self._store.path} holds a league state without slots_used")
         state["slots_used"] = {pid: self._table.live_collect_jobs(pid) for pid in state["slots_used"]}
         self._league.load_state_dict(state)
-        self._counters = stored.counters
+        # Commits of granted jobs alone do not write the counters: every issued job is ended or in flight.
+        c = stored.counters
+        self._counters = replace(
+            c, jobs_issued=max(c.jobs_issued, c.jobs_finished + c.jobs_expired + c.jobs_failed + len(stored.leases))
+        )
         self._job_failures = {r.player_id: r for r in stored.job_failures if r.player_id in self._active_ids}
         log.info(
             "restored league %s: %d players, %d jobs in flight, %d workers",

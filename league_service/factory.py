@@ -21,9 +21,11 @@ def create_league(
     launch_job_fn: LaunchJobFn,
     on_change: Callable[[], None] | None = None,
     rng_seed: int | None = None,
+    launch_thread: bool = True,
 ) -> BaseLeagueManager:
     try:
         cls = LEAGUE_CLASSES[cfg.league.league_type]
     except KeyError:
         raise ValueError(f"league.league_type: unknown {cfg.league.league_type!r}") from None
-    return cls(cfg, save_checkpoint_fn, launch_job_fn, on_change=on_change, rng_seed=rng_seed)
+    return cls(cfg, save_checkpoint_fn, launch_job_fn, on_change=on_change, rng_seed=rng_seed,
+               launch_thread=launch_thread)

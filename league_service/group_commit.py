@@ -16,25 +16,40 @@ So an uncontended request costs no thread hand-off, and under load one commit se
 that nobody waits for (an expiry found by the timer thread, a snapshot) are written by the committer thread,
 which is woken only for those: `record(..., waited=True)` promises a `wait_durable()` (or `wait_until`) right
 after. `wait_until(ticket)` waits without the coordinator's lock: a reply that needs nothing more of the state
-does not queue for the lock again once its commit is done.
+does not queue for the lock again once its commit is done. Each such waiter waits at its own gate, and the end
+of a commit opens only the gates of the tickets it made durable, and one more, whose waiter leads the next
+commit: with many requests in flight, a commit does not wake them all to send most back to sleep.
+
+Lazy changes (workers' last-seen times, which change with every call) promise no reply anything, so none waits
+for them and none is written by itself: `note_lazy()` says there are some, and they go with the first commit
+at least `lazy_interval_s` later (a request's, or the committer thread's own when none comes), so they reach
+the disk within about that time at one write per interval, however many calls changed them.
 """
 
 from __future__ import annotations
 
+import _thread
+import heapq
+import itertools
 import logging
 import threading
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from league_service.job_retries import PlayerJobFailures
+from league_service.league_state import LeagueStateChanges
 from league_service.leases import JobEnd, Lease, WorkerInfo
 from league_service.store import Counters, LeagueStore
 
 log = logging.getLogger(__name__)
 
-# Called under the coordinator's lock: (league state when asked for, else None; counters), as of now.
-Snapshot = Callable[[bool], tuple[dict[str, Any] | None, Counters]]
+# Called under the coordinator's lock: (the league state, or what changed in it, when asked for, else None;
+# counters), as of now.
+Snapshot = Callable[[bool], tuple[dict[str, Any] | LeagueStateChanges | None, Counters]]
+# Called under the coordinator's lock when lazy changes are due: the worker rows to write, as of now.
+LazyRows = Callable[[], Sequence[tuple[WorkerInfo, float]]]
 
 
 @dataclass
@@ -49,14 +64,25 @@ class _Batch:
 class GroupCommitter:
     """Records changes (under `lock`); `wait_durable` is the reply barrier and commits as the leader."""
 
-    def __init__(self, store: LeagueStore, lock: threading.Lock, snapshot: Snapshot) -> None:
+    def __init__(
+        self, store: LeagueStore, lock: threading.Lock, snapshot: Snapshot, *,
+        lazy_rows: LazyRows | None = None, lazy_interval_s: float = 2.0,
+    ) -> None:
         self._store = store
         self._lock = lock
         self._snapshot = snapshot
+        self._lazy_rows = lazy_rows
+        self._lazy_interval_s = lazy_interval_s
+        self._lazy_due: float | None = None  # time.monotonic() from which noted lazy changes go with a commit
         self._due = threading.Condition(lock)  # the committer thread waits here for unattended changes
         self._committed_cond = threading.Condition(lock)
-        # Waiters that hold no lock (`wait_until`) wait here: woken, they need not queue for `lock` again.
-        self._durable = threading.Condition(threading.Lock())
+        self._committed_waiters = 0  # `wait_durable` callers waiting on _committed_cond (notified only if any)
+        # Waiters that hold no lock (`wait_until`): (ticket, arrival, gate) in a heap; a gate is a held lock its
+        # waiter blocks on until the end of a commit releases it. Guarded by `_gates_lock`, under which a commit
+        # also ends (`_committing` goes False), so a waiter sees either the commit under way or its end.
+        self._gates_lock = threading.Lock()
+        self._gates: list[tuple[int, int, _thread.LockType]] = []
+        self._arrivals = itertools.count()
         self._batch = _Batch()
         self._recorded = 0  # changes recorded so far
         self._committed = 0  # changes durable so far
@@ -107,12 +133,23 @@ class GroupCommitter:
             if self._failure is not None:
                 raise RuntimeError("the coordinator could not write its state") from self._failure
             if self._committing:
-                self._committed_cond.wait()
+                self._committed_waiters += 1
+                try:
+                    self._committed_cond.wait()
+                finally:
+                    self._committed_waiters -= 1
                 continue
             try:
                 self._commit_locked()
             except Exception as exc:
                 raise RuntimeError("the coordinator could not write its state") from exc
+
+    def note_lazy(self) -> None:
+        """There are lazy changes (hold the lock): `lazy_rows` goes with the first commit `lazy_interval_s`
+        from the first note since the last time they went."""
+        if self._lazy_due is None and self._lazy_rows is not None:
+            self._lazy_due = time.monotonic() + self._lazy_interval_s
+            self._due.notify()  # the committer thread now waits until then at most
 
     def ticket(self) -> int:
         """The changes recorded so far (hold the lock), for `wait_until` after the lock is let go."""
@@ -126,13 +163,19 @@ class GroupCommitter:
         that share a commit do not all queue for the coordinator's lock again just to return.
         """
         while True:
-            with self._durable:  # _committing and _committed change under the lock; read here, they may be stale
-                while self._committing and self._committed < ticket and self._failure is None:
-                    self._durable.wait()  # ... but the commit under way notifies here once it is done
+            gate = None
+            with self._gates_lock:
                 if self._failure is not None:
                     raise RuntimeError("the coordinator could not write its state") from self._failure
                 if self._committed >= ticket:
                     return
+                if self._committing:  # its end opens our gate: it covered us, or we lead the next commit
+                    gate = _thread.allocate_lock()
+                    gate.acquire()
+                    heapq.heappush(self._gates, (ticket, next(self._arrivals), gate))
+            if gate is not None:
+                gate.acquire()
+                continue
             with self._lock:
                 if self._committed >= ticket or self._committing or self._failure is not None:
                     continue
@@ -151,19 +194,24 @@ class GroupCommitter:
             raise RuntimeError("the coordinator could not write its state") from self._failure
 
     def _run(self) -> None:
-        """The committer thread: commits changes that no request waits for, and what is left at close."""
+        """The committer thread: commits changes that no request waits for, lazy changes once due (if no request
+        took them first), and what is left at close."""
         with self._lock:
             while True:
-                self._due.wait_for(lambda: not self._committing and (self._stopping or self._unattended))
+                while self._committing or not (self._stopping or self._unattended or self._lazy_is_due()):
+                    self._due.wait(None if self._lazy_due is None else max(self._lazy_due - time.monotonic(), 0.001))
                 if self._failure is not None:
                     return
-                if self._recorded > self._committed:
+                if self._recorded > self._committed or self._lazy_is_due() or (self._stopping and self._lazy_due):
                     try:
                         self._commit_locked()
                     except BaseException:  # recorded in _failure: every waiting and later request raises it
                         return
                 elif self._stopping:
                     return
+
+    def _lazy_is_due(self) -> bool:
+        return self._lazy_due is not None and time.monotonic() >= self._lazy_due
 
     def _commit_locked(self) -> None:
         """Commit everything recorded so far (called with the lock held; lets go of it while writing)."""
@@ -172,6 +220,12 @@ class GroupCommitter:
         target = self._recorded
         self._unattended = False
         try:
+            if self._lazy_rows is not None and self._lazy_due is not None and (
+                self._stopping or time.monotonic() >= self._lazy_due
+            ):
+                self._lazy_due = None
+                # Taken now, so they are as new as anything recorded: they win over the batch's rows.
+                batch.workers.update((info.worker_id, (info, seen)) for info, seen in self._lazy_rows())
             state, counters = self._snapshot(batch.league_state)
             self._lock.release()
             try:
@@ -184,14 +238,24 @@ class GroupCommitter:
             self._failure = exc
             raise
         finally:
-            self._committing = False
-            self._committed_cond.notify_all()
-            with self._durable:
-                self._durable.notify_all()
+            with self._gates_lock:
+                self._committing = False
+                gates = self._gates
+                while gates and (gates[0][0] <= self._committed or self._failure is not None):
+                    heapq.heappop(gates)[2].release()
+                if gates:  # recorded after this commit took its batch: the earliest of them leads the next
+                    heapq.heappop(gates)[2].release()
+            if self._committed_waiters:
+                self._committed_cond.notify_all()
             if self._unattended or self._stopping or self._failure is not None:
                 self._due.notify()
 
-    def _write(self, batch: _Batch, state: dict[str, Any] | None, counters: Counters) -> None:
+    def _write(self, batch: _Batch, state: dict[str, Any] | LeagueStateChanges | None, counters: Counters) -> None:
+        if batch.leases and not (batch.ends or batch.workers or batch.job_failures or state is not None):
+            # Jobs granted and nothing else: the counters are not written with them (only jobs_issued changed,
+            # and a restart counts the jobs issued from the ended and in-flight jobs), so it is one statement.
+            self._store.put_leases_alone(batch.leases)
+            return
         with self._store.transaction() as tx:
             tx.put_workers(list(batch.workers.values()))
             tx.put_leases(batch.leases)

@@ -39,6 +39,8 @@ class JobKind(enum.Enum):
     COLLECT = "collect"
     LEARN = "learn"
 
+    __hash__ = object.__hash__  # identity, as equality: a C slot instead of Enum's Python-level hash
+
 
 class JobEndStatus(enum.Enum):
     COMPLETED = "completed"  # results counted
@@ -129,6 +131,7 @@ class LeaseTable(Generic[P]):
         self._new_job_id = new_job_id
         self._workers: dict[str, WorkerInfo] = {}
         self._last_seen: dict[str, float] = {}
+        self._seen_since_taken: set[str] = set()  # workers whose last-seen time changed (take_seen)
         self._pending: dict[str, PendingJob[P]] = {}  # insertion order = FIFO
         self._leases: dict[str, Lease[P]] = {}
         if remember_ends < 1:
@@ -222,6 +225,11 @@ class LeaseTable(Generic[P]):
     def restore_worker(self, info: WorkerInfo, last_seen: float) -> None:
         self._workers[info.worker_id] = info
         self._last_seen[info.worker_id] = last_seen
+
+    def take_seen(self) -> list[tuple[WorkerInfo, float]]:
+        """(worker, last seen) of every worker seen since the last call (which forgets them)."""
+        seen, self._seen_since_taken = self._seen_since_taken, set()
+        return [(self._workers[w], self._last_seen[w]) for w in sorted(seen)]
 
     # ---- jobs --------------------------------------------------------------------------------------------
 
@@ -385,6 +393,7 @@ class LeaseTable(Generic[P]):
     def _touch(self, worker_id: str, now: float) -> None:
         if worker_id in self._workers:
             self._last_seen[worker_id] = max(now, self._last_seen.get(worker_id, now))
+            self._seen_since_taken.add(worker_id)
 
     def _require_role(self, worker_id: str, role: WorkerRole) -> None:
         info = self.worker(worker_id)

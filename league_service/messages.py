@@ -21,9 +21,16 @@ class Outcome(enum.Enum):
     LOSS = "loss"
     NONE = "none"
 
+    # Members are singletons compared by identity: the identity hash (a C slot) agrees with that and spares
+    # Enum's Python-level __hash__ in the lookups every counted episode makes.
+    __hash__ = object.__hash__
+
     def reverse(self) -> Outcome:
         """The result the other side of a two-player episode saw."""
-        return {Outcome.WIN: Outcome.LOSS, Outcome.LOSS: Outcome.WIN}.get(self, self)
+        return _REVERSED.get(self, self)
+
+
+_REVERSED = {Outcome.WIN: Outcome.LOSS, Outcome.LOSS: Outcome.WIN}
 
 
 def _require(condition: bool, field_name: str, message: str) -> None:
@@ -32,6 +39,8 @@ def _require(condition: bool, field_name: str, message: str) -> None:
 
 
 def _require_player_ids(players: Any, field_name: str) -> None:
+    if isinstance(players, tuple) and players and all(isinstance(pid, str) and pid for pid in players):
+        return  # the common case, without building the messages below
     _require(
         isinstance(players, tuple), field_name, f"must be a tuple of player ids, got {type(players).__name__}"
     )
@@ -43,6 +52,8 @@ def _require_player_ids(players: Any, field_name: str) -> None:
 
 
 def _require_mapping(value: Any, field_name: str) -> None:
+    if type(value) is dict:  # the common case, without an abstract-class check
+        return
     _require(isinstance(value, Mapping), field_name, f"must be a dict, got {type(value).__name__}")
 
 
@@ -74,15 +85,18 @@ class PlayerOutcome:
     episode_return: float = 0.0
 
     def __post_init__(self) -> None:
+        # Several of these are built per finished job: the common case is checked in one go, and the messages
+        # are formatted only on failure.
+        if (type(self.player_id) is str and self.player_id and type(self.outcome) is Outcome
+                and type(self.episode_return) is float and math.isfinite(self.episode_return)):
+            return
         _require(
             isinstance(self.player_id, str) and self.player_id != "", "player_id", "must be a non-empty str"
         )
-        _require(isinstance(self.outcome, Outcome), "outcome", f"must be an Outcome, got {self.outcome!r}")
-        _require(
-            isinstance(self.episode_return, int | float) and math.isfinite(self.episode_return),
-            "episode_return",
-            f"must be a finite number, got {self.episode_return!r}",
-        )
+        if not isinstance(self.outcome, Outcome):
+            raise ValueError(f"outcome: must be an Outcome, got {self.outcome!r}")
+        if not (isinstance(self.episode_return, int | float) and math.isfinite(self.episode_return)):
+            raise ValueError(f"episode_return: must be a finite number, got {self.episode_return!r}")
 
 
 @dataclass(frozen=True)
@@ -95,12 +109,10 @@ class EpisodeOutcome:
     def __post_init__(self) -> None:
         _require(isinstance(self.player_outcomes, tuple), "player_outcomes", "must be a tuple")
         for i, po in enumerate(self.player_outcomes):
-            _require(isinstance(po, PlayerOutcome), f"player_outcomes[{i}]", "must be a PlayerOutcome")
-        _require(
-            isinstance(self.length, int) and not isinstance(self.length, bool) and self.length >= 0,
-            "length",
-            f"must be an int >= 0, got {self.length!r}",
-        )
+            if not isinstance(po, PlayerOutcome):
+                raise ValueError(f"player_outcomes[{i}]: must be a PlayerOutcome")
+        if not (isinstance(self.length, int) and not isinstance(self.length, bool) and self.length >= 0):
+            raise ValueError(f"length: must be an int >= 0, got {self.length!r}")
 
 
 @dataclass(frozen=True)
@@ -116,14 +128,17 @@ class JobResult:
         _require(self.players[0] == self.launch_player, "players", "players[0] must be the launch player")
         _require(isinstance(self.episodes, tuple), "episodes", "must be a tuple")
         for i, ep in enumerate(self.episodes):
-            _require(isinstance(ep, EpisodeOutcome), f"episodes[{i}]", "must be an EpisodeOutcome")
+            if not isinstance(ep, EpisodeOutcome):
+                raise ValueError(f"episodes[{i}]: must be an EpisodeOutcome")
 
 
 @dataclass(frozen=True)
 class PlayerUpdate:
     """A learner's progress report: totals since the player was created and its newest checkpoint.
 
-    An empty checkpoint_path means "no new checkpoint" (steps only).
+    An empty checkpoint_path means "no new checkpoint" (steps only). `reset_applied_version`: the
+    reset_checkpoint_version of the latest reset (mutation) the learner continues from, 0 for none; it
+    acknowledges that reset, which the league repeats in every reply until then.
     """
 
     player_id: str
@@ -131,12 +146,13 @@ class PlayerUpdate:
     agent_steps: int
     checkpoint_path: str = ""
     checkpoint_version: int = 0
+    reset_applied_version: int = 0
 
     def __post_init__(self) -> None:
         _require(
             isinstance(self.player_id, str) and self.player_id != "", "player_id", "must be a non-empty str"
         )
-        for name in ("train_iteration", "agent_steps", "checkpoint_version"):
+        for name in ("train_iteration", "agent_steps", "checkpoint_version", "reset_applied_version"):
             value = getattr(self, name)
             _require(
                 isinstance(value, int) and not isinstance(value, bool) and value >= 0,
@@ -151,7 +167,8 @@ class UpdateOutcome:
     """The league's answer to a PlayerUpdate.
 
     When `mutated`, the learner must continue from the reset checkpoint (path "" means a fresh
-    initialisation) and number its next checkpoints above reset_checkpoint_version.
+    initialisation), number its next checkpoints at or above reset_checkpoint_version, and acknowledge the
+    reset (PlayerUpdate.reset_applied_version) in its next updates. Until it does, every reply repeats it.
     """
 
     mutated: bool = False

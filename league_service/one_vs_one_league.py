@@ -24,8 +24,9 @@ class OneVsOneLeague(BaseLeagueManager):
     def _record_result(self, result: JobResult) -> int:
         payoff = self.payoff
         payoff.validate(result)
-        ratings = self._roster.ratings.compute(battle_outcomes(result))
-        counted = payoff.update(result)
+        matches = battle_outcomes(result)
+        ratings = self._roster.ratings.compute(matches)
+        counted = payoff.record_validated(matches)
         self._roster.ratings.commit(ratings)
         return counted
 

@@ -76,12 +76,14 @@ def battle_outcomes(result: JobResult) -> list[tuple[str, str, Outcome]]:
 
 
 class _SharedPayoff:
-    """What both payoffs share: the registered players (in the order they joined) and a lock."""
+    """What both payoffs share: the registered players (in the order they joined), a lock, and the keys of the
+    records changed since `take_changed_records` last ran (the store writes only those)."""
 
     def __init__(self, cfg: PayoffConfig) -> None:
         self._cfg = cfg
         self._lock = threading.RLock()
         self._players: dict[str, Player] = {}
+        self._changed: set[Any] = set()
 
     @property
     def players(self) -> tuple[Player, ...]:
@@ -146,15 +148,22 @@ class BattleSharedPayoff(_SharedPayoff):
         """
         with self._lock:
             self.validate(result)
-            for home, away, outcome in battle_outcomes(result):
+            return self.record_validated(battle_outcomes(result))
+
+    def record_validated(self, matches: list[tuple[str, str, Outcome]]) -> int:
+        """`update` for the `battle_outcomes` of a result `validate` accepted already (a league validates,
+        rates, then counts); returns the episodes counted."""
+        with self._lock:
+            for home, away, outcome in matches:
                 if home == away:
                     continue
                 key, reverse = self._key(home, away)
+                self._changed.add(key)
                 record = self._data[key]
                 record *= self._cfg.decay
                 record["games"] += 1.0
                 record[_OUTCOME_KEY[outcome.reverse() if reverse else outcome]] += 1.0
-            return len(result.episodes)
+            return len(matches)
 
     def record(self, home: str, away: str) -> BattleRecordDict:
         """A copy of the record of `home` against `away`, from home's side."""
@@ -200,9 +209,17 @@ class BattleSharedPayoff(_SharedPayoff):
 
     def state_dict(self) -> dict[str, Any]:
         with self._lock:
-            return {
-                "records": [{"home": a, "away": b, **dict(rec)} for (a, b), rec in sorted(self._data.items())]
-            }
+            return {"records": [self._record_state(key) for key in sorted(self._data)]}
+
+    def take_changed_records(self) -> list[dict[str, Any]]:
+        """The records (as in `state_dict`) changed since the last call; forgets them."""
+        with self._lock:
+            changed, self._changed = self._changed, set()
+            return [self._record_state(key) for key in sorted(changed)]
+
+    def _record_state(self, key: tuple[str, str]) -> dict[str, Any]:
+        a, b = key
+        return {"home": a, "away": b, **self._data[key]}
 
     def load_records(self, state: dict[str, Any]) -> None:
         """Replace the records (players must already be added); validated before anything changes."""
@@ -220,7 +237,7 @@ class BattleSharedPayoff(_SharedPayoff):
             record = BattleRecordDict(*values)
             data[key] = record.reversed() if reverse else record
         with self._lock:
-            self._data = data
+            self._data, self._changed = data, set()
 
 
 class SoloSharedPayoff(_SharedPayoff):
@@ -250,6 +267,7 @@ class SoloSharedPayoff(_SharedPayoff):
             for episode in result.episodes:
                 self._data[pid].append(float(episode.player_outcomes[0].episode_return))
             self._episodes[pid] = self._episodes.get(pid, 0) + len(result.episodes)
+            self._changed.add(pid)
             return len(result.episodes)
 
     def recent_returns(self, player_id: str) -> list[float]:
@@ -269,12 +287,16 @@ class SoloSharedPayoff(_SharedPayoff):
 
     def state_dict(self) -> dict[str, Any]:
         with self._lock:
-            return {
-                "records": [
-                    {"player_id": pid, "returns": list(self._data.get(pid, ())), "episodes": n}
-                    for pid, n in sorted(self._episodes.items())
-                ]
-            }
+            return {"records": [self._record_state(pid) for pid in sorted(self._episodes)]}
+
+    def take_changed_records(self) -> list[dict[str, Any]]:
+        """The records (as in `state_dict`) changed since the last call; forgets them."""
+        with self._lock:
+            changed, self._changed = self._changed, set()
+            return [self._record_state(pid) for pid in sorted(changed)]
+
+    def _record_state(self, pid: str) -> dict[str, Any]:
+        return {"player_id": pid, "returns": list(self._data.get(pid, ())), "episodes": self._episodes[pid]}
 
     def load_records(self, state: dict[str, Any]) -> None:
         data = PayoffDict(lambda: deque(maxlen=self._cfg.solo_buffer_size))
@@ -291,7 +313,7 @@ class SoloSharedPayoff(_SharedPayoff):
             data[pid].extend(returns)
             episodes[pid] = count
         with self._lock:
-            self._data, self._episodes = data, episodes
+            self._data, self._episodes, self._changed = data, episodes, set()
 
 
 def _list_of_dicts(state: Any, key: str) -> Iterable[dict[str, Any]]:

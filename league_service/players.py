@@ -6,7 +6,9 @@ thread-safe: the league changes them only under its lock. The AlphaStar players 
 
 from __future__ import annotations
 
+import bisect
 import copy
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +50,27 @@ def snapshot_checkpoint_path(checkpoint_path: str, step: int) -> str:
     if path.suffix and not checkpoint_path.endswith("/"):
         return str(path.with_name(f"{path.stem}_{step}{path.suffix}"))
     return f"{checkpoint_path.rstrip('/')}_{step}"
+
+
+def draw_index(rng: np.random.Generator, cumulative_weights: Sequence[float]) -> int:
+    """An index drawn with probability proportional to its weight, given the running sums of the weights (as
+    `rng.choice(n, p=weights / total)` draws: one uniform number against the cumulative distribution, so a
+    zero weight is never drawn), without numpy's per-call cost for a handful of weights."""
+    total = cumulative_weights[-1]
+    if not total > 0:
+        raise ValueError(f"weights: must have a positive total, got {total}")
+    return min(bisect.bisect_right(cumulative_weights, rng.random() * total), len(cumulative_weights) - 1)
+
+
+def _fresh_copy(section: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of a config section (one per job: a job may be changed by whoever gets it)."""
+    return copy.deepcopy(section) if section else {}
+
+
+def _over_template(template: dict[str, Any], section: str, computed: dict[str, Any]) -> dict[str, Any]:
+    """`computed` (a fresh dict) merged over the job template's `section`, sharing nothing with the template."""
+    base = template.get(section)
+    return deep_merge(base, computed) if base else computed
 
 
 @dataclass(frozen=True)
@@ -187,7 +210,7 @@ class ActivePlayer(Player):
         self._last_reset_step = 0
         self._snapshots = 0
         self._mutations = 0
-        # Set by a mutation, handed to the learner with its next update.
+        # Set by a mutation; handed to the learner with every update until it acknowledges it.
         self._pending_reset: CheckpointRef | None = None
 
     @property
@@ -224,7 +247,9 @@ class ActivePlayer(Player):
         """Record a learner's progress. Steps never go backwards; nor does the checkpoint version.
 
         After a mutation the update's checkpoint (trained from the weights before the reset) is ignored and
-        the reset checkpoint is returned instead, once, so the learner reloads it.
+        the reset checkpoint is returned instead, in every reply until an update acknowledges it
+        (`reset_applied_version` at or above the reset's version): a reply lost on its way, or a learner that
+        crashed before it reloaded, still gets the reset. The acknowledging update's checkpoint counts.
         """
         if update.agent_steps < self._total_agent_step:
             raise StaleUpdateError(
@@ -232,6 +257,8 @@ class ActivePlayer(Player):
                 f"{update.agent_steps} is below the player's {self._total_agent_step} (steps never go back)",
             )
         pending = self._pending_reset
+        if pending is not None and update.reset_applied_version >= pending.version:
+            self._pending_reset = pending = None
         if (
             pending is None
             and update.checkpoint_path
@@ -245,7 +272,6 @@ class ActivePlayer(Player):
         self._total_agent_step = update.agent_steps
         self._train_iteration = update.train_iteration
         if pending is not None:
-            self._pending_reset = None
             return UpdateOutcome(
                 mutated=True, reset_checkpoint_path=pending.path, reset_checkpoint_version=pending.version
             )
@@ -311,26 +337,27 @@ class ActivePlayer(Player):
         template = self._cfg.job
         return PlayerJob(
             opponents=self._get_job_opponents(rng),
-            forward_kwargs=deep_merge(template.get("forward_kwargs", {}), self._get_job_forward()),
-            adder_kwargs=deep_merge(template.get("adder_kwargs", {}), self._get_job_adder()),
-            env_kwargs=deep_merge(template.get("env_kwargs", {}), self._get_job_env()),
-            extra={k: copy.deepcopy(v) for k, v in template.items() if k not in JOB_TEMPLATE_SECTIONS},
+            forward_kwargs=_over_template(template, "forward_kwargs", self._get_job_forward()),
+            adder_kwargs=_over_template(template, "adder_kwargs", self._get_job_adder()),
+            env_kwargs=_over_template(template, "env_kwargs", self._get_job_env()),
+            extra={k: copy.deepcopy(v) for k, v in template.items() if k not in JOB_TEMPLATE_SECTIONS}
+            if template else {},
         )
 
     def _get_job_opponents(self, rng: np.random.Generator) -> tuple[Player, ...]:
         raise NotImplementedError
 
     def _get_job_forward(self) -> dict[str, Any]:
-        ret = copy.deepcopy(self._cfg.forward_kwargs)
+        ret = _fresh_copy(self._cfg.forward_kwargs)
         if self._exploration is not None:
             ret["eps"] = self._exploration(self._total_agent_step)
         return ret
 
     def _get_job_adder(self) -> dict[str, Any]:
-        return copy.deepcopy(self._cfg.adder_kwargs)
+        return _fresh_copy(self._cfg.adder_kwargs)
 
     def _get_job_env(self) -> dict[str, Any]:
-        return copy.deepcopy(self._cfg.env_kwargs)
+        return _fresh_copy(self._cfg.env_kwargs)
 
     def _get_players(self, select_fn: Callable[[Player], bool]) -> list[Player]:
         """Players of the league (in the order they joined) that `select_fn` accepts."""
@@ -404,19 +431,25 @@ class BattleActivePlayer(ActivePlayer):
 
     player_type: ClassVar[str] = "battle_active_player"
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # The branches and their cumulative weights, once: a job draws one with a single uniform number.
+        names = list(self._cfg.branch_probs)
+        self._branches = [getattr(self, f"_{name}_branch") for name in names]
+        self._branch_weights = list(itertools.accumulate(self._cfg.branch_probs[name] for name in names))
+
     def _get_job_opponents(self, rng: np.random.Generator) -> tuple[Player, ...]:
         return (self._get_collect_opponent(rng),)
 
     def _get_collect_opponent(self, rng: np.random.Generator) -> Player:
-        names = list(self._cfg.branch_probs)
-        probs = np.array([self._cfg.branch_probs[n] for n in names], dtype=np.float64)
-        branch = names[int(rng.choice(len(names), p=probs / probs.sum()))]
-        return getattr(self, f"_{branch}_branch")(rng)
+        return self._branches[draw_index(rng, self._branch_weights)](rng)
 
     def _get_opponent(
         self, players: Sequence[Player], rng: np.random.Generator, p: np.ndarray | None = None
     ) -> Player:
-        return players[int(rng.choice(len(players), p=p))]
+        if p is None:
+            return players[int(rng.integers(len(players)))]
+        return players[draw_index(rng, list(itertools.accumulate(p.tolist())))]
 
     def _pfsp_over(self, players: Sequence[Player], weighting: str, rng: np.random.Generator) -> Player:
         return self._get_opponent(players, rng, pfsp(self._payoff[self, players], weighting))

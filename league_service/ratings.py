@@ -146,6 +146,8 @@ class RatingBook:
         self._trueskill = trueskill_cfg
         self._ts = TrueSkill1vs1.from_config(trueskill_cfg)
         self._ratings: dict[str, Rating] = {}
+        # Rated since `take_changed` last ran (the store writes only those).
+        self._changed: set[str] = set()
 
     def add_player(self, player_id: str, parent_id: str | None = None) -> None:
         """Rate a new player, starting from its parent's rating when it has one."""
@@ -156,6 +158,7 @@ class RatingBook:
             self._ratings[player_id] = Rating(parent.elo, parent.mu, parent.sigma, 0)
         else:
             self._ratings[player_id] = Rating(self._elo.initial, self._trueskill.mu, self._trueskill.sigma, 0)
+        self._changed.add(player_id)
 
     def get(self, player_id: str) -> Rating:
         try:
@@ -197,12 +200,15 @@ class RatingBook:
         for player_id in updated:
             self.get(player_id)
         self._ratings.update(updated)
+        self._changed.update(updated)
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            pid: {"elo": r.elo, "mu": r.mu, "sigma": r.sigma, "games": r.games}
-            for pid, r in self._ratings.items()
-        }
+        return {pid: _rating_state(r) for pid, r in self._ratings.items()}
+
+    def take_changed(self) -> list[tuple[str, dict[str, Any]]]:
+        """(player id, rating as in `state_dict`) of every rating changed since the last call; forgets them."""
+        changed, self._changed = self._changed, set()
+        return [(pid, _rating_state(self._ratings[pid])) for pid in sorted(changed)]
 
     def load_state_dict(self, state: Any, player_ids: Iterable[str]) -> None:
         """Replace all ratings; `state` must rate exactly `player_ids`."""
@@ -220,4 +226,8 @@ class RatingBook:
                 )
             except (KeyError, TypeError, ValueError) as exc:
                 raise LeagueStateError(f"ratings.{pid}", f"malformed rating: {exc}") from None
-        self._ratings = ratings
+        self._ratings, self._changed = ratings, set()
+
+
+def _rating_state(r: Rating) -> dict[str, Any]:
+    return {"elo": r.elo, "mu": r.mu, "sigma": r.sigma, "games": r.games}

@@ -101,10 +101,24 @@ class Roster:
     def state_dict(self) -> dict[str, Any]:
         return {
             "players": [p.state_dict() for p in self.players],
-            "slots_used": {pid: s.used for pid, s in self.slots.items()},
+            "slots_used": self.slots_used(),
             "payoff": self.payoff.state_dict(),
             "ratings": self.ratings.state_dict(),
         }
+
+    def slots_used(self) -> dict[str, int]:
+        return {pid: s.used for pid, s in self.slots.items()}
+
+    def take_changes(
+        self, player_ids: set[str]
+    ) -> tuple[tuple[tuple[int, dict[str, Any]], ...], tuple[dict[str, Any], ...], tuple[tuple[str, dict[str, Any]], ...]]:
+        """The states of `player_ids` (with their positions in `state_dict()["players"]`), and the payoff records
+        and ratings changed since the last call (which forgets them)."""
+        players = (
+            tuple((i, p.state_dict()) for i, p in enumerate(self.players) if p.player_id in player_ids)
+            if player_ids else ()
+        )
+        return players, tuple(self.payoff.take_changed_records()), tuple(self.ratings.take_changed())
 
     @classmethod
     def from_state_dict(cls, league: LeagueConfig, league_type: str, state: dict[str, Any]) -> Roster:

@@ -1,9 +1,19 @@
 """Durable coordinator state in SQLite (WAL mode): what must survive a `kill -9` of the coordinator.
 
-Stored: the league core's `state_dict()` (players, payoff, ratings, snapshots) as one JSON document, the
-counters, the worker registry, the jobs in flight (leases) and the ids of ended jobs. Every change the
-coordinator accepts is written in one transaction with the league state it produced, so after a crash the
+Stored: the league core's state (players, payoff, ratings, snapshots: `state_dict()`), the counters, the worker
+registry (with each worker's last-seen time), the jobs in flight (leases) and the ids of ended jobs. Every change
+the coordinator accepts is written in one transaction with the league state it produced, so after a crash the
 store holds either all of an accepted FinishJob or none of it.
+
+The league state is stored as parts (league_state.py): a header row, and one row per player, payoff record
+and rating, so a FinishJob writes the header, one payoff record and two ratings, not the whole league (which
+grows with the square of its players). `load` assembles `state_dict()` again. They live in one WITHOUT ROWID
+table with the counters (`state_parts`): the rows a commit changes share a b-tree, so a commit writes few pages.
+A whole document written with `put_league_state` (schema 1 stored only that) is kept as one row of `meta` until
+the league's first complete changes replace it.
+
+A transaction writes one statement per table it changes (multi-row), and few tables change per commit: every
+call into SQLite lets go of the GIL and must win it back, which costs more under load than SQLite's own work.
 
 Durability: WAL with `synchronous=NORMAL` survives a process crash (every commit is in the OS before the reply
 goes out); pass `fsync=True` (`synchronous=FULL`) to also survive power loss, at the cost of one flush per
@@ -14,22 +24,38 @@ thread with its own connection every CHECKPOINT_EVERY commits, so no request wai
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import json.encoder
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from league_service.job_retries import PlayerJobFailures
+from league_service.league_state import (
+    PAYOFF,
+    PLAYERS,
+    RATINGS,
+    LeagueStateChanges,
+    assemble_state,
+    payoff_record_key,
+)
 from league_service.leases import JobEnd, JobEndStatus, JobKind, Lease, WorkerInfo, WorkerRole
 
-T = TypeVar("T")
-
-SCHEMA_VERSION = 1
+# 2: the league state in parts and the counters in `state_parts`; a schema-1 store is upgraded when opened.
+SCHEMA_VERSION = 2
 CHECKPOINT_EVERY = 500
+
+# meta key of a whole league state document (put_league_state; schema 1 stored the league state so).
+_WHOLE_STATE = "league_state"
+# state_parts: the parts besides the league's collections (key ""), and which parts make up the league state.
+_COUNTERS = "counters"
+_HEADER = "header"
+_LEAGUE_PARTS = (_HEADER, PLAYERS, PAYOFF, RATINGS)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -42,10 +68,19 @@ CREATE TABLE IF NOT EXISTS jobs (
 -- A rowid table on purpose: rowid order is commit order, which `load` uses to keep the latest ends.
 CREATE TABLE IF NOT EXISTS ended_jobs (
     job_id TEXT PRIMARY KEY, status TEXT NOT NULL, episodes_counted INTEGER NOT NULL, ended_at REAL NOT NULL);
+-- An ended job leaves the jobs in flight in the same statement (one call into SQLite less per commit).
+CREATE TRIGGER IF NOT EXISTS job_ended AFTER INSERT ON ended_jobs
+BEGIN DELETE FROM jobs WHERE job_id = NEW.job_id; END;
 -- Failing collect jobs, per launch player (job_retries.PlayerJobFailures): the backoff survives a restart.
 CREATE TABLE IF NOT EXISTS job_failures (
     player_id TEXT PRIMARY KEY, failures_in_a_row INTEGER NOT NULL, jobs_given_up INTEGER NOT NULL,
     last_error TEXT NOT NULL, last_failure_at REAL NOT NULL, held_until REAL NOT NULL) WITHOUT ROWID;
+-- What changes with (nearly) every commit, one row per part: 'counters' and the league state's 'header' (key
+-- ""), and the league state's collections one row per item (league_state.py): 'players' (key: player id, seq:
+-- position), 'payoff' (key: the record's players as JSON), 'ratings' (key: player id).
+CREATE TABLE IF NOT EXISTS state_parts (
+    part TEXT NOT NULL, key TEXT NOT NULL, seq INTEGER NOT NULL, value TEXT NOT NULL,
+    PRIMARY KEY (part, key)) WITHOUT ROWID;
 """
 
 
@@ -64,19 +99,18 @@ class Counters:
 
     def plus(self, **deltas: int) -> Counters:
         """These counters with `deltas` added (a few per request: kept cheaper than dataclasses.replace)."""
-        unknown = deltas.keys() - _COUNTER_NAMES
-        if unknown:
-            raise TypeError(f"Counters has no {sorted(unknown)}")
-        return Counters(*[getattr(self, name) + deltas.get(name, 0) for name in _COUNTER_NAMES])
+        values = dict(self.__dict__)
+        for name, delta in deltas.items():
+            if name not in values:
+                raise TypeError(f"Counters has no {name!r}")
+            values[name] += delta
+        return Counters(**values)
 
     @staticmethod
     def from_json(text: str) -> Counters:
         data = json.loads(text)
         known = {f.name for f in fields(Counters)}
         return Counters(**{k: int(v) for k, v in data.items() if k in known})
-
-
-_COUNTER_NAMES = tuple(f.name for f in fields(Counters))
 
 
 @dataclass(frozen=True)
@@ -119,9 +153,8 @@ class StoreWriter:
         self._insert(
             "INSERT OR REPLACE INTO jobs VALUES",
             [
-                (lease.job_id, lease.kind.value, lease.launch_player, json.dumps(list(lease.players)),
-                 lease.worker_id, lease.issued_at, lease.endpoint)
-                for lease in leases
+                (x.job_id, x.kind.value, x.launch_player, _dumps(list(x.players)), x.worker_id, x.issued_at, x.endpoint)
+                for x in leases
             ],
         )
 
@@ -129,53 +162,129 @@ class StoreWriter:
         self.put_ends([end])
 
     def put_ends(self, ends: Sequence[JobEnd]) -> None:
-        """Jobs ended: they leave the in-flight table and their ids are remembered (in this order)."""
-        for chunk in _chunks(ends):
-            self._conn.execute(
-                f"DELETE FROM jobs WHERE job_id IN ({', '.join('?' * len(chunk))})", [e.job_id for e in chunk]
-            )
+        """Jobs ended: their ids are remembered (in this order) and they leave the in-flight table (trigger)."""
         self._insert(
-            "INSERT INTO ended_jobs VALUES",
-            [(e.job_id, e.status.value, e.episodes_counted, e.ended_at) for e in ends],
+            "INSERT INTO ended_jobs VALUES", [(e.job_id, e.status.value, e.episodes_counted, e.ended_at) for e in ends]
         )
 
     def put_job_failures(self, record: PlayerJobFailures) -> None:
-        self._conn.execute(
-            "INSERT OR REPLACE INTO job_failures VALUES (?, ?, ?, ?, ?, ?)",
-            (record.player_id, record.failures_in_a_row, record.jobs_given_up, record.last_error,
-             record.last_failure_at, record.held_until),
+        self._insert(
+            "INSERT OR REPLACE INTO job_failures VALUES",
+            [(record.player_id, record.failures_in_a_row, record.jobs_given_up, record.last_error,
+              record.last_failure_at, record.held_until)],
         )
 
     def put_league_state(self, state: dict[str, Any]) -> None:
+        """A whole league state document, replacing whatever league state was stored."""
         self.put_state(state, None)
+
+    def put_league_changes(self, changes: LeagueStateChanges) -> None:
+        """What changed in the league's state since the last changes written (all of it when `complete`)."""
+        self.put_state(changes, None)
 
     def put_counters(self, counters: Counters) -> None:
         self.put_state(None, counters)
 
-    def put_state(self, state: dict[str, Any] | None, counters: Counters | None) -> None:
-        """The league state and/or the counters (None: unchanged), in one statement."""
-        rows = []
-        if state is not None:
-            rows.append(("league_state", json.dumps(state, separators=(",", ":"), allow_nan=False)))
+    def put_state(self, state: dict[str, Any] | LeagueStateChanges | None, counters: Counters | None) -> None:
+        """The league state (a whole document, or changes) and/or the counters (None: unchanged): one statement
+        for the parts and counters (a whole document, or replacing the stored state, takes more)."""
+        parts: list[tuple[str, str, int, str]] = []
+        if isinstance(state, LeagueStateChanges):
+            if state.complete:
+                self._drop_league_state()
+            parts.append((_HEADER, "", 0, _dumps(state.header)))
+            parts.extend((PLAYERS, p["player_id"], i, _dumps(p)) for i, p in state.players)
+            parts.extend((PAYOFF, payoff_record_key(r), 0, _dumps(r)) for r in state.payoff_records)
+            parts.extend((RATINGS, pid, 0, _dumps(r)) for pid, r in state.ratings)
+        elif state is not None:
+            if not isinstance(state, dict):
+                raise TypeError(f"state: expected a dict, got {type(state).__name__}")
+            document = _dumps(state)
+            self._drop_league_state()
+            self._conn.execute("INSERT INTO meta VALUES (?, ?)", (_WHOLE_STATE, document))
         if counters is not None:
-            rows.append(("counters", json.dumps(vars(counters))))
-        self._insert("INSERT OR REPLACE INTO meta VALUES", rows)
+            parts.append((_COUNTERS, "", 0, _dumps(vars(counters))))
+        self._insert("INSERT OR REPLACE INTO state_parts VALUES", parts)
+
+    def _drop_league_state(self) -> None:
+        """Whatever league state is stored goes: its parts, or a whole document."""
+        self._conn.execute(
+            f"DELETE FROM state_parts WHERE part IN ({', '.join('?' * len(_LEAGUE_PARTS))})", _LEAGUE_PARTS
+        )
+        self._conn.execute("DELETE FROM meta WHERE key = ?", (_WHOLE_STATE,))
 
     def _insert(self, head: str, rows: Sequence[tuple[Any, ...]]) -> None:
         """`head` (an INSERT ... VALUES) with `rows`, a few hundred rows per statement."""
         if not rows:
             return
-        one = f"({', '.join('?' * len(rows[0]))})"
-        for chunk in _chunks(rows):
-            self._conn.execute(f"{head} {', '.join([one] * len(chunk))}", [v for row in chunk for v in row])
+        columns = len(rows[0])
+        for start in range(0, len(rows), _CHUNK_ROWS):
+            chunk = rows[start:start + _CHUNK_ROWS] if len(rows) > _CHUNK_ROWS else rows
+            self._conn.execute(_values_sql(head, columns, len(chunk)), [v for row in chunk for v in row])
 
 
 _CHUNK_ROWS = 200  # rows per statement: well below SQLite's bound-parameter limit with 7 columns
 
 
-def _chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
-    for start in range(0, len(items), _CHUNK_ROWS):
-        yield items[start:start + _CHUNK_ROWS]
+@functools.lru_cache(maxsize=256)
+def _values_sql(head: str, columns: int, rows: int) -> str:
+    one = f"({', '.join('?' * columns)})"
+    return f"{head} {', '.join([one] * rows)}"
+
+
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# JSON as stored: compact, and NaN or infinity refused (they would not load back as numbers). Several rows are
+# encoded per commit, so the C encoder is made once (json.dumps makes one per call) and called directly.
+_C_ENCODER = json.encoder.c_make_encoder
+if _C_ENCODER is not None:
+    _encode = _C_ENCODER(None, _not_json, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, False)
+
+    def _dumps(value: Any) -> str:
+        return "".join(_encode(value, 0))
+else:  # an interpreter without the C accelerator
+    _dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+
+def read_league_state(conn: sqlite3.Connection) -> dict[str, Any] | None:
+    """The league state a store file holds (None: none yet), read with `conn` (e.g. a read-only connection to
+    a running coordinator's file; call it inside one read transaction for a consistent view)."""
+    whole = conn.execute("SELECT value FROM meta WHERE key = ?", (_WHOLE_STATE,)).fetchone()
+    if whole is not None:
+        return json.loads(whole[0])
+    rows: dict[str, list[tuple[str, Any]]] = {part: [] for part in _LEAGUE_PARTS}
+    for part, key, value in conn.execute(
+        "SELECT part, key, value FROM state_parts WHERE part IN (?, ?, ?, ?) ORDER BY part, seq, key", _LEAGUE_PARTS
+    ):
+        rows[part].append((key, json.loads(value)))
+    if not rows[_HEADER]:
+        return None
+    ((_, header),) = rows[_HEADER]
+    return assemble_state(header, [p for _, p in rows[PLAYERS]], rows[PAYOFF], rows[RATINGS])
+
+
+def read_counters(conn: sqlite3.Connection) -> Counters | None:
+    """The counters a store file holds (None: none yet), read with `conn` (as `read_league_state`)."""
+    row = conn.execute("SELECT value FROM state_parts WHERE part = ? AND key = ''", (_COUNTERS,)).fetchone()
+    return Counters.from_json(row[0]) if row is not None else None
+
+
+class _Transaction:
+    """The context manager of `LeagueStore.transaction` (a class: a generator-based one costs more, and every
+    commit opens one)."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: LeagueStore) -> None:
+        self._store = store
+
+    def __enter__(self) -> StoreWriter:
+        return self._store._begin()
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self._store._end(commit=exc_type is None)
 
 
 class LeagueStore:
@@ -199,30 +308,74 @@ class LeagueStore:
         )
         self._checkpointer.start()
         self._closed = False
-        with self.transaction() as _:
+        with self._sql_transaction():
             version = self._meta("schema_version")
-            if version is None:
-                self._conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            if version is None or int(version) == 1:
+                # Schema 1 kept the counters in meta (moved here); its whole-document league state is read as is.
+                self._conn.execute(
+                    "INSERT OR IGNORE INTO state_parts SELECT ?, '', 0, value FROM meta WHERE key = ?",
+                    (_COUNTERS, _COUNTERS),
+                )
+                self._conn.execute("DELETE FROM meta WHERE key = ?", (_COUNTERS,))
+                self._conn.execute(
+                    "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+                )
             elif int(version) != SCHEMA_VERSION:
                 raise ValueError(f"state: {self.path} has schema version {version}, expected {SCHEMA_VERSION}")
 
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[StoreWriter]:
+    def transaction(self) -> _Transaction:
+        """`with store.transaction() as tx:` writes through `tx` commit together, or not at all."""
+        return _Transaction(self)
+
+    def put_leases_alone(self, leases: Sequence[Lease[Any]]) -> None:
+        """`put_leases` as a transaction of its own: one statement, so no BEGIN and COMMIT round trips (jobs
+        granted alone are the commonest commit when few workers are busy)."""
+        if not leases:
+            return
+        if len(leases) > _CHUNK_ROWS:  # more than one statement
+            with self.transaction() as tx:
+                tx.put_leases(leases)
+            return
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield StoreWriter(self._conn)
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+            StoreWriter(self._conn).put_leases(leases)  # autocommit: the statement is its transaction
             self._commits += 1
             if self._commits >= CHECKPOINT_EVERY:
                 self._checkpoint_due.notify()
 
+    def _begin(self) -> StoreWriter:
+        self._lock.acquire()
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self._lock.release()
+            raise
+        return StoreWriter(self._conn)
+
+    def _end(self, commit: bool) -> None:
+        try:
+            self._conn.execute("COMMIT" if commit else "ROLLBACK")
+            if commit:
+                self._commits += 1
+                if self._commits >= CHECKPOINT_EVERY:
+                    self._checkpoint_due.notify()
+        finally:
+            self._lock.release()
+
+    @contextlib.contextmanager
+    def _sql_transaction(self) -> Iterator[None]:
+        """A transaction of plain statements on `_conn` (setting a store up: reads and writes)."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
     def initialise(self, config_digest: str, now: float | None = None) -> float:
         """Mark a new store as created now with this config; returns created_at (also of an existing store)."""
-        with self.transaction() as _:
+        with self._sql_transaction():
             if self._meta("created_at") is None:
                 created = time.time() if now is None else now
                 self._conn.executemany(
@@ -236,8 +389,8 @@ class LeagueStore:
             created_at = self._meta("created_at")
             if created_at is None:
                 return None
-            league_state = self._meta("league_state")
-            counters = self._meta("counters")
+            league_state = read_league_state(self._conn)
+            counters = read_counters(self._conn)
             workers = tuple(
                 (WorkerInfo(wid, WorkerRole(role), host, endpoint, registered), last_seen)
                 for wid, role, host, endpoint, registered, last_seen in self._conn.execute(
@@ -269,8 +422,8 @@ class LeagueStore:
             return StoredState(
                 created_at=float(created_at),
                 config_digest=self._meta("config_digest") or "",
-                league_state=json.loads(league_state) if league_state is not None else None,
-                counters=Counters.from_json(counters) if counters is not None else Counters(),
+                league_state=league_state,
+                counters=counters if counters is not None else Counters(),
                 workers=workers,
                 leases=leases,
                 ended=ended,

@@ -162,6 +162,7 @@ def parse_update(req: league_pb2.UpdatePlayerRequest) -> PlayerUpdateRequest:
             agent_steps=require_count(req.agent_steps, "agent_steps"),
             checkpoint_path=optional_text(req.checkpoint_path, "checkpoint_path", max_chars=4096),
             checkpoint_version=require_count(req.checkpoint_version, "checkpoint_version"),
+            reset_applied_version=require_count(req.reset_applied_version, "reset_applied_version"),
         ),
     )
 

@@ -112,6 +112,8 @@ class LeagueClient:
         self._stub = league_pb2_grpc.LeagueServiceStub(self._channel)
         self._cond = threading.Condition()
         self._interrupted = False
+        # player id -> reset_checkpoint_version of the latest reset handed to the caller (see update_player).
+        self._resets_handed_out: dict[str, int] = {}
 
     def close(self) -> None:
         self._channel.close()
@@ -181,14 +183,20 @@ class LeagueClient:
     ) -> league_pb2.UpdatePlayerResponse | None:
         """UpdatePlayer with a few retries; None if the coordinator stayed unreachable (report again later).
 
+        A reply that says `mutated` binds the caller to continue from that reset before it reports again
+        (LearnSession._report does, in the same call): the next updates of the player acknowledge it
+        (`reset_applied_version`). Until one does, the coordinator repeats the reset in every reply, so a reply
+        lost here, or a learner that dies before it reloads, does not lose the reset.
+
         Raises `BindingLost` when the coordinator refuses it as not ours (FAILED_PRECONDITION, NOT_FOUND).
         """
         request = league_pb2.UpdatePlayerRequest(
             worker_id=self.worker_id, player_id=player_id, train_iteration=progress.train_iteration,
             agent_steps=progress.agent_steps, checkpoint_path=checkpoint_path, checkpoint_version=checkpoint_version,
+            reset_applied_version=self._resets_handed_out.get(player_id, 0),
         )
         try:
-            return call_idempotent(self._stub.UpdatePlayer, request, timeout=10.0, policy=REPORT_RETRY)
+            reply = call_idempotent(self._stub.UpdatePlayer, request, timeout=10.0, policy=REPORT_RETRY)
         except grpc.RpcError as err:
             if err.code() in RETRYABLE:
                 log.warning("UpdatePlayer %s v%d: coordinator unreachable (%s); will report again",
@@ -197,6 +205,10 @@ class LeagueClient:
             if err.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
                 raise BindingLost(f"UpdatePlayer refused: {err.details()}") from err
             raise
+        if reply.mutated:
+            latest = self._resets_handed_out.get(player_id, 0)
+            self._resets_handed_out[player_id] = max(latest, reply.reset_checkpoint_version)
+        return reply
 
     def finish(self, job_id: str, status: int, error: str = "") -> bool:
         """FinishJob (idempotent by job id); False if the coordinator was unreachable or refused it."""

@@ -32,7 +32,6 @@ completed/released jobs count episodes, every accepted job recorded with its cou
 
 from __future__ import annotations
 
-import json
 import math
 import sqlite3
 from collections import Counter
@@ -44,6 +43,7 @@ from typing import Any
 from google.protobuf import json_format
 
 from common.proto.league.v1 import league_pb2
+from league_service.store import read_counters, read_league_state
 
 # Payoff counts are decayed floats: compare them with this slack.
 _TOL = 1e-6
@@ -300,12 +300,12 @@ def read_ledger(state_path: Path) -> Ledger:
         ended = {jid: (status, int(n)) for jid, status, n in
                  conn.execute("SELECT job_id, status, episodes_counted FROM ended_jobs")}
         in_flight = dict(conn.execute("SELECT job_id, worker_id FROM jobs"))
-        meta = dict(conn.execute("SELECT key, value FROM meta WHERE key IN ('counters', 'league_state')"))
+        stored_counters = read_counters(conn)
+        league_state = read_league_state(conn)  # stored in parts (league_service/league_state.py)
         conn.execute("COMMIT")
     finally:
         conn.close()
-    counters = {k: int(v) for k, v in json.loads(meta["counters"]).items()} if "counters" in meta else {}
-    league_state = json.loads(meta["league_state"]) if "league_state" in meta else None
+    counters = dict(vars(stored_counters)) if stored_counters is not None else {}
     return Ledger(ended=ended, in_flight=in_flight, counters=counters, league_state=league_state)
 
 

@@ -139,7 +139,6 @@ def test_embedded_defaults_are_a_connect_four_battle_league():
     assert cfg.league.main_player.branch_probs == {"pfsp": 0.5, "sp": 0.35, "verification": 0.15}
     assert cfg.league.league_exploiter.mutate_prob == 0.25
     assert cfg.coordinator.lease_timeout_s == 30.0
-    assert cfg.coordinator.job_queue_size == 64
     assert config_from_dict({}) == cfg
 
 

@@ -63,8 +63,8 @@ def make_league():
             pass  # the test that made a thread fail asserts on it
 
 
-def _update(league, pid, steps, path="", version=0, iteration=0):
-    return league.update_active_player(PlayerUpdate(pid, iteration, steps, path, version))
+def _update(league, pid, steps, path="", version=0, iteration=0, reset_applied=0):
+    return league.update_active_player(PlayerUpdate(pid, iteration, steps, path, version, reset_applied))
 
 
 # -- construction --------------------------------------------------------------------------------------------
@@ -259,6 +259,23 @@ def test_a_thread_failure_stops_the_league_and_close_raises_it(make_league):
     league.close()  # reported once
 
 
+def test_without_its_launch_thread_the_caller_takes_the_jobs_of_freed_slots(make_league):
+    """launch_thread=False: nobody launches by itself; take_ready_jobs hands out a job per free slot."""
+    launched = JobRecorder()
+    league = create_league(_cfg(), _no_copy, launched, rng_seed=0, launch_thread=False)
+    try:
+        league.run()
+        specs = league.take_ready_jobs()
+        assert len(specs) == 3 * 2 and league.take_ready_jobs() == []  # 3 active players, 2 slots each
+        assert launched.drain() == []  # launch_job_fn is not called
+        league.finish_job(battle_result(specs[0].players, [Outcome.WIN]))
+        (again,) = league.take_ready_jobs()
+        assert again.launch_player == specs[0].launch_player
+        assert [t.name for t in threading.enumerate() if t.name == "league-launch"] == []
+    finally:
+        league.close()
+
+
 # -- finishing jobs ------------------------------------------------------------------------------------------
 
 
@@ -430,7 +447,7 @@ def test_mutation_resets_to_the_pretrained_checkpoint_and_tells_the_learner(make
     )
     assert player.checkpoint_path == "sl/pretrained.pt"  # the stale checkpoint was not taken
     assert league.checkpoint_of(LEAGUE_EXPLOITER) == CheckpointRef("sl/pretrained.pt", 6)
-    assert not _update(league, LEAGUE_EXPLOITER, 170, "le/v7.pt", 7).mutated
+    assert not _update(league, LEAGUE_EXPLOITER, 170, "le/v7.pt", 7, reset_applied=6).mutated  # acknowledged
     assert (player.checkpoint_path, player.checkpoint_version) == ("le/v7.pt", 7)
     status = league.status()
     assert status.counters.mutations == 1

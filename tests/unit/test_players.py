@@ -242,8 +242,9 @@ def test_remove_monotonic_suffix():
 # -- training phases and snapshots ---------------------------------------------------------------------------
 
 
-def _update(player: ActivePlayer, steps: int, path: str = "", version: int = 0, iteration: int = 0):
-    return player.apply_update(PlayerUpdate(player.player_id, iteration, steps, path, version))
+def _update(player: ActivePlayer, steps: int, path: str = "", version: int = 0, iteration: int = 0,
+            reset_applied: int = 0):
+    return player.apply_update(PlayerUpdate(player.player_id, iteration, steps, path, version, reset_applied))
 
 
 def test_trained_enough_after_one_phase_without_the_strong_rule():
@@ -354,7 +355,7 @@ def test_main_exploiter_resets_when_stuck_or_after_its_step_limit():
     assert exploiter.mutate("pre.pt", rng) is None  # the step limit counts from the reset
 
 
-def test_reset_checkpoint_is_handed_to_the_learner_once():
+def test_reset_checkpoint_is_handed_to_the_learner_until_it_acknowledges_it():
     payoff = _payoff()
     player = _active(payoff, LeagueExploiter, "le")
     assert not _update(player, 100, "le/v3.pt", 3).mutated
@@ -372,8 +373,18 @@ def test_reset_checkpoint_is_handed_to_the_learner_once():
         4,
         200,
     )
-    assert not _update(player, 300, "le/v5.pt", 5).mutated
+    # That reply was lost (or the learner died before reloading): the reset is repeated, not dropped.
+    again = _update(player, 250, "le/v5.pt", 5)
+    assert (again.mutated, again.reset_checkpoint_path, again.reset_checkpoint_version) == (True, ref.path, 4)
+    assert (player.checkpoint_path, player.checkpoint_version, player.total_agent_step) == ("pretrained.pt", 4, 250)
+    assert player.pending_reset == ref
+    # An acknowledgement of an older reset is not one of this reset.
+    assert _update(player, 260, "le/v5.pt", 5, reset_applied=3).mutated
+    # The learner reloaded and acknowledges: its checkpoint counts, and the reset is not repeated.
+    assert not _update(player, 300, "le/v5.pt", 5, reset_applied=4).mutated
     assert (player.checkpoint_path, player.checkpoint_version) == ("le/v5.pt", 5)
+    assert player.pending_reset is None
+    assert not _update(player, 400, "le/v6.pt", 6, reset_applied=4).mutated
 
 
 def test_updates_never_go_backwards():

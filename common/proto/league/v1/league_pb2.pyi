@@ -205,20 +205,22 @@ class FinishJobResponse(_message.Message):
     def __init__(self, duplicate: _Optional[bool] = ..., episodes_counted: _Optional[int] = ...) -> None: ...
 
 class UpdatePlayerRequest(_message.Message):
-    __slots__ = ("worker_id", "player_id", "train_iteration", "agent_steps", "checkpoint_path", "checkpoint_version")
+    __slots__ = ("worker_id", "player_id", "train_iteration", "agent_steps", "checkpoint_path", "checkpoint_version", "reset_applied_version")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     PLAYER_ID_FIELD_NUMBER: _ClassVar[int]
     TRAIN_ITERATION_FIELD_NUMBER: _ClassVar[int]
     AGENT_STEPS_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_PATH_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    RESET_APPLIED_VERSION_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     player_id: str
     train_iteration: int
     agent_steps: int
     checkpoint_path: str
     checkpoint_version: int
-    def __init__(self, worker_id: _Optional[str] = ..., player_id: _Optional[str] = ..., train_iteration: _Optional[int] = ..., agent_steps: _Optional[int] = ..., checkpoint_path: _Optional[str] = ..., checkpoint_version: _Optional[int] = ...) -> None: ...
+    reset_applied_version: int
+    def __init__(self, worker_id: _Optional[str] = ..., player_id: _Optional[str] = ..., train_iteration: _Optional[int] = ..., agent_steps: _Optional[int] = ..., checkpoint_path: _Optional[str] = ..., checkpoint_version: _Optional[int] = ..., reset_applied_version: _Optional[int] = ...) -> None: ...
 
 class UpdatePlayerResponse(_message.Message):
     __slots__ = ("reset_checkpoint_path", "reset_checkpoint_version", "mutated")

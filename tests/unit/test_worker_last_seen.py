@@ -1,0 +1,120 @@
+"""Workers' last-seen times are durable without a write per call: they go with the first commit at least
+`lazy_interval_s` after they changed (a request's, or the committer thread's own), and a restarted coordinator
+shows them as they were."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+
+import pytest
+
+from league_service.coordinator import Coordinator, CoordinatorSettings
+from league_service.coordinator_testing import small_league_config
+from league_service.group_commit import GroupCommitter
+from league_service.leases import WorkerInfo, WorkerRole
+from league_service.store import Counters, LeagueStore
+from tests.polling import wait_until
+
+
+class _Seen:
+    """What the coordinator gives the committer: its lock, a snapshot, and the workers seen (lazy rows)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seen: dict[str, float] = {}
+
+    def snapshot(self, league_state: bool) -> tuple[None, Counters]:
+        return None, Counters()
+
+    def take_seen(self) -> list[tuple[WorkerInfo, float]]:
+        seen, self.seen = self.seen, {}
+        return [(WorkerInfo(w, WorkerRole.ACTOR, "host", "", 1.0), t) for w, t in sorted(seen.items())]
+
+
+def _stored_last_seen(path) -> dict[str, float]:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return dict(conn.execute("SELECT worker_id, last_seen FROM workers"))
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = LeagueStore(tmp_path / "state.sqlite")
+    store.initialise("digest", now=1.0)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def test_last_seen_times_wait_for_their_interval_then_ride_along_or_flush_at_close(store):
+    seen = _Seen()
+    commits = GroupCommitter(store, seen.lock, seen.snapshot, lazy_rows=seen.take_seen, lazy_interval_s=3600.0)
+    try:
+        with seen.lock:
+            for t in range(100):  # a hundred calls of one worker: noted, nothing written
+                seen.seen["actor-1"] = float(t)
+                commits.note_lazy()
+            commits.record(workers=[(WorkerInfo("actor-2", WorkerRole.ACTOR, "host", "", 2.0), 2.0)], waited=True)
+            commits.wait_durable()  # a request's commit before the interval passed: it does not take them
+        assert _stored_last_seen(store.path) == {"actor-2": 2.0}
+    finally:
+        commits.close()  # ... but a clean stop writes them
+    assert _stored_last_seen(store.path) == {"actor-1": 99.0, "actor-2": 2.0}
+
+
+def test_the_committer_thread_flushes_last_seen_times_when_no_request_commits(store):
+    seen = _Seen()
+    commits = GroupCommitter(store, seen.lock, seen.snapshot, lazy_rows=seen.take_seen, lazy_interval_s=0.05)
+    try:
+        with seen.lock:
+            seen.seen["actor-1"] = 7.0
+            commits.note_lazy()
+        wait_until("the committer thread to write the last-seen time",
+                   lambda: _stored_last_seen(store.path) == {"actor-1": 7.0}, timeout_s=30)
+        with seen.lock:  # a request after the interval passed takes the next ones with its own commit
+            seen.seen["actor-1"] = 8.0
+            commits.note_lazy()
+        wait_until("the next interval's write", lambda: _stored_last_seen(store.path) == {"actor-1": 8.0},
+                   timeout_s=30)
+    finally:
+        commits.close()
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_restarted_coordinator_shows_the_last_heartbeats_it_had_written(tmp_path):
+    """No clean stop is needed: the times are on disk within the flush interval, before any close."""
+    clock = _Clock()
+    settings = CoordinatorSettings(shared_root=tmp_path, lease_timeout_s=0.3, needs_learner=False, rng_seed=0)
+    first = Coordinator(small_league_config(), settings, clock=clock, expiry_thread=False)
+    first.start()
+    try:
+        first.register_worker("actor-1", WorkerRole.ACTOR, "host", "")
+        first.register_worker("actor-2", WorkerRole.ACTOR, "host", "")
+        clock.now = 1_050.0
+        first.heartbeat("actor-1", ())
+        state = settings.resolved_state_path
+        wait_until("actor-1's heartbeat to reach the store",
+                   lambda: _stored_last_seen(state) == {"actor-1": 1_050.0, "actor-2": 1_000.0}, timeout_s=30)
+    finally:
+        first.close()
+
+    clock.now = 1_100.0
+    second = Coordinator(small_league_config(), settings, clock=clock, expiry_thread=False)
+    try:
+        workers = {w.worker_id: w for w in second.status().workers}
+        assert workers["actor-1"].last_heartbeat == 1_050.0
+        assert workers["actor-2"].last_heartbeat == 1_000.0
+        assert not workers["actor-1"].alive  # 50 s ago, with a 0.3 s lease: it has to heartbeat again
+    finally:
+        second.close()

@@ -8,7 +8,7 @@ One job at a time:
 4. Wait until the learner acknowledged every chunk, then FinishJob(COMPLETED) with every episode's result —
    or FinishJob(RELEASED) with the episodes so far when the actor is stopping (SIGTERM), FAILED on an error.
 
-Faults: an env that crashes or hangs (subprocess manager: `env_step_timeout_s`) is rebuilt by the env manager
+Faults: an env that crashes or hangs (`env_step_timeout_s`) is rebuilt by the env manager
 and its episode is dropped, up to `env_max_retry` times per env and job; past that, or on any other error in a
 job, the job is finished FAILED with the error and its traceback, and the actor takes the next job. The
 coordinator decides whether the job is tried again (league_service/LEASES.md, "Failing jobs").
@@ -75,7 +75,10 @@ class ActorSettings:
     env_max_retry: int = 2
     """Failures each env may have per job (it is rebuilt each time) before the job fails."""
     env_step_timeout_s: float | None = 60.0
-    """A step taking longer is a hung env: its worker process is killed and rebuilt (subprocess manager)."""
+    """A step taking longer is a hung env: it is rebuilt (subprocess manager: its worker process is killed;
+    serial manager: it is interrupted in process). An env operation still stuck this long past its own timeout
+    (a hang the manager cannot break) makes the heartbeat stop renewing the job's lease, so the job expires
+    and is issued again elsewhere."""
     env_reset_timeout_s: float | None = 300.0
     """The same for building and resetting envs."""
     shutdown_flush_s: float = 5.0
@@ -184,7 +187,10 @@ class Actor:
             log.warning("job %s revoked: %s; abandoning it", plan.job_id, reason)
             revoked.set()
 
-        heartbeat = self._heartbeat = JobHeartbeat(self._client, plan.job_id, heartbeat_interval_s, on_revoked).start()
+        heartbeat = self._heartbeat = JobHeartbeat(
+            self._client, plan.job_id, heartbeat_interval_s, on_revoked, stalled=self._managers.stalled_s,
+            stall_limit_s=self.settings.env_step_timeout_s,
+        ).start()
         sender: TrajectorySender | None = None
         rollout: Rollout | None = None
         try:

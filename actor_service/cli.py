@@ -39,8 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env-max-retry", type=int, default=2,
                         help="failures each env may have per job (it is rebuilt each time) before the job fails")
     parser.add_argument("--env-step-timeout", type=_seconds_or_none, default=60.0, metavar="SECONDS",
-                        help="an env step taking longer is a hung env: its worker is killed and rebuilt "
-                             "(subprocess manager; 'none': no limit)")
+                        help="an env step taking longer is a hung env and is rebuilt (subprocess manager: its "
+                             "worker is killed; base: interrupted in process); 'none': no limit")
     parser.add_argument("--env-reset-timeout", type=_seconds_or_none, default=300.0, metavar="SECONDS",
                         help="the same for building and resetting envs")
     parser.add_argument("--log-level", default="INFO")

@@ -29,8 +29,9 @@ MANAGER_KINDS: tuple[str, ...] = ("subprocess", "base")
 
 class EnvManagers:
     """`max_retry`: failures each env may have per job (it is rebuilt each time) before the job fails.
-    `step_timeout_s` / `reset_timeout_s`: how long an env worker may take before it is deemed hung and
-    restarted (subprocess manager only: the serial manager cannot interrupt a hung env)."""
+    `step_timeout_s` / `reset_timeout_s`: how long an env may take before it is deemed hung and rebuilt (the
+    subprocess manager kills its worker process; the serial manager interrupts it in process, which cannot
+    break a hang inside C code: see `stalled_s`)."""
 
     def __init__(
         self,
@@ -46,11 +47,18 @@ class EnvManagers:
         self._step_timeout_s = step_timeout_s
         self._reset_timeout_s = reset_timeout_s
         self._manager: BaseEnvManager | None = None
+        self._launching: BaseEnvManager | None = None
         self._key: tuple[str, str, int] | None = None
 
     @property
     def current(self) -> BaseEnvManager | None:
         return self._manager
+
+    def stalled_s(self) -> float:
+        """How long the manager's env operation under way (launch included) has run past its timeout
+        without the manager ending it (BaseEnvManager.stalled_s); 0 if none. Safe from any thread."""
+        manager = self._launching or self._manager
+        return manager.stalled_s() if manager is not None else 0.0
 
     def acquire(self, env_name: str, env_kwargs: Mapping[str, Any], env_num: int, seed: int) -> BaseEnvManager:
         """A launched manager of `env_num` envs `env_name(**env_kwargs)`, every env at a fresh episode."""
@@ -71,9 +79,16 @@ class EnvManagers:
                 ),
             )
         else:
-            manager = BaseEnvManager(factories, EnvManagerConfig(episode_num=math.inf, max_retry=self._max_retry))
+            manager = BaseEnvManager(factories, EnvManagerConfig(
+                episode_num=math.inf, max_retry=self._max_retry, step_timeout=self._step_timeout_s,
+                reset_timeout=self._reset_timeout_s,
+            ))
         manager.seed(seed)
-        manager.launch()  # closes itself if launching fails
+        self._launching = manager
+        try:
+            manager.launch()  # closes itself if launching fails
+        finally:
+            self._launching = None
         log.info("launched %s env manager: %d x %s", self.kind, env_num, env_name)
         self._manager, self._key = manager, key
         return manager

@@ -4,6 +4,12 @@ A heartbeat that cannot reach the coordinator is tried again at the next interva
 meanwhile; the coordinator then says so once reachable). A heartbeat answer that names the job as revoked —
 the lease expired and the job was issued again — calls `on_revoked`: the actor abandons the job without
 FinishJob, since its results would not be counted.
+
+A heartbeat thread runs even when the job is stuck. So it also asks the env manager how long its current
+env operation has overrun its timeout (`stalled`): past `stall_limit_s`, the manager has failed to break a
+hang (a serial manager cannot interrupt an env stuck in C code), and the heartbeat stops renewing the lease:
+the lease expires and the coordinator issues the job again, to a working actor. Renewals resume if the env
+comes back; the coordinator's answer then says whether the job is still this actor's.
 """
 
 from __future__ import annotations
@@ -30,16 +36,26 @@ class JobHeartbeat:
         job_id: str,
         interval_s: float,
         on_revoked: Callable[[str], None],
+        stalled: Callable[[], float] | None = None,
+        stall_limit_s: float | None = None,
     ) -> None:
+        """`stalled`: seconds the job's env operation has run past its timeout (EnvManagers.stalled_s);
+        `stall_limit_s`: past this, renewals stop (None: never)."""
         if not interval_s > 0:
             raise ValueError(f"heartbeat interval must be > 0 s, got {interval_s}")
+        if stall_limit_s is not None and not stall_limit_s >= 0:
+            raise ValueError(f"stall_limit_s must be >= 0 s or None, got {stall_limit_s}")
         self._client = client
         self._job_id = job_id
         self._interval_s = interval_s
         self._on_revoked = on_revoked
+        self._stalled = stalled
+        self._stall_limit_s = stall_limit_s
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{job_id}", daemon=True)
         self.beats = 0
+        self.withheld = 0
+        """Renewals skipped because the job's env was stuck."""
 
     def start(self) -> JobHeartbeat:
         self._thread.start()
@@ -51,7 +67,18 @@ class JobHeartbeat:
             self._thread.join()
 
     def _run(self) -> None:
+        stuck = False
         while not self._closed.wait(self._interval_s):  # the interval is a timer, not a poll for a state
+            was_stuck, stuck = stuck, self._stuck()
+            if stuck:
+                self.withheld += 1
+                if not was_stuck:
+                    log.error("job %s: its env has been stuck past its timeout for over %g s (a hang the env "
+                              "manager cannot break); no longer renewing the lease, so that the job expires and "
+                              "is issued again", self._job_id, self._stall_limit_s)
+                continue
+            if was_stuck:
+                log.warning("job %s: the env is back; renewing the lease again", self._job_id)
             try:
                 reply = self._client.heartbeat([self._job_id])
             except grpc.RpcError as err:
@@ -68,3 +95,8 @@ class JobHeartbeat:
             if self._job_id in reply.revoked_job_ids:
                 self._on_revoked("the coordinator revoked the lease (it expired and the job was issued again)")
                 return
+
+    def _stuck(self) -> bool:
+        if self._stalled is None or self._stall_limit_s is None:
+            return False
+        return self._stalled() > self._stall_limit_s

@@ -166,11 +166,12 @@ def manager(
     mgr.seed(0)
     mgr.launch()
     cursor = [0]
+    python_actions = actions.tolist()  # an actor's policy hands the manager Python ints
 
     def step_batch() -> int:
         i = cursor[0]
         ready = mgr.ready_env
-        timesteps = mgr.step({env_id: actions[(i + k) & (_ACTIONS - 1)] for k, env_id in enumerate(ready)})
+        timesteps = mgr.step({env_id: python_actions[(i + k) & (_ACTIONS - 1)] for k, env_id in enumerate(ready)})
         cursor[0] = (i + len(ready)) & (_ACTIONS - 1)
         return len(timesteps)
 
@@ -237,14 +238,18 @@ interleaved rounds. On light envs (CartPole) the cost is not the env but moving 
 each message costs a pipe write and read on each side, and waking a process that sleeps for it costs tens of
 microseconds on these virtual machines. So the defaults put all envs in one worker, stepped in two halves
 (the worker steps one half while the parent handles the other), and both processes busy-wait on a
-shared-memory doorbell instead of sleeping, backing off as soon as another process wants their CPU. On heavy
-envs the cost is the env itself: one worker per core, each worker's envs in one message; workers busy-wait
-for their next command and the parent sleeps (it shares the CPUs with the workers). The figure is then
-bounded by what two cores give (two bare envs in two processes reach ~1.85x one here) after the parent's
-share (~15 us a step: copying each 28 KB observation out of shared memory, building timesteps) and the
-worker's wait for its next command (~30 us per message). Other processes on the machine take cores at random
-moments and hit the two-core variants hardest (a one-core baseline still finds a free core): under load the
-SubprocessEnvManager ratios drop far below their quiet-machine values.
+shared-memory doorbell instead of sleeping, backing off as soon as another process wants their CPU. There the
+worker's CPU is the limit: it spends ~75% of its time in the gymnasium env itself. On heavy envs the cost is
+the env itself: one worker per core (`num_workers` set to the CPU count, as the config's docstring says for
+heavy envs), each worker's envs in one message; workers busy-wait for their next command and the parent
+sleeps. Two bare envs in two processes reach ~2x one on a quiet machine; what the manager loses on top
+(profiled: parent ~35-60 us a message of 4 envs, worker ~20 us beyond the envs) falls on the worker whose
+CPU the parent shares (it runs the parent's work for both workers) and on the other one, which waits for
+its next command meanwhile (the parent's wake-up there goes through a cross-CPU interrupt). Observations
+are handed to the caller in place from a pool of shared-memory slots (no copy while the caller lets them
+go). Other processes on the machine take cores at random moments and hit the two-core variants hardest (a
+one-core baseline still finds a free core): under load the SubprocessEnvManager ratios drop far below their
+quiet-machine values.
 """
 
 
@@ -289,6 +294,8 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
     parser.add_argument("--seconds", type=float, default=None, help="seconds per variant and round")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--output", type=pathlib.Path, default=None, help="also write a markdown table here")
+    parser.add_argument("--workload", choices=("all", "cartpole", "heavy"), default="all",
+                        help="measure only (a) CartPole or only (b) the 84x84x4 env")
     args = parser.parse_args(argv)
     # Many short rounds: on a shared machine each variant is likely to meet a quiet moment in one of them.
     seconds = args.seconds or 0.5
@@ -304,16 +311,22 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
     cartpole = Workload("CartPole", _cartpole, 2, light_config)
     heavy = Workload(f"84x84x4 ({work_size} sines/step)", _HeavyFactory(work_size), 4, heavy_config)
     loads = [f"{os.getloadavg()[0]:.2f} at the start"]
-    rows = rows_for(cartpole, measure(cartpole, seconds, rounds), "AsyncVectorEnv", 5.0)
-    loads.append(f"{os.getloadavg()[0]:.2f} after CartPole")
-    rows += rows_for(heavy, measure(heavy, seconds, rounds), "bare env", 1.6)
+    rows: list[BenchRow] = []
+    workloads = []
+    if args.workload in ("all", "cartpole"):
+        rows += rows_for(cartpole, measure(cartpole, seconds, rounds), "AsyncVectorEnv", 5.0)
+        loads.append(f"{os.getloadavg()[0]:.2f} after CartPole")
+        workloads.append(cartpole)
+    if args.workload in ("all", "heavy"):
+        rows += rows_for(heavy, measure(heavy, seconds, rounds), "bare env", 1.6)
+        workloads.append(heavy)
     loads.append(f"{os.getloadavg()[0]:.2f} at the end")
     print("load average (1 min, whole machine): " + ", ".join(loads))
     print_rows("Env managers", rows)
     if args.output is not None:
         command = "python bench/bench_env_manager.py " + " ".join(argv if argv is not None else sys.argv[1:])
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        text = render_markdown(rows, command.strip(), [cartpole, heavy], seconds, rounds)
+        text = render_markdown(rows, command.strip(), workloads, seconds, rounds)
         args.output.write_text(text + f"\nLoad average of the machine (1 min) during this run: {', '.join(loads)}.\n")
         print(f"wrote {args.output}")
     return rows

@@ -50,33 +50,44 @@ class CountingEnv(Env):
         return np.array([self._t, self._episode, self._rng.random()], np.float32)
 
 
+HANGS_RELEASED = threading.Event()
+"""Set by a test to let the hung FlakyEnvs of its process return (and clear it afterwards)."""
+
+
 class InjectedEnvFault(RuntimeError):
     """What a FlakyEnv raises: an env bug, as far as the env manager and the actor can tell."""
 
 
 class FlakyEnv(Env):
     """A real env (`make_env(inner, **inner_kwargs)`) that raises InjectedEnvFault at every `crash_every`-th
-    step and blocks forever at every `hang_every`-th (0: never). Steps are counted per process, over every
-    FlakyEnv in it: a rebuilt env carries on the count of the one it replaces (so faults keep their rhythm),
-    a restarted env worker process starts from 0. `crash_every=1`: no step ever succeeds.
+    step and hangs at every `hang_every`-th (0: never) until HANGS_RELEASED is set (never, in an env worker
+    process). Steps are counted per process, over every FlakyEnv in it: a rebuilt env carries on the count of
+    the one it replaces (so faults keep their rhythm), a restarted env worker process starts from 0.
+    `crash_every=1`: no step ever succeeds.
+
+    `hang_kind`: "wait" blocks in a lock wait (like an env waiting on a socket: the serial manager interrupts
+    it only in the main thread), "spin" loops in Python code (interruptible in any thread). The subprocess
+    manager kills the worker of either after `step_timeout`.
 
     A league config names it like any env, e.g. `env: {name: "python:tests.env_doubles:FlakyEnv", kwargs:
-    {inner: CartPole-v1, crash_every: 50}}`; every env worker process builds it by that name. A hang is caught
-    only by the subprocess manager (`step_timeout`): the serial manager cannot interrupt its own thread.
+    {inner: CartPole-v1, crash_every: 50}}`; every env worker process builds it by that name.
     """
 
     _process_steps = 0  # steps taken by the FlakyEnvs of this process
 
     def __init__(self, inner: str = "CartPole-v1", crash_every: int = 0, hang_every: int = 0,
-                 inner_kwargs: dict | None = None) -> None:
+                 inner_kwargs: dict | None = None, hang_kind: str = "wait") -> None:
         from common.envs.registry import make_env
 
         for name, value in (("crash_every", crash_every), ("hang_every", hang_every)):
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name}: must be an int >= 0, got {value!r}")
+        if hang_kind not in ("wait", "spin"):
+            raise ValueError(f"hang_kind: must be 'wait' or 'spin', got {hang_kind!r}")
         self._env = make_env(inner, **(inner_kwargs or {}))
         self._crash_every = crash_every
         self._hang_every = hang_every
+        self._hang_kind = hang_kind
 
     def info(self) -> EnvInfo:
         return self._env.info()
@@ -91,10 +102,18 @@ class FlakyEnv(Env):
         FlakyEnv._process_steps += 1
         steps = FlakyEnv._process_steps
         if self._hang_every and steps % self._hang_every == 0:
-            threading.Event().wait()
+            self._hang()
         if self._crash_every and steps % self._crash_every == 0:
             raise InjectedEnvFault(f"injected env fault at step {steps} of this process (every {self._crash_every})")
         return self._env.step(action)
 
     def close(self) -> None:
         self._env.close()
+
+    def _hang(self) -> None:
+        if self._hang_kind == "wait":
+            HANGS_RELEASED.wait()
+            return
+        spins = 0
+        while not HANGS_RELEASED.is_set():
+            spins += 1

@@ -33,6 +33,7 @@ from league_cli.processes import ManagedProcess, ProcessGroup, league_command
 from league_service.config import config_from_dict
 from league_service.coordinator_testing import league_stub, running_coordinator
 from tests.chaos.invariants import assert_invariants, fetch_status, read_ledger
+from tests.env_doubles import HANGS_RELEASED, FlakyEnv
 from tests.polling import wait_until
 
 FLAKY = "python:tests.env_doubles:FlakyEnv"
@@ -76,13 +77,14 @@ def job_failures(state_path: Path) -> dict[str, dict[str, Any]]:
 # ---- occasional faults: an actor in this process, env workers, a coordinator on gRPC --------------------------
 
 
-def play(tmp_path: Path, env_kwargs: dict[str, Any], jobs: int, **actor) -> tuple[list[JobReport], pb.LeagueStatus]:
-    """`jobs` jobs of the flaky solo league played by one actor (subprocess env manager); returns the
-    reports and the final status, after checking the invariants against what the actor was told."""
+def play(tmp_path: Path, env_kwargs: dict[str, Any], jobs: int, manager: str = "subprocess",
+         **actor) -> tuple[list[JobReport], pb.LeagueStatus]:
+    """`jobs` jobs of the flaky solo league played by one actor (in this thread); returns the reports and the
+    final status, after checking the invariants against what the actor was told."""
     cfg = config_from_dict(solo_league(env_kwargs))
     with running_coordinator(cfg, tmp_path, needs_learner=False) as server:
         settings = ActorSettings(
-            coordinator=server.address, shared_root=tmp_path, worker_id="actor-0", manager="subprocess",
+            coordinator=server.address, shared_root=tmp_path, worker_id="actor-0", manager=manager,
             get_job_wait_s=1.0, max_jobs=jobs, policies=PolicySettings(first_checkpoint_wait_s=0.0, seed=0),
             **actor,
         )
@@ -109,6 +111,72 @@ def test_an_env_that_crashes_or_hangs_now_and_then_is_rebuilt_and_its_jobs_compl
     c = status.counters
     assert (c.jobs_finished, c.jobs_failed, c.jobs_expired) == (2, 0, 0)
     assert c.matches == sum(r.episodes for r in reports) == 12
+
+
+@pytest.fixture
+def flaky_envs_in_this_process():
+    """FlakyEnvs built in this process (serial manager) count steps from 0 and hang until released."""
+    FlakyEnv._process_steps = 0
+    HANGS_RELEASED.clear()
+    yield
+    HANGS_RELEASED.set()
+    FlakyEnv._process_steps = 0
+
+
+def test_the_serial_manager_interrupts_a_hung_env_and_its_jobs_complete(tmp_path, caplog, flaky_envs_in_this_process):
+    """The serial manager, driven from the main thread, interrupts an env blocked at every 45th step of this
+    process (a signal from its watchdog after a 1 s step timeout): each job loses one episode to the hang and
+    completes; no lease expires."""
+    caplog.set_level(logging.WARNING)
+    reports, status = play(tmp_path, {"hang_every": 45}, jobs=2, manager="base", env_step_timeout_s=1.0)
+    assert [r.status for r in reports] == ["completed"] * 2, reports
+    assert [r.env_failures for r in reports] == [1, 1]
+    assert "signalled the main thread" in caplog.text and "hung" in caplog.text
+    c = status.counters
+    assert (c.jobs_finished, c.jobs_failed, c.jobs_expired) == (2, 0, 0)
+    assert c.matches == 12
+
+
+def test_an_actor_stuck_in_an_env_it_cannot_interrupt_lets_its_lease_expire(tmp_path, caplog, flaky_envs_in_this_process):
+    """An actor in a thread of its own, serial env manager, env blocked in a lock wait: out of any interrupt's
+    reach. Its heartbeat thread would keep the lease alive forever; instead it stops renewing once the env has
+    overrun its step timeout by as much again, the lease expires and the coordinator offers the job again (a
+    probe actor gets it). Once the env returns, the actor hears that the job was revoked and abandons it."""
+    caplog.set_level(logging.WARNING)
+    config = solo_league({"hang_every": 25}, episode_num=100_000)
+    cfg = config_from_dict(config)
+    publish_first_checkpoint(tmp_path, config)
+    with running_coordinator(cfg, tmp_path, needs_learner=False, lease_timeout_s=1.5) as server:
+        settings = ActorSettings(
+            coordinator=server.address, shared_root=tmp_path, worker_id="actor-stuck", manager="base",
+            get_job_wait_s=1.0, max_jobs=1, env_step_timeout_s=0.5,
+            policies=PolicySettings(first_checkpoint_wait_s=0.0, seed=0),
+        )
+        actor = Actor(settings)
+        reports: list[JobReport] = []
+        thread = threading.Thread(target=lambda: reports.extend(actor.run()), name="actor-stuck")
+        thread.start()
+        try:
+            wait_until("the heartbeat to let the lease go", lambda: "no longer renewing the lease" in caplog.text,
+                       60, lambda: caplog.text)
+            wait_until("the lease to expire", lambda: fetch_status(server.address).counters.jobs_expired >= 1, 60,
+                       lambda: caplog.text)
+            assert not [j for j in fetch_status(server.address).jobs if j.worker_id == "actor-stuck"]
+            offered = probe_get_job(server.address)
+            assert offered.HasField("job"), offered  # the job is issued again, to another actor
+            assert thread.is_alive()  # the actor itself is still stuck in the env
+            HANGS_RELEASED.set()
+            thread.join(60)  # the env returns; the next heartbeat hears the job was revoked: abandoned
+        finally:
+            HANGS_RELEASED.set()
+            if thread.is_alive():
+                actor.request_stop()
+                thread.join(60)
+        assert not thread.is_alive()
+    (report,) = reports
+    assert report.status == "abandoned" and report.env_failures >= 1, report
+    assert offered.job.job_id != report.job_id
+    assert "revoked" in caplog.text
 
 
 # ---- a league of real processes -------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ def test_defaults_leave_the_parent_a_cpu_and_spin_in_halves(cpus):
     cpus(2)
     manager = _manager(8)
     assert (manager.num_workers, manager.num_splits, manager.wait_num) == (1, 2, 4)
-    assert manager.worker_spin_s == manager.parent_spin_s == pytest.approx(200e-6)
+    assert manager.worker_spin_s == manager.parent_spin_s == pytest.approx(SubprocessEnvManagerConfig().spin_s)
     cpus(16)
     manager = _manager(8)
     assert (manager.num_workers, manager.num_splits, manager.wait_num) == (8, 2, 1)  # one env per worker

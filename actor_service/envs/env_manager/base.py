@@ -2,6 +2,13 @@
 
 The bookkeeping here (env states, episode counting, auto-reset, seeds, reset params, retries) is shared with
 `SubprocessEnvManager`, so both managers give the same trajectories for the same seeds and actions.
+
+Hung envs: a watchdog thread (watchdog.py) interrupts an env operation that runs past `step_timeout` /
+`reset_timeout`; the env then counts as failed and is rebuilt like one that raised. That works for hangs in
+Python code and, when the manager is driven from the main thread, in blocking waits (sleep, locks, sockets).
+A hang inside C code cannot be interrupted in process: `stalled_s()` then grows (the actor lets its job's
+lease expire on it), and the env counts as failed if the call ever returns. Use the SubprocessEnvManager for
+envs that can hang in C code.
 """
 
 from __future__ import annotations
@@ -10,6 +17,8 @@ import enum
 import logging
 import math
 import numbers
+import threading
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from actor_service.envs.env_manager.failure import EnvError, EnvFailure, EnvManagerClosedError
+from actor_service.envs.env_manager.watchdog import EnvHangInterrupt, Watchdog
 from common.envs.base import Env, EnvInfo, StepInfo, TimeStep
 
 logger = logging.getLogger(__name__)
@@ -35,16 +45,27 @@ class EnvState(enum.Enum):
 @dataclass(frozen=True)
 class EnvManagerConfig:
     """`episode_num`: episodes per env before it is DONE (`math.inf`: never).
-    `max_retry`: how many times each env may fail and be rebuilt before the manager raises `EnvError`."""
+    `max_retry`: how many times each env may fail and be rebuilt before the manager raises `EnvError`.
+    `step_timeout`: seconds an env step may take before the env counts as hung (a failure: it is rebuilt).
+    `reset_timeout`: the same for building, seeding and resetting an env. None: no limit.
+    The serial manager interrupts a hung env in process, which works for hangs in Python code and, in the
+    main thread, in blocking waits, but not for a hang inside C code (watchdog.py); the subprocess manager
+    kills the hung env's worker process."""
 
     episode_num: int | float = math.inf
     max_retry: int = 0
+    step_timeout: float | None = 60.0
+    reset_timeout: float | None = 300.0
 
     def __post_init__(self) -> None:
         if not (self.episode_num == math.inf or (isinstance(self.episode_num, int) and self.episode_num >= 1)):
             raise ValueError(f"episode_num must be an int >= 1 or math.inf, got {self.episode_num!r}")
         if not isinstance(self.max_retry, int) or self.max_retry < 0:
             raise ValueError(f"max_retry must be an int >= 0, got {self.max_retry!r}")
+        for name in ("step_timeout", "reset_timeout"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be > 0 seconds or None, got {value!r}")
 
 
 class _Lifecycle(enum.Enum):
@@ -83,6 +104,7 @@ class BaseEnvManager:
         self._seeds_pending = False
         self._env_info: EnvInfo | None = None
         self._envs: list[Env | None] = [None] * n
+        self._watchdog: Watchdog | None = None  # the serial manager's, from launch to close
 
     # ---- read-only views -------------------------------------------------------------------------------
     @property
@@ -105,14 +127,21 @@ class BaseEnvManager:
     @property
     def ready_env(self) -> list[int]:
         """Envs waiting for an action."""
-        self._check_running()
-        return [i for i in sorted(self._next_obs) if i not in self._in_flight]
+        if self._lifecycle is not _Lifecycle.RUNNING:
+            self._check_running()
+        in_flight = self._in_flight
+        if not in_flight:
+            return sorted(self._next_obs)
+        return [i for i in sorted(self._next_obs) if i not in in_flight]
 
     @property
     def next_obs(self) -> dict[int, Any]:
         """Observations of the envs waiting for an action, by env id."""
-        self._check_running()
-        return {i: self._next_obs[i] for i in sorted(self._next_obs) if i not in self._in_flight}
+        if self._lifecycle is not _Lifecycle.RUNNING:
+            self._check_running()
+        next_obs = self._next_obs
+        in_flight = self._in_flight
+        return {i: next_obs[i] for i in sorted(next_obs) if i not in in_flight}
 
     @property
     def env_states(self) -> dict[int, EnvState]:
@@ -125,6 +154,13 @@ class BaseEnvManager:
     @property
     def failure_counts(self) -> dict[int, int]:
         return dict(enumerate(self._failures))
+
+    def stalled_s(self) -> float:
+        """How long the env operation under way has run past its timeout without the manager ending it (0
+        if none). Near 0 while the manager enforces its timeouts; grows while an env hangs where the manager
+        cannot interrupt it (see the module doc). Safe to call from any thread, e.g. a heartbeat."""
+        watchdog = self._watchdog
+        return watchdog.overdue_s() if watchdog is not None else 0.0
 
     @property
     def env_info(self) -> EnvInfo:
@@ -178,10 +214,26 @@ class BaseEnvManager:
         envs = self._envs
         results = self._results
         next_obs = self._next_obs
+        watch = self._watchdog
+        step_timeout = self._config.step_timeout
+        if step_timeout is None:
+            watch = None
+        thread = threading.get_ident()
         for env_id, action in actions.items():
             env = envs[env_id]
             try:
-                ts = env.step(action)
+                if watch is None:
+                    ts = env.step(action)
+                else:  # (inline: this runs for every env step)
+                    op = watch.begin(env_id, "step", step_timeout, thread)
+                    try:
+                        ts = env.step(action)
+                    except BaseException as exc:
+                        raise watch.raised(op, exc)  # noqa: B904 - `exc` itself, or the hang it was part of
+                    watch.end(op)
+            except EnvHangInterrupt as exc:
+                self._recover(env_id, self._hang_failure(env_id, exc))
+                continue
             except Exception as exc:
                 self._recover(env_id, EnvFailure.capture(env_id, "step", exc))
                 continue
@@ -190,10 +242,11 @@ class BaseEnvManager:
                 next_obs[env_id] = ts.obs
             elif self._resets_on_done(env_id):
                 try:
-                    reset_obs = env.reset(**self._reset_params[env_id])
-                except Exception as exc:
+                    reset_obs = self._watched(env_id, "reset", env.reset, **self._reset_params[env_id])
+                except (Exception, EnvHangInterrupt) as exc:
+                    failure = self._failure(env_id, "reset", exc)
                     self._after_step(env_id, ts, False, None)
-                    self._recover(env_id, EnvFailure.capture(env_id, "reset", exc))
+                    self._recover(env_id, failure)
                     continue
                 self._after_step(env_id, ts, True, reset_obs)
             else:
@@ -208,13 +261,21 @@ class BaseEnvManager:
         self._lifecycle = _Lifecycle.CLOSED
         envs, self._envs = self._envs, [None] * self.env_num
         errors = []
-        for env in envs:
-            if env is None:
-                continue
-            try:
-                env.close()
-            except Exception as exc:  # close the others first, then report
-                errors.append(exc)
+        try:
+            for env_id, env in enumerate(envs):
+                if env is None:
+                    continue
+                try:
+                    self._watched(env_id, "close", env.close)
+                except EnvHangInterrupt as exc:
+                    self._settle_hang()
+                    logger.warning("env %d hung in close (%s); left as it is", env_id, exc)
+                except Exception as exc:  # close the others first, then report
+                    errors.append(exc)
+        finally:
+            watchdog, self._watchdog = self._watchdog, None
+            if watchdog is not None:
+                watchdog.close()
         if errors:
             raise errors[0]
 
@@ -227,6 +288,8 @@ class BaseEnvManager:
     # ---- serial machinery ------------------------------------------------------------------------------
     def _launch(self, reset_params: Mapping[int, Mapping[str, Any]] | None) -> None:
         self._set_reset_params(reset_params)
+        if self._config.step_timeout is not None or self._config.reset_timeout is not None:
+            self._watchdog = Watchdog(f"env-watchdog-{id(self):x}")
         self._reset_all()
 
     def _reset_all(self) -> None:
@@ -234,12 +297,16 @@ class BaseEnvManager:
         self._start_reset()
         for env_id in range(self.env_num):
             try:
-                self._start_episode(env_id, seeds[env_id])
-            except Exception as exc:
-                self._recover(env_id, EnvFailure.capture(env_id, "reset", exc))
+                self._start_episode(env_id, seeds[env_id], "reset")
+            except (Exception, EnvHangInterrupt) as exc:
+                self._recover(env_id, self._failure(env_id, "reset", exc))
         self._results.clear()
 
-    def _start_episode(self, env_id: int, seed: int | None) -> None:
+    def _start_episode(self, env_id: int, seed: int | None, stage: str) -> None:
+        """Build the env if needed, seed it if `seed` is given, reset it: one watched operation."""
+        self._on_reset(env_id, self._watched(env_id, stage, self._build_and_reset, env_id, seed))
+
+    def _build_and_reset(self, env_id: int, seed: int | None) -> Any:
         env = self._envs[env_id]
         if env is None:
             env = self._envs[env_id] = self._env_fns[env_id]()
@@ -247,7 +314,7 @@ class BaseEnvManager:
                 self._env_info = env.info()
         if seed is not None:
             env.seed(seed)
-        self._on_reset(env_id, env.reset(**self._reset_params[env_id]))
+        return env.reset(**self._reset_params[env_id])
 
     def _recover(self, env_id: int, failure: EnvFailure) -> None:
         """Count the failure (raises once retries are spent), then rebuild the env until it starts."""
@@ -256,14 +323,50 @@ class BaseEnvManager:
             env, self._envs[env_id] = self._envs[env_id], None
             if env is not None:
                 try:
-                    env.close()
+                    self._watched(env_id, "close", env.close)
+                except EnvHangInterrupt:
+                    self._settle_hang()
+                    logger.warning("closing failed env %d hung; building a new one anyway", env_id)
                 except Exception:
                     logger.warning("closing failed env %d raised; building a new one anyway", env_id, exc_info=True)
             try:
-                self._start_episode(env_id, self._seeds[env_id])
+                self._start_episode(env_id, self._seeds[env_id], "rebuild")
                 return
-            except Exception as exc:
-                failure = EnvFailure.capture(env_id, "rebuild", exc)
+            except (Exception, EnvHangInterrupt) as exc:
+                failure = self._failure(env_id, "rebuild", exc)
+
+    def _watched(self, env_id: int, stage: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """`fn(*args, **kwargs)` under the watchdog with the timeout of `stage` (anything but "step" is a
+        reset); raises EnvHangInterrupt when it ran past it (then call `_failure` or `_settle_hang`)."""
+        watch = self._watchdog
+        timeout = self._config.step_timeout if stage == "step" else self._config.reset_timeout
+        if watch is None or timeout is None:
+            return fn(*args, **kwargs)
+        op = watch.begin(env_id, stage, timeout)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            raise watch.raised(op, exc)  # noqa: B904 - `exc` itself, or the hang it was part of
+        watch.end(op)
+        return result
+
+    def _failure(self, env_id: int, stage: str, exc: BaseException) -> EnvFailure:
+        if isinstance(exc, EnvHangInterrupt):
+            return self._hang_failure(env_id, exc)
+        return EnvFailure.capture(env_id, stage, exc)
+
+    def _hang_failure(self, env_id: int, exc: EnvHangInterrupt) -> EnvFailure:
+        """The failure of an env the watchdog interrupted; its traceback shows where the env hung."""
+        self._settle_hang()
+        stage, timeout = self._watchdog.interrupted() if self._watchdog is not None else ("step", math.nan)
+        return EnvFailure(
+            env_id, stage, f"hung: no result within its {timeout:g} s {stage} timeout (interrupted in process)",
+            "".join(traceback.format_exception(exc)), exc,
+        )
+
+    def _settle_hang(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.settle()
 
     # ---- bookkeeping shared with SubprocessEnvManager -----------------------------------------------------
     def _check_not_closed(self) -> None:

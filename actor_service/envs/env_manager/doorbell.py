@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from multiprocessing import shared_memory
 from typing import Any
 
+from actor_service.envs.env_manager.shared_memory import unlink
+
 _LINE = 64  # bytes per counter: one cache line each, so two processes never write the same line
 _WORDS_PER_LINE = _LINE // 8
 # A gap this long between two looks at a doorbell means the spinning process was off its CPU.
@@ -80,7 +82,7 @@ class Doorbells:
         words.release()
         self._shm.close()
         if self._owner:
-            self._shm.unlink()
+            unlink(self._shm)
 
     def _live(self) -> memoryview:
         if self._words is None:

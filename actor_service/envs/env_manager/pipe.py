@@ -17,6 +17,10 @@ _PROTOCOL = pickle.HIGHEST_PROTOCOL
 # write only finishes while the reader reads. A shorter one is announced once it is in the pipe, so the
 # reader never reads (and sleeps) before the data is there.
 _RING_FIRST = 4096
+# The first read of a receive asks for this much: enough for any step message, and os.read allocates (and
+# then shrinks) a buffer of the size asked for, which at 64 KB costs more than the read itself.
+_FIRST_READ = 4096
+_MORE_READ = 1 << 16
 
 
 class MessagePipe:
@@ -70,7 +74,9 @@ class MessagePipe:
     def has_message(self) -> bool:
         """Whether a whole message is already buffered (then `recv` does not block)."""
         buffer = self._buffer
-        return len(buffer) >= 4 and len(buffer) >= 4 + self._HEADER.unpack_from(buffer)[0]
+        if len(buffer) < 4:  # the usual case: nothing buffered
+            return False
+        return len(buffer) >= 4 + self._HEADER.unpack_from(buffer)[0]
 
     def signalled(self) -> bool:
         """Whether a message has been sent that `recv` has not returned yet (buffered, or in the pipe or
@@ -86,7 +92,7 @@ class MessagePipe:
     def recv(self) -> Any:
         """The next message; blocks until it has arrived. EOFError once the other end is closed."""
         if not self._buffer:  # the usual case: exactly one message arrives in one read
-            chunk = os.read(self._fd, 1 << 16)
+            chunk = os.read(self._fd, _FIRST_READ)
             if not chunk:
                 raise EOFError("the other end of the pipe is closed")
             if len(chunk) >= 4 and len(chunk) == 4 + self._HEADER.unpack_from(chunk)[0]:
@@ -94,7 +100,7 @@ class MessagePipe:
                 return pickle.loads(memoryview(chunk)[4:])
             self._buffer += chunk
         while not self.has_message():
-            chunk = os.read(self._fd, 1 << 16)
+            chunk = os.read(self._fd, _MORE_READ)
             if not chunk:
                 raise EOFError("the other end of the pipe is closed")
             self._buffer += chunk

@@ -2,10 +2,16 @@
 
 Each worker process (started with `spawn`: gRPC channels do not survive fork) runs a group of envs and steps
 the whole group in one message, which is what makes light envs fast: the per-message pipe round trip is
-shared by the group. Observations go through shared memory. `step` returns once `wait_num` envs have
-results or `timeout` has passed; the others stay in flight and come back from a later call. A process
-expecting a message soon busy-waits on a doorbell in shared memory instead of sleeping in a system call
-(waking a sleeper costs more than a light env's step; see doorbell.py), where it has a CPU to spare.
+shared by the group. Observations go through shared memory; large ones are handed to the caller in place,
+without a copy, from a small pool of slots per env that are written again only once the caller no longer
+holds them (shared_memory.py). `step` returns once `wait_num` envs have results or `timeout` has passed; the
+others stay in flight and come back from a later call. A process expecting a message soon busy-waits on a
+doorbell in shared memory instead of sleeping in a system call (waking a sleeper costs more than a light
+env's step; see doorbell.py), where it has a CPU to spare.
+
+Sizing: the defaults suit light envs (CartPole, board games: well under 100 us a step). For heavy envs
+(~100 us a step and more, e.g. an Atari-like 84x84x4 frame) set `num_workers` to the CPU count: see
+SubprocessEnvManagerConfig. The manager cannot tell the two apart before it has started its workers.
 
 Faults: an env exception is sent back with the env's traceback and the env is rebuilt inside its worker;
 a worker that dies (e.g. SIGKILL) or gives no reply within `step_timeout`/`reset_timeout` is killed and
@@ -40,7 +46,7 @@ from actor_service.envs.env_manager.base import (
 from actor_service.envs.env_manager.doorbell import Doorbells, SpinBudget
 from actor_service.envs.env_manager.failure import EnvFailure
 from actor_service.envs.env_manager.pipe import MessagePipe
-from actor_service.envs.env_manager.shared_memory import RESET_SLOT, STEP_SLOT, ObsBuffer
+from actor_service.envs.env_manager.shared_memory import RESET_SLOT, STEP_SLOT, ObsBuffer, pool_size_for
 from actor_service.envs.env_manager.worker import (
     STEP,
     AckReply,
@@ -74,19 +80,24 @@ class SubprocessEnvManagerConfig(EnvManagerConfig):
       message), so `step` returns as soon as any worker answers. Set it to the env count to step in lockstep.
     - `timeout`: seconds after which `step` returns with whatever has arrived (at least one env), if
       `wait_num` envs are not ready by then (default: no limit).
-    - `step_timeout`: seconds a worker may take for one step command (all its envs in it, plus the
-      automatic reset of an env whose episode ended) before it is deemed hung and killed. None: no limit.
-    - `reset_timeout`: the same for starting a worker process and resetting its envs.
+    - `step_timeout` (from EnvManagerConfig): here, seconds a worker may take for one step command (all its
+      envs in it, plus the automatic reset of an env whose episode ended) before it is deemed hung and
+      killed. None: no limit.
+    - `reset_timeout` (from EnvManagerConfig): the same for starting a worker process and resetting its envs.
     - `shared_memory`: observations through shared memory when they are numpy arrays.
     - `close_timeout`: seconds `close` lets workers exit on their own before killing them.
     - `start_method`: multiprocessing start method; `spawn` because gRPC does not survive `fork`.
     - `spin_s`: at most how long a process waiting for a message busy-waits on a shared-memory doorbell
       before it sleeps in a system call (waking a sleeping process costs tens of microseconds on these
-      machines, more than a light env's step). Each process spins less after waits that took longer and
-      not at all while other processes want its CPU (`doorbell.SpinBudget`). Workers spin for commands
-      when there are no more workers than CPUs; the parent spins for replies only where every process has
-      a CPU of its own, else it sleeps (spinning, it would hold a CPU that a worker needs). 0: nobody
-      spins.
+      machines, more than a light env's step). Each process spins only while recent messages came within
+      this time (it halves its spin after each longer wait) and not at all right after another process
+      wanted its CPU (`doorbell.SpinBudget`), so a slow caller (long inference between steps) soon stops
+      workers from spinning. Workers spin for commands when there are no more workers than CPUs; the
+      parent spins for replies only where every process has a CPU of its own, else it sleeps (spinning,
+      it would hold a CPU that a worker needs). 0: nobody spins. The default, 1 ms, covers the parent's
+      turnaround where it shares a CPU with a worker stepping heavy envs (its wake-up, the rest of that
+      worker's time slice, its own work: 0.1-0.3 ms measured on 2 cores); with 0.2 ms workers gave up
+      spinning and slept too often (84x84x4 env: 1.49-1.55x one bare env, against 1.56-1.62x).
 
     "Every process has a CPU of its own" means workers + 1 <= CPUs (the parent is the +1).
 
@@ -94,19 +105,19 @@ class SubprocessEnvManagerConfig(EnvManagerConfig):
     suit light envs (CartPole, board games: well under 100 us a step), where moving steps between
     processes is the cost. For heavy envs (an Atari-like 84x84x4 frame and ~100 us of work a step) set
     `num_workers` to the CPU count: then the envs are the cost, and every CPU steps envs while the parent
-    fits in between (one message per worker and step; workers spin for commands, the parent sleeps).
+    fits in between (one message per worker and step; workers spin for commands, the parent sleeps). The
+    manager does not choose this itself: how heavy the envs are shows only once they run in their workers,
+    and envs cannot move between workers afterwards.
     """
 
     num_workers: int | None = None
     num_splits: int | None = None
     wait_num: int | None = None
     timeout: float | None = None
-    step_timeout: float | None = 60.0
-    reset_timeout: float | None = 300.0
     shared_memory: bool = True
     close_timeout: float = 2.0
     start_method: str = "spawn"
-    spin_s: float = 200e-6
+    spin_s: float = 1e-3
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -114,10 +125,8 @@ class SubprocessEnvManagerConfig(EnvManagerConfig):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be an int >= 1 or None, got {value!r}")
-        for name in ("timeout", "step_timeout", "reset_timeout"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ValueError(f"{name} must be > 0 seconds or None, got {value!r}")
+        if self.timeout is not None and not self.timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds or None, got {self.timeout!r}")
         if not self.spin_s >= 0:
             raise ValueError(f"spin_s must be >= 0 seconds, got {self.spin_s!r}")
         if not self.close_timeout >= 0:
@@ -134,14 +143,26 @@ class _Worker:
         self.env_ids = env_ids
         self.pid = process.pid
         self.process = process
+        self.sentinel = process.sentinel
         self.conn = conn
         self.pending: deque[tuple[str, float | None]] = deque()  # (what, timeout), oldest first
-        self.head_since = 0.0  # when the worker started on the oldest pending command
+        self.deadline = math.inf  # by when the oldest pending command must be answered
         self.obs_specs: tuple | None = None  # from the ready reply
 
-    def deadline(self) -> float:
-        timeout = self.pending[0][1]
-        return math.inf if timeout is None else self.head_since + timeout
+    def sent(self, what: str, timeout: float | None) -> None:
+        """A command was sent: the worker starts on it at once if it had nothing pending."""
+        if not self.pending:
+            self.deadline = math.inf if timeout is None else time.monotonic() + timeout
+        self.pending.append((what, timeout))
+
+    def answered(self) -> None:
+        """The oldest pending command was answered: the worker starts on the next one now."""
+        self.pending.popleft()
+        if self.pending:
+            timeout = self.pending[0][1]
+            self.deadline = math.inf if timeout is None else time.monotonic() + timeout
+        else:
+            self.deadline = math.inf
 
     def describe(self) -> str:
         return f"env worker {self.index} (pid {self.pid}, envs {list(self.env_ids)})"
@@ -183,6 +204,8 @@ class SubprocessEnvManager(BaseEnvManager):
         self._restarts = 0  # bumped whenever a worker is replaced: fd numbers may then be reused
         self._buffer: ObsBuffer | None = None
         self._doorbells: Doorbells | None = None
+        self._step_slot = [STEP_SLOT] * self.env_num  # where each env's step in flight writes its observation
+        self._waiting_until = math.inf  # the reply deadline `_pump` is waiting towards (inf: not waiting)
 
     @property
     def num_workers(self) -> int:
@@ -206,6 +229,12 @@ class SubprocessEnvManager(BaseEnvManager):
         """How long `step` may busy-wait for replies (0: it sleeps until one arrives)."""
         return self._parent_spin_s
 
+    def stalled_s(self) -> float:
+        """How long the manager has been past the reply deadline it waits for without acting on it (0 if
+        none): a hung worker is killed at its deadline, so this stays near 0 unless the parent itself is
+        stuck. Safe to call from any thread."""
+        return max(0.0, time.monotonic() - self._waiting_until)
+
     @property
     def worker_pids(self) -> list[int]:
         """Pids of the live worker processes."""
@@ -216,21 +245,26 @@ class SubprocessEnvManager(BaseEnvManager):
         """Send the actions, then return the timesteps of at least `wait_num` envs in flight (or whatever
         arrived within `timeout`, at least one); the other envs stay in flight and come back from a later
         call. `step({})` just collects envs still in flight."""
-        self._check_running()
-        batches: dict[int, list[tuple[int, Any, bool]]] = {}
+        if self._lifecycle is not _Lifecycle.RUNNING:
+            self._check_running()
+        batches: dict[int, list[tuple[int, Any, bool, int]]] = {}
         split_of = self._split_of
         next_obs = self._next_obs
         in_flight = self._in_flight
         endless = self._episode_num == math.inf
+        buffer = self._buffer
+        pooled = buffer is not None and bool(buffer.pool_slots)
+        step_slot = self._step_slot
         for env_id, action in actions.items():
             if env_id not in next_obs or env_id in in_flight:
                 raise ValueError(self._not_ready_message(env_id))
             if isinstance(action, np.generic):
                 action = action.item()  # a numpy scalar pickles ~20x slower than a Python number
+            slot = step_slot[env_id] = buffer.free_slot(env_id) if pooled else STEP_SLOT
             batch = batches.get(split_of[env_id])
             if batch is None:
                 batch = batches[split_of[env_id]] = []
-            batch.append((env_id, action, endless or self._resets_on_done(env_id)))
+            batch.append((env_id, action, endless or self._resets_on_done(env_id), slot))
         in_flight.update(actions)
         for items in batches.values():
             worker = self._workers[self._worker_of[items[0][0]]]
@@ -262,6 +296,8 @@ class SubprocessEnvManager(BaseEnvManager):
             worker.process.join(max(0.0, deadline - time.monotonic()))
         for worker in workers:
             self._stop(worker)
+        self._next_obs.clear()  # (observations from pool slots: the block is unmapped once nobody holds them)
+        self._results.clear()
         if self._buffer is not None:
             self._buffer.close()
             self._buffer = None
@@ -282,7 +318,7 @@ class SubprocessEnvManager(BaseEnvManager):
         obs_spec = self.env_info.obs_spec
         same_specs = all(spec == obs_spec for w in self._workers for spec in w.obs_specs)
         if self._sconfig.shared_memory and same_specs and shared_memory.supports(obs_spec):
-            self._buffer = ObsBuffer.create(self.env_info.obs_spec, self.env_num)
+            self._buffer = ObsBuffer.create(obs_spec, self.env_num, pool_size_for(obs_spec, self.env_num))
             for worker in self._workers:
                 self._send(worker, AttachCommand(self._buffer.layout), "attach", self._sconfig.reset_timeout)
             self._pump(self._idle, None)
@@ -332,16 +368,15 @@ class SubprocessEnvManager(BaseEnvManager):
         conn = MessagePipe(reader, writer, bells.parent_end(index) if bells is not None else None)
         worker = _Worker(index, env_ids, process, conn)
         self._workers[index] = worker
-        for fd in (conn.fileno(), process.sentinel):
+        for fd in (conn.fileno(), worker.sentinel):
             self._poller.register(fd, _POLL_EVENTS)
             self._fd_owner[fd] = worker
-        worker.pending.append(("start", self._sconfig.reset_timeout))
-        worker.head_since = time.monotonic()
+        worker.sent("start", self._sconfig.reset_timeout)
         return worker
 
     def _stop(self, worker: _Worker) -> int | None:
         """Kill (if still running) and reap a worker, and forget its file descriptors; returns the exit code."""
-        for fd in (worker.conn.fileno(), worker.process.sentinel):
+        for fd in (worker.conn.fileno(), worker.sentinel):
             if self._fd_owner.get(fd) is worker:
                 self._poller.unregister(fd)
                 del self._fd_owner[fd]
@@ -354,9 +389,7 @@ class SubprocessEnvManager(BaseEnvManager):
         return code
 
     def _send(self, worker: _Worker, command: Any, what: str, timeout: float | None) -> None:
-        if not worker.pending:
-            worker.head_since = time.monotonic()
-        worker.pending.append((what, timeout))
+        worker.sent(what, timeout)
         try:
             worker.conn.send(command)
         except OSError:
@@ -389,22 +422,39 @@ class SubprocessEnvManager(BaseEnvManager):
         """Handle worker replies, deaths and hangs until `satisfied()` or `wait_s` seconds have passed.
         Returns `satisfied()`; also returns when no worker has anything pending."""
         end = math.inf if wait_s is None else time.monotonic() + wait_s
+        try:
+            return self._pump_until(satisfied, end)
+        finally:
+            self._waiting_until = math.inf
+
+    def _pump_until(self, satisfied: Callable[[], bool], end: float) -> bool:
+        workers = self._workers
         while not satisfied():
-            busy = [w for w in self._workers if w is not None and w.pending]
+            busy = [w for w in workers if w is not None and w.pending]
             if not busy:
                 return False
-            buffered = [w for w in busy if w.conn.has_message()]
-            if buffered:  # read along with an earlier reply: no need to poll
-                self._on_reply(buffered[0], buffered[0].conn.recv())
+            first_deadline = math.inf
+            buffered = None
+            for worker in busy:
+                if worker.conn.has_message():  # read along with an earlier reply: no need to poll
+                    buffered = worker
+                    break
+                if worker.deadline < first_deadline:
+                    first_deadline = worker.deadline
+            if buffered is not None:
+                self._on_reply(buffered, buffered.conn.recv())
                 continue
             now = time.monotonic()
-            first_deadline = min(w.deadline() for w in busy)
-            limit = min(first_deadline, end)
+            self._waiting_until = first_deadline
+            limit = first_deadline if first_deadline < end else end
             budget = self._spin_budget
             if budget is not None:
                 started = now
-                signalled = budget.spin(self._signalled_finder(busy), limit)
-                now = time.monotonic()
+                find = self._signalled_finder(busy)
+                signalled = find()  # often already rung (the worker was quicker): no spin to set up
+                if signalled is None:
+                    signalled = budget.spin(find, limit)
+                    now = time.monotonic()
                 if signalled is not None:
                     budget.waited(now - started)
                     self._on_readable(signalled)
@@ -415,7 +465,7 @@ class SubprocessEnvManager(BaseEnvManager):
             if not events:
                 now = time.monotonic()
                 for worker in busy:
-                    if worker.deadline() <= now:
+                    if worker.deadline <= now:
                         what, timeout = worker.pending[0]
                         self._worker_failed(worker, f"gave no reply to {what} within {timeout} s (hung); killed it")
                 if now >= end:
@@ -426,7 +476,7 @@ class SubprocessEnvManager(BaseEnvManager):
                 worker = self._fd_owner.get(fd)
                 if worker is None:
                     continue
-                if fd == worker.process.sentinel:
+                if fd == worker.sentinel:
                     self._on_exit(worker)
                 else:
                     self._on_readable(worker)
@@ -458,6 +508,10 @@ class SubprocessEnvManager(BaseEnvManager):
         except (EOFError, OSError):
             self._worker_failed(worker, None)
             return
+        if type(reply) is tuple:  # a step reply: the hot path, without _on_reply's dispatch
+            worker.answered()
+            self._on_step_reply(reply[1], reply[2], reply[3])
+            return
         self._on_reply(worker, reply)
 
     def _on_exit(self, worker: _Worker) -> None:
@@ -473,10 +527,9 @@ class SubprocessEnvManager(BaseEnvManager):
         self._worker_failed(worker, None)
 
     def _on_reply(self, worker: _Worker, reply: Any) -> None:
-        worker.pending.popleft()
-        worker.head_since = time.monotonic()
+        worker.answered()
         if type(reply) is tuple:
-            self._on_step_reply(reply[1], reply[2])
+            self._on_step_reply(reply[1], reply[2], reply[3])
         elif type(reply) is ResetReply:
             for env_id, obs in reply.observations:
                 self._on_reset(env_id, self._buffer.read(env_id, RESET_SLOT) if self._buffer is not None else obs)
@@ -492,15 +545,33 @@ class SubprocessEnvManager(BaseEnvManager):
         elif type(reply) is not AckReply:
             raise TypeError(f"{worker.describe()} sent an unknown reply {reply!r}")
 
-    def _on_step_reply(self, results: tuple, failures: tuple) -> None:
+    def _on_step_reply(self, plain: tuple, results: tuple, failures: tuple) -> None:
+        """`plain`: (env_id, reward, ...) of the steps that ended no episode, had no info and left their
+        observation in shared memory (worker.py); `results`: the other steps, in full."""
         buffer = self._buffer
+        views = buffer.single_views if buffer is not None else None
+        step_slot = self._step_slot
         in_flight = self._in_flight
         timesteps = self._results
         next_obs = self._next_obs
+        if plain:
+            pairs = iter(plain)
+            for env_id, reward in zip(pairs, pairs, strict=True):
+                in_flight.discard(env_id)
+                slot = step_slot[env_id]
+                if views:  # the observation is one array; pool slots are handed out as they are
+                    obs = views[slot][env_id] if slot else views[STEP_SLOT][env_id].copy()
+                else:
+                    obs = buffer.read(env_id, slot)
+                timesteps[env_id] = TimeStep(obs, reward, False, False, NO_INFO)
+                next_obs[env_id] = obs
         for env_id, reward, terminated, truncated, info, obs, was_reset, reset_obs in results:
             in_flight.discard(env_id)
-            if buffer is not None:
-                obs = buffer.read(env_id, STEP_SLOT)
+            if views:  # the usual case: the observation is one array; pool slots are handed out as they are
+                slot = step_slot[env_id]
+                obs = views[slot][env_id] if slot else views[STEP_SLOT][env_id].copy()
+            elif buffer is not None:
+                obs = buffer.read(env_id, step_slot[env_id])
             ts = timesteps[env_id] = TimeStep(obs, reward, terminated, truncated, NO_INFO if info is None else info)
             if terminated or truncated:
                 if was_reset and buffer is not None:

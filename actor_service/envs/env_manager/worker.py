@@ -4,11 +4,15 @@ A worker builds its group of envs from cloudpickled factories, then answers comm
 order, with exactly one reply each. The step command and its reply are the hot path and are plain tuples
 (pickling a NamedTuple or dataclass per env costs ~10x more, measured); the rare control messages are typed.
 
-    step command:  (STEP, ((env_id, action, reset_on_done), ...))
-    step reply:    (STEP, (StepResult, ...), (EnvFailure, ...))
+    step command:  (STEP, ((env_id, action, reset_on_done, obs_slot), ...))
+    step reply:    (STEP, (env_id, reward, env_id, reward, ...), (StepResult, ...), (EnvFailure, ...))
     StepResult:    (env_id, reward, terminated, truncated, info or None, obs, was_reset, reset_obs)
 
-`info` None stands for NO_INFO; `obs`/`reset_obs` are None when they were written to shared memory.
+The flat (env_id, reward) pairs are the usual steps: no episode end, no info, the observation in shared
+memory. They cost a quarter of a StepResult to pickle and unpickle, per message and side.
+
+`info` None stands for NO_INFO; `obs`/`reset_obs` are None when they were written to shared memory (`obs` to
+the command's `obs_slot`, `reset_obs` to RESET_SLOT).
 A finished episode is reset in the worker right after its last step when `reset_on_done` says so, so the
 reset runs in parallel with the other workers and with the parent's own work.
 """
@@ -24,11 +28,12 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import cloudpickle
+import numpy as np
 
 from actor_service.envs.env_manager.doorbell import DoorbellAddress, Doorbells, SpinBudget
 from actor_service.envs.env_manager.failure import EnvFailure
 from actor_service.envs.env_manager.pipe import MessagePipe
-from actor_service.envs.env_manager.shared_memory import RESET_SLOT, STEP_SLOT, ObsBuffer, ObsLayout
+from actor_service.envs.env_manager.shared_memory import RESET_SLOT, ObsBuffer, ObsLayout
 from common.envs.base import NO_INFO, Env, EnvInfo
 
 logger = logging.getLogger(__name__)
@@ -109,6 +114,9 @@ class _Worker:
             try:
                 if budget is None:
                     command = self.conn.recv()
+                elif self.conn.signalled():  # already here (the parent was quicker): no wait to time
+                    command = self.conn.recv()
+                    budget.waited(0.0)
                 else:
                     start = time.monotonic()
                     budget.spin(self.conn.signalled)
@@ -129,18 +137,23 @@ class _Worker:
                 raise TypeError(f"env worker: unknown command {command!r}")
             self.conn.send(reply)
 
-    def step(self, items: tuple[tuple[int, Any, bool], ...]) -> tuple:
+    def step(self, items: tuple[tuple[int, Any, bool, int], ...]) -> tuple:
+        plain: list[Any] = []
         results = []
         failures = []
         buffer = self.buffer
+        views = buffer.single_views if buffer is not None else None
         envs = self.envs
-        for env_id, action, reset_on_done in items:
+        for env_id, action, reset_on_done, slot in items:
             env = envs[env_id]
             try:
                 ts = env.step(action)
                 obs = ts.obs
-                if buffer is not None:
-                    buffer.write(env_id, STEP_SLOT, obs)
+                if views and type(obs) is np.ndarray and obs.shape == views[slot][env_id].shape:
+                    views[slot][env_id][...] = obs  # the usual case, without the checks of buffer.write
+                    obs = None
+                elif buffer is not None:
+                    buffer.write(env_id, slot, obs)
                     obs = None
             except Exception as exc:
                 failures.append(EnvFailure.capture(env_id, "step", exc, for_pickling=True))
@@ -149,7 +162,11 @@ class _Worker:
             truncated = ts.truncated
             info = ts.info
             if not (terminated or truncated):
-                results.append((env_id, ts.reward, False, False, None if info is NO_INFO else info, obs, False, None))
+                if obs is None and info is NO_INFO:
+                    plain += (env_id, ts.reward)
+                else:
+                    results.append((env_id, ts.reward, False, False, None if info is NO_INFO else info, obs, False,
+                                    None))
                 continue
             was_reset = False
             reset_obs = None
@@ -163,7 +180,7 @@ class _Worker:
                 except Exception as exc:
                     failures.append(EnvFailure.capture(env_id, "reset", exc, for_pickling=True))
             results.append((env_id, ts.reward, terminated, truncated, info, obs, was_reset, reset_obs))
-        return (STEP, tuple(results), tuple(failures))
+        return (STEP, tuple(plain), tuple(results), tuple(failures))
 
     def reset(self, command: ResetCommand) -> ResetReply:
         observations = []

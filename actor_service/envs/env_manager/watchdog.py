@@ -1,0 +1,256 @@
+"""Hang detection for envs run in this process (BaseEnvManager): a watchdog thread that interrupts an env
+operation (build, seed + reset, step, close) running past its timeout, so the manager can count the env as
+failed and rebuild it.
+
+How the interrupt gets in, by the thread that runs the operation:
+- the main thread: the watchdog sends it `INTERRUPT_SIGNAL` (a real-time signal: SIGALRM and the interval
+  timer belong to others, pytest-timeout for one), whose handler raises `EnvHangInterrupt`. A signal also
+  breaks blocking calls (sleep, lock and Event waits, socket reads), so a hang in Python code or in such a
+  wait is interrupted. The handler is installed by watchdogs created in the main thread.
+- any other thread: `PyThreadState_SetAsyncExc` raises `EnvHangInterrupt` at the thread's next bytecode. A
+  hang in Python code (a loop) is interrupted; a thread blocked in a system call or in C code is not, until
+  that call returns.
+
+Limits: a hang inside C code that never returns (holding the GIL, or, outside the main thread, any blocking
+call) cannot be interrupted in process. The operation still counts as a hang if it ever returns, and
+`overdue_s` grows meanwhile, which lets a caller give up on the manager (the actor stops renewing its job's
+lease). Envs that may hang in C code belong in the SubprocessEnvManager: a hung worker process is killed.
+
+`EnvHangInterrupt` is a BaseException, so an env's `except Exception` does not swallow it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import math
+import queue
+import signal
+import threading
+import time
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+INTERRUPT_SIGNAL = signal.SIGRTMIN + 5
+
+# After an interrupt, how long (at least 1 s, at most the operation's timeout) before the watchdog reports
+# that it did not get in.
+_STUCK_REPORT_MIN_S = 1.0
+
+_set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc  # (thread id, exception type or NULL to clear)
+
+
+class EnvHangInterrupt(BaseException):
+    """Raised inside an env operation that ran past its timeout (see the module doc)."""
+
+
+# An operation: (deadline, env_id, stage, timeout_s, thread_ident, claim). A plain tuple: one is made for every
+# env step. `claim` is a one-item list; whoever pops the item first owns the operation's end: the thread that
+# ran it (it finished in time) or the watchdog (it interrupts it). `list.pop` is atomic under the GIL.
+_Op = tuple[float, int, str, float, int, list]
+_DEADLINE, _ENV_ID, _STAGE, _TIMEOUT, _THREAD, _CLAIM = range(6)
+
+
+def _describe(op: _Op, late: bool = False) -> str:
+    return f"env {op[_ENV_ID]} {op[_STAGE]} ran past its {op[_TIMEOUT]:g} s timeout" + (" (returned late)" if late else "")
+
+
+class _MainThreadSignal:
+    """The process-wide handler of INTERRUPT_SIGNAL: raises in the main thread for the operation a watchdog
+    flagged, and does nothing for a signal whose operation has been dealt with already."""
+
+    lock = threading.Lock()
+    users = 0
+    previous: Any = None
+    flagged: _Op | None = None
+
+    @classmethod
+    def acquire(cls) -> bool:
+        """Install the handler; False when not called from the main thread (only it may install one)."""
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        with cls.lock:
+            previous = signal.signal(INTERRUPT_SIGNAL, cls.handle)
+            if previous != cls.handle:  # (a release from another thread may have left ours installed)
+                cls.previous = previous
+            cls.users += 1
+        return True
+
+    @classmethod
+    def release(cls) -> None:
+        """Restore the previous handler once the last user is gone (from the main thread; from another
+        thread the handler stays: with nothing flagged it does nothing)."""
+        with cls.lock:
+            cls.users -= 1
+            if cls.users == 0 and threading.current_thread() is threading.main_thread():
+                signal.signal(INTERRUPT_SIGNAL, cls.previous if cls.previous is not None else signal.SIG_DFL)
+
+    @classmethod
+    def installed(cls) -> bool:
+        return signal.getsignal(INTERRUPT_SIGNAL) == cls.handle
+
+    @classmethod
+    def handle(cls, signum: int, frame: object) -> None:
+        op, cls.flagged = cls.flagged, None
+        if op is not None:
+            raise EnvHangInterrupt(_describe(op))
+
+
+class Watchdog:
+    """Watches the env operations of one manager (run one at a time) from a thread of its own.
+
+    The manager brackets each operation:
+
+        op = watchdog.begin(env_id, stage, timeout_s)
+        try:
+            result = env_call()
+        except BaseException as exc:
+            raise watchdog.raised(op, exc)
+        watchdog.end(op)
+
+    An interrupted operation surfaces as EnvHangInterrupt: raised by the interrupt itself (its traceback shows
+    where the env hung), or by `raised`/`end` when the interrupt was swallowed or could not get in (the call
+    returned late). The manager then calls `settle()` before anything else, so that no interrupt stays
+    pending for later code.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._current: _Op | None = None
+        # Wake-ups for the watchdog thread. A SimpleQueue, not an Event: its `put` is one C call, so an
+        # interrupt that lands right after it cannot leave a lock held (Event.set runs Python code under a lock).
+        self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._sleeping_until = math.inf  # the deadline the watchdog thread sleeps towards (inf: none)
+        self._closed = False
+        self._lock = threading.Lock()  # held by the watchdog from claiming an operation to sending its interrupt
+        self._interrupted: _Op | None = None  # the last operation the watchdog interrupted ...
+        self._settled: _Op | None = None  # ... once its thread has dealt with that
+        self._reported: _Op | None = None  # ... once the watchdog has said that the interrupt did not get in
+        self._signal = _MainThreadSignal.acquire()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    # ---- the manager's side (begin/end run around every env step: keep them cheap) -------------------------
+    def begin(self, env_id: int, stage: str, timeout_s: float, thread: int | None = None) -> _Op:
+        """`thread`: the calling thread's ident, if the caller has it at hand (saves looking it up)."""
+        deadline = time.monotonic() + timeout_s
+        op = (deadline, env_id, stage, timeout_s, thread or threading.get_ident(), [True])
+        self._current = op
+        if deadline < self._sleeping_until:  # the watchdog would wake too late for this one
+            self._wake.put(None)
+        return op
+
+    def end(self, op: _Op) -> None:
+        """The env call returned."""
+        try:
+            op[_CLAIM].pop()
+        except IndexError:  # the watchdog claimed it: an interrupt was sent, or is being sent
+            self.settle()
+            raise EnvHangInterrupt(_describe(op, late=True)) from None
+
+    def raised(self, op: _Op, exc: BaseException) -> BaseException:
+        """The env call raised `exc`: what to raise instead, an EnvHangInterrupt if the watchdog interrupted
+        the call (`exc` itself, if that is the interrupt), else `exc`."""
+        try:
+            op[_CLAIM].pop()
+        except IndexError:
+            self.settle()
+            if isinstance(exc, EnvHangInterrupt):
+                return exc
+            hang = EnvHangInterrupt(_describe(op, late=True))
+            hang.__context__ = exc
+            return hang
+        return exc
+
+    def settle(self) -> None:
+        """After an interrupt: wait until it has been sent, then drop it if it has not got in yet, so that it
+        cannot surface in later code. Idempotent."""
+        with self._lock:  # the watchdog holds it while it sends
+            op = self._interrupted
+        if op is None or self._settled is op:
+            return
+        if _MainThreadSignal.flagged is op:
+            _MainThreadSignal.flagged = None
+        if op[_THREAD] != threading.main_thread().ident:
+            _set_async_exc(ctypes.c_ulong(op[_THREAD]), None)
+        self._settled = op
+
+    def interrupted(self) -> tuple[str, float]:
+        """(stage, timeout) of the operation last interrupted, to describe the failure."""
+        op = self._interrupted
+        return ("step", math.nan) if op is None else (op[_STAGE], op[_TIMEOUT])
+
+    def overdue_s(self) -> float:
+        """How long the operation under way has run past its deadline without its thread getting back from
+        the env (0 if none): stays near 0 while interrupts get in, grows while an env hangs where none does.
+        Safe to call from any thread."""
+        op = self._current
+        if op is None or self._settled is op or not (op[_CLAIM] or self._interrupted is op):
+            return 0.0
+        return max(0.0, time.monotonic() - op[_DEADLINE])
+
+    def close(self) -> None:
+        """Stop the watchdog thread and release the signal handler. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._wake.put(None)
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+        if self._signal:
+            self._signal = False
+            _MainThreadSignal.release()
+
+    # ---- the watchdog thread ----------------------------------------------------------------------------
+    def _run(self) -> None:
+        wake = self._wake
+        while True:
+            # Until `_sleeping_until` is set below, every `begin` wakes us: none can slip in unseen.
+            self._sleeping_until = math.inf
+            while not wake.empty():
+                wake.get_nowait()
+            if self._closed:
+                return
+            op = self._current
+            now = time.monotonic()
+            until = math.inf
+            if op is not None and op[_CLAIM]:  # running
+                if now < op[_DEADLINE]:
+                    until = op[_DEADLINE]
+                else:
+                    self._interrupt(op)
+                    continue
+            elif op is not None and op is self._interrupted and self._settled is not op and self._reported is not op:
+                report_at = op[_DEADLINE] + min(max(_STUCK_REPORT_MIN_S, op[_TIMEOUT]), 60.0)
+                if now < report_at:
+                    until = report_at
+                else:
+                    self._reported = op
+                    logger.error(
+                        "%s and is still in it %.1f s after the interrupt: it is blocked where no interrupt gets "
+                        "in (C code, or a system call outside the main thread); it counts as failed if it ever "
+                        "returns. Envs that can hang like this belong in a SubprocessEnvManager.",
+                        _describe(op), now - op[_DEADLINE],
+                    )
+                    continue
+            self._sleeping_until = until
+            try:
+                wake.get(timeout=None if until == math.inf else until - now)
+            except queue.Empty:
+                pass  # the deadline seen has come
+
+    def _interrupt(self, op: _Op) -> None:
+        with self._lock:
+            try:
+                op[_CLAIM].pop()
+            except IndexError:
+                return  # it ended just now
+            self._interrupted = op
+            if op[_THREAD] == threading.main_thread().ident and _MainThreadSignal.installed():
+                _MainThreadSignal.flagged = op
+                signal.pthread_kill(op[_THREAD], INTERRUPT_SIGNAL)
+                how = "signalled the main thread"
+            else:
+                _set_async_exc(ctypes.c_ulong(op[_THREAD]), ctypes.py_object(EnvHangInterrupt))
+                how = f"raised EnvHangInterrupt in thread {op[_THREAD]}"
+        logger.warning("%s: %s", _describe(op), how)

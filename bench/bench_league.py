@@ -7,7 +7,7 @@ beats random >= 95%; its results against MCTS improve over the run (the stronges
 half the time is reported). The league's own view (historical players, rated games, rating spread) is
 reported from its last status.
 
-`python bench/bench_league.py [--quick] [--seconds S] [--games N]`
+`python bench/bench_league.py [--quick] [--seconds S] [--games N] [--config FILE]`
 """
 
 from __future__ import annotations
@@ -38,12 +38,16 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
     parser.add_argument("--seconds", type=float, default=None, help="league run budget (default: the config's 300 s)")
     parser.add_argument("--games", type=int, default=None, help="games per checkpoint and opponent")
     parser.add_argument("--keep", type=pathlib.Path, default=None, help="keep the run directory here")
+    parser.add_argument("--config", type=pathlib.Path, default=None,
+                        help="a league config merged over the default (to compare a variant; default: none)")
     args = parser.parse_args(argv)
     seconds = args.seconds or (60.0 if args.quick else None)
     games = args.games or (20 if args.quick else 100)
     with tempfile.TemporaryDirectory(prefix="bench-league-") as tmp:
         run_dir = args.keep or pathlib.Path(tmp) / "run"
         cmd = [sys.executable, "-m", "league_cli", "run", "--run-dir", str(run_dir), "--quiet"]
+        if args.config:
+            cmd.insert(4, str(args.config))
         if seconds:
             cmd += ["--seconds", str(seconds)]
         start = time.monotonic()

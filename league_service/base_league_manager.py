@@ -74,7 +74,6 @@ class BaseLeagueManager(ABC):
             )
         self._cfg = cfg
         self.league_id = uuid.uuid4().hex
-        self.max_active_player_job = cfg.league.max_active_player_job
         self.save_checkpoint_fn = save_checkpoint_fn
         self.launch_job_fn = launch_job_fn
         self._on_change = on_change

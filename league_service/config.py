@@ -87,9 +87,15 @@ class ActivePlayerConfig:
     # The job template: keys forward_kwargs / adder_kwargs / env_kwargs give defaults under the computed
     # values, any other key travels in JobSpec.extra.
     job: dict[str, Any] = field(default_factory=dict)
+    # Jobs in flight for each player of this type; None: league.max_active_player_job. Actors take ready
+    # jobs in turn, so a player's share of the actors (and of the data its learner gets) follows its slots:
+    # more for the main player than for the exploiters that serve it.
+    max_job: int | None = None
 
     def __post_init__(self) -> None:
         _check_at_least(self.one_phase_step, 1, "one_phase_step")
+        if self.max_job is not None:
+            _check_at_least(self.max_job, 1, "max_job")
         _check_probability(self.strong_win_rate, "strong_win_rate")
         for name, prob in self.branch_probs.items():
             if name not in self.BRANCHES:
@@ -290,6 +296,11 @@ class LeagueConfig:
                         f"pretrain_checkpoint_path.{category}",
                         "use_pretrain_init_historical needs a pretrained checkpoint for every category",
                     )
+
+    def job_limit(self, player_type: str) -> int:
+        """Launch slots of each player of `player_type`: its `max_job`, else max_active_player_job."""
+        limit = self.player_config(player_type).max_job
+        return self.max_active_player_job if limit is None else limit
 
     def player_config(self, player_type: str) -> ActivePlayerConfig:
         """The section of one player type, e.g. `main_player`."""

@@ -39,7 +39,7 @@ class Roster:
                 for index in range(count):
                     player = create_player(league, player_type, category, index, roster.payoff)
                     roster.active[player.player_id] = player
-                    roster.slots[player.player_id] = LimitedSpaceContainer(0, league.max_active_player_job)
+                    roster.slots[player.player_id] = LimitedSpaceContainer(0, league.job_limit(player_type))
         return roster
 
     @classmethod
@@ -154,9 +154,8 @@ class Roster:
         if not isinstance(slots_used, dict) or set(slots_used) != set(roster.active):
             raise LeagueStateError("slots_used", "expected the slots used of every active player")
         for pid, used in slots_used.items():
-            if not isinstance(used, int) or not 0 <= used <= league.max_active_player_job:
-                raise LeagueStateError(
-                    f"slots_used.{pid}", f"expected 0..{league.max_active_player_job}, got {used!r}"
-                )
+            limit = roster.slots[pid].max_val
+            if not isinstance(used, int) or not 0 <= used <= limit:
+                raise LeagueStateError(f"slots_used.{pid}", f"expected 0..{limit}, got {used!r}")
             roster.slots[pid].cur = used
         return roster

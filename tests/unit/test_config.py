@@ -211,6 +211,7 @@ def test_another_algorithm_drops_the_default_policy_and_learner():
         ),
         ({"league": {"payoff": {"decay": 0}}}, "league.payoff.decay: must be within (0, 1]"),
         ({"league": {"max_active_player_job": 0}}, "league.max_active_player_job: must be >= 1"),
+        ({"league": {"main_player": {"max_job": 0}}}, "league.main_player.max_job: must be >= 1"),
         ({"league": {"use_pretrain_init_historical": True}}, "league.pretrain_checkpoint_path.default:"),
         ({"league": {"pretrain_checkpoint_path": {"zerg": "x.pt"}}}, "league.pretrain_checkpoint_path.zerg:"),
         ({"league": {"trueskill": {"draw_probability": 0.0}}}, "league.trueskill.draw_probability"),

@@ -13,6 +13,7 @@ from league_service.config import Config, config_from_dict
 from league_service.factory import create_league
 from league_service.league_errors import (
     InvalidResultError,
+    LeagueStateError,
     LeagueThreadError,
     NotActivePlayerError,
     SlotError,
@@ -127,6 +128,30 @@ def test_launch_fills_every_free_slot_and_no_more(make_league):
     assert again.launch_player == EXPLOITER
     status = {p.player_id: p for p in league.status().players}
     assert (status[MAIN].slots_used, status[MAIN].slots_limit) == (2, 2)
+
+
+def test_a_player_types_max_job_overrides_the_league_wide_limit(make_league):
+    """The main player gets more of the actors than the exploiters that serve it (its learner more data)."""
+    cfg = _cfg(max_active_player_job=2, main_player={"max_job": 4}, league_exploiter={"max_job": 1})
+    league = make_league(cfg)
+    specs = league.launch_ready_jobs()
+    assert Counter(s.launch_player for s in specs) == {MAIN: 4, EXPLOITER: 2, LEAGUE_EXPLOITER: 1}
+    limits = {p.player_id: p.slots_limit for p in league.status().players if p.slots_limit}
+    assert limits == {MAIN: 4, EXPLOITER: 2, LEAGUE_EXPLOITER: 1}
+    assert league.launch_ready_jobs() == []
+    league.release_job(MAIN)
+    assert [s.launch_player for s in league.launch_ready_jobs()] == [MAIN]
+
+
+def test_a_saved_state_is_checked_against_each_players_own_limit(make_league):
+    cfg = _cfg(main_player={"max_job": 4})
+    league = make_league(cfg)
+    league.launch_ready_jobs()
+    state = league.state_dict()
+    assert state["slots_used"][MAIN] == 4
+    make_league(cfg).load_state_dict(state)  # 4 of 4: fits
+    with pytest.raises(LeagueStateError, match="expected 0..2"):
+        make_league(_cfg()).load_state_dict(state)  # the same state under the default limit of 2
 
 
 def test_release_without_a_held_slot_raises(make_league):

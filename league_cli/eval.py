@@ -96,6 +96,7 @@ def _progression_main(args: argparse.Namespace) -> int:
         last_status,
         lineage,
         progression_to_dict,
+        with_latest_published,
     )
 
     torch.set_num_threads(1)
@@ -110,6 +111,11 @@ def _progression_main(args: argparse.Namespace) -> int:
         player_id = choose_player(status, args.player)
         line = lineage(status, player_id, args.points)
         store = CheckpointStore(args.shared_root or args.run_dir / "shared")
+        latest = store.latest(player_id)
+        if latest is not None:
+            steps = latest.metadata.get("agent_steps")
+            line = with_latest_published(line, latest.version, latest.path,
+                                         int(steps) if isinstance(steps, int) else None)
         env = make_env(env_name, **env_kwargs)
         try:
             info = env.info()

@@ -96,6 +96,19 @@ def lineage(status: dict[str, Any], player_id: str, points: int) -> list[Lineage
     return [found[round(i * step)] for i in range(points)]
 
 
+def with_latest_published(line: Sequence[LineagePoint], version: int, path: str,
+                          agent_steps: int | None) -> list[LineagePoint]:
+    """`line` with its active point moved to the player's newest published checkpoint (`version` at `path`)
+    when that is newer than the status said: a learner goes on publishing after the run's last status
+    record, and keeps only its newest versions, so the version in the status may be gone by now."""
+    out = list(line)
+    if out and out[-1].active and version > out[-1].checkpoint_version:
+        last = out[-1]
+        steps = last.agent_steps if agent_steps is None else max(last.agent_steps, agent_steps)
+        out[-1] = LineagePoint(last.player_id, steps, path, version, True)
+    return out
+
+
 def evaluate_lineage(
     line: Sequence[LineagePoint],
     ladder: Sequence[str],

@@ -100,7 +100,7 @@ def _progression_main(args: argparse.Namespace) -> int:
     )
 
     torch.set_num_threads(1)
-    console = Console(stderr=args.json)
+    console = Console(stderr=args.json, emoji=False)  # "mcts:100:" is no emoji code
     ladder = tuple(o.strip() for o in (args.opponent or ",".join(DEFAULT_LADDER)).split(",") if o.strip())
     try:
         for opponent in ladder:

@@ -224,13 +224,19 @@ class BaseEnvManager:
             try:
                 if watch is None:
                     ts = env.step(action)
-                else:  # (inline: this runs for every env step)
-                    op = watch.begin(env_id, "step", step_timeout, thread)
+                else:  # watch.begin / watch.end inlined (Watchdog's doc): this runs for every env step
+                    op = (env_id, "step", step_timeout, thread, [True])
+                    watch.current = op
+                    if step_timeout < watch.polling_for:
+                        watch.wake()
                     try:
                         ts = env.step(action)
                     except BaseException as exc:
                         raise watch.raised(op, exc)  # noqa: B904 - `exc` itself, or the hang it was part of
-                    watch.end(op)
+                    try:
+                        op[4].pop()
+                    except IndexError:
+                        raise watch.late(op) from None
             except EnvHangInterrupt as exc:
                 self._recover(env_id, self._hang_failure(env_id, exc))
                 continue

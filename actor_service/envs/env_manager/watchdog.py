@@ -16,6 +16,11 @@ call) cannot be interrupted in process. The operation still counts as a hang if 
 `overdue_s` grows meanwhile, which lets a caller give up on the manager (the actor stops renewing its job's
 lease). Envs that may hang in C code belong in the SubprocessEnvManager: a hung worker process is killed.
 
+Timing: `begin` reads no clock (a clock read cost more than the rest of the bookkeeping of a light env's
+step). The watchdog thread polls instead, `POLLS_PER_TIMEOUT` times per timeout, and times an operation from
+the poll that first sees it: an env is interrupted between `timeout` and `timeout * (1 + 2 / POLLS_PER_TIMEOUT)`
+after its operation began.
+
 `EnvHangInterrupt` is a BaseException, so an env's `except Exception` does not swallow it.
 """
 
@@ -34,6 +39,8 @@ logger = logging.getLogger(__name__)
 
 INTERRUPT_SIGNAL = signal.SIGRTMIN + 5
 
+POLLS_PER_TIMEOUT = 8
+
 # After an interrupt, how long (at least 1 s, at most the operation's timeout) before the watchdog reports
 # that it did not get in.
 _STUCK_REPORT_MIN_S = 1.0
@@ -45,11 +52,11 @@ class EnvHangInterrupt(BaseException):
     """Raised inside an env operation that ran past its timeout (see the module doc)."""
 
 
-# An operation: (deadline, env_id, stage, timeout_s, thread_ident, claim). A plain tuple: one is made for every
+# An operation: (env_id, stage, timeout_s, thread_ident, claim). A plain tuple: one is made for every
 # env step. `claim` is a one-item list; whoever pops the item first owns the operation's end: the thread that
 # ran it (it finished in time) or the watchdog (it interrupts it). `list.pop` is atomic under the GIL.
 _Op = tuple[float, int, str, float, int, list]
-_DEADLINE, _ENV_ID, _STAGE, _TIMEOUT, _THREAD, _CLAIM = range(6)
+_ENV_ID, _STAGE, _TIMEOUT, _THREAD, _CLAIM = range(5)
 
 
 def _describe(op: _Op, late: bool = False) -> str:
@@ -113,14 +120,21 @@ class Watchdog:
     where the env hung), or by `raised`/`end` when the interrupt was swallowed or could not get in (the call
     returned late). The manager then calls `settle()` before anything else, so that no interrupt stays
     pending for later code.
+
+    A loop over many light env steps may inline `begin` and `end` (BaseEnvManager.step does: two method calls
+    cost a light env a few percent): publish `op = (env_id, stage, timeout_s, thread_ident, [True])` as
+    `current`, call `wake()` if `timeout_s < polling_for`, and after the call pop `op[-1]`; an IndexError there
+    means the watchdog claimed the operation: `raise watchdog.late(op)`.
     """
 
     def __init__(self, name: str) -> None:
-        self._current: _Op | None = None
+        self.current: _Op | None = None  # the operation under way, or the last one
         # Wake-ups for the watchdog thread. A SimpleQueue, not an Event: its `put` is one C call, so an
         # interrupt that lands right after it cannot leave a lock held (Event.set runs Python code under a lock).
         self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
-        self._sleeping_until = math.inf  # the deadline the watchdog thread sleeps towards (inf: none)
+        self.polling_for = math.inf  # the timeout the watchdog thread polls for (inf: it waits to be woken)
+        self._seen: _Op | None = None  # the operation the watchdog thread is timing ...
+        self._seen_at = 0.0  # ... since the poll that first saw it
         self._closed = False
         self._lock = threading.Lock()  # held by the watchdog from claiming an operation to sending its interrupt
         self._interrupted: _Op | None = None  # the last operation the watchdog interrupted ...
@@ -133,20 +147,28 @@ class Watchdog:
     # ---- the manager's side (begin/end run around every env step: keep them cheap) -------------------------
     def begin(self, env_id: int, stage: str, timeout_s: float, thread: int | None = None) -> _Op:
         """`thread`: the calling thread's ident, if the caller has it at hand (saves looking it up)."""
-        deadline = time.monotonic() + timeout_s
-        op = (deadline, env_id, stage, timeout_s, thread or threading.get_ident(), [True])
-        self._current = op
-        if deadline < self._sleeping_until:  # the watchdog would wake too late for this one
+        op = (env_id, stage, timeout_s, thread or threading.get_ident(), [True])
+        self.current = op
+        if timeout_s < self.polling_for:  # the watchdog polls too seldom for this one (or not at all)
             self._wake.put(None)
         return op
+
+    def wake(self) -> None:
+        """Make the watchdog thread poll now (for an operation with a shorter timeout than it polls for)."""
+        self._wake.put(None)
 
     def end(self, op: _Op) -> None:
         """The env call returned."""
         try:
             op[_CLAIM].pop()
         except IndexError:  # the watchdog claimed it: an interrupt was sent, or is being sent
-            self.settle()
-            raise EnvHangInterrupt(_describe(op, late=True)) from None
+            raise self.late(op) from None
+
+    def late(self, op: _Op) -> EnvHangInterrupt:
+        """For an operation whose env call returned after the watchdog had claimed it: settles the interrupt
+        and returns the EnvHangInterrupt to raise."""
+        self.settle()
+        return EnvHangInterrupt(_describe(op, late=True))
 
     def raised(self, op: _Op, exc: BaseException) -> BaseException:
         """The env call raised `exc`: what to raise instead, an EnvHangInterrupt if the watchdog interrupted
@@ -184,10 +206,10 @@ class Watchdog:
         """How long the operation under way has run past its deadline without its thread getting back from
         the env (0 if none): stays near 0 while interrupts get in, grows while an env hangs where none does.
         Safe to call from any thread."""
-        op = self._current
-        if op is None or self._settled is op or not (op[_CLAIM] or self._interrupted is op):
+        op = self.current
+        if op is None or self._settled is op or not (op[_CLAIM] or self._interrupted is op) or op is not self._seen:
             return 0.0
-        return max(0.0, time.monotonic() - op[_DEADLINE])
+        return max(0.0, time.monotonic() - self._seen_at - op[_TIMEOUT])
 
     def close(self) -> None:
         """Stop the watchdog thread and release the signal handler. Idempotent."""
@@ -205,39 +227,40 @@ class Watchdog:
     def _run(self) -> None:
         wake = self._wake
         while True:
-            # Until `_sleeping_until` is set below, every `begin` wakes us: none can slip in unseen.
-            self._sleeping_until = math.inf
             while not wake.empty():
                 wake.get_nowait()
             if self._closed:
                 return
-            op = self._current
+            op = self.current
             now = time.monotonic()
             until = math.inf
             if op is not None and op[_CLAIM]:  # running
-                if now < op[_DEADLINE]:
-                    until = op[_DEADLINE]
-                else:
+                if op is not self._seen:  # it began since the last poll
+                    self._seen, self._seen_at = op, now
+                elif now - self._seen_at >= op[_TIMEOUT]:
                     self._interrupt(op)
                     continue
-            elif op is not None and op is self._interrupted and self._settled is not op and self._reported is not op:
-                report_at = op[_DEADLINE] + min(max(_STUCK_REPORT_MIN_S, op[_TIMEOUT]), 60.0)
+                # Polls go on at this pace while the manager is idle too, so that `begin` rarely wakes us.
+                self.polling_for = op[_TIMEOUT]
+            if self.polling_for < math.inf:
+                until = now + self.polling_for / POLLS_PER_TIMEOUT
+            if op is not None and op is self._interrupted and self._settled is not op and self._reported is not op:
+                report_at = self._seen_at + op[_TIMEOUT] + min(max(_STUCK_REPORT_MIN_S, op[_TIMEOUT]), 60.0)
                 if now < report_at:
-                    until = report_at
+                    until = min(until, report_at)
                 else:
                     self._reported = op
                     logger.error(
                         "%s and is still in it %.1f s after the interrupt: it is blocked where no interrupt gets "
                         "in (C code, or a system call outside the main thread); it counts as failed if it ever "
                         "returns. Envs that can hang like this belong in a SubprocessEnvManager.",
-                        _describe(op), now - op[_DEADLINE],
+                        _describe(op), now - self._seen_at - op[_TIMEOUT],
                     )
                     continue
-            self._sleeping_until = until
             try:
                 wake.get(timeout=None if until == math.inf else until - now)
             except queue.Empty:
-                pass  # the deadline seen has come
+                pass  # time for the next poll
 
     def _interrupt(self, op: _Op) -> None:
         with self._lock:

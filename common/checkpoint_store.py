@@ -246,16 +246,46 @@ class CheckpointStore:
 
     # ---- read -------------------------------------------------------------------------------------------
     def latest(self, player_id: str) -> CheckpointRef | None:
-        """The newest published version's reference, or None before the first publish."""
+        """The newest published version's reference, or None before the first publish.
+
+        `latest.json` is a shortcut: every version's own manifest is published before it. So when it is
+        missing (a writer that died between the two, a deleted file) or unreadable (a damaged or tampered
+        file), the newest version manifest that parses stands in for it, with an error logged; the next
+        publish writes a good `latest.json` again."""
         check_component(player_id, "player_id")
-        path = self.root.resolve(f"{player_id}/{LATEST}")
+        where = f"{player_id}/{LATEST}"
+        path = self.root.resolve(where)
         try:
-            ref = _parse_manifest(_read_small(path), f"{player_id}/{LATEST}")
+            ref = _parse_manifest(_read_small(path), where)
+            if ref.path.split("/", 1)[0] != player_id:
+                raise CorruptCheckpointError(f"{where}: names {ref.path!r}, outside the player's directory")
+            return ref
+        except FileNotFoundError:
+            fallback = self._newest_version_manifest(player_id)
+            if fallback is not None:
+                log.error("%s is missing; using the newest version manifest, %s", where, fallback.path)
+            return fallback
+        except CorruptCheckpointError as err:
+            fallback = self._newest_version_manifest(player_id)
+            if fallback is None:
+                raise
+            log.error("%s; using the newest version manifest instead, %s", err, fallback.path)
+            return fallback
+
+    def _newest_version_manifest(self, player_id: str) -> CheckpointRef | None:
+        directory = self.root.resolve(player_id)
+        try:
+            names = sorted((n for n in os.listdir(directory) if _VERSION_FILE.match(n)), reverse=True)
         except FileNotFoundError:
             return None
-        if ref.path.split("/", 1)[0] != player_id:
-            raise CorruptCheckpointError(f"{player_id}/{LATEST}: names {ref.path!r}, outside the player's directory")
-        return ref
+        for name in names:
+            try:
+                return self.manifest(f"{player_id}/{name}")
+            except CheckpointNotFoundError:
+                continue  # written but never published (crashed writer), or being removed
+            except CorruptCheckpointError as err:
+                log.error("%s; trying the version before", err)
+        return None
 
     def manifest(self, path: str) -> CheckpointRef:
         """The published manifest of the checkpoint at ``path``."""

@@ -178,6 +178,39 @@ def test_truncated_file_and_bad_manifests_are_detected(store):
         store.load(second.path)
 
 
+def test_a_damaged_or_missing_latest_json_falls_back_to_the_newest_version_manifest(store, caplog):
+    """latest.json is only a shortcut: each version's own manifest is published first. Readers (actors, a
+    restarting learner) keep working from the newest version manifest, and the next publish repairs it."""
+    store.publish("p0", weights(), 1)
+    second = store.publish("p0", weights(2.0), 2)
+    latest = store.root.resolve("p0/latest.json")
+
+    def replace_latest(text: str) -> None:  # a new file: latest.json may share its inode with v2's manifest
+        tmp = latest.with_name("tmp")
+        tmp.write_text(text)
+        os.replace(tmp, latest)
+
+    for damage in (lambda: replace_latest("{not json"), lambda: replace_latest('{"path": "p1/v0000000002.pt"}'),
+                   latest.unlink):
+        damage()
+        assert store.latest("p0") == second
+        assert store.load_latest("p0").ref == second
+    assert "using the newest version manifest" in caplog.text
+    # A damaged newest version manifest: the one before stands in.
+    store.root.resolve(second.path + ".json").write_text("{not json")
+    assert store.latest("p0").version == 1
+    third = store.publish("p0", weights(3.0), 3)
+    assert json.loads(latest.read_text())["version"] == 3 and store.latest("p0") == third
+    # Nothing to fall back to: the damage is reported.
+    store.publish("p9", weights(), 1)
+    store.root.resolve("p9/v0000000001.pt.json").unlink()
+    store.root.resolve("p9/latest.json").unlink()
+    store.root.resolve("p9/latest.json").write_text("{not json")
+    with pytest.raises(CorruptCheckpointError, match="JSON"):
+        store.latest("p9")
+    assert store.latest("nobody") is None
+
+
 class Payload:
     """Unpickling this runs os.mkdir(marker): what an attacker with write access to the share would plant."""
 

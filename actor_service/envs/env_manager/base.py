@@ -228,7 +228,7 @@ class BaseEnvManager:
                     op = (env_id, "step", step_timeout, thread, [True])
                     watch.current = op
                     if step_timeout < watch.polling_for:
-                        watch.wake()
+                        watch.poll_for(step_timeout)
                     try:
                         ts = env.step(action)
                     except BaseException as exc:

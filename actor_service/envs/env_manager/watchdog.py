@@ -123,7 +123,7 @@ class Watchdog:
 
     A loop over many light env steps may inline `begin` and `end` (BaseEnvManager.step does: two method calls
     cost a light env a few percent): publish `op = (env_id, stage, timeout_s, thread_ident, [True])` as
-    `current`, call `wake()` if `timeout_s < polling_for`, and after the call pop `op[-1]`; an IndexError there
+    `current`, call `poll_for(timeout_s)` if `timeout_s < polling_for`, and after the call pop `op[-1]`; an IndexError there
     means the watchdog claimed the operation: `raise watchdog.late(op)`.
     """
 
@@ -132,7 +132,9 @@ class Watchdog:
         # Wake-ups for the watchdog thread. A SimpleQueue, not an Event: its `put` is one C call, so an
         # interrupt that lands right after it cannot leave a lock held (Event.set runs Python code under a lock).
         self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
-        self.polling_for = math.inf  # the timeout the watchdog thread polls for (inf: it waits to be woken)
+        # The shortest timeout of any operation so far: the watchdog thread polls at its pace (inf: it waits to
+        # be woken), also while the manager is idle, so that `begin` wakes it only for a shorter timeout.
+        self.polling_for = math.inf
         self._seen: _Op | None = None  # the operation the watchdog thread is timing ...
         self._seen_at = 0.0  # ... since the poll that first saw it
         self._closed = False
@@ -150,11 +152,14 @@ class Watchdog:
         op = (env_id, stage, timeout_s, thread or threading.get_ident(), [True])
         self.current = op
         if timeout_s < self.polling_for:  # the watchdog polls too seldom for this one (or not at all)
-            self._wake.put(None)
+            self.poll_for(timeout_s)
         return op
 
-    def wake(self) -> None:
-        """Make the watchdog thread poll now (for an operation with a shorter timeout than it polls for)."""
+    def poll_for(self, timeout_s: float) -> None:
+        """Make the watchdog thread poll at the pace `timeout_s` needs, from now on. Set here, by the manager's
+        thread, not by the watchdog's: that one may not get the GIL for a long while when light env steps run
+        back to back, and until it did, every step would wake it again (measured: a wake-up per step)."""
+        self.polling_for = timeout_s
         self._wake.put(None)
 
     def end(self, op: _Op) -> None:
@@ -240,8 +245,6 @@ class Watchdog:
                 elif now - self._seen_at >= op[_TIMEOUT]:
                     self._interrupt(op)
                     continue
-                # Polls go on at this pace while the manager is idle too, so that `begin` rarely wakes us.
-                self.polling_for = op[_TIMEOUT]
             if self.polling_for < math.inf:
                 until = now + self.polling_for / POLLS_PER_TIMEOUT
             if op is not None and op is self._interrupted and self._settled is not op and self._reported is not op:

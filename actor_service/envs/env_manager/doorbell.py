@@ -19,6 +19,7 @@ from multiprocessing import shared_memory
 from typing import Any
 
 from actor_service.envs.env_manager.shared_memory import unlink
+from actor_service.envs.env_manager.shm_blocks import create_block
 
 _LINE = 64  # bytes per counter: one cache line each, so two processes never write the same line
 _WORDS_PER_LINE = _LINE // 8
@@ -48,7 +49,7 @@ class Doorbells:
     def create(cls, count: int) -> Doorbells:
         if count < 1:
             raise ValueError(f"Doorbells: count must be >= 1, got {count}")
-        shm = shared_memory.SharedMemory(create=True, size=2 * count * _LINE)
+        shm = create_block(2 * count * _LINE)
         bells = cls(shm, count, owner=True)
         for i in range(count):
             bells.clear(i)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from actor_service.envs.env_manager.shm_blocks import create_block
 from common.envs.base import ArraySpec, DiscreteSpec, ObsSpec
 
 logger = logging.getLogger(__name__)
@@ -145,7 +146,7 @@ class ObsBuffer:
             leaf = _Leaf(key, tuple(spec.shape), np.dtype(spec.dtype).str, offset)
             leaves.append(leaf)
             offset += -(-max(env_num * slots * _nbytes(leaf), 1) // _ALIGN) * _ALIGN
-        shm = shared_memory.SharedMemory(create=True, size=offset)
+        shm = create_block(offset)
         return cls(shm, ObsLayout(shm.name, env_num, tuple(leaves), offset, slots), owner=True)
 
     @classmethod

@@ -47,6 +47,7 @@ from actor_service.envs.env_manager.doorbell import Doorbells, SpinBudget
 from actor_service.envs.env_manager.failure import EnvFailure
 from actor_service.envs.env_manager.pipe import MessagePipe
 from actor_service.envs.env_manager.shared_memory import RESET_SLOT, STEP_SLOT, ObsBuffer, pool_size_for
+from actor_service.envs.env_manager.shm_blocks import remove_orphaned_blocks
 from actor_service.envs.env_manager.worker import (
     STEP,
     AckReply,
@@ -308,6 +309,7 @@ class SubprocessEnvManager(BaseEnvManager):
     # ---- launch and reset ------------------------------------------------------------------------------
     def _launch(self, reset_params: Mapping[int, Mapping[str, Any]] | None) -> None:
         self._set_reset_params(reset_params)
+        remove_orphaned_blocks()  # of managers whose whole process group was SIGKILLed (shm_blocks.py)
         if self._worker_spin_s > 0 or self._parent_spin_s > 0:
             self._doorbells = Doorbells.create(len(self._workers))
         if self._parent_spin_s > 0:

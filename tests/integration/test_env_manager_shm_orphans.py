@@ -1,0 +1,77 @@
+"""Shared-memory blocks of a manager whose whole process group was SIGKILLed (its resource tracker with it)
+are removed by the next manager that starts on the machine; blocks of live processes are never touched."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from actor_service.envs import SubprocessEnvManager, SubprocessEnvManagerConfig
+from actor_service.envs.env_manager.shm_blocks import SHM_DIR, _pid_namespace, remove_orphaned_blocks
+from tests.env_doubles import CountingEnv
+from tests.polling import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def test_only_blocks_of_gone_processes_of_this_namespace_are_removed(tmp_path):
+    ns, dead = _pid_namespace(), _dead_pid()
+    names = {
+        "orphan": f"lg{ns}_{dead}_0123abcd",
+        "mine": f"lg{ns}_{os.getpid()}_0123abcd",
+        "other_namespace": f"lg1{ns}_{dead}_0123abcd",
+        "foreign": "psm_0123abcd",
+        "lookalike": f"lg{ns}_{dead}_0123abcd.bak",
+    }
+    for name in names.values():
+        (tmp_path / name).write_bytes(b"x")
+    assert remove_orphaned_blocks(str(tmp_path)) == [names["orphan"]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(n for k, n in names.items() if k != "orphan")
+    assert remove_orphaned_blocks(str(tmp_path / "missing")) == []
+
+
+CHILD = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, sys.argv[1])
+    from actor_service.envs import SubprocessEnvManager, SubprocessEnvManagerConfig
+    from tests.env_doubles import CountingEnv
+    manager = SubprocessEnvManager([CountingEnv] * 2, SubprocessEnvManagerConfig(num_workers=1))
+    manager.launch()
+    print("launched", flush=True)
+    time.sleep(600)
+""")
+
+
+def test_blocks_left_by_a_sigkilled_process_group_are_removed_by_the_next_manager():
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(ROOT)], stdout=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    prefix = f"lg{_pid_namespace()}_{child.pid}_"
+    try:
+        assert child.stdout.readline().strip() == "launched"
+        left = [n for n in os.listdir(SHM_DIR) if n.startswith(prefix)]
+        assert len(left) == 2  # the observation buffer and the doorbells
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)  # the manager, its env worker and its resource tracker
+        child.wait(30)
+        child.stdout.close()
+    wait_until("the killed group's processes to be gone",
+               lambda: not subprocess.run(["pgrep", "-g", str(child.pid)], capture_output=True).stdout, 30)
+    assert all(os.path.exists(os.path.join(SHM_DIR, n)) for n in left)  # nobody cleaned up after SIGKILL
+    manager = SubprocessEnvManager([CountingEnv] * 2, SubprocessEnvManagerConfig(num_workers=1))
+    try:
+        manager.launch()
+        assert not [n for n in left if os.path.exists(os.path.join(SHM_DIR, n))]
+        assert [n for n in os.listdir(SHM_DIR) if n.startswith(f"lg{_pid_namespace()}_{os.getpid()}_")]
+    finally:
+        manager.close()
+    assert not [n for n in os.listdir(SHM_DIR) if n.startswith(f"lg{_pid_namespace()}_{os.getpid()}_")]

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from common.checkpoint_store import LATEST, MANIFEST_SUFFIX, CheckpointStore
+from common.checkpoint_store import LATEST, MANIFEST_SUFFIX, CheckpointError, CheckpointStore
 from common.rpc import ServerOptions, parse_listen_line
 from league_service.coordinator import Coordinator, CoordinatorSettings
 from league_service.server import CoordinatorServer, serve_coordinator
@@ -117,6 +117,23 @@ def assert_share_consistent(share: Path, player_id: str) -> list[int]:
     assert latest is not None and versions and latest.version == max(versions), (latest, versions)
     assert json.loads((directory / LATEST).read_text())["path"] == latest.path
     return versions
+
+
+def assert_share_consistent_while_publishing(share: Path, player_id: str, timeout_s: float = 30.0) -> list[int]:
+    """`assert_share_consistent` on a share a live learner keeps publishing to: a look can fall in the middle
+    of a publish (its temp file, weights before their manifest, a latest.json newer than the listing), so the
+    share must be found consistent at some instant within `timeout_s`; the last failure is reported."""
+    failures: list[BaseException] = []
+
+    def consistent() -> list[int] | None:
+        try:
+            return assert_share_consistent(share, player_id)
+        except (AssertionError, CheckpointError) as err:
+            failures.append(err)
+            return None
+
+    return wait_until("a consistent look at the share between two publishes", consistent, timeout_s,
+                      lambda: repr(failures[-1]) if failures else "")
 
 
 # ---- the short version: one learner process, chunks pushed by the test ------------------------------------
@@ -247,11 +264,11 @@ def test_league_run_survives_the_share_filling_up_twice(tmp_path):
                 time.sleep(10)  # hold the share full while actors keep playing and the learner keeps training
                 assert CheckpointStore(share).latest(player) == at_failure, "published on a full share"
                 assert _active(_history(run_dir)[-1])["checkpoint_version"] == at_failure.version
-                assert_share_consistent(share, player)
+                assert_share_consistent_while_publishing(share, player)  # it keeps trying, and failing
                 filler.unlink()
                 run.wait_for(lambda r, v=at_failure.version: _active(r)["checkpoint_version"] > v, 120,
                              f"publishing to resume (cut {cut})")
-                assert_share_consistent(share, player)
+                assert_share_consistent_while_publishing(share, player)
             assert run.finish(timeout_s=240) == 0, run.output()
             history = _history(run_dir)
             check_status(history[-1], earlier=earlier, shared_root=share)

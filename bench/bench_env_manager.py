@@ -7,7 +7,7 @@
 Every variant runs in the same process, round after round (variants interleaved); each figure is the best
 round, so a burst of load from other processes on the machine disturbs all variants alike.
 
-    python bench/bench_env_manager.py [--quick] [--output bench/results/env_manager.md]
+    python bench/bench_env_manager.py [--quick] [--output FILE.md]
 """
 
 from __future__ import annotations

@@ -273,12 +273,7 @@ class CheckpointStore:
             return fallback
 
     def _newest_version_manifest(self, player_id: str) -> CheckpointRef | None:
-        directory = self.root.resolve(player_id)
-        try:
-            names = sorted((n for n in os.listdir(directory) if _VERSION_FILE.match(n)), reverse=True)
-        except FileNotFoundError:
-            return None
-        for name in names:
+        for name in reversed(self._version_files(player_id)):
             try:
                 return self.manifest(f"{player_id}/{name}")
             except CheckpointNotFoundError:
@@ -301,17 +296,20 @@ class CheckpointStore:
     def versions(self, player_id: str) -> list[CheckpointRef]:
         """Published versions of the player still on disk, oldest first."""
         check_component(player_id, "player_id")
+        refs = []
+        for name in self._version_files(player_id):
+            try:
+                refs.append(self.manifest(f"{player_id}/{name}"))
+            except CheckpointNotFoundError:
+                continue  # written but never published (crashed writer), or being removed
+        return refs
+
+    def _version_files(self, player_id: str) -> list[str]:
+        """Names of the player's versioned weight files on disk, oldest first ([] without its directory)."""
         directory = self.root.resolve(player_id)
         if not directory.is_dir():
             return []
-        refs = []
-        for name in sorted(os.listdir(directory)):
-            if _VERSION_FILE.match(name):
-                try:
-                    refs.append(self.manifest(f"{player_id}/{name}"))
-                except CheckpointNotFoundError:
-                    continue  # written but never published (crashed writer), or being removed
-        return refs
+        return sorted(name for name in os.listdir(directory) if _VERSION_FILE.match(name))
 
     def load(self, path: str, expected_version: int | None = None) -> Checkpoint:
         """Load and verify the checkpoint at ``path``; raises `CorruptCheckpointError` on any mismatch."""

@@ -234,7 +234,7 @@ class BaseEnvManager:
                     except BaseException as exc:
                         raise watch.raised(op, exc)  # noqa: B904 - `exc` itself, or the hang it was part of
                     try:
-                        op[4].pop()
+                        op[-1].pop()
                     except IndexError:
                         raise watch.late(op) from None
             except EnvHangInterrupt as exc:

@@ -55,7 +55,7 @@ class EnvHangInterrupt(BaseException):
 # An operation: (env_id, stage, timeout_s, thread_ident, claim). A plain tuple: one is made for every
 # env step. `claim` is a one-item list; whoever pops the item first owns the operation's end: the thread that
 # ran it (it finished in time) or the watchdog (it interrupts it). `list.pop` is atomic under the GIL.
-_Op = tuple[float, int, str, float, int, list]
+_Op = tuple[int, str, float, int, list]
 _ENV_ID, _STAGE, _TIMEOUT, _THREAD, _CLAIM = range(5)
 
 

@@ -8,6 +8,7 @@ no torch here: the coordinator does not import it.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -30,6 +31,10 @@ class ModelConfig:
     """None: the algorithm's usual choice (tanh for PPO, relu for DQN)."""
     conv: tuple[tuple[int, int, int], ...] = ()
     """(out_channels, kernel, stride) per conv layer for (C, H, W) observations; empty: the Nature DQN stack."""
+    conv_padding: Literal["valid", "same"] = "valid"
+    """"same" pads each conv layer so its output keeps the input's height and width (odd kernels, stride 1):
+    for small boards, where "valid" layers shrink a 6x7 board to 2x3 and the cells near the edges reach
+    the dense layers through few features. "valid": no padding (pixels)."""
     obs_scale: float = 1.0
     """Observations are multiplied by this (1/255 for uint8 pixels)."""
     shared_torso: bool = False
@@ -40,14 +45,24 @@ class ModelConfig:
     (PPO only); None: feed-forward."""
     recurrent_size: int = 64
     """Width of the recurrent core's state (with ``recurrent``)."""
+    value_bound: float | None = None
+    """Actor-critic models: values squashed into (-value_bound, value_bound) by ``value_bound * tanh``, for
+    envs whose returns stay within that bound (a game won or lost: 1). An unbounded head can overshoot
+    there (values of 1.0-1.2 were seen in won connect-four positions), which gives the winning move a
+    negative advantage. On the default connect-four league it did not help (BENCHMARKS.md). None: unbounded."""
 
     def __post_init__(self) -> None:
+        if self.value_bound is not None and not (math.isfinite(self.value_bound) and self.value_bound > 0):
+            raise ValueError(f"model.value_bound must be a finite number > 0 or null, got {self.value_bound!r}")
         if any(h < 1 for h in self.hidden):
             raise ValueError(f"model.hidden: widths must be >= 1, got {self.hidden}")
         if self.recurrent_size < 1:
             raise ValueError(f"model.recurrent_size must be >= 1, got {self.recurrent_size}")
         if any(c < 1 or k < 1 or s < 1 for c, k, s in self.conv):
             raise ValueError(f"model.conv: (channels, kernel, stride) must be >= 1, got {self.conv}")
+        if self.conv_padding == "same" and (not self.conv or any(k % 2 == 0 or s != 1 for _, k, s in self.conv)):
+            raise ValueError("model.conv_padding 'same' needs model.conv given, with odd kernels and stride 1, "
+                             f"got {self.conv or '[] (the Nature DQN stack)'}")
 
 
 @dataclass(frozen=True)
@@ -162,6 +177,9 @@ class PolicyConfig:
             raise ValueError(f"policy.model.recurrent: {self.model.recurrent!r} needs algorithm "
                              f"{' or '.join(RECURRENT_ALGORITHMS)}; {self.algorithm} trains feed-forward models only "
                              f"(remove model.recurrent)")
+        if self.model.value_bound is not None and self.algorithm == "dqn":
+            raise ValueError("policy.model.value_bound: dqn's model has no state-value head; it bounds only "
+                             "actor-critic values (remove model.value_bound)")
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any] | PolicyConfig | None) -> PolicyConfig:

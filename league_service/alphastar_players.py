@@ -48,7 +48,7 @@ class MainPlayer(BattleActivePlayer):
         historical = self._historical()
         if not historical:
             return self._sp_branch(rng)
-        return self._pfsp_over(historical, "squared", rng)
+        return self._pfsp_over(historical, self._cfg.pfsp_weighting, rng)
 
     def _sp_branch(self, rng: np.random.Generator, opponent: Player | None = None) -> Player:
         if opponent is None:

@@ -135,6 +135,8 @@ class MainPlayerConfig(ActivePlayerConfig):
         default_factory=lambda: {"pfsp": 0.5, "sp": 0.35, "verification": 0.15}, metadata=REPLACE
     )
     strong_win_rate: float | None = 0.7
+    # The pfsp branch's weighting over all past players; AlphaStar's "squared" favours the hardest ones.
+    pfsp_weighting: Weighting = "squared"
     # Self-play: a main opponent we beat less often than this is too strong; play its past versions instead.
     sp_min_win_rate: float = 0.3
     # Verification: past exploiters we beat less often than this are replayed (exploitation check) ...

@@ -46,8 +46,10 @@ class Torso(nn.Module):
         layers: list[nn.Module] = []
         if len(obs_spec.shape) == 3:
             channels = obs_spec.shape[0]
+            same = config.conv_padding == "same"
             for out_channels, kernel, stride in config.conv or NATURE_CONV:
-                layers += [layer_init(nn.Conv2d(channels, out_channels, kernel, stride)), act()]
+                padding = kernel // 2 if same else 0
+                layers += [layer_init(nn.Conv2d(channels, out_channels, kernel, stride, padding)), act()]
                 channels = out_channels
         layers.append(nn.Flatten())
         with torch.no_grad():
@@ -80,6 +82,12 @@ def split_input_specs(obs_specs: Mapping[str, TensorSpec], num_actions: int) -> 
     return obs_specs[OBSERVATION], mask_spec
 
 
+def bound_values(values: torch.Tensor, bound: float | None) -> torch.Tensor:
+    """`values` squashed into (-bound, bound) by ``bound * tanh(v / bound)`` (ModelConfig.value_bound), or
+    as they are when `bound` is None."""
+    return values if bound is None else bound * torch.tanh(values / bound)
+
+
 class ActorCriticModel(Model):
     """Categorical policy logits and a state value."""
 
@@ -93,6 +101,7 @@ class ActorCriticModel(Model):
         width = self.actor_torso.out_features
         self.policy_head = layer_init(nn.Linear(width, num_actions), std=0.01)
         self.value_head = layer_init(nn.Linear(width, 1), std=1.0)
+        self.value_bound = config.value_bound
 
     def get_input_specs(self) -> list[TensorSpec]:
         return [self.obs_spec, self.mask_spec]
@@ -105,11 +114,11 @@ class ActorCriticModel(Model):
         features = self.actor_torso(inputs[OBSERVATION])
         logits = apply_action_mask(self.policy_head(features), inputs.get(ACTION_MASK))
         critic = features if self.critic_torso is None else self.critic_torso(inputs[OBSERVATION])
-        return logits, self.value_head(critic).squeeze(-1)
+        return logits, bound_values(self.value_head(critic).squeeze(-1), self.value_bound)
 
     def value(self, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         torso = self.actor_torso if self.critic_torso is None else self.critic_torso
-        return self.value_head(torso(inputs[OBSERVATION])).squeeze(-1)
+        return bound_values(self.value_head(torso(inputs[OBSERVATION])).squeeze(-1), self.value_bound)
 
 
 class QNetworkModel(Model):

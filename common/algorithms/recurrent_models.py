@@ -17,7 +17,7 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from common.algorithms.models import Torso, apply_action_mask, layer_init, split_input_specs
+from common.algorithms.models import Torso, apply_action_mask, bound_values, layer_init, split_input_specs
 from common.computation.model import Model
 from common.computation.specs import ACTION_MASK, TensorSpec
 from common.policy_config import ModelConfig
@@ -88,6 +88,7 @@ class RecurrentActorCriticModel(Model):
         self.core = RecurrentCore(config.recurrent, self.torso.out_features, config.recurrent_size)
         self.policy_head = layer_init(nn.Linear(config.recurrent_size, num_actions), std=0.01)
         self.value_head = layer_init(nn.Linear(config.recurrent_size, 1), std=1.0)
+        self.value_bound = config.value_bound
 
     def get_input_specs(self) -> list[TensorSpec]:
         return [self.obs_spec, self.mask_spec]
@@ -120,4 +121,5 @@ class RecurrentActorCriticModel(Model):
         return self.step(inputs, states)[1]
 
     def _heads(self, features: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        return apply_action_mask(self.policy_head(features), mask), self.value_head(features).squeeze(-1)
+        values = bound_values(self.value_head(features).squeeze(-1), self.value_bound)
+        return apply_action_mask(self.policy_head(features), mask), values

@@ -10,7 +10,7 @@ from gymnasium.utils.env_checker import check_env
 
 from common.envs import DiscreteSpec, Outcome
 from common.envs.gymnasium_view import GymnasiumView
-from common.envs.openspiel_env import BotSpec, OpenSpielEnv, outcomes_from_returns
+from common.envs.openspiel_env import PIECE_PLANES, BotSpec, OpenSpielEnv, outcomes_from_returns
 
 
 def _first_legal(obs: dict) -> int:
@@ -55,6 +55,38 @@ def test_each_player_sees_the_board_and_its_own_seat():
     for seat in (0, 1):
         seat_planes = obs["observation"][seat, 3:]
         assert (seat_planes[seat] == 1).all() and (seat_planes[1 - seat] == 0).all()
+
+
+@pytest.mark.parametrize("game, first_move, second_move", [("connect_four", 3, 2), ("tic_tac_toe", 4, 0)])
+def test_relative_perspective_shows_each_player_its_own_pieces_first(game, first_move, second_move):
+    """PIECE_PLANES names the right planes (checked against pyspiel's own tensors), and with
+    perspective="relative" the second player sees the first player's view of a colour-swapped board."""
+    first_plane, second_plane = PIECE_PLANES[game]
+    absolute = OpenSpielEnv(game)
+    relative = OpenSpielEnv(game, perspective="relative")
+    for env in (absolute, relative):
+        env.reset()
+        env.step(first_move)
+    shape = absolute.game.observation_tensor_shape()
+    raw = np.reshape(absolute.state.observation_tensor(0), shape)
+    assert raw[first_plane].sum() == 1 and raw[second_plane].sum() == 0  # player 0's one piece
+    obs = relative.step(second_move).obs["observation"]
+    absolute_obs = absolute.step(second_move).obs["observation"]
+    assert np.array_equal(obs[0], absolute_obs[0])  # the first player's view is unchanged
+    raw = np.reshape(absolute.state.observation_tensor(1), shape)
+    expected = raw.copy()
+    expected[[first_plane, second_plane]] = raw[[second_plane, first_plane]]
+    assert np.array_equal(obs[1, : shape[0]], expected)
+    assert np.array_equal(obs[1, shape[0]:], absolute_obs[1, shape[0]:])  # seat features stay
+    own = np.unravel_index(int(np.argmax(obs[1, first_plane])), obs[1, first_plane].shape)
+    assert obs[1, first_plane].sum() == 1 and obs[0, second_plane][own] == 1  # player 1's piece, seen by both
+
+
+def test_relative_perspective_is_refused_where_the_planes_are_unknown():
+    with pytest.raises(ValueError, match="perspective 'relative' is defined only for"):
+        OpenSpielEnv("kuhn_poker", perspective="relative")
+    with pytest.raises(ValueError, match="perspective must be one of"):
+        OpenSpielEnv("connect_four", perspective="mine")
 
 
 def test_flat_observations_get_a_one_hot_seat():

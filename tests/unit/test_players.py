@@ -123,6 +123,16 @@ def test_main_player_mixes_pfsp_self_play_and_verification():
     )
 
 
+def test_main_player_pfsp_weighting_is_configurable():
+    payoff = _payoff()
+    main = _active(payoff, MainPlayer, "main", MainPlayerConfig(branch_probs={"pfsp": 1.0}, pfsp_weighting="linear"))
+    weak, strong = _historical(payoff, "main_1", main), _historical(payoff, "main_2", main)
+    _set_win_rate(payoff, main, weak, 0.9)
+    _set_win_rate(payoff, main, strong, 0.4)
+    # linear weights 0.1 / 0.6 (squared would give 0.01 / 0.36)
+    _assert_distribution(_opponent_frequencies(main), {"main_1": 0.1 / 0.7, "main_2": 0.6 / 0.7})
+
+
 def test_main_player_self_play_falls_back_to_past_versions_of_a_too_strong_opponent():
     payoff = _payoff()
     cfg = MainPlayerConfig(branch_probs={"sp": 1.0})

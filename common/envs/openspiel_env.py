@@ -44,7 +44,7 @@ _MAX_SEED = 2**31 - 1  # pyspiel takes seeds as C++ ints
 BOT_KINDS = ("random", "mcts")
 PERSPECTIVES = ("absolute", "relative")
 # Games whose observation tensor has one plane of pieces per player, the same for every player: the plane
-# index of player 0's pieces and of player 1's (checked against pyspiel in tests/unit/test_openspiel_env.py).
+# index of player 0's pieces and of player 1's (checked against pyspiel in tests/unit/test_env_openspiel.py).
 PIECE_PLANES: dict[str, tuple[int, int]] = {"connect_four": (0, 1), "tic_tac_toe": (2, 1)}
 
 

@@ -232,8 +232,11 @@ class Learner:
             league = self.client.player_progress(job.player_id)
             start = publisher.choose_start(job.checkpoint_path, job.checkpoint_version, league)
             version = start.version if start.published is not None else publisher.next_version(start.version)
-            trainer = build_trainer(spec, config, start.progress, seed=seed, device=self.settings.device,
-                                    weights=start.weights, version=version)
+            try:
+                trainer = build_trainer(spec, config, start.progress, seed=seed, device=self.settings.device,
+                                        weights=start.weights, version=version)
+            except ValueError as err:  # a model the env's observations do not fit (ModelConfig, Torso)
+                raise JobSetupError(f"job {job.job_id} ({job.player_id}): {err}") from err
             trainer.restore_algorithm_updates(start.algorithm_updates)
             if start.published is not None:  # the player's own latest version: resume its optimizer state too
                 trainer.resume_training_state(publisher.store, start.published)

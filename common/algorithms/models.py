@@ -53,7 +53,12 @@ class Torso(nn.Module):
                 channels = out_channels
         layers.append(nn.Flatten())
         with torch.no_grad():
-            width = nn.Sequential(*layers)(torch.zeros(1, *obs_spec.shape)).shape[1]
+            try:
+                width = nn.Sequential(*layers)(torch.zeros(1, *obs_spec.shape)).shape[1]
+            except RuntimeError as err:  # e.g. the Nature stack's 8x8 kernels on a 6x7 board
+                stack = [list(layer) for layer in config.conv or NATURE_CONV]
+                raise ValueError(f"model.conv: the conv stack {stack}{'' if config.conv else ' (the default)'} "
+                                 f"does not fit observations of shape {tuple(obs_spec.shape)}: {err}") from None
         for hidden in config.hidden:
             layers += [layer_init(nn.Linear(width, hidden)), act()]
             width = hidden

@@ -310,6 +310,25 @@ def test_a_job_it_cannot_train_fails_with_the_field_named(tmp_path):
         assert counters.jobs_failed == 1  # handed back at once, not left to expire
 
 
+def test_a_model_the_observations_do_not_fit_fails_the_job_with_the_key_named(tmp_path):
+    """A conv stack too big for the board (the Nature stack's 8x8 kernels on connect four's 6x7) passes the
+    config check (which does not know the env's shapes); the learner hands the job back, naming the key."""
+    cfg = config_from_dict({"policy": {"algorithm": "ppo", "model": {"conv": []}}})
+    with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
+        learner = Learner(LearnerSettings(coordinator=coordinator.address, shared_root=tmp_path, worker_id="l",
+                                          device="cpu", get_job_wait_s=1.0))
+        learner.start()
+        try:
+            with pytest.raises(JobSetupError, match=r"model.conv: the conv stack .*does not fit observations"):
+                learner.run()
+        finally:
+            learner.close()
+        channel, stub = league_stub(coordinator.address)
+        counters = stub.GetStatus(league_pb2.GetStatusRequest()).counters
+        channel.close()
+        assert counters.jobs_failed == 1
+
+
 def test_diverged_updates_are_rolled_back_and_never_published(tmp_path):
     data = load_yaml(REPO / "configs" / "solo_cartpole.yaml")
     data["policy"]["ppo"].update(learning_rate=1e20, target_kl=None)  # every update turns the weights into NaN

@@ -78,3 +78,8 @@ def test_conv_padding_same_keeps_the_board_size(padding, width):
 def test_conv_padding_same_needs_odd_kernels_and_stride_one(conv):
     with pytest.raises(ValueError, match="model.conv_padding 'same' needs model.conv given"):
         ModelConfig(conv=conv, conv_padding="same")
+
+
+def test_a_conv_stack_that_does_not_fit_the_board_is_refused_naming_the_key():
+    with pytest.raises(ValueError, match=r"model.conv: the conv stack \[\[32, 8, 4\].*\(the default\) does not fit"):
+        Torso(BOARD, ModelConfig(), "relu")

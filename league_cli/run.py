@@ -25,6 +25,9 @@ from league_cli.processes import ManagedProcess, ProcessGroup, league_command
 
 PORT_WAIT_S = 90.0
 MAX_WORKER_RESTARTS = 5
+# What `league actor` and `league learner` exit with on bad arguments or a job they cannot set up (a policy
+# section they refuse, an env that does not exist, a model the env's observations do not fit).
+SETUP_ERROR_EXIT = 2
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,10 @@ class Supervisor:
         for proc in self.group.dead():
             if proc.name == "coordinator":
                 raise RuntimeError(f"the coordinator exited ({proc.popen.returncode}):\n{proc.log_tail()}")
+            if proc.popen.returncode == SETUP_ERROR_EXIT:
+                raise RuntimeError(f"{proc.name} cannot run this league (exit {SETUP_ERROR_EXIT}: bad arguments or "
+                                   f"a job it cannot set up, which a restart does not fix); last log lines:\n"
+                                   f"{proc.log_tail()}")
             n = self.restarts.get(proc.name, 0)
             if n >= MAX_WORKER_RESTARTS:
                 raise RuntimeError(f"{proc.name} died {n + 1} times; last log lines:\n{proc.log_tail()}")

@@ -23,8 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SOLO = ROOT / "configs" / "solo_cartpole.yaml"
 
 
-def _config(tmp_path: Path, seconds: float) -> Path:
+def _config(tmp_path: Path, seconds: float, env_name: str | None = None) -> Path:
     cfg = yaml.safe_load(SOLO.read_text())
+    if env_name is not None:
+        cfg["env"]["name"] = env_name
     cfg["env"]["env_num"] = 4
     cfg["env"]["env_steps"] = 512
     cfg["coordinator"] = {**cfg.get("coordinator", {}), "lease_timeout_s": 4.0, "heartbeat_interval_s": 1.0}
@@ -85,9 +87,9 @@ def _active(record: dict) -> dict:
 class LeagueRun:
     """`league run` as a subprocess in its own session; killed with everything under it at the end."""
 
-    def __init__(self, tmp_path: Path, seconds: float) -> None:
+    def __init__(self, tmp_path: Path, seconds: float, env_name: str | None = None) -> None:
         self.run_dir = tmp_path / "run"
-        argv = [sys.executable, "-m", "league_cli", "run", str(_config(tmp_path, seconds)),
+        argv = [sys.executable, "-m", "league_cli", "run", str(_config(tmp_path, seconds, env_name)),
                 "--run-dir", str(self.run_dir), "--quiet"]
         self.log = open(tmp_path / "league_run.log", "wb")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, cwd=tmp_path,
@@ -131,8 +133,8 @@ class LeagueRun:
 def league_run(tmp_path):
     runs: list[LeagueRun] = []
 
-    def start(seconds: float) -> LeagueRun:
-        run = LeagueRun(tmp_path, seconds)
+    def start(seconds: float, env_name: str | None = None) -> LeagueRun:
+        run = LeagueRun(tmp_path, seconds, env_name)
         runs.append(run)
         return run
 
@@ -165,6 +167,20 @@ def test_solo_league_runs_publishes_and_exits_cleanly(league_run):
     versions = sorted((run.run_dir / "shared" / player["player_id"]).glob("v*.pt"))
     assert versions, "no checkpoint file published"
     assert player["agent_steps"] > 0 and player["train_iteration"] > 0
+
+
+def test_a_job_no_learner_can_set_up_stops_the_run_with_the_reason(league_run):
+    """A learner that exits with a setup error (here: an env that does not exist) would fail the same way
+    after every restart: the run stops at once, shows why, and leaves nothing running."""
+    run = league_run(seconds=120, env_name="NoSuchEnv-v0")
+    assert run.finish(timeout_s=90) == 1, run.output()
+    out = run.output(tail=None)
+    assert "cannot run this league (exit 2" in out and "NoSuchEnv" in out, out[-6000:]
+    assert "restarted" not in out
+    deadline = time.monotonic() + 10
+    while _pids_mentioning(str(run.run_dir)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _pids_mentioning(str(run.run_dir)) == [], "processes of the run outlived it"
 
 
 def test_a_killed_actor_loses_its_lease_and_training_goes_on(league_run):

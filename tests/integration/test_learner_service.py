@@ -295,12 +295,17 @@ def test_a_job_it_cannot_train_fails_with_the_field_named(tmp_path):
     # ... and a learner handed such a section anyway (a coordinator of another version, say) refuses it too.
     del data["learner"]["bach_size"]
     cfg = dataclasses.replace(config_from_dict(data), learner={**data["learner"], "bach_size": 64})
+    _assert_the_job_fails_at_setup(cfg, tmp_path, r"learner: unknown field\(s\) \['bach_size'\]")
+
+
+def _assert_the_job_fails_at_setup(cfg, tmp_path, match: str) -> None:
+    """A learner refuses the league's learn job with JobSetupError matching `match` and hands it back."""
     with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
         learner = Learner(LearnerSettings(coordinator=coordinator.address, shared_root=tmp_path, worker_id="l",
                                           device="cpu", get_job_wait_s=1.0))
         learner.start()
         try:
-            with pytest.raises(JobSetupError, match=r"learner: unknown field\(s\) \['bach_size'\]"):
+            with pytest.raises(JobSetupError, match=match):
                 learner.run()
         finally:
             learner.close()
@@ -314,19 +319,7 @@ def test_a_model_the_observations_do_not_fit_fails_the_job_with_the_key_named(tm
     """A conv stack too big for the board (the Nature stack's 8x8 kernels on connect four's 6x7) passes the
     config check (which does not know the env's shapes); the learner hands the job back, naming the key."""
     cfg = config_from_dict({"policy": {"algorithm": "ppo", "model": {"conv": []}}})
-    with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
-        learner = Learner(LearnerSettings(coordinator=coordinator.address, shared_root=tmp_path, worker_id="l",
-                                          device="cpu", get_job_wait_s=1.0))
-        learner.start()
-        try:
-            with pytest.raises(JobSetupError, match=r"model.conv: the conv stack .*does not fit observations"):
-                learner.run()
-        finally:
-            learner.close()
-        channel, stub = league_stub(coordinator.address)
-        counters = stub.GetStatus(league_pb2.GetStatusRequest()).counters
-        channel.close()
-        assert counters.jobs_failed == 1
+    _assert_the_job_fails_at_setup(cfg, tmp_path, r"model.conv: the conv stack .*does not fit observations")
 
 
 def test_diverged_updates_are_rolled_back_and_never_published(tmp_path):

@@ -143,12 +143,16 @@ def league_run(tmp_path):
         run.close()
 
 
-def _assert_clean_end(run: LeagueRun) -> None:
-    assert run.finish(timeout_s=120) == 0, run.output()
+def _assert_nothing_left_running(run: LeagueRun) -> None:
     deadline = time.monotonic() + 10
     while _pids_mentioning(str(run.run_dir)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _pids_mentioning(str(run.run_dir)) == [], "processes of the run outlived it"
+
+
+def _assert_clean_end(run: LeagueRun) -> None:
+    assert run.finish(timeout_s=120) == 0, run.output()
+    _assert_nothing_left_running(run)
     out = run.output()
     for where in ("checkpoints:", "logs:", "state:"):
         assert where in out
@@ -177,10 +181,7 @@ def test_a_job_no_learner_can_set_up_stops_the_run_with_the_reason(league_run):
     out = run.output(tail=None)
     assert "cannot run this league (exit 2" in out and "NoSuchEnv" in out, out[-6000:]
     assert "restarted" not in out
-    deadline = time.monotonic() + 10
-    while _pids_mentioning(str(run.run_dir)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _pids_mentioning(str(run.run_dir)) == [], "processes of the run outlived it"
+    _assert_nothing_left_running(run)
 
 
 def test_a_killed_actor_loses_its_lease_and_training_goes_on(league_run):

@@ -21,12 +21,13 @@ no difference beyond noise to the main player against random (93% against 91%; B
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyspiel
+from open_spiel.python.observation import make_observation
 
 from common.envs.base import (
     NO_INFO,
@@ -163,7 +164,7 @@ class OpenSpielEnv(Env):
             raise ValueError(f"OpenSpielEnv: game {game!r} is not sequential-move; only turn-based games are supported")
         if game_type.provides_observation_tensor:
             self._obs_shape = tuple(self._game.observation_tensor_shape())
-            self._observe = lambda state, player: state.observation_tensor(player)
+            self._observe = _tensor_observer(self._game, self._obs_shape)
         elif game_type.provides_information_state_tensor:
             self._obs_shape = tuple(self._game.information_state_tensor_shape())
             self._observe = lambda state, player: state.information_state_tensor(player)
@@ -293,6 +294,35 @@ class OpenSpielEnv(Env):
         if to_play >= 0:
             mask[to_play] = state.legal_actions_mask(to_play)
         return {"observation": observation, "action_mask": mask, "to_play": np.array(to_play, np.int32)}
+
+
+def _tensor_observer(game: pyspiel.Game, shape: tuple[int, ...]) -> Callable[[pyspiel.State, int], Any]:
+    """`state.observation_tensor(player)`, read through pyspiel's observer buffer where the game has one.
+
+    `observation_tensor` builds a Python list of floats that numpy then converts: ~19 us per player for
+    connect four against ~1.6 us for the observer's float32 buffer, which an actor pays twice per env step.
+    The returned array is the observer's own buffer, overwritten by the next call: callers copy it at once.
+    Falls back to the list where the game has no observer tensor or it differs from `observation_tensor`.
+    """
+    def as_list(state: pyspiel.State, player: int) -> Any:
+        return state.observation_tensor(player)
+
+    observer = make_observation(game)
+    size = int(np.prod(shape))
+    if observer is None or getattr(observer, "tensor", None) is None or observer.tensor.size != size:
+        return as_list
+    probe = game.new_initial_state()
+    while probe.is_chance_node():
+        probe.apply_action(probe.chance_outcomes()[0][0])
+    observer.set_from(probe, 0)
+    if not np.array_equal(observer.tensor, np.asarray(probe.observation_tensor(0), np.float32)):
+        return as_list
+
+    def from_observer(state: pyspiel.State, player: int) -> np.ndarray:
+        observer.set_from(state, player)
+        return observer.tensor
+
+    return from_observer
 
 
 def _seat_features(raw_shape: tuple[int, ...], num_players: int) -> np.ndarray:

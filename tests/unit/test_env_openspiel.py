@@ -116,6 +116,27 @@ def test_players_alternate_and_the_game_ends_with_outcomes():
         env.step(0)
 
 
+@pytest.mark.parametrize("game", ["connect_four", "tic_tac_toe", "kuhn_poker", "leduc_poker"])
+def test_observations_are_pyspiels_observation_tensors_through_whole_games(game):
+    """The env reads observations through pyspiel's observer buffer (faster than the list); it must give
+    exactly `state.observation_tensor(player)`, for every player at every step, chance nodes included."""
+    env = OpenSpielEnv(game)
+    rng = np.random.default_rng(7)
+    raw_shape = tuple(env.game.observation_tensor_shape())
+    raw = raw_shape[0]
+    for episode in range(5):
+        env.seed(episode)
+        obs = env.reset()
+        while True:
+            for player in range(2):
+                expected = np.reshape(env.state.observation_tensor(player), raw_shape)
+                assert np.array_equal(obs["observation"][player, :raw], expected), (game, player)
+            if int(obs["to_play"]) < 0:
+                break
+            ts = env.step(int(rng.choice(np.flatnonzero(obs["action_mask"][int(obs["to_play"])]))))
+            obs = ts.obs
+
+
 def test_observations_are_per_player():
     env = OpenSpielEnv("connect_four")
     env.reset()

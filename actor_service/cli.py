@@ -18,6 +18,8 @@ import sys
 import threading
 from pathlib import Path
 
+from common.exit_codes import FAILURE_EXIT, SETUP_ERROR_EXIT
+
 COORDINATOR_ENV_VAR = "LEAGUE_COORDINATOR"
 SHARED_ROOT_ENV_VAR = "LEAGUE_SHARED_ROOT"
 
@@ -100,7 +102,7 @@ def main(args: argparse.Namespace) -> int:
         if isinstance(err, CoordinatorError):
             return _refuse(str(err))
         log.error("the actor stopped on an error", exc_info=err)
-        return 1
+        return FAILURE_EXIT
     log.info("actor %s stopped after %d job(s)", settings.worker_id, len(actor.reports))
     return 0
 
@@ -121,7 +123,7 @@ def _env_path(name: str) -> Path | None:
 
 def _refuse(message: str) -> int:
     print(f"league actor: {message}", file=sys.stderr)
-    return 2
+    return SETUP_ERROR_EXIT
 
 
 if __name__ == "__main__":

@@ -21,13 +21,11 @@ from typing import Any
 import yaml
 
 from common.config import ConfigError, from_dict
+from common.exit_codes import SETUP_ERROR_EXIT
 from league_cli.processes import ManagedProcess, ProcessGroup, league_command
 
 PORT_WAIT_S = 90.0
 MAX_WORKER_RESTARTS = 5
-# What `league actor` and `league learner` exit with on bad arguments or a job they cannot set up (a policy
-# section they refuse, an env that does not exist, a model the env's observations do not fit).
-SETUP_ERROR_EXIT = 2
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import sys
 import threading
 from pathlib import Path
 
+from common.exit_codes import FAILURE_EXIT, SETUP_ERROR_EXIT
 from common.rpc import format_listen_line, load_token
 
 log = logging.getLogger("league.learner")
@@ -116,13 +117,13 @@ def main(args: argparse.Namespace) -> int:
     if failure:
         err = failure[0]
         log.error("learner failed", exc_info=err)
-        return 2 if isinstance(err, JobSetupError) else 1
+        return SETUP_ERROR_EXIT if isinstance(err, JobSetupError) else FAILURE_EXIT
     return 0
 
 
 def _refuse(message: str) -> int:
     print(f"league learner: {message}", file=sys.stderr)
-    return 2
+    return SETUP_ERROR_EXIT
 
 
 def cli(argv: list[str] | None = None) -> int:

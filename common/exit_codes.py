@@ -1,0 +1,14 @@
+"""Exit statuses of the `league` worker processes, shared with what supervises them (`league run`).
+
+A supervisor restarts a worker that failed while running, but not one that exits with `SETUP_ERROR_EXIT`:
+that worker was given bad arguments or a job it cannot set up (a policy section it refuses, an env that
+does not exist, a model the env's observations do not fit), and a restart would fail the same way.
+"""
+
+from __future__ import annotations
+
+FAILURE_EXIT = 1
+"""Failed while running (a crash, a lost coordinator, a learner error mid-training): worth a restart."""
+
+SETUP_ERROR_EXIT = 2
+"""Bad arguments or a job it cannot set up: restarting would fail the same way (argparse's status too)."""

@@ -182,7 +182,7 @@ def _expected_name(tp: Any) -> str:
 
 def _convert(tp: Any, value: Any, path: str) -> Any:
     if tp is Any:
-        return copy.deepcopy(value)
+        return _plain_data(value, path)
     if dataclasses.is_dataclass(tp):
         return from_dict(tp, value, path)
     origin = typing.get_origin(tp)
@@ -220,6 +220,33 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
     if origin in (list, tuple) or tp in (list, tuple):
         return _convert_sequence(tp, value, path)
     raise TypeError(f"{path}: unsupported config field type {tp!r}")
+
+
+def _plain_data(value: Any, path: str) -> Any:
+    """A free-form value (env kwargs, the policy section, ...) as the plain data it travels as.
+
+    These values reach actors and learners inside protobuf Structs, which hold only string keys, numbers,
+    strings, booleans, null, lists and mappings. Integer keys (YAML's `bots: {1: random}`) become the strings
+    the wire turns them into anyway, so a local `league eval` and a remote actor see the same kwargs; anything
+    else a Struct cannot hold is refused here, naming its key, instead of failing every GetJob later.
+    """
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if isinstance(key, bool) or not isinstance(key, str | int):
+                raise ConfigError(join_path(path, str(key)),
+                                  f"keys must be strings (integers are sent as strings), got {_describe(key)}")
+            name = str(key)
+            if name in out:
+                raise ConfigError(join_path(path, name), "the key is given twice (as an integer and as a string)")
+            out[name] = _plain_data(item, join_path(path, name))
+        return out
+    if isinstance(value, list | tuple):
+        return [_plain_data(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    raise ConfigError(path, f"expected a string, number, boolean, null, list or mapping, got "
+                            f"{type(value).__name__} ({str(value)[:40]})")
 
 
 def _convert_int(value: Any, path: str) -> int:

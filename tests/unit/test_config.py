@@ -17,6 +17,7 @@ from league_service.config import (
     default_config_dict,
     load_config,
 )
+from league_service.wire import to_struct
 
 
 @dataclass(frozen=True)
@@ -268,3 +269,32 @@ def test_loading_a_league_config_does_not_import_torch():
             "import league_service.server; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "False"
+
+
+def test_free_form_sections_hold_plain_data_with_string_keys():
+    """Free-form sections travel to actors and learners in protobuf Structs (string keys only). YAML's
+    `bots: {1: random}` used to load and then fail every GetJob of the league; its keys now become strings
+    at load, the same on a local run and over the wire."""
+    cfg = config_from_dict(yaml.safe_load(
+        "env: {name: connect_four, kwargs: {bots: {1: random}, game_params: {rows: 6}}}\n"
+        "league: {main_player: {env_kwargs: {bots: {0: {kind: mcts, num_simulations: 10}}}}}\n"
+    ))
+    assert cfg.env.kwargs == {"bots": {"1": "random"}, "game_params": {"rows": 6}}
+    assert cfg.league.player_config("main_player").env_kwargs == {"bots": {"0": {"kind": "mcts", "num_simulations": 10}}}
+    to_struct(cfg.env.kwargs)  # what the coordinator puts into every collect job
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ("{start: 2024-01-01}", "env.kwargs.start: expected a string, number, boolean, null, list or mapping, got date"),
+        ("{bots: {1.5: random}}", "env.kwargs.bots.1.5: keys must be strings"),
+        ("{bots: {true: random}}", "env.kwargs.bots.True: keys must be strings"),
+        ("{bots: {1: random, '1': mcts}}", "env.kwargs.bots.1: the key is given twice"),
+        ("{layers: [{at: 2024-01-01}]}", "env.kwargs.layers[0].at: expected a string"),
+    ],
+)
+def test_free_form_values_a_struct_cannot_hold_are_refused_at_load(kwargs, message):
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(yaml.safe_load(f"env: {{name: connect_four, kwargs: {kwargs}}}"))
+    assert message in str(info.value)

@@ -7,15 +7,15 @@ the actor never meets a half-valid job (the job is then finished as FAILED with 
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import struct_pb2
 
 from common.computation.algorithm import ForwardKwargs
 from common.proto.league.v1 import league_pb2
+from common.struct_data import struct_to_dict
 from common.typed_config import from_mapping
 
 DEFAULT_UNROLL_LEN = 32
@@ -123,23 +123,6 @@ class JobPlan:
             lease_timeout_s=job.lease_timeout_s,
             policy=struct_to_dict(job.policy),
         )
-
-
-def struct_to_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
-    """A Struct as plain data. A Struct carries every number as a double; whole numbers come back as ints
-    (env kwargs such as ``max_episode_steps`` or game parameters must be ints; typed configs turn an int back
-    into a float where a float is wanted)."""
-    return _whole_numbers_as_ints(json_format.MessageToDict(struct))
-
-
-def _whole_numbers_as_ints(value: Any) -> Any:
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _whole_numbers_as_ints(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_whole_numbers_as_ints(v) for v in value]
-    return value
 
 
 def _typed(cls: type, struct: struct_pb2.Struct, field: str) -> Any:

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from google.protobuf import json_format
 
 from common.proto.league.v1 import league_pb2, league_pb2_grpc
 from common.rpc import RetryPolicy, call_idempotent, make_channel
+from common.struct_data import struct_to_dict
 from learner_service.trainer import Progress
 
 log = logging.getLogger(__name__)
@@ -75,9 +75,9 @@ class LearnJob:
             checkpoint_path=player.checkpoint_path,
             checkpoint_version=player.checkpoint_version,
             env_name=job.env_name,
-            env_kwargs=json_format.MessageToDict(job.env_kwargs),
-            policy=json_format.MessageToDict(job.policy),
-            learner_kwargs=json_format.MessageToDict(job.learner_kwargs),
+            env_kwargs=struct_to_dict(job.env_kwargs),
+            policy=struct_to_dict(job.policy),
+            learner_kwargs=struct_to_dict(job.learner_kwargs),
             lease_timeout_s=job.lease_timeout_s,
         )
 

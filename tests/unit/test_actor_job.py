@@ -4,7 +4,7 @@ import pytest
 from google.protobuf import struct_pb2
 
 from actor_service.actor import episode_result, job_seed
-from actor_service.job import DEFAULT_UNROLL_LEN, JobError, JobKind, JobPlan, struct_to_dict
+from actor_service.job import DEFAULT_UNROLL_LEN, JobError, JobKind, JobPlan
 from actor_service.rollout import EpisodeRecord
 from common.envs.base import Outcome
 from common.proto.league.v1 import league_pb2 as pb
@@ -76,11 +76,6 @@ def test_bad_fields_are_named(overrides, field):
         JobPlan.from_proto(job(**overrides))
     assert err.value.field == field
     assert str(err.value).startswith(field)
-
-
-def test_struct_to_dict_keeps_fractions_and_strings():
-    assert struct_to_dict(struct({"a": 0.5, "b": "x", "c": [1, 2.5], "d": True})) == {
-        "a": 0.5, "b": "x", "c": [1, 2.5], "d": True}
 
 
 def test_episode_results_list_players_in_job_order():

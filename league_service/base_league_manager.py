@@ -362,10 +362,17 @@ class BaseLeagueManager(ABC):
                 if source:
                     try:
                         self.save_checkpoint_fn(source, historical.checkpoint_path)
+                    except FileNotFoundError as err:
+                        # The learner retired that version meanwhile (it publishes faster than it keeps: a
+                        # fast DQN learner keeps 5 versions for ~0.1 s). Expected, and the next update names a
+                        # newer one, so no traceback.
+                        log.warning("snapshot of %s skipped, its checkpoint is gone (%s); retried at the "
+                                    "player's next update", historical.player_id, err)
+                        continue
                     except Exception:
-                        # A failed copy (disk full, checkpoint pruned meanwhile) skips this snapshot only: the
-                        # player stays trained enough and is tried again at its next update, and the league
-                        # keeps launching jobs meanwhile.
+                        # A failed copy (disk full, a damaged share) skips this snapshot only: the player stays
+                        # trained enough and is tried again at its next update, and the league keeps
+                        # launching jobs meanwhile.
                         log.exception("snapshot of %s failed; retried at its next update", historical.player_id)
                         continue
                 copied.append(plan)

@@ -433,17 +433,30 @@ def test_snapshot_without_a_checkpoint_copies_nothing(make_league):
     assert league.snapshot_ready_players() == []
 
 
-def test_a_failed_snapshot_copy_is_skipped_and_retried_without_stopping_the_league(make_league):
+@pytest.mark.parametrize(
+    "error, level, traceback",
+    [
+        (OSError(28, "No space left on device"), "ERROR", True),
+        # The learner retired the version meanwhile (fast publishers): expected, a warning without traceback.
+        (FileNotFoundError("main/v1.pt: no published checkpoint"), "WARNING", False),
+    ],
+)
+def test_a_failed_snapshot_copy_is_skipped_and_retried_without_stopping_the_league(
+    make_league, caplog, error, level, traceback
+):
     attempts = []
 
     def flaky_save(src: str, dst: str) -> None:
         attempts.append((src, dst))
         if len(attempts) == 1:
-            raise OSError(28, "No space left on device")
+            raise error
 
     league = make_league(_cfg(main_player={"one_phase_step": 10, "strong_win_rate": None}), save=flaky_save)
     _update(league, MAIN, 10, path=f"{MAIN}/v1.pt", version=1)
-    assert league.snapshot_ready_players() == []
+    with caplog.at_level("WARNING", logger="league_service.base_league_manager"):
+        assert league.snapshot_ready_players() == []
+    (record,) = [r for r in caplog.records if "snapshot of" in r.getMessage()]
+    assert record.levelname == level and (record.exc_info is not None) == traceback
     assert league.failure is None and league.historical_players == ()
     assert league.get_player(MAIN).is_trained_enough()  # it will be tried again
     (snap,) = league.snapshot_ready_players()

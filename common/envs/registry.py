@@ -28,9 +28,23 @@ def make_env(name: str, **kwargs: Any) -> Env:
         from common.envs.openspiel_env import OpenSpielEnv
 
         return OpenSpielEnv(name.removeprefix(OPENSPIEL_PREFIX), **kwargs)
+    import gymnasium
+
     from common.envs.gym_env import GymEnv
 
-    return GymEnv(name, **kwargs)
+    try:
+        return GymEnv(name, **kwargs)
+    except gymnasium.error.UnregisteredEnv as err:
+        raise ValueError(f"env name {name!r}: {err}{_openspiel_hint(name)}") from err
+
+
+def _openspiel_hint(name: str) -> str:
+    """A gymnasium id that is not registered but names an OpenSpiel game: say how to ask for the game."""
+    import pyspiel
+
+    if name in pyspiel.registered_names():
+        return f" OpenSpiel has a game of that name: use '{OPENSPIEL_PREFIX}{name}'."
+    return ""
 
 
 def _python_env(name: str, kwargs: Mapping[str, Any]) -> Env:

@@ -85,6 +85,16 @@ def test_make_env_maps_names_to_adapters():
         make_env("")
 
 
+def test_an_unknown_env_name_says_so_and_points_to_an_openspiel_game_of_that_name():
+    with pytest.raises(ValueError, match="env name 'tic_tac_toe': .* use 'openspiel:tic_tac_toe'"):
+        make_env("tic_tac_toe")
+    with pytest.raises(ValueError, match="env name 'NoSuchEnv-v0': .*doesn't exist") as info:
+        make_env("NoSuchEnv-v0")
+    assert "openspiel" not in str(info.value)
+    with pytest.raises(ValueError, match="version `v9`"):
+        make_env("CartPole-v9")
+
+
 def test_env_spec_is_a_picklable_factory():
     spec = EnvSpec("connect_four", {"bots": {1: "random"}})
     env = pickle.loads(pickle.dumps(spec))()

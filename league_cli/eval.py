@@ -32,8 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--run-dir", type=Path,
                         help="a `league run` directory: evaluate a player's snapshots along the run (progression)")
     parser.add_argument("--opponent", default=None,
-                        help="reference bot: random or mcts:N (N simulations); with --run-dir, a comma-separated "
-                             f"ladder (default {','.join(DEFAULT_LADDER)})")
+                        help="reference bot: random or mcts:N (N simulations), or a comma-separated list of them "
+                             f"(default: random; with --run-dir {','.join(DEFAULT_LADDER)})")
     parser.add_argument("--player", default=None,
                         help="with --run-dir: the active player whose snapshots to evaluate (default: the main player)")
     parser.add_argument("--points", type=int, default=6,
@@ -57,11 +57,14 @@ def main(args: argparse.Namespace) -> int:
     from common.envs.registry import make_env
 
     torch.set_num_threads(1)
-    args.opponent = args.opponent or "random"
+    opponents = _opponents(args.opponent or "random")
+    if not opponents:
+        return _refuse("--opponent names no bot")
     if not Path(args.checkpoint).is_absolute() and args.shared_root is None:
         return _refuse(f"--checkpoint {args.checkpoint!r} is relative: give --shared-root (or ${SHARED_ROOT_ENV_VAR})")
     try:
-        BotSpec.parse(args.opponent)
+        for opponent in opponents:
+            BotSpec.parse(opponent)
         policy, env_name, env_kwargs = _league_policy_and_env(args.config)
         store, path = resolve_checkpoint(args.checkpoint, args.shared_root)
         env = make_env(env_name, **env_kwargs)
@@ -70,14 +73,20 @@ def main(args: argparse.Namespace) -> int:
         finally:
             env.close()
         task, ref = load_policy(store, path, policy, info, seed=args.seed)
-        result = play_against_bot(task, env_name, env_kwargs, args.opponent, args.games, seed=args.seed)
+        for opponent in opponents:
+            result = play_against_bot(task, env_name, env_kwargs, opponent, args.games, seed=args.seed)
+            if args.json:  # one line per opponent
+                print(json.dumps({"checkpoint": ref.path, "version": ref.version, "env": env_name,
+                                  **result.to_dict()}), flush=True)
+            else:
+                _print_table(ref, env_name, result)
     except (ValueError, OSError) as err:  # config, path, checkpoint (corrupt / missing) or model mismatch
         return _refuse(str(err))
-    if args.json:
-        print(json.dumps({"checkpoint": ref.path, "version": ref.version, "env": env_name, **result.to_dict()}))
-    else:
-        _print_table(ref, env_name, result)
     return 0
+
+
+def _opponents(text: str) -> tuple[str, ...]:
+    return tuple(o.strip() for o in text.split(",") if o.strip())
 
 
 def _progression_main(args: argparse.Namespace) -> int:
@@ -101,7 +110,7 @@ def _progression_main(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(1)
     console = Console(stderr=args.json, emoji=False)  # "mcts:100:" is no emoji code
-    ladder = tuple(o.strip() for o in (args.opponent or ",".join(DEFAULT_LADDER)).split(",") if o.strip())
+    ladder = _opponents(args.opponent or ",".join(DEFAULT_LADDER))
     try:
         for opponent in ladder:
             BotSpec.parse(opponent)

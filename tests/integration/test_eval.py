@@ -81,6 +81,12 @@ def test_cli_prints_a_table_and_json(tmp_path, capsys):
     assert report["wins"] + report["draws"] + report["losses"] == 3
     assert sum(s["games"] for s in report["by_seat"]) == 3
 
+    # Several bots at once: one JSON line (or table) each, in the order given.
+    assert eval_cli.main(parse("--checkpoint", absolute, "--config", str(config), "--games", "2", "--json",
+                               "--opponent", "random, mcts:2")) == 0
+    reports = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["opponent"] for r in reports] == ["random", "mcts:2"] and all(r["games"] == 2 for r in reports)
+
 
 @pytest.mark.parametrize(
     ("argv", "message"),
@@ -89,6 +95,8 @@ def test_cli_prints_a_table_and_json(tmp_path, capsys):
         (["--checkpoint", "../outside.pt", "--shared-root", "{root}"], "'..'"),
         (["--checkpoint", "p/v0000000009.pt", "--shared-root", "{root}"], "no published checkpoint"),
         (["--checkpoint", "p/v0000000001.pt", "--shared-root", "{root}", "--opponent", "alphazero"], "alphazero"),
+        (["--checkpoint", "p/v0000000001.pt", "--shared-root", "{root}", "--opponent", "random,mcts:x"], "mcts:x"),
+        (["--checkpoint", "p/v0000000001.pt", "--shared-root", "{root}", "--opponent", " , "], "names no bot"),
     ],
 )
 def test_cli_refuses_bad_input_with_a_message(tmp_path, capsys, monkeypatch, argv, message):

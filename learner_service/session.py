@@ -127,6 +127,7 @@ class LearnSession:
         self.trainer = trainer
         self.publisher = publisher
         self.config = config
+        self._publish_every = config.publish_period(trainer.spec.policy.algorithm)
         self.seed = seed
         self.queue = ChunkQueue(config.queue_chunks, config.queue_bytes)
         self.telemetry = Telemetry(Path(context.shared_root) / "tensorboard" / job.player_id)
@@ -218,7 +219,7 @@ class LearnSession:
                 self._roll_back(report)
                 continue
             scalars = self.telemetry.iteration(report, self.trainer.progress, self.trainer.buffered_samples)
-            if publish and self.publisher.due(report.train_iteration, self.config.publish_every):
+            if publish and self.publisher.due(report.train_iteration, self._publish_every):
                 ref = self._publish()
                 if ref is not None:  # else storage failed (logged); the publisher retries on a backoff
                     self._report(ref)

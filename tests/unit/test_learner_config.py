@@ -40,6 +40,18 @@ def test_learner_section_survives_a_struct_and_typos_name_the_field():
         LearnerConfig(replay_ratio=0)
 
 
+def test_publish_period_defaults_by_algorithm_unless_given():
+    """A DQN iteration is one gradient step: publishing each one (the old default for every algorithm) meant
+    ~100 checkpoints, UpdatePlayer calls and actor reloads a second."""
+    default = LearnerConfig.from_mapping(None)
+    assert default.publish_every is None
+    assert default.publish_period("ppo") == 1 and default.publish_period("dqn") == 100
+    given = LearnerConfig.from_mapping(_through_struct({"publish_every": 3}))
+    assert given.publish_period("ppo") == 3 and given.publish_period("dqn") == 3
+    with pytest.raises(ValueError, match="learner.publish_every must be >= 1"):
+        LearnerConfig.from_mapping({"publish_every": 0})
+
+
 def test_player_seed_is_stable_across_processes():
     # The documented formula (actors that initialise a player without a checkpoint use it too), not hash().
     assert player_seed("a") == int.from_bytes(hashlib.sha256(b"a").digest()[:4], "little") == 310482890

@@ -45,14 +45,17 @@ class RunConfig:
     stop_grace_s: float = 15.0
 
     def __post_init__(self) -> None:
+        # Paths relative to the section: from_dict(RunConfig, ..., "run") puts "run." in front.
         if self.actors < 1:
-            raise ConfigError("run.actors", f"must be >= 1, got {self.actors}")
+            raise ConfigError("actors", f"must be >= 1, got {self.actors}")
+        if self.env_num_per_actor < 0:
+            raise ConfigError("env_num_per_actor", f"must be >= 0 (0: env.env_num), got {self.env_num_per_actor}")
         if self.manager not in ("subprocess", "base"):
-            raise ConfigError("run.manager", f"must be 'subprocess' or 'base', got {self.manager!r}")
+            raise ConfigError("manager", f"must be 'subprocess' or 'base', got {self.manager!r}")
         if not self.seconds > 0:
-            raise ConfigError("run.seconds", f"must be > 0, got {self.seconds}")
+            raise ConfigError("seconds", f"must be > 0, got {self.seconds}")
         if self.env_steps < 0:
-            raise ConfigError("run.env_steps", f"must be >= 0, got {self.env_steps}")
+            raise ConfigError("env_steps", f"must be >= 0, got {self.env_steps}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

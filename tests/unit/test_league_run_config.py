@@ -16,8 +16,24 @@ def test_run_section_is_typed_and_errors_name_the_key():
         from_dict(RunConfig, {"actors": "many"}, "run")
     with pytest.raises(ConfigError, match="run.bogus"):
         from_dict(RunConfig, {"bogus": 1}, "run")
-    with pytest.raises(ConfigError, match="run.manager"):
+    with pytest.raises(ConfigError, match="manager: must be 'subprocess' or 'base'"):
         RunConfig(manager="threads")
+
+
+@pytest.mark.parametrize(
+    "section, message",
+    [
+        ({"actors": 0}, "run.actors: must be >= 1, got 0"),
+        ({"env_num_per_actor": -1}, "run.env_num_per_actor: must be >= 0"),
+        ({"manager": "threads"}, "run.manager: must be 'subprocess' or 'base'"),
+        ({"seconds": 0}, "run.seconds: must be > 0"),
+        ({"env_steps": -5}, "run.env_steps: must be >= 0"),
+    ],
+)
+def test_run_section_values_are_checked_with_the_keys_path(section, message):
+    with pytest.raises(ConfigError) as info:
+        from_dict(RunConfig, section, "run")
+    assert str(info.value).startswith(message)  # once: not "run.run.actors"
 
 
 def test_one_learner_per_active_player():

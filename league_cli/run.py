@@ -217,14 +217,13 @@ def _progress_table(status: Any, elapsed: float, run_cfg: RunConfig, steps_per_s
 
 def run_main(args: argparse.Namespace) -> int:
     import grpc
-    from rich.console import Console
     from rich.live import Live
 
     from common.proto.league.v1 import league_pb2, league_pb2_grpc
     from common.rpc import make_channel
-    from league_service.status_view import render_status, status_to_json
+    from league_service.status_view import render_status, status_console, status_to_json
 
-    console = Console()
+    console = status_console()
     try:
         cfg, run_cfg, cfg_dict = _load(args)
     except ConfigError as err:

@@ -134,15 +134,14 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def status_main(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.live import Live
 
     from common.proto.league.v1 import league_pb2, league_pb2_grpc
-    from league_service.status_view import render_status, status_to_json
+    from league_service.status_view import render_status, status_console, status_to_json
 
     if args.watch is not None and not args.watch > 0:
         raise SystemExit("league status: --watch needs a positive number of seconds")
-    console = Console()
+    console = status_console()
     channel = make_channel(args.addr, token=load_token(args.token_file), tls_ca=args.tls_ca)
     stub = league_pb2_grpc.LeagueServiceStub(channel)
 

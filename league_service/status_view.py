@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import sys
+from typing import IO
 
 from google.protobuf import json_format
-from rich.console import Group
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
@@ -17,6 +20,20 @@ from common.proto.league.v1 import league_pb2
 
 _ROLE_NAMES = {league_pb2.WORKER_ROLE_ACTOR: "actor", league_pb2.WORKER_ROLE_LEARNER: "learner"}
 _KIND_NAMES = {league_pb2.JOB_KIND_COLLECT: "collect", league_pb2.JOB_KIND_LEARN: "learn", league_pb2.JOB_KIND_EVAL: "eval"}
+
+
+PIPED_WIDTH = 200
+"""Columns of the tables when the output is not a terminal (a pipe, a log file) and $COLUMNS is unset."""
+
+
+def status_console(file: IO[str] | None = None) -> Console:
+    """A console for the status tables. Rich lays out a pipe or a file 80 columns wide, which squeezed the
+    active-player table's steps, iteration and rating columns to nothing in `league status | less` and in
+    the summary `league run` leaves in its log; a terminal keeps its own width."""
+    out = file if file is not None else sys.stdout
+    if out.isatty() or "COLUMNS" in os.environ:
+        return Console(file=file)
+    return Console(file=file, width=PIPED_WIDTH)
 
 
 def status_to_json(status: league_pb2.LeagueStatus) -> str:

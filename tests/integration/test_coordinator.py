@@ -258,7 +258,7 @@ def test_metrics_expose_counters_and_rpc_latency(league):
         assert name in text, name
 
 
-def test_league_status_cli_prints_tables_and_json(league, capsys):
+def test_league_status_cli_prints_tables_and_json(league, capsys, monkeypatch):
     import argparse
 
     from league_service.cli import add_status_arguments, status_main
@@ -271,9 +271,14 @@ def test_league_status_cli_prints_tables_and_json(league, capsys):
     data = json.loads(capsys.readouterr().out)
     assert {p["player_id"] for p in data["players"]} == {"main_player_default_0", "main_exploiter_default_0"}
     assert data["counters"]["jobs_issued"] == 2
+    monkeypatch.delenv("COLUMNS", raising=False)
     assert status_main(parser.parse_args(["--addr", server.address])) == 0
     out = capsys.readouterr().out
     assert "main_player_default_0" in out and "workers (2)" in out
+    # Piped (not a terminal): laid out wide, so no column is squeezed to nothing as at rich's 80 columns.
+    header = next(line for line in out.splitlines() if "player" in line and "type" in line)
+    for column in ("steps", "iter", "checkpoint", "elo", "trueskill", "slots", "learner"):
+        assert column in header, (column, header)
     assert status_main(parser.parse_args(["--addr", "127.0.0.1:1", "--timeout", "0.5"])) == 1
 
 

@@ -1,4 +1,5 @@
-"""Playing a published checkpoint against OpenSpiel reference bots (what `league eval` runs).
+"""Playing a published checkpoint against OpenSpiel reference bots, or alone in a single-player env (what
+`league eval` runs).
 
 The checkpoint is loaded through the checkpoint store (digest verified, unpickled with weights_only) from a path
 relative to the shared root, or from an absolute path that must lie inside a shared root (when no root is given
@@ -125,6 +126,63 @@ def play_against_bot(
         tuple(SeatTally(seat, *counts) for seat, counts in tallies.items() if counts[0]),
         float(np.mean(lengths)),
     )
+
+
+@dataclass(frozen=True)
+class ReturnResult:
+    """A single-player env (CartPole): the policy's undiscounted episode returns; there is no opponent."""
+
+    episodes: int
+    mean_return: float
+    std_return: float
+    min_return: float
+    max_return: float
+    mean_length: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def play_episodes(
+    task: ComputationTask,
+    env_name: str,
+    env_kwargs: Mapping[str, Any],
+    episodes: int,
+    seed: int = 0,
+    greedy: bool = True,
+) -> ReturnResult:
+    """`episodes` episodes of `task` alone in a single-player env (seeds seed, seed + 1, ...)."""
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    env = make_env(env_name, **env_kwargs)
+    returns, lengths = [], []
+    try:
+        info = env.info()
+        if info.num_players != 1:
+            raise ValueError(f"env {env_name!r} has {info.num_players} players: play it against a reference bot")
+        kwargs = ForwardKwargs(greedy=greedy)
+        for episode in range(episodes):
+            env.seed(seed + episode)
+            obs = env.reset()
+            states = task.initial_states(1)
+            total, length = 0.0, 0
+            while True:
+                view = player_view(obs, 0, info)
+                prediction = task.predict({k: v[None] for k, v in view.items()}, states, forward_kwargs=kwargs)
+                states = prediction.states
+                ts = env.step(int(prediction.actions["action"][0]))
+                total += float(np.sum(ts.reward))
+                length += 1
+                obs = ts.obs
+                if ts.terminated or ts.truncated:
+                    break
+            returns.append(total)
+            lengths.append(length)
+    finally:
+        env.close()
+    values = np.asarray(returns)
+    return ReturnResult(episodes, float(values.mean()), float(values.std()), float(values.min()),
+                        float(values.max()), float(np.mean(lengths)))
 
 
 def resolve_checkpoint(checkpoint: str, shared_root: Path | None) -> tuple[CheckpointStore, str]:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from league_cli.progression import DEFAULT_LADDER  # light: no torch
 
 if TYPE_CHECKING:
-    from actor_service.evaluation import EvalResult
+    from actor_service.evaluation import EvalResult, ReturnResult
     from common.checkpoint_store import CheckpointRef
 
 SHARED_ROOT_ENV_VAR = "LEAGUE_SHARED_ROOT"
@@ -38,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --run-dir: the active player whose snapshots to evaluate (default: the main player)")
     parser.add_argument("--points", type=int, default=6,
                         help="with --run-dir: how many of the player's checkpoints, evenly spaced, ending at its latest")
-    parser.add_argument("--games", type=int, default=20, help="games to play (seats alternate)")
+    parser.add_argument("--games", type=int, default=20,
+                        help="games to play (seats alternate); episodes, in a single-player env")
     parser.add_argument("--config", type=Path, default=None,
                         help="league YAML whose policy and env to use (default: the embedded league)")
     parser.add_argument("--shared-root", type=Path, default=_env_path(SHARED_ROOT_ENV_VAR),
@@ -52,7 +53,7 @@ def main(args: argparse.Namespace) -> int:
         return _progression_main(args)
     import torch
 
-    from actor_service.evaluation import load_policy, play_against_bot, resolve_checkpoint
+    from actor_service.evaluation import load_policy, play_against_bot, play_episodes, resolve_checkpoint
     from common.envs.openspiel_env import BotSpec
     from common.envs.registry import make_env
 
@@ -60,6 +61,7 @@ def main(args: argparse.Namespace) -> int:
     opponents = _opponents(args.opponent or "random")
     if not opponents:
         return _refuse("--opponent names no bot")
+    opponent_given = args.opponent is not None
     if not Path(args.checkpoint).is_absolute() and args.shared_root is None:
         return _refuse(f"--checkpoint {args.checkpoint!r} is relative: give --shared-root (or ${SHARED_ROOT_ENV_VAR})")
     try:
@@ -73,6 +75,17 @@ def main(args: argparse.Namespace) -> int:
         finally:
             env.close()
         task, ref = load_policy(store, path, policy, info, seed=args.seed)
+        if info.num_players == 1:  # CartPole and the like: no opponent, the episodes' returns
+            if opponent_given:
+                return _refuse(f"--opponent: {env_name} is a single-player env; eval plays --games episodes of it "
+                               "alone and reports their returns")
+            returns = play_episodes(task, env_name, env_kwargs, args.games, seed=args.seed)
+            if args.json:
+                print(json.dumps({"checkpoint": ref.path, "version": ref.version, "env": env_name,
+                                  **returns.to_dict()}))
+            else:
+                _print_returns(ref, env_name, returns)
+            return 0
         for opponent in opponents:
             result = play_against_bot(task, env_name, env_kwargs, opponent, args.games, seed=args.seed)
             if args.json:  # one line per opponent
@@ -130,6 +143,9 @@ def _progression_main(args: argparse.Namespace) -> int:
             info = env.info()
         finally:
             env.close()
+        if info.num_players == 1:
+            return _refuse(f"{env_name} is a single-player env: --run-dir plays two-player games against bots; "
+                           "evaluate one of its checkpoints with --checkpoint PATH --config RUN_DIR/config.yaml")
 
         def play(point: LineagePoint, opponent: str) -> dict[str, Any]:
             task, _ = load_policy(store, point.checkpoint_path, policy, info, seed=args.seed)
@@ -187,6 +203,18 @@ def _print_table(ref: CheckpointRef, env_name: str, result: EvalResult) -> None:
     console = Console()
     console.print(table)
     console.print(f"mean game length: {result.mean_length:.1f} moves of the evaluated policy")
+
+
+def _print_returns(ref: CheckpointRef, env_name: str, result: ReturnResult) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{ref.path} (v{ref.version}) on {env_name}, greedy")
+    for column in ("episodes", "mean return", "std", "min", "max", "mean length"):
+        table.add_column(column, justify="right")
+    table.add_row(str(result.episodes), f"{result.mean_return:.2f}", f"{result.std_return:.2f}",
+                  f"{result.min_return:.2f}", f"{result.max_return:.2f}", f"{result.mean_length:.1f}")
+    Console().print(table)
 
 
 def _env_path(name: str) -> Path | None:

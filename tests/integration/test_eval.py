@@ -23,8 +23,8 @@ PPO = {"algorithm": "ppo", "model": CONV}
 DQN = {"algorithm": "dqn", "model": CONV}
 
 
-def publish(root, policy, player="p", version=1, seed=0, tweak=None) -> str:
-    inputs, actions = policy_specs(make_env("connect_four").info())
+def publish(root, policy, player="p", version=1, seed=0, tweak=None, env="connect_four") -> str:
+    inputs, actions = policy_specs(make_env(env).info())
     weights = make_computation_task(policy, inputs, actions, "cpu", seed).get_weights()
     if tweak is not None:
         tweak(weights)
@@ -116,3 +116,21 @@ def test_an_absolute_path_outside_the_shared_root_is_refused(tmp_path):
     path = publish(outside, PPO)
     with pytest.raises(ValueError, match="outside the shared root"):
         resolve_checkpoint(str(outside / path), inside)
+
+
+def test_a_single_player_checkpoint_is_judged_by_its_episode_returns(tmp_path, capsys):
+    """CartPole has no opponent: eval plays --games episodes and reports returns (a solo run's checkpoints)."""
+    mlp = {"algorithm": "ppo", "model": {"conv": [], "hidden": [16], "shared_torso": True}}  # as merged
+    path = publish(tmp_path, mlp, env="CartPole-v1")
+    config = tmp_path / "league.yaml"
+    config.write_text(json.dumps({"env": {"name": "CartPole-v1"}, "policy": mlp}))
+    common = ("--checkpoint", path, "--shared-root", str(tmp_path), "--config", str(config), "--games", "3")
+    assert eval_cli.main(parse(*common, "--json")) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["episodes"] == 3 and report["version"] == 1 and report["env"] == "CartPole-v1"
+    assert report["min_return"] <= report["mean_return"] <= report["max_return"] and report["min_return"] >= 1
+    assert report["mean_length"] == report["mean_return"]  # CartPole pays 1 per step
+    assert eval_cli.main(parse(*common)) == 0
+    assert "mean return" in capsys.readouterr().out
+    assert eval_cli.main(parse(*common, "--opponent", "random")) == 2
+    assert "single-player env" in capsys.readouterr().err

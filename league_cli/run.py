@@ -58,6 +58,23 @@ class RunConfig:
             raise ConfigError("env_steps", f"must be >= 0, got {self.env_steps}")
 
 
+class StepRate:
+    """Env steps per second between two status polls.
+
+    The first poll only sets the baseline: a run resumed in an existing --run-dir starts from the steps its
+    league counted before (measured from 0, the first line showed over a million steps per second).
+    """
+
+    def __init__(self) -> None:
+        self._last: tuple[int, float] | None = None
+
+    def update(self, env_steps: int, now: float) -> float:
+        last, self._last = self._last, (env_steps, now)
+        if last is None:
+            return 0.0
+        return (env_steps - last[0]) / max(now - last[1], 1e-9)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", nargs="?", type=Path, default=None,
                         help="league YAML (default: the embedded connect-four league)")
@@ -255,7 +272,7 @@ def run_main(args: argparse.Namespace) -> int:
         channel = make_channel(address)
         stub = league_pb2_grpc.LeagueServiceStub(channel)
         start = time.monotonic()
-        last_steps, last_t = 0, start
+        step_rate = StepRate()
         events: list[str] = []
         with open(history_path, "a") as history, Live(console=console, auto_refresh=False,
                                                         transient=False, redirect_stdout=False) as live:
@@ -271,8 +288,7 @@ def run_main(args: argparse.Namespace) -> int:
                     events.append(f"status: {err.code().name}: {err.details()}")
                 else:
                     now = time.monotonic()
-                    rate = (status.counters.env_steps - last_steps) / max(now - last_t, 1e-9)
-                    last_steps, last_t = status.counters.env_steps, now
+                    rate = step_rate.update(status.counters.env_steps, now)
                     record = json.loads(status_to_json(status))
                     record["elapsed_s"] = now - start
                     history.write(json.dumps(record) + "\n")

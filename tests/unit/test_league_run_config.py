@@ -6,7 +6,7 @@ import pytest
 
 from common.config import ConfigError, from_dict
 from league_cli.plot import read_history, write_plots
-from league_cli.run import RunConfig, active_player_count
+from league_cli.run import RunConfig, StepRate, active_player_count
 from league_service.config import config_from_dict, load_config
 
 
@@ -34,6 +34,14 @@ def test_run_section_values_are_checked_with_the_keys_path(section, message):
     with pytest.raises(ConfigError) as info:
         from_dict(RunConfig, section, "run")
     assert str(info.value).startswith(message)  # once: not "run.run.actors"
+
+
+def test_step_rate_starts_from_the_first_poll_not_from_zero():
+    """A run resumed in an existing --run-dir starts with the steps its league already counted."""
+    rate = StepRate()
+    assert rate.update(17_168, 100.0) == 0.0
+    assert rate.update(19_168, 102.0) == 1_000.0
+    assert rate.update(19_168, 102.0) == 0.0  # no time passed: no division by zero
 
 
 def test_one_learner_per_active_player():

@@ -3,7 +3,8 @@
 Each test runs the solo CartPole league for a short budget and checks what a user would: processes start,
 jobs flow, checkpoints publish, status shows progress, everything exits and nothing is left running — also
 when an actor is killed mid-run (its lease expires, training goes on) and when the learner is killed (it is
-restarted and resumes from its checkpoint: steps never go back).
+restarted and resumes from its checkpoint: steps never go back), and when a second run resumes the first's
+league from the same run directory.
 """
 
 from __future__ import annotations
@@ -215,3 +216,24 @@ def test_a_killed_learner_is_restarted_and_resumes(league_run):
     assert steps == sorted(steps), "a player's steps went backwards"
     assert versions == sorted(versions), "checkpoint versions went backwards"
     assert "learner-0 exited" in run.output(tail=None)
+
+
+def test_a_second_run_in_the_same_run_dir_resumes_the_league(league_run):
+    """`league run --run-dir D` again continues D's league from its state database and checkpoints:
+    counters, steps and checkpoint versions carry on from where the first run stopped."""
+    first = league_run(seconds=25)
+    _assert_clean_end(first)
+    before = _history(first.run_dir)[-1]
+    assert _counter(before, "env_steps") > 0 and _active(before)["checkpoint_version"] >= 1, first.output()
+    second = league_run(seconds=30)
+    second.wait_for(lambda r: _counter(r, "env_steps") > _counter(before, "env_steps")
+                    and _active(r)["checkpoint_version"] > _active(before)["checkpoint_version"],
+                    90, "the resumed league to train on")
+    _assert_clean_end(second)
+    history = _history(second.run_dir)  # one file, appended by both runs
+    assert history[0]["league_id"] == history[-1]["league_id"], "the second run started another league"
+    for counter in ("env_steps", "jobs_issued", "matches"):
+        values = [_counter(r, counter) for r in history]
+        assert values == sorted(values), f"{counter} went backwards across the runs"
+    steps = [_active(r)["agent_steps"] for r in history]
+    assert steps == sorted(steps)

@@ -30,6 +30,21 @@ def read_history(path: Path) -> list[dict[str, Any]]:
     return records
 
 
+def run_seconds(records: list[dict[str, Any]]) -> list[float]:
+    """Each record's time on the runs' clock: `elapsed_s` restarts at 0 when a `league run` resumes the league
+    in the same run directory (the history file is appended to), so each run continues from where the one
+    before it stopped instead of drawing its curves back over the earlier ones."""
+    times: list[float] = []
+    offset = previous = 0.0
+    for rec in records:
+        elapsed = float(rec.get("elapsed_s", 0.0))
+        if elapsed < previous:  # a new run began
+            offset += previous
+        previous = elapsed
+        times.append(offset + elapsed)
+    return times
+
+
 def _players(record: dict[str, Any]) -> list[dict[str, Any]]:
     return record.get("players", [])
 
@@ -49,8 +64,7 @@ def write_plots(history_path: Path, out_dir: Path) -> list[Path]:
     # Rating curves: Elo of every player over time (historical players appear when they are created).
     fig, (ax_elo, ax_mu) = plt.subplots(1, 2, figsize=(12, 4.5))
     series: dict[str, tuple[list[float], list[float], list[float]]] = {}
-    for rec in records:
-        t = rec.get("elapsed_s", 0.0)
+    for rec, t in zip(records, run_seconds(records), strict=True):
         for p in _players(rec):
             xs, elo, mu = series.setdefault(p["player_id"], ([], [], []))
             xs.append(t)
@@ -62,8 +76,8 @@ def write_plots(history_path: Path, out_dir: Path) -> list[Path]:
         style = dict(linewidth=2.0) if active else dict(linewidth=0.8, alpha=0.6)
         ax_elo.plot(xs, elo, label=pid if active else None, **style)
         ax_mu.plot(xs, mu, label=pid if active else None, **style)
-    ax_elo.set(title="Elo", xlabel="seconds")
-    ax_mu.set(title="TrueSkill mu", xlabel="seconds")
+    ax_elo.set(title="Elo", xlabel="seconds of league run")
+    ax_mu.set(title="TrueSkill mu", xlabel="seconds of league run")
     ax_elo.legend(fontsize="small")
     fig.tight_layout()
     path = out_dir / "ratings.png"

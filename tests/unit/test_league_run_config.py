@@ -5,7 +5,7 @@ import json
 import pytest
 
 from common.config import ConfigError, from_dict
-from league_cli.plot import read_history, write_plots
+from league_cli.plot import read_history, run_seconds, write_plots
 from league_cli.run import RunConfig, StepRate, active_player_count
 from league_service.config import config_from_dict, load_config
 
@@ -75,3 +75,10 @@ def test_corrupt_history_in_the_middle_is_an_error(tmp_path):
     history.write_text('{"a": 1}\nnot json\n{"a": 2}\n')
     with pytest.raises(ValueError, match=":2:"):
         read_history(history)
+
+
+def test_plot_time_continues_across_resumed_runs():
+    """A second `league run` in the same run dir appends to the history with elapsed_s from 0 again."""
+    elapsed = [0.0, 2.0, 4.0, 0.1, 2.1, 0.0, 1.0]
+    assert run_seconds([{"elapsed_s": e} for e in elapsed]) == pytest.approx([0.0, 2.0, 4.0, 4.1, 6.1, 6.1, 7.1])
+    assert run_seconds([]) == []

@@ -92,7 +92,12 @@ def merge_with_defaults(
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML file whose top level is a mapping (an empty file reads as {})."""
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:  # a missing file, a directory, no permission: the CLIs report it like any config error
+        raise ConfigError("", f"{path}: cannot read the config file: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError("", f"{path}: not a text file (UTF-8): {exc}") from exc
     return parse_yaml(text, source=str(path))
 
 

@@ -430,8 +430,9 @@ def load_config(path: str | Path | None) -> Config:
     """The configuration in the YAML file at `path` merged over the defaults; None gives the defaults."""
     if path is None:
         return config_from_dict({})
+    data = load_yaml(path)  # its errors name the file already
     try:
-        return config_from_dict(load_yaml(path))
+        return config_from_dict(data)
     except ConfigError as exc:
         raise ConfigError(exc.path, f"{exc.message} (in {path})") from None
 

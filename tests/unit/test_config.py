@@ -244,6 +244,39 @@ def test_load_config_error_names_the_file(tmp_path):
     assert str(path) in str(info.value)
 
 
+def test_an_unreadable_config_file_is_a_config_error_naming_it(tmp_path):
+    """`league run missing.yaml` printed a Python traceback; every CLI reports ConfigErrors as one line."""
+    for path, message in (
+        (tmp_path / "missing.yaml", "cannot read the config file: No such file or directory"),
+        (tmp_path, "cannot read the config file"),  # a directory
+    ):
+        with pytest.raises(ConfigError) as info:
+            load_config(path)
+        assert str(info.value).startswith(f"{path}: {message}")
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe\x00league")
+    with pytest.raises(ConfigError, match="not a text file"):
+        load_config(binary)
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(listed)
+    assert str(info.value) == f"{listed}: the top level must be a mapping, got list"  # the file named once
+
+
+def test_league_run_reports_a_missing_config_file_in_one_line(tmp_path, capsys):
+    import argparse
+
+    from league_cli.run import add_arguments, run_main
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert run_main(parser.parse_args([str(tmp_path / "missing.yaml"), "--run-dir", str(tmp_path / "run")])) == 2
+    out = capsys.readouterr().out
+    assert "config error" in out and "missing.yaml: cannot read the config file" in out
+    assert not (tmp_path / "run").exists()
+
+
 def test_solo_league_config():
     cfg = config_from_dict(
         {

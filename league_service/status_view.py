@@ -9,7 +9,6 @@ import json
 import math
 import os
 import sys
-from typing import IO
 
 from google.protobuf import json_format
 from rich.console import Console, Group
@@ -26,14 +25,13 @@ PIPED_WIDTH = 200
 """Columns of the tables when the output is not a terminal (a pipe, a log file) and $COLUMNS is unset."""
 
 
-def status_console(file: IO[str] | None = None) -> Console:
-    """A console for the status tables. Rich lays out a pipe or a file 80 columns wide, which squeezed the
-    active-player table's steps, iteration and rating columns to nothing in `league status | less` and in
-    the summary `league run` leaves in its log; a terminal keeps its own width."""
-    out = file if file is not None else sys.stdout
-    if out.isatty() or "COLUMNS" in os.environ:
-        return Console(file=file)
-    return Console(file=file, width=PIPED_WIDTH)
+def status_console() -> Console:
+    """A console for the status tables on stdout. Rich lays out a pipe or a file 80 columns wide, which
+    squeezed the active-player table's steps, iteration and rating columns to nothing in `league status |
+    less` and in the summary `league run` leaves in its log; a terminal keeps its own width."""
+    if sys.stdout.isatty() or "COLUMNS" in os.environ:
+        return Console()
+    return Console(width=PIPED_WIDTH)
 
 
 def status_to_json(status: league_pb2.LeagueStatus) -> str:

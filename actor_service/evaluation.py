@@ -104,9 +104,7 @@ def play_against_bot(
                 if to_play(obs, info) != seat:
                     raise RuntimeError(f"game {game}: the env asks seat {to_play(obs, info)} to move, the agent is {seat}")
                 view = player_view(obs, seat, info)
-                prediction = task.predict({k: v[None] for k, v in view.items()}, states, forward_kwargs=kwargs)
-                states = prediction.states
-                action = int(prediction.actions["action"][0])
+                action, states = _decide(task, view, states, kwargs)
                 if ACTION_MASK in view and not view[ACTION_MASK][action]:
                     raise RuntimeError(f"game {game}: the policy chose illegal action {action}")
                 ts = env.step(action)
@@ -167,10 +165,8 @@ def play_episodes(
             states = task.initial_states(1)
             total, length = 0.0, 0
             while True:
-                view = player_view(obs, 0, info)
-                prediction = task.predict({k: v[None] for k, v in view.items()}, states, forward_kwargs=kwargs)
-                states = prediction.states
-                ts = env.step(int(prediction.actions["action"][0]))
+                action, states = _decide(task, player_view(obs, 0, info), states, kwargs)
+                ts = env.step(action)
                 total += float(np.sum(ts.reward))
                 length += 1
                 obs = ts.obs
@@ -183,6 +179,14 @@ def play_episodes(
     values = np.asarray(returns)
     return ReturnResult(episodes, float(values.mean()), float(values.std()), float(values.min()),
                         float(values.max()), float(np.mean(lengths)))
+
+
+def _decide(
+    task: ComputationTask, view: Mapping[str, np.ndarray], states: Any, kwargs: ForwardKwargs
+) -> tuple[int, Any]:
+    """One move of the evaluated policy (a batch of 1), and the memory a recurrent policy carries to the next."""
+    prediction = task.predict({k: v[None] for k, v in view.items()}, states, forward_kwargs=kwargs)
+    return int(prediction.actions["action"][0]), prediction.states
 
 
 def resolve_checkpoint(checkpoint: str, shared_root: Path | None) -> tuple[CheckpointStore, str]:

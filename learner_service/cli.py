@@ -48,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--insecure", action="store_true",
                         help="allow a non-loopback --host without a token (trajectories then arrive unauthenticated)")
     parser.add_argument("--tls-ca", type=Path, default=None, help="CA certificate to verify the coordinator (TLS)")
+    parser.add_argument("--tls-cert", type=Path, default=None,
+                        help="PEM certificate chain of the trajectory server (with --tls-key; needed with --tls-ca)")
+    parser.add_argument("--tls-key", type=Path, default=None, help="PEM private key (with --tls-cert)")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="where to train")
     parser.add_argument("--log-level", default="INFO")
 
@@ -77,6 +80,8 @@ def main(args: argparse.Namespace) -> int:
             token=load_token(args.token_file),
             insecure=args.insecure,
             tls_ca=args.tls_ca,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
             device=args.device,
         )
         learner = Learner(settings)

@@ -29,6 +29,11 @@ class LearnerSettings:
     insecure: bool = False
     """Serve a non-loopback host without a token (the operator said --insecure)."""
     tls_ca: Path | None = None
+    """CA certificate: reach the coordinator over TLS."""
+    tls_cert: Path | None = None
+    """Certificate chain and key of the trajectory server. Actors given a CA reach learners over TLS too, so a
+    learner that reaches the coordinator over TLS must serve TLS itself."""
+    tls_key: Path | None = None
     device: str = "auto"
     get_job_wait_s: float = 5.0
     """Long-poll of one GetJob call."""
@@ -42,5 +47,12 @@ class LearnerSettings:
             raise ValueError("worker_id: must not be empty")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port: must be within [0, 65535], got {self.port}")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert: --tls-cert and --tls-key go together")
+        if self.tls_ca is not None and self.tls_cert is None:
+            raise ValueError(
+                "tls_cert: the coordinator is reached over TLS (--tls-ca), so actors reach this learner over TLS "
+                "too: give --tls-cert/--tls-key for the trajectory server"
+            )
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ValueError(f"device: expected auto, cpu or cuda[:N], got {self.device!r}")

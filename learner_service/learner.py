@@ -27,7 +27,15 @@ from common.envs.policy_view import policy_specs
 from common.learner_config import LearnerConfig
 from common.policy_config import PolicyConfig, player_seed
 from common.proto.league.v1 import league_pb2, league_pb2_grpc
-from common.rpc import ServerOptions, ServingServer, check_exposure, is_loopback, join_host_port, make_server
+from common.rpc import (
+    ServerOptions,
+    ServerTls,
+    ServingServer,
+    check_exposure,
+    is_loopback,
+    join_host_port,
+    make_server,
+)
 from learner_service.config import MAX_CHUNK_BYTES, LearnerSettings
 from learner_service.league_client import RETRYABLE, BindingLost, Interrupted, LeagueClient, LearnJob
 from learner_service.publisher import CheckpointPublisher
@@ -124,7 +132,8 @@ class Learner:
         s = self.settings
         check_exposure(s.host, s.token, insecure=s.insecure)
         self.server = make_server(
-            ServerOptions(host=s.host, port=s.port, token=s.token, max_receive_bytes=MAX_CHUNK_BYTES),
+            ServerOptions(host=s.host, port=s.port, token=s.token, max_receive_bytes=MAX_CHUNK_BYTES,
+                          tls=ServerTls(s.tls_cert, s.tls_key) if s.tls_cert and s.tls_key else None),
             lambda server: league_pb2_grpc.add_LearnerServiceServicer_to_server(LearnerServicer(self.plane), server),
             [SERVICE_NAME],
         )

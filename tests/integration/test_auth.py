@@ -1,5 +1,6 @@
 """Bearer-token auth and TLS on a real coordinator; the refusal to serve an open address without a token."""
 
+import dataclasses
 import shutil
 import subprocess
 import sys
@@ -9,10 +10,13 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from actor_service.actor import Actor, ActorSettings
 from common.proto.league.v1 import league_pb2 as pb
 from common.proto.league.v1 import league_pb2_grpc
 from common.rpc import ServerTls, check_exposure, load_token, make_channel
+from league_service.config import config_from_dict
 from league_service.coordinator_testing import league_stub, running_coordinator, small_league_config
+from learner_service.learner_testing import running_learner
 
 TOKEN = "s3cret-token"
 
@@ -83,6 +87,41 @@ def test_tls_with_token(tmp_path, self_signed):
         channel, stub = league_stub(address, token=TOKEN, default_deadline_s=2.0)  # plaintext to a TLS port
         with channel:
             assert status_code(stub)[0] == grpc.StatusCode.UNAVAILABLE
+
+
+def test_a_league_trains_over_tls_end_to_end(tmp_path, self_signed):
+    """With TLS on, actors stream to the learners over TLS too (one CA for both servers), and the learner's
+    trajectory server serves it: trajectories arrive and are acknowledged."""
+    cert, key = self_signed
+    config = config_from_dict({
+        "league": {"league_type": "solo", "active_players": {"solo_active_player": 1}, "max_active_player_job": 1},
+        "env": {"name": "CartPole-v1", "env_num": 2, "episode_num": 2},
+    })
+    config = dataclasses.replace(config, policy={"algorithm": "ppo"})
+    root = tmp_path / "shared"
+    root.mkdir()
+    with running_coordinator(config, root, token=TOKEN, tls=ServerTls(cert, key)) as server:
+        address = f"localhost:{server.port}"
+        with running_learner(address, root, token=TOKEN, tls_ca=cert, tls_cert=cert, tls_key=key):
+            actor = Actor(ActorSettings(coordinator=address, shared_root=root, worker_id="actor-tls", manager="base",
+                                        token=TOKEN, tls_ca=cert, max_jobs=2, get_job_wait_s=1.0))
+            reports = actor.run()
+    assert [r.status for r in reports] == ["completed", "completed"]
+    for report in reports:
+        assert report.sender is not None and report.sender.chunks_written > 0
+        assert report.sender.chunks_acked == report.sender.chunks_written
+
+
+def test_a_learner_that_reaches_the_coordinator_over_tls_must_serve_tls(tmp_path, self_signed):
+    cert, key = self_signed
+    with running_coordinator(small_league_config(), tmp_path, token=TOKEN, tls=ServerTls(cert, key)) as server:
+        proc = subprocess.run(
+            [sys.executable, "-m", "learner_service.cli", "learner", "--coordinator", f"localhost:{server.port}",
+             "--shared-root", str(tmp_path), "--tls-ca", str(cert)],
+            capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "LEAGUE_TOKEN": TOKEN},
+        )
+    assert proc.returncode == 2, proc.stderr
+    assert "--tls-cert/--tls-key" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_open_addresses_need_a_token_or_insecure():

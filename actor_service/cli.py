@@ -59,9 +59,11 @@ def main(args: argparse.Namespace) -> int:
 
     from actor_service.actor import Actor, ActorSettings, default_worker_id
     from actor_service.coordinator_client import CoordinatorError
-    from common.rpc import load_token
+    from common.rpc import check_tls_ca, load_token
 
     try:
+        if args.tls_ca is not None:
+            check_tls_ca(args.tls_ca)
         settings = ActorSettings(
             coordinator=args.coordinator,
             shared_root=args.shared_root,

@@ -18,6 +18,7 @@ import ipaddress
 import logging
 import os
 import random
+import ssl
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -70,12 +71,55 @@ T = TypeVar("T")
 def load_token(token_file: str | os.PathLike[str] | None) -> str | None:
     """The bearer token from `token_file`, else from $LEAGUE_TOKEN, else None (no auth)."""
     if token_file is not None:
-        token = Path(token_file).read_text().strip()
+        try:
+            token = Path(token_file).read_text().strip()
+        except (OSError, UnicodeDecodeError) as err:
+            raise ValueError(f"--token-file: cannot read {token_file}: {_reason(err)}") from err
         if not token:
-            raise ValueError(f"token_file: {token_file} is empty")
+            raise ValueError(f"--token-file: {token_file} is empty")
         return token
     token = os.environ.get(TOKEN_ENV_VAR, "").strip()
     return token or None
+
+
+def check_server_tls(cert_path: str | os.PathLike[str], key_path: str | os.PathLike[str]) -> None:
+    """Refuse a certificate chain and key that cannot be read or do not make a pair, naming the files.
+
+    gRPC itself only says "Failed to bind to address" for a bad PEM, which sends people looking at the port.
+    """
+    for flag, path in (("--tls-cert", cert_path), ("--tls-key", key_path)):
+        try:
+            Path(path).read_bytes()
+        except OSError as err:
+            raise ValueError(f"{flag}: cannot read {path}: {_reason(err)}") from err
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_path, key_path)
+    except ssl.SSLError as err:
+        raise ValueError(
+            f"--tls-cert/--tls-key: {cert_path} and {key_path} are not a PEM certificate chain and its private key"
+            f"{_ssl_detail(err)}"
+        ) from err
+
+
+def check_tls_ca(ca_path: str | os.PathLike[str]) -> None:
+    """Refuse a CA file that cannot be read or holds no PEM certificate (gRPC would fail each handshake later)."""
+    try:
+        Path(ca_path).read_bytes()
+    except OSError as err:
+        raise ValueError(f"--tls-ca: cannot read {ca_path}: {_reason(err)}") from err
+    try:
+        ssl.create_default_context(cafile=os.fspath(ca_path))
+    except ssl.SSLError as err:
+        raise ValueError(f"--tls-ca: {ca_path} holds no PEM CA certificate{_ssl_detail(err)}") from err
+
+
+def _reason(err: BaseException) -> str:
+    return err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+
+
+def _ssl_detail(err: ssl.SSLError) -> str:
+    """OpenSSL's reason when it says more than "PEM lib" (e.g. KEY_VALUES_MISMATCH)."""
+    return f" ({err.reason})" if err.reason and err.reason != "PEM lib" else ""
 
 
 def is_loopback(host: str) -> bool:

@@ -32,7 +32,11 @@ def main(args: argparse.Namespace) -> int:
     if not args.timeout > 0:
         raise SystemExit(f"league health: --timeout must be > 0, got {args.timeout}")
     if args.tls_ca is not None:
-        creds = grpc.ssl_channel_credentials(root_certificates=Path(args.tls_ca).read_bytes())
+        try:
+            ca = Path(args.tls_ca).read_bytes()
+        except OSError as err:
+            raise SystemExit(f"league health: --tls-ca: cannot read {args.tls_ca}: {err.strerror or err}") from err
+        creds = grpc.ssl_channel_credentials(root_certificates=ca)
         channel = grpc.secure_channel(args.addr, creds)
     else:
         channel = grpc.insecure_channel(args.addr)

@@ -490,7 +490,9 @@ class BaseLeagueManager(ABC):
             )
         if state.get("league_type") != self.league_type:
             raise LeagueStateError(
-                "league_type", f"this is a {self.league_type!r} league, got {state.get('league_type')!r}"
+                "league_type",
+                f"the saved league is {state.get('league_type')!r}, the config says {self.league_type!r} (use the "
+                "config the league was made with, or a new state)",
             )
         roster = Roster.from_state_dict(self._cfg.league, self.league_type, state)
         counters = self._restore_counters(state.get("counters"))

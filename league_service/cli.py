@@ -14,17 +14,22 @@ import argparse
 import gc
 import logging
 import signal
+import sqlite3
 import sys
 import threading
 from pathlib import Path
 
 import grpc
 
+from common.exit_codes import SETUP_ERROR_EXIT
 from common.rpc import (
     ServerOptions,
     ServerTls,
     check_exposure,
+    check_server_tls,
+    check_tls_ca,
     format_listen_line,
+    join_host_port,
     load_token,
     make_channel,
     write_port_file,
@@ -62,6 +67,7 @@ def coordinator_main(args: argparse.Namespace) -> int:
     # Imported here so `league status` does not pay for the league core.
     from league_service.config import load_config
     from league_service.coordinator import Coordinator, CoordinatorSettings
+    from league_service.league_errors import LeagueStateError
     from league_service.server import serve_coordinator
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -76,7 +82,9 @@ def coordinator_main(args: argparse.Namespace) -> int:
         port = args.port if args.port is not None else int(default_port)
         token = load_token(args.token_file)
         check_exposure(host, token, args.insecure)
-    except ValueError as err:  # ConfigError, an empty token file, an open address without a token
+        if args.tls_cert is not None:
+            check_server_tls(args.tls_cert, args.tls_key)
+    except ValueError as err:  # ConfigError, a bad token or TLS file, an open address without a token
         return _refuse(str(err))
     settings = CoordinatorSettings(
         shared_root=args.shared_root,
@@ -90,11 +98,20 @@ def coordinator_main(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    server = serve_coordinator(
-        Coordinator(cfg, settings),
-        ServerOptions(host=host, port=port, token=token, tls=tls),
-        metrics_port=args.metrics_port,
-    )
+    try:
+        coordinator = Coordinator(cfg, settings)
+    except (LeagueStateError, sqlite3.DatabaseError, OSError) as err:
+        # A state file of another league, or not a state file at all: say which, without a traceback.
+        return _refuse(f"state {settings.resolved_state_path}: {err}")
+    try:
+        server = serve_coordinator(
+            coordinator,
+            ServerOptions(host=host, port=port, token=token, tls=tls),
+            metrics_port=args.metrics_port,
+        )
+    except (RuntimeError, OSError) as err:  # gRPC: "Failed to bind ..."; metrics: address in use
+        coordinator.close()
+        return _refuse(f"cannot listen on {join_host_port(host, port)} (is the port in use?): {err}")
     # Everything built so far lives as long as the process: keep it out of full GC passes (shorter pauses).
     gc.freeze()
     try:
@@ -115,7 +132,7 @@ def coordinator_main(args: argparse.Namespace) -> int:
 
 def _refuse(message: str) -> int:
     print(f"league coordinator: {message}", file=sys.stderr)
-    return 2
+    return SETUP_ERROR_EXIT
 
 
 # ---- league status ------------------------------------------------------------------------------------------
@@ -141,8 +158,15 @@ def status_main(args: argparse.Namespace) -> int:
 
     if args.watch is not None and not args.watch > 0:
         raise SystemExit("league status: --watch needs a positive number of seconds")
+    try:
+        token = load_token(args.token_file)
+        if args.tls_ca is not None:
+            check_tls_ca(args.tls_ca)
+    except ValueError as err:
+        print(f"league status: {err}", file=sys.stderr)
+        return SETUP_ERROR_EXIT
     console = status_console()
-    channel = make_channel(args.addr, token=load_token(args.token_file), tls_ca=args.tls_ca)
+    channel = make_channel(args.addr, token=token, tls_ca=args.tls_ca)
     stub = league_pb2_grpc.LeagueServiceStub(channel)
 
     def fetch() -> league_pb2.LeagueStatus:

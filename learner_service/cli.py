@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 
 from common.exit_codes import FAILURE_EXIT, SETUP_ERROR_EXIT
-from common.rpc import format_listen_line, load_token
+from common.rpc import check_server_tls, check_tls_ca, format_listen_line, load_token
 
 log = logging.getLogger("league.learner")
 
@@ -70,6 +70,10 @@ def main(args: argparse.Namespace) -> int:
         return _refuse(f"--shared-root {args.shared_root} is not a directory")
     try:
         resolve_device(args.device)  # `cuda` on a machine without one: refuse now, not at the first job
+        if args.tls_ca is not None:
+            check_tls_ca(args.tls_ca)
+        if args.tls_cert is not None and args.tls_key is not None:
+            check_server_tls(args.tls_cert, args.tls_key)
         settings = LearnerSettings(
             coordinator=args.coordinator,
             shared_root=args.shared_root,

@@ -1,0 +1,99 @@
+"""What an operator gets for a file the process cannot use: one line naming the flag or file, exit 2 (a
+setup error, which `league run` and supervisors do not retry), never a traceback.
+
+Each case runs the real `league` command in a subprocess. Before these checks a bad PEM made gRPC say only
+"Failed to bind to address", and a missing token or CA file, a state file of another league or a busy port
+ended in a traceback.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from league_service.config import config_from_dict
+from league_service.coordinator import Coordinator, CoordinatorSettings
+
+
+def league(*argv: str, timeout_s: float = 120.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "league_cli", *argv], capture_output=True, text=True, timeout=timeout_s,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+
+
+def assert_setup_error(proc: subprocess.CompletedProcess[str], *expected: str, code: int = 2) -> None:
+    assert proc.returncode == code, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    for text in expected:
+        assert text in last, proc.stderr
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    return {"garbage": garbage, "missing": tmp_path / "missing.pem", "shared": shared}
+
+
+def test_coordinator_refuses_files_it_cannot_use(files):
+    shared, garbage, missing = str(files["shared"]), str(files["garbage"]), str(files["missing"])
+    base = ("coordinator", "--shared-root", shared, "--port", "0")
+    assert_setup_error(league(*base, "--tls-cert", garbage, "--tls-key", garbage),
+                       "--tls-cert/--tls-key", "not a PEM certificate chain")
+    assert_setup_error(league(*base, "--token-file", missing), "--token-file", "No such file")
+    assert_setup_error(league(*base, "--state", garbage), "state", "not a database")
+
+
+def test_coordinator_refuses_the_state_of_another_league(files):
+    shared = files["shared"]
+    solo = config_from_dict({
+        "league": {"league_type": "solo", "active_players": {"solo_active_player": 1}},
+        "env": {"name": "CartPole-v1"},
+    })
+    Coordinator(solo, CoordinatorSettings(shared_root=shared)).close()
+    proc = league("coordinator", "--shared-root", str(shared), "--port", "0")  # the default: a battle league
+    assert_setup_error(proc, "the saved league is 'solo', the config says 'one_vs_one'")
+
+
+def test_coordinator_says_when_its_port_is_taken(files):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = league("coordinator", "--shared-root", str(files["shared"]), "--port", str(port))
+    assert_setup_error(proc, f"cannot listen on 127.0.0.1:{port}", "port in use")
+
+
+def test_workers_and_tools_refuse_a_bad_ca_or_token_file(files):
+    shared, garbage, missing = str(files["shared"]), str(files["garbage"]), str(files["missing"])
+    coordinator = ("--coordinator", "127.0.0.1:1", "--shared-root", shared)
+    assert_setup_error(league("actor", *coordinator, "--tls-ca", missing), "--tls-ca", "No such file")
+    assert_setup_error(league("learner", *coordinator, "--tls-ca", garbage, "--tls-cert", garbage, "--tls-key",
+                              garbage), "--tls-ca", "no PEM CA certificate")
+    assert_setup_error(league("status", "--addr", "127.0.0.1:1", "--tls-ca", garbage), "--tls-ca")
+    assert_setup_error(league("status", "--addr", "127.0.0.1:1", "--token-file", missing), "--token-file")
+    # A health probe's failure is exit 1, like an unreachable server; it still names the file.
+    assert_setup_error(league("health", "--addr", "127.0.0.1:1", "--tls-ca", missing), "--tls-ca", code=1)
+
+
+def test_a_learner_refuses_a_certificate_and_key_that_do_not_pair(files, tmp_path):
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make certificates")
+    pems = {}
+    for name in ("a", "b"):
+        cert, key = tmp_path / f"{name}.crt", tmp_path / f"{name}.key"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                        str(cert), "-days", "1", "-subj", "/CN=localhost"], check=True, capture_output=True)
+        pems[name] = (str(cert), str(key))
+    proc = league("learner", "--coordinator", "127.0.0.1:1", "--shared-root", str(files["shared"]),
+                  "--tls-ca", pems["a"][0], "--tls-cert", pems["a"][0], "--tls-key", pems["b"][1])
+    assert_setup_error(proc, "--tls-cert/--tls-key", "KEY_VALUES_MISMATCH")

@@ -19,7 +19,9 @@ from common.proto.league.v1 import league_pb2, league_pb2_grpc
 from common.rpc import ServerOptions, ServingServer, make_server
 from league_service import wire
 from league_service.coordinator import Coordinator
+from league_service.coordinator_messages import FinishReport
 from league_service.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, RequestError
+from league_service.leases import JobEndStatus
 from league_service.metrics import LeagueCollector, MetricsServer, RpcMetricsInterceptor
 
 log = logging.getLogger(__name__)
@@ -64,7 +66,20 @@ class LeagueServicer(league_pb2_grpc.LeagueServiceServicer):
             remaining = context.time_remaining()
             if remaining is not None:
                 wait_s = max(0.0, min(wait_s, remaining - DEADLINE_MARGIN_S))
-            return wire.get_job_reply(self._c.get_job(worker_id, role, endpoint, wait_s))
+            grant = self._c.get_job(worker_id, role, endpoint, wait_s)
+            try:
+                return wire.get_job_reply(grant)
+            except (TypeError, ValueError) as err:
+                # A value protobuf cannot hold (the config check keeps them out; this is the server's own guard).
+                # The job is leased already: fail it now with the reason, so the usual retry and give-up rules
+                # apply, instead of leaving it leased to a worker that never heard of it until the lease expires.
+                reason = f"the coordinator cannot encode this job: {type(err).__name__}: {err}"
+                log.error("job %s for %s: %s", grant.job_id, worker_id, reason)
+                self._c.finish_job(FinishReport(worker_id=worker_id, job_id=grant.job_id,
+                                                status=JobEndStatus.FAILED, episodes=(), env_steps=0,
+                                                agent_steps=0, error=reason))
+                context.abort(grpc.StatusCode.INTERNAL, reason)
+                raise
 
         return _answer(context, call)
 

@@ -1,5 +1,7 @@
 """Malformed and hostile requests against a real coordinator on 127.0.0.1: clear refusals, no damage."""
 
+import dataclasses
+import datetime
 import math
 
 import grpc
@@ -164,3 +166,24 @@ def test_generated_requests_are_answered_or_refused_cleanly(served, batch, real_
         ack = stub.FinishJob(pb.FinishJobRequest(worker_id="actor", job_id=job.job_id, status=1,
                                                  episodes=outcomes_for(job, [False])))
         assert ack.episodes_counted in (0, 1)
+
+
+def test_a_job_the_server_cannot_encode_fails_at_once_with_the_reason(tmp_path):
+    """The config check keeps values a protobuf Struct cannot hold out of jobs; should one get through anyway,
+    the job is failed with the reason at once (and retried or given up by the usual rules), not left leased
+    to a worker that got only an error until the lease expires."""
+    cfg = small_league_config()
+    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, kwargs={"when": datetime.date(2026, 1, 1)}))
+    with running_coordinator(cfg, tmp_path, lease_timeout_s=60.0, needs_learner=False) as server:
+        channel, stub = league_stub(server.address)
+        with channel:
+            stub.RegisterWorker(pb.RegisterWorkerRequest(worker_id="actor", role=ACTOR))
+            code, details = refused(stub.GetJob, pb.GetJobRequest(worker_id="actor", role=ACTOR, wait_s=5))
+            assert code == grpc.StatusCode.INTERNAL and "cannot encode this job" in details
+            status = stub.GetStatus(pb.GetStatusRequest())
+            assert status.counters.jobs_failed == 1
+            assert not any(job.worker_id == "actor" for job in status.jobs)
+            (player,) = [p for p in status.players if p.failed_attempts_in_a_row]
+            assert "cannot encode this job" in player.last_job_error
+            # The server keeps serving.
+            stub.Heartbeat(pb.HeartbeatRequest(worker_id="actor"))

@@ -36,7 +36,8 @@ class RunConfig:
     actors: int = 2
     env_num_per_actor: int = 0
     manager: str = "subprocess"
-    # Budget: stop after this many seconds, or when the league counted this many env steps (0: no limit).
+    # Budget: stop after this many seconds, or after this many env steps (0: no limit), both counted in this
+    # run (a run resumed in the same --run-dir starts its budget afresh).
     seconds: float = 300.0
     env_steps: int = 0
     # How often progress is polled and recorded.
@@ -73,6 +74,38 @@ class StepRate:
         if last is None:
             return 0.0
         return (env_steps - last[0]) / max(now - last[1], 1e-9)
+
+
+class StepBudget:
+    """The run's env-step budget, counted like --seconds from this run's start.
+
+    The league's counter carries the steps of earlier runs in the same --run-dir, so the first status poll sets
+    the baseline. `wait_s` shortens the poll interval as the budget nears, so the run stops close to it
+    instead of up to a whole interval of steps past it.
+    """
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._start: int | None = None
+
+    def steps(self, league_steps: int) -> int:
+        """Steps of this run so far, given the league's counter."""
+        if self._start is None:
+            self._start = league_steps
+        return league_steps - self._start
+
+    def spent(self, league_steps: int) -> bool:
+        return self.budget > 0 and self.steps(league_steps) >= self.budget
+
+    def wait_s(self, league_steps: int, steps_per_s: float, interval_s: float) -> float:
+        """How long to wait before the next poll: the interval, or less when the budget runs out sooner."""
+        if self.budget <= 0 or steps_per_s <= 0:
+            return interval_s
+        left = max(0, self.budget - self.steps(league_steps))
+        return min(interval_s, max(MIN_POLL_S, left / steps_per_s))
+
+
+MIN_POLL_S = 0.1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -203,7 +236,8 @@ def _listening_port(log_path: Path) -> int | None:
     return port
 
 
-def _progress_table(status: Any, elapsed: float, run_cfg: RunConfig, steps_per_s: float, events: list[str]):
+def _progress_table(status: Any, elapsed: float, run_cfg: RunConfig, run_steps: int, steps_per_s: float,
+                    events: list[str]):
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -211,7 +245,7 @@ def _progress_table(status: Any, elapsed: float, run_cfg: RunConfig, steps_per_s
     c = status.counters
     budget = f"{elapsed:,.0f}/{run_cfg.seconds:,.0f} s"
     if run_cfg.env_steps:
-        budget += f", {c.env_steps:,}/{run_cfg.env_steps:,} env steps"
+        budget += f", {run_steps:,}/{run_cfg.env_steps:,} env steps"
     header = Text(
         f"league run · {budget} · env steps {c.env_steps:,} ({steps_per_s:,.0f}/s) · matches {c.matches:,} · "
         f"jobs {c.jobs_finished:,} done, {c.jobs_expired:,} expired · snapshots {c.snapshots} · "
@@ -273,6 +307,8 @@ def run_main(args: argparse.Namespace) -> int:
         stub = league_pb2_grpc.LeagueServiceStub(channel)
         start = time.monotonic()
         step_rate = StepRate()
+        step_budget = StepBudget(run_cfg.env_steps)
+        wait_s = run_cfg.status_interval_s
         events: list[str] = []
         with open(history_path, "a") as history, Live(console=console, auto_refresh=False,
                                                         transient=False, redirect_stdout=False) as live:
@@ -293,18 +329,21 @@ def run_main(args: argparse.Namespace) -> int:
                     record["elapsed_s"] = now - start
                     history.write(json.dumps(record) + "\n")
                     history.flush()
-                    view = _progress_table(status, now - start, run_cfg, rate, events)
+                    league_steps = status.counters.env_steps
+                    view = _progress_table(status, now - start, run_cfg, step_budget.steps(league_steps), rate,
+                                           events)
                     if args.quiet:
                         c = status.counters
                         console.print(f"[{now - start:6.0f}s] env steps {c.env_steps:,} ({rate:,.0f}/s) "
                                       f"matches {c.matches:,} snapshots {c.snapshots}")
                     else:
                         live.update(view, refresh=True)
-                    if run_cfg.env_steps and status.counters.env_steps >= run_cfg.env_steps:
+                    if step_budget.spent(league_steps):
                         break
+                    wait_s = step_budget.wait_s(league_steps, rate, run_cfg.status_interval_s)
                 if time.monotonic() - start >= run_cfg.seconds:
                     break
-                stop.wait(run_cfg.status_interval_s)
+                stop.wait(min(wait_s, max(0.0, run_cfg.seconds - (time.monotonic() - start))))
         channel.close()
     except RuntimeError as err:
         console.print(f"[red]league run: {err}[/red]")

@@ -6,7 +6,7 @@ import pytest
 
 from common.config import ConfigError, from_dict
 from league_cli.plot import read_history, run_seconds, write_plots
-from league_cli.run import RunConfig, StepRate, active_player_count
+from league_cli.run import MIN_POLL_S, RunConfig, StepBudget, StepRate, active_player_count
 from league_service.config import config_from_dict, load_config
 
 
@@ -42,6 +42,19 @@ def test_step_rate_starts_from_the_first_poll_not_from_zero():
     assert rate.update(17_168, 100.0) == 0.0
     assert rate.update(19_168, 102.0) == 1_000.0
     assert rate.update(19_168, 102.0) == 0.0  # no time passed: no division by zero
+
+
+def test_the_step_budget_counts_this_runs_steps_and_polls_sooner_near_its_end():
+    budget = StepBudget(30_000)
+    # A resumed league: 100k steps counted by earlier runs in the same --run-dir do not spend this run's budget.
+    assert not budget.spent(100_000) and budget.steps(100_000) == 0
+    assert budget.wait_s(100_000, 5_000.0, 2.0) == 2.0  # 6 s of steps left at 5k/s
+    assert budget.wait_s(125_000, 5_000.0, 2.0) == 1.0  # 5k left: poll again when they should be done
+    assert budget.wait_s(129_990, 5_000.0, 2.0) == MIN_POLL_S
+    assert budget.wait_s(125_000, 0.0, 2.0) == 2.0  # no rate yet
+    assert budget.steps(130_000) == 30_000 and budget.spent(130_000)
+    unlimited = StepBudget(0)
+    assert not unlimited.spent(10**9) and unlimited.wait_s(10**9, 1.0, 2.0) == 2.0
 
 
 def test_one_learner_per_active_player():

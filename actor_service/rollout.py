@@ -144,7 +144,8 @@ class _EnvSlot:
         if seat in self.seat_of:
             return self.seat_of.index(seat)
         raise RuntimeError(f"env {self.env_id}: seat {seat} asks for an action, but the job's player(s) sit at "
-                           f"{self.seat_of} (a lone player in a multi-seat game plays one seat per episode)")
+                           f"{self.seat_of} (a lone player in a multi-seat game plays one seat per episode: give the other "
+                           "seats to reference bots, e.g. env.kwargs.bots: {1: random}, or train in a battle league)")
 
 
 @dataclass

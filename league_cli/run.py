@@ -108,6 +108,36 @@ class StepBudget:
 MIN_POLL_S = 0.1
 
 
+class FailingJobsWatch:
+    """Stops a run whose collect jobs are given up while none of its jobs completes.
+
+    A job every actor fails the same way (a two-player env with no bots in a solo league, an env that needs a
+    package the actors lack) is retried and then given up (LEASES.md), so the league keeps serving and nothing
+    exits: without this the run would spend its whole budget training nothing. Counted from the run's first
+    status poll, like the budgets.
+    """
+
+    def __init__(self) -> None:
+        self._start: tuple[int, int] | None = None  # (jobs_finished, jobs_given_up) at the first poll
+
+    def check(self, status: Any) -> str | None:
+        """The reason to stop, or None while the run is healthy."""
+        c = status.counters
+        if self._start is None:
+            self._start = (c.jobs_finished, c.jobs_given_up)
+        finished, given_up = c.jobs_finished - self._start[0], c.jobs_given_up - self._start[1]
+        if given_up == 0 or finished > 0:
+            return None
+        errors = [f"{p.player_id}: {_last_line(p.last_job_error)}" for p in status.players
+                  if p.active and p.jobs_given_up and p.last_job_error.strip()]
+        return (f"{given_up} collect job(s) given up after repeated failures and none finished; "
+                + ("; ".join(errors) if errors else "see the actors' logs"))
+
+
+def _last_line(text: str) -> str:
+    return text.strip().splitlines()[-1]
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", nargs="?", type=Path, default=None,
                         help="league YAML (default: the embedded connect-four league)")
@@ -308,6 +338,7 @@ def run_main(args: argparse.Namespace) -> int:
         start = time.monotonic()
         step_rate = StepRate()
         step_budget = StepBudget(run_cfg.env_steps)
+        failing_jobs = FailingJobsWatch()
         wait_s = run_cfg.status_interval_s
         events: list[str] = []
         with open(history_path, "a") as history, Live(console=console, auto_refresh=False,
@@ -339,6 +370,12 @@ def run_main(args: argparse.Namespace) -> int:
                     else:
                         live.update(view, refresh=True)
                     if step_budget.spent(league_steps):
+                        break
+                    failing = failing_jobs.check(status)
+                    if failing is not None:
+                        console.print(f"[red]league run: {failing}[/red]")
+                        reason[0] = "collect jobs keep failing"
+                        exit_code = 1
                         break
                     wait_s = step_budget.wait_s(league_steps, rate, run_cfg.status_interval_s)
                 if time.monotonic() - start >= run_cfg.seconds:

@@ -24,10 +24,12 @@ ROOT = Path(__file__).resolve().parents[2]
 SOLO = ROOT / "configs" / "solo_cartpole.yaml"
 
 
-def _config(tmp_path: Path, seconds: float, env_name: str | None = None) -> Path:
+def _config(tmp_path: Path, seconds: float, env_name: str | None = None, model: dict | None = None) -> Path:
     cfg = yaml.safe_load(SOLO.read_text())
     if env_name is not None:
         cfg["env"]["name"] = env_name
+    if model is not None:
+        cfg["policy"]["model"] = model
     cfg["env"]["env_num"] = 4
     cfg["env"]["env_steps"] = 512
     cfg["coordinator"] = {**cfg.get("coordinator", {}), "lease_timeout_s": 4.0, "heartbeat_interval_s": 1.0}
@@ -88,9 +90,9 @@ def _active(record: dict) -> dict:
 class LeagueRun:
     """`league run` as a subprocess in its own session; killed with everything under it at the end."""
 
-    def __init__(self, tmp_path: Path, seconds: float, env_name: str | None = None) -> None:
+    def __init__(self, tmp_path: Path, seconds: float, env_name: str | None = None, model: dict | None = None) -> None:
         self.run_dir = tmp_path / "run"
-        argv = [sys.executable, "-m", "league_cli", "run", str(_config(tmp_path, seconds, env_name)),
+        argv = [sys.executable, "-m", "league_cli", "run", str(_config(tmp_path, seconds, env_name, model)),
                 "--run-dir", str(self.run_dir), "--quiet"]
         self.log = open(tmp_path / "league_run.log", "wb")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, cwd=tmp_path,
@@ -134,8 +136,8 @@ class LeagueRun:
 def league_run(tmp_path):
     runs: list[LeagueRun] = []
 
-    def start(seconds: float, env_name: str | None = None) -> LeagueRun:
-        run = LeagueRun(tmp_path, seconds, env_name)
+    def start(seconds: float, env_name: str | None = None, model: dict | None = None) -> LeagueRun:
+        run = LeagueRun(tmp_path, seconds, env_name, model)
         runs.append(run)
         return run
 
@@ -182,6 +184,17 @@ def test_a_job_no_learner_can_set_up_stops_the_run_with_the_reason(league_run):
     out = run.output(tail=None)
     assert "cannot run this league (exit 2" in out and "NoSuchEnv" in out, out[-6000:]
     assert "restarted" not in out
+    _assert_nothing_left_running(run)
+
+
+def test_collect_jobs_that_every_actor_fails_stop_the_run_with_the_reason(league_run):
+    """A solo league on a two-player game with no bots for the other seat: learners set up fine, but every
+    collect job fails in the actors, is retried and given up. The run stops with the actors' error instead of
+    spending its budget training nothing."""
+    run = league_run(seconds=300, env_name="openspiel:tic_tac_toe", model={"conv": [[8, 3, 1]], "hidden": [16]})
+    assert run.finish(timeout_s=120) == 1, run.output()
+    out = run.output(tail=None)
+    assert "collect jobs keep failing" in out and "seat 1 asks for an action" in out, out[-6000:]
     _assert_nothing_left_running(run)
 
 

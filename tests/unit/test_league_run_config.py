@@ -5,8 +5,9 @@ import json
 import pytest
 
 from common.config import ConfigError, from_dict
+from common.proto.league.v1 import league_pb2
 from league_cli.plot import read_history, run_seconds, write_plots
-from league_cli.run import MIN_POLL_S, RunConfig, StepBudget, StepRate, active_player_count
+from league_cli.run import MIN_POLL_S, FailingJobsWatch, RunConfig, StepBudget, StepRate, active_player_count
 from league_service.config import config_from_dict, load_config
 
 
@@ -95,3 +96,23 @@ def test_plot_time_continues_across_resumed_runs():
     elapsed = [0.0, 2.0, 4.0, 0.1, 2.1, 0.0, 1.0]
     assert run_seconds([{"elapsed_s": e} for e in elapsed]) == pytest.approx([0.0, 2.0, 4.0, 4.1, 6.1, 6.1, 7.1])
     assert run_seconds([]) == []
+
+
+def _status(finished: int, given_up: int, error: str = "") -> league_pb2.LeagueStatus:
+    status = league_pb2.LeagueStatus()
+    status.counters.jobs_finished = finished
+    status.counters.jobs_given_up = given_up
+    status.players.add(player_id="p", active=True, jobs_given_up=given_up, last_job_error=error)
+    return status
+
+
+def test_a_run_whose_collect_jobs_are_given_up_and_none_finishes_is_stopped_with_the_error():
+    watch = FailingJobsWatch()
+    assert watch.check(_status(0, 0)) is None
+    reason = watch.check(_status(0, 1, "Traceback ...\nRuntimeError: seat 1 asks for an action"))
+    assert reason is not None and "p: RuntimeError: seat 1 asks for an action" in reason
+    # A resumed league whose earlier runs gave jobs up, and a run where jobs also finish, keep going.
+    resumed = FailingJobsWatch()
+    assert resumed.check(_status(50, 2)) is None and resumed.check(_status(50, 2)) is None
+    healthy = FailingJobsWatch()
+    assert healthy.check(_status(0, 0)) is None and healthy.check(_status(3, 1, "flaky")) is None

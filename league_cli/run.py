@@ -22,6 +22,7 @@ import yaml
 
 from common.config import ConfigError, from_dict
 from common.exit_codes import SETUP_ERROR_EXIT
+from league_cli.history import HistoryLog
 from league_cli.processes import ManagedProcess, ProcessGroup, league_command
 
 PORT_WAIT_S = 90.0
@@ -341,8 +342,8 @@ def run_main(args: argparse.Namespace) -> int:
         failing_jobs = FailingJobsWatch()
         wait_s = run_cfg.status_interval_s
         events: list[str] = []
-        with open(history_path, "a") as history, Live(console=console, auto_refresh=False,
-                                                        transient=False, redirect_stdout=False) as live:
+        with HistoryLog(history_path) as history, Live(console=console, auto_refresh=False,
+                                                         transient=False, redirect_stdout=False) as live:
             while not stop.is_set():
                 new_events = sup.check()
                 events += new_events
@@ -358,8 +359,7 @@ def run_main(args: argparse.Namespace) -> int:
                     rate = step_rate.update(status.counters.env_steps, now)
                     record = json.loads(status_to_json(status))
                     record["elapsed_s"] = now - start
-                    history.write(json.dumps(record) + "\n")
-                    history.flush()
+                    history.offer(record, now)
                     league_steps = status.counters.env_steps
                     view = _progress_table(status, now - start, run_cfg, step_budget.steps(league_steps), rate,
                                            events)

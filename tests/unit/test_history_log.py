@@ -1,0 +1,40 @@
+"""league run's status history grows at a bounded rate however large each record gets."""
+
+import json
+
+from league_cli.history import HistoryLog
+
+
+def _lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_small_records_are_all_written(tmp_path):
+    path = tmp_path / "h.jsonl"
+    with HistoryLog(path, bytes_per_s=10_000) as log:
+        for t in range(5):
+            assert log.offer({"t": t}, now=2.0 * t)
+    assert [r["t"] for r in _lines(path)] == [0, 1, 2, 3, 4]
+
+
+def test_large_records_are_spaced_so_the_file_grows_at_the_limit_and_the_last_is_kept(tmp_path):
+    path = tmp_path / "h.jsonl"
+    big = "x" * 9_990  # ~10 kB a record at 1 kB/s: one record per ~10 s of 2 s polls
+    with HistoryLog(path, bytes_per_s=1_000) as log:
+        written = [log.offer({"t": t, "pad": big}, now=2.0 * t) for t in range(31)]
+    assert written[:6] == [True, False, False, False, False, False]
+    records = _lines(path)
+    assert [r["t"] for r in records] == [0, 6, 12, 18, 24, 30]  # every ~10 s, and the final record
+    assert path.stat().st_size <= 1_000 * 60 + 2 * 10_010  # the rate over the 60 s, plus the first and last
+
+
+def test_the_held_back_newest_record_is_written_at_close_and_a_resumed_run_appends(tmp_path):
+    path = tmp_path / "h.jsonl"
+    log = HistoryLog(path, bytes_per_s=1.0)
+    log.offer({"t": 0}, now=0.0)
+    assert not log.offer({"t": 1}, now=1.0)
+    log.close()
+    log.close()  # idempotent
+    with HistoryLog(path, bytes_per_s=1.0) as again:
+        again.offer({"t": 2}, now=0.0)
+    assert [r["t"] for r in _lines(path)] == [0, 1, 2]

@@ -303,6 +303,7 @@ def run_main(args: argparse.Namespace) -> int:
 
     from common.proto.league.v1 import league_pb2, league_pb2_grpc
     from common.rpc import make_channel
+    from league_service.status import STATUS_MAX_BYTES
     from league_service.status_view import render_status, status_console, status_to_json
 
     console = status_console()
@@ -334,7 +335,7 @@ def run_main(args: argparse.Namespace) -> int:
         address = sup.start_coordinator()
         console.print(f"coordinator listening on {address}")
         sup.start_workers()
-        channel = make_channel(address)
+        channel = make_channel(address, max_message_bytes=STATUS_MAX_BYTES)
         stub = league_pb2_grpc.LeagueServiceStub(channel)
         start = time.monotonic()
         step_rate = StepRate()

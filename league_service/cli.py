@@ -154,6 +154,7 @@ def status_main(args: argparse.Namespace) -> int:
     from rich.live import Live
 
     from common.proto.league.v1 import league_pb2, league_pb2_grpc
+    from league_service.status import STATUS_MAX_BYTES
     from league_service.status_view import render_status, status_console, status_to_json
 
     if args.watch is not None and not args.watch > 0:
@@ -166,7 +167,7 @@ def status_main(args: argparse.Namespace) -> int:
         print(f"league status: {err}", file=sys.stderr)
         return SETUP_ERROR_EXIT
     console = status_console()
-    channel = make_channel(args.addr, token=token, tls_ca=args.tls_ca)
+    channel = make_channel(args.addr, token=token, tls_ca=args.tls_ca, max_message_bytes=STATUS_MAX_BYTES)
     stub = league_pb2_grpc.LeagueServiceStub(channel)
 
     def fetch() -> league_pb2.LeagueStatus:

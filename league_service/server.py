@@ -23,6 +23,7 @@ from league_service.coordinator_messages import FinishReport
 from league_service.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, RequestError
 from league_service.leases import JobEndStatus
 from league_service.metrics import LeagueCollector, MetricsServer, RpcMetricsInterceptor
+from league_service.status import STATUS_MAX_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,11 @@ def serve_coordinator(
     """Start serving `coordinator` (already constructed, not yet started) per `options`."""
     registry = CollectorRegistry()
     registry.register(LeagueCollector(coordinator.figures))
-    options = replace(options, interceptors=(*options.interceptors, RpcMetricsInterceptor(registry)))
+    options = replace(
+        options,
+        interceptors=(*options.interceptors, RpcMetricsInterceptor(registry)),
+        max_send_bytes=max(options.max_send_bytes, STATUS_MAX_BYTES),  # replies: the status grows with the league
+    )
     coordinator.start()
     try:
         serving = make_server(

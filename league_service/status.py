@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+STATUS_MAX_BYTES = 256 * 2**20
+"""Largest GetStatus reply the coordinator sends and status clients take. The status lists every player,
+payoff entry and registered worker, so it outgrows gRPC's default 4 MB in a long league (~6,000 historical
+players, or ~5,000 workers with long ids); requests keep the small default limit."""
+
 
 @dataclass(frozen=True)
 class PlayerStatus:

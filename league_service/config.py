@@ -350,6 +350,10 @@ class CoordinatorConfig:
     max_job_attempts: int = 3
     job_retry_backoff_s: float = 5.0
     max_job_retry_backoff_s: float = 300.0
+    # A worker silent this long and holding no job is dropped from the registry (and the status); it registers
+    # again if it comes back. Every actor process that starts is a new worker (actor-<host>-<pid>), so without
+    # this the registry and every status reply would grow for as long as the league runs. 0: never.
+    forget_workers_after_s: float = 3600.0
 
     def __post_init__(self) -> None:
         if self.lease_timeout_s <= 0:
@@ -361,6 +365,10 @@ class CoordinatorConfig:
                 f"got {self.heartbeat_interval_s}",
             )
         _check_at_least(self.max_job_attempts, 1, "max_job_attempts")
+        if not (math.isfinite(self.forget_workers_after_s)
+                and (self.forget_workers_after_s == 0 or self.forget_workers_after_s > self.lease_timeout_s)):
+            raise ConfigError("forget_workers_after_s", f"must be 0 (never) or above lease_timeout_s "
+                              f"({self.lease_timeout_s}), got {self.forget_workers_after_s}")
         if not (math.isfinite(self.job_retry_backoff_s) and self.job_retry_backoff_s >= 0):
             raise ConfigError("job_retry_backoff_s", f"must be a finite number >= 0, got {self.job_retry_backoff_s}")
         if not (math.isfinite(self.max_job_retry_backoff_s)

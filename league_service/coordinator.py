@@ -146,6 +146,8 @@ class Coordinator:
         self.lease_timeout_s = settings.lease_timeout_s or cfg.coordinator.lease_timeout_s
         # A worker gets a few heartbeats into each lease, even when tests shorten the lease.
         self.heartbeat_interval_s = min(cfg.coordinator.heartbeat_interval_s, self.lease_timeout_s / 3)
+        self._forget_workers_after_s = cfg.coordinator.forget_workers_after_s
+        self._next_forget_check = -math.inf
         self._root = SharedRoot(settings.shared_root)
         self._league = create_league(
             cfg,
@@ -589,6 +591,8 @@ class Coordinator:
                 )
 
     def _expire_locked(self, now: float) -> None:
+        if self._forget_workers_after_s and now >= self._next_forget_check:
+            self._forget_idle_workers_locked(now)
         expired = self._table.expire_due(now)
         if not expired:
             return
@@ -606,6 +610,16 @@ class Coordinator:
                 self._collect_attempt_failed(lease, f"the lease expired (worker {lease.worker_id} went silent)", now)
             else:
                 self._learn_ready.notify()
+
+    def _forget_idle_workers_locked(self, now: float) -> None:
+        """Drop workers silent for coordinator.forget_workers_after_s that hold no job (checked now and then:
+        every call runs `_expire_locked`)."""
+        self._next_forget_check = now + min(60.0, self._forget_workers_after_s / 10)
+        gone = self._table.forget_idle(now - self._forget_workers_after_s)
+        if gone:
+            self._commits.record(forgotten_workers=gone)
+            log.info("forgot %d worker(s) silent for over %.0f s: %s", len(gone), self._forget_workers_after_s,
+                     ", ".join(gone[:5]) + (", ..." if len(gone) > 5 else ""))
 
     def _persist(
         self,

@@ -55,6 +55,7 @@ LazyRows = Callable[[], Sequence[tuple[WorkerInfo, float]]]
 @dataclass
 class _Batch:
     workers: dict[str, tuple[WorkerInfo, float]] = field(default_factory=dict)
+    forgotten_workers: set[str] = field(default_factory=set)
     leases: list[Lease[Any]] = field(default_factory=list)
     ends: list[JobEnd] = field(default_factory=list)
     job_failures: dict[str, PlayerJobFailures] = field(default_factory=dict)
@@ -103,6 +104,7 @@ class GroupCommitter:
         leases: Iterable[Lease[Any]] = (),
         ends: Iterable[JobEnd] = (),
         workers: Iterable[tuple[WorkerInfo, float]] = (),
+        forgotten_workers: Iterable[str] = (),
         job_failures: Iterable[PlayerJobFailures] = (),
         league_state: bool = False,
         waited: bool = False,
@@ -113,8 +115,12 @@ class GroupCommitter:
         `ticket` it takes before letting go of the lock), so the committer thread need not be woken for them.
         """
         batch = self._batch
-        for info, last_seen in workers:
+        for worker_id in forgotten_workers:
+            batch.workers.pop(worker_id, None)
+            batch.forgotten_workers.add(worker_id)
+        for info, last_seen in workers:  # a worker registering again after it was forgotten: its row wins
             batch.workers[info.worker_id] = (info, last_seen)
+            batch.forgotten_workers.discard(info.worker_id)
         batch.leases.extend(leases)
         batch.ends.extend(ends)
         for record in job_failures:
@@ -251,12 +257,15 @@ class GroupCommitter:
                 self._due.notify()
 
     def _write(self, batch: _Batch, state: dict[str, Any] | LeagueStateChanges | None, counters: Counters) -> None:
-        if batch.leases and not (batch.ends or batch.workers or batch.job_failures or state is not None):
+        if batch.leases and not (
+            batch.ends or batch.workers or batch.forgotten_workers or batch.job_failures or state is not None
+        ):
             # Jobs granted and nothing else: the counters are not written with them (only jobs_issued changed,
             # and a restart counts the jobs issued from the ended and in-flight jobs), so it is one statement.
             self._store.put_leases_alone(batch.leases)
             return
         with self._store.transaction() as tx:
+            tx.delete_workers(sorted(batch.forgotten_workers))
             tx.put_workers(list(batch.workers.values()))
             tx.put_leases(batch.leases)
             tx.put_ends(batch.ends)

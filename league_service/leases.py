@@ -226,6 +226,16 @@ class LeaseTable(Generic[P]):
         self._workers[info.worker_id] = info
         self._last_seen[info.worker_id] = last_seen
 
+    def forget_idle(self, seen_before: float) -> list[str]:
+        """Drop the workers last seen before `seen_before` that hold no job; returns their ids."""
+        busy = {lease.worker_id for lease in self._leases.values()}
+        gone = [w for w, seen in self._last_seen.items() if seen < seen_before and w not in busy]
+        for worker_id in gone:
+            del self._workers[worker_id]
+            del self._last_seen[worker_id]
+            self._seen_since_taken.discard(worker_id)
+        return gone
+
     def take_seen(self) -> list[tuple[WorkerInfo, float]]:
         """(worker, last seen) of every worker seen since the last call (which forgets them)."""
         seen, self._seen_since_taken = self._seen_since_taken, set()

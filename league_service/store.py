@@ -145,6 +145,11 @@ class StoreWriter:
             [(i.worker_id, i.role.value, i.hostname, i.data_endpoint, i.registered_at, seen) for i, seen in workers],
         )
 
+    def delete_workers(self, worker_ids: Sequence[str]) -> None:
+        for start in range(0, len(worker_ids), _CHUNK_ROWS):
+            chunk = worker_ids[start : start + _CHUNK_ROWS]
+            self._conn.execute(f"DELETE FROM workers WHERE worker_id IN ({','.join('?' * len(chunk))})", chunk)
+
     def put_lease(self, lease: Lease[Any]) -> None:
         self.put_leases([lease])
 

@@ -118,3 +118,50 @@ def test_a_restarted_coordinator_shows_the_last_heartbeats_it_had_written(tmp_pa
         assert not workers["actor-1"].alive  # 50 s ago, with a 0.3 s lease: it has to heartbeat again
     finally:
         second.close()
+
+
+def test_workers_silent_past_forget_workers_after_s_and_holding_no_job_are_forgotten_for_good(tmp_path):
+    """Every actor process that starts registers a new worker id: the registry (and every status reply) must
+    not keep the ones that are gone. One holding a job stays until its lease ends; one that comes back
+    registers again."""
+    clock = _Clock()
+    cfg = small_league_config({"coordinator": {"forget_workers_after_s": 600.0}})
+    settings = CoordinatorSettings(shared_root=tmp_path, lease_timeout_s=300.0, needs_learner=False, rng_seed=0)
+    first = Coordinator(cfg, settings, clock=clock, expiry_thread=False)
+    first.start()
+    try:
+        for worker in ("gone", "busy", "alive"):
+            first.register_worker(worker, WorkerRole.ACTOR, "host", "")
+        job = first.get_job("busy", WorkerRole.ACTOR, "", 5.0)
+        assert not hasattr(job, "retry_after_s"), job  # a job: "busy" holds a lease
+        for clock.now in (1_250.0, 1_500.0):
+            first.heartbeat("busy", (job.job_id,))  # keeps its lease (300 s), and is seen
+        clock.now = 1_590.0
+        first.heartbeat("alive", ())
+        clock.now = 1_700.0  # "gone" silent for 700 s (checks run at most once a minute)
+        first.expire_due()
+        assert {w.worker_id for w in first.status().workers} == {"busy", "alive"}
+        clock.now = 2_200.0  # "busy" went silent too, but its lease has to expire first: kept this time ...
+        first.expire_due()
+        assert {w.worker_id for w in first.status().workers} == {"busy"}
+        wait_until("the forgotten rows to leave the store",
+                   lambda: set(_stored_last_seen(settings.resolved_state_path)) == {"busy"}, timeout_s=30)
+    finally:
+        first.close()
+
+    second = Coordinator(cfg, settings, clock=clock, expiry_thread=False)  # a restart does not bring them back
+    second.start()
+    try:
+        assert {w.worker_id for w in second.status().workers} == {"busy"}
+        with pytest.raises(Exception, match="unknown worker 'gone'"):
+            second.heartbeat("gone", ())
+        second.register_worker("gone", WorkerRole.ACTOR, "host", "")  # ... and a worker that comes back rejoins
+        assert {w.worker_id for w in second.status().workers} == {"busy", "gone"}
+    finally:
+        second.close()
+
+
+def test_forget_workers_after_s_is_checked():
+    with pytest.raises(ValueError, match="forget_workers_after_s"):
+        small_league_config({"coordinator": {"forget_workers_after_s": 10.0}})  # below the 30 s lease
+    small_league_config({"coordinator": {"forget_workers_after_s": 0}})  # never

@@ -23,6 +23,12 @@ _KIND_NAMES = {league_pb2.JOB_KIND_COLLECT: "collect", league_pb2.JOB_KIND_LEARN
 
 PIPED_WIDTH = 200
 """Columns of the tables when the output is not a terminal (a pipe, a log file) and $COLUMNS is unset."""
+MATRIX_MAX_PLAYERS = 8
+"""Up to this many players the win rates are a full home x away matrix; beyond it (a league with historical
+players: 46 after the default league's five minutes) a matrix squeezes every column to an ellipsis, so active
+players get one row each: their win rate against each active player and against the historical ones."""
+HISTORICAL_ROWS = 30
+"""About this many historical players are listed (the newest of each parent); --json has them all."""
 
 
 def status_console() -> Console:
@@ -92,12 +98,25 @@ def _players(status: league_pb2.LeagueStatus) -> list[Table]:
                           p.last_job_error.strip().splitlines()[-1] if p.last_job_error.strip() else "-")
         tables.append(table)
     if historical:
-        table = _table(f"historical players ({len(historical)})", historical,
-                       ["parent", "steps", "checkpoint", "elo", "trueskill"])
-        for p in historical:
+        shown = _newest_per_parent(historical, HISTORICAL_ROWS)
+        title = f"historical players ({len(historical)}" + (
+            f"; the newest {len(shown)}, all with --json)" if len(shown) < len(historical) else ")")
+        table = _table(title, shown, ["parent", "steps", "checkpoint", "elo", "trueskill"])
+        for p in shown:
             table.add_row(p.player_id, p.parent_id or "-", f"{p.agent_steps:,}", _checkpoint(p), *_ratings(p))
         tables.append(table)
     return tables
+
+
+def _newest_per_parent(players: list[league_pb2.PlayerStatus], rows: int) -> list[league_pb2.PlayerStatus]:
+    """Snapshots grouped by parent in the order they were taken; past `rows`, each parent's newest share."""
+    by_parent: dict[str, list[league_pb2.PlayerStatus]] = {}
+    for p in sorted(players, key=lambda p: (p.parent_id, p.agent_steps, p.player_id)):
+        by_parent.setdefault(p.parent_id, []).append(p)
+    if len(players) <= rows:
+        return [p for group in by_parent.values() for p in group]
+    each = max(1, rows // len(by_parent))
+    return [p for group in by_parent.values() for p in group[-each:]]
 
 
 def _table(title: str, players: list[league_pb2.PlayerStatus], columns: list[str]) -> Table:
@@ -122,6 +141,8 @@ def _ratings(p: league_pb2.PlayerStatus) -> tuple[str, str]:
 
 def _win_rates(status: league_pb2.LeagueStatus) -> Table:
     """Rows are home players, columns away players; a cell is the home win rate and the (decayed) games."""
+    if len({e.home for e in status.payoff} | {e.away for e in status.payoff}) > MATRIX_MAX_PLAYERS:
+        return _win_rates_of_active_players(status)
     homes = sorted({e.home for e in status.payoff})
     aways = sorted({e.away for e in status.payoff})
     cells = {(e.home, e.away): e for e in status.payoff}
@@ -134,6 +155,34 @@ def _win_rates(status: league_pb2.LeagueStatus) -> Table:
         for away in aways:
             e = cells.get((home, away))
             row.append(f"{e.win_rate:.0%} ({e.games:.0f})" if e is not None and e.games > 0 else "-")
+        table.add_row(*row)
+    return table
+
+
+def _win_rates_of_active_players(status: league_pb2.LeagueStatus) -> Table:
+    """One row per active player: its win rate against each active player, against all historical players
+    (games-weighted) and against the historical player it beats least."""
+    active = sorted(p.player_id for p in status.players if p.active)
+    historical = {p.player_id for p in status.players if not p.active}
+    cells = {(e.home, e.away): e for e in status.payoff if e.games > 0}
+    table = Table(title=f"win rate (games) of the active players; the whole matrix of {len(status.players)} players: "
+                  "--json or league plot", title_justify="left")
+    table.add_column("player", no_wrap=True)
+    opponents = [a for a in active if any((home, a) in cells for home in active)]
+    for away in opponents:
+        table.add_column(away, justify="right", no_wrap=True)
+    table.add_column(f"vs {len(historical)} historical", justify="right", no_wrap=True)
+    table.add_column("historical it beats least", no_wrap=True, overflow="ellipsis", max_width=60)
+    for home in active:
+        row = [home]
+        for away in opponents:
+            e = cells.get((home, away))
+            row.append(f"{e.win_rate:.0%} ({e.games:.0f})" if e is not None else "-")
+        past = [e for (h, a), e in cells.items() if h == home and a in historical]
+        games = sum(e.games for e in past)
+        row.append(f"{sum(e.win_rate * e.games for e in past) / games:.0%} ({games:.0f})" if past else "-")
+        least = min(past, key=lambda e: (e.win_rate, -e.games), default=None)
+        row.append(f"{least.away} {least.win_rate:.0%} ({least.games:.0f})" if least is not None else "-")
         table.add_row(*row)
     return table
 

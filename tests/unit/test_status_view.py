@@ -1,0 +1,66 @@
+"""`league status` tables stay readable as the league grows: a full win-rate matrix only for a few players,
+then one row per active player; the historical players' table lists each parent's newest snapshots."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from common.proto.league.v1 import league_pb2
+from league_service.status_view import HISTORICAL_ROWS, render_status
+
+ACTIVE = ("main_player_default_0", "main_exploiter_default_0", "league_exploiter_default_0")
+
+
+def _status(snapshots_per_parent: int) -> league_pb2.LeagueStatus:
+    status = league_pb2.LeagueStatus(league_id="L", league_type="one_vs_one")
+    for player in ACTIVE:
+        status.players.add(player_id=player, player_type=player.rsplit("_", 2)[0], active=True)
+    for parent in ACTIVE:
+        for k in range(1, snapshots_per_parent + 1):
+            status.players.add(player_id=f"{parent}_{k * 1000}", player_type="historical_player",
+                               parent_id=parent, agent_steps=k * 1000, active=False)
+    historical = [p for p in status.players if not p.active]
+    status.payoff.add(home=ACTIVE[0], away=ACTIVE[1], wins=9, losses=1, games=10, win_rate=0.9)
+    status.payoff.add(home=ACTIVE[1], away=ACTIVE[0], wins=1, losses=9, games=10, win_rate=0.1)
+    for i, past in enumerate(historical):
+        rate = 0.3 if past.player_id == f"{ACTIVE[1]}_2000" else 0.8  # the one main player beats least
+        status.payoff.add(home=ACTIVE[0], away=past.player_id, wins=rate * (10 + i), losses=(1 - rate) * (10 + i),
+                          games=10 + i, win_rate=rate)
+    return status
+
+
+def _text(status: league_pb2.LeagueStatus) -> str:
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))
+    console.print(render_status(status))
+    return console.export_text()
+
+
+def test_a_small_league_gets_the_whole_matrix():
+    text = _text(_status(snapshots_per_parent=1))  # 6 players
+    assert "home \\ away" in text and "main_exploiter_default_0_1000" in text
+    assert "90% (10)" in text and "10% (10)" in text
+
+
+def test_a_league_with_many_historical_players_gets_a_row_per_active_player():
+    status = _status(snapshots_per_parent=20)  # 63 players: a matrix would squeeze every column to "…"
+    text = _text(status)
+    assert "home \\ away" not in text and "…" not in text.split("win rate")[1].split("jobs in flight")[0]
+    assert "whole matrix of 63 players" in text and "vs 60 historical" in text
+    win_rates = text.split("win rate (games)")[1]
+    (main_row,) = [line for line in win_rates.splitlines() if line.startswith("│ main_player_default_0 ")]
+    assert "90% (10)" in main_row  # against the main exploiter
+    assert "main_exploiter_default_0_2000 30%" in main_row  # the historical player it beats least
+    games = sum(e.games for e in status.payoff if e.away.endswith("000"))
+    assert f"({games:.0f})" in main_row
+
+
+def test_historical_players_are_listed_newest_per_parent_up_to_a_limit():
+    text = _text(_status(snapshots_per_parent=20))
+    assert f"historical players (60; the newest {HISTORICAL_ROWS}, all with --json)" in text
+    for parent in ACTIVE:
+        assert f"{parent}_20000" in text and f"{parent}_11000 " in text  # the newest 10 of each
+        assert f"{parent}_10000 " not in text
+    small = _text(_status(snapshots_per_parent=2))
+    assert "historical players (6)" in small
+    # In the order they were taken, not by string: 2000 before 10000 would not hold in string order.
+    assert small.index("main_player_default_0_1000 ") < small.index("main_player_default_0_2000 ")

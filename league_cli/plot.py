@@ -49,6 +49,24 @@ def _players(record: dict[str, Any]) -> list[dict[str, Any]]:
     return record.get("players", [])
 
 
+MATRIX_MAX_PLAYERS = 40
+"""Up to this many players the win-rate plot is the whole matrix; beyond, the active players' rows only."""
+MAX_FIGURE_INCHES = 30.0
+MAX_TICK_LABELS = 60
+
+
+def _ordered_names(record: dict[str, Any], payoff: list[dict[str, Any]]) -> list[str]:
+    """Active players first, then historical ones by parent in the order they were taken (by steps)."""
+    players = {p["player_id"]: p for p in _players(record)}
+    names = {row["home"] for row in payoff} | {row["away"] for row in payoff}
+
+    def key(name: str) -> tuple[bool, str, int, str]:
+        p = players.get(name, {})
+        return (not p.get("active", False), p.get("parent_id", ""), int(p.get("agent_steps", 0) or 0), name)
+
+    return sorted(names, key=key)
+
+
 def write_plots(history_path: Path, out_dir: Path) -> list[Path]:
     import matplotlib
 
@@ -88,24 +106,34 @@ def write_plots(history_path: Path, out_dir: Path) -> list[Path]:
     # Win-rate matrix at the end of the run, with game counts.
     payoff = records[-1].get("payoff", [])
     if payoff:
-        names = sorted({row["home"] for row in payoff} | {row["away"] for row in payoff})
+        names = _ordered_names(records[-1], payoff)
         index = {n: i for i, n in enumerate(names)}
+        # A league with many historical players (hundreds an hour): a full matrix would be a figure of
+        # hundreds of inches (gigapixels); the active players' rows against everyone tell the story.
+        rows = names if len(names) <= MATRIX_MAX_PLAYERS else [
+            n for n in names if last_players.get(n, {}).get("active", False)] or names[:MATRIX_MAX_PLAYERS]
+        row_index = {n: i for i, n in enumerate(rows)}
         import numpy as np
 
-        rate = np.full((len(names), len(names)), np.nan)
-        games = np.zeros((len(names), len(names)))
+        rate = np.full((len(rows), len(names)), np.nan)
+        games = np.zeros((len(rows), len(names)))
         for row in payoff:
-            i, j = index[row["home"]], index[row["away"]]
-            rate[i, j] = row.get("win_rate", np.nan)
-            games[i, j] = row.get("games", 0)
-        size = max(5.0, 0.6 * len(names) + 2)
-        fig, ax = plt.subplots(figsize=(size + 1.5, size))
-        im = ax.imshow(rate, vmin=0.0, vmax=1.0, cmap="RdYlGn")
-        ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize="x-small")
-        ax.set_yticks(range(len(names)), names, fontsize="x-small")
-        ax.set(title="win rate of row against column (games)", xlabel="opponent", ylabel="player")
+            i, j = row_index.get(row["home"]), index[row["away"]]
+            if i is not None:
+                rate[i, j] = row.get("win_rate", np.nan)
+                games[i, j] = row.get("games", 0)
+        per_column = 0.6 if rows is names else 0.3  # a strip of a few rows reads fine with narrower cells
+        width = min(MAX_FIGURE_INCHES, max(5.0, per_column * len(names) + 2))
+        height = min(MAX_FIGURE_INCHES, max(3.0, 0.6 * len(rows) + 2))
+        fig, ax = plt.subplots(figsize=(width + 1.5, height))
+        im = ax.imshow(rate, vmin=0.0, vmax=1.0, cmap="RdYlGn", aspect="auto")
+        step = max(1, len(names) // MAX_TICK_LABELS)  # every name up to ~60, else every step-th
+        ax.set_xticks(range(0, len(names), step), names[::step], rotation=60, ha="right", fontsize="x-small")
+        ax.set_yticks(range(len(rows)), rows, fontsize="x-small")
+        whose = "row" if rows is names else "active player (row)"
+        ax.set(title=f"win rate of {whose} against column (games)", xlabel="opponent", ylabel="player")
         if len(names) <= 20:
-            for i in range(len(names)):
+            for i in range(len(rows)):
                 for j in range(len(names)):
                     if games[i, j]:
                         ax.text(j, i, f"{rate[i, j]:.2f}\n({games[i, j]:.0f})", ha="center", va="center",

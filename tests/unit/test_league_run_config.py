@@ -116,3 +116,22 @@ def test_a_run_whose_collect_jobs_are_given_up_and_none_finishes_is_stopped_with
     assert resumed.check(_status(50, 2)) is None and resumed.check(_status(50, 2)) is None
     healthy = FailingJobsWatch()
     assert healthy.check(_status(0, 0)) is None and healthy.check(_status(3, 1, "flaky")) is None
+
+
+def test_the_win_rate_plot_of_a_league_with_hundreds_of_historical_players_stays_a_normal_image(tmp_path):
+    """A full matrix was 0.6 inch per player: ~330 inches square (a gigapixel image) after an hour of the
+    default league. Beyond 40 players it shows the active players' rows against everyone, at most 30 inches."""
+    from PIL import Image
+
+    active = ["main_player_default_0", "main_exploiter_default_0", "league_exploiter_default_0"]
+    players = [{"player_id": a, "active": True, "elo": 1200.0} for a in active]
+    players += [{"player_id": f"{a}_{k}", "active": False, "parent_id": a, "agent_steps": k, "elo": 1200.0}
+                for a in active for k in range(1, 201)]
+    payoff = [{"home": a, "away": p["player_id"], "win_rate": 0.6, "games": 10.0}
+              for a in active for p in players if p["player_id"] != a]
+    history = tmp_path / "h.jsonl"
+    history.write_text(json.dumps({"elapsed_s": 1.0, "players": players, "payoff": payoff}) + "\n")
+    written = {p.name: p for p in write_plots(history, tmp_path / "plots")}
+    with Image.open(written["win_rates.png"]) as image:
+        width, height = image.size
+    assert width <= 100 * 32 and height <= 100 * 30, image.size

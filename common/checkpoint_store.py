@@ -47,16 +47,17 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import blake3
 import numpy as np
-import torch
 
 from common.checkpoint_buffers import LoadBuffers
-from common.checkpoint_unpickle import load_weights_only
 from common.paths import SharedRoot, check_component, check_relative
 from common.trajectory import ALLOWED_DTYPES
+
+if TYPE_CHECKING:  # torch is imported where tensors are saved or loaded: the coordinator only snapshots
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -463,6 +464,8 @@ class CheckpointStore:
 
 # ---- helpers ----------------------------------------------------------------------------------------------
 def _to_torch(tensors: Mapping[str, np.ndarray | torch.Tensor]) -> dict[str, torch.Tensor]:
+    import torch
+
     if not isinstance(tensors, Mapping):
         raise TypeError(f"tensors must be a mapping of name -> array, got {type(tensors).__name__}")
     out = {}
@@ -482,6 +485,8 @@ def _to_torch(tensors: Mapping[str, np.ndarray | torch.Tensor]) -> dict[str, tor
 
 
 def _from_payload(payload: Any, ref: CheckpointRef, path: str) -> dict[str, np.ndarray]:
+    import torch
+
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CorruptCheckpointError(f"{path}: not a {FORMAT} payload")
     if payload.get("version") != ref.version:
@@ -505,6 +510,8 @@ def _check_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
 def _training_state_to_cpu(value: Any, where: str) -> Any:
     """A copy of the training state's containers with every tensor on the CPU; anything that
     ``torch.load(weights_only=True)`` would refuse raises here, at publish, naming where it is."""
+    import torch
+
     if isinstance(value, torch.Tensor):
         return value.detach().to("cpu")
     if value is None or isinstance(value, bool | int | float | str):
@@ -529,6 +536,8 @@ def _load_verified(where: str, resolved: Path, digest: str, size: int) -> Any:
     copy, and a file swapped or rewritten after the read changes nothing)."""
     with _opened(where, resolved, size) as fd:
         data = _read_hashed(fd, where, digest, size, keep=True)
+    from common.checkpoint_unpickle import load_weights_only  # torch: imported by loaders only
+
     try:
         return load_weights_only(data)
     except Exception as e:  # pickle errors come in many types; all mean "not a checkpoint of ours"
@@ -695,6 +704,8 @@ def _without_zip_crc32() -> Iterator[None]:
     The switch is process-wide in torch, so it is flipped under a lock and restored; a torch.save elsewhere
     running meanwhile merely writes a file without CRCs, which torch.load reads the same.
     """
+    import torch
+
     with _CRC32_LOCK:
         previous = torch.serialization.get_crc32_options()
         torch.serialization.set_crc32_options(False)
@@ -713,6 +724,8 @@ def _unlink_quietly(path: Path) -> None:
 
 def _save(payload: dict[str, Any], tmp: Path) -> FileDigest:
     """torch.save ``payload`` into the new file ``tmp`` (fsynced), hashing the bytes on their way out."""
+    import torch
+
     with _HashingWriter(tmp, _storage_ranges(payload)) as writer:
         with _without_zip_crc32():
             torch.save(payload, writer)
@@ -818,6 +831,8 @@ class _Hasher:
 def _storage_ranges(payload: Any) -> list[tuple[int, int]]:
     """Address ranges of the tensors' memory in ``payload``: bytes torch.save hands over from inside them stay
     unchanged while the payload lives, so they are hashed in place instead of copied."""
+    import torch
+
     ranges = []
     stack = [payload]
     while stack:

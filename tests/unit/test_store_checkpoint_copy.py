@@ -57,3 +57,25 @@ def test_a_published_checkpoint_is_frozen_by_the_checkpoint_store(tmp_path, copi
     other = store.publish("main", {"w": np.ones(4, dtype=np.float32)}, version=4)
     with pytest.raises(FileExistsError, match="other weights"):
         copier(other.path, dst)
+
+
+def test_the_coordinator_snapshots_a_published_checkpoint_without_importing_torch(tmp_path):
+    """Snapshots are hard links plus a manifest: the coordinator process never needs torch (~200 MB of
+    memory and a second or two of import in the snapshot thread when it did)."""
+    import subprocess
+    import sys
+
+    from common.checkpoint_store import CheckpointStore
+
+    CheckpointStore(tmp_path).publish("p", {"w": np.ones(3, np.float32)}, 7)
+    code = (
+        "import sys\n"
+        "from common.paths import SharedRoot\n"
+        "from league_service.checkpoint_copy import SnapshotCopier\n"
+        "from league_service.coordinator import Coordinator\n"
+        f"SnapshotCopier(SharedRoot({str(tmp_path)!r}))('p/v0000000007.pt', 'p/v0000000007_100.pt')\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert CheckpointStore(tmp_path).load("p/v0000000007_100.pt").tensors["w"].tolist() == [1.0, 1.0, 1.0]

@@ -190,13 +190,22 @@ def status_main(args: argparse.Namespace) -> int:
                 status = fetch()
             except grpc.RpcError as err:
                 return f"{args.addr}: {err.code().name}: {err.details()} (retrying)"
-            return status_to_json(status) if args.json else render_status(status)
+            return render_status(status)
 
         # Ctrl-C (or SIGTERM) sets `stop` instead of raising KeyboardInterrupt wherever the main thread is:
         # inside a gRPC call the interrupt could be swallowed and the watch would never end.
         stop = threading.Event()
         previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
+            if args.json:  # JSON Lines for programs: one status per line, plain (no wrapping, no markup)
+                while not stop.is_set():
+                    try:
+                        print(status_to_json(fetch(), compact=True), flush=True)
+                    except grpc.RpcError as err:
+                        print(f"league status: {args.addr}: {err.code().name}: {err.details()} (retrying)",
+                              file=sys.stderr, flush=True)
+                    stop.wait(args.watch)
+                return 0
             if not console.is_terminal:  # a pipe or a file: one frame after another
                 while not stop.is_set():
                     console.print(frame())

@@ -40,14 +40,17 @@ def status_console() -> Console:
     return Console(width=PIPED_WIDTH)
 
 
-def status_to_json(status: league_pb2.LeagueStatus) -> str:
-    """The whole status as JSON with the proto's field names (enums by name, zeros included)."""
+def status_to_json(status: league_pb2.LeagueStatus, *, compact: bool = False) -> str:
+    """The whole status as JSON with the proto's field names (enums by name, zeros included); `compact`: one
+    line (JSON Lines, for `league status --watch --json`)."""
     data = json_format.MessageToDict(
         status,
         preserving_proto_field_name=True,
         always_print_fields_with_no_presence=True,
         unquote_int64_if_possible=True,
     )
+    if compact:
+        return json.dumps(data, separators=(",", ":"))
     return json.dumps(data, indent=2, sort_keys=False)
 
 

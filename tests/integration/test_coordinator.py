@@ -291,9 +291,10 @@ def test_league_status_watch_refreshes_until_interrupted(league):
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
     try:
-        frames = 0
-        while frames < 2:  # refreshed at least once
-            frames += '"league_id"' in lines.get(timeout=30)
+        frames = []
+        while len(frames) < 2:  # refreshed at least once; JSON Lines: every line is a whole status
+            frames.append(json.loads(lines.get(timeout=30)))
+        assert all(f["league_id"] == frames[0]["league_id"] and f["players"] for f in frames)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0
     finally:

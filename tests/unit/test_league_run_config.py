@@ -7,7 +7,8 @@ import pytest
 from common.config import ConfigError, from_dict
 from common.proto.league.v1 import league_pb2
 from league_cli.plot import read_history, run_seconds, write_plots
-from league_cli.run import MIN_POLL_S, FailingJobsWatch, RunConfig, StepBudget, StepRate, active_player_count
+from league_cli.run import RunConfig, active_player_count
+from league_cli.run_watch import MIN_POLL_S, FailingJobsWatch, StepBudget, StepRate
 from league_service.config import config_from_dict, load_config
 
 

@@ -87,11 +87,8 @@ def check_server_tls(cert_path: str | os.PathLike[str], key_path: str | os.PathL
 
     gRPC itself only says "Failed to bind to address" for a bad PEM, which sends people looking at the port.
     """
-    for flag, path in (("--tls-cert", cert_path), ("--tls-key", key_path)):
-        try:
-            Path(path).read_bytes()
-        except OSError as err:
-            raise ValueError(f"{flag}: cannot read {path}: {_reason(err)}") from err
+    _check_readable("--tls-cert", cert_path)
+    _check_readable("--tls-key", key_path)
     try:
         ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_path, key_path)
     except ssl.SSLError as err:
@@ -103,14 +100,19 @@ def check_server_tls(cert_path: str | os.PathLike[str], key_path: str | os.PathL
 
 def check_tls_ca(ca_path: str | os.PathLike[str]) -> None:
     """Refuse a CA file that cannot be read or holds no PEM certificate (gRPC would fail each handshake later)."""
-    try:
-        Path(ca_path).read_bytes()
-    except OSError as err:
-        raise ValueError(f"--tls-ca: cannot read {ca_path}: {_reason(err)}") from err
+    _check_readable("--tls-ca", ca_path)
     try:
         ssl.create_default_context(cafile=os.fspath(ca_path))
     except ssl.SSLError as err:
         raise ValueError(f"--tls-ca: {ca_path} holds no PEM CA certificate{_ssl_detail(err)}") from err
+
+
+def _check_readable(flag: str, path: str | os.PathLike[str]) -> None:
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as err:
+        raise ValueError(f"{flag}: cannot read {path}: {_reason(err)}") from err
 
 
 def _reason(err: BaseException) -> str:

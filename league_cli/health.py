@@ -1,7 +1,8 @@
 """`league health --addr HOST:PORT`: exit 0 when a server's gRPC health service answers SERVING.
 
 Why a command of our own: docker compose healthchecks need a probe that runs inside the image (no
-`grpc_health_probe` binary there), and it must not pay for torch. It imports grpc and the health stubs only.
+`grpc_health_probe` binary there), and it must not pay for torch: it imports grpc, the health stubs and the
+shared RPC plumbing (common/rpc.py) only.
 The health service is open without a token (see common/rpc.py), so no secret is needed to probe.
 `python -m league_cli.health ...` runs the same without the subcommand being wired.
 """
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from common.rpc import check_tls_ca
 
 DEFAULT_TIMEOUT_S = 3.0
 
@@ -33,10 +36,10 @@ def main(args: argparse.Namespace) -> int:
         raise SystemExit(f"league health: --timeout must be > 0, got {args.timeout}")
     if args.tls_ca is not None:
         try:
-            ca = Path(args.tls_ca).read_bytes()
-        except OSError as err:
-            raise SystemExit(f"league health: --tls-ca: cannot read {args.tls_ca}: {err.strerror or err}") from err
-        creds = grpc.ssl_channel_credentials(root_certificates=ca)
+            check_tls_ca(args.tls_ca)
+        except ValueError as err:
+            raise SystemExit(f"league health: {err}") from err
+        creds = grpc.ssl_channel_credentials(root_certificates=Path(args.tls_ca).read_bytes())
         channel = grpc.secure_channel(args.addr, creds)
     else:
         channel = grpc.insecure_channel(args.addr)

@@ -49,7 +49,7 @@ def _players(record: dict[str, Any]) -> list[dict[str, Any]]:
     return record.get("players", [])
 
 
-MATRIX_MAX_PLAYERS = 40
+IMAGE_MATRIX_MAX_PLAYERS = 40
 """Up to this many players the win-rate plot is the whole matrix; beyond, the active players' rows only."""
 MAX_FIGURE_INCHES = 30.0
 MAX_TICK_LABELS = 60
@@ -110,8 +110,8 @@ def write_plots(history_path: Path, out_dir: Path) -> list[Path]:
         index = {n: i for i, n in enumerate(names)}
         # A league with many historical players (hundreds an hour): a full matrix would be a figure of
         # hundreds of inches (gigapixels); the active players' rows against everyone tell the story.
-        rows = names if len(names) <= MATRIX_MAX_PLAYERS else [
-            n for n in names if last_players.get(n, {}).get("active", False)] or names[:MATRIX_MAX_PLAYERS]
+        rows = names if len(names) <= IMAGE_MATRIX_MAX_PLAYERS else [
+            n for n in names if last_players.get(n, {}).get("active", False)] or names[:IMAGE_MATRIX_MAX_PLAYERS]
         row_index = {n: i for i, n in enumerate(rows)}
         import numpy as np
 

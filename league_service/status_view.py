@@ -79,7 +79,7 @@ def _header(status: league_pb2.LeagueStatus) -> Text:
 def _players(status: league_pb2.LeagueStatus) -> list[Table]:
     """Active players (training progress) and historical players (frozen snapshots), one table each."""
     active = sorted((p for p in status.players if p.active), key=lambda p: p.player_id)
-    historical = sorted((p for p in status.players if not p.active), key=lambda p: p.player_id)
+    historical = [p for p in status.players if not p.active]
     solo = status.league_type == "solo"
     table = _table("active players", active, ["type", "steps", "iter", "checkpoint", "elo", "trueskill", "slots", "learner"]
                    + (["mean return", "episodes"] if solo else []))

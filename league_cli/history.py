@@ -1,8 +1,9 @@
 """The run's status history, `status_history.jsonl`: one league status per line, for plots and evaluations.
 
 Why it is thinned: a record holds every player and payoff entry, so it grows with the league (~80 KB after five
-minutes of the default league, ~1 MB after an hour of snapshots). Written at every 2 s status poll, the file
-grew with the square of the run's length: ~1.5 GB in the first hour, tens of GB overnight. `HistoryLog`
+minutes of the default league, ~300 KB after twenty, linearly on). Written at every 2 s status poll, the file
+grew with the square of the run's length: ~89 MB in a 20-minute run, so ~0.8 GB in an hour and ~30 GB in six
+(extrapolated). `HistoryLog`
 writes a record only once the previous one's bytes are "paid for" at `bytes_per_s`, so the file grows by at
 most that rate however large the league gets: small leagues keep every poll, large ones record less often.
 The newest record is always written at the end, so readers see the final state.

@@ -49,6 +49,12 @@ from league_service.leases import JobEnd, JobEndStatus, JobKind, Lease, WorkerIn
 # 2: the league state in parts and the counters in `state_parts`; a schema-1 store is upgraded when opened.
 SCHEMA_VERSION = 2
 CHECKPOINT_EVERY = 500
+KEEP_ENDED_JOBS = 1_000_000
+"""Ended job ids kept to answer a retried FinishJob as a duplicate; older rows are deleted (a finish for one of
+them is then NOT_FOUND instead, and still never counted). A retry comes within seconds; a million is many hours
+of a busy league (the default league on 2 cores ends ~30k jobs an hour), so the table stops growing forever."""
+PRUNE_ENDS_EVERY = 1_000
+"""Commits between two prunes of ended_jobs (each a rowid-range delete inside a commit's transaction)."""
 
 # meta key of a whole league state document (put_league_state; schema 1 stored the league state so).
 _WHOLE_STATE = "league_state"
@@ -149,6 +155,10 @@ class StoreWriter:
         for start in range(0, len(worker_ids), _CHUNK_ROWS):
             chunk = worker_ids[start : start + _CHUNK_ROWS]
             self._conn.execute(f"DELETE FROM workers WHERE worker_id IN ({','.join('?' * len(chunk))})", chunk)
+
+    def prune_ended_jobs(self, keep: int) -> None:
+        """Delete all but the newest `keep` ended jobs (rowid order is commit order: a cheap range delete)."""
+        self._conn.execute("DELETE FROM ended_jobs WHERE rowid <= (SELECT max(rowid) FROM ended_jobs) - ?", (keep,))
 
     def put_lease(self, lease: Lease[Any]) -> None:
         self.put_leases([lease])
@@ -295,7 +305,16 @@ class _Transaction:
 class LeagueStore:
     """One SQLite file; `transaction()` serialises writers and commits all-or-nothing."""
 
-    def __init__(self, path: str | Path, *, fsync: bool = False) -> None:
+    def __init__(
+        self, path: str | Path, *, fsync: bool = False, keep_ended_jobs: int = KEEP_ENDED_JOBS,
+        prune_ends_every: int = PRUNE_ENDS_EVERY,
+    ) -> None:
+        if keep_ended_jobs < 1 or prune_ends_every < 1:
+            raise ValueError(f"keep_ended_jobs and prune_ends_every must be >= 1, got {keep_ended_jobs}, "
+                             f"{prune_ends_every}")
+        self._keep_ended_jobs = keep_ended_jobs
+        self._prune_ends_every = prune_ends_every
+        self._commits_since_prune = 0
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
@@ -354,7 +373,16 @@ class LeagueStore:
         except BaseException:
             self._lock.release()
             raise
-        return StoreWriter(self._conn)
+        writer = StoreWriter(self._conn)
+        self._commits_since_prune += 1
+        if self._commits_since_prune >= self._prune_ends_every:  # with this transaction's changes
+            self._commits_since_prune = 0
+            try:
+                writer.prune_ended_jobs(self._keep_ended_jobs)
+            except BaseException:
+                self._end(commit=False)
+                raise
+        return writer
 
     def _end(self, commit: bool) -> None:
         try:

@@ -104,3 +104,27 @@ def test_load_keeps_the_latest_ends_and_older_ones_are_looked_up(tmp_path):
         assert store.ended("nope") is None
     finally:
         store.close()
+
+
+def test_ended_jobs_are_pruned_to_the_newest_and_a_failed_commit_prunes_nothing(tmp_path):
+    """The table of ended job ids (for duplicate finishes) must not grow for as long as the league runs."""
+    store = LeagueStore(tmp_path / "state.sqlite", keep_ended_jobs=10, prune_ends_every=7)
+    try:
+        store.initialise("d")
+        for i in range(60):
+            with store.transaction() as tx:
+                tx.put_end(JobEnd(f"z{i:02d}", JobEndStatus.COMPLETED, 1, float(i)))
+        ended = sqlite3.connect(store.path).execute("SELECT job_id FROM ended_jobs ORDER BY rowid").fetchall()
+        assert 10 <= len(ended) < 10 + 7  # at most one prune period beyond the limit
+        assert ended[-1] == ("z59",) and store.ended("z59") is not None
+        assert store.ended("z00") is None  # pruned: a late finish of it is unknown, still never counted
+        count = len(ended)
+        for _ in range(7):  # a transaction that fails rolls its prune back with everything else
+            with pytest.raises(RuntimeError), store.transaction() as tx:
+                tx.put_end(JobEnd("bad", JobEndStatus.COMPLETED, 1, 99.0))
+                raise RuntimeError("boom")
+        assert len(sqlite3.connect(store.path).execute("SELECT job_id FROM ended_jobs").fetchall()) == count
+    finally:
+        store.close()
+    with pytest.raises(ValueError, match="keep_ended_jobs"):
+        LeagueStore(tmp_path / "other.sqlite", keep_ended_jobs=0)

@@ -28,6 +28,10 @@ from league_cli.run_watch import FailingJobsWatch, StepBudget, StepRate
 
 PORT_WAIT_S = 90.0
 MAX_WORKER_RESTARTS = 5
+# A job that fails in every actor often fails in its learner too (an env that does not exist). The learner's
+# setup-error exit names the cause more directly than the given-up jobs, but it may land a moment after the
+# poll that sees them given up: the run waits this long for it before stopping on the failing jobs.
+WORKER_EXIT_GRACE_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -165,6 +169,15 @@ class Supervisor:
             events.append(f"{proc.name} exited with {proc.popen.returncode}; restarted ({n + 1})")
         return events
 
+    def wait_for_setup_errors(self, grace_s: float, stop: threading.Event) -> list[str]:
+        """Keep checking the workers for up to `grace_s`, so a setup-error exit on its way raises from `check`."""
+        events: list[str] = []
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and not stop.is_set():
+            events += self.check()
+            stop.wait(0.2)
+        return events + self.check()
+
     def stop(self) -> dict[str, int]:
         by_kind: dict[str, list[ManagedProcess]] = {"actor": [], "learner": [], "coordinator": []}
         for p in self.group.processes:
@@ -297,6 +310,7 @@ def run_main(args: argparse.Namespace) -> int:
                         break
                     failing = failing_jobs.check(status)
                     if failing is not None:
+                        events += sup.wait_for_setup_errors(WORKER_EXIT_GRACE_S, stop)
                         console.print(f"[red]league run: {escape(failing)}[/red]")
                         reason[0] = "collect jobs keep failing"
                         exit_code = 1

@@ -1,0 +1,32 @@
+"""`league run`'s supervisor with real child processes standing in for workers."""
+
+import sys
+import threading
+
+import pytest
+
+from league_cli.run import RunConfig, Supervisor
+
+
+@pytest.fixture
+def supervisor(tmp_path):
+    sup = Supervisor(tmp_path, tmp_path / "league.yaml", RunConfig(), learners=1)
+    yield sup
+    sup.group.stop(grace_s=5.0)
+
+
+def test_a_learner_setup_error_that_lands_during_the_grace_is_what_the_run_reports(supervisor):
+    """The CI race of session 7: every actor failed the job, the run saw it given up, and the learner's own
+    setup-error exit (the root cause) came a moment later and was never reported."""
+    supervisor.group.start("learner-0", [sys.executable, "-c", "import sys, time; time.sleep(0.5); "
+                                         "print('no such env'); sys.exit(2)"])
+    with pytest.raises(RuntimeError, match=r"(?s)learner-0 cannot run this league \(exit 2.*no such env"):
+        supervisor.wait_for_setup_errors(10.0, threading.Event())
+
+
+def test_healthy_workers_only_cost_the_grace(supervisor):
+    supervisor.group.start("learner-0", [sys.executable, "-c", "import time; time.sleep(60)"])
+    assert supervisor.wait_for_setup_errors(0.5, threading.Event()) == []
+    stop = threading.Event()
+    stop.set()
+    assert supervisor.wait_for_setup_errors(60.0, stop) == []  # a stop request ends the wait at once

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from common.config import ConfigError, from_dict
+from common.exclusive_lock import ExclusiveLock, LockedError
 from common.exit_codes import SETUP_ERROR_EXIT
 from league_cli.history import HistoryLog
 from league_cli.processes import ManagedProcess, ProcessGroup, league_command
@@ -233,14 +234,9 @@ def _progress_table(status: Any, elapsed: float, run_cfg: RunConfig, run_steps: 
 
 
 def run_main(args: argparse.Namespace) -> int:
-    import grpc
-    from rich.live import Live
     from rich.markup import escape
 
-    from common.proto.league.v1 import league_pb2, league_pb2_grpc
-    from common.rpc import make_channel
-    from league_service.status import STATUS_MAX_BYTES
-    from league_service.status_view import render_status, status_console, status_to_json
+    from league_service.status_view import status_console
 
     console = status_console()
     try:
@@ -250,6 +246,27 @@ def run_main(args: argparse.Namespace) -> int:
         return 2
     run_dir = args.run_dir or Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     (run_dir / "shared").mkdir(parents=True, exist_ok=True)
+    try:
+        # One run per directory: a second would overwrite this one's config, checkpoints and history.
+        run_lock = ExclusiveLock(run_dir / "league_run.lock", f"run directory {run_dir}")
+    except LockedError as err:
+        console.print(f"[red]league run: {escape(str(err))}[/red]")
+        return 2
+    with run_lock:
+        return _run(args, console, cfg, run_cfg, cfg_dict, run_dir)
+
+
+def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, cfg_dict: dict[str, Any],
+         run_dir: Path) -> int:
+    import grpc
+    from rich.live import Live
+    from rich.markup import escape
+
+    from common.proto.league.v1 import league_pb2, league_pb2_grpc
+    from common.rpc import make_channel
+    from league_service.status import STATUS_MAX_BYTES
+    from league_service.status_view import render_status, status_to_json
+
     config_path = run_dir / "config.yaml"
     config_path.write_text(yaml.safe_dump(cfg_dict, sort_keys=False))
     history_path = run_dir / "status_history.jsonl"

@@ -65,6 +65,7 @@ def add_coordinator_arguments(parser: argparse.ArgumentParser) -> None:
 
 def coordinator_main(args: argparse.Namespace) -> int:
     # Imported here so `league status` does not pay for the league core.
+    from common.exclusive_lock import LockedError
     from league_service.config import load_config
     from league_service.coordinator import Coordinator, CoordinatorSettings
     from league_service.league_errors import LeagueStateError
@@ -100,6 +101,8 @@ def coordinator_main(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     try:
         coordinator = Coordinator(cfg, settings)
+    except LockedError as err:  # another coordinator serves this state
+        return _refuse(str(err))
     except (LeagueStateError, sqlite3.DatabaseError, OSError) as err:
         # A state file of another league, or not a state file at all: say which, without a traceback.
         return _refuse(f"state {settings.resolved_state_path}: {err}")

@@ -35,6 +35,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from common.exclusive_lock import ExclusiveLock
 from league_service.job_retries import PlayerJobFailures
 from league_service.league_state import (
     PAYOFF,
@@ -317,21 +318,36 @@ class LeagueStore:
         self._commits_since_prune = 0
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        # One process per state file: a second coordinator would keep its own league in memory and overwrite
+        # this one's commits. Held until close() or the process's exit (kill -9 included).
+        self._file_lock = ExclusiveLock(self.path.with_name(self.path.name + ".lock"), f"state {self.path}")
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
-        self._conn.execute("PRAGMA wal_autocheckpoint=0")
-        self._conn.executescript(_SCHEMA)
         self._checkpoint_due = threading.Condition(self._lock)
         self._commits = 0
         self._stopping = False
+        self._closed = True  # until fully open
+        try:
+            self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            try:
+                self._open_schema(fsync)
+            except BaseException:
+                self._conn.close()
+                raise
+        except BaseException:
+            self._file_lock.release()
+            raise
         self._checkpointer = threading.Thread(
             target=self._checkpoint_loop, args=(sqlite3.connect(self.path, check_same_thread=False),),
             name="sqlite-checkpoint", daemon=True,
         )
         self._checkpointer.start()
         self._closed = False
+
+    def _open_schema(self, fsync: bool) -> None:
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
+        self._conn.execute("PRAGMA wal_autocheckpoint=0")
+        self._conn.executescript(_SCHEMA)
         with self._sql_transaction():
             version = self._meta("schema_version")
             if version is None or int(version) == 1:
@@ -480,6 +496,7 @@ class LeagueStore:
         self._checkpointer.join()
         with self._lock:
             self._conn.close()
+        self._file_lock.release()
 
     def _checkpoint_loop(self, conn: sqlite3.Connection) -> None:
         """Fold the WAL back into the database file when enough commits piled up (PASSIVE: writers go on)."""

@@ -8,6 +8,7 @@ ended in a traceback.
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -97,3 +98,33 @@ def test_a_learner_refuses_a_certificate_and_key_that_do_not_pair(files, tmp_pat
     proc = league("learner", "--coordinator", "127.0.0.1:1", "--shared-root", str(files["shared"]),
                   "--tls-ca", pems["a"][0], "--tls-cert", pems["a"][0], "--tls-key", pems["b"][1])
     assert_setup_error(proc, "--tls-cert/--tls-key", "KEY_VALUES_MISMATCH")
+
+
+def test_a_second_coordinator_on_the_same_state_is_refused_and_names_the_first(files):
+    """Two coordinators on one state file would each keep their own league and overwrite each other's commits."""
+    shared = files["shared"]
+    solo = config_from_dict({
+        "league": {"league_type": "solo", "active_players": {"solo_active_player": 1}},
+        "env": {"name": "CartPole-v1"},
+    })
+    first = Coordinator(solo, CoordinatorSettings(shared_root=shared))
+    try:
+        proc = league("coordinator", "--shared-root", str(shared), "--port", "0")
+        assert_setup_error(proc, "is in use by pid", f"pid {os.getpid()} on {socket.gethostname()}",
+                           "stop that one first")
+    finally:
+        first.close()
+
+
+def test_a_second_league_run_in_the_same_run_dir_is_refused_before_it_touches_anything(tmp_path):
+    from common.exclusive_lock import ExclusiveLock
+
+    run_dir = tmp_path / "run"
+    (run_dir / "config.yaml").parent.mkdir()
+    (run_dir / "config.yaml").write_text("the running run's\n")
+    with ExclusiveLock(run_dir / "league_run.lock", "run directory"):
+        proc = league("run", "--run-dir", str(run_dir), "--quiet")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"run directory {run_dir} is in use by pid {os.getpid()}" in " ".join((proc.stdout + proc.stderr).split())
+    assert (run_dir / "config.yaml").read_text() == "the running run's\n"
+    assert not (run_dir / "league_state.sqlite").exists()

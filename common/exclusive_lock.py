@@ -1,0 +1,68 @@
+"""An exclusive lock on a file that says who holds it: one coordinator per state file, one `league run` per run dir.
+
+Why: two coordinators on one SQLite state each keep their own league in memory and overwrite each other's
+commits, and two `league run`s in one run directory also share checkpoints, logs and the status history.
+Nothing stopped either (a second terminal, a container restarted while the old one still runs).
+
+`flock` on a separate `.lock` file, never on the SQLite file itself: SQLite takes POSIX locks on its own file,
+and closing any other descriptor of that file would drop them. The kernel lets go of the lock when the holder
+exits, however it exits (kill -9 included), so a crashed holder never blocks a restart. The lock file is
+never deleted: removing it would let a second process lock a new file while a third still locks the old one.
+"""
+
+from __future__ import annotations
+
+import datetime
+import fcntl
+import os
+import socket
+from pathlib import Path
+
+
+class LockedError(RuntimeError):
+    """Another live process holds the lock."""
+
+
+class ExclusiveLock:
+    """Held from construction until `release()` (idempotent) or the process's exit."""
+
+    def __init__(self, path: str | Path, what: str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise LockedError(f"{what} is in use by {holder or 'another process'} (lock file {self.path}); "
+                              f"stop that one first") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd: int | None = fd
+        stamp = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {stamp}\n".encode(), 0)
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # closing the descriptor lets go of the lock
+
+    def __enter__(self) -> ExclusiveLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _read_holder(fd: int) -> str:
+    try:
+        return os.pread(fd, 512, 0).decode(errors="replace").strip()
+    except OSError:
+        return ""

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
+
+from common.exit_codes import SETUP_ERROR_EXIT
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,16 +21,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def read_history(path: Path) -> list[dict[str, Any]]:
-    lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
+    try:
+        text = Path(path).read_text()
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not a status history (not UTF-8 text: {err.reason})") from err
+    lines = [line for line in text.splitlines() if line.strip()]
     records = []
     for n, line in enumerate(lines, 1):
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError as err:
             if n == len(lines):  # a run killed mid-write leaves a torn last line
                 break
             raise ValueError(f"{path}:{n}: not JSON ({err})") from err
+        if not _is_status_record(record):
+            raise ValueError(f"{path}:{n}: not a status record (`league run` writes them, as does "
+                             f"`league status --watch --json`)")
+        records.append(record)
     return records
+
+
+def _is_status_record(record: Any) -> bool:
+    """The shape the plots read: players with ids, payoff rows naming home and away."""
+    if not isinstance(record, dict) or not isinstance(record.get("players"), list):
+        return False
+    if not all(isinstance(p, dict) and isinstance(p.get("player_id"), str) for p in record["players"]):
+        return False
+    payoff = record.get("payoff", [])
+    return isinstance(payoff, list) and all(isinstance(r, dict) and {"home", "away"} <= r.keys() for r in payoff)
 
 
 def run_seconds(records: list[dict[str, Any]]) -> list[float]:
@@ -148,7 +169,11 @@ def write_plots(history_path: Path, out_dir: Path) -> list[Path]:
 
 
 def plot_main(args: argparse.Namespace) -> int:
-    written = write_plots(args.history, args.out)
+    try:
+        written = write_plots(args.history, args.out)
+    except (OSError, ValueError) as err:  # a missing or foreign file, an --out that cannot be a directory
+        print(f"league plot: {err}", file=sys.stderr)
+        return SETUP_ERROR_EXIT
     for p in written:
         print(p)
     return 0

@@ -245,12 +245,15 @@ def run_main(args: argparse.Namespace) -> int:
         console.print(f"[red]league run: config error: {err}[/red]")
         return 2
     run_dir = args.run_dir or Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    (run_dir / "shared").mkdir(parents=True, exist_ok=True)
     try:
+        (run_dir / "shared").mkdir(parents=True, exist_ok=True)
         # One run per directory: a second would overwrite this one's config, checkpoints and history.
         run_lock = ExclusiveLock(run_dir / "league_run.lock", f"run directory {run_dir}")
     except LockedError as err:
         console.print(f"[red]league run: {escape(str(err))}[/red]")
+        return 2
+    except OSError as err:
+        console.print(f"[red]league run: --run-dir {escape(str(run_dir))}: {escape(str(err))}[/red]")
         return 2
     with run_lock:
         return _run(args, console, cfg, run_cfg, cfg_dict, run_dir)

@@ -87,9 +87,33 @@ def test_plots_are_written_from_history(tmp_path):
 
 def test_corrupt_history_in_the_middle_is_an_error(tmp_path):
     history = tmp_path / "h.jsonl"
-    history.write_text('{"a": 1}\nnot json\n{"a": 2}\n')
-    with pytest.raises(ValueError, match=":2:"):
+    good = json.dumps(_record(0, 1000, 1000, []))
+    history.write_text(f'{good}\nnot json\n{good}\n')
+    with pytest.raises(ValueError, match=":2: not JSON"):
         read_history(history)
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"a": 1}\n', r"h.jsonl:1: not a status record"),
+    ('[1, 2]\n', r"h.jsonl:1: not a status record"),
+    ('{"players": [{"x": 1}]}\n', r"h.jsonl:1: not a status record"),
+    ('{"players": [], "payoff": [{"home": "a"}]}\n', r"h.jsonl:1: not a status record"),
+    (b"\xd0\x00\xff", r"h.jsonl: not a status history \(not UTF-8"),
+    ("", r"h.jsonl: no status records"),
+])
+def test_league_plot_refuses_a_file_that_is_not_a_status_history_in_one_line(tmp_path, capsys, content, message):
+    import argparse
+    import re
+
+    from league_cli.plot import plot_main
+
+    history = tmp_path / "h.jsonl"
+    history.write_bytes(content if isinstance(content, bytes) else content.encode())
+    assert plot_main(argparse.Namespace(history=history, out=tmp_path / "plots")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("league plot: ") and len(err.strip().splitlines()) == 1 and re.search(message, err), err
+    assert plot_main(argparse.Namespace(history=tmp_path / "missing.jsonl", out=tmp_path / "plots")) == 2
+    assert "No such file" in capsys.readouterr().err
 
 
 def test_plot_time_continues_across_resumed_runs():

@@ -111,12 +111,14 @@ class Supervisor:
         self.restarts: dict[str, int] = {}
         self.learner_ports: dict[str, int] = {}
 
-    def start_coordinator(self) -> str:
+    def start_coordinator(self, port: int = 0) -> str:
+        """Start the coordinator (on `port`, 0: any free one) and wait until it listens; returns its address."""
         port_file = self.run_dir / "coordinator.port"
         port_file.unlink(missing_ok=True)
         proc = self.group.start("coordinator", league_command(
             "coordinator", "--config", str(self.config_path), "--shared-root", str(self.shared_root),
-            "--state", str(self.state_path), "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file)))
+            "--state", str(self.state_path), "--host", "127.0.0.1", "--port", str(port), "--port-file",
+            str(port_file)))
         deadline = time.monotonic() + PORT_WAIT_S
         while time.monotonic() < deadline:
             if port_file.exists() and port_file.read_text().strip():
@@ -147,11 +149,13 @@ class Supervisor:
             self.group.start(name, self._worker_argv(name))
 
     def check(self) -> list[str]:
-        """Restart workers that died; raise if the coordinator died. Returns what happened, for the log."""
+        """Restart processes that died (the coordinator too); raise for a setup error (exit 2) or too many
+        restarts. Returns what happened, for the log."""
         events = []
         for proc in self.group.dead():
             if proc.name == "coordinator":
-                raise RuntimeError(f"the coordinator exited ({proc.popen.returncode}):\n{proc.log_tail()}")
+                events.append(self._restart_coordinator(proc))
+                continue
             if proc.popen.returncode == SETUP_ERROR_EXIT:
                 raise RuntimeError(f"{proc.name} cannot run this league (exit {SETUP_ERROR_EXIT}: bad arguments or "
                                    f"a job it cannot set up, which a restart does not fix); last log lines:\n"
@@ -169,6 +173,21 @@ class Supervisor:
             self.group.start(proc.name, self._worker_argv(proc.name))
             events.append(f"{proc.name} exited with {proc.popen.returncode}; restarted ({n + 1})")
         return events
+
+    def _restart_coordinator(self, proc: ManagedProcess) -> str:
+        """A crashed coordinator comes back on the same state and port: it loses nothing it acknowledged
+        (README: faults it survives), and the workers, which keep retrying that address, carry on."""
+        code = proc.popen.returncode
+        if code == SETUP_ERROR_EXIT:
+            raise RuntimeError(f"the coordinator cannot run this league (exit {code}):\n{proc.log_tail()}")
+        n = self.restarts.get(proc.name, 0)
+        if n >= MAX_WORKER_RESTARTS:
+            raise RuntimeError(f"the coordinator died {n + 1} times; last log lines:\n{proc.log_tail()}")
+        self.restarts[proc.name] = n + 1
+        proc.kill_group()
+        self.group.forget(proc)
+        self.start_coordinator(port=int(self.address.rpartition(":")[2]))
+        return f"coordinator exited with {code}; restarted on the same state and port ({n + 1})"
 
     def wait_for_setup_errors(self, grace_s: float, stop: threading.Event) -> list[str]:
         """Keep checking the workers for up to `grace_s`, so a setup-error exit on its way raises from `check`."""

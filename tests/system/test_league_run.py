@@ -231,6 +231,40 @@ def test_a_killed_learner_is_restarted_and_resumes(league_run):
     assert "learner-0 exited" in run.output(tail=None)
 
 
+def _coordinator_pid(run_dir: Path) -> int | None:
+    for pid in _pids_mentioning(str(run_dir)):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"coordinator" in argv and b"--state" in argv:
+            return pid
+    return None
+
+
+def test_a_coordinator_killed_with_sigkill_is_restarted_on_its_state_and_the_run_goes_on(league_run):
+    """README's faults table: a `kill -9` of the coordinator loses nothing it acknowledged. Under `league run`
+    it comes back on the same state and port, the workers reconnect, and counters carry on from the state."""
+    run = league_run(seconds=45)
+    before = run.wait_for(lambda r: _counter(r, "jobs_finished") >= 2, 120, "finished jobs")
+    pid = _coordinator_pid(run.run_dir)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    killed_at = before["elapsed_s"]  # on the run's clock; a coordinator started at elapsed_s - uptime_s
+    after = run.wait_for(lambda r: r["elapsed_s"] - r.get("uptime_s", 0.0) > killed_at, 60,
+                         "the restarted coordinator")
+    assert _counter(after, "jobs_finished") >= _counter(before, "jobs_finished"), "the restart lost finished jobs"
+    run.wait_for(lambda r: _counter(r, "jobs_finished") > _counter(after, "jobs_finished"), 90,
+                 "jobs to keep finishing after the restart")
+    _assert_clean_end(run)
+    history = _history(run.run_dir)
+    assert len({r["league_id"] for r in history}) == 1
+    for counter in ("jobs_finished", "matches"):
+        values = [_counter(r, counter) for r in history]
+        assert values == sorted(values), f"{counter} went backwards across the restart"
+    assert "coordinator exited with -9; restarted on the same state and port (1)" in run.output(tail=None)
+
+
 def test_a_second_run_in_the_same_run_dir_resumes_the_league(league_run):
     """`league run --run-dir D` again continues D's league from its state database and checkpoints:
     counters, steps and checkpoint versions carry on from where the first run stopped."""

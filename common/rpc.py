@@ -3,8 +3,9 @@
 Why one module: the same decisions (message size limits, keepalive, how the token travels, that every call has a
 deadline) must hold on both ends of every connection, so they live in one place and both ends import them.
 
-- Servers come from `make_server`, which also registers the gRPC health service (open to probes without a
-  token) and server reflection (behind the token, like every other method).
+- Servers come from `make_server` (threaded) or `common.aio_server.make_aio_server` (grpc.aio, the
+  coordinator's), which also register the gRPC health service (open to probes without a token) and server
+  reflection (behind the token, like every other method).
 - Channels come from `make_channel`. A client interceptor gives every call a deadline (`DEFAULT_DEADLINE_S`
   unless the caller passes `timeout=`) and sends the bearer token as plain call metadata. gRPC's call
   credentials are silently dropped on insecure channels, so metadata is the one path that works on both.
@@ -199,11 +200,13 @@ class ServerOptions:
     port: int = 0
     token: str | None = None
     tls: ServerTls | None = None
-    # Threads serving calls; long-polling GetJob holds one each, so this bounds concurrent long polls.
+    # make_server: threads serving calls (a call that blocks, such as a long poll, holds one). Not used by
+    # make_aio_server, whose calls run on one event loop.
     max_workers: int = 128
     max_receive_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     max_send_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
-    interceptors: tuple[grpc.ServerInterceptor, ...] = ()
+    # grpc.ServerInterceptor for make_server, grpc.aio.ServerInterceptor for make_aio_server (common/aio_server.py).
+    interceptors: tuple[Any, ...] = ()
 
 
 def _abort_handler(like: grpc.RpcMethodHandler, code: grpc.StatusCode, details: str) -> grpc.RpcMethodHandler:
@@ -231,16 +234,22 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
         self._expected = f"Bearer {token}".encode()
         self._open_prefixes = tuple(open_prefixes)
 
-    def intercept_service(self, continuation, handler_call_details):
-        handler = continuation(handler_call_details)
-        if handler is None or handler_call_details.method.startswith(self._open_prefixes):
-            return handler
+    def refusal(self, handler_call_details: grpc.HandlerCallDetails) -> str | None:
+        """Why this call is refused (missing or wrong token), or None to let it through."""
+        if handler_call_details.method.startswith(self._open_prefixes):
+            return None
         metadata = handler_call_details.invocation_metadata or ()
         got = next((v for k, v in metadata if k == AUTH_METADATA_KEY), "")
         got_bytes = got.encode() if isinstance(got, str) else bytes(got)
         if hmac.compare_digest(got_bytes, self._expected):
+            return None
+        return "missing bearer token" if not got_bytes else "wrong bearer token"
+
+    def intercept_service(self, continuation, handler_call_details):
+        handler = continuation(handler_call_details)
+        reason = None if handler is None else self.refusal(handler_call_details)
+        if reason is None:
             return handler
-        reason = "missing bearer token" if not got_bytes else "wrong bearer token"
         return _abort_handler(handler, grpc.StatusCode.UNAUTHENTICATED, reason)
 
 
@@ -276,6 +285,35 @@ class ServingServer:
         return self.server.wait_for_termination(timeout_s)
 
 
+def server_channel_options(options: ServerOptions) -> list[tuple[str, int]]:
+    """The channel options every server of the project uses (sync or asyncio)."""
+    return [
+        ("grpc.max_receive_message_length", options.max_receive_bytes),
+        ("grpc.max_send_message_length", options.max_send_bytes),
+        ("grpc.so_reuseport", 0),
+        *_KEEPALIVE_SERVER_OPTIONS,
+    ]
+
+
+def enable_reflection(server: grpc.Server | grpc.aio.Server, service_names: Sequence[str]) -> None:
+    """Reflection for `service_names`, the health service and reflection itself (grpcurl lists them all)."""
+    reflection.enable_server_reflection(
+        (*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
+    )
+
+
+def bind_port(server: grpc.Server | grpc.aio.Server, options: ServerOptions) -> int:
+    """Bind per `options` (TLS when given); the port bound (the free one picked for port 0)."""
+    bind = join_host_port(options.host, options.port)
+    if options.tls is not None:
+        port = server.add_secure_port(bind, options.tls.credentials())
+    else:
+        port = server.add_insecure_port(bind)
+    if port == 0:
+        raise OSError(f"port: could not bind {bind}")
+    return port
+
+
 def make_server(
     options: ServerOptions,
     register: Callable[[grpc.Server], None],
@@ -288,27 +326,14 @@ def make_server(
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=options.max_workers, thread_name_prefix="grpc-server"),
         interceptors=interceptors,
-        options=[
-            ("grpc.max_receive_message_length", options.max_receive_bytes),
-            ("grpc.max_send_message_length", options.max_send_bytes),
-            ("grpc.so_reuseport", 0),
-            *_KEEPALIVE_SERVER_OPTIONS,
-        ],
+        options=server_channel_options(options),
     )
     register(server)
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = tuple(service_names)
-    reflection.enable_server_reflection(
-        (*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
-    )
-    bind = join_host_port(options.host, options.port)
-    if options.tls is not None:
-        port = server.add_secure_port(bind, options.tls.credentials())
-    else:
-        port = server.add_insecure_port(bind)
-    if port == 0:
-        raise OSError(f"port: could not bind {bind}")
+    enable_reflection(server, names)
+    port = bind_port(server, options)
     server.start()
     serving = ServingServer(server=server, host=options.host, port=port, health=health_servicer, service_names=names)
     serving.set_serving(True)

@@ -39,6 +39,7 @@ from league_service.coordinator_messages import (
     FinishReport,
     JobGrant,
     JobView,
+    JobWait,
     NoJob,
     PlayerRef,
     PlayerUpdateRequest,
@@ -136,6 +137,8 @@ class Coordinator:
         self._collect_ready = threading.Condition(self._lock)
         self._collect_pollers = 0  # actors' GetJobs waiting on _collect_ready (offers notify only if any)
         self._learn_ready = threading.Condition(self._lock)
+        self._ready_listener: Callable[[WorkerRole], None] | None = None  # set_ready_listener
+        self._defer_replies = False  # defer_durability
         self._expiry_wakeup = threading.Condition(self._lock)
         self._expiry_at = math.inf
         self._closing = False
@@ -210,8 +213,9 @@ class Coordinator:
         """Stop handing out jobs and wake every long-polling GetJob (they answer 'shutting down')."""
         with self._lock:
             self._closing = True
-            for cond in (self._collect_ready, self._learn_ready, self._expiry_wakeup):
-                cond.notify_all()
+            self._expiry_wakeup.notify_all()
+            for role in WorkerRole:
+                self._jobs_ready_locked(role, everyone=True)
 
     def close(self) -> None:
         """Stop the threads, commit what is recorded, close the store (idempotent).
@@ -242,7 +246,7 @@ class Coordinator:
         with self._lock:
             self._table.register(WorkerInfo(worker_id, role, hostname, data_endpoint, self._clock()))
             self._persist(workers=(self._table.worker(worker_id),))
-            self._commits.wait_durable()
+            self._reply_waits_locked()
         return Registration(worker_id, self.heartbeat_interval_s, self.lease_timeout_s, self.league_id)
 
     def heartbeat(self, worker_id: str, job_ids: Iterable[str]) -> HeartbeatResult:
@@ -251,40 +255,34 @@ class Coordinator:
             self._expire_locked(now)
             result = self._table.heartbeat(worker_id, job_ids, now)
             self._commits.note_lazy()
-            self._commits.wait_durable()
+            self._reply_waits_locked()
             return result
 
-    def get_job(self, worker_id: str, role: WorkerRole, data_endpoint: str, wait_s: float) -> JobGrant | NoJob:
-        """A job under a lease, or NoJob once nothing was ready for `wait_s` (capped by max_wait_s)."""
+    def job_wait_s(self, wait_s: float) -> float:
+        """How long a GetJob asking to wait `wait_s` may long-poll (checked, capped by max_wait_s)."""
         if not (math.isfinite(wait_s) and wait_s >= 0):
             raise InvalidArgumentError("wait_s", f"must be a finite number >= 0, got {wait_s}")
-        give_up = time.monotonic() + min(wait_s, self._settings.max_wait_s)
+        return min(wait_s, self._settings.max_wait_s)
+
+    def get_job(self, worker_id: str, role: WorkerRole, data_endpoint: str, wait_s: float) -> JobGrant | NoJob:
+        """A job under a lease, or NoJob once nothing was ready for `wait_s` (capped by max_wait_s); blocks the
+        calling thread while it waits (`poll_job` is the same without blocking)."""
+        give_up = time.monotonic() + self.job_wait_s(wait_s)
         ready = self._collect_ready if role is WorkerRole.ACTOR else self._learn_ready
         with self._lock:
-            info = self._table.worker(worker_id)
-            if info.role is not role:
-                raise FailedPreconditionError("role", f"worker {worker_id!r} is registered as {info.role.value}")
-            if role is WorkerRole.LEARNER and data_endpoint and data_endpoint != info.data_endpoint:
-                info = replace(info, data_endpoint=data_endpoint)
-                self._table.register(info)
-                self._persist(workers=(info,))
-            self._commits.note_lazy()  # leasing (or asking) counts as being seen
+            info = self._job_seeker_locked(worker_id, role, data_endpoint)
             while True:
-                if self._closing:
-                    return NoJob(self._settings.retry_after_s, "the coordinator is shutting down")
-                now = self._clock()
-                self._expire_locked(now)
-                lease = self._lease_locked(info, now)
-                if lease is not None:
-                    ticket = self._commits.ticket()
+                found = self._try_lease_locked(info)
+                if isinstance(found, NoJob):
+                    return found
+                if not isinstance(found, JobWait):
+                    lease, ticket = found, self._commits.ticket()
                     break
                 remaining = give_up - time.monotonic()
                 if remaining <= 0:
-                    self._commits.wait_durable()
-                    return NoJob(self._settings.retry_after_s, self._why_no_job(role, now))
-                release = self._table.next_release(now) if role is WorkerRole.ACTOR else None
-                if release is not None:  # a held-back job becomes free before the poll ends: look again then
-                    remaining = min(remaining, max(release - now, 0.001))
+                    return self._no_job_locked(role)
+                if found.recheck_in_s is not None:
+                    remaining = min(remaining, found.recheck_in_s)
                 if role is WorkerRole.ACTOR:
                     self._collect_pollers += 1
                     try:
@@ -294,8 +292,104 @@ class Coordinator:
                 else:
                     ready.wait(remaining)
         # Waiting for the grant's commit and building the reply need nothing more of the lock (hot path).
-        self._commits.wait_until(ticket)
+        self._reply_waits(ticket)
         return self._grant(lease)
+
+    def poll_job(self, worker_id: str, role: WorkerRole, data_endpoint: str, *, last: bool) -> JobGrant | NoJob | JobWait:
+        """One look for a job without blocking, for servers that wait without a thread each (grpc.aio).
+
+        JobWait: nothing yet; look again when the ready listener (`set_ready_listener`) fires for `role`, or
+        after `recheck_in_s`. With `last` (the caller's wait is over) the answer is NoJob instead.
+        """
+        with self._lock:
+            info = self._job_seeker_locked(worker_id, role, data_endpoint)
+            found = self._try_lease_locked(info)
+            if isinstance(found, NoJob):
+                return found
+            if isinstance(found, JobWait):
+                return self._no_job_locked(role) if last else found
+            ticket = self._commits.ticket()
+        self._reply_waits(ticket)
+        return self._grant(found)
+
+    def defer_durability(self) -> None:
+        """For a server that waits for commits without a thread per call (grpc.aio, league_service/server.py):
+        from now on the calls return without waiting for their changes to be committed, and the server must
+        not reply before `durable(durable_ticket())`, the ticket taken after the call, is true (it commits the
+        changes of many calls at once with `commit_until`). Set before serving; never undone."""
+        with self._lock:
+            self._defer_replies = True
+
+    def durable_ticket(self) -> int:
+        """Everything recorded so far, as a ticket for `durable`/`commit_until` (the calling thread's changes
+        included: no lock needed to read it after them)."""
+        return self._commits.ticket()
+
+    def durable(self, ticket: int) -> bool:
+        """Whether the changes up to `ticket` are committed (raises once committing failed)."""
+        return self._commits.is_committed(ticket)
+
+    def commit_until(self, ticket: int) -> None:
+        """Commit everything recorded up to `ticket` now (or wait for the commit under way), blocking."""
+        self._commits.wait_until(ticket)
+
+    def _reply_waits_locked(self) -> None:
+        """A reply waits here for everything recorded so far to be durable (unless the server waits itself)."""
+        if not self._defer_replies:
+            self._commits.wait_durable()
+
+    def _reply_waits(self, ticket: int) -> None:
+        """`_reply_waits_locked` without the lock, for the changes up to `ticket`."""
+        if not self._defer_replies:
+            self._commits.wait_until(ticket)
+
+    def set_ready_listener(self, listener: Callable[[WorkerRole], None] | None) -> None:
+        """`listener(role)` is called (under the coordinator's lock, from any thread; it must only schedule)
+        whenever jobs for workers of `role` may have become ready, and for both roles at shutdown."""
+        with self._lock:
+            self._ready_listener = listener
+
+    def _job_seeker_locked(self, worker_id: str, role: WorkerRole, data_endpoint: str) -> WorkerInfo:
+        info = self._table.worker(worker_id)
+        if info.role is not role:
+            raise FailedPreconditionError("role", f"worker {worker_id!r} is registered as {info.role.value}")
+        if role is WorkerRole.LEARNER and data_endpoint and data_endpoint != info.data_endpoint:
+            info = replace(info, data_endpoint=data_endpoint)
+            self._table.register(info)
+            self._persist(workers=(info,))
+        self._commits.note_lazy()  # leasing (or asking) counts as being seen
+        return info
+
+    def _try_lease_locked(self, info: WorkerInfo) -> Lease[JobSpec] | NoJob | JobWait:
+        if self._closing:
+            return NoJob(self._settings.retry_after_s, "the coordinator is shutting down")
+        now = self._clock()
+        self._expire_locked(now)
+        lease = self._lease_locked(info, now)
+        if lease is not None:
+            return lease
+        release = self._table.next_release(now) if info.role is WorkerRole.ACTOR else None
+        # A held-back job becomes free before the poll ends: look again then.
+        return JobWait(None if release is None else max(release - now, 0.001))
+
+    def _no_job_locked(self, role: WorkerRole) -> NoJob:
+        self._reply_waits_locked()
+        return NoJob(self._settings.retry_after_s, self._why_no_job(role, self._clock()))
+
+    def _jobs_ready_locked(self, role: WorkerRole, *, everyone: bool = False) -> None:
+        """Wake long polls of `role`: threads waiting in get_job (one, or `everyone`), and the ready listener."""
+        if role is WorkerRole.ACTOR:
+            if everyone:
+                self._collect_ready.notify_all()
+            elif self._collect_pollers:
+                self._collect_ready.notify()
+        else:
+            if everyone:
+                self._learn_ready.notify_all()
+            else:
+                self._learn_ready.notify()
+        if self._ready_listener is not None:
+            self._ready_listener(role)
 
     def finish_job(self, report: FinishReport) -> FinishAck:
         """Count a job's results exactly once: a retried finish is a duplicate, a late one is refused."""
@@ -306,7 +400,7 @@ class Coordinator:
             self._expire_locked(now)
             found = self._table.check_finish(report.worker_id, report.job_id, now)
             if isinstance(found, JobEnd):
-                self._commits.wait_durable()  # the original finish may still be on its way to disk
+                self._reply_waits_locked()  # the original finish may still be on its way to disk
                 return FinishAck(duplicate=True, episodes_counted=found.episodes_counted)
             lease = found
             counted = 0
@@ -322,7 +416,7 @@ class Coordinator:
             _, end = self._table.end(lease.job_id, report.status, counted, now)
             self._commits.note_lazy()
             if lease.kind is JobKind.LEARN:
-                self._learn_ready.notify()
+                self._jobs_ready_locked(WorkerRole.LEARNER)
             elif report.status is JobEndStatus.FAILED:
                 self._collect_attempt_failed(lease, report.error or "finished FAILED without an error message", now)
             elif report.status is JobEndStatus.COMPLETED:
@@ -336,7 +430,7 @@ class Coordinator:
             )
             self._persist(ends=(end,), league_state=league_changed, waited=True)
             ticket = self._commits.ticket()
-        self._commits.wait_until(ticket)  # without the lock (hot path): the reply needs nothing more of it
+        self._reply_waits(ticket)  # without the lock (hot path): the reply needs nothing more of it
         return FinishAck(duplicate=False, episodes_counted=counted)
 
     def update_player(self, request: PlayerUpdateRequest) -> UpdateOutcome:
@@ -367,7 +461,7 @@ class Coordinator:
                     )
             outcome = self._league.update_active_player(update)
             self._persist(league_state=True)
-            self._commits.wait_durable()
+            self._reply_waits_locked()
             return outcome
 
     def status(self) -> CoordinatorStatus:
@@ -471,8 +565,7 @@ class Coordinator:
         books = self._job_failures.get(spec.launch_player)
         self._table.offer(spec.launch_player, spec.players, spec,
                           not_before=books.held_until if books is not None else 0.0)
-        if self._collect_pollers:
-            self._collect_ready.notify()
+        self._jobs_ready_locked(WorkerRole.ACTOR)
 
     def _lease_locked(self, info: WorkerInfo, now: float) -> Lease[JobSpec] | None:
         if info.role is WorkerRole.ACTOR:
@@ -483,7 +576,7 @@ class Coordinator:
             lease = self._table.lease_learn(info.worker_id, info.data_endpoint, now)
             regrant = lease is not None and lease.job_id in held
             if lease is not None and not regrant:
-                self._collect_ready.notify_all()  # the player's collect jobs are ready now
+                self._jobs_ready_locked(WorkerRole.ACTOR, everyone=True)  # the player's collect jobs are ready now
         if lease is None:
             return None
         if not regrant:
@@ -549,7 +642,7 @@ class Coordinator:
         if not given_up and lease.payload is not None:
             retry = self._table.offer(player, lease.players, lease.payload, attempt=lease.attempt + 1,
                                       not_before=books.held_until)
-            self._collect_ready.notify()
+            self._jobs_ready_locked(WorkerRole.ACTOR)
             log.warning("collect job %s of %s failed (attempt %d of %d), offered again as %s%s: %s", lease.job_id,
                         player, lease.attempt, self._retry.max_attempts, retry.job_id, wait,
                         _error_summary(books.last_error))
@@ -571,7 +664,7 @@ class Coordinator:
             return
         self._job_failures[player] = books.succeeded()
         if self._table.release_held(player):
-            self._collect_ready.notify_all()
+            self._jobs_ready_locked(WorkerRole.ACTOR, everyone=True)
         log.info("a collect job of %s completed after %d failed attempt(s) in a row", player,
                  books.failures_in_a_row)
         self._persist(job_failures=(self._job_failures[player],))
@@ -609,7 +702,7 @@ class Coordinator:
             if lease.kind is JobKind.COLLECT:
                 self._collect_attempt_failed(lease, f"the lease expired (worker {lease.worker_id} went silent)", now)
             else:
-                self._learn_ready.notify()
+                self._jobs_ready_locked(WorkerRole.LEARNER)
 
     def _forget_idle_workers_locked(self, now: float) -> None:
         """Drop workers silent for coordinator.forget_workers_after_s that hold no job (checked now and then:

@@ -62,6 +62,14 @@ class NoJob:
 
 
 @dataclass(frozen=True)
+class JobWait:
+    """`Coordinator.poll_job`: nothing to lease yet. Look again when the ready listener fires for the role, or
+    after `recheck_in_s` (a held-back job becomes free then; None: no such time)."""
+
+    recheck_in_s: float | None
+
+
+@dataclass(frozen=True)
 class FinishReport:
     worker_id: str
     job_id: str

@@ -20,6 +20,12 @@ does not queue for the lock again once its commit is done. Each such waiter wait
 of a commit opens only the gates of the tickets it made durable, and one more, whose waiter leads the next
 commit: with many requests in flight, a commit does not wake them all to send most back to sleep.
 
+Deferred replies (`Coordinator.defer_durability`, used by the grpc.aio server): the coordinator's calls then
+record and return without waiting, and the server holds each reply until `is_committed(ticket)` with the
+ticket taken after the call, committing with `wait_until` once per turn of its event loop for all the calls of
+that turn. The barrier is the same (no reply before everything recorded before it is durable); only who waits
+changes.
+
 Lazy changes (workers' last-seen times, which change with every call) promise no reply anything, so none waits
 for them and none is written by itself: `note_lazy()` says there are some, and they go with the first commit
 at least `lazy_interval_s` later (a request's, or the committer thread's own when none comes), so they reach
@@ -158,8 +164,15 @@ class GroupCommitter:
             self._due.notify()  # the committer thread now waits until then at most
 
     def ticket(self) -> int:
-        """The changes recorded so far (hold the lock), for `wait_until` after the lock is let go."""
+        """The changes recorded so far, for `wait_until` after the lock is let go. Hold the lock, or call it
+        on the thread that recorded the changes the ticket must cover, after recording them."""
         return self._recorded
+
+    def is_committed(self, ticket: int) -> bool:
+        """Whether the changes up to `ticket` are committed (no lock: the count only grows)."""
+        if self._failure is not None:
+            raise RuntimeError("the coordinator could not write its state") from self._failure
+        return self._committed >= ticket
 
     def wait_until(self, ticket: int) -> None:
         """`wait_durable` for a caller that holds no lock: return once the changes up to `ticket` are committed,

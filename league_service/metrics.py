@@ -7,6 +7,7 @@ increments to keep in step. Each coordinator has its own registry, so several ca
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -70,11 +71,12 @@ def _counter(name: str, doc: str, value: int) -> CounterMetricFamily:
     return CounterMetricFamily(name, doc, value=value)
 
 
-class RpcMetricsInterceptor(grpc.ServerInterceptor):
-    """Times every unary-unary call by method and counts calls by method and status code.
+class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
+    """Times every unary-unary call by method and counts calls by method and status code (grpc.aio server).
 
     gRPC asks the interceptor for a handler on every call: the wrapped handler of each method is built once and
-    reused (a method's handler never changes), and the OK counter of each method is resolved once.
+    reused (a method's handler never changes), and the OK counter of each method is resolved once. A handler
+    that raises (not an abort) counts as UNKNOWN, which is what the client gets.
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -86,8 +88,8 @@ class RpcMetricsInterceptor(grpc.ServerInterceptor):
         # full method name -> (the handler wrapped, the wrapper)
         self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
-    def intercept_service(self, continuation, handler_call_details):
-        handler = continuation(handler_call_details)
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
         if handler is None or handler.request_streaming or handler.response_streaming:
             return handler
         full_name = handler_call_details.method
@@ -104,14 +106,23 @@ class RpcMetricsInterceptor(grpc.ServerInterceptor):
         calls = self._calls
         ok = calls.labels(method, grpc.StatusCode.OK.name)
 
-        def timed(request, context: grpc.ServicerContext):
+        async def timed(request, context: grpc.aio.ServicerContext):
             start = time.perf_counter()
+            failed = False
             try:
-                return inner(request, context)
+                return await inner(request, context)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                failed = True
+                raise
             finally:
                 latency.observe(time.perf_counter() - start)
                 code = context.code()
-                (ok if code is None or code is grpc.StatusCode.OK else calls.labels(method, code.name)).inc()
+                if code is None or code is grpc.StatusCode.OK:
+                    (calls.labels(method, grpc.StatusCode.UNKNOWN.name) if failed and code is None else ok).inc()
+                else:
+                    calls.labels(method, code.name).inc()
 
         return grpc.unary_unary_rpc_method_handler(
             timed,

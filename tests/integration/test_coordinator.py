@@ -247,6 +247,34 @@ def test_long_poll_returns_when_a_job_frees_up(league):
     assert all(p.slots_used <= p.slots_limit for p in status.players)
 
 
+def test_hundreds_of_long_polls_wait_at_once_and_each_gets_its_answer(league):
+    """A long poll holds no thread (the server is grpc.aio): 300 actors waiting at once, more than a threaded
+    server's pool, each get the 4 free jobs or a 'nothing ready' answer within their wait, none a deadline
+    error; and a job freed while they all wait goes to one of them at once."""
+    _, stub, _ = league
+    bind_learners(stub)
+    actors = [f"a{i}" for i in range(300)]
+    for worker_id in actors:
+        register(stub, worker_id, ACTOR)
+    started = time.monotonic()
+    polls = [stub.GetJob.future(pb.GetJobRequest(worker_id=w, role=ACTOR, wait_s=3.0), timeout=30) for w in actors]
+    def granted():
+        done = [p for p in polls if p.done() and p.result().job.job_id]
+        return done if len(done) >= 4 else None
+
+    granted = wait_until("the four free jobs", granted, timeout_s=20)
+    assert len(granted) == 4
+    freed = granted[0].result().job
+    owner = actors[next(i for i, p in enumerate(polls) if p is granted[0])]
+    stub.FinishJob(pb.FinishJobRequest(worker_id=owner, job_id=freed.job_id, status=FAILED))
+    replies = [p.result() for p in polls]  # raises on a deadline or any other error
+    took = time.monotonic() - started
+    jobs = [r.job for r in replies if r.job.job_id]
+    assert len(jobs) == 5 and len({j.job_id for j in jobs}) == 5, "a freed job went to no waiter, or to two"
+    assert all(r.reason for r in replies if not r.job.job_id)
+    assert took < 6.5, f"{took:.1f} s for 300 long polls of 3 s (a thread per poll: in waves of the pool size)"
+
+
 def test_metrics_expose_counters_and_rpc_latency(league):
     server, stub, _ = league
     register(stub, "a", ACTOR)

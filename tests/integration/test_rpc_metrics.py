@@ -1,5 +1,6 @@
 """The RPC metrics interceptor times every call and counts it under its method and status code, also when
-the same method is called many times (its wrapped handler is reused) and when a call is refused."""
+the same method is called many times (its wrapped handler is reused), when a call is refused and when a
+handler fails."""
 
 from __future__ import annotations
 
@@ -7,25 +8,28 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
+from common.aio_server import make_aio_server
 from common.proto.league.v1 import league_pb2 as pb
 from common.proto.league.v1 import league_pb2_grpc
-from common.rpc import ServerOptions, make_channel, make_server
+from common.rpc import ServerOptions, make_channel
 from league_service.metrics import RpcMetricsInterceptor
 
 
 class _Servicer(league_pb2_grpc.LeagueServiceServicer):
-    def Heartbeat(self, request, context):
+    async def Heartbeat(self, request, context):
         if request.worker_id == "ghost":
-            context.abort(grpc.StatusCode.NOT_FOUND, "worker_id: unknown")
+            await context.abort(grpc.StatusCode.NOT_FOUND, "worker_id: unknown")
+        if request.worker_id == "bug":
+            raise RuntimeError("a bug in the servicer")
         return pb.HeartbeatResponse(lease_deadline=1.0)
 
 
 @pytest.fixture
 def served():
     registry = CollectorRegistry()
-    serving = make_server(
+    serving = make_aio_server(
         ServerOptions(interceptors=(RpcMetricsInterceptor(registry),)),
-        lambda server: league_pb2_grpc.add_LeagueServiceServicer_to_server(_Servicer(), server),
+        lambda server, _loop: league_pb2_grpc.add_LeagueServiceServicer_to_server(_Servicer(), server),
         ["league.v1.LeagueService"],
     )
     channel = make_channel(serving.address, default_deadline_s=10.0)
@@ -44,6 +48,10 @@ def test_calls_are_timed_and_counted_by_method_and_code(served):
         with pytest.raises(grpc.RpcError) as err:
             stub.Heartbeat(pb.HeartbeatRequest(worker_id="ghost"))
         assert err.value.code() is grpc.StatusCode.NOT_FOUND
-    assert registry.get_sample_value("league_rpc_latency_seconds_count", {"method": "Heartbeat"}) == 7
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Heartbeat(pb.HeartbeatRequest(worker_id="bug"))
+    assert err.value.code() is grpc.StatusCode.UNKNOWN
+    assert registry.get_sample_value("league_rpc_latency_seconds_count", {"method": "Heartbeat"}) == 8
     assert registry.get_sample_value("league_rpc_calls_total", {"method": "Heartbeat", "code": "OK"}) == 5
     assert registry.get_sample_value("league_rpc_calls_total", {"method": "Heartbeat", "code": "NOT_FOUND"}) == 2
+    assert registry.get_sample_value("league_rpc_calls_total", {"method": "Heartbeat", "code": "UNKNOWN"}) == 1

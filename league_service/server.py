@@ -116,28 +116,36 @@ class DurableReplies:
     def __init__(self, coordinator: Coordinator, loop: asyncio.AbstractEventLoop) -> None:
         self._c = coordinator
         self._loop = loop
-        self._next: asyncio.Future[None] | None = None  # the commit scheduled for the next turn
+        # The replies waiting for the commit scheduled for the loop's next turn (None: none scheduled). One
+        # future each, not one shared: a call cancelled meanwhile (its client left) cancels only its own.
+        self._next: list[asyncio.Future[None]] | None = None
 
     async def wait(self) -> None:
         """Return once everything recorded so far (this handler's changes included) is committed."""
         if self._c.durable(self._c.durable_ticket()):
             return
         if self._next is None:
-            self._next = self._loop.create_future()
+            self._next = []
             self._loop.call_soon(self._commit)
-        # Shielded: a call cancelled meanwhile (its client left) must not cancel the others' commit.
-        await asyncio.shield(self._next)
+        future = self._loop.create_future()
+        self._next.append(future)
+        await future
 
     def _commit(self) -> None:
-        future, self._next = self._next, None
-        assert future is not None
+        waiting, self._next = self._next, None
+        assert waiting is not None
+        error: BaseException | None = None
         try:
             self._c.commit_until(self._c.durable_ticket())
-        except BaseException as err:
-            future.set_exception(err)
-            future.exception()  # retrieved here too: no "never retrieved" warning when every waiter left
-        else:
-            future.set_result(None)
+        except BaseException as err:  # every waiting reply fails with it (the coordinator stays failed)
+            error = err
+        for future in waiting:
+            if future.done():  # cancelled
+                continue
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
 
 
 class LeagueServicer(league_pb2_grpc.LeagueServiceServicer):

@@ -13,8 +13,9 @@ are refused by gRPC itself (RESOURCE_EXHAUSTED) from the server's max receive si
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -67,8 +68,9 @@ class JobsReady:
 
     `notify` is the coordinator's ready listener: it runs on whichever thread made jobs ready (under the
     coordinator's lock) and only schedules the wake-up on the loop, once per burst of offers, and only while
-    someone waits. A waiter takes its role's event *before* it looks for a job, so an offer made between its
-    look and its wait still wakes it (the wake-up runs on the loop, after the waiter is waiting).
+    someone waits. A poll counts as waiting (`waiting`) and takes its role's event *before* it looks for a
+    job, so an offer made on another thread between its look and its wait still wakes it: the offer sees it
+    counted, and the wake-up, run on the loop, sets the event it holds.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -90,17 +92,25 @@ class JobsReady:
         event, self._events[role] = self._events[role], asyncio.Event()
         event.set()
 
+    @contextlib.contextmanager
+    def waiting(self, role: WorkerRole) -> Iterator[None]:
+        """Count a long poll of `role` as waiting for as long as it looks and waits."""
+        self._waiting[role] += 1
+        try:
+            yield
+        finally:
+            self._waiting[role] -= 1
+
     def event(self, role: WorkerRole) -> asyncio.Event:
+        """The event the next wake-up of `role` sets: take it before looking for a job."""
         return self._events[role]
 
-    async def wait(self, role: WorkerRole, event: asyncio.Event, timeout_s: float) -> None:
-        self._waiting[role] += 1
+    @staticmethod
+    async def wait(event: asyncio.Event, timeout_s: float) -> None:
         try:
             await asyncio.wait_for(event.wait(), max(timeout_s, 0.0))
         except TimeoutError:
             pass
-        finally:
-            self._waiting[role] -= 1
 
 
 class DurableReplies:
@@ -177,16 +187,16 @@ class LeagueServicer(league_pb2_grpc.LeagueServiceServicer):
             if remaining is not None:
                 wait_s = max(0.0, min(wait_s, remaining - DEADLINE_MARGIN_S))
             give_up = loop.time() + self._c.job_wait_s(wait_s)
-            while True:
-                event = self._ready.event(role)  # before looking: an offer made after the look still wakes us
-                last = loop.time() >= give_up
-                found = self._c.poll_job(worker_id, role, endpoint, last=last)
-                if not isinstance(found, JobWait):
-                    break
-                timeout = give_up - loop.time()
-                if found.recheck_in_s is not None:
-                    timeout = min(timeout, found.recheck_in_s)
-                await self._ready.wait(role, event, timeout)
+            with self._ready.waiting(role):
+                while True:
+                    event = self._ready.event(role)  # before looking: an offer made after the look wakes us
+                    found = self._c.poll_job(worker_id, role, endpoint, last=loop.time() >= give_up)
+                    if not isinstance(found, JobWait):
+                        break
+                    timeout = give_up - loop.time()
+                    if found.recheck_in_s is not None:
+                        timeout = min(timeout, found.recheck_in_s)
+                    await self._ready.wait(event, timeout)
         except RequestError as err:
             await _refuse(context, err)
             raise

@@ -29,6 +29,11 @@ players: 46 after the default league's five minutes) a matrix squeezes every col
 players get one row each: their win rate against each active player and against the historical ones."""
 HISTORICAL_ROWS = 30
 """About this many historical players are listed (the newest of each parent); --json has them all."""
+WORKER_ROWS = 40
+"""At most this many workers are listed (learners first, then workers not alive, then the rest); a cluster of
+a thousand actors would otherwise print a thousand rows. --json has them all."""
+JOB_ROWS = 40
+"""At most this many jobs in flight are listed, the oldest first; --json has them all."""
 
 
 def status_console() -> Console:
@@ -195,7 +200,10 @@ def _jobs(status: league_pb2.LeagueStatus) -> Table:
     for name in ("job", "kind", "launch player", "players", "worker", "lease left", "age"):
         width = {"max_width": 36} if name == "players" else {"min_width": max(4, min(len(name), 8))}
         table.add_column(name, no_wrap=True, overflow="ellipsis", **width)
-    for j in sorted(status.jobs, key=lambda j: j.issued_at):
+    jobs = sorted(status.jobs, key=lambda j: j.issued_at)
+    if len(jobs) > JOB_ROWS:
+        table.caption = f"the {JOB_ROWS} oldest; {len(jobs) - JOB_ROWS} more in `league status --json`"
+    for j in jobs[:JOB_ROWS]:
         table.add_row(
             j.job_id,
             _KIND_NAMES.get(j.kind, "?"),
@@ -209,10 +217,16 @@ def _jobs(status: league_pb2.LeagueStatus) -> Table:
 
 
 def _workers(status: league_pb2.LeagueStatus) -> Table:
-    table = Table(title=f"workers ({len(status.workers)})", title_justify="left")
+    alive = sum(w.alive for w in status.workers)
+    table = Table(title=f"workers ({len(status.workers)}, {alive} alive)", title_justify="left")
     for name in ("worker", "role", "host", "endpoint", "last heartbeat", "jobs", "alive"):
         table.add_column(name)
-    for w in sorted(status.workers, key=lambda w: (w.role, w.worker_id)):
+    learner = league_pb2.WORKER_ROLE_LEARNER
+    workers = sorted(status.workers, key=lambda w: (w.role != learner, w.alive, w.role, w.worker_id))
+    if len(workers) > WORKER_ROWS:
+        table.caption = (f"{WORKER_ROWS} shown (learners, then workers not alive); {len(workers) - WORKER_ROWS} "
+                         f"more in `league status --json`")
+    for w in workers[:WORKER_ROWS]:
         table.add_row(
             w.worker_id,
             _ROLE_NAMES.get(w.role, "?"),

@@ -302,7 +302,7 @@ def test_league_status_cli_prints_tables_and_json(league, capsys, monkeypatch):
     monkeypatch.delenv("COLUMNS", raising=False)
     assert status_main(parser.parse_args(["--addr", server.address])) == 0
     out = capsys.readouterr().out
-    assert "main_player_default_0" in out and "workers (2)" in out
+    assert "main_player_default_0" in out and "workers (2, 2 alive)" in out
     # Piped (not a terminal): laid out wide, so no column is squeezed to nothing as at rich's 80 columns.
     header = next(line for line in out.splitlines() if "player" in line and "type" in line)
     for column in ("steps", "iter", "checkpoint", "elo", "trueskill", "slots", "learner"):

@@ -64,3 +64,25 @@ def test_historical_players_are_listed_newest_per_parent_up_to_a_limit():
     assert "historical players (6)" in small
     # In the order they were taken, not by string: 2000 before 10000 would not hold in string order.
     assert small.index("main_player_default_0_1000 ") < small.index("main_player_default_0_2000 ")
+
+
+def test_a_cluster_of_a_thousand_actors_lists_the_learners_the_dead_and_a_count():
+    status = _status(snapshots_per_parent=1)
+    status.now = 1000.0
+    for i in range(3):
+        status.workers.add(worker_id=f"learner-{i}", role=league_pb2.WORKER_ROLE_LEARNER, alive=True,
+                           last_heartbeat=999.0)
+    for i in range(1000):
+        status.workers.add(worker_id=f"actor-{i:04d}", role=league_pb2.WORKER_ROLE_ACTOR, alive=i != 777,
+                           last_heartbeat=999.0 if i != 777 else 900.0, job_ids=[f"j{i}"])
+        status.jobs.add(job_id=f"j{i}", kind=league_pb2.JOB_KIND_COLLECT, launch_player=ACTIVE[0],
+                        players=list(ACTIVE[:2]), worker_id=f"actor-{i:04d}", issued_at=float(i),
+                        lease_deadline=1030.0)
+    text = _text(status)
+    flat = " ".join(text.split())  # captions wrap to the table's width
+    assert "workers (1003, 1002 alive)" in text
+    assert all(f"learner-{i}" in text for i in range(3)) and "actor-0777" in text  # the learners, the dead one
+    assert "963 more in `league status --json`" in flat and "actor-0999" not in text
+    assert "jobs in flight (1000)" in text and "960 more" in flat
+    assert "j0 " in text and "j999" not in text  # the oldest jobs
+    assert len(text.splitlines()) < 200

@@ -27,6 +27,7 @@ from common.rpc import (
     ServerOptions,
     bind_port,
     enable_reflection,
+    handler_like,
     join_host_port,
     server_channel_options,
 )
@@ -54,14 +55,7 @@ def _aio_abort_handler(like: grpc.RpcMethodHandler, code: grpc.StatusCode, detai
     async def abort(_request: Any, context: grpc.aio.ServicerContext) -> Any:
         await context.abort(code, details)
 
-    kw = {"request_deserializer": like.request_deserializer, "response_serializer": like.response_serializer}
-    if like.request_streaming and like.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(abort, **kw)
-    if like.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(abort, **kw)
-    if like.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(abort, **kw)
-    return grpc.unary_unary_rpc_method_handler(abort, **kw)
+    return handler_like(like, abort)
 
 
 @dataclass

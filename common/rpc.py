@@ -209,20 +209,25 @@ class ServerOptions:
     interceptors: tuple[Any, ...] = ()
 
 
+def handler_like(like: grpc.RpcMethodHandler, behavior: Callable[..., Any]) -> grpc.RpcMethodHandler:
+    """A handler of the same streaming shape and message types as `like` that runs `behavior`."""
+    kw = {"request_deserializer": like.request_deserializer, "response_serializer": like.response_serializer}
+    if like.request_streaming and like.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(behavior, **kw)
+    if like.request_streaming:
+        return grpc.stream_unary_rpc_method_handler(behavior, **kw)
+    if like.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(behavior, **kw)
+    return grpc.unary_unary_rpc_method_handler(behavior, **kw)
+
+
 def _abort_handler(like: grpc.RpcMethodHandler, code: grpc.StatusCode, details: str) -> grpc.RpcMethodHandler:
     """A handler of the same streaming shape as `like` that fails every call with `code`."""
 
     def abort(_request: Any, context: grpc.ServicerContext) -> Any:
         context.abort(code, details)
 
-    kw = {"request_deserializer": like.request_deserializer, "response_serializer": like.response_serializer}
-    if like.request_streaming and like.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(abort, **kw)
-    if like.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(abort, **kw)
-    if like.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(abort, **kw)
-    return grpc.unary_unary_rpc_method_handler(abort, **kw)
+    return handler_like(like, abort)
 
 
 class BearerTokenInterceptor(grpc.ServerInterceptor):

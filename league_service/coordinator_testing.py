@@ -52,7 +52,6 @@ def running_coordinator(
     token: str | None = None,
     tls: ServerTls | None = None,
     metrics_port: int | None = None,
-    max_workers: int = 128,
     rng_seed: int | None = 0,
 ) -> Iterator[CoordinatorServer]:
     """A coordinator served on 127.0.0.1 (port 0) for the duration of the block; stopped even on failure."""
@@ -64,7 +63,7 @@ def running_coordinator(
     )
     server = serve_coordinator(
         coordinator,
-        ServerOptions(host="127.0.0.1", port=0, token=token, tls=tls, max_workers=max_workers),
+        ServerOptions(host="127.0.0.1", port=0, token=token, tls=tls),
         metrics_port=metrics_port,
     )
     try:

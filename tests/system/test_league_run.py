@@ -3,8 +3,10 @@
 Each test runs the solo CartPole league for a short budget and checks what a user would: processes start,
 jobs flow, checkpoints publish, status shows progress, everything exits and nothing is left running — also
 when an actor is killed mid-run (its lease expires, training goes on) and when the learner is killed (it is
-restarted and resumes from its checkpoint: steps never go back), and when a second run resumes the first's
-league from the same run directory.
+restarted and resumes from its checkpoint: steps never go back), when the coordinator is killed (restarted
+on its state), and when a second run resumes the first's league from the same run directory. The solo run
+ends at its budget; the fault tests end with Ctrl-C once they saw what they wait for (the other way a run
+ends, and minutes less of CI than waiting out each budget).
 """
 
 from __future__ import annotations
@@ -153,8 +155,14 @@ def _assert_nothing_left_running(run: LeagueRun) -> None:
     assert _pids_mentioning(str(run.run_dir)) == [], "processes of the run outlived it"
 
 
-def _assert_clean_end(run: LeagueRun) -> None:
+def _assert_clean_end(run: LeagueRun, *, interrupt: bool = False) -> None:
+    """The run ends with exit 0 and everything stopped: at its budget, or on Ctrl-C (`interrupt`: SIGINT to
+    `league run`, as a terminal sends it; its children run in sessions of their own and get none)."""
+    if interrupt:
+        run.proc.send_signal(signal.SIGINT)
     assert run.finish(timeout_s=120) == 0, run.output()
+    if interrupt:
+        assert "league run: stopped by SIGINT; every process stopped" in run.output(tail=None)
     _assert_nothing_left_running(run)
     out = run.output()
     for where in ("checkpoints:", "logs:", "state:"):
@@ -207,7 +215,7 @@ def test_a_killed_actor_loses_its_lease_and_training_goes_on(league_run):
     after = run.wait_for(lambda r: _counter(r, "jobs_expired") >= 1, 60, "the dead actor's lease to expire")
     run.wait_for(lambda r: _counter(r, "jobs_finished") > _counter(after, "jobs_finished"), 60,
                  "jobs to keep finishing after the kill")
-    _assert_clean_end(run)
+    _assert_clean_end(run, interrupt=True)
     last = _history(run.run_dir)[-1]
     assert _active(last)["agent_steps"] > _active(first)["agent_steps"]
     c = last["counters"]
@@ -222,7 +230,7 @@ def test_a_killed_learner_is_restarted_and_resumes(league_run):
     os.killpg(os.getpgid(pid), signal.SIGKILL)
     run.wait_for(lambda r: _active(r)["checkpoint_version"] > _active(before)["checkpoint_version"] + 2,
                  90, "training to resume after the learner restart")
-    _assert_clean_end(run)
+    _assert_clean_end(run, interrupt=True)
     history = _history(run.run_dir)
     steps = [_active(r)["agent_steps"] for r in history]
     versions = [_active(r)["checkpoint_version"] for r in history]
@@ -256,7 +264,7 @@ def test_a_coordinator_killed_with_sigkill_is_restarted_on_its_state_and_the_run
     assert _counter(after, "jobs_finished") >= _counter(before, "jobs_finished"), "the restart lost finished jobs"
     run.wait_for(lambda r: _counter(r, "jobs_finished") > _counter(after, "jobs_finished"), 90,
                  "jobs to keep finishing after the restart")
-    _assert_clean_end(run)
+    _assert_clean_end(run, interrupt=True)
     history = _history(run.run_dir)
     assert len({r["league_id"] for r in history}) == 1
     for counter in ("jobs_finished", "matches"):
@@ -276,7 +284,7 @@ def test_a_second_run_in_the_same_run_dir_resumes_the_league(league_run):
     second.wait_for(lambda r: _counter(r, "env_steps") > _counter(before, "env_steps")
                     and _active(r)["checkpoint_version"] > _active(before)["checkpoint_version"],
                     90, "the resumed league to train on")
-    _assert_clean_end(second)
+    _assert_clean_end(second, interrupt=True)
     history = _history(second.run_dir)  # one file, appended by both runs
     assert history[0]["league_id"] == history[-1]["league_id"], "the second run started another league"
     for counter in ("env_steps", "jobs_issued", "matches"):

@@ -169,15 +169,19 @@ class LeagueServicer(league_pb2_grpc.LeagueServiceServicer):
         self._ready = ready
         self._durable = durable
 
-    async def RegisterWorker(self, request, context):
-        reply = await _answer(context, lambda: wire.registration_reply(self._c.register_worker(*wire.parse_register(request))))
+    async def _answer_durably(self, context: grpc.aio.ServicerContext, call: Callable[[], T]) -> T:
+        """`_answer`, and the reply waits until everything recorded before it is committed."""
+        reply = await _answer(context, call)
         await self._durable.wait()
         return reply
 
+    async def RegisterWorker(self, request, context):
+        return await self._answer_durably(
+            context, lambda: wire.registration_reply(self._c.register_worker(*wire.parse_register(request))))
+
     async def Heartbeat(self, request, context):
-        reply = await _answer(context, lambda: wire.heartbeat_reply(self._c.heartbeat(*wire.parse_heartbeat(request))))
-        await self._durable.wait()
-        return reply
+        return await self._answer_durably(
+            context, lambda: wire.heartbeat_reply(self._c.heartbeat(*wire.parse_heartbeat(request))))
 
     async def GetJob(self, request, context):
         loop = asyncio.get_running_loop()
@@ -216,9 +220,8 @@ class LeagueServicer(league_pb2_grpc.LeagueServiceServicer):
             raise
 
     async def FinishJob(self, request, context):
-        reply = await _answer(context, lambda: wire.finish_reply(self._c.finish_job(wire.parse_finish(request))))
-        await self._durable.wait()
-        return reply
+        return await self._answer_durably(
+            context, lambda: wire.finish_reply(self._c.finish_job(wire.parse_finish(request))))
 
     async def UpdatePlayer(self, request, context):
         try:

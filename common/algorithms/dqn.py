@@ -98,8 +98,10 @@ class DQN(Algorithm):
         super().__init__(model)
         self.config = config
         self.target = copy.deepcopy(model).requires_grad_(False)
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate, eps=config.adam_eps)
         self.updates = 0
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.model.parameters(), lr=self.config.learning_rate, eps=self.config.adam_eps)
 
     def to(self, device: torch.device) -> None:
         self.model.to(device)

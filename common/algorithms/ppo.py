@@ -167,8 +167,10 @@ class PPO(Algorithm):
     def __init__(self, model: ActorCriticModel, config: PPOConfig) -> None:
         super().__init__(model)
         self.config = config
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate, eps=config.adam_eps)
         self.updates = 0
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.model.parameters(), lr=self.config.learning_rate, eps=self.config.adam_eps)
 
     def get_artifact_specs(self) -> list[TensorSpec]:
         return [TensorSpec("logp", ()), TensorSpec("value", ())]

@@ -56,10 +56,28 @@ class Algorithm(ABC):
         self.model = model
         self.generator = torch.Generator()
         """Randomness of acting and minibatch order; seeded by the task for reproducible runs."""
+        self._optimizer: torch.optim.Optimizer | None = None
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """Built on first use. Actors only act, and building any torch optimizer imports ``torch._dynamo``:
+        about a second of CPU at every actor start, on the way to its first job."""
+        if self._optimizer is None:
+            self._optimizer = self.make_optimizer()
+        return self._optimizer
+
+    @optimizer.setter
+    def optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Algorithms may also build theirs eagerly (``self.optimizer = ...`` in ``__init__``)."""
+        self._optimizer = optimizer
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        """The optimizer `learn` steps (algorithms that train override this)."""
+        raise NotImplementedError(f"{type(self).__name__} does not train with an optimizer")
 
     def get_artifact_specs(self) -> list[TensorSpec]:
         """Per-row outputs of `predict` besides the actions (stored under ``/agents/<n>/artifacts/``)."""

@@ -218,7 +218,8 @@ class Actor:
                         plan.job_id)
             return None
         header = ChunkHeader(plan.job_id, plan.launch_player, self.worker_id, 0, 0)
-        return TrajectorySender(plan.learner_endpoint, header, stop=self._stop, settings=self.settings.sender,
+        return TrajectorySender(plan.learner_endpoint, header, stop=self._stop,
+                                settings=plan.adder.sender_settings(self.settings.sender),
                                 token=self.settings.token, tls_ca=self.settings.tls_ca)
 
     def _rollout(self, plan: JobPlan, sender: TrajectorySender | None, revoked: StopSignal) -> Rollout:

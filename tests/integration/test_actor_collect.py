@@ -32,13 +32,13 @@ CARTPOLE_POLICY = {"algorithm": "ppo"}
 CONNECT_FOUR_POLICY = {"algorithm": "ppo", "model": {"conv": [[8, 3, 1]], "hidden": [32]}}
 
 
-def solo_config(episode_num: int = 4, unroll_len: int = 8, env_num: int = 2) -> Config:
+def solo_config(episode_num: int = 4, unroll_len: int = 8, env_num: int = 2, **adder_kwargs) -> Config:
     cfg = config_from_dict({
         "league": {
             "league_type": "solo",
             "active_players": {"solo_active_player": 1},
             "max_active_player_job": 1,
-            "solo_active_player": {"adder_kwargs": {"unroll_len": unroll_len}},
+            "solo_active_player": {"adder_kwargs": {"unroll_len": unroll_len, **adder_kwargs}},
         },
         "env": {"name": "CartPole-v1", "env_num": env_num, "episode_num": episode_num},
     })
@@ -200,6 +200,28 @@ def test_backpressure_from_a_slow_learner_bounds_memory_and_loses_nothing(tmp_pa
     stats = report.sender
     assert stats.chunks_written >= 10
     assert stats.max_held <= sender.queue_chunks + sender.stream_chunks  # the memory bound held
+    assert stats.chunks_dropped == 0 and records.duplicates == 0
+    check_transitions(check_stream(records, report, "solo_active_player_default_0"), report)
+
+
+def test_the_league_config_bounds_the_chunks_an_actor_holds(tmp_path):
+    """`adder_kwargs.chunks_in_flight` (fresh data for small on-policy batches) overrides the actor's own
+    generous sender settings: against a slow learner it never holds more than that, and loses nothing."""
+    records = ChunkRecords()
+    learner = serve_recording_learner(records, delay_s=0.02)
+    try:
+        with running_coordinator(solo_config(episode_num=6, unroll_len=2, chunks_in_flight=2), tmp_path) as server:
+            channel, stub = league_stub(server.address)
+            try:
+                bind_learners(stub, learner.address, 1)
+                (report,) = Actor(actor_settings(server.address, tmp_path, max_jobs=1)).run()
+            finally:
+                channel.close()
+    finally:
+        learner.stop(0)
+    assert report.status == "completed"
+    stats = report.sender
+    assert stats.chunks_written >= 10 and stats.max_held <= 2
     assert stats.chunks_dropped == 0 and records.duplicates == 0
     check_transitions(check_stream(records, report, "solo_active_player_default_0"), report)
 

@@ -6,6 +6,7 @@ from google.protobuf import struct_pb2
 from actor_service.actor import episode_result, job_seed
 from actor_service.job import DEFAULT_UNROLL_LEN, JobError, JobKind, JobPlan
 from actor_service.rollout import EpisodeRecord
+from actor_service.trajectory_sender import SenderSettings
 from common.envs.base import Outcome
 from common.proto.league.v1 import league_pb2 as pb
 
@@ -55,6 +56,18 @@ def test_defaults_for_empty_sections():
     assert plan.forward_kwargs.eps == 0.0
 
 
+def test_chunks_in_flight_bounds_the_actors_sender():
+    default = SenderSettings()
+    plan = JobPlan.from_proto(job())
+    assert plan.adder.sender_settings(default) == default  # 0: the actor's own settings
+    for bound, queued, streamed in ((2, 1, 1), (3, 1, 2), (8, 4, 4), (1000, default.queue_chunks,
+                                                                       default.stream_chunks)):
+        plan = JobPlan.from_proto(job(adder_kwargs=struct({"chunks_in_flight": bound})))
+        settings = plan.adder.sender_settings(default)
+        assert (settings.queue_chunks, settings.stream_chunks) == (queued, streamed)
+        assert settings.queue_chunks + settings.stream_chunks <= bound
+
+
 @pytest.mark.parametrize(
     ("overrides", "field"),
     [
@@ -69,6 +82,7 @@ def test_defaults_for_empty_sections():
         ({"forward_kwargs": struct({"eps": 2.0})}, "forward_kwargs"),
         ({"adder_kwargs": struct({"unroll_len": 0})}, "adder_kwargs"),
         ({"adder_kwargs": struct({"unroll": 8})}, "adder_kwargs"),
+        ({"adder_kwargs": struct({"chunks_in_flight": 1})}, "adder_kwargs"),
     ],
 )
 def test_bad_fields_are_named(overrides, field):

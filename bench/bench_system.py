@@ -205,7 +205,8 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
         run_dir = pathlib.Path(tmp) / "run"
         history, launched = run_league(config, run_dir, seconds)
         system = steady_rate(history)
-        rows.append(BenchRow(f"league run solo CartPole, {config['run']['actors']} actors x {env_num} envs "
+        actors = config["run"]["actors"]
+        rows.append(BenchRow(f"league run solo CartPole, {actors} actor{'s' if actors != 1 else ''} x {env_num} envs "
                              f"({manager} manager), env steps/s", system, "steps/s",
                              f"one {manager} env manager alone, {env_num} envs, random actions", alone,
                              "≥ 0.7× (system vs one env manager)", system >= 0.7 * alone))

@@ -52,11 +52,12 @@ class LearnOutput:
 class Algorithm(ABC):
     """Owns a `Model` (and whatever else training needs: optimizer, target network)."""
 
+    _optimizer: torch.optim.Optimizer | None = None  # a class default: subclasses may assign before super().__init__
+
     def __init__(self, model: Model) -> None:
         self.model = model
         self.generator = torch.Generator()
         """Randomness of acting and minibatch order; seeded by the task for reproducible runs."""
-        self._optimizer: torch.optim.Optimizer | None = None
 
     @property
     def device(self) -> torch.device:

@@ -219,7 +219,7 @@ class Actor:
             return None
         header = ChunkHeader(plan.job_id, plan.launch_player, self.worker_id, 0, 0)
         return TrajectorySender(plan.learner_endpoint, header, stop=self._stop,
-                                settings=plan.adder.sender_settings(self.settings.sender),
+                                settings=self.settings.sender.within(plan.adder.chunks_in_flight),
                                 token=self.settings.token, tls_ca=self.settings.tls_ca)
 
     def _rollout(self, plan: JobPlan, sender: TrajectorySender | None, revoked: StopSignal) -> Rollout:

@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf import struct_pb2
 
-from actor_service.trajectory_sender import SenderSettings
+from common.adder_config import AdderConfig
 from common.computation.algorithm import ForwardKwargs
 from common.proto.league.v1 import league_pb2
 from common.struct_data import struct_to_dict
 from common.typed_config import from_mapping
-
-DEFAULT_UNROLL_LEN = 32
 
 
 class JobError(ValueError):
@@ -46,35 +44,6 @@ class PlayerSlot:
     checkpoint_path: str
     checkpoint_version: int
     active: bool
-
-
-@dataclass(frozen=True)
-class AdderConfig:
-    """The job's ``adder_kwargs``: how the launch player's trajectory is cut and sent."""
-
-    unroll_len: int = DEFAULT_UNROLL_LEN
-    """Transitions per trajectory row (rows end earlier at a truncation, an env failure or the job's end)."""
-    chunks_in_flight: int = 0
-    """The most chunks the actor holds that the learner has not taken yet (queued + streaming); the rollout
-    waits beyond that. 0: the actor's own sender settings (8 queued + up to 16 per stream), sized for
-    throughput. Every chunk held is data that ages while the learner trains on the ones before it, so an
-    on-policy learner with small batches (solo CartPole: one 256-sample update per chunk) learns faster
-    with 2."""
-
-    def __post_init__(self) -> None:
-        if self.unroll_len < 1:
-            raise ValueError(f"unroll_len must be >= 1, got {self.unroll_len}")
-        if self.chunks_in_flight != 0 and self.chunks_in_flight < 2:
-            raise ValueError(f"chunks_in_flight must be 0 (the actor's default) or >= 2 (one queued, one "
-                             f"streaming), got {self.chunks_in_flight}")
-
-    def sender_settings(self, default: SenderSettings) -> SenderSettings:
-        """The actor's sender settings bounded by `chunks_in_flight`."""
-        if not self.chunks_in_flight:
-            return default
-        queued = min(default.queue_chunks, self.chunks_in_flight // 2)
-        return replace(default, queue_chunks=queued,
-                       stream_chunks=min(default.stream_chunks, self.chunks_in_flight - queued))
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -80,6 +80,13 @@ class SenderSettings:
     unreachable_s: float = 120.0
     """The sender fails once the learner has refused or been unreachable this long without a success."""
     backoff: BackoffSettings = BackoffSettings(initial_s=0.1, max_s=2.0)
+
+    def within(self, chunks_in_flight: int) -> SenderSettings:
+        """These settings holding at most `chunks_in_flight` chunks (a job's ``adder_kwargs``; 0: as they are)."""
+        if not chunks_in_flight:
+            return self
+        queued = min(self.queue_chunks, chunks_in_flight // 2)
+        return replace(self, queue_chunks=queued, stream_chunks=min(self.stream_chunks, chunks_in_flight - queued))
 
     def __post_init__(self) -> None:
         for name in ("queue_chunks", "stream_chunks"):

@@ -11,13 +11,14 @@ from __future__ import annotations
 import importlib.resources
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from common.config import (
     REPLACE,
     ConfigError,
+    deep_merge,
     from_dict,
     load_yaml,
     merge_with_defaults,
@@ -432,6 +433,30 @@ def _check_worker_sections(cfg: Config) -> None:
             if path.startswith(section) and rest:  # "policy.ppo.x: ..." -> path and message
                 raise ConfigError(path, rest) from None
             raise ConfigError(section, message) from None
+    _check_adder_kwargs(cfg.league)
+
+
+def _check_adder_kwargs(league: LeagueConfig) -> None:
+    """Each player type's ``adder_kwargs`` (over its job template's) as the actors will parse them: a typo or a
+    bad value would otherwise fail every collect job of that player, on every actor."""
+    from common.adder_config import AdderConfig
+    from common.typed_config import from_mapping
+
+    for f in fields(league):
+        player = getattr(league, f.name)
+        if not isinstance(player, ActivePlayerConfig):
+            continue
+        path = f"league.{f.name}.adder_kwargs"
+        template = player.job.get("adder_kwargs")
+        try:
+            from_mapping(AdderConfig, deep_merge(template, player.adder_kwargs) if template else player.adder_kwargs,
+                         path)
+        except (TypeError, ValueError) as err:
+            message = str(err)
+            if message.startswith(f"{path}."):  # "<path>.unroll_len: expected an integer, ..."
+                key, _, rest = message.removeprefix(f"{path}.").partition(": ")
+                raise ConfigError(f"{path}.{key}", rest) from None
+            raise ConfigError(path, message.removeprefix(f"{path}: ")) from None
 
 
 def load_config(path: str | Path | None) -> Config:

@@ -4,9 +4,10 @@ import pytest
 from google.protobuf import struct_pb2
 
 from actor_service.actor import episode_result, job_seed
-from actor_service.job import DEFAULT_UNROLL_LEN, JobError, JobKind, JobPlan
+from actor_service.job import JobError, JobKind, JobPlan
 from actor_service.rollout import EpisodeRecord
 from actor_service.trajectory_sender import SenderSettings
+from common.adder_config import DEFAULT_UNROLL_LEN
 from common.envs.base import Outcome
 from common.proto.league.v1 import league_pb2 as pb
 
@@ -59,11 +60,11 @@ def test_defaults_for_empty_sections():
 def test_chunks_in_flight_bounds_the_actors_sender():
     default = SenderSettings()
     plan = JobPlan.from_proto(job())
-    assert plan.adder.sender_settings(default) == default  # 0: the actor's own settings
+    assert default.within(plan.adder.chunks_in_flight) == default  # 0: the actor's own settings
     for bound, queued, streamed in ((2, 1, 1), (3, 1, 2), (8, 4, 4), (1000, default.queue_chunks,
                                                                        default.stream_chunks)):
         plan = JobPlan.from_proto(job(adder_kwargs=struct({"chunks_in_flight": bound})))
-        settings = plan.adder.sender_settings(default)
+        settings = default.within(plan.adder.chunks_in_flight)
         assert (settings.queue_chunks, settings.stream_chunks) == (queued, streamed)
         assert settings.queue_chunks + settings.stream_chunks <= bound
 

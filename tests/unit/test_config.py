@@ -227,6 +227,15 @@ def test_another_algorithm_drops_the_default_policy_and_learner():
         ({"policy": {"algorithm": "a2c"}}, "policy.algorithm: 'a2c' is not one of"),
         ({"learner": {"batch_size": -3}}, "learner.batch_size must be >= 1"),
         ({"learner": {"bach_size": 64}}, "learner: unknown field(s) ['bach_size']"),
+        # So are the adder_kwargs every actor parses (a bad one failed every collect job of the player).
+        ({"league": {"main_player": {"adder_kwargs": {"unrol_len": 8}}}},
+         "league.main_player.adder_kwargs: unknown field(s) ['unrol_len']"),
+        ({"league": {"main_player": {"adder_kwargs": {"unroll_len": "x"}}}},
+         "league.main_player.adder_kwargs.unroll_len: expected an integer"),
+        ({"league": {"solo_active_player": {"adder_kwargs": {"chunks_in_flight": 1}}}},
+         "league.solo_active_player.adder_kwargs: chunks_in_flight must be 0"),
+        ({"league": {"main_exploiter": {"job": {"adder_kwargs": {"unroll_len": 0}}}}},
+         "league.main_exploiter.adder_kwargs: unroll_len must be >= 1"),
     ],
 )
 def test_config_errors_name_the_key_path(data, message):

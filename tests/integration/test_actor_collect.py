@@ -182,48 +182,42 @@ def test_connect_four_battle_league_reports_what_it_played(tmp_path, recording_l
     assert 0 < moved_first < episode_starts  # the launch player's seat alternated
 
 
-def test_backpressure_from_a_slow_learner_bounds_memory_and_loses_nothing(tmp_path):
+def collect_against_a_slow_learner(tmp_path: Path, cfg: Config, **actor_overrides) -> tuple[JobReport, ChunkRecords]:
+    """One collect job of `cfg`'s solo player streamed to a recording learner that takes 20 ms per chunk."""
     records = ChunkRecords()
     learner = serve_recording_learner(records, delay_s=0.02)
-    sender = SenderSettings(queue_chunks=2, stream_chunks=2)
     try:
-        with running_coordinator(solo_config(episode_num=6, unroll_len=2), tmp_path) as server:
+        with running_coordinator(cfg, tmp_path) as server:
             channel, stub = league_stub(server.address)
             try:
                 bind_learners(stub, learner.address, 1)
-                (report,) = Actor(actor_settings(server.address, tmp_path, max_jobs=1, sender=sender)).run()
+                (report,) = Actor(actor_settings(server.address, tmp_path, max_jobs=1, **actor_overrides)).run()
             finally:
                 channel.close()
     finally:
         learner.stop(0)
     assert report.status == "completed"
+    check_transitions(check_stream(records, report, "solo_active_player_default_0"), report)
+    return report, records
+
+
+def test_backpressure_from_a_slow_learner_bounds_memory_and_loses_nothing(tmp_path):
+    sender = SenderSettings(queue_chunks=2, stream_chunks=2)
+    report, records = collect_against_a_slow_learner(tmp_path, solo_config(episode_num=6, unroll_len=2), sender=sender)
     stats = report.sender
     assert stats.chunks_written >= 10
     assert stats.max_held <= sender.queue_chunks + sender.stream_chunks  # the memory bound held
     assert stats.chunks_dropped == 0 and records.duplicates == 0
-    check_transitions(check_stream(records, report, "solo_active_player_default_0"), report)
 
 
 def test_the_league_config_bounds_the_chunks_an_actor_holds(tmp_path):
     """`adder_kwargs.chunks_in_flight` (fresh data for small on-policy batches) overrides the actor's own
     generous sender settings: against a slow learner it never holds more than that, and loses nothing."""
-    records = ChunkRecords()
-    learner = serve_recording_learner(records, delay_s=0.02)
-    try:
-        with running_coordinator(solo_config(episode_num=6, unroll_len=2, chunks_in_flight=2), tmp_path) as server:
-            channel, stub = league_stub(server.address)
-            try:
-                bind_learners(stub, learner.address, 1)
-                (report,) = Actor(actor_settings(server.address, tmp_path, max_jobs=1)).run()
-            finally:
-                channel.close()
-    finally:
-        learner.stop(0)
-    assert report.status == "completed"
+    cfg = solo_config(episode_num=6, unroll_len=2, chunks_in_flight=2)
+    report, records = collect_against_a_slow_learner(tmp_path, cfg)
     stats = report.sender
     assert stats.chunks_written >= 10 and stats.max_held <= 2
     assert stats.chunks_dropped == 0 and records.duplicates == 0
-    check_transitions(check_stream(records, report, "solo_active_player_default_0"), report)
 
 
 def test_learner_away_mid_job_then_back_gets_every_chunk(tmp_path):

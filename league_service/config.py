@@ -433,30 +433,31 @@ def _check_worker_sections(cfg: Config) -> None:
             if path.startswith(section) and rest:  # "policy.ppo.x: ..." -> path and message
                 raise ConfigError(path, rest) from None
             raise ConfigError(section, message) from None
-    _check_adder_kwargs(cfg.league)
+    _check_job_kwargs(cfg.league)
 
 
-def _check_adder_kwargs(league: LeagueConfig) -> None:
-    """Each player type's ``adder_kwargs`` (over its job template's) as the actors will parse them: a typo or a
-    bad value would otherwise fail every collect job of that player, on every actor."""
+def _check_job_kwargs(league: LeagueConfig) -> None:
+    """Each player type's ``adder_kwargs`` and ``forward_kwargs`` (over its job template's) as the actors will
+    parse them: a typo or a bad value would otherwise fail every collect job of that player, on every actor."""
     from common.adder_config import AdderConfig
+    from common.forward_kwargs import ForwardKwargs
     from common.typed_config import from_mapping
 
     for f in fields(league):
         player = getattr(league, f.name)
         if not isinstance(player, ActivePlayerConfig):
             continue
-        path = f"league.{f.name}.adder_kwargs"
-        template = player.job.get("adder_kwargs")
-        try:
-            from_mapping(AdderConfig, deep_merge(template, player.adder_kwargs) if template else player.adder_kwargs,
-                         path)
-        except (TypeError, ValueError) as err:
-            message = str(err)
-            if message.startswith(f"{path}."):  # "<path>.unroll_len: expected an integer, ..."
-                key, _, rest = message.removeprefix(f"{path}.").partition(": ")
-                raise ConfigError(f"{path}.{key}", rest) from None
-            raise ConfigError(path, message.removeprefix(f"{path}: ")) from None
+        for section, parsed_as in (("adder_kwargs", AdderConfig), ("forward_kwargs", ForwardKwargs)):
+            path = f"league.{f.name}.{section}"
+            own, template = getattr(player, section), player.job.get(section)
+            try:
+                from_mapping(parsed_as, deep_merge(template, own) if template else own, path)
+            except (TypeError, ValueError) as err:
+                message = str(err)
+                if message.startswith(f"{path}."):  # "<path>.unroll_len: expected an integer, ..."
+                    key, _, rest = message.removeprefix(f"{path}.").partition(": ")
+                    raise ConfigError(f"{path}.{key}", rest) from None
+                raise ConfigError(path, message.removeprefix(f"{path}: ").removeprefix(f"{section}.")) from None
 
 
 def load_config(path: str | Path | None) -> Config:

@@ -15,30 +15,7 @@ import torch
 
 from common.computation.model import Model
 from common.computation.specs import TensorSpec
-from common.typed_config import from_mapping
-
-
-@dataclass(frozen=True)
-class ForwardKwargs:
-    """Per-call acting behaviour, from a job's ``forward_kwargs`` (the league's exploration schedule)."""
-
-    eps: float = 0.0
-    """Probability of replacing the policy's choice by a uniformly random *legal* action."""
-    greedy: bool = False
-    """Take the most likely (highest-valued) action instead of sampling (evaluation)."""
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.eps <= 1.0:
-            raise ValueError(f"forward_kwargs.eps must be in [0, 1], got {self.eps}")
-
-    @classmethod
-    def from_mapping(cls, mapping: Mapping[str, Any] | ForwardKwargs | None) -> ForwardKwargs:
-        if mapping is None or (isinstance(mapping, Mapping) and not mapping):
-            return _DEFAULT_FORWARD_KWARGS  # the common case on the acting hot path
-        return from_mapping(cls, mapping, "forward_kwargs")
-
-
-_DEFAULT_FORWARD_KWARGS = ForwardKwargs()
+from common.forward_kwargs import ForwardKwargs
 
 
 @dataclass

@@ -227,7 +227,7 @@ def test_another_algorithm_drops_the_default_policy_and_learner():
         ({"policy": {"algorithm": "a2c"}}, "policy.algorithm: 'a2c' is not one of"),
         ({"learner": {"batch_size": -3}}, "learner.batch_size must be >= 1"),
         ({"learner": {"bach_size": 64}}, "learner: unknown field(s) ['bach_size']"),
-        # So are the adder_kwargs every actor parses (a bad one failed every collect job of the player).
+        # So are the adder_kwargs and forward_kwargs every actor parses (a bad one failed every collect job).
         ({"league": {"main_player": {"adder_kwargs": {"unrol_len": 8}}}},
          "league.main_player.adder_kwargs: unknown field(s) ['unrol_len']"),
         ({"league": {"main_player": {"adder_kwargs": {"unroll_len": "x"}}}},
@@ -236,6 +236,10 @@ def test_another_algorithm_drops_the_default_policy_and_learner():
          "league.solo_active_player.adder_kwargs: chunks_in_flight must be 0"),
         ({"league": {"main_exploiter": {"job": {"adder_kwargs": {"unroll_len": 0}}}}},
          "league.main_exploiter.adder_kwargs: unroll_len must be >= 1"),
+        ({"league": {"main_player": {"forward_kwargs": {"epss": 0.1}}}},
+         "league.main_player.forward_kwargs: unknown field(s) ['epss']"),
+        ({"league": {"league_exploiter": {"job": {"forward_kwargs": {"eps": 2}}}}},
+         "league.league_exploiter.forward_kwargs: eps must be in [0, 1]"),
     ],
 )
 def test_config_errors_name_the_key_path(data, message):

@@ -99,10 +99,10 @@ class AioEchoServicer(EchoServicer):
         return EchoServicer.Heartbeat(self, request, context)
 
     async def GetJob(self, request, context):
-        return self._job
+        return EchoServicer.GetJob(self, request, context)
 
     async def FinishJob(self, request, context):
-        return pb.FinishJobResponse(episodes_counted=len(request.episodes))
+        return EchoServicer.FinishJob(self, request, context)
 
 
 def serve_echo(servicer: type[EchoServicer] = EchoServicer) -> int:

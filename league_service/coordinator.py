@@ -221,8 +221,10 @@ class Coordinator:
         """Stop the threads, commit what is recorded, close the store (idempotent).
 
         Nothing is written that a crash just before would not have written too: every change is recorded (and
-        its reply waits for its commit) as it happens; close only lets the last batch reach the disk.
+        its reply waits for its commit) as it happens; close only lets the last batch reach the disk. The ready
+        listener is dropped first: whoever listened (a server's event loop) has stopped by now.
         """
+        self.set_ready_listener(None)
         self.begin_shutdown()
         with self._lock:
             if self._closed:
@@ -345,7 +347,8 @@ class Coordinator:
 
     def set_ready_listener(self, listener: Callable[[WorkerRole], None] | None) -> None:
         """`listener(role)` is called (under the coordinator's lock, from any thread; it must only schedule)
-        whenever jobs for workers of `role` may have become ready, and for both roles at shutdown."""
+        whenever jobs for workers of `role` may have become ready, and for both roles at `begin_shutdown`
+        (`close` drops it)."""
         with self._lock:
             self._ready_listener = listener
 

@@ -261,7 +261,6 @@ class CoordinatorServer:
             if self.metrics is not None:
                 self.metrics.close()
         finally:
-            self.coordinator.set_ready_listener(None)
             self.coordinator.close()
 
 
@@ -288,7 +287,6 @@ def serve_coordinator(
     try:
         serving = make_aio_server(options, register, [SERVICE_NAME])
     except BaseException:
-        coordinator.set_ready_listener(None)
         coordinator.close()
         raise
     metrics = None
@@ -297,7 +295,6 @@ def serve_coordinator(
             metrics = MetricsServer(registry, options.host, metrics_port)
         except BaseException:
             serving.stop(0)
-            coordinator.set_ready_listener(None)
             coordinator.close()
             raise
     return CoordinatorServer(coordinator, serving, metrics)

@@ -66,6 +66,9 @@ class ActorSettings:
     env_num: int | None = None
     """Overrides every job's env_num."""
     manager: ManagerKind = "subprocess"
+    env_cpus: int | None = None
+    """CPUs the subprocess env manager sizes itself for (None: all this process may run on); see
+    SubprocessEnvManagerConfig.cpus."""
     token: str | None = None
     tls_ca: Path | None = None
     max_jobs: int | None = None
@@ -89,6 +92,8 @@ class ActorSettings:
     def __post_init__(self) -> None:
         if self.env_num is not None and self.env_num < 1:
             raise ValueError(f"env_num must be >= 1, got {self.env_num}")
+        if self.env_cpus is not None and self.env_cpus < 1:
+            raise ValueError(f"env_cpus must be >= 1, got {self.env_cpus}")
         if self.max_jobs is not None and self.max_jobs < 1:
             raise ValueError(f"max_jobs must be >= 1, got {self.max_jobs}")
         if not self.worker_id:
@@ -131,7 +136,7 @@ class Actor:
             settings.coordinator, settings.worker_id, stop=self._stop, token=settings.token, tls_ca=settings.tls_ca
         )
         self._managers = EnvManagers(settings.manager, settings.env_max_retry, settings.env_step_timeout_s,
-                                     settings.env_reset_timeout_s)
+                                     settings.env_reset_timeout_s, settings.env_cpus)
         self._pool: PolicyPool | None = None
         self._heartbeat: JobHeartbeat | None = None
         self.reports: list[JobReport] = []

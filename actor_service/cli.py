@@ -34,6 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env-num", type=int, default=None, help="environments per job (overrides the job's env_num)")
     parser.add_argument("--manager", choices=("subprocess", "base"), default="subprocess",
                         help="run envs in worker processes (subprocess) or in the actor process (base)")
+    parser.add_argument("--env-cpus", type=int, default=None, metavar="N",
+                        help="CPUs the subprocess manager sizes itself for: its worker processes, and whether they "
+                             "busy-wait (default: every CPU this process may run on). Give this actor's share "
+                             "where other busy processes share the machine, or a container's CPU quota")
     parser.add_argument("--worker-id", default=None, help="worker id (default: actor-<hostname>-<pid>)")
     parser.add_argument("--token-file", type=Path, default=None, help="bearer token (else $LEAGUE_TOKEN)")
     parser.add_argument("--tls-ca", type=Path, default=None, help="PEM CA certificate: connect with TLS")
@@ -70,6 +74,7 @@ def main(args: argparse.Namespace) -> int:
             worker_id=args.worker_id or default_worker_id("actor"),
             env_num=args.env_num,
             manager=args.manager,
+            env_cpus=args.env_cpus,
             token=load_token(args.token_file),
             tls_ca=args.tls_ca,
             max_jobs=args.max_jobs,

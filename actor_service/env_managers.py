@@ -31,7 +31,8 @@ class EnvManagers:
     """`max_retry`: failures each env may have per job (it is rebuilt each time) before the job fails.
     `step_timeout_s` / `reset_timeout_s`: how long an env may take before it is deemed hung and rebuilt (the
     subprocess manager kills its worker process; the serial manager interrupts it in process, which cannot
-    break a hang inside C code: see `stalled_s`)."""
+    break a hang inside C code: see `stalled_s`). `cpus`: the CPUs the subprocess manager sizes itself for
+    (SubprocessEnvManagerConfig.cpus; None: all this process may run on)."""
 
     def __init__(
         self,
@@ -39,6 +40,7 @@ class EnvManagers:
         max_retry: int = 2,
         step_timeout_s: float | None = 60.0,
         reset_timeout_s: float | None = 300.0,
+        cpus: int | None = None,
     ) -> None:
         if kind not in MANAGER_KINDS:
             raise ValueError(f"manager must be one of {MANAGER_KINDS}, got {kind!r}")
@@ -46,6 +48,7 @@ class EnvManagers:
         self._max_retry = max_retry
         self._step_timeout_s = step_timeout_s
         self._reset_timeout_s = reset_timeout_s
+        self._cpus = cpus
         self._manager: BaseEnvManager | None = None
         self._launching: BaseEnvManager | None = None
         self._key: tuple[str, str, int] | None = None
@@ -75,7 +78,7 @@ class EnvManagers:
                 factories,
                 SubprocessEnvManagerConfig(
                     episode_num=math.inf, max_retry=self._max_retry, start_method="spawn",
-                    step_timeout=self._step_timeout_s, reset_timeout=self._reset_timeout_s,
+                    step_timeout=self._step_timeout_s, reset_timeout=self._reset_timeout_s, cpus=self._cpus,
                 ),
             )
         else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import signal
 import threading
 import time
@@ -137,9 +138,17 @@ class Supervisor:
             port = self.learner_ports.get(name, 0)
             return league_command("learner", *common, "--host", "127.0.0.1", "--port", str(port))
         argv = league_command("actor", *common, "--manager", self.run_cfg.manager)
+        if self.run_cfg.manager == "subprocess":
+            argv += ["--env-cpus", str(self.env_cpus_per_actor())]
         if self.run_cfg.env_num_per_actor:
             argv += ["--env-num", str(self.run_cfg.env_num_per_actor)]
         return argv
+
+    def env_cpus_per_actor(self) -> int:
+        """Each actor's share of this machine's CPUs, what its subprocess env manager sizes itself for. Sized
+        for the whole machine, every actor started CPUs - 1 env workers and busy-waited for them as if alone
+        (2 actors on 2 CPUs, envs of 1 ms a step: 1,130-1,160 env steps/s, against 1,190-1,260 with a share)."""
+        return max(1, len(os.sched_getaffinity(0)) // self.run_cfg.actors)
 
     def worker_names(self) -> list[str]:
         return [f"learner-{i}" for i in range(self.learners)] + [f"actor-{i}" for i in range(self.run_cfg.actors)]

@@ -30,3 +30,16 @@ def test_healthy_workers_only_cost_the_grace(supervisor):
     stop = threading.Event()
     stop.set()
     assert supervisor.wait_for_setup_errors(60.0, stop) == []  # a stop request ends the wait at once
+
+
+def test_actors_with_env_processes_get_their_share_of_the_cpus(tmp_path, monkeypatch):
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(8)))
+    sup = Supervisor(tmp_path, tmp_path / "league.yaml", RunConfig(actors=3), learners=1)
+    sup.address = "127.0.0.1:1"
+    argv = sup._worker_argv("actor-0")
+    assert argv[argv.index("--env-cpus") + 1] == "2"
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0})
+    argv = sup._worker_argv("actor-1")
+    assert argv[argv.index("--env-cpus") + 1] == "1"  # never below one
+    in_process = Supervisor(tmp_path, tmp_path / "league.yaml", RunConfig(manager="base"), learners=1)
+    assert "--env-cpus" not in in_process._worker_argv("actor-0")

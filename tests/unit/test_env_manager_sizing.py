@@ -59,7 +59,19 @@ def test_explicit_settings_win(cpus):
     assert manager.parent_spin_s == manager.worker_spin_s == 0.0
 
 
-@pytest.mark.parametrize("field", ["num_splits", "spin_s"])
+def test_a_cpu_share_sizes_the_manager_as_a_machine_of_that_many_cpus(cpus):
+    """Two actors on two CPUs, each given one: one worker, one message per step, the parent sleeping,
+    instead of the whole machine's sizing twice over."""
+    cpus(2)
+    manager = _manager(8, cpus=1)
+    assert (manager.num_workers, manager.num_splits, manager.wait_num) == (1, 1, 8)
+    assert manager.parent_spin_s == 0.0
+    cpus(64)  # a container seeing a large node's CPUs with a quota of four
+    manager = _manager(16, cpus=4)
+    assert (manager.num_workers, manager.num_splits) == (3, 2)
+
+
+@pytest.mark.parametrize("field", ["num_splits", "spin_s", "cpus"])
 def test_bad_settings_name_the_field(field):
     with pytest.raises(ValueError, match=field):
         SubprocessEnvManagerConfig(**{field: -1})

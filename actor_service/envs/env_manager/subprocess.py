@@ -100,6 +100,13 @@ class SubprocessEnvManagerConfig(EnvManagerConfig):
       worker's time slice, its own work: 0.1-0.3 ms measured on 2 cores); with 0.2 ms workers gave up
       spinning and slept too often (84x84x4 env: 1.49-1.55x one bare env, against 1.56-1.62x).
 
+    - `cpus`: how many CPUs the manager sizes itself for (the worker count, splits and spinning above). None:
+      every CPU this process may run on. Set it where other busy processes share those CPUs, or where a
+      container's CPU quota is smaller than the CPUs it sees (quotas do not show in the CPU affinity): several
+      actors on one machine each sized for the whole machine start too many workers, split their envs in
+      halves and busy-wait for replies, all for CPUs the others are using (`league run` gives each of its
+      actors its share).
+
     "Every process has a CPU of its own" means workers + 1 <= CPUs (the parent is the +1).
 
     Sizing (measured on 2 cores, BENCHMARKS.md): the defaults (there: one worker, two halves, spinning)
@@ -119,10 +126,11 @@ class SubprocessEnvManagerConfig(EnvManagerConfig):
     close_timeout: float = 2.0
     start_method: str = "spawn"
     spin_s: float = 1e-3
+    cpus: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("num_workers", "num_splits", "wait_num"):
+        for name in ("num_workers", "num_splits", "wait_num", "cpus"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be an int >= 1 or None, got {value!r}")
@@ -178,7 +186,7 @@ class SubprocessEnvManager(BaseEnvManager):
             raise TypeError(f"config must be a SubprocessEnvManagerConfig, got {type(config).__name__}")
         super().__init__(env_fns, config)
         self._sconfig = config
-        cpus = len(os.sched_getaffinity(0))
+        cpus = config.cpus or len(os.sched_getaffinity(0))
         num_workers = min(config.num_workers or max(1, cpus - 1), self.env_num)
         own_cpus = num_workers < cpus  # every process (the parent too) can have a CPU of its own
         num_splits = config.num_splits or (2 if own_cpus else 1)

@@ -147,7 +147,7 @@ class Supervisor:
     def env_cpus_per_actor(self) -> int:
         """Each actor's share of this machine's CPUs, what its subprocess env manager sizes itself for. Sized
         for the whole machine, every actor started CPUs - 1 env workers and busy-waited for them as if alone
-        (2 actors on 2 CPUs, envs of 1 ms a step: 1,130-1,160 env steps/s, against 1,190-1,260 with a share)."""
+        (2 actors on 2 CPUs, envs of 1 ms a step: 1,130-1,160 env steps/s, against 1,260-1,290 with a share)."""
         return max(1, len(os.sched_getaffinity(0)) // self.run_cfg.actors)
 
     def worker_names(self) -> list[str]:

@@ -60,10 +60,12 @@ def option(args: list[str], flag: str) -> str:
 
 def expanded_args(c: dict) -> list[str]:
     """args with Kubernetes' $(VAR) references replaced by sample values (each must be a declared env var)."""
-    declared = {e["name"] for e in c.get("env", [])}
+    declared = {e["name"]: e for e in c.get("env", [])}
 
     def sample(match: re.Match[str]) -> str:
         assert match[1] in declared, f"$({match[1]}) is not in the container's env"
+        if "resourceFieldRef" in declared[match[1]].get("valueFrom", {}):
+            return "1"  # a resource quantity in whole units
         return f"sample-{match[1].lower()}"
 
     return [re.sub(r"\$\((\w+)\)", sample, a) for a in c["args"]]
@@ -171,6 +173,15 @@ def test_learners_take_their_worker_id_and_address_from_the_pod_name():
     port = option(c["args"], "--port")
     assert option(c["args"], "--advertise") == f"$(POD_NAME).{headless['metadata']['name']}:{port}"
     assert headless["spec"]["ports"][0]["port"] == int(port)
+
+
+def test_actors_size_their_env_manager_for_the_cpus_they_request():
+    c = container("actor")
+    env = {e["name"]: e for e in c["env"]}
+    variable = re.fullmatch(r"\$\((\w+)\)", option(c["args"], "--env-cpus"))[1]
+    field = env[variable]["valueFrom"]["resourceFieldRef"]
+    assert (field["containerName"], field["resource"], field["divisor"]) == ("actor", "requests.cpu", "1")
+    assert "cpu" in c["resources"]["requests"]
 
 
 @pytest.mark.parametrize("role", ["learner", "actor"])

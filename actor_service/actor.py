@@ -319,8 +319,11 @@ class Actor:
         )
         try:
             return self._client.finish_job(request)
-        except grpc.RpcError:
-            log.exception("FinishJob of %s failed; its lease will expire and the job be issued again", job_id)
+        except grpc.RpcError as err:  # the coordinator away past the retries: expected, no traceback needed
+            code = err.code().name if isinstance(err, grpc.Call) else type(err).__name__
+            details = err.details() if isinstance(err, grpc.Call) else str(err)
+            log.error("FinishJob of %s failed (%s: %s); its lease will expire and the job be issued again", job_id,
+                      code, details)
             return None
 
 

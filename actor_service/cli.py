@@ -115,6 +115,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _on_signal(actor, signum: int) -> None:
+    if actor.stopping:  # a repeat (a supervisor killed outright can signal once per thread it had): said already
+        return
     log.info("%s: finishing the current step, then releasing the job", signal.Signals(signum).name)
     actor.request_stop()
 

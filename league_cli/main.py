@@ -11,6 +11,8 @@ import importlib
 import sys
 from dataclasses import dataclass
 
+from league_cli.processes import follow_supervisor
+
 
 @dataclass(frozen=True)
 class Subcommand:
@@ -63,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    follow_supervisor()
     parser = build_parser()
     args = parser.parse_args(argv)
     cmd: Subcommand = args._subcommand

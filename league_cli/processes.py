@@ -5,10 +5,14 @@ output in log files, notice when one dies, and stop all of them — politely (SI
 and the coordinator flushes state), then firmly (SIGKILL) — whatever happened before. Each child gets its own
 process group: SIGTERM goes to the child alone (it stops its env workers itself), the final SIGKILL to the
 whole group so nothing it started outlives it.
+
+Each child also follows its supervisor (`follow_supervisor`): if the supervisor dies without stopping it
+(`kill -9`, the OOM killer), the kernel sends the child SIGTERM, so it stops as politely as if asked.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -16,6 +20,46 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+SUPERVISOR_ENV_VAR = "LEAGUE_SUPERVISOR_PID"
+"""Set by ProcessGroup in its children: the pid of the process that supervises them."""
+_PR_SET_PDEATHSIG = 1
+
+
+def follow_supervisor() -> None:
+    """In a `league` command a ProcessGroup started: ask the kernel for SIGTERM when the supervisor dies.
+
+    Why: children run in sessions of their own (a Ctrl-C reaches the supervisor, which stops them in order),
+    so when the supervisor is killed outright nothing else would stop them: the coordinator, learners and
+    actors of a `league run` killed with -9 ran on, orphaned, until killed by hand. Linux only; a child
+    started through a wrapper that stays its parent is left as it was."""
+    supervisor = os.environ.pop(SUPERVISOR_ENV_VAR, None)
+    if supervisor is None or not sys.platform.startswith("linux"):
+        return
+    try:
+        pid = int(supervisor)
+    except ValueError:
+        return
+    if os.getppid() == pid:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+            return
+        if os.getppid() == pid:
+            return
+    elif _alive(pid):
+        return
+    # The supervisor died before the request took effect: nobody will stop or read this process.
+    raise SystemExit(f"league: the process that started this one (pid {pid}) has exited; not starting")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def league_command(*args: str) -> list[str]:
@@ -63,7 +107,7 @@ class ProcessGroup:
     def __init__(self, log_dir: Path, env: dict[str, str] | None = None) -> None:
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self._env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self._env = {**os.environ, "PYTHONUNBUFFERED": "1", SUPERVISOR_ENV_VAR: str(os.getpid()), **(env or {})}
         self.processes: list[ManagedProcess] = []
 
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> ManagedProcess:

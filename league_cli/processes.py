@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.pids import pid_alive
+
 SUPERVISOR_ENV_VAR = "LEAGUE_SUPERVISOR_PID"
 """Set by ProcessGroup in its children: the pid of the process that supervises them."""
 _PR_SET_PDEATHSIG = 1
@@ -46,20 +48,10 @@ def follow_supervisor() -> None:
             return
         if os.getppid() == pid:
             return
-    elif _alive(pid):
+    elif pid_alive(pid):
         return
     # The supervisor died before the request took effect: nobody will stop or read this process.
     raise SystemExit(f"league: the process that started this one (pid {pid}) has exited; not starting")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def league_command(*args: str) -> list[str]:

@@ -17,6 +17,8 @@ import re
 import secrets
 from multiprocessing import shared_memory
 
+from common.pids import pid_alive
+
 logger = logging.getLogger(__name__)
 
 SHM_DIR = "/dev/shm"
@@ -42,16 +44,6 @@ def create_block(size: int) -> shared_memory.SharedMemory:
     raise FileExistsError(f"no free shared-memory name with prefix {prefix!r} after 16 draws")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
-
-
 def remove_orphaned_blocks(directory: str = SHM_DIR) -> list[str]:
     """Unlink the blocks in `directory` created by processes of this PID namespace that no longer exist;
     returns their names. A directory that does not exist (no POSIX shared memory there) gives []."""
@@ -63,7 +55,7 @@ def remove_orphaned_blocks(directory: str = SHM_DIR) -> list[str]:
     removed = []
     for name in names:
         match = _NAME.match(name)
-        if match is None or match.group(1) != namespace or _alive(int(match.group(2))):
+        if match is None or match.group(1) != namespace or pid_alive(int(match.group(2))):
             continue
         try:
             os.unlink(os.path.join(directory, name))

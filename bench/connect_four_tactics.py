@@ -24,7 +24,6 @@ import json
 import pathlib
 import sys
 from collections import Counter
-from collections.abc import Callable
 
 import numpy as np
 import yaml
@@ -72,6 +71,9 @@ def winning_columns(state, player: int) -> dict[int, str]:
 
 
 class Tally:
+    """What one series of games showed: the main player's immediate wins (available, taken, by direction), its
+    threats the opponent faced and blocked, and the games it won."""
+
     def __init__(self) -> None:
         self.available: Counter[str] = Counter()
         self.taken: Counter[str] = Counter()
@@ -86,7 +88,7 @@ class Tally:
         return f"took {taken}/{total} immediate wins ({taken / max(total, 1):.0%}: {by})"
 
 
-def play(env, info, main: ComputationTask, opponent: Callable | None, games: int, greedy: bool,
+def play(env, info, main: ComputationTask, opponent: ComputationTask | None, games: int, greedy: bool,
          tally: Tally, seed: int) -> None:
     """`games` games of `main` against `opponent` (a task, or None for the env's uniform random bot)."""
     kwargs = ForwardKwargs(greedy=greedy)

@@ -23,7 +23,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import BenchRow, print_rows  # noqa: E402
+from bench.common import BenchRow, exit_on_sigterm, print_rows  # noqa: E402
 
 LADDER = ("random", "mcts:10", "mcts:25", "mcts:50", "mcts:100", "mcts:200")
 
@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
     parser.add_argument("--config", type=pathlib.Path, default=None,
                         help="a league config merged over the default (to compare a variant; default: none)")
     args = parser.parse_args(argv)
+    exit_on_sigterm()
     seconds = args.seconds or (60.0 if args.quick else None)
     games = args.games or (20 if args.quick else 100)
     with tempfile.TemporaryDirectory(prefix="bench-league-") as tmp:

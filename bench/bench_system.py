@@ -32,7 +32,7 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import BenchRow, print_rows  # noqa: E402
+from bench.common import BenchRow, exit_on_sigterm, print_rows  # noqa: E402
 from bench.learning_clock import first_to_reach  # noqa: E402
 
 SOLO = ROOT / "configs" / "solo_cartpole.yaml"
@@ -193,6 +193,7 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seconds", type=float, default=None, help="league run budget")
     args = parser.parse_args(argv)
+    exit_on_sigterm()
     seconds = args.seconds or (45.0 if args.quick else 150.0)
     config = yaml.safe_load(SOLO.read_text())
     manager = "base"

@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import signal
+import sys
 from dataclasses import dataclass
 
 
@@ -50,3 +52,9 @@ def print_rows(title: str, rows: list[BenchRow]) -> None:
             f"  {r.metric}: {r.value:,.1f} {r.unit}  vs {r.baseline_name} {r.baseline_value:,.1f}"
             f"  ratio {r.ratio:.2f}  goal: {r.goal}{flag}"
         )
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit, so a benchmark stopped that way (not only by Ctrl-C) unwinds: the
+    `subprocess.run` of its `league run` then kills that process, whose children follow it."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))

@@ -24,6 +24,7 @@ import yaml
 from common.config import ConfigError, from_dict
 from common.exclusive_lock import ExclusiveLock, LockedError
 from common.exit_codes import SETUP_ERROR_EXIT
+from common.signal_flag import SignalFlag
 from league_cli.history import HistoryLog
 from league_cli.processes import ManagedProcess, ProcessGroup, league_command
 from league_cli.run_watch import FailingJobsWatch, StepBudget, StepRate
@@ -198,7 +199,7 @@ class Supervisor:
         self.start_coordinator(port=int(self.address.rpartition(":")[2]))
         return f"coordinator exited with {code}; restarted on the same state and port ({n + 1})"
 
-    def wait_for_setup_errors(self, grace_s: float, stop: threading.Event) -> list[str]:
+    def wait_for_setup_errors(self, grace_s: float, stop: SignalFlag | threading.Event) -> list[str]:
         """Keep checking the workers for up to `grace_s`, so a setup-error exit on its way raises from `check`."""
         events: list[str] = []
         deadline = time.monotonic() + grace_s
@@ -302,7 +303,7 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
     config_path.write_text(yaml.safe_dump(cfg_dict, sort_keys=False))
     history_path = run_dir / "status_history.jsonl"
 
-    stop = threading.Event()
+    stop = SignalFlag()
     reason = ["budget spent"]
 
     def on_signal(signum: int, _frame: object) -> None:

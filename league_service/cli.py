@@ -16,7 +16,6 @@ import logging
 import signal
 import sqlite3
 import sys
-import threading
 from pathlib import Path
 
 import grpc
@@ -34,6 +33,7 @@ from common.rpc import (
     make_channel,
     write_port_file,
 )
+from common.signal_flag import SignalFlag
 
 log = logging.getLogger("league.coordinator")
 
@@ -96,7 +96,7 @@ def coordinator_main(args: argparse.Namespace) -> int:
         fsync=args.fsync,
     )
     tls = ServerTls(args.tls_cert, args.tls_key) if args.tls_cert is not None else None
-    stop = threading.Event()
+    stop = SignalFlag()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
@@ -197,7 +197,7 @@ def status_main(args: argparse.Namespace) -> int:
 
         # Ctrl-C (or SIGTERM) sets `stop` instead of raising KeyboardInterrupt wherever the main thread is:
         # inside a gRPC call the interrupt could be swallowed and the watch would never end.
-        stop = threading.Event()
+        stop = SignalFlag()
         previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             if args.json:  # JSON Lines for programs: one status per line, plain (no wrapping, no markup)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from common.exit_codes import FAILURE_EXIT, SETUP_ERROR_EXIT
 from common.rpc import check_server_tls, check_tls_ca, format_listen_line, load_token
+from common.signal_flag import SignalFlag
 
 log = logging.getLogger("league.learner")
 
@@ -97,7 +98,7 @@ def main(args: argparse.Namespace) -> int:
         learner.close()
         return _refuse(str(err))
 
-    wake = threading.Event()
+    wake = SignalFlag()  # set by the signal handlers and by the learner's thread
     failure: list[BaseException] = []
 
     def serve() -> None:

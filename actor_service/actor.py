@@ -34,7 +34,7 @@ from actor_service.envs import EnvError
 from actor_service.heartbeat import JobHeartbeat
 from actor_service.job import JobError, JobKind, JobPlan
 from actor_service.policy_pool import Policy, PolicyPool, PolicySettings, model_signature
-from actor_service.rollout import EpisodeRecord, Rollout, RolloutEnd, RolloutResult, RolloutTarget
+from actor_service.rollout import EpisodeRecord, Rollout, RolloutEnd, RolloutResult, RolloutTarget, seat_bots
 from actor_service.stop import StopSignal
 from actor_service.trajectory_sender import SenderSettings, SenderStats, TrajectorySender
 from common.checkpoint_store import CheckpointStore
@@ -229,17 +229,23 @@ class Actor:
 
     def _rollout(self, plan: JobPlan, sender: TrajectorySender | None, revoked: StopSignal) -> Rollout:
         env_num = min(plan.env_num, plan.episode_num) if plan.episode_num > 0 else plan.env_num
-        manager = self._managers.acquire(plan.env_name, plan.env_kwargs, env_num, job_seed(plan.job_id))
+        seed = job_seed(plan.job_id)
+        bots = seat_bots(plan.player_bots, env_num, seed) if any(plan.player_bots) else None
+        manager = self._managers.acquire(plan.env_name, plan.env_kwargs, env_num, seed, bots)
         info = manager.env_info
         pool = self._pool_for(plan, info)
         launch = pool.launch_policy(plan.launch, cancel=revoked)
-        policies: list[Policy] = [launch] + [pool.opponent_policy(slot, launch) for slot in plan.players[1:]]
+        policies: list[Policy | None] = [launch] + [
+            None if slot.bot else pool.opponent_policy(slot, launch) for slot in plan.players[1:]
+        ]
+        opponents = [f"{slot.player_id} ({slot.bot})" if policy is None else f"{slot.player_id} v{policy.version}"
+                     for slot, policy in zip(plan.players[1:], policies[1:], strict=True)]
         log.info("job %s: %s v%d vs %s on %d x %s", plan.job_id, plan.launch_player, launch.version,
-                 [f"{p.player_id} v{p.version}" for p in policies[1:]] or "nobody", env_num, plan.env_name)
+                 opponents or "nobody", env_num, plan.env_name)
         target = RolloutTarget(tuple(s.player_id for s in plan.players), plan.episode_num, plan.env_steps,
                                plan.forward_kwargs, plan.adder.unroll_len)
         return Rollout(manager, info, target, policies, stop=self._stop, revoked=revoked, sink=sender,
-                       reload=lambda: pool.maybe_reload(launch))
+                       reload=lambda: pool.maybe_reload(launch), seat_offset=seed)
 
     def _pool_for(self, plan: JobPlan, info: EnvInfo) -> PolicyPool:
         if self._pool is None or self._pool.signature != model_signature(plan.policy, info):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from actor_service.envs.env_manager import (
@@ -52,6 +52,7 @@ class EnvManagers:
         self._manager: BaseEnvManager | None = None
         self._launching: BaseEnvManager | None = None
         self._key: tuple[str, str, int] | None = None
+        self._bots_seated = False  # the envs of the current manager hold reference bots from the last job
 
     @property
     def current(self) -> BaseEnvManager | None:
@@ -63,13 +64,33 @@ class EnvManagers:
         manager = self._launching or self._manager
         return manager.stalled_s() if manager is not None else 0.0
 
-    def acquire(self, env_name: str, env_kwargs: Mapping[str, Any], env_num: int, seed: int) -> BaseEnvManager:
-        """A launched manager of `env_num` envs `env_name(**env_kwargs)`, every env at a fresh episode."""
+    def acquire(
+        self, env_name: str, env_kwargs: Mapping[str, Any], env_num: int, seed: int,
+        seat_bots: Sequence[Mapping[int, str]] | None = None,
+    ) -> BaseEnvManager:
+        """A launched manager of `env_num` envs `env_name(**env_kwargs)`, every env at a fresh episode.
+
+        `seat_bots[i]` (seat -> bot spec): the reference bots env i plays itself in this job, given as a reset
+        param (`reset(bots=...)`, which the env keeps for its later episodes), so a job with bots reuses the
+        manager of a job without; the next job without bots resets them away."""
         key = (env_name, json.dumps(env_kwargs, sort_keys=True, default=str), env_num)
+        if seat_bots is not None and len(seat_bots) != env_num:
+            raise ValueError(f"seat_bots: {len(seat_bots)} entries for {env_num} envs")
+        reset_params: dict[int, dict[str, Any]] | None = None
+        if seat_bots:
+            reset_params = {i: {"bots": {str(seat): bot for seat, bot in bots.items()}} for i, bots in enumerate(seat_bots)}
+        elif self._bots_seated:
+            reset_params = {i: {"bots": {}} for i in range(env_num)}
         manager = self._manager
         if manager is not None and key == self._key and not manager.closed:
             manager.seed(seed)
-            manager.reset()
+            try:
+                manager.reset(reset_params)
+            except BaseException:
+                if reset_params:  # its envs would keep the reset params that failed: start afresh next time
+                    self.discard()
+                raise
+            self._bots_seated = bool(seat_bots)
             return manager
         self.discard()
         factories = env_factories(env_name, env_num, **env_kwargs)
@@ -89,9 +110,10 @@ class EnvManagers:
         manager.seed(seed)
         self._launching = manager
         try:
-            manager.launch()  # closes itself if launching fails
+            manager.launch(reset_params if seat_bots else None)  # closes itself if launching fails
         finally:
             self._launching = None
+        self._bots_seated = bool(seat_bots)
         log.info("launched %s env manager: %d x %s", self.kind, env_num, env_name)
         self._manager, self._key = manager, key
         return manager

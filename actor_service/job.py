@@ -15,6 +15,7 @@ from google.protobuf import struct_pb2
 
 from common.adder_config import AdderConfig
 from common.computation.algorithm import ForwardKwargs
+from common.envs.bot_spec import BotSpec
 from common.proto.league.v1 import league_pb2
 from common.struct_data import struct_to_dict
 from common.typed_config import from_mapping
@@ -44,6 +45,8 @@ class PlayerSlot:
     checkpoint_path: str
     checkpoint_version: int
     active: bool
+    bot: str = ""
+    """A reference bot ("mcts:25") the env plays this player's seat with: no policy, no checkpoint."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,8 @@ class JobPlan:
         players = tuple(_player_slot(p, f"players[{i}]") for i, p in enumerate(job.players))
         if job.launch_player != players[0].player_id:
             raise JobError("players", f"players[0] is {players[0].player_id!r}, not the launch player {job.launch_player!r}")
+        if players[0].bot:
+            raise JobError("players[0].bot", f"the launch player {players[0].player_id!r} must have a policy, not a bot")
         if not job.env_name:
             raise JobError("env_name", "is empty")
         env_num = env_num_override if env_num_override is not None else job.env_num
@@ -94,13 +99,17 @@ class JobPlan:
             raise JobError("episode_num", f"episode_num {job.episode_num} and env_steps {job.env_steps} must be >= 0")
         if job.episode_num == 0 and job.env_steps == 0:
             raise JobError("episode_num", "episode_num and env_steps are both 0: the job would never end")
+        env_kwargs = struct_to_dict(job.env_kwargs)
+        if "bots" in env_kwargs and any(p.bot for p in players):
+            raise JobError("env_kwargs.bots", "the job seats reference-bot players: the env's own bots would take "
+                           "their seats")
         return cls(
             job_id=job.job_id,
             kind=kind,
             launch_player=job.launch_player,
             players=players,
             env_name=job.env_name,
-            env_kwargs=struct_to_dict(job.env_kwargs),
+            env_kwargs=env_kwargs,
             env_num=env_num,
             episode_num=job.episode_num,
             env_steps=job.env_steps,
@@ -110,6 +119,11 @@ class JobPlan:
             lease_timeout_s=job.lease_timeout_s,
             policy=struct_to_dict(job.policy),
         )
+
+    @property
+    def player_bots(self) -> tuple[str, ...]:
+        """Each player's reference bot ("" for a policy); all "" in a job without bots."""
+        return tuple(p.bot for p in self.players)
 
 
 def _typed(cls: type, struct: struct_pb2.Struct, field: str) -> Any:
@@ -124,4 +138,11 @@ def _player_slot(ref: league_pb2.PlayerRef, field: str) -> PlayerSlot:
         raise JobError(f"{field}.player_id", "is empty")
     if ref.checkpoint_version < 0:
         raise JobError(f"{field}.checkpoint_version", f"must be >= 0, got {ref.checkpoint_version}")
-    return PlayerSlot(ref.player_id, ref.checkpoint_path, ref.checkpoint_version, ref.active)
+    if ref.bot:
+        if ref.active:
+            raise JobError(f"{field}.bot", f"{ref.player_id!r} is active (trained); a reference bot never is")
+        try:
+            BotSpec.parse(ref.bot)
+        except ValueError as err:
+            raise JobError(f"{field}.bot", str(err)) from None
+    return PlayerSlot(ref.player_id, ref.checkpoint_path, ref.checkpoint_version, ref.active, ref.bot)

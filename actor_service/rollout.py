@@ -9,8 +9,10 @@ player, and recording them doubles what a self-play game teaches its learner.
 
 Seats: with as many players as the env has seats, player i sits at seat (i + r) % seats, where
 r = (env_id + episode_index) % seats, so the launch player's seat alternates per episode (and differs across
-envs). A single player in a multi-seat env (the other seats played by the env's reference bots) plays
-whichever seat it is asked to act in.
+envs). Reference-bot players (no policy: the env plays their seats, given to it at reset) keep their seats for
+the job, r = (env_id + the job's seed) % seats, so the seats still differ across envs and jobs. A single player
+in a multi-seat env (the other seats played by the env's reference bots) plays whichever seat it is asked to
+act in.
 
 Recurrent policies: every (env, job player) pair carries its own state between that player's decisions (rows of
 one batched forward each bring their own state), self-play seats and opponents included; it starts afresh at
@@ -100,20 +102,38 @@ class RolloutTarget:
 
 
 class Seating:
-    """Which seat each job player takes in an episode."""
+    """Which seat each job player takes in an episode.
 
-    def __init__(self, num_players: int, num_seats: int) -> None:
-        if num_players != num_seats and num_players != 1:
+    A job with reference-bot players (the env plays their seats itself, given at reset: `seat_bots`) keeps each
+    env's seats for the whole job, since the env keeps its bots from reset to reset; the seats then differ from
+    env to env, and `offset` (from the job's seed) shifts them from job to job so that a one-env job does not
+    always seat its players alike."""
+
+    def __init__(self, num_players: int, num_seats: int, bots: frozenset[int] = frozenset(), offset: int = 0) -> None:
+        if num_players != num_seats and (num_players != 1 or bots):
             raise JobError("players", f"{num_players} players cannot fill an env with {num_seats} seat(s)")
+        if 0 in bots:
+            raise JobError("players[0]", "the launch player is a reference bot; it must be a player with a policy")
         self.num_players = num_players
         self.num_seats = num_seats
+        self.bots = bots
+        self._offset = offset
 
     def seats(self, env_id: int, episode_index: int) -> list[int | None]:
         """Seat of each player; None: taken at the player's first turn (a lone player among bots)."""
         if self.num_players == 1:
             return [0] if self.num_seats == 1 else [None]
-        rotation = (env_id + episode_index) % self.num_seats
+        rotation = (env_id + (self._offset if self.bots else episode_index)) % self.num_seats
         return [(i + rotation) % self.num_seats for i in range(self.num_players)]
+
+
+def seat_bots(player_bots: Sequence[str], env_num: int, offset: int) -> list[dict[int, str]]:
+    """Each env's reference bots (seat -> bot spec) for a job whose player j is played by the bot
+    `player_bots[j]` ("": by a policy), seated as the job's `Seating` (built with the same `offset`) seats them.
+    The env manager gives them to the envs at reset (OpenSpielEnv.reset(bots=...))."""
+    bots = frozenset(j for j, bot in enumerate(player_bots) if bot)
+    seating = Seating(len(player_bots), len(player_bots), bots, offset)
+    return [{seating.seats(env_id, 0)[j]: player_bots[j] for j in sorted(bots)} for env_id in range(env_num)]
 
 
 class _EnvSlot:
@@ -165,16 +185,18 @@ class Rollout:
         manager: BaseEnvManager,
         info: EnvInfo,
         target: RolloutTarget,
-        policies: Sequence[Policy],
+        policies: Sequence[Policy | None],
         *,
         stop: StopSignal,
         revoked: StopSignal | None = None,
         sink: TrajectorySink | None = None,
         reload: Callable[[], Any] | None = None,
         chunk_rows: int | None = None,
+        seat_offset: int = 0,
     ) -> None:
-        """`policies[i]` acts for `target.player_ids[i]`; `sink` None: no trajectories (eval);
-        `reload` is called once per loop (the launch policy's reload check)."""
+        """`policies[i]` acts for `target.player_ids[i]`; None: a reference bot the env plays itself, at the
+        seats `seat_bots(..., seat_offset)` gave the envs; `sink` None: no trajectories (eval); `reload` is
+        called once per loop (the launch policy's reload check)."""
         if len(policies) != len(target.player_ids):
             raise ValueError(f"{len(policies)} policies for {len(target.player_ids)} players")
         self._manager = manager
@@ -185,7 +207,8 @@ class Rollout:
         self._revoked = revoked or StopSignal()
         self._sink = sink
         self._reload = reload
-        self._seating = Seating(len(policies), info.num_players)
+        bots = frozenset(i for i, policy in enumerate(self._policies) if policy is None)
+        self._seating = Seating(len(policies), info.num_players, bots, seat_offset)
         # The launch player and its self-play twins: the players whose decisions are trained on.
         self._recorded = frozenset(
             i for i, (pid, policy) in enumerate(zip(target.player_ids, self._policies, strict=True))
@@ -206,7 +229,8 @@ class Rollout:
         self._rows: dict[int, list[Row]] = {}
         # Initial states of the recurrent policies (by id: self-play shares one policy object).
         self._initial_states: dict[int, State] = {
-            id(p): {k: v[0] for k, v in p.task.initial_states(1).items()} for p in self._policies if p.task.state_specs
+            id(p): {k: v[0] for k, v in p.task.initial_states(1).items()}
+            for p in self._policies if p is not None and p.task.state_specs
         }
         self.episodes: list[EpisodeRecord] = []
         self.env_steps = 0
@@ -254,6 +278,9 @@ class Rollout:
                 raise RuntimeError(f"env {env_id} asks for an action after its game ended (to_play {seat})")
             player = slot.player_at(seat)
             policy = self._policies[player]
+            if policy is None:
+                raise RuntimeError(f"env {env_id}: seat {seat} is a reference bot's, yet the env asks for its action "
+                                   f"(an env that plays bots, such as OpenSpiel's, takes them at reset)")
             group = groups.get(id(policy))
             if group is None:
                 kwargs = self._target.forward_kwargs if policy is launch_policy else _DEFAULT_KWARGS

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
     rows.append(BenchRow("largest MCTS simulation count the final main player beats > 50% (0: random only)",
                          strongest_last, "simulations", "the same for the first snapshot", strongest_first,
                          "reported (and not below the first snapshot's)", strongest_last >= strongest_first))
-    historical = sum(1 for p in status["players"] if not p.get("active"))
+    historical = sum(1 for p in status["players"] if not p.get("active") and p.get("player_type") != "reference_bot")
     elos = [p.get("elo", 0.0) for p in status["players"]]
     c = status["counters"]
     rows.append(BenchRow("historical players (snapshots) at the end", historical, "players", "active players",

@@ -127,12 +127,12 @@ class BaseLeagueManager(ABC):
             player = self._roster.get(player_id)
             return CheckpointRef(player.checkpoint_path, player.checkpoint_version)
 
-    def job_checkpoints(self, player_ids: Iterable[str]) -> list[tuple[str, int, bool]]:
-        """(checkpoint path, checkpoint version, active) of each player, read together under the lock as in
-        `checkpoint_of`, in one visit (a job's players)."""
+    def job_checkpoints(self, player_ids: Iterable[str]) -> list[tuple[str, int, bool, str]]:
+        """(checkpoint path, checkpoint version, active, reference bot) of each player, read together under the
+        lock as in `checkpoint_of`, in one visit (a job's players)."""
         with self._lock:
             players = [self._roster.get(pid) for pid in player_ids]
-            return [(p.checkpoint_path, p.checkpoint_version, p.is_active) for p in players]
+            return [(p.checkpoint_path, p.checkpoint_version, p.is_active, p.bot) for p in players]
 
     @property
     def failure(self) -> BaseException | None:

@@ -25,6 +25,15 @@ from common.config import (
     parse_yaml,
     to_dict,
 )
+from common.envs.bot_spec import BotSpec
+from common.envs.registry import OPENSPIEL_ALIASES, OPENSPIEL_PREFIX, PYTHON_PREFIX
+
+
+def reference_bot_id(text: str) -> str:
+    """The player id of the reference bot `text` names: `bot_random`, `bot_mcts_25` ("mcts" is mcts:100).
+    Raises ValueError for a spec OpenSpiel's bots do not take."""
+    return "bot_" + BotSpec.parse(text).text.replace(":", "_")
+
 
 Weighting = Literal["squared", "variance", "linear", "uniform"]
 
@@ -259,6 +268,11 @@ class LeagueConfig:
     pretrain_checkpoint_path: dict[str, str] = field(
         default_factory=lambda: {"default": ""}, metadata=REPLACE
     )
+    # Reference bots the env plays itself ("random", "mcts:25"), in the league from the start as fixed
+    # historical players (ids bot_random, bot_mcts_25): opponents that take a win left on the board and block
+    # one, which the league's own young players rarely do, and anchors for the ratings. PFSP and the payoff
+    # treat them as any past player. Battle leagues on OpenSpiel games (common/envs/openspiel_env.py).
+    reference_bots: tuple[str, ...] = ()
     solo_active_player: SoloActivePlayerConfig = field(default_factory=SoloActivePlayerConfig)
     naive_sp_player: NaiveSpPlayerConfig = field(default_factory=NaiveSpPlayerConfig)
     main_player: MainPlayerConfig = field(default_factory=MainPlayerConfig)
@@ -299,6 +313,19 @@ class LeagueConfig:
                         f"pretrain_checkpoint_path.{category}",
                         "use_pretrain_init_historical needs a pretrained checkpoint for every category",
                     )
+
+        if self.reference_bots:
+            if self.league_type == "solo":
+                raise ConfigError("reference_bots", "a solo league has no opponents (seat bots with env.kwargs.bots)")
+            seen: dict[str, str] = {}
+            for i, text in enumerate(self.reference_bots):
+                try:
+                    bot_id = reference_bot_id(text)
+                except ValueError as err:
+                    raise ConfigError(f"reference_bots[{i}]", str(err)) from None
+                if bot_id in seen:
+                    raise ConfigError(f"reference_bots[{i}]", f"{text!r} is the same bot as {seen[bot_id]!r}")
+                seen[bot_id] = text
 
     def job_limit(self, player_type: str) -> int:
         """Launch slots of each player of `player_type`: its `max_job`, else max_active_player_job."""
@@ -388,6 +415,17 @@ class Config:
     actor: dict[str, Any] = field(default_factory=dict)
     run: dict[str, Any] = field(default_factory=dict)
     coordinator: CoordinatorConfig = field(default_factory=CoordinatorConfig)
+
+    def __post_init__(self) -> None:
+        if not self.league.reference_bots:
+            return
+        name = self.env.name
+        if not (name in OPENSPIEL_ALIASES or name.startswith((OPENSPIEL_PREFIX, PYTHON_PREFIX))):
+            raise ConfigError("league.reference_bots", f"need an env that plays bots itself (connect_four, "
+                              f"openspiel:<game>, or a python: env whose reset takes bots=), not {name!r}")
+        if "bots" in self.env.kwargs:
+            raise ConfigError("env.kwargs.bots", "cannot be combined with league.reference_bots: the league seats "
+                              "its reference bots itself, in the jobs that name them")
 
 
 DEFAULT_CONFIG_RESOURCE = "default_config.yaml"

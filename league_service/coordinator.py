@@ -599,8 +599,8 @@ class Coordinator:
             kind=lease.kind,
             launch_player=lease.launch_player,
             players=tuple(
-                PlayerRef(pid, path, version, active)
-                for pid, (path, version, active) in zip(
+                PlayerRef(pid, path, version, active, bot)
+                for pid, (path, version, active, bot) in zip(
                     lease.players, self._league.job_checkpoints(lease.players), strict=True
                 )
             ),

@@ -31,6 +31,8 @@ class PlayerRef:
     checkpoint_path: str
     checkpoint_version: int
     active: bool
+    # The reference bot the env plays this player with ("mcts:25"); "" for a player with a policy.
+    bot: str = ""
 
 
 @dataclass(frozen=True)

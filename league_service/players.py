@@ -139,6 +139,11 @@ class Player:
     def total_agent_step(self) -> int:
         return self._total_agent_step
 
+    @property
+    def bot(self) -> str:
+        """The reference bot the env plays this player with ("mcts:25"); "" for a player with a policy."""
+        return ""
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "player_id": self._player_id,
@@ -191,6 +196,44 @@ class HistoricalPlayer(Player):
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise LeagueStateError("players", f"malformed historical player {state!r}: {exc}") from None
+
+
+BOT_CATEGORY = "bot"
+"""The category of reference bots: they belong to no configured category, and opponent choice ignores it."""
+
+
+class ReferenceBotPlayer(HistoricalPlayer):
+    """A reference bot as a league member: `bot` ("mcts:25") names the bot the env plays this player's seat
+    with, so it has no checkpoint, never trains and never changes. It is historical (frozen) so that opponent
+    choice, the payoff and the ratings take it as they take any past player."""
+
+    player_type: ClassVar[str] = "reference_bot"
+
+    def __init__(self, *, bot: str, **kwargs: Any) -> None:
+        if not bot:
+            raise ValueError("bot: a reference bot needs a bot spec, e.g. 'mcts:25'")
+        super().__init__(parent_id="", parent_type="", **kwargs)
+        self._bot = bot
+
+    @property
+    def bot(self) -> str:
+        return self._bot
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "bot": self._bot}
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any], payoff: Payoff) -> ReferenceBotPlayer:
+        try:
+            return cls(
+                player_id=str(state["player_id"]),
+                category=str(state["category"]),
+                payoff=payoff,
+                total_agent_step=int(state["total_agent_step"]),
+                bot=str(state["bot"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise LeagueStateError("players", f"malformed reference bot {state!r}: {exc}") from None
 
 
 class ActivePlayer(Player):

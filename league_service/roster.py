@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from league_service.config import LeagueConfig
+from league_service.config import LeagueConfig, reference_bot_id
 from league_service.league_errors import LeagueStateError, NotActivePlayerError, UnknownPlayerError
 from league_service.payoff import BattleSharedPayoff, SoloSharedPayoff, create_payoff
 from league_service.player_factory import PLAYER_CLASSES, create_player
-from league_service.players import ActivePlayer, HistoricalPlayer, Player
+from league_service.players import BOT_CATEGORY, ActivePlayer, HistoricalPlayer, Player, ReferenceBotPlayer
 from league_service.ratings import RatingBook
 from league_service.slots import LimitedSpaceContainer
 
@@ -70,7 +70,17 @@ class Roster:
                         parent_type=parent.player_type if parent else "",
                     )
                 )
+        roster._add_reference_bots(league)
         return roster
+
+    def _add_reference_bots(self, league: LeagueConfig) -> None:
+        """The configured reference bots not in the league yet (all of them in a new league)."""
+        for text in league.reference_bots:
+            bot_id = reference_bot_id(text)
+            if bot_id not in self.historical:
+                self.add_historical(
+                    ReferenceBotPlayer(player_id=bot_id, category=BOT_CATEGORY, payoff=self.payoff, bot=text)
+                )
 
     def add_historical(self, player: HistoricalPlayer) -> None:
         if player.player_id in self.active or player.player_id in self.historical:
@@ -145,9 +155,19 @@ class Roster:
             elif entry.get("player_type") == HistoricalPlayer.player_type:
                 player = HistoricalPlayer.from_state_dict(entry, roster.payoff)
                 roster.historical[player.player_id] = player
+            elif entry.get("player_type") == ReferenceBotPlayer.player_type:
+                player = ReferenceBotPlayer.from_state_dict(entry, roster.payoff)
+                roster.historical[player.player_id] = player
             else:
                 raise LeagueStateError("players", f"unknown player_type {entry.get('player_type')!r}")
             roster.payoff.add_player(player)
+        configured_bots = {reference_bot_id(text) for text in league.reference_bots}
+        dropped = sorted(pid for pid, p in roster.historical.items()
+                         if isinstance(p, ReferenceBotPlayer) and pid not in configured_bots)
+        if dropped:
+            raise LeagueStateError(
+                "players", f"reference bots {dropped} are in the saved league but not in league.reference_bots (a "
+                "league member cannot leave: put them back, or start a new league)")
         roster.payoff.load_records(state.get("payoff"))
         roster.ratings.load_state_dict(state.get("ratings"), ids)
         slots_used = state.get("slots_used")
@@ -158,4 +178,5 @@ class Roster:
             if not isinstance(used, int) or not 0 <= used <= limit:
                 raise LeagueStateError(f"slots_used.{pid}", f"expected 0..{limit}, got {used!r}")
             roster.slots[pid].cur = used
+        roster._add_reference_bots(league)  # bots added to the config since the state was saved join now
         return roster

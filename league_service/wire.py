@@ -248,6 +248,7 @@ def _fill_job(job: league_pb2.Job, g: JobGrant) -> None:
             checkpoint_path=p.checkpoint_path,
             checkpoint_version=p.checkpoint_version,
             active=p.active,
+            bot=p.bot,
         )
     job.env_name = g.env_name
     if g.env_kwargs:

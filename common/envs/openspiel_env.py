@@ -22,7 +22,6 @@ no difference beyond noise to the main player against random (93% against 91%; B
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,45 +39,13 @@ from common.envs.base import (
     StepInfo,
     TimeStep,
 )
+from common.envs.bot_spec import BotSpec
 
 _MAX_SEED = 2**31 - 1  # pyspiel takes seeds as C++ ints
-BOT_KINDS = ("random", "mcts")
 PERSPECTIVES = ("absolute", "relative")
 # Games whose observation tensor has one plane of pieces per player, the same for every player: the plane
 # index of player 0's pieces and of player 1's (checked against pyspiel in tests/unit/test_env_openspiel.py).
 PIECE_PLANES: dict[str, tuple[int, int]] = {"connect_four": (0, 1), "tic_tac_toe": (2, 1)}
-
-
-@dataclass(frozen=True)
-class BotSpec:
-    """A reference bot: uniform random, or pyspiel's MCTS with random-rollout evaluation."""
-
-    kind: str
-    num_simulations: int = 100
-    uct_c: float = 2.0
-    rollouts: int = 1
-    solve: bool = True
-    max_memory_mb: int = 64
-
-    def __post_init__(self) -> None:
-        if self.kind not in BOT_KINDS:
-            raise ValueError(f"BotSpec.kind must be one of {BOT_KINDS}, got {self.kind!r}")
-        if self.num_simulations < 1:
-            raise ValueError(f"BotSpec.num_simulations must be >= 1, got {self.num_simulations}")
-        if self.rollouts < 1:
-            raise ValueError(f"BotSpec.rollouts must be >= 1, got {self.rollouts}")
-
-    @classmethod
-    def parse(cls, text: str) -> BotSpec:
-        """`"random"`, `"mcts"` or `"mcts:<num_simulations>"` (the form job configs carry)."""
-        kind, _, sims = text.partition(":")
-        if kind == "mcts" and sims:
-            if not sims.isdigit():
-                raise ValueError(f"bot spec {text!r}: simulations must be an integer, as in 'mcts:200'")
-            return cls("mcts", num_simulations=int(sims))
-        if sims:
-            raise ValueError(f"bot spec {text!r}: only mcts takes ':<num_simulations>'")
-        return cls(kind)
 
 
 class ReferenceBot:

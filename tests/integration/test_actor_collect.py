@@ -182,6 +182,53 @@ def test_connect_four_battle_league_reports_what_it_played(tmp_path, recording_l
     assert 0 < moved_first < episode_starts  # the launch player's seat alternated
 
 
+def test_a_league_exploiter_plays_the_reference_bot_the_env_seats(tmp_path, recording_learner):
+    """At start the bot is the league's only past player, so every league-exploiter job is against it: the job
+    names it, the env (in a worker process) plays its seat, and its games count in the payoff."""
+    records, learner = recording_learner
+    cfg = dataclasses.replace(small_league_config({
+        "league": {"active_players": {"league_exploiter": 1}, "reference_bots": ["random"]},
+    }), policy=CONNECT_FOUR_POLICY)
+    with running_coordinator(cfg, tmp_path) as server:
+        channel, stub = league_stub(server.address)
+        try:
+            (player,) = bind_learners(stub, learner.address, 1)
+            reports = Actor(actor_settings(server.address, tmp_path, manager="subprocess", max_jobs=2)).run()
+            status = stub.GetStatus(pb.GetStatusRequest())
+        finally:
+            channel.close()
+
+    assert [r.status for r in reports] == ["completed"] * 2
+    assert {r.players for r in reports} == {(player, "bot_random")}
+    payoff = {(e.home, e.away): e for e in status.payoff if e.games}
+    assert int(payoff[(player, "bot_random")].games) == sum(r.episodes for r in reports) == 8
+    assert payoff[("bot_random", player)].wins == payoff[(player, "bot_random")].losses
+    bot = next(p for p in status.players if p.player_id == "bot_random")
+    assert bot.player_type == "reference_bot" and not bot.active and not bot.checkpoint_path
+    moved_first = episode_starts = 0
+    for report in reports:
+        # The bot's moves are made inside the env: every step is a decision (one per env may still be in flight).
+        assert report.env_steps <= report.agent_steps <= report.env_steps + 2
+        for t in check_stream(records, report, player):
+            starts = np.zeros_like(t.terminals)
+            starts[:, 1:] = t.terminals[:, :-1]
+            pieces = t.observations()["observation"][:, :, :2].sum(axis=(2, 3, 4))
+            moved_first += int(((pieces == 0) & starts).sum())
+            episode_starts += int(starts.sum())
+    assert 0 < moved_first < episode_starts  # the bot's seat differs between envs
+
+    # Restarted on its state with one more bot: the first bot's games are still there, and the new bot joins.
+    more = dataclasses.replace(cfg, league=dataclasses.replace(cfg.league, reference_bots=("random", "mcts:10")))
+    with running_coordinator(more, tmp_path) as server:
+        channel, stub = league_stub(server.address)
+        try:
+            again = stub.GetStatus(pb.GetStatusRequest())
+        finally:
+            channel.close()
+    assert {p.player_id for p in again.players} == {player, "bot_random", "bot_mcts_10"}
+    assert {(e.home, e.away): e.games for e in again.payoff if e.games} == {k: e.games for k, e in payoff.items()}
+
+
 def collect_against_a_slow_learner(tmp_path: Path, cfg: Config, **actor_overrides) -> tuple[JobReport, ChunkRecords]:
     """One collect job of `cfg`'s solo player streamed to a recording learner that takes 20 ms per chunk."""
     records = ChunkRecords()

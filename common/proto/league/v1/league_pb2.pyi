@@ -91,16 +91,18 @@ class HeartbeatResponse(_message.Message):
     def __init__(self, revoked_job_ids: _Optional[_Iterable[str]] = ..., lease_deadline: _Optional[float] = ...) -> None: ...
 
 class PlayerRef(_message.Message):
-    __slots__ = ("player_id", "checkpoint_path", "checkpoint_version", "active")
+    __slots__ = ("player_id", "checkpoint_path", "checkpoint_version", "active", "bot")
     PLAYER_ID_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_PATH_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_VERSION_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    BOT_FIELD_NUMBER: _ClassVar[int]
     player_id: str
     checkpoint_path: str
     checkpoint_version: int
     active: bool
-    def __init__(self, player_id: _Optional[str] = ..., checkpoint_path: _Optional[str] = ..., checkpoint_version: _Optional[int] = ..., active: _Optional[bool] = ...) -> None: ...
+    bot: str
+    def __init__(self, player_id: _Optional[str] = ..., checkpoint_path: _Optional[str] = ..., checkpoint_version: _Optional[int] = ..., active: _Optional[bool] = ..., bot: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("job_id", "kind", "launch_player", "players", "env_name", "env_kwargs", "env_num", "episode_num", "env_steps", "forward_kwargs", "adder_kwargs", "learner_endpoint", "lease_deadline", "lease_timeout_s", "policy", "learner_kwargs")

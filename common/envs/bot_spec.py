@@ -1,0 +1,49 @@
+"""Reference bots by name ("random", "mcts:200"), without importing pyspiel.
+
+The env plays a bot's seat itself (common/envs/openspiel_env.py). The spec is also what the league config
+names as a reference-bot player and what a job carries for it, so the coordinator checks a spec at config
+load without loading OpenSpiel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BOT_KINDS = ("random", "mcts")
+
+
+@dataclass(frozen=True)
+class BotSpec:
+    """A reference bot: uniform random, or pyspiel's MCTS with random-rollout evaluation."""
+
+    kind: str
+    num_simulations: int = 100
+    uct_c: float = 2.0
+    rollouts: int = 1
+    solve: bool = True
+    max_memory_mb: int = 64
+
+    def __post_init__(self) -> None:
+        if self.kind not in BOT_KINDS:
+            raise ValueError(f"BotSpec.kind must be one of {BOT_KINDS}, got {self.kind!r}")
+        if self.num_simulations < 1:
+            raise ValueError(f"BotSpec.num_simulations must be >= 1, got {self.num_simulations}")
+        if self.rollouts < 1:
+            raise ValueError(f"BotSpec.rollouts must be >= 1, got {self.rollouts}")
+
+    @property
+    def text(self) -> str:
+        """The spec as `parse` reads it: "random" or "mcts:<num_simulations>" (other fields at their defaults)."""
+        return f"mcts:{self.num_simulations}" if self.kind == "mcts" else self.kind
+
+    @classmethod
+    def parse(cls, text: str) -> BotSpec:
+        """`"random"`, `"mcts"` or `"mcts:<num_simulations>"` (the form job configs carry)."""
+        kind, _, sims = text.partition(":")
+        if kind == "mcts" and sims:
+            if not sims.isdigit():
+                raise ValueError(f"bot spec {text!r}: simulations must be an integer, as in 'mcts:200'")
+            return cls("mcts", num_simulations=int(sims))
+        if sims:
+            raise ValueError(f"bot spec {text!r}: only mcts takes ':<num_simulations>'")
+        return cls(kind)

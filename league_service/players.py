@@ -157,6 +157,17 @@ class Player:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._player_id!r})"
 
+    @classmethod
+    def _saved_fields(cls, state: dict[str, Any]) -> dict[str, Any]:
+        """The constructor's arguments (but the payoff) from a `state_dict`: what every player saves."""
+        return {
+            "player_id": str(state["player_id"]),
+            "category": str(state["category"]),
+            "checkpoint_path": str(state["checkpoint_path"]),
+            "checkpoint_version": int(state["checkpoint_version"]),
+            "total_agent_step": int(state["total_agent_step"]),
+        }
+
 
 class HistoricalPlayer(Player):
     """A frozen player: a snapshot of an active player, or a pretrained checkpoint added at start."""
@@ -184,18 +195,15 @@ class HistoricalPlayer(Player):
     @classmethod
     def from_state_dict(cls, state: dict[str, Any], payoff: Payoff) -> HistoricalPlayer:
         try:
-            return cls(
-                player_id=str(state["player_id"]),
-                category=str(state["category"]),
-                payoff=payoff,
-                checkpoint_path=str(state["checkpoint_path"]),
-                checkpoint_version=int(state["checkpoint_version"]),
-                total_agent_step=int(state["total_agent_step"]),
-                parent_id=str(state["parent_id"]),
-                parent_type=str(state["parent_type"]),
-            )
+            return cls(payoff=payoff, **cls._saved_fields(state))
         except (KeyError, TypeError, ValueError) as exc:
-            raise LeagueStateError("players", f"malformed historical player {state!r}: {exc}") from None
+            kind = cls.player_type.replace("_", " ")
+            raise LeagueStateError("players", f"malformed {kind} {state!r}: {exc}") from None
+
+    @classmethod
+    def _saved_fields(cls, state: dict[str, Any]) -> dict[str, Any]:
+        return {**Player._saved_fields(state), "parent_id": str(state["parent_id"]),
+                "parent_type": str(state["parent_type"])}
 
 
 BOT_CATEGORY = "bot"
@@ -223,17 +231,8 @@ class ReferenceBotPlayer(HistoricalPlayer):
         return {**super().state_dict(), "bot": self._bot}
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, Any], payoff: Payoff) -> ReferenceBotPlayer:
-        try:
-            return cls(
-                player_id=str(state["player_id"]),
-                category=str(state["category"]),
-                payoff=payoff,
-                total_agent_step=int(state["total_agent_step"]),
-                bot=str(state["bot"]),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise LeagueStateError("players", f"malformed reference bot {state!r}: {exc}") from None
+    def _saved_fields(cls, state: dict[str, Any]) -> dict[str, Any]:
+        return {**Player._saved_fields(state), "bot": str(state["bot"])}  # no parent: it sets its own
 
 
 class ActivePlayer(Player):

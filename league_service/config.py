@@ -423,9 +423,10 @@ class Config:
         if not (name in OPENSPIEL_ALIASES or name.startswith((OPENSPIEL_PREFIX, PYTHON_PREFIX))):
             raise ConfigError("league.reference_bots", f"need an env that plays bots itself (connect_four, "
                               f"openspiel:<game>, or a python: env whose reset takes bots=), not {name!r}")
-        if "bots" in self.env.kwargs:
-            raise ConfigError("env.kwargs.bots", "cannot be combined with league.reference_bots: the league seats "
-                              "its reference bots itself, in the jobs that name them")
+        seated = _bot_seat_paths(self)
+        if seated:
+            raise ConfigError(seated[0], "cannot be combined with league.reference_bots: the league seats its "
+                              "reference bots itself, in the jobs that name them")
 
 
 DEFAULT_CONFIG_RESOURCE = "default_config.yaml"
@@ -441,7 +442,9 @@ def config_from_dict(data: Mapping[str, Any]) -> Config:
     """Merge `data` over the embedded defaults and validate it into a `Config`.
 
     When `data` names a policy algorithm other than the default's, the default `policy` and `learner` sections
-    are dropped instead of merged: one algorithm's hyperparameters mean nothing to another.
+    are dropped instead of merged: one algorithm's hyperparameters mean nothing to another. Likewise the
+    default's reference bots play the default's game in a battle league: a config naming another env or league
+    type, or seating env bots of its own (`bots` in env kwargs), starts without them unless it names its own.
     """
     if not isinstance(data, Mapping):
         raise ConfigError("", f"the configuration must be a mapping, got {type(data).__name__}")
@@ -451,9 +454,44 @@ def config_from_dict(data: Mapping[str, Any]) -> Config:
         if user_policy["algorithm"] != defaults.get("policy", {}).get("algorithm"):
             defaults.pop("policy", None)
             defaults.pop("learner", None)
+    if (_names_other(data, defaults, "env", "name") or _names_other(data, defaults, "league", "league_type")
+            or _user_seats_bots(data)):
+        defaults.get("league", {}).pop("reference_bots", None)
     cfg = from_dict(Config, merge_with_defaults(Config, defaults, data))
     _check_worker_sections(cfg)
     return cfg
+
+
+def _bot_seat_paths(cfg: Config) -> list[str]:
+    """Where the config gives the env bots of its own: `env.kwargs.bots` and each player type's job env kwargs."""
+    paths = ["env.kwargs.bots"] if "bots" in cfg.env.kwargs else []
+    for player_type in PLAYER_TYPES:
+        section = cfg.league.player_config(player_type)
+        if "bots" in section.env_kwargs:
+            paths.append(f"league.{player_type}.env_kwargs.bots")
+        template = section.job.get("env_kwargs")
+        if isinstance(template, Mapping) and "bots" in template:
+            paths.append(f"league.{player_type}.job.env_kwargs.bots")
+    return paths
+
+
+def _user_seats_bots(data: Mapping[str, Any]) -> bool:
+    """Whether a user's config gives the env bots of its own (see `_bot_seat_paths`)."""
+    def has_bots(section: Any, *keys: str) -> bool:
+        for key in keys:
+            section = section.get(key) if isinstance(section, Mapping) else None
+        return isinstance(section, Mapping) and "bots" in section
+
+    league = data.get("league")
+    return has_bots(data, "env", "kwargs") or any(
+        has_bots(league, t, "env_kwargs") or has_bots(league, t, "job", "env_kwargs") for t in PLAYER_TYPES
+    )
+
+
+def _names_other(data: Mapping[str, Any], defaults: Mapping[str, Any], section: str, key: str) -> bool:
+    """Whether `data` sets `section.key` to something other than the defaults' value."""
+    user = data.get(section)
+    return isinstance(user, Mapping) and key in user and user[key] != defaults.get(section, {}).get(key)
 
 
 def _check_worker_sections(cfg: Config) -> None:

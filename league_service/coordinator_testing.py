@@ -33,6 +33,7 @@ SMALL_LEAGUE: Mapping[str, Any] = {
         "active_players": {"main_player": 1, "main_exploiter": 1},
         "max_active_player_job": 2,
         "payoff": {"decay": 1.0},
+        "reference_bots": [],  # tests that want bots name them
     },
     "env": {"name": "connect_four", "env_num": 2, "episode_num": 4},
 }

@@ -56,6 +56,18 @@ def test_bot_ids_are_the_canonical_spec():
         reference_bot_id("mcts:lots")
 
 
+def test_the_default_league_has_bots_and_a_config_for_another_game_does_not_inherit_them():
+    assert config_from_dict({}).league.reference_bots == ("random", "mcts:10", "mcts:25")
+    assert config_from_dict({"env": {"name": "openspiel:tic_tac_toe"}}).league.reference_bots == ()
+    solo = {"league_type": "solo", "active_players": {"solo_active_player": 1}}
+    assert config_from_dict({"env": {"name": "CartPole-v1"}, "league": solo}).league.reference_bots == ()
+    named = {"env": {"name": "openspiel:tic_tac_toe"}, "league": {"reference_bots": ["mcts:5"]}}
+    assert config_from_dict(named).league.reference_bots == ("mcts:5",)
+    assert config_from_dict({"league": {"reference_bots": []}}).league.reference_bots == ()
+    seats_own = {"league": {"main_player": {"env_kwargs": {"bots": {1: "random"}}}}}
+    assert config_from_dict(seats_own).league.reference_bots == ()
+
+
 @pytest.mark.parametrize(
     ("data", "field", "message"),
     [
@@ -64,6 +76,8 @@ def test_bot_ids_are_the_canonical_spec():
         ({"league": {"reference_bots": ["mcts", "mcts:100"]}}, "league.reference_bots[1]", "same bot"),
         ({"league": {"reference_bots": ["random"]}, "env": {"kwargs": {"bots": {1: "random"}}}}, "env.kwargs.bots",
          "cannot be combined"),
+        ({"league": {"reference_bots": ["random"], "league_exploiter": {"job": {"env_kwargs": {"bots": {1: "random"}}}}}},
+         "league.league_exploiter.job.env_kwargs.bots", "cannot be combined"),
         ({"env": {"name": "CartPole-v1"}, "league": {"reference_bots": ["random"]}}, "league.reference_bots",
          "plays bots itself"),
         ({"env": {"name": "CartPole-v1"}, "league": {"league_type": "solo", "active_players": {"solo_active_player": 1},

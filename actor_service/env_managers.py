@@ -76,13 +76,13 @@ class EnvManagers:
         key = (env_name, json.dumps(env_kwargs, sort_keys=True, default=str), env_num)
         if seat_bots is not None and len(seat_bots) != env_num:
             raise ValueError(f"seat_bots: {len(seat_bots)} entries for {env_num} envs")
-        reset_params: dict[int, dict[str, Any]] | None = None
-        if seat_bots:
-            reset_params = {i: {"bots": {str(seat): bot for seat, bot in bots.items()}} for i, bots in enumerate(seat_bots)}
-        elif self._bots_seated:
-            reset_params = {i: {"bots": {}} for i in range(env_num)}
+        bot_params = ({i: {"bots": {str(seat): bot for seat, bot in bots.items()}} for i, bots in enumerate(seat_bots)}
+                      if seat_bots else None)
         manager = self._manager
         if manager is not None and key == self._key and not manager.closed:
+            reset_params = bot_params
+            if reset_params is None and self._bots_seated:
+                reset_params = {i: {"bots": {}} for i in range(env_num)}
             manager.seed(seed)
             try:
                 manager.reset(reset_params)
@@ -110,7 +110,7 @@ class EnvManagers:
         manager.seed(seed)
         self._launching = manager
         try:
-            manager.launch(reset_params if seat_bots else None)  # closes itself if launching fails
+            manager.launch(bot_params)  # closes itself if launching fails
         finally:
             self._launching = None
         self._bots_seated = bool(seat_bots)

@@ -423,7 +423,7 @@ class Config:
         if not (name in OPENSPIEL_ALIASES or name.startswith((OPENSPIEL_PREFIX, PYTHON_PREFIX))):
             raise ConfigError("league.reference_bots", f"need an env that plays bots itself (connect_four, "
                               f"openspiel:<game>, or a python: env whose reset takes bots=), not {name!r}")
-        seated = _bot_seat_paths(self)
+        seated = _bot_seat_paths({"env": to_dict(self.env), "league": to_dict(self.league)})
         if seated:
             raise ConfigError(seated[0], "cannot be combined with league.reference_bots: the league seats its "
                               "reference bots itself, in the jobs that name them")
@@ -455,37 +455,27 @@ def config_from_dict(data: Mapping[str, Any]) -> Config:
             defaults.pop("policy", None)
             defaults.pop("learner", None)
     if (_names_other(data, defaults, "env", "name") or _names_other(data, defaults, "league", "league_type")
-            or _user_seats_bots(data)):
+            or _bot_seat_paths(data)):
         defaults.get("league", {}).pop("reference_bots", None)
     cfg = from_dict(Config, merge_with_defaults(Config, defaults, data))
     _check_worker_sections(cfg)
     return cfg
 
 
-def _bot_seat_paths(cfg: Config) -> list[str]:
-    """Where the config gives the env bots of its own: `env.kwargs.bots` and each player type's job env kwargs."""
-    paths = ["env.kwargs.bots"] if "bots" in cfg.env.kwargs else []
-    for player_type in PLAYER_TYPES:
-        section = cfg.league.player_config(player_type)
-        if "bots" in section.env_kwargs:
-            paths.append(f"league.{player_type}.env_kwargs.bots")
-        template = section.job.get("env_kwargs")
-        if isinstance(template, Mapping) and "bots" in template:
-            paths.append(f"league.{player_type}.job.env_kwargs.bots")
-    return paths
-
-
-def _user_seats_bots(data: Mapping[str, Any]) -> bool:
-    """Whether a user's config gives the env bots of its own (see `_bot_seat_paths`)."""
+def _bot_seat_paths(data: Mapping[str, Any]) -> list[str]:
+    """Where a config (a whole one, or a user's file before the defaults) gives the env bots of its own:
+    `env.kwargs.bots`, and each player type's `env_kwargs.bots` and `job.env_kwargs.bots`."""
     def has_bots(section: Any, *keys: str) -> bool:
         for key in keys:
             section = section.get(key) if isinstance(section, Mapping) else None
         return isinstance(section, Mapping) and "bots" in section
 
-    league = data.get("league")
-    return has_bots(data, "env", "kwargs") or any(
-        has_bots(league, t, "env_kwargs") or has_bots(league, t, "job", "env_kwargs") for t in PLAYER_TYPES
-    )
+    paths = ["env.kwargs.bots"] if has_bots(data, "env", "kwargs") else []
+    for player_type in PLAYER_TYPES:
+        for keys in (("env_kwargs",), ("job", "env_kwargs")):
+            if has_bots(data.get("league"), player_type, *keys):
+                paths.append(".".join(("league", player_type, *keys, "bots")))
+    return paths
 
 
 def _names_other(data: Mapping[str, Any], defaults: Mapping[str, Any], section: str, key: str) -> bool:

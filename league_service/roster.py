@@ -18,6 +18,10 @@ from league_service.players import BOT_CATEGORY, ActivePlayer, HistoricalPlayer,
 from league_service.ratings import RatingBook
 from league_service.slots import LimitedSpaceContainer
 
+_HISTORICAL_CLASSES: dict[str, type[HistoricalPlayer]] = {
+    cls.player_type: cls for cls in (HistoricalPlayer, ReferenceBotPlayer)
+}
+
 
 @dataclass
 class Roster:
@@ -152,11 +156,8 @@ class Roster:
             if entry.get("player_type") in PLAYER_CLASSES:
                 player: Player = roster.active[entry["player_id"]]
                 player.load_state_dict(entry)
-            elif entry.get("player_type") == HistoricalPlayer.player_type:
-                player = HistoricalPlayer.from_state_dict(entry, roster.payoff)
-                roster.historical[player.player_id] = player
-            elif entry.get("player_type") == ReferenceBotPlayer.player_type:
-                player = ReferenceBotPlayer.from_state_dict(entry, roster.payoff)
+            elif entry.get("player_type") in _HISTORICAL_CLASSES:
+                player = _HISTORICAL_CLASSES[entry["player_type"]].from_state_dict(entry, roster.payoff)
                 roster.historical[player.player_id] = player
             else:
                 raise LeagueStateError("players", f"unknown player_type {entry.get('player_type')!r}")

@@ -5,7 +5,8 @@ misses by a few points. It measures, on a finished `league run` directory (`benc
 or `league run --run-dir DIR`):
 
 1. The main player's newest checkpoint against uniform random (greedy, seats alternating, as `league eval`
-   plays): games won, and how often it takes an immediate win when it has one, by the line's direction.
+   plays): games won, and how often it takes an immediate win when it has one, by the line's direction; the
+   games it did not win, by its seat, and in how many it had let a single immediate threat stand.
 2. The same player against its own league (itself and the two newest snapshots of every active player), both
    sampling their moves as in training: how often it takes an immediate win, and how often the opponent blocks
    one of its immediate threats (plays the column where it would complete four). A player learns to take a
@@ -81,6 +82,12 @@ class Tally:
         self.blocked = 0
         self.games = 0
         self.wins = 0
+        self.not_won = [0, 0]  # games not won, as first and as second player
+        self.not_won_unblocked = 0  # ... in which it had left one immediate threat of the opponent's unblocked
+
+    def losses(self) -> str:
+        return (f"not won {self.not_won[0]} as first player, {self.not_won[1]} as second; in "
+                f"{self.not_won_unblocked} of them it had left a single immediate threat unblocked")
 
     def took(self) -> str:
         total, taken = sum(self.available.values()), sum(self.taken.values())
@@ -100,6 +107,7 @@ def play(env, info, main: ComputationTask, opponent: ComputationTask | None, gam
         seat = game % 2
         env.seed(seed + game)
         obs = env.reset(bots={1 - seat: "random"} if opponent is None else {})
+        unblocked = False
         while True:
             mover = to_play(obs, info)
             state = env.state
@@ -111,6 +119,9 @@ def play(env, info, main: ComputationTask, opponent: ComputationTask | None, gam
                     direction = next(iter(wins.values()))
                     tally.available[direction] += 1
                     tally.taken[direction] += action in wins
+                else:
+                    threats = winning_columns(state, 1 - seat)
+                    unblocked |= len(threats) == 1 and action not in threats
             else:
                 action = act(opponent, view)
                 threats = winning_columns(state, seat)
@@ -122,7 +133,11 @@ def play(env, info, main: ComputationTask, opponent: ComputationTask | None, gam
             if ts.terminated or ts.truncated:
                 break
         tally.games += 1
-        tally.wins += bool(ts.info.outcome) and ts.info.outcome[seat].name == "WIN"
+        won = bool(ts.info.outcome) and ts.info.outcome[seat].name == "WIN"
+        tally.wins += won
+        if not won:
+            tally.not_won[seat] += 1
+            tally.not_won_unblocked += unblocked
 
 
 def supervised(policy_config: dict, info, steps: int = 3000) -> None:
@@ -201,7 +216,8 @@ def main(argv: list[str] | None = None) -> None:
 
     tally = Tally()
     play(env, info, main_task, None, args.games, True, tally, seed=10_000)
-    print(f"vs uniform random, greedy, {tally.games} games: won {tally.wins / tally.games:.1%}; {tally.took()}")
+    print(f"vs uniform random, greedy, {tally.games} games: won {tally.wins / tally.games:.1%}; {tally.took()}; "
+          f"{tally.losses()}")
 
     print(f"vs its league, both sampling, {args.games // 2} games each:")
     opponents = {"itself": main_task}

@@ -24,6 +24,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import BenchRow, exit_on_sigterm, print_rows  # noqa: E402
+from league_service.status import REFERENCE_BOT_TYPE  # noqa: E402
 
 LADDER = ("random", "mcts:10", "mcts:25", "mcts:50", "mcts:100", "mcts:200")
 
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
     rows.append(BenchRow("largest MCTS simulation count the final main player beats > 50% (0: random only)",
                          strongest_last, "simulations", "the same for the first snapshot", strongest_first,
                          "reported (and not below the first snapshot's)", strongest_last >= strongest_first))
-    historical = sum(1 for p in status["players"] if not p.get("active") and p.get("player_type") != "reference_bot")
+    historical = sum(1 for p in status["players"] if not p.get("active") and p.get("player_type") != REFERENCE_BOT_TYPE)
     elos = [p.get("elo", 0.0) for p in status["players"]]
     c = status["counters"]
     rows.append(BenchRow("historical players (snapshots) at the end", historical, "players", "active players",

@@ -27,6 +27,7 @@ from league_service.config import (
 from league_service.league_errors import LeagueStateError, StaleUpdateError
 from league_service.messages import PlayerUpdate, UpdateOutcome
 from league_service.pfsp import pfsp
+from league_service.status import REFERENCE_BOT_TYPE
 
 if TYPE_CHECKING:
     from league_service.payoff import BattleSharedPayoff, SoloSharedPayoff
@@ -215,7 +216,7 @@ class ReferenceBotPlayer(HistoricalPlayer):
     with, so it has no checkpoint, never trains and never changes. It is historical (frozen) so that opponent
     choice, the payoff and the ratings take it as they take any past player."""
 
-    player_type: ClassVar[str] = "reference_bot"
+    player_type: ClassVar[str] = REFERENCE_BOT_TYPE
 
     def __init__(self, *, bot: str, **kwargs: Any) -> None:
         if not bot:

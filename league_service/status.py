@@ -9,6 +9,9 @@ STATUS_MAX_BYTES = 256 * 2**20
 payoff entry and registered worker, so it outgrows gRPC's default 4 MB in a long league (~6,000 historical
 players, or ~5,000 workers with long ids); requests keep the small default limit."""
 
+REFERENCE_BOT_TYPE = "reference_bot"
+"""The `player_type` of a reference bot (players.ReferenceBotPlayer), as status readers see it."""
+
 
 @dataclass(frozen=True)
 class PlayerStatus:

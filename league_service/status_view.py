@@ -16,9 +16,8 @@ from rich.table import Table
 from rich.text import Text
 
 from common.proto.league.v1 import league_pb2
-from league_service.players import ReferenceBotPlayer
+from league_service.status import REFERENCE_BOT_TYPE
 
-REFERENCE_BOT = ReferenceBotPlayer.player_type
 _ROLE_NAMES = {league_pb2.WORKER_ROLE_ACTOR: "actor", league_pb2.WORKER_ROLE_LEARNER: "learner"}
 _KIND_NAMES = {league_pb2.JOB_KIND_COLLECT: "collect", league_pb2.JOB_KIND_LEARN: "learn", league_pb2.JOB_KIND_EVAL: "eval"}
 
@@ -113,7 +112,7 @@ def _players(status: league_pb2.LeagueStatus) -> list[Table]:
             f"; the newest {len(shown)}, all with --json)" if len(shown) < len(historical) else ")")
         table = _table(title, shown, ["parent", "steps", "checkpoint", "elo", "trueskill"])
         for p in shown:
-            parent = "(reference bot)" if p.player_type == REFERENCE_BOT else p.parent_id or "-"
+            parent = "(reference bot)" if p.player_type == REFERENCE_BOT_TYPE else p.parent_id or "-"
             table.add_row(p.player_id, parent, f"{p.agent_steps:,}", _checkpoint(p), *_ratings(p))
         tables.append(table)
     return tables
@@ -123,9 +122,9 @@ def _newest_per_parent(players: list[league_pb2.PlayerStatus], rows: int) -> lis
     """Snapshots grouped by parent in the order they were taken; past `rows`, each parent's newest share.
     Reference bots come first, each a group of its own: there are few, and they are the fixed yardsticks."""
     by_parent: dict[str, list[league_pb2.PlayerStatus]] = {}
-    key = lambda p: (p.player_type != REFERENCE_BOT, p.parent_id, p.agent_steps, p.player_id)  # noqa: E731
+    key = lambda p: (p.player_type != REFERENCE_BOT_TYPE, p.parent_id, p.agent_steps, p.player_id)  # noqa: E731
     for p in sorted(players, key=key):
-        by_parent.setdefault(p.player_id if p.player_type == REFERENCE_BOT else p.parent_id, []).append(p)
+        by_parent.setdefault(p.player_id if p.player_type == REFERENCE_BOT_TYPE else p.parent_id, []).append(p)
     if len(players) <= rows:
         return [p for group in by_parent.values() for p in group]
     each = max(1, rows // len(by_parent))

@@ -1,17 +1,21 @@
-"""`SignalFlag`: set from a signal handler that runs while the main thread holds the flag's lock (inside
-`wait`, or inside an earlier handler's `set`), where `threading.Event` waits for itself forever."""
+"""`SignalFlag` (and the actor's `StopSignal`, one of them): set from a signal handler that runs while the main
+thread holds the flag's lock (inside `wait`, or inside an earlier handler's `set`), where `threading.Event`
+waits for itself forever."""
 
 import subprocess
 import sys
 import textwrap
 import threading
 
+import pytest
+
 from common.signal_flag import SignalFlag
 
 HANDLER_WHILE_LOCKED = textwrap.dedent("""
     import os, signal, sys, threading, time
+    from actor_service.stop import StopSignal
     from common.signal_flag import SignalFlag
-    flag = SignalFlag() if sys.argv[1] == "SignalFlag" else threading.Event()
+    flag = {"SignalFlag": SignalFlag, "StopSignal": StopSignal, "Event": threading.Event}[sys.argv[1]]()
     signal.signal(signal.SIGUSR1, lambda *_: flag.set())
     with flag._cond:  # the moment a nested handler meets: this thread holds the lock
         os.kill(os.getpid(), signal.SIGUSR1)
@@ -29,8 +33,9 @@ def _run(kind: str, timeout_s: float) -> subprocess.CompletedProcess[str] | None
         return None
 
 
-def test_a_handler_can_set_it_while_the_main_thread_holds_its_lock():
-    done = _run("SignalFlag", 30)
+@pytest.mark.parametrize("kind", ["SignalFlag", "StopSignal"])
+def test_a_handler_can_set_it_while_the_main_thread_holds_its_lock(kind):
+    done = _run(kind, 30)
     assert done is not None and done.returncode == 0 and done.stdout.strip() == "set", done
 
 

@@ -23,7 +23,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import BenchRow, exit_on_sigterm, print_rows  # noqa: E402
+from bench.common import BenchRow, exit_on_sigterm, print_rows, run_until_done  # noqa: E402
 from league_service.status import REFERENCE_BOT_TYPE  # noqa: E402
 
 LADDER = ("random", "mcts:10", "mcts:25", "mcts:50", "mcts:100", "mcts:200")
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
         if seconds:
             cmd += ["--seconds", str(seconds)]
         start = time.monotonic()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, timeout=(seconds or 300) + 300)
+        run_until_done(cmd, stdout=subprocess.DEVNULL, timeout=(seconds or 300) + 300)
         run_s = time.monotonic() - start
         out = subprocess.run(
             [sys.executable, "-m", "league_cli", "eval", "--run-dir", str(run_dir), "--opponent", ",".join(LADDER),

@@ -32,7 +32,7 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import BenchRow, exit_on_sigterm, print_rows  # noqa: E402
+from bench.common import BenchRow, exit_on_sigterm, print_rows, run_until_done  # noqa: E402
 from bench.learning_clock import first_to_reach  # noqa: E402
 
 SOLO = ROOT / "configs" / "solo_cartpole.yaml"
@@ -82,7 +82,7 @@ def run_league(config: dict, run_dir: pathlib.Path, seconds: float) -> tuple[lis
     cmd = [sys.executable, "-m", "league_cli", "run", str(path), "--run-dir", str(run_dir),
            "--seconds", str(seconds), "--quiet"]
     launched = time.time()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, timeout=seconds + 180, cwd=ROOT)
+    run_until_done(cmd, stdout=subprocess.DEVNULL, timeout=seconds + 180, cwd=ROOT)
     history = [json.loads(line) for line in (run_dir / "status_history.jsonl").read_text().splitlines() if line.strip()]
     return history, launched
 

@@ -10,8 +10,12 @@ import datetime
 import os
 import platform
 import signal
+import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,36 @@ def print_rows(title: str, rows: list[BenchRow]) -> None:
 
 
 def exit_on_sigterm() -> None:
-    """Turn SIGTERM into SystemExit, so a benchmark stopped that way (not only by Ctrl-C) unwinds: the
-    `subprocess.run` of its `league run` then kills that process, whose children follow it."""
+    """Turn SIGTERM into SystemExit, so a benchmark stopped that way (not only by Ctrl-C) unwinds: its
+    `run_until_done` of a `league run` then stops that run and waits for it."""
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
+STOP_GRACE_S = 60.0
+
+
+def run_until_done(
+    cmd: Sequence[str], *, timeout: float, stdout: int | IO | None = None, cwd: Path | None = None,
+    grace_s: float = STOP_GRACE_S,
+) -> None:
+    """`subprocess.run(cmd, check=True, timeout=...)` for a `league run`, stopped the way it expects.
+
+    Why not `subprocess.run`: interrupted (Ctrl-C, the SystemExit of `exit_on_sigterm`, the timeout), it kills
+    the child outright. A `league run` killed so leaves its children to stop on their own (they follow their
+    supervisor), still writing into the run directory while the benchmark removes it, so the temp directory
+    could stay behind. Here the child gets SIGTERM, stops every process of its league and is waited for (up to
+    `grace_s`, then it is killed) before the exception goes on.
+    """
+    proc = subprocess.Popen(list(cmd), stdout=stdout, cwd=cwd)
+    try:
+        code = proc.wait(timeout=timeout)
+    except BaseException:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
+    if code != 0:
+        raise subprocess.CalledProcessError(code, list(cmd))

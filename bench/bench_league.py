@@ -3,8 +3,9 @@
 Runs the embedded default league (connect four; main player, main exploiter, league exploiter) for its
 budget exactly as `make run` does, then `league eval --run-dir` plays the main player's snapshots along the
 run against random and OpenSpiel's MCTS bot at growing simulation counts. Goals: the final main player
-beats random >= 95%; its results against MCTS improve over the run (the strongest MCTS it beats more than
-half the time is reported). The league's own view (historical players, rated games, rating spread) is
+beats random >= 95%, judged on FINAL_RANDOM_GAMES games (one standard error ~0.7 points there; on the
+ladder's 100 a 94% player scores 99% about one run in twenty); its results against MCTS improve over the run
+(the strongest MCTS it beats more than half the time is reported). The league's own view (historical players, rated games, rating spread) is
 reported from its last status.
 
 `python bench/bench_league.py [--quick] [--seconds S] [--games N] [--config FILE]`
@@ -27,6 +28,8 @@ from bench.common import BenchRow, exit_on_sigterm, print_rows, run_until_done  
 from league_service.status import REFERENCE_BOT_TYPE  # noqa: E402
 
 LADDER = ("random", "mcts:10", "mcts:25", "mcts:50", "mcts:100", "mcts:200")
+FINAL_RANDOM_GAMES = 1000
+"""Games of the final main player against random for the goal row (greedy games against random are cheap)."""
 
 
 def _mcts_sims(opponent: str) -> int:
@@ -60,14 +63,22 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
              "--games", str(games), "--points", "4", "--json"],
             check=True, capture_output=True, text=True, timeout=3600)
         report = json.loads(out.stdout.strip().splitlines()[-1])
+        final_games = max(games, 100 if args.quick else FINAL_RANDOM_GAMES)
+        out = subprocess.run(
+            [sys.executable, "-m", "league_cli", "eval", "--checkpoint", report["points"][-1]["checkpoint"],
+             "--shared-root", str(run_dir / "shared"), "--config", str(run_dir / "config.yaml"),
+             "--opponent", "random", "--games", str(final_games), "--seed", "1", "--json"],
+            check=True, capture_output=True, text=True, timeout=3600)
+        final_random = json.loads(out.stdout.strip().splitlines()[-1])
         history = (run_dir / "status_history.jsonl").read_text().splitlines()
         status = json.loads(history[-1])
     points = report["points"]
     first, last = points[0], points[-1]
+    final_rate = final_random["win_rate"]
     rows = [
         BenchRow(f"main player after {run_s:.0f} s (v{last['version']}, {last['agent_steps']:,} agent steps) "
-                 f"vs uniform random, {games} games", last["win_rate"]["random"] * 100, "% won",
-                 "goal", 95.0, "≥ 95%", last["win_rate"]["random"] >= 0.95),
+                 f"vs uniform random, {final_games:,} games", final_rate * 100, "% won",
+                 "goal", 95.0, "≥ 95%", final_rate >= 0.95),
     ]
     for opponent in LADDER[1:]:
         rows.append(BenchRow(f"main player vs {opponent}: first snapshot (v{first['version']}, "

@@ -33,6 +33,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from actor_service.evaluation import load_policy  # noqa: E402
+from bench.common import win_rate_interval  # noqa: E402
 from common.checkpoint_store import CheckpointStore  # noqa: E402
 from common.computation.algorithm import ForwardKwargs  # noqa: E402
 from common.computation.computation_task import ComputationTask  # noqa: E402
@@ -216,7 +217,9 @@ def main(argv: list[str] | None = None) -> None:
 
     tally = Tally()
     play(env, info, main_task, None, args.games, True, tally, seed=10_000)
-    print(f"vs uniform random, greedy, {tally.games} games: won {tally.wins / tally.games:.1%}; {tally.took()}; "
+    low, high = win_rate_interval(tally.wins, tally.games)
+    print(f"vs uniform random, greedy, {tally.games} games: won {tally.wins / tally.games:.1%} (95% interval "
+          f"{low:.1%}-{high:.1%}); {tally.took()}; "
           f"{tally.losses()}")
 
     print(f"vs its league, both sampling, {args.games // 2} games each:")

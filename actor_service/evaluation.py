@@ -10,6 +10,7 @@ Seats alternate game by game; the policy acts greedily (its most likely legal mo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,6 +27,19 @@ from common.envs.policy_view import ACTION_MASK, player_view, policy_specs, to_p
 from common.envs.registry import make_env
 
 
+def win_rate_interval(wins: int, games: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval (95% by default) of a win rate of `wins` in `games`: how far a score on this
+    many games can be from the player's true rate (100 games: about +-4 points; 1,000: about +-1.4). Wilson's,
+    not the normal approximation, because the rates that matter here are near 0 or 1."""
+    if games <= 0:
+        return 0.0, 1.0
+    p = wins / games
+    denom = 1 + z * z / games
+    centre = (p + z * z / (2 * games)) / denom
+    half = z * math.sqrt(p * (1 - p) / games + z * z / (4 * games * games)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
 @dataclass(frozen=True)
 class SeatTally:
     seat: int
@@ -37,6 +51,10 @@ class SeatTally:
     @property
     def win_rate(self) -> float:
         return self.wins / self.games if self.games else 0.0
+
+    @property
+    def win_rate_interval(self) -> tuple[float, float]:
+        return win_rate_interval(self.wins, self.games)
 
 
 @dataclass(frozen=True)
@@ -65,11 +83,18 @@ class EvalResult:
     def win_rate(self) -> float:
         return self.wins / self.games if self.games else 0.0
 
+    @property
+    def win_rate_interval(self) -> tuple[float, float]:
+        """The 95% interval of the win rate (`win_rate_interval`)."""
+        return win_rate_interval(self.wins, self.games)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "opponent": self.opponent, "games": self.games, "wins": self.wins, "draws": self.draws,
-            "losses": self.losses, "win_rate": self.win_rate, "mean_length": self.mean_length,
-            "by_seat": [{**asdict(s), "win_rate": s.win_rate} for s in self.seats],
+            "losses": self.losses, "win_rate": self.win_rate, "win_rate_95": list(self.win_rate_interval),
+            "mean_length": self.mean_length,
+            "by_seat": [{**asdict(s), "win_rate": s.win_rate, "win_rate_95": list(s.win_rate_interval)}
+                        for s in self.seats],
         }
 
 

@@ -24,7 +24,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import BenchRow, exit_on_sigterm, print_rows, run_until_done, win_rate_interval  # noqa: E402
+from bench.common import BenchRow, exit_on_sigterm, print_rows, run_until_done  # noqa: E402
 from league_service.status import REFERENCE_BOT_TYPE  # noqa: E402
 
 LADDER = ("random", "mcts:10", "mcts:25", "mcts:50", "mcts:100", "mcts:200")
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
     points = report["points"]
     first, last = points[0], points[-1]
     final_rate = final_random["win_rate"]
-    low, high = win_rate_interval(int(final_random["wins"]), int(final_random["games"]))
+    low, high = final_random["win_rate_95"]
     rows = [
         BenchRow(f"main player after {run_s:.0f} s (v{last['version']}, {last['agent_steps']:,} agent steps) "
                  f"vs uniform random, {final_games:,} games (95% interval {low:.1%}-{high:.1%})", final_rate * 100,

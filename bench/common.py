@@ -7,7 +7,6 @@ sentence, not an assertion (speed goals are met in benchmarks, never as timed te
 from __future__ import annotations
 
 import datetime
-import math
 import os
 import platform
 import signal
@@ -57,18 +56,6 @@ def print_rows(title: str, rows: list[BenchRow]) -> None:
             f"  {r.metric}: {r.value:,.1f} {r.unit}  vs {r.baseline_name} {r.baseline_value:,.1f}"
             f"  ratio {r.ratio:.2f}  goal: {r.goal}{flag}"
         )
-
-
-def win_rate_interval(wins: int, games: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval (95% by default) of a win rate of `wins` in `games`: how far a score on this
-    many games can be from the player's true rate (100 games: about ±4 points at 95%; 1,000: about ±1.4)."""
-    if games <= 0:
-        return 0.0, 1.0
-    p = wins / games
-    denom = 1 + z * z / games
-    centre = (p + z * z / (2 * games)) / denom
-    half = z * math.sqrt(p * (1 - p) / games + z * z / (4 * games * games)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def exit_on_sigterm() -> None:

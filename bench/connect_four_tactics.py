@@ -32,8 +32,7 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from actor_service.evaluation import load_policy  # noqa: E402
-from bench.common import win_rate_interval  # noqa: E402
+from actor_service.evaluation import load_policy, win_rate_interval  # noqa: E402
 from common.checkpoint_store import CheckpointStore  # noqa: E402
 from common.computation.algorithm import ForwardKwargs  # noqa: E402
 from common.computation.computation_task import ComputationTask  # noqa: E402

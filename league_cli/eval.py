@@ -188,18 +188,23 @@ def _league_policy_and_env(config: Path | None) -> tuple[dict[str, Any], str, di
     return dict(cfg.policy), cfg.env.name, dict(cfg.env.kwargs)
 
 
+def _interval(bounds: tuple[float, float]) -> str:
+    return f"{bounds[0]:.1%}-{bounds[1]:.1%}"
+
+
 def _print_table(ref: CheckpointRef, env_name: str, result: EvalResult) -> None:
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"{ref.path} (v{ref.version}) vs {result.opponent} on {env_name}")
-    for column in ("seat", "games", "wins", "draws", "losses", "win rate"):
+    for column in ("seat", "games", "wins", "draws", "losses", "win rate", "95% interval"):
         table.add_column(column, justify="left" if column == "seat" else "right")
     for s in result.seats:
         table.add_row("first" if s.seat == 0 else f"seat {s.seat}" if s.seat > 1 else "second", str(s.games),
-                      str(s.wins), str(s.draws), str(s.losses), f"{s.win_rate:.1%}")
+                      str(s.wins), str(s.draws), str(s.losses), f"{s.win_rate:.1%}",
+                      _interval(s.win_rate_interval))
     table.add_row("total", str(result.games), str(result.wins), str(result.draws), str(result.losses),
-                  f"{result.win_rate:.1%}", style="bold")
+                  f"{result.win_rate:.1%}", _interval(result.win_rate_interval), style="bold")
     console = Console()
     console.print(table)
     console.print(f"mean game length: {result.mean_length:.1f} moves of the evaluated policy")

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from actor_service.evaluation import load_policy, play_against_bot, resolve_checkpoint
+from actor_service.evaluation import load_policy, play_against_bot, resolve_checkpoint, win_rate_interval
 from common.algorithms.registry import make_computation_task
 from common.checkpoint_store import CheckpointStore
 from common.envs.policy_view import policy_specs
@@ -71,7 +71,7 @@ def test_cli_prints_a_table_and_json(tmp_path, capsys):
     assert eval_cli.main(parse("--checkpoint", path, "--shared-root", str(tmp_path), "--config", str(config),
                                "--games", "2")) == 0
     table = capsys.readouterr().out
-    assert "wins" in table and "total" in table and "random" in table
+    assert "wins" in table and "total" in table and "random" in table and "95% interval" in table
 
     absolute = str(tmp_path / path)  # an absolute path inside the shared root (its grandparent)
     assert eval_cli.main(parse("--checkpoint", absolute, "--config", str(config), "--games", "3", "--json",
@@ -80,6 +80,9 @@ def test_cli_prints_a_table_and_json(tmp_path, capsys):
     assert report["games"] == 3 and report["opponent"] == "mcts:2" and report["version"] == 1
     assert report["wins"] + report["draws"] + report["losses"] == 3
     assert sum(s["games"] for s in report["by_seat"]) == 3
+    assert report["win_rate_95"] == pytest.approx(list(win_rate_interval(report["wins"], 3)))
+    low, high = report["win_rate_95"]
+    assert 0.0 <= low <= report["win_rate"] <= high <= 1.0
 
     # Several bots at once: one JSON line (or table) each, in the order given.
     assert eval_cli.main(parse("--checkpoint", absolute, "--config", str(config), "--games", "2", "--json",
@@ -134,3 +137,12 @@ def test_a_single_player_checkpoint_is_judged_by_its_episode_returns(tmp_path, c
     assert "mean return" in capsys.readouterr().out
     assert eval_cli.main(parse(*common, "--opponent", "random")) == 2
     assert "single-player env" in capsys.readouterr().err
+
+
+def test_the_win_rate_interval_is_wilsons_and_narrows_with_games():
+    low, high = win_rate_interval(99, 100)
+    assert low == pytest.approx(0.9455, abs=1e-4) and high == pytest.approx(0.9982, abs=1e-4)
+    low_k, high_k = win_rate_interval(990, 1000)
+    assert low < low_k < 0.99 < high_k < high  # ten times the games: a narrower interval around the same rate
+    assert win_rate_interval(0, 10)[0] == 0.0 and win_rate_interval(10, 10)[1] == 1.0  # stays inside [0, 1]
+    assert win_rate_interval(0, 0) == (0.0, 1.0)  # no games: nothing known

@@ -1,5 +1,4 @@
-"""bench.common: `win_rate_interval` (how far a score on N games can be from the true rate), and
-`run_until_done`: a benchmark interrupted while its `league run` works stops that run with
+"""`bench.common.run_until_done`: a benchmark interrupted while its `league run` works stops that run with
 SIGTERM and waits for it (so the run's last writes come before the temp directory is removed); a child that
 ignores SIGTERM is killed after the grace period; a failing child raises like `subprocess.run(check=True)`."""
 
@@ -11,7 +10,7 @@ import time
 
 import pytest
 
-from bench.common import run_until_done, win_rate_interval
+from bench.common import run_until_done
 
 # Stands in for `league run`: on SIGTERM it writes its last file (after a pause) and exits 0.
 GRACEFUL = """
@@ -66,11 +65,3 @@ def test_a_failing_child_raises_called_process_error():
 def test_a_child_that_finishes_returns_normally(tmp_path):
     run_until_done([sys.executable, "-c", "pass"], timeout=30)
 
-
-def test_win_rate_interval_is_wilson_and_narrows_with_games():
-    low, high = win_rate_interval(99, 100)
-    assert low == pytest.approx(0.9455, abs=1e-4) and high == pytest.approx(0.9982, abs=1e-4)
-    low_k, high_k = win_rate_interval(990, 1000)
-    assert low < low_k < 0.99 < high_k < high  # ten times the games: a narrower interval around the same rate
-    assert win_rate_interval(0, 10)[0] == 0.0 and win_rate_interval(10, 10)[1] == 1.0  # stays inside [0, 1]
-    assert win_rate_interval(0, 0) == (0.0, 1.0)  # no games: nothing known

@@ -29,8 +29,8 @@ from common.envs.registry import make_env
 
 def win_rate_interval(wins: int, games: int, z: float = 1.96) -> tuple[float, float]:
     """Wilson score interval (95% by default) of a win rate of `wins` in `games`: how far a score on this
-    many games can be from the player's true rate (near 95%: about +-4 points on 100 games, +-1.4 on 1,000). Wilson's,
-    not the normal approximation, because the rates that matter here are near 0 or 1."""
+    many games can be from the player's true rate (near 95%: about +-4 points on 100 games, +-1.4 on 1,000).
+    Wilson's, not the normal approximation, because the rates that matter here are near 0 or 1."""
     if games <= 0:
         return 0.0, 1.0
     p = wins / games

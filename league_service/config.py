@@ -449,11 +449,9 @@ def config_from_dict(data: Mapping[str, Any]) -> Config:
     if not isinstance(data, Mapping):
         raise ConfigError("", f"the configuration must be a mapping, got {type(data).__name__}")
     defaults = default_config_dict()
-    user_policy = data.get("policy")
-    if isinstance(user_policy, Mapping) and "algorithm" in user_policy:
-        if user_policy["algorithm"] != defaults.get("policy", {}).get("algorithm"):
-            defaults.pop("policy", None)
-            defaults.pop("learner", None)
+    if _names_other(data, defaults, "policy", "algorithm"):
+        defaults.pop("policy", None)
+        defaults.pop("learner", None)
     if (_names_other(data, defaults, "env", "name") or _names_other(data, defaults, "league", "league_type")
             or _bot_seat_paths(data)):
         defaults.get("league", {}).pop("reference_bots", None)

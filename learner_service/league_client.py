@@ -14,6 +14,7 @@ import logging
 import random
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,9 +62,11 @@ class LearnJob:
     policy: Mapping[str, Any]
     learner_kwargs: Mapping[str, Any]
     lease_timeout_s: float
+    requested_at: float
+    """`time.monotonic()` when the GetJob that granted it was sent: the lease runs from no earlier than this."""
 
     @classmethod
-    def from_proto(cls, job: league_pb2.Job) -> LearnJob:
+    def from_proto(cls, job: league_pb2.Job, requested_at: float) -> LearnJob:
         if job.kind != league_pb2.JOB_KIND_LEARN:
             raise ValueError(f"job {job.job_id}: kind {league_pb2.JobKind.Name(job.kind)} is not a learn job")
         if not job.players:
@@ -79,6 +82,7 @@ class LearnJob:
             policy=struct_to_dict(job.policy),
             learner_kwargs=struct_to_dict(job.learner_kwargs),
             lease_timeout_s=job.lease_timeout_s,
+            requested_at=requested_at,
         )
 
 
@@ -149,6 +153,7 @@ class LeagueClient:
         )
         backoff = Backoff(max_s=self.max_backoff_s)
         while True:
+            requested_at = time.monotonic()
             try:
                 reply = self._call(self._stub.GetJob, request, timeout=wait_s + 5.0)
             except grpc.RpcError as err:
@@ -162,7 +167,7 @@ class LeagueClient:
                 continue
             backoff.reset()
             if reply.HasField("job"):
-                return LearnJob.from_proto(reply.job)
+                return LearnJob.from_proto(reply.job, requested_at)
             log.debug("no learn job (%s); asking again in %.1fs", reply.reason, reply.retry_after_s)
             self._wait(max(reply.retry_after_s, 0.05))
 

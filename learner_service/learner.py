@@ -200,12 +200,12 @@ class Learner:
         with self._lock:
             self._stopping = True
             session = self._session
+        if session is not None:  # before the plane closes: a session whose queue closes must find itself stopped
+            session.end(SessionEnd.STOPPED)
         if self.server is not None:
             self.server.set_serving(False)
         self.client.interrupt()
         self.plane.close()
-        if session is not None:
-            session.end(SessionEnd.STOPPED)
 
     def close(self, grace_s: float = 2.0) -> None:
         """Stop the server (health NOT_SERVING, in-flight streams get ``grace_s``) and the client."""

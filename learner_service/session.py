@@ -1,6 +1,7 @@
 """One learn job's binding to a player: its lease kept alive, training on its queue, reports and resets.
 
-    LeaseKeeper     heartbeats the job from the moment it is granted; tells the session if it is revoked
+    LeaseKeeper     heartbeats the job from the moment it is granted; tells the session if it is revoked, or
+                    if no heartbeat was confirmed for nearly a lease (then it may be another learner's)
     LearnSession    run(): UpdatePlayer for the starting checkpoint, then train on the queue until ended
                     (stop, revoked, lost); release(): the learner stops - train on what was accepted, final
                     checkpoint, UpdatePlayer, FinishJob(RELEASED)
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -36,12 +38,15 @@ log = logging.getLogger(__name__)
 
 MAX_RESETS_PER_REPORT = 3
 PROGRESS_LOG_EVERY_S = 10.0
+LEASE_MARGIN = 0.1
+"""A session ends this fraction of a lease before the coordinator may expire it (LeaseKeeper): time for a
+checkpoint being written to land, and for clocks that run at slightly different rates."""
 
 
 class SessionEnd(enum.Enum):
     STOPPED = "stopped"  # the learner stops: publish, report, release
     REVOKED = "revoked"  # the coordinator took the lease back
-    LOST = "lost"  # the coordinator refused our report or forgot this worker
+    LOST = "lost"  # the coordinator refused our report or forgot this worker, or was unreachable for a lease
 
 
 @dataclass(frozen=True)
@@ -60,12 +65,25 @@ class SessionContext:
 
 class LeaseKeeper:
     """Heartbeats one learn job from the moment it is granted (building a model can outlast a short lease)
-    until `close`; tells the attached session when the coordinator revoked or forgot the job."""
+    until `close`; tells the attached session when the coordinator revoked or forgot the job, and when no
+    heartbeat has been confirmed for nearly a lease.
+
+    Why the last: a coordinator that hears nothing for `lease_timeout_s` lets the lease expire and may give the
+    player to another learner, while this one, cut off from the coordinator but not from the actors or the
+    shared filesystem, would go on training and publishing the same player's checkpoints: two writers, each
+    numbering versions on from what it saw. So the session ends (LOST) `LEASE_MARGIN` of a lease before the
+    earliest moment the coordinator may expire it, counted from when the last confirmed heartbeat was sent
+    (the coordinator renewed the lease no earlier than that), and the learner asks for a job again.
+    """
 
     def __init__(self, client: LeagueClient, job: LearnJob, registration: Registration) -> None:
         self._client = client
         self._job = job
         self._interval = max(registration.heartbeat_interval_s, 0.05)
+        self._call_timeout = min(10.0, max(1.0, 3 * self._interval))
+        lease_s = job.lease_timeout_s if job.lease_timeout_s > 0 else registration.lease_timeout_s
+        self._lease_s = lease_s * (1 - LEASE_MARGIN) if lease_s > 0 else math.inf
+        self._confirmed_at = job.requested_at  # time.monotonic() of the last renewal the coordinator confirmed
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._lost: SessionEnd | None = None
@@ -89,6 +107,13 @@ class LeaseKeeper:
         if lost is not None:
             on_lost(lost)
 
+    @property
+    def held(self) -> bool:
+        """Not known to be lost: not revoked or refused, and renewed within the lease."""
+        with self._lock:
+            lost = self._lost
+        return lost is None and time.monotonic() < self._confirmed_at + self._lease_s
+
     def _lose(self, reason: SessionEnd) -> None:
         with self._lock:
             self._lost = reason
@@ -97,10 +122,22 @@ class LeaseKeeper:
             on_lost(reason)
 
     def _run(self) -> None:
-        timeout = min(10.0, max(1.0, 3 * self._interval))
-        while not self._closed.wait(self._interval):
+        while True:
+            deadline = self._confirmed_at + self._lease_s
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                log.error("no heartbeat of learn job %s (%s) confirmed for %.1f s: the coordinator may let its lease "
+                          "expire and give the player to another learner; stopping, asking for a job again",
+                          self._job.job_id, self._job.player_id, time.monotonic() - self._confirmed_at)
+                self._lose(SessionEnd.LOST)
+                return
+            if self._closed.wait(min(self._interval, remaining)):
+                return
+            sent = time.monotonic()
+            if sent >= deadline:
+                continue
             try:
-                held = self._client.heartbeat(self._job.job_id, timeout)
+                held = self._client.heartbeat(self._job.job_id, min(self._call_timeout, deadline - sent))
             except grpc.RpcError as err:
                 if err.code() in RETRYABLE:
                     log.info("heartbeat: %s (coordinator away?)", err.code().name)
@@ -112,6 +149,7 @@ class LeaseKeeper:
                 log.warning("the coordinator revoked learn job %s (%s)", self._job.job_id, self._job.player_id)
                 self._lose(SessionEnd.REVOKED)
                 return
+            self._confirmed_at = sent
 
 
 class LearnSession:
@@ -182,15 +220,20 @@ class LearnSession:
         return self.end_reason
 
     def release(self) -> None:
-        """The learner stops: train on what was accepted, a final checkpoint, UpdatePlayer, FinishJob(RELEASED)."""
+        """The learner stops: train on what was accepted, a final checkpoint, UpdatePlayer, FinishJob(RELEASED).
+        Without the lease held by then (no heartbeat confirmed for nearly a lease), nothing more is published."""
         try:
             for chunk in self.queue.drain():  # one at a time, so batches keep their usual size
                 self.telemetry.observe(chunk, self.trainer.version)
                 self.trainer.add(chunk)
                 self._train_ready(publish=False)
-            ref = self._publish() if self.trainer.version > self.publisher.last_version else None
-            if ref is not None or not self.publisher.failing:  # a failed final publish leaves the league's view
-                self._report(ref or self._current_ref())
+            if not self.lease.held:
+                log.warning("%s: no final checkpoint: no heartbeat was confirmed within the lease, so the player may "
+                            "be another learner's by now", self.job.player_id)
+            else:
+                ref = self._publish() if self.trainer.version > self.publisher.last_version else None
+                if ref is not None or not self.publisher.failing:  # a failed final publish leaves the league's view
+                    self._report(ref or self._current_ref())
         except BindingLost as err:
             log.warning("%s: final report refused (%s); releasing anyway", self.job.player_id, err)
         finally:
@@ -203,7 +246,9 @@ class LearnSession:
     def _train_until_ended(self) -> None:
         while not self._ended.is_set():
             chunk = self.queue.get()
-            if chunk is None:
+            if chunk is None:  # closed: by `end`, or by the learner stopping (which ends the session too)
+                if self._context.stopping():
+                    self.end(SessionEnd.STOPPED)
                 return
             self._consume(chunk)
 
@@ -220,6 +265,8 @@ class LearnSession:
                 continue
             scalars = self.telemetry.iteration(report, self.trainer.progress, self.trainer.buffered_samples)
             if publish and self.publisher.due(report.train_iteration, self._publish_every):
+                if not self.lease.held:  # the player may be another learner's by now: never two writers
+                    return
                 ref = self._publish()
                 if ref is not None:  # else storage failed (logged); the publisher retries on a backoff
                     self._report(ref)

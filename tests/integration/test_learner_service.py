@@ -31,6 +31,7 @@ from league_service.server import serve_coordinator
 from learner_service.config import LearnerSettings
 from learner_service.learner import JobSetupError, Learner
 from learner_service.learner_testing import Rollout, running_learner, synthetic_chunk
+from learner_service.session import SessionEnd
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYER = "solo_active_player_default_0"
@@ -230,8 +231,9 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def _coordinator_on(port: int, cfg: Config, shared_root: Path, state: Path):
-    coordinator = Coordinator(cfg, CoordinatorSettings(shared_root=shared_root, state_path=state, lease_timeout_s=3.0))
+def _coordinator_on(port: int, cfg: Config, shared_root: Path, state: Path, lease_timeout_s: float = 3.0):
+    coordinator = Coordinator(cfg, CoordinatorSettings(shared_root=shared_root, state_path=state,
+                                                       lease_timeout_s=lease_timeout_s))
     server = serve_coordinator(coordinator, ServerOptions(host="127.0.0.1", port=port))
     try:
         yield server
@@ -262,6 +264,49 @@ def test_waits_for_an_absent_coordinator_and_rebinds_after_it_lost_its_state(tmp
                 assert session is not first and session.trainer is first.trainer  # kept, not reloaded
                 push(learner.address, rollout.chunks(acting_task(cfg, tmp_path), 1, policy_version=2))
                 assert learner.learner.wait_published(PLAYER, 3, 60).metadata["agent_steps"] == 384
+    finally:
+        rollout.close()
+
+
+def test_cut_off_from_its_coordinator_it_publishes_nothing_once_the_lease_may_have_expired(tmp_path):
+    """The coordinator goes away while actors still reach the learner and the shared filesystem is there. After
+    a lease without a confirmed heartbeat the coordinator may give the player to another learner, so from then
+    on this one publishes nothing (two writers of one player's checkpoints would each number versions on from
+    what they saw): its session ends and it asks for a job again. When the coordinator is back (same state),
+    the learner gets the player again and its versions go on from where it stopped."""
+    cfg = solo_config(batch_size=128)
+    lease_s = 2.0
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)
+    store = CheckpointStore(tmp_path)
+    try:
+        with running_learner(address, tmp_path, worker_id="learner-w") as learner:
+            with _coordinator_on(port, cfg, tmp_path, tmp_path / "a.sqlite", lease_timeout_s=lease_s):
+                learner.learner.wait_published(PLAYER, 0, 60)
+                task = acting_task(cfg, tmp_path)
+                first = learner.learner.session
+                assert first is not None
+            gone = time.monotonic()
+            at_expiry = None
+            while time.monotonic() < gone + 2 * lease_s:  # an actor keeps pushing all along
+                try:
+                    push(learner.address, rollout.chunks(task, 1, policy_version=0))
+                except grpc.RpcError as err:
+                    assert err.code() == grpc.StatusCode.UNAVAILABLE, err  # the session ended: no more data
+                if at_expiry is None and time.monotonic() >= gone + lease_s:
+                    at_expiry = store.latest(PLAYER).version
+            assert first.end_reason is SessionEnd.LOST
+            assert learner.learner.session is None  # not bound to anything while the coordinator is away
+            stopped_at = store.latest(PLAYER).version
+            assert stopped_at == at_expiry, "published after the coordinator may have let the lease expire"
+            assert not learner.failure and learner.thread.is_alive()
+            with _coordinator_on(port, cfg, tmp_path, tmp_path / "a.sqlite", lease_timeout_s=lease_s) as back:
+                eventually(lambda: player_status(back.address).learner_worker_id == "learner-w", timeout_s=60)
+                session = eventually(lambda: learner.learner.session)
+                assert session.trainer is first.trainer  # kept: nobody else published meanwhile
+                push(learner.address, rollout.chunks(task, 1, policy_version=stopped_at))
+                assert learner.learner.wait_published(PLAYER, stopped_at + 1, 60).version == stopped_at + 1
     finally:
         rollout.close()
 

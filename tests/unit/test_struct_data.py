@@ -38,6 +38,6 @@ def test_a_learner_builds_the_jobs_env_with_integer_kwargs():
         job = pb.Job(job_id="j", kind=pb.JOB_KIND_LEARN, env_name=env_name, env_kwargs=struct(kwargs),
                      learner_kwargs=struct({"batch_size": 64}))
         job.players.add(player_id="p", checkpoint_path="", checkpoint_version=0, active=True)
-        learn = LearnJob.from_proto(job)
+        learn = LearnJob.from_proto(job, requested_at=0.0)
         assert learn.env_kwargs == kwargs and learn.learner_kwargs == {"batch_size": 64}
         make_env(learn.env_name, **learn.env_kwargs).close()

@@ -128,6 +128,11 @@ class ChunkPreparer:
                 spec = self.input_specs.get(name)
                 if spec is None:
                     raise InvalidChunkError(key, f"not an input of the model (inputs: {sorted(self.input_specs)})")
+                if spec.optional:
+                    # Optional inputs are the ones this player's env does not have (an action mask for CartPole):
+                    # taken from one actor, they would be batched with other chunks' rows that lack them.
+                    raise InvalidChunkError(key, "this player's env has no such observation (the model takes it "
+                                                 "only from envs that declare it)")
                 try:
                     checked = spec.check(array, leading_dims=leading)
                 except ValueError as e:

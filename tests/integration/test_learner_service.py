@@ -19,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from common.algorithms.registry import make_computation_task
 from common.checkpoint_store import CheckpointStore
+from common.computation import TensorSpec
 from common.config import ConfigError, load_yaml
 from common.envs import make_env
 from common.envs.policy_view import policy_specs
@@ -140,6 +141,27 @@ def test_bad_and_foreign_chunks_are_refused_and_the_server_keeps_serving(tmp_pat
             bad_fixed = synthetic_chunk(_cartpole_specs(), 2, player_id=PLAYER, seq=1)
             summary = push(learner.address, [good, bad_fixed])
             assert (summary.chunks_accepted, summary.chunks_duplicate) == (1, 1)
+
+
+def test_an_action_mask_the_env_does_not_have_is_refused_and_training_goes_on(tmp_path):
+    """CartPole declares no action mask, so the model takes one only optionally; a chunk that carries one anyway
+    (a misbehaving actor) is refused, naming the key. Taken, it would have been batched with chunks without one
+    and failed the trainer, and with it the learner process."""
+    cfg = solo_config(batch_size=32)
+    with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
+        with running_learner(coordinator.address, tmp_path) as learner:
+            learner.learner.wait_published(PLAYER, 0, 60)
+            with_mask = {**_cartpole_specs(), "action_mask": TensorSpec("action_mask", (2,), "bool")}
+            masked = synthetic_chunk(with_mask, 2, player_id=PLAYER, seq=0)
+            with pytest.raises(grpc.RpcError) as err:
+                push(learner.address, [masked])
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "/observations/action_mask" in err.value.details()
+            summary = push(learner.address, [synthetic_chunk(_cartpole_specs(), 2, player_id=PLAYER, seq=s)
+                                             for s in (1, 2)])
+            assert summary.chunks_accepted == 2
+            assert learner.learner.wait_published(PLAYER, 1, 60).version == 1
+            assert not learner.failure
 
 
 def _cartpole_specs():

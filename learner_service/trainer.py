@@ -89,6 +89,8 @@ class Trainer:
         self._held_samples = 0
         self._replay: ExpReplayHelper | None = None
         self._owed_updates = 0.0
+        self.nonfinite_td_batches = 0
+        """Replay batches whose TD errors were not finite (a diverging network): their priorities were kept."""
         if spec.policy.algorithm == "dqn":
             self._replay = make_replay(spec.policy.dqn, seed)
 
@@ -192,7 +194,13 @@ class Trainer:
             batch["weight"] = sample.weights
         result = self.task.learn(batch)
         if result.priorities is not None:
-            self._replay.update_priorities(sample, result.priorities)
+            if np.isfinite(result.priorities).all():
+                self._replay.update_priorities(sample, result.priorities)
+            else:  # a diverging network (its outputs overflow; non-finite weights are rolled back by the session)
+                self.nonfinite_td_batches += 1
+                if self.nonfinite_td_batches % 1000 == 1:
+                    log.warning("non-finite TD errors in %d replay batch(es) so far (the network diverges?): their "
+                                "priorities were left as they were", self.nonfinite_td_batches)
         return self._report(result.stats, dqn.batch_size)
 
     def _report(self, stats: dict[str, float], samples: int) -> IterationReport:

@@ -410,6 +410,34 @@ def test_diverged_updates_are_rolled_back_and_never_published(tmp_path):
         rollout.close()
 
 
+def test_a_diverging_dqn_player_keeps_its_replay_priorities_and_the_learner_goes_on(tmp_path):
+    """Prioritized replay takes each batch's TD errors as its new priorities; a diverging network makes them
+    infinite, which the replay refuses. The learner keeps those batches' old priorities and goes on (it used to
+    fail the job and exit); what it publishes stays finite."""
+    cfg = config_from_dict({
+        "league": {"league_type": "solo", "active_players": {"solo_active_player": 1}},
+        "env": {"name": "CartPole-v1", "env_num": 4, "episode_num": 0, "env_steps": 1000},
+        "policy": {"algorithm": "dqn", "model": {"hidden": [32]},
+                   "dqn": {"learning_starts": 64, "batch_size": 32, "replay_capacity": 1000,
+                           "learning_rate": 1e20, "prioritized": True}},
+        "learner": {"replay_ratio": 1.0, "publish_every": 2},
+    })
+    rollout = Rollout(player_id=PLAYER, env_num=4, unroll_len=16)
+    try:
+        with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
+            with running_learner(coordinator.address, tmp_path) as learner:
+                learner.learner.wait_published(PLAYER, 0, 60)
+                push(learner.address, rollout.chunks(acting_task(cfg, tmp_path), 8, policy_version=0))
+                session = learner.learner.session
+                eventually(lambda: session.trainer.nonfinite_td_batches >= 2)
+                learner.learner.wait_published(PLAYER, 4, 60)
+                assert not learner.failure and learner.thread.is_alive()
+        for ref in CheckpointStore(tmp_path).versions(PLAYER):
+            assert all(np.isfinite(v).all() for v in CheckpointStore(tmp_path).load(ref.path).tensors.values())
+    finally:
+        rollout.close()
+
+
 def test_a_non_loopback_host_needs_a_token_or_insecure(tmp_path):
     """Like the coordinator: no unauthenticated trajectory server on a routable address unless asked for."""
     base = LearnerSettings(coordinator="127.0.0.1:1", shared_root=tmp_path, worker_id="learner-x", host="0.0.0.0")

@@ -295,7 +295,9 @@ class CheckpointStore:
         return ref
 
     def versions(self, player_id: str) -> list[CheckpointRef]:
-        """Published versions of the player still on disk, oldest first."""
+        """Published versions of the player still on disk, oldest first. A version whose manifest is damaged is
+        left out (logged), as `latest` does: the readers that walk back through versions (a resuming learner,
+        an actor whose newest version does not verify) go on to the ones that remain."""
         check_component(player_id, "player_id")
         refs = []
         for name in self._version_files(player_id):
@@ -303,6 +305,8 @@ class CheckpointStore:
                 refs.append(self.manifest(f"{player_id}/{name}"))
             except CheckpointNotFoundError:
                 continue  # written but never published (crashed writer), or being removed
+            except CorruptCheckpointError as err:
+                log.error("%s; left out of the player's versions", err)
         return refs
 
     def _version_files(self, player_id: str) -> list[str]:

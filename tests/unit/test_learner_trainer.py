@@ -156,6 +156,22 @@ def test_a_corrupt_latest_version_is_skipped_for_the_one_before(tmp_path):
     assert fresh.next_version(start.version) == 2
 
 
+def test_a_damaged_manifest_of_any_version_is_skipped_when_resuming(tmp_path):
+    """A damaged manifest (even of an old version) used to fail every session of the player at setup."""
+    publisher = _publisher(tmp_path)
+    trainer = _trainer(progress=Progress(10, 1))
+    refs = []
+    for version in range(3):
+        trainer.task.set_weights(trainer.task.get_weights(), version)
+        refs.append(publisher.publish(trainer))
+    (tmp_path / (refs[0].path + ".json")).write_text("{not json")
+    assert [r.version for r in CheckpointStore(tmp_path).versions("p")] == [1, 2]
+    assert _publisher(tmp_path).choose_start("", 0, Progress()).version == 2
+    (tmp_path / (refs[2].path + ".json")).write_text("{not json")
+    start = _publisher(tmp_path).choose_start("", 0, Progress())
+    assert start.version == 1 and start.weights is not None
+
+
 def _chunk(rewards, dones, seq, job="j", returns=None):
     return PreparedChunk(ChunkHeader(job, "p", "w", seq, 0), {}, rewards.shape[1], rewards.size,
                          np.asarray(rewards, np.float32), np.asarray(dones, bool), returns)

@@ -82,7 +82,8 @@ class JobPlan:
             raise JobError("job_id", "is empty")
         kind = _KINDS.get(job.kind)
         if kind is None:
-            raise JobError("kind", f"an actor runs collect and eval jobs, got {league_pb2.JobKind.Name(job.kind)}")
+            name = league_pb2.JobKind.Name(job.kind) if job.kind in league_pb2.JobKind.values() else str(job.kind)
+            raise JobError("kind", f"an actor runs collect and eval jobs, got {name}")
         if not job.players:
             raise JobError("players", "names no player")
         players = tuple(_player_slot(p, f"players[{i}]") for i, p in enumerate(job.players))
@@ -99,7 +100,7 @@ class JobPlan:
             raise JobError("episode_num", f"episode_num {job.episode_num} and env_steps {job.env_steps} must be >= 0")
         if job.episode_num == 0 and job.env_steps == 0:
             raise JobError("episode_num", "episode_num and env_steps are both 0: the job would never end")
-        env_kwargs = struct_to_dict(job.env_kwargs)
+        env_kwargs = _plain(job.env_kwargs, "env_kwargs")
         if "bots" in env_kwargs and any(p.bot for p in players):
             raise JobError("env_kwargs.bots", "the job seats reference-bot players: the env's own bots would take "
                            "their seats")
@@ -117,7 +118,7 @@ class JobPlan:
             adder=_typed(AdderConfig, job.adder_kwargs, "adder_kwargs"),
             learner_endpoint=job.learner_endpoint,
             lease_timeout_s=job.lease_timeout_s,
-            policy=struct_to_dict(job.policy),
+            policy=_plain(job.policy, "policy"),
         )
 
     @property
@@ -126,9 +127,17 @@ class JobPlan:
         return tuple(p.bot for p in self.players)
 
 
+def _plain(struct: struct_pb2.Struct, field: str) -> dict[str, Any]:
+    """`struct_to_dict`, with what it cannot convert (a NaN or an infinity) failing the job, not the actor."""
+    try:
+        return struct_to_dict(struct)
+    except ValueError as e:
+        raise JobError(field, str(e)) from None
+
+
 def _typed(cls: type, struct: struct_pb2.Struct, field: str) -> Any:
     try:
-        return from_mapping(cls, struct_to_dict(struct), field)
+        return from_mapping(cls, _plain(struct, field), field)
     except ValueError as e:
         raise JobError(field, str(e).removeprefix(f"{field}: ")) from None
 

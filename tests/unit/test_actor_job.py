@@ -84,6 +84,12 @@ def test_chunks_in_flight_bounds_the_actors_sender():
         ({"adder_kwargs": struct({"unroll_len": 0})}, "adder_kwargs"),
         ({"adder_kwargs": struct({"unroll": 8})}, "adder_kwargs"),
         ({"adder_kwargs": struct({"chunks_in_flight": 1})}, "adder_kwargs"),
+        # What a newer or foreign coordinator may send: a job kind this actor does not know, numbers JSON
+        # cannot hold. These used to escape as plain ValueErrors and take the actor process down.
+        ({"kind": 99}, "kind"),
+        ({"env_kwargs": struct({"game_params": {"rows": float("nan")}})}, "env_kwargs"),
+        ({"policy": struct({"ppo": {"learning_rate": float("inf")}})}, "policy"),
+        ({"forward_kwargs": struct({"eps": float("nan")})}, "forward_kwargs"),
     ],
 )
 def test_bad_fields_are_named(overrides, field):

@@ -148,7 +148,7 @@ class TrajectorySender:
         self._channel: grpc.Channel | None = None
         self._counts = dict(written=0, acked=0, resent=0, dropped=0, streams=0, failed=0, max_held=0, samples=0)
         self._unlisten = stop.add_listener(self._wake)
-        self._thread = threading.Thread(target=self._run, name=f"sender-{header.job_id}", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name=f"sender-{header.job_id}", daemon=True)
         self._thread.start()
 
     # ---- producer side -------------------------------------------------------------------------------------
@@ -227,6 +227,19 @@ class TrajectorySender:
             return self._held_locked()
 
     # ---- sender thread -------------------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        """The thread: `_run`, and any error it did not expect fails the sender. A thread that died quietly would
+        leave the rollout waiting for room in the queue, or `flush` for the queue to drain, while the job's
+        heartbeat kept its lease alive: the job would hang for good."""
+        try:
+            self._run()
+        except BaseException as err:
+            with self._cond:
+                aborted = self._aborted
+            if not aborted:  # an abort closes the channel under a call in flight: nothing is lost then
+                log.exception("sender thread for learner %s failed", self.endpoint)
+                self._fail(f"sending to learner {self.endpoint} failed: {type(err).__name__}: {err}")
 
     def _run(self) -> None:
         backoff = Backoff(self._settings.backoff)

@@ -1,0 +1,47 @@
+"""TrajectorySender: an error its thread does not expect fails the sender, so the job fails instead of hanging."""
+
+from __future__ import annotations
+
+import socket
+
+import numpy as np
+import pytest
+
+from actor_service.stop import StopSignal
+from actor_service.trajectory_sender import SenderError, SenderSettings, TrajectorySender
+from common.tensor_codec import ChunkHeader
+from common.trajectory import Trajectory
+
+
+def _trajectory() -> Trajectory:
+    steps = 4
+    return Trajectory({
+        "/observations": np.zeros((1, steps, 3), np.float32),
+        "/next_observations": np.zeros((1, 3), np.float32),
+        "/agents/agent/actions": np.zeros((1, steps), np.int64),
+        "/rewards": np.zeros((1, steps), np.float32),
+        "/terminals": np.zeros((1, steps), bool),
+        "/truncations": np.zeros((1, steps), bool),
+    })
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unexpected_error_in_the_sender_thread_fails_the_sender_instead_of_hanging(tmp_path):
+    """The sender builds a channel for each new stream and reads its TLS CA file then. A CA file gone meanwhile
+    (rotated, a share that went away) raises an OSError, not a gRPC error: the thread used to die quietly,
+    and `flush` (and `write`, once the queue is full) waited for good while the job's heartbeat kept its lease."""
+    sender = TrajectorySender(f"127.0.0.1:{_closed_port()}", ChunkHeader("job", "p", "actor", 0, 0),
+                              stop=StopSignal(), settings=SenderSettings(), tls_ca=tmp_path / "gone-ca.pem")
+    try:
+        sender.write(_trajectory(), 0)
+        with pytest.raises(SenderError, match="FileNotFoundError"):
+            sender.flush(timeout=30)
+        with pytest.raises(SenderError):
+            sender.write(_trajectory(), 0)
+    finally:
+        sender.close()

@@ -6,10 +6,13 @@ not) knows whether it should fail again.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
+import resource
 import signal
 import threading
+from collections.abc import Iterator
 from functools import partial
 
 import numpy as np
@@ -207,6 +210,42 @@ def test_retries_spent_on_a_hang_raise_and_clean_up(launched, tmp_path):
     with pytest.raises(EnvError, match="hung"):
         _step_all(manager)
     assert manager.closed and _alive(pids) == []
+
+
+@contextlib.contextmanager
+def _no_new_file_descriptors() -> Iterator[None]:
+    """While inside, this process can open no file descriptor: every number up to the highest in use is taken
+    (the kernel hands out the lowest free one) and RLIMIT_NOFILE stops just above it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    fillers: list[int] = []
+    try:
+        highest = max(int(name) for name in os.listdir("/proc/self/fd"))
+        while not fillers or fillers[-1] < highest:
+            fillers.append(os.open(os.devnull, os.O_RDONLY))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (fillers[-1] + 1, hard))
+        with pytest.raises(OSError):
+            os.open(os.devnull, os.O_RDONLY)
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        for fd in fillers:
+            os.close(fd)
+
+
+def test_a_worker_that_cannot_be_replaced_closes_the_manager(launched):
+    """The OS refuses a replacement process (here: no file descriptor for its pipes). The manager used to stay
+    open with no worker in the slot, and every later call failed with an AttributeError; an actor keeps an open
+    manager for its next job. Now it closes, so the next job builds a new one."""
+    manager = launched([FaultyEnv], max_retry=3)
+    pids = manager.worker_pids
+    _step_all(manager)
+    os.kill(pids[0], signal.SIGKILL)
+    with _no_new_file_descriptors(), pytest.raises(OSError):
+        while True:
+            _step_all(manager)
+    assert manager.closed and _alive(pids) == []
+    with pytest.raises(EnvManagerClosedError):
+        _step_all(manager)
 
 
 def test_env_that_cannot_be_built_fails_launch(launched):

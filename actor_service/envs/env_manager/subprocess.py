@@ -423,7 +423,15 @@ class SubprocessEnvManager(BaseEnvManager):
                 self._count_failure(env_id, EnvFailure(env_id, "worker", f"{worker.describe()} {reason}"))
             if env_id not in restart_reset:
                 self._state[env_id] = EnvState.INIT
-        new = self._start_worker(worker.index)
+        try:
+            new = self._start_worker(worker.index)
+        except BaseException:
+            # No process for the slot (the OS refused one: out of memory, processes or file descriptors): a
+            # manager left open with a hole would fail every later call with an AttributeError, and an actor
+            # keeps its manager from job to job unless it is closed.
+            logger.error("%s: could not start a replacement; closing the env manager", worker.describe())
+            self.close()
+            raise
         if restart_reset:
             self._send_reset(new, restart_reset, self._seeds, rebuild=False)
 

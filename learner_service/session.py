@@ -1,7 +1,7 @@
 """One learn job's binding to a player: its lease kept alive, training on its queue, reports and resets.
 
-    LeaseKeeper     heartbeats the job from the moment it is granted; tells the session if it is revoked, or
-                    if no heartbeat was confirmed for nearly a lease (then it may be another learner's)
+    LeaseKeeper     heartbeats the job from the moment it is granted; tells the session if it is revoked, and
+                    whether the lease is held (renewed within a lease): nothing is published while it is not
     LearnSession    run(): UpdatePlayer for the starting checkpoint, then train on the queue until ended
                     (stop, revoked, lost); release(): the learner stops - train on what was accepted, final
                     checkpoint, UpdatePlayer, FinishJob(RELEASED)
@@ -39,14 +39,14 @@ log = logging.getLogger(__name__)
 MAX_RESETS_PER_REPORT = 3
 PROGRESS_LOG_EVERY_S = 10.0
 LEASE_MARGIN = 0.1
-"""A session ends this fraction of a lease before the coordinator may expire it (LeaseKeeper): time for a
-checkpoint being written to land, and for clocks that run at slightly different rates."""
+"""A session stops publishing this fraction of a lease before the coordinator may expire it (LeaseKeeper): time
+for a checkpoint being written to land, and for clocks that run at slightly different rates."""
 
 
 class SessionEnd(enum.Enum):
     STOPPED = "stopped"  # the learner stops: publish, report, release
     REVOKED = "revoked"  # the coordinator took the lease back
-    LOST = "lost"  # the coordinator refused our report or forgot this worker, or was unreachable for a lease
+    LOST = "lost"  # the coordinator refused our report or forgot this worker
 
 
 @dataclass(frozen=True)
@@ -65,15 +65,17 @@ class SessionContext:
 
 class LeaseKeeper:
     """Heartbeats one learn job from the moment it is granted (building a model can outlast a short lease)
-    until `close`; tells the attached session when the coordinator revoked or forgot the job, and when no
-    heartbeat has been confirmed for nearly a lease.
+    until `close`; tells the attached session when the coordinator revoked or forgot the job; and says whether
+    the lease is `held`: renewed within the lease's duration (less `LEASE_MARGIN`).
 
-    Why the last: a coordinator that hears nothing for `lease_timeout_s` lets the lease expire and may give the
+    Why `held`: a coordinator that hears nothing for `lease_timeout_s` lets the lease expire and may give the
     player to another learner, while this one, cut off from the coordinator but not from the actors or the
-    shared filesystem, would go on training and publishing the same player's checkpoints: two writers, each
-    numbering versions on from what it saw. So the session ends (LOST) `LEASE_MARGIN` of a lease before the
-    earliest moment the coordinator may expire it, counted from when the last confirmed heartbeat was sent
-    (the coordinator renewed the lease no earlier than that), and the learner asks for a job again.
+    shared filesystem, would go on publishing the same player's checkpoints: two writers, each numbering
+    versions on from what it saw. So the session publishes nothing while the lease is not held. It is counted
+    from when the last confirmed heartbeat was sent (the coordinator renewed the lease no earlier than that).
+    The session itself goes on: a coordinator that restarts restores its leases with fresh deadlines, and a
+    confirmed heartbeat then resumes publishing with nothing lost; one that let the lease go says so when it is
+    reached again (revoked), and only then does the session end.
     """
 
     def __init__(self, client: LeagueClient, job: LearnJob, registration: Registration) -> None:
@@ -109,7 +111,7 @@ class LeaseKeeper:
 
     @property
     def held(self) -> bool:
-        """Not known to be lost: not revoked or refused, and renewed within the lease."""
+        """Neither revoked nor refused, and renewed within the lease: publishing is safe."""
         with self._lock:
             lost = self._lost
         return lost is None and time.monotonic() < self._confirmed_at + self._lease_s
@@ -122,22 +124,23 @@ class LeaseKeeper:
             on_lost(reason)
 
     def _run(self) -> None:
+        lapsed = False
         while True:
-            deadline = self._confirmed_at + self._lease_s
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                log.error("no heartbeat of learn job %s (%s) confirmed for %.1f s: the coordinator may let its lease "
-                          "expire and give the player to another learner; stopping, asking for a job again",
-                          self._job.job_id, self._job.player_id, time.monotonic() - self._confirmed_at)
-                self._lose(SessionEnd.LOST)
-                return
-            if self._closed.wait(min(self._interval, remaining)):
+            remaining = self._confirmed_at + self._lease_s - time.monotonic()
+            if remaining <= 0 and not lapsed:
+                lapsed = True
+                log.error("no heartbeat of learn job %s (%s) confirmed for %.1f s: the coordinator may have let the "
+                          "lease expire and given the player to another learner; publishing nothing until it "
+                          "confirms the lease again", self._job.job_id, self._job.player_id,
+                          time.monotonic() - self._confirmed_at)
+            if self._closed.wait(self._interval if lapsed else min(self._interval, remaining)):
                 return
             sent = time.monotonic()
-            if sent >= deadline:
-                continue
+            remaining = self._confirmed_at + self._lease_s - sent
+            # While the lease is held, a call does not outlast it: `held` must turn False on time regardless.
+            timeout = self._call_timeout if lapsed else max(0.05, min(self._call_timeout, remaining))
             try:
-                held = self._client.heartbeat(self._job.job_id, min(self._call_timeout, deadline - sent))
+                held = self._client.heartbeat(self._job.job_id, timeout)
             except grpc.RpcError as err:
                 if err.code() in RETRYABLE:
                     log.info("heartbeat: %s (coordinator away?)", err.code().name)
@@ -150,6 +153,10 @@ class LeaseKeeper:
                 self._lose(SessionEnd.REVOKED)
                 return
             self._confirmed_at = sent
+            if lapsed:
+                lapsed = False
+                log.warning("the coordinator confirmed the lease of learn job %s (%s) again: publishing resumes",
+                            self._job.job_id, self._job.player_id)
 
 
 class LearnSession:
@@ -265,11 +272,10 @@ class LearnSession:
                 continue
             scalars = self.telemetry.iteration(report, self.trainer.progress, self.trainer.buffered_samples)
             if publish and self.publisher.due(report.train_iteration, self._publish_every):
-                if not self.lease.held:  # the player may be another learner's by now: never two writers
-                    return
-                ref = self._publish()
-                if ref is not None:  # else storage failed (logged); the publisher retries on a backoff
-                    self._report(ref)
+                if self.lease.held:  # else the player may be another learner's by now: never two writers
+                    ref = self._publish()
+                    if ref is not None:  # else storage failed (logged); the publisher retries on a backoff
+                        self._report(ref)
             self._log_progress(scalars)
             if publish and self._ended.is_set():
                 return

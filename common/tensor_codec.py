@@ -70,6 +70,10 @@ def decode_tensor(message: league_pb2.Tensor, key: str = "", limits: CodecLimits
     expected = math.prod(shape) * wire.itemsize  # Python ints: no overflow
     if expected > limits.max_tensor_bytes:
         raise CodecError(key, f"shape {shape} needs {expected} bytes, over the per-tensor limit")
+    if math.prod(d for d in shape if d) * wire.itemsize > limits.max_tensor_bytes:
+        # Empty, yet with other dimensions no array of data within the limit could have (numpy would refuse
+        # the shape with a plain ValueError: "array is too big").
+        raise CodecError(key, f"shape {shape} has dimensions over what the per-tensor limit allows")
     data = message.data
     if len(data) != expected:
         raise CodecError(key, f"shape {shape} x {wire.itemsize} bytes = {expected} != {len(data)} bytes of data")

@@ -63,6 +63,7 @@ def test_decode_is_zero_copy_and_read_only():
         (league_pb2.Tensor(dtype="float32", shape=[3], data=b"\0" * 8), "12 != 8"),
         (league_pb2.Tensor(dtype="float32", shape=[-1, 2], data=b"\0" * 8), "negative"),
         (league_pb2.Tensor(dtype="uint8", shape=[2**40, 2**40], data=b""), "limit"),
+        (league_pb2.Tensor(dtype="float32", shape=[0, 2**62, 2**62], data=b""), "limit"),  # empty, absurd
         (league_pb2.Tensor(dtype="uint8", shape=[1] * 9, data=b"\0"), "dimensions"),
         (league_pb2.Tensor(dtype="bool", shape=[2], data=b"\x01\x07"), "bool"),
     ],

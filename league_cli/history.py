@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ class HistoryLog:
     def __init__(self, path: Path, bytes_per_s: float = HISTORY_BYTES_PER_S) -> None:
         if not bytes_per_s > 0:
             raise ValueError(f"bytes_per_s must be > 0, got {bytes_per_s}")
+        _drop_torn_tail(path)
         self._file = open(path, "a")  # a resumed run appends to the league's history
         self._bytes_per_s = bytes_per_s
         self._next_due = -math.inf
@@ -57,3 +59,29 @@ class HistoryLog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _drop_torn_tail(path: Path) -> None:
+    """Cut off a last line without its newline: a run killed mid-write leaves its last record torn, and a
+    resumed run appending after it would leave an unreadable line in the middle of the history. Readers forgive
+    a torn last line only (a middle one means the file is not a history), so the plots would fail for good."""
+    try:
+        file = open(path, "r+b")
+    except FileNotFoundError:
+        return
+    with file:
+        end = file.seek(0, os.SEEK_END)
+        pos = end
+        while pos > 0:
+            start = max(0, pos - 65536)
+            file.seek(start)
+            block = file.read(pos - start)
+            newline = block.rfind(b"\n")
+            if newline >= 0:
+                cut = start + newline + 1
+                break
+            pos = start
+        else:
+            cut = 0
+        if cut < end:
+            file.truncate(cut)

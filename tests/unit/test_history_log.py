@@ -38,3 +38,22 @@ def test_the_held_back_newest_record_is_written_at_close_and_a_resumed_run_appen
     with HistoryLog(path, bytes_per_s=1.0) as again:
         again.offer({"t": 2}, now=0.0)
     assert [r["t"] for r in _lines(path)] == [0, 1, 2]
+
+
+def test_a_torn_last_record_is_cut_off_before_a_resumed_run_appends(tmp_path):
+    """A run killed mid-write left half a record; appending after it used to make that line a corrupt one in
+    the middle, which `league plot` (and the end-of-run plots) refuse for good."""
+    from league_cli.plot import read_history
+
+    path = tmp_path / "h.jsonl"
+    record = {"players": [], "payoff": []}
+    path.write_text(json.dumps({**record, "t": 0}) + "\n" + json.dumps({**record, "t": 1})[:9])
+    with HistoryLog(path) as log:
+        log.offer({**record, "t": 2}, now=0.0)
+    assert [r["t"] for r in read_history(path)] == [0, 2]
+    with HistoryLog(path) as log:  # a whole last line is kept
+        log.offer({**record, "t": 3}, now=0.0)
+    assert [r["t"] for r in read_history(path)] == [0, 2, 3]
+    path.write_text('{"torn')
+    HistoryLog(path).close()
+    assert path.read_text() == ""

@@ -12,7 +12,7 @@ import re
 from pathlib import Path, PurePosixPath
 
 # One path component a name may use (player ids, file names): no separators, no leading dot tricks.
-_COMPONENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}$")
+_COMPONENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}")  # fullmatch: `$` would let "p\n" pass
 
 
 class UnsafePathError(ValueError):
@@ -21,7 +21,7 @@ class UnsafePathError(ValueError):
 
 def check_component(name: str, what: str = "name") -> str:
     """Return ``name`` if it is one safe path component (letters, digits, ``_.-``, not starting with a dot)."""
-    if not isinstance(name, str) or not _COMPONENT.match(name):
+    if not isinstance(name, str) or not _COMPONENT.fullmatch(name):
         raise UnsafePathError(f"{what} {name!r} must match {_COMPONENT.pattern}")
     return name
 

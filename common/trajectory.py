@@ -37,12 +37,13 @@ OBSERVATION = "observation"
 DEFAULT_AGENT = "agent"
 
 _NAME = r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}"
+# Matched with fullmatch: `$` would also match before a trailing newline ("/rewards\n").
 _STEP_KEY = re.compile(
-    rf"^(/observations(/{_NAME})?|/rewards|/terminals|/truncations|/masks|/infos/{_NAME}"
-    rf"|/agents/{_NAME}/(actions|hidden_state(/{_NAME})?|artifacts/{_NAME}))$"
+    rf"(/observations(/{_NAME})?|/rewards|/terminals|/truncations|/masks|/infos/{_NAME}"
+    rf"|/agents/{_NAME}/(actions|hidden_state(/{_NAME})?|artifacts/{_NAME}))"
 )
-_ROW_KEY = re.compile(rf"^/next_observations(/{_NAME})?$")
-_AGENT_KEY = re.compile(rf"^/agents/(?P<agent>{_NAME})/(?P<rest>.+)$")
+_ROW_KEY = re.compile(rf"/next_observations(/{_NAME})?")
+_AGENT_KEY = re.compile(rf"/agents/(?P<agent>{_NAME})/(?P<rest>.+)")
 
 ALLOWED_DTYPES: frozenset[str] = frozenset(
     ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -55,11 +56,11 @@ class TrajectoryError(ValueError):
 
 
 def is_step_key(key: str) -> bool:
-    return bool(_STEP_KEY.match(key))
+    return bool(_STEP_KEY.fullmatch(key))
 
 
 def is_row_key(key: str) -> bool:
-    return bool(_ROW_KEY.match(key))
+    return bool(_ROW_KEY.fullmatch(key))
 
 
 def check_key(key: str) -> str:
@@ -222,7 +223,7 @@ def _named_observations(tensors: Mapping[str, np.ndarray], prefix: str) -> dict[
 
 
 def _agents(tensors: Mapping[str, np.ndarray]) -> set[str]:
-    return {m.group("agent") for k in tensors if (m := _AGENT_KEY.match(k))}
+    return {m.group("agent") for k in tensors if (m := _AGENT_KEY.fullmatch(k))}
 
 
 def hidden_state_key(agent: str, name: str) -> str:

@@ -271,7 +271,7 @@ def test_paths_outside_or_malformed_are_rejected(store, path):
         store.load(path)
 
 
-@pytest.mark.parametrize("player_id", ["../p", "a/b", ".hidden", "", "x" * 300])
+@pytest.mark.parametrize("player_id", ["../p", "a/b", ".hidden", "", "x" * 300, "p\n"])
 def test_player_ids_must_be_one_safe_component(store, player_id):
     with pytest.raises(UnsafePathError):
         store.publish(player_id, weights(), 1)

@@ -76,7 +76,8 @@ def test_key_grammar_accepts(key):
 @pytest.mark.parametrize(
     "key",
     ["observations", "/observations/", "/observations/a/b", "/infos", "/agents/a/other", "/agents//actions",
-     "/agents/a b/actions", "/rewards/x", "/agents/../actions", "", "/infos/.hidden"],
+     "/agents/a b/actions", "/rewards/x", "/agents/../actions", "", "/infos/.hidden", "/rewards\n",
+     "/next_observations\n"],
 )
 def test_key_grammar_rejects(key):
     with pytest.raises(TrajectoryError):

@@ -105,6 +105,19 @@ def outcomes_from_returns(returns: np.ndarray) -> tuple[Outcome, ...]:
     )
 
 
+def _typed_params(game: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """`params` with a whole number given for a float parameter made a float (`komi: 7` -> 7.0).
+
+    Why: a job's settings cross the wire as protobuf Structs, whose whole numbers come back as ints
+    (common.struct_data), and pyspiel refuses an int for a double parameter ("Wrong type for parameter komi").
+    So `komi: 7.0` in a league config made every job fail on the workers, which get their jobs that way."""
+    spec = next((t.parameter_specification for t in pyspiel.registered_games() if t.short_name == game), {})
+    return {
+        name: float(value) if isinstance(spec.get(name), float) and type(value) is int else value
+        for name, value in params.items()
+    }
+
+
 class OpenSpielEnv(Env):
     """A sequential-move OpenSpiel game, e.g. `OpenSpielEnv("connect_four", bots={1: "mcts:200"})`.
 
@@ -125,7 +138,7 @@ class OpenSpielEnv(Env):
             raise ValueError(f"OpenSpielEnv: perspective 'relative' is defined only for {sorted(PIECE_PLANES)}, "
                              f"not {game!r}")
         self._piece_planes = PIECE_PLANES[game] if perspective == "relative" else None
-        self._game = pyspiel.load_game(game, dict(game_params or {}))
+        self._game = pyspiel.load_game(game, _typed_params(game, game_params or {}))
         game_type = self._game.get_type()
         if game_type.dynamics != pyspiel.GameType.Dynamics.SEQUENTIAL:
             raise ValueError(f"OpenSpielEnv: game {game!r} is not sequential-move; only turn-based games are supported")

@@ -233,3 +233,20 @@ def test_gymnasium_env_checker_passes(bots):
     obs, _ = view.reset(seed=0)
     _, reward, *_ = view.step(_first_legal(obs))
     assert isinstance(reward, float)
+
+
+def test_a_whole_number_for_a_float_game_parameter_is_taken_as_a_float():
+    """Job settings reach the workers through a protobuf Struct, which turns 7.0 into 7; pyspiel refuses an
+    int for go's float `komi`, so every job of such a league failed on its actors and learners."""
+    from google.protobuf import struct_pb2
+
+    from common.struct_data import struct_to_dict
+
+    sent = struct_pb2.Struct()
+    sent.update({"game_params": {"komi": 7.0, "board_size": 9}})
+    received = struct_to_dict(sent)["game_params"]
+    assert received == {"komi": 7, "board_size": 9} and type(received["komi"]) is int
+    env = OpenSpielEnv("go", game_params=received)
+    params = env._game.get_parameters()
+    assert params["komi"] == 7.0 and params["board_size"] == 9
+    env.close()

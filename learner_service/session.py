@@ -136,11 +136,8 @@ class LeaseKeeper:
             if self._closed.wait(self._interval if lapsed else min(self._interval, remaining)):
                 return
             sent = time.monotonic()
-            remaining = self._confirmed_at + self._lease_s - sent
-            # While the lease is held, a call does not outlast it: `held` must turn False on time regardless.
-            timeout = self._call_timeout if lapsed else max(0.05, min(self._call_timeout, remaining))
             try:
-                held = self._client.heartbeat(self._job.job_id, timeout)
+                held = self._client.heartbeat(self._job.job_id, self._call_timeout)
             except grpc.RpcError as err:
                 if err.code() in RETRYABLE:
                     log.info("heartbeat: %s (coordinator away?)", err.code().name)
@@ -253,9 +250,7 @@ class LearnSession:
     def _train_until_ended(self) -> None:
         while not self._ended.is_set():
             chunk = self.queue.get()
-            if chunk is None:  # closed: by `end`, or by the learner stopping (which ends the session too)
-                if self._context.stopping():
-                    self.end(SessionEnd.STOPPED)
+            if chunk is None:  # closed: by `end` (Learner.request_stop ends the session before it closes the plane)
                 return
             self._consume(chunk)
 

@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -31,7 +32,7 @@ from league_service.coordinator_testing import league_stub, running_coordinator
 from league_service.server import serve_coordinator
 from learner_service.config import LearnerSettings
 from learner_service.learner import JobSetupError, Learner
-from learner_service.learner_testing import Rollout, running_learner, synthetic_chunk
+from learner_service.learner_testing import Rollout, RunningLearner, running_learner, synthetic_chunk
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYER = "solo_active_player_default_0"
@@ -330,6 +331,21 @@ def test_cut_off_from_its_coordinator_it_publishes_nothing_once_the_lease_may_ha
         rollout.close()
 
 
+@contextlib.contextmanager
+def _fed_learner(cfg: Config, tmp_path: Path, chunks: int, env_num: int) -> Iterator[RunningLearner]:
+    """A coordinator and a learner bound to PLAYER (version 0 published), pushed `chunks` chunks of real
+    CartPole rollouts acted with version 0; both stop at the end of the block."""
+    rollout = Rollout(player_id=PLAYER, env_num=env_num, unroll_len=16)
+    try:
+        with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
+            with running_learner(coordinator.address, tmp_path) as learner:
+                learner.learner.wait_published(PLAYER, 0, 60)
+                push(learner.address, rollout.chunks(acting_task(cfg, tmp_path), chunks, policy_version=0))
+                yield learner
+    finally:
+        rollout.close()
+
+
 def _dqn_config(**dqn) -> Config:
     """A solo CartPole league trained by DQN, small enough to train at once; `dqn` overrides its section."""
     return config_from_dict({
@@ -342,18 +358,10 @@ def _dqn_config(**dqn) -> Config:
 
 
 def test_a_dqn_player_trains_from_its_replay(tmp_path):
-    cfg = _dqn_config()
-    rollout = Rollout(player_id=PLAYER, env_num=4, unroll_len=16)
-    try:
-        with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
-            with running_learner(coordinator.address, tmp_path) as learner:
-                learner.learner.wait_published(PLAYER, 0, 60)
-                push(learner.address, rollout.chunks(acting_task(cfg, tmp_path), 4, policy_version=0))
-                ref = learner.learner.wait_published(PLAYER, 2, 60)
-                assert ref.metadata["algorithm"] == "dqn"
-                assert "train/td_abs_mean" in learner.learner.session.telemetry.last
-    finally:
-        rollout.close()
+    with _fed_learner(_dqn_config(), tmp_path, chunks=4, env_num=4) as learner:
+        ref = learner.learner.wait_published(PLAYER, 2, 60)
+        assert ref.metadata["algorithm"] == "dqn"
+        assert "train/td_abs_mean" in learner.learner.session.telemetry.last
 
 
 def test_a_job_it_cannot_train_fails_with_the_field_named(tmp_path):
@@ -395,19 +403,11 @@ def test_diverged_updates_are_rolled_back_and_never_published(tmp_path):
     data = load_yaml(REPO / "configs" / "solo_cartpole.yaml")
     data["policy"]["ppo"].update(learning_rate=1e20, target_kl=None)  # every update turns the weights into NaN
     data["learner"]["batch_size"] = 128
-    cfg = config_from_dict(data)
-    rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)
-    try:
-        with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
-            with running_learner(coordinator.address, tmp_path) as learner:
-                learner.learner.wait_published(PLAYER, 0, 60)
-                push(learner.address, rollout.chunks(acting_task(cfg, tmp_path), 4, policy_version=0))
-                session = learner.learner.session
-                eventually(lambda: session.rollbacks == 4)  # one per batch of 128: all of them
-                assert session.trainer.weights_finite() and session.trainer.progress.agent_steps == 512
-        _assert_every_version_finite(CheckpointStore(tmp_path))
-    finally:
-        rollout.close()
+    with _fed_learner(config_from_dict(data), tmp_path, chunks=4, env_num=8) as learner:
+        session = learner.learner.session
+        eventually(lambda: session.rollbacks == 4)  # one per batch of 128: all of them
+        assert session.trainer.weights_finite() and session.trainer.progress.agent_steps == 512
+    _assert_every_version_finite(CheckpointStore(tmp_path))
 
 
 def _assert_every_version_finite(store: CheckpointStore) -> None:
@@ -420,19 +420,12 @@ def test_a_diverging_dqn_player_keeps_its_replay_priorities_and_the_learner_goes
     infinite, which the replay refuses. The learner keeps those batches' old priorities and goes on (it used to
     fail the job and exit); what it publishes stays finite."""
     cfg = _dqn_config(learning_rate=1e20, prioritized=True)
-    rollout = Rollout(player_id=PLAYER, env_num=4, unroll_len=16)
-    try:
-        with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
-            with running_learner(coordinator.address, tmp_path) as learner:
-                learner.learner.wait_published(PLAYER, 0, 60)
-                push(learner.address, rollout.chunks(acting_task(cfg, tmp_path), 8, policy_version=0))
-                session = learner.learner.session
-                eventually(lambda: session.trainer.nonfinite_td_batches >= 2)
-                learner.learner.wait_published(PLAYER, 4, 60)
-                assert not learner.failure and learner.thread.is_alive()
-        _assert_every_version_finite(CheckpointStore(tmp_path))
-    finally:
-        rollout.close()
+    with _fed_learner(cfg, tmp_path, chunks=8, env_num=4) as learner:
+        session = learner.learner.session
+        eventually(lambda: session.trainer.nonfinite_td_batches >= 2)
+        learner.learner.wait_published(PLAYER, 4, 60)
+        assert not learner.failure and learner.thread.is_alive()
+    _assert_every_version_finite(CheckpointStore(tmp_path))
 
 
 def test_a_non_loopback_host_needs_a_token_or_insecure(tmp_path):

@@ -274,14 +274,8 @@ class CheckpointStore:
             return fallback
 
     def _newest_version_manifest(self, player_id: str) -> CheckpointRef | None:
-        for name in reversed(self._version_files(player_id)):
-            try:
-                return self.manifest(f"{player_id}/{name}")
-            except CheckpointNotFoundError:
-                continue  # written but never published (crashed writer), or being removed
-            except CorruptCheckpointError as err:
-                log.error("%s; trying the version before", err)
-        return None
+        refs = self.versions(player_id)  # damaged manifests left out (logged)
+        return refs[-1] if refs else None
 
     def manifest(self, path: str) -> CheckpointRef:
         """The published manifest of the checkpoint at ``path``."""

@@ -14,11 +14,13 @@ deadline) must hold on both ends of every connection, so they live in one place 
 
 from __future__ import annotations
 
+import errno
 import hmac
 import ipaddress
 import logging
 import os
 import random
+import socket
 import ssl
 import tempfile
 import threading
@@ -307,16 +309,44 @@ def enable_reflection(server: grpc.Server | grpc.aio.Server, service_names: Sequ
     )
 
 
+class AddressInUseError(OSError):
+    """Another process holds the port: worth telling apart from a bad address, since trying again later or
+    on another port can work (`league run` restarts a learner whose old port was taken on a free one)."""
+
+
 def bind_port(server: grpc.Server | grpc.aio.Server, options: ServerOptions) -> int:
-    """Bind per `options` (TLS when given); the port bound (the free one picked for port 0)."""
+    """Bind per `options` (TLS when given); the port bound (the free one picked for port 0). Raises
+    AddressInUseError when another process holds the port, OSError for any other failure."""
     bind = join_host_port(options.host, options.port)
-    if options.tls is not None:
-        port = server.add_secure_port(bind, options.tls.credentials())
-    else:
-        port = server.add_insecure_port(bind)
+    try:
+        if options.tls is not None:
+            port = server.add_secure_port(bind, options.tls.credentials())
+        else:
+            port = server.add_insecure_port(bind)
+    except RuntimeError as err:  # gRPC's "Failed to bind to address ...", which names no reason
+        raise _bind_failure(options, bind) from err
     if port == 0:
-        raise OSError(f"port: could not bind {bind}")
+        raise _bind_failure(options, bind)
     return port
+
+
+def _bind_failure(options: ServerOptions, bind: str) -> OSError:
+    """Why gRPC could not bind, found by binding a plain socket the way gRPC does (SO_REUSEADDR)."""
+    host = options.host.strip("[]") or None
+    try:
+        addresses = socket.getaddrinfo(host, options.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as err:
+        return OSError(f"port: could not bind {bind}: {err}")
+    for family, kind, proto, _, sockaddr in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(sockaddr)
+            except OSError as err:
+                if err.errno == errno.EADDRINUSE:
+                    return AddressInUseError(err.errno, f"port: {bind} is in use by another process")
+                return OSError(err.errno, f"port: could not bind {bind}: {err.strerror}")
+    return OSError(f"port: could not bind {bind}")
 
 
 def make_server(

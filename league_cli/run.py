@@ -23,7 +23,7 @@ import yaml
 
 from common.config import ConfigError, from_dict
 from common.exclusive_lock import ExclusiveLock, LockedError
-from common.exit_codes import SETUP_ERROR_EXIT
+from common.exit_codes import ADDRESS_IN_USE_EXIT, SETUP_ERROR_EXIT
 from common.signal_flag import SignalFlag
 from league_cli.history import HistoryLog
 from league_cli.processes import ManagedProcess, ProcessGroup, league_command
@@ -174,14 +174,20 @@ class Supervisor:
             if n >= MAX_WORKER_RESTARTS:
                 raise RuntimeError(f"{proc.name} died {n + 1} times; last log lines:\n{proc.log_tail()}")
             self.restarts[proc.name] = n + 1
+            moved = ""
             if proc.name.startswith("learner"):
-                port = _listening_port(proc.log_path)
-                if port:
-                    self.learner_ports[proc.name] = port
+                if proc.popen.returncode == ADDRESS_IN_USE_EXIT and proc.name in self.learner_ports:
+                    # Its old port was taken meanwhile (an outgoing connection can get it): a free one costs
+                    # only the collect jobs that name the old address, which fail and are issued again.
+                    moved = f" on a free port (its port {self.learner_ports.pop(proc.name)} was taken)"
+                else:
+                    port = _listening_port(proc.log_path)
+                    if port:
+                        self.learner_ports[proc.name] = port
             proc.kill_group()  # env workers a crashed actor left behind
             self.group.forget(proc)
             self.group.start(proc.name, self._worker_argv(proc.name))
-            events.append(f"{proc.name} exited with {proc.popen.returncode}; restarted ({n + 1})")
+            events.append(f"{proc.name} exited with {proc.popen.returncode}; restarted{moved} ({n + 1})")
         return events
 
     def _restart_coordinator(self, proc: ManagedProcess) -> str:

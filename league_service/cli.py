@@ -20,8 +20,9 @@ from pathlib import Path
 
 import grpc
 
-from common.exit_codes import SETUP_ERROR_EXIT
+from common.exit_codes import ADDRESS_IN_USE_EXIT, SETUP_ERROR_EXIT
 from common.rpc import (
+    AddressInUseError,
     ServerOptions,
     ServerTls,
     check_exposure,
@@ -112,9 +113,13 @@ def coordinator_main(args: argparse.Namespace) -> int:
             ServerOptions(host=host, port=port, token=token, tls=tls),
             metrics_port=args.metrics_port,
         )
-    except (RuntimeError, OSError) as err:  # gRPC: "Failed to bind ..."; metrics: address in use
+    except AddressInUseError as err:
         coordinator.close()
-        return _refuse(f"cannot listen on {join_host_port(host, port)} (is the port in use?): {err}")
+        print(f"league coordinator: {err}", file=sys.stderr)
+        return ADDRESS_IN_USE_EXIT
+    except (RuntimeError, OSError) as err:
+        coordinator.close()
+        return _refuse(f"cannot listen on {join_host_port(host, port)}: {err}")
     # Everything built so far lives as long as the process: keep it out of full GC passes (shorter pauses).
     gc.freeze()
     try:

@@ -8,6 +8,7 @@ increments to keep in step. Each coordinator has its own registry, so several ca
 from __future__ import annotations
 
 import asyncio
+import errno
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +18,8 @@ import grpc
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from common.rpc import AddressInUseError, join_host_port
 
 # Unary calls here take ~0.1-10 ms; long-polling GetJob up to the call's deadline.
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -135,7 +138,13 @@ class MetricsServer:
     """The /metrics HTTP endpoint on its own thread; `close()` stops it."""
 
     def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
-        self._server, self._thread = start_http_server(port, addr=host, registry=registry)
+        try:
+            self._server, self._thread = start_http_server(port, addr=host, registry=registry)
+        except OSError as err:  # name the metrics port: the process listens on two
+            where = f"--metrics-port: {join_host_port(host, port)}"
+            if err.errno == errno.EADDRINUSE:
+                raise AddressInUseError(err.errno, f"{where} is in use by another process") from err
+            raise OSError(err.errno, f"{where}: {err.strerror or err}") from err
         self.port: int = self._server.server_port
         self._closed = threading.Event()
 

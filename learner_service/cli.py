@@ -20,8 +20,8 @@ import sys
 import threading
 from pathlib import Path
 
-from common.exit_codes import FAILURE_EXIT, SETUP_ERROR_EXIT
-from common.rpc import check_server_tls, check_tls_ca, format_listen_line, load_token
+from common.exit_codes import ADDRESS_IN_USE_EXIT, FAILURE_EXIT, SETUP_ERROR_EXIT
+from common.rpc import AddressInUseError, check_server_tls, check_tls_ca, format_listen_line, load_token
 from common.signal_flag import SignalFlag
 
 log = logging.getLogger("league.learner")
@@ -94,6 +94,10 @@ def main(args: argparse.Namespace) -> int:
         return _refuse(str(err))
     try:
         address = learner.start()
+    except AddressInUseError as err:
+        learner.close()
+        print(f"league learner: {err}", file=sys.stderr)
+        return ADDRESS_IN_USE_EXIT
     except (ValueError, OSError, RuntimeError) as err:
         learner.close()
         return _refuse(str(err))

@@ -1,5 +1,5 @@
 """What an operator gets for a file the process cannot use: one line naming the flag or file, exit 2 (a
-setup error, which `league run` and supervisors do not retry), never a traceback.
+setup error, which `league run` and supervisors do not retry), never a traceback; for a taken port, exit 3.
 
 Each case runs the real `league` command in a subprocess. Before these checks a bad PEM made gRPC say only
 "Failed to bind to address", and a missing token or CA file, a state file of another league or a busy port
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from common.exit_codes import ADDRESS_IN_USE_EXIT
 from league_service.config import config_from_dict
 from league_service.coordinator import Coordinator, CoordinatorSettings
 
@@ -66,12 +67,30 @@ def test_coordinator_refuses_the_state_of_another_league(files):
 
 
 def test_coordinator_says_when_its_port_is_taken(files):
+    """A taken port is exit 3, not a setup error: it may be free again, or the server can move."""
+    shared = str(files["shared"])
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = league("coordinator", "--shared-root", str(files["shared"]), "--port", str(port))
-    assert_setup_error(proc, f"cannot listen on 127.0.0.1:{port}", "port in use")
+        proc = league("coordinator", "--shared-root", shared, "--port", str(port))
+        assert_setup_error(proc, f"port: 127.0.0.1:{port} is in use by another process", code=ADDRESS_IN_USE_EXIT)
+        proc = league("coordinator", "--shared-root", shared, "--port", "0", "--metrics-port", str(port))
+        assert_setup_error(proc, f"--metrics-port: 127.0.0.1:{port} is in use by another process",
+                           code=ADDRESS_IN_USE_EXIT)
+
+
+def test_a_learner_says_when_an_outgoing_connection_holds_its_port(files):
+    """How a restarted learner's old port gets taken on one machine: a connection made meanwhile was given it
+    as its local port. `league run` then restarts the learner on a free port (it tells exit 3 apart)."""
+    with socket.socket() as server, socket.socket() as client:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        client.connect(server.getsockname())
+        port = client.getsockname()[1]
+        proc = league("learner", "--coordinator", "127.0.0.1:1", "--shared-root", str(files["shared"]),
+                      "--host", "127.0.0.1", "--port", str(port))
+    assert_setup_error(proc, f"port: 127.0.0.1:{port} is in use by another process", code=ADDRESS_IN_USE_EXIT)
 
 
 def test_workers_and_tools_refuse_a_bad_ca_or_token_file(files):

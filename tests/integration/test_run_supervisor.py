@@ -43,3 +43,17 @@ def test_actors_with_env_processes_get_their_share_of_the_cpus(tmp_path, monkeyp
     assert argv[argv.index("--env-cpus") + 1] == "1"  # never below one
     in_process = Supervisor(tmp_path, tmp_path / "league.yaml", RunConfig(manager="base"), learners=1)
     assert "--env-cpus" not in in_process._worker_argv("actor-0")
+
+
+def test_a_learner_whose_old_port_was_taken_is_restarted_on_a_free_one(supervisor):
+    """A restarted learner keeps its port so that jobs already handed out reach it; when another process took
+    the port meanwhile (exit 3), the run moves it to a free port instead of stopping."""
+    supervisor.address = "127.0.0.1:1"
+    supervisor.learner_ports["learner-0"] = 40001
+    supervisor.group.start("learner-0", [sys.executable, "-c", "import sys; sys.exit(3)"])
+    supervisor.group.get("learner-0").popen.wait(30)
+    (event,) = supervisor.check()
+    assert event == "learner-0 exited with 3; restarted on a free port (its port 40001 was taken) (1)"
+    assert "learner-0" not in supervisor.learner_ports
+    argv = supervisor.group.get("learner-0").argv
+    assert argv[argv.index("--port") + 1] == "0"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import os
 import signal
 import sqlite3
 import sys
@@ -39,6 +40,8 @@ from common.signal_flag import SignalFlag
 log = logging.getLogger("league.coordinator")
 
 DEFAULT_STATUS_ADDR = "127.0.0.1:50051"
+COORDINATOR_ENV_VAR = "LEAGUE_COORDINATOR"
+SHARED_ROOT_ENV_VAR = "LEAGUE_SHARED_ROOT"
 
 
 # ---- league coordinator -------------------------------------------------------------------------------------
@@ -46,7 +49,9 @@ DEFAULT_STATUS_ADDR = "127.0.0.1:50051"
 
 def add_coordinator_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, default=None, help="league YAML (default: the embedded league)")
-    parser.add_argument("--shared-root", type=Path, required=True, help="directory of checkpoints (and state)")
+    shared_root = os.environ.get(SHARED_ROOT_ENV_VAR) or None
+    parser.add_argument("--shared-root", type=Path, default=shared_root, required=shared_root is None,
+                        help=f"directory of checkpoints (and state) (default: ${SHARED_ROOT_ENV_VAR})")
     parser.add_argument("--state", type=Path, default=None, help="SQLite state file (default: SHARED_ROOT/league_state.sqlite)")
     parser.add_argument("--host", default=None, help="address to listen on (default: from coordinator.bind_address)")
     parser.add_argument("--port", type=int, default=None, help="port; 0 picks a free one (default: from config)")
@@ -147,7 +152,8 @@ def _refuse(message: str) -> int:
 
 
 def add_status_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--addr", default=DEFAULT_STATUS_ADDR, help=f"coordinator HOST:PORT (default {DEFAULT_STATUS_ADDR})")
+    parser.add_argument("--addr", default=os.environ.get(COORDINATOR_ENV_VAR) or DEFAULT_STATUS_ADDR,
+                        help=f"coordinator HOST:PORT (default: ${COORDINATOR_ENV_VAR}, else {DEFAULT_STATUS_ADDR})")
     parser.add_argument("--token-file", type=Path, default=None, help="bearer token (else $LEAGUE_TOKEN)")
     parser.add_argument("--tls-ca", type=Path, default=None, help="CA certificate to verify the coordinator (TLS)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")

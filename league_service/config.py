@@ -497,6 +497,11 @@ def _check_worker_sections(cfg: Config) -> None:
             if path.startswith(section) and rest:  # "policy.ppo.x: ..." -> path and message
                 raise ConfigError(path, rest) from None
             raise ConfigError(section, message) from None
+    if cfg.actor:  # kept (empty) so that configs and run directories written with `actor: {}` still load
+        key = next(iter(cfg.actor))
+        raise ConfigError(f"actor.{key}", "actors read no settings from the league config: give them on the "
+                          "actor's command line (`league actor --help`; per job: the player type's adder_kwargs "
+                          "and forward_kwargs)")
     _check_job_kwargs(cfg.league)
 
 

@@ -344,3 +344,10 @@ def test_free_form_values_a_struct_cannot_hold_are_refused_at_load(kwargs, messa
     with pytest.raises(ConfigError) as info:
         config_from_dict(yaml.safe_load(f"env: {{name: connect_four, kwargs: {kwargs}}}"))
     assert message in str(info.value)
+
+
+def test_an_actor_section_with_settings_is_refused_naming_the_key():
+    """Nothing reads `actor:`: a setting there would silently do nothing. Empty, it still loads (older files)."""
+    assert config_from_dict({"actor": {}}).actor == {}
+    with pytest.raises(ConfigError, match=r"actor\.env_num: actors read no settings from the league config"):
+        config_from_dict({"actor": {"env_num": 4}})

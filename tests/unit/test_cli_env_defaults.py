@@ -1,0 +1,33 @@
+"""The environment variables the README lists are read by every command it lists them for."""
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from league_service.cli import DEFAULT_STATUS_ADDR, add_coordinator_arguments, add_status_arguments
+
+
+def _parse(add, argv, monkeypatch, **env):
+    for name in ("LEAGUE_COORDINATOR", "LEAGUE_SHARED_ROOT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    parser = argparse.ArgumentParser()
+    add(parser)
+    return parser.parse_args(argv)
+
+
+def test_status_reads_the_coordinator_address_from_the_environment(monkeypatch):
+    assert _parse(add_status_arguments, [], monkeypatch).addr == DEFAULT_STATUS_ADDR
+    assert _parse(add_status_arguments, [], monkeypatch, LEAGUE_COORDINATOR="node-a:50051").addr == "node-a:50051"
+    given = _parse(add_status_arguments, ["--addr", "b:1"], monkeypatch, LEAGUE_COORDINATOR="node-a:50051")
+    assert given.addr == "b:1"
+
+
+def test_the_coordinator_reads_its_shared_root_from_the_environment(monkeypatch, capsys):
+    args = _parse(add_coordinator_arguments, [], monkeypatch, LEAGUE_SHARED_ROOT="/league")
+    assert args.shared_root == Path("/league")
+    with pytest.raises(SystemExit):  # neither the flag nor the variable
+        _parse(add_coordinator_arguments, [], monkeypatch)
+    assert "--shared-root" in capsys.readouterr().err

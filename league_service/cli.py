@@ -18,10 +18,11 @@ import signal
 import sqlite3
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 
-from common.exit_codes import ADDRESS_IN_USE_EXIT, SETUP_ERROR_EXIT
+from common.exit_codes import ADDRESS_IN_USE_EXIT, FAILURE_EXIT, SETUP_ERROR_EXIT
 from common.rpc import (
     AddressInUseError,
     ServerOptions,
@@ -37,9 +38,14 @@ from common.rpc import (
 )
 from common.signal_flag import SignalFlag
 
+if TYPE_CHECKING:
+    from league_service.coordinator import Coordinator
+    from league_service.server import CoordinatorServer
+
 log = logging.getLogger("league.coordinator")
 
 DEFAULT_STATUS_ADDR = "127.0.0.1:50051"
+FAILURE_POLL_S = 0.5  # how soon a failed background thread ends the process
 COORDINATOR_ENV_VAR = "LEAGUE_COORDINATOR"
 SHARED_ROOT_ENV_VAR = "LEAGUE_SHARED_ROOT"
 
@@ -127,6 +133,7 @@ def coordinator_main(args: argparse.Namespace) -> int:
         return _refuse(f"cannot listen on {join_host_port(host, port)}: {err}")
     # Everything built so far lives as long as the process: keep it out of full GC passes (shorter pauses).
     gc.freeze()
+    failure: BaseException | None = None
     try:
         if args.port_file is not None:
             write_port_file(args.port_file, server.port)
@@ -136,11 +143,40 @@ def coordinator_main(args: argparse.Namespace) -> int:
             "TLS" if tls else "plaintext", "token auth" if token else "no auth",
             f", metrics on :{server.metrics.port}" if server.metrics else "",
         )
-        stop.wait()
-        log.info("shutting down (grace %.1fs)", args.grace)
+        failure = _wait_for_stop_or_failure(stop, server.coordinator)
+        if failure is None:
+            log.info("shutting down (grace %.1fs)", args.grace)
+        else:
+            log.error("the coordinator cannot go on (%r); exiting: restarted on the same state, it continues from "
+                      "everything it acknowledged", failure)
     finally:
-        server.stop(args.grace)
-    return 0
+        closed = _stop_server(server, args.grace, failure)
+    return 0 if failure is None and closed else FAILURE_EXIT
+
+
+def _stop_server(server: CoordinatorServer, grace_s: float, failure: BaseException | None) -> bool:
+    """Stop serving and close the coordinator; False when closing raised (a background failure, re-raised by
+    close(): logged once, here or where it was found)."""
+    try:
+        server.stop(grace_s)
+    except Exception as err:
+        if failure is None:
+            log.exception("the coordinator failed while shutting down")
+        else:
+            log.debug("closing after the failure: %r", err)
+        return False
+    return True
+
+
+def _wait_for_stop_or_failure(stop: SignalFlag, coordinator: Coordinator) -> BaseException | None:
+    """Wait for a stop signal, or for a failure of a background thread (a commit of the state that failed, a
+    dead league or expiry thread), which is returned. Such a coordinator cannot keep its books, so it must not go
+    on answering (with health SERVING) as if it could: it exits, and its supervisor restarts it on the durable
+    state, which holds everything it ever acknowledged."""
+    while not stop.wait(FAILURE_POLL_S):
+        if coordinator.failure is not None:
+            return coordinator.failure
+    return None
 
 
 def _refuse(message: str) -> int:

@@ -24,3 +24,11 @@ class InvalidArgumentError(RequestError, ValueError):
 
 class FailedPreconditionError(RequestError):
     """A well-formed request the league's state does not allow now (an expired lease, a job of another worker)."""
+
+
+class StateWriteError(RequestError, RuntimeError):
+    """The coordinator could not commit its state, so it acknowledges nothing more: UNAVAILABLE (worth
+    retrying), since the process exits and its restart on the durable state serves the retry."""
+
+    def __init__(self) -> None:
+        super().__init__("", "the coordinator could not write its state (it restarts on its durable state)")

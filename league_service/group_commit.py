@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from league_service.errors import StateWriteError
 from league_service.job_retries import PlayerJobFailures
 from league_service.league_state import LeagueStateChanges
 from league_service.leases import JobEnd, Lease, WorkerInfo
@@ -143,7 +144,7 @@ class GroupCommitter:
         target = self._recorded
         while self._committed < target:
             if self._failure is not None:
-                raise RuntimeError("the coordinator could not write its state") from self._failure
+                raise StateWriteError() from self._failure
             if self._committing:
                 self._committed_waiters += 1
                 try:
@@ -154,7 +155,7 @@ class GroupCommitter:
             try:
                 self._commit_locked()
             except Exception as exc:
-                raise RuntimeError("the coordinator could not write its state") from exc
+                raise StateWriteError() from exc
 
     def note_lazy(self) -> None:
         """There are lazy changes (hold the lock): `lazy_rows` goes with the first commit `lazy_interval_s`
@@ -171,7 +172,7 @@ class GroupCommitter:
     def is_committed(self, ticket: int) -> bool:
         """Whether the changes up to `ticket` are committed (no lock: the count only grows)."""
         if self._failure is not None:
-            raise RuntimeError("the coordinator could not write its state") from self._failure
+            raise StateWriteError() from self._failure
         return self._committed >= ticket
 
     def wait_until(self, ticket: int) -> None:
@@ -185,7 +186,7 @@ class GroupCommitter:
             gate = None
             with self._gates_lock:
                 if self._failure is not None:
-                    raise RuntimeError("the coordinator could not write its state") from self._failure
+                    raise StateWriteError() from self._failure
                 if self._committed >= ticket:
                     return
                 if self._committing:  # its end opens our gate: it covered us, or we lead the next commit
@@ -201,7 +202,7 @@ class GroupCommitter:
                 try:
                     self._commit_locked()
                 except Exception as exc:
-                    raise RuntimeError("the coordinator could not write its state") from exc
+                    raise StateWriteError() from exc
 
     def close(self) -> None:
         """Commit what is recorded, then stop the thread (idempotent)."""
@@ -210,7 +211,7 @@ class GroupCommitter:
             self._due.notify()
         self._thread.join()
         if self._failure is not None:
-            raise RuntimeError("the coordinator could not write its state") from self._failure
+            raise StateWriteError() from self._failure
 
     def _run(self) -> None:
         """The committer thread: commits changes that no request waits for, lazy changes once due (if no request

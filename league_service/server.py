@@ -28,7 +28,13 @@ from common.rpc import ServerOptions
 from league_service import wire
 from league_service.coordinator import Coordinator
 from league_service.coordinator_messages import FinishReport, JobWait, NoJob
-from league_service.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, RequestError
+from league_service.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    RequestError,
+    StateWriteError,
+)
 from league_service.leases import JobEndStatus, WorkerRole
 from league_service.metrics import LeagueCollector, MetricsServer, RpcMetricsInterceptor
 from league_service.status import STATUS_MAX_BYTES
@@ -45,6 +51,7 @@ _STATUS_CODES: tuple[tuple[type[RequestError], grpc.StatusCode], ...] = (
     (NotFoundError, grpc.StatusCode.NOT_FOUND),
     (InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
     (FailedPreconditionError, grpc.StatusCode.FAILED_PRECONDITION),
+    (StateWriteError, grpc.StatusCode.UNAVAILABLE),
 )
 
 
@@ -172,8 +179,16 @@ class LeagueServicer(league_pb2_grpc.LeagueServiceServicer):
     async def _answer_durably(self, context: grpc.aio.ServicerContext, call: Callable[[], T]) -> T:
         """`_answer`, and the reply waits until everything recorded before it is committed."""
         reply = await _answer(context, call)
-        await self._durable.wait()
+        await self._wait_durable(context)
         return reply
+
+    async def _wait_durable(self, context: grpc.aio.ServicerContext) -> None:
+        """Until everything recorded so far is committed; a commit that failed aborts with UNAVAILABLE."""
+        try:
+            await self._durable.wait()
+        except StateWriteError as err:
+            await _refuse(context, err)
+            raise
 
     async def RegisterWorker(self, request, context):
         return await self._answer_durably(
@@ -204,7 +219,7 @@ class LeagueServicer(league_pb2_grpc.LeagueServiceServicer):
         except RequestError as err:
             await _refuse(context, err)
             raise
-        await self._durable.wait()  # the lease (or what a NoJob answer saw) is committed before the reply
+        await self._wait_durable(context)  # the lease (or what a NoJob answer saw) is committed before the reply
         try:
             return wire.get_job_reply(found)
         except (TypeError, ValueError) as err:
@@ -229,7 +244,7 @@ class LeagueServicer(league_pb2_grpc.LeagueServiceServicer):
         except RequestError as err:
             await _refuse(context, err)
             raise
-        await self._durable.wait()
+        await self._wait_durable(context)
         return reply
 
     async def GetStatus(self, request, context):

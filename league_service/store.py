@@ -402,13 +402,19 @@ class LeagueStore:
 
     def _end(self, commit: bool) -> None:
         try:
-            self._conn.execute("COMMIT" if commit else "ROLLBACK")
             if commit:
+                self._conn.execute("COMMIT")
                 self._commits += 1
                 if self._commits >= CHECKPOINT_EVERY:
                     self._checkpoint_due.notify()
         finally:
-            self._lock.release()
+            try:
+                # SQLite rolls a transaction back itself on some errors (a full disk, an I/O error): a ROLLBACK
+                # then fails, and its "no transaction is active" would hide the error that matters.
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+            finally:
+                self._lock.release()
 
     @contextlib.contextmanager
     def _sql_transaction(self) -> Iterator[None]:
@@ -418,7 +424,8 @@ class LeagueStore:
             try:
                 yield
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                if self._conn.in_transaction:  # (see _end)
+                    self._conn.execute("ROLLBACK")
                 raise
             self._conn.execute("COMMIT")
 

@@ -1,7 +1,9 @@
-"""`league coordinator` as a real process: the address line, the port file, and a clean SIGTERM."""
+"""`league coordinator` as a real process: the address line, the port file, a clean SIGTERM, and an exit when it
+cannot write its state."""
 
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -10,7 +12,12 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from common.proto.league.v1 import league_pb2 as pb
-from league_service.coordinator_testing import coordinator_process, league_stub
+from league_service.coordinator_testing import (
+    coordinator_command,
+    coordinator_process,
+    league_stub,
+    server_process,
+)
 
 
 def last_seen(stub) -> float:
@@ -71,3 +78,34 @@ def test_a_burst_of_signals_still_ends_in_a_clean_exit(tmp_path):
                     break
         assert proc.popen.wait(60) == 0
         assert "shutting down" in proc.log_tail()
+
+
+def test_a_coordinator_that_cannot_write_its_state_exits_and_its_restart_has_all_it_acknowledged(tmp_path):
+    """A commit that failed once (a full disk) used to leave the coordinator answering every change with
+    UNKNOWN for good while its health said SERVING, so no supervisor restarted it. Now the call that met the
+    failure gets UNAVAILABLE (worth retrying), the process exits 1, and a restart on the same state (space back)
+    has every registration it acknowledged. The disk fills here by RLIMIT_FSIZE on the coordinator alone."""
+    state = tmp_path / "state.sqlite"
+    argv = ["--shared-root", str(tmp_path), "--state", str(state), "--port", "0", "--grace", "1"]
+    limit = 400_000  # bytes per file: room to start, not for many more commits
+    limited = [sys.executable, "-c", "import os, resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, "
+               f"({limit}, {limit})); os.execv(sys.executable, [sys.executable, *sys.argv[1:]])",
+               *coordinator_command(*argv)[1:]]
+    acknowledged = []
+    with server_process(limited, tmp_path / "full.log") as proc:
+        channel, stub = league_stub(proc.address, default_deadline_s=30)
+        with channel:
+            with pytest.raises(grpc.RpcError) as failed:
+                for i in range(100_000):
+                    stub.RegisterWorker(pb.RegisterWorkerRequest(worker_id=f"w{i}", role=pb.WORKER_ROLE_ACTOR,
+                                                                 hostname="h" * 250))
+                    acknowledged.append(f"w{i}")
+        assert failed.value.code() == grpc.StatusCode.UNAVAILABLE, failed.value
+        assert proc.popen.wait(30) == 1
+        assert "the coordinator cannot go on" in proc.log_tail(60)
+    assert acknowledged
+    with coordinator_process(argv, tmp_path / "restarted.log") as proc:
+        channel, stub = league_stub(proc.address, default_deadline_s=30)
+        with channel:
+            workers = {w.worker_id for w in stub.GetStatus(pb.GetStatusRequest()).workers}
+        assert set(acknowledged) <= workers

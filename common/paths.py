@@ -60,7 +60,10 @@ class SharedRoot:
         The target need not exist. Symlinks inside the root that stay inside it are allowed.
         """
         pure = check_relative(relative)
-        candidate = (self._root / pure).resolve(strict=False)
+        try:
+            candidate = (self._root / pure).resolve(strict=False)
+        except (RuntimeError, OSError) as err:  # Python 3.11 raises RuntimeError for a symlink loop
+            raise UnsafePathError(f"path {relative!r} cannot be resolved: {err}") from None
         if not candidate.is_relative_to(self._root):
             raise UnsafePathError(f"path {relative!r} resolves outside the shared root (symlink?)")
         return candidate

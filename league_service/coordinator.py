@@ -445,7 +445,11 @@ class Coordinator:
                 path = self._root.resolve(update.checkpoint_path)
             except UnsafePathError as err:
                 raise InvalidArgumentError("checkpoint_path", str(err)) from None
-            if not path.exists():
+            try:
+                exists = path.exists()
+            except OSError as err:  # a name too long, say: a path no learner published
+                raise InvalidArgumentError("checkpoint_path", f"{update.checkpoint_path!r}: {err.strerror}") from None
+            if not exists:
                 raise InvalidArgumentError(
                     "checkpoint_path", f"{update.checkpoint_path!r} does not exist under the shared root"
                 )

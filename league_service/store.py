@@ -50,6 +50,7 @@ from league_service.leases import JobEnd, JobEndStatus, JobKind, Lease, WorkerIn
 # 2: the league state in parts and the counters in `state_parts`; a schema-1 store is upgraded when opened.
 SCHEMA_VERSION = 2
 CHECKPOINT_EVERY = 500
+COUNTER_LIMIT = 2**63 - 1  # the int64 of the status reply
 KEEP_ENDED_JOBS = 1_000_000
 """Ended job ids kept to answer a retried FinishJob as a duplicate; older rows are deleted (a finish for one of
 them is then NOT_FOUND instead, and still never counted). A retry comes within seconds; a million is many hours
@@ -93,7 +94,8 @@ CREATE TABLE IF NOT EXISTS state_parts (
 
 @dataclass(frozen=True)
 class Counters:
-    """Coordinator-level totals since the league was created (they survive restarts)."""
+    """Coordinator-level totals since the league was created (they survive restarts). A total stops at
+    COUNTER_LIMIT: past it, no status reply could carry it (int64)."""
 
     jobs_issued: int = 0
     jobs_finished: int = 0
@@ -110,7 +112,7 @@ class Counters:
         for name, delta in deltas.items():
             if name not in values:
                 raise TypeError(f"Counters has no {name!r}")
-            values[name] += delta
+            values[name] = min(values[name] + delta, COUNTER_LIMIT)
         return Counters(**values)
 
     @staticmethod

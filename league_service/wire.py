@@ -64,9 +64,16 @@ def optional_text(value: str, field: str, max_chars: int = MAX_ID_CHARS) -> str:
     return value
 
 
+# The largest count a request may carry: beyond any real job or player, and small enough that totals of
+# such counts stay within the int64 fields of the status and job replies.
+MAX_COUNT = 2**53
+
+
 def require_count(value: int, field: str) -> int:
     if value < 0:
         raise InvalidArgumentError(field, f"must not be negative, got {value}")
+    if value > MAX_COUNT:
+        raise InvalidArgumentError(field, f"must be at most 2**53, got {value}")
     return value
 
 

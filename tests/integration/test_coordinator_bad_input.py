@@ -26,6 +26,7 @@ def served(tmp_path_factory):
     root = tmp_path_factory.mktemp("shared")
     (root / "main_player_default_0").mkdir()
     (root / "main_player_default_0" / "ckpt.pt").write_bytes(b"w")
+    (root / "loop").symlink_to(root / "loop")
     with running_coordinator(small_league_config(), root, lease_timeout_s=60.0, needs_learner=False) as server:
         channel, stub = league_stub(server.address)
         try:
@@ -71,6 +72,15 @@ def test_unknown_ids_are_not_found(served):
         ("FinishJob", pb.FinishJobRequest(worker_id="actor", job_id="j", status=1, episodes=[pb.EpisodeResult()]),
          "episodes[0].players"),
         ("UpdatePlayer", pb.UpdatePlayerRequest(worker_id="actor", player_id="p", checkpoint_version=-1), "checkpoint_version"),
+        # Totals of such counts broke every status reply (int64), for good: the counters are durable.
+        ("FinishJob", pb.FinishJobRequest(worker_id="actor", job_id="j", status=1, env_steps=2**63 - 1), "env_steps"),
+        ("UpdatePlayer", pb.UpdatePlayerRequest(worker_id="actor", player_id="p", checkpoint_version=2**63 - 1),
+         "checkpoint_version"),
+        # A name too long to check came back UNKNOWN (OSError), a symlink loop too (RuntimeError).
+        ("UpdatePlayer", pb.UpdatePlayerRequest(worker_id="actor", player_id="main_player_default_0",
+                                                checkpoint_path="main_player_default_0/" + "x" * 300), "checkpoint_path"),
+        ("UpdatePlayer", pb.UpdatePlayerRequest(worker_id="actor", player_id="main_player_default_0",
+                                                checkpoint_path="loop/ckpt.pt"), "checkpoint_path"),
         ("UpdatePlayer", pb.UpdatePlayerRequest(worker_id="actor", agent_steps=1), "player_id"),
         ("UpdatePlayer", pb.UpdatePlayerRequest(worker_id="actor", player_id="main_player_default_0",
                                                 checkpoint_path="a/../../x"), "checkpoint_path"),

@@ -3,7 +3,7 @@ import sqlite3
 import pytest
 
 from league_service.leases import JobEnd, JobEndStatus, JobKind, Lease, WorkerInfo, WorkerRole
-from league_service.store import Counters, LeagueStore
+from league_service.store import COUNTER_LIMIT, Counters, LeagueStore
 
 
 def lease(job_id: str, kind=JobKind.COLLECT) -> Lease[None]:
@@ -128,3 +128,8 @@ def test_ended_jobs_are_pruned_to_the_newest_and_a_failed_commit_prunes_nothing(
         store.close()
     with pytest.raises(ValueError, match="keep_ended_jobs"):
         LeagueStore(tmp_path / "other.sqlite", keep_ended_jobs=0)
+
+
+def test_a_counter_stops_at_what_a_status_reply_can_carry():
+    counters = Counters(env_steps=COUNTER_LIMIT - 2).plus(env_steps=5, episodes=1)
+    assert (counters.env_steps, counters.episodes) == (COUNTER_LIMIT, 1)

@@ -4,7 +4,8 @@
   `CheckpointStore.snapshot`: a hard link (a copy where linking fails) with a manifest of its own, verified
   against the source's hash. The store (and torch with it) is imported only then.
 - Any other file or directory is hard-linked (copied where linking fails) under a temporary name and renamed
-  into place, so a reader never sees half a checkpoint.
+  into place, so a reader never sees half a checkpoint. Symlinks in a directory are frozen as the files they
+  name, which must lie inside the shared root.
 
 Both paths go through the shared-root guard. Freezing again onto an existing snapshot of the same bytes is a
 no-op, so a restart that repeats a snapshot whose league state was not yet saved does not fail.
@@ -18,7 +19,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from common.paths import SharedRoot
+from common.paths import SharedRoot, UnsafePathError
 
 MANIFEST_SUFFIX = ".json"  # the checkpoint store's manifest beside each published file
 
@@ -47,7 +48,7 @@ class SnapshotCopier:
         if source.with_name(source.name + MANIFEST_SUFFIX).is_file():
             self._snapshot_published(src, dst)
         else:
-            self._link_tree(source, target)
+            self._link_tree(source, target, self._root.root)
 
     def _snapshot_published(self, src: str, dst: str) -> None:
         from common.checkpoint_store import CheckpointNotFoundError, CheckpointStore
@@ -62,13 +63,22 @@ class SnapshotCopier:
             raise FileExistsError(f"snapshot {dst!r} exists and holds other weights than {src!r}")
 
     @staticmethod
-    def _link_tree(source: Path, target: Path) -> None:
+    def _link_tree(source: Path, target: Path, root: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+
+        def link_target(src: str, dst: str) -> None:
+            # Linux's link() links a symlink itself, not its target: the snapshot would follow whatever the
+            # link comes to name, outside the root too. Link (or copy) the file it names, inside the root only.
+            real = Path(src).resolve(strict=True)
+            if not real.is_relative_to(root):
+                raise UnsafePathError(f"{src} links to {real}, outside the shared root")
+            link_or_copy(real, dst)
+
         try:
             staged = tmp / target.name
             if source.is_dir():
-                shutil.copytree(source, staged, copy_function=link_or_copy, symlinks=False)
+                shutil.copytree(source, staged, copy_function=link_target, symlinks=False)
                 if target.is_dir():
                     shutil.rmtree(target)
             else:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from common import cli_args
 from common.exit_codes import ADDRESS_IN_USE_EXIT, FAILURE_EXIT, SETUP_ERROR_EXIT
 from common.rpc import (
     AddressInUseError,
@@ -60,23 +61,24 @@ def add_coordinator_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"directory of checkpoints (and state) (default: ${SHARED_ROOT_ENV_VAR})")
     parser.add_argument("--state", type=Path, default=None, help="SQLite state file (default: SHARED_ROOT/league_state.sqlite)")
     parser.add_argument("--host", default=None, help="address to listen on (default: from coordinator.bind_address)")
-    parser.add_argument("--port", type=int, default=None, help="port; 0 picks a free one (default: from config)")
+    parser.add_argument("--port", type=cli_args.port, default=None, help="port; 0 picks a free one (default: from config)")
     parser.add_argument("--port-file", type=Path, default=None, help="write the bound port here (atomically)")
     parser.add_argument("--token-file", type=Path, default=None, help="bearer token clients must send (else $LEAGUE_TOKEN)")
     parser.add_argument("--insecure", action="store_true", help="allow a non-loopback address without a token")
     parser.add_argument("--tls-cert", type=Path, default=None, help="PEM certificate chain (with --tls-key)")
     parser.add_argument("--tls-key", type=Path, default=None, help="PEM private key (with --tls-cert)")
-    parser.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
-    parser.add_argument("--lease-timeout", type=float, default=None, help="seconds (default: coordinator.lease_timeout_s)")
+    parser.add_argument("--metrics-port", type=cli_args.port, default=None, help="serve Prometheus /metrics on this port")
+    parser.add_argument("--lease-timeout", type=cli_args.positive_seconds, default=None, help="seconds (default: coordinator.lease_timeout_s)")
     parser.add_argument("--without-learners", action="store_true", help="hand out collect jobs with no learner bound")
-    parser.add_argument("--seed", type=int, default=None, help="seed of the league's opponent choice")
+    parser.add_argument("--seed", type=cli_args.non_negative_int, default=None, help="seed of the league's opponent choice")
     parser.add_argument("--fsync", action="store_true", help="flush every commit to disk (survive power loss)")
-    parser.add_argument("--grace", type=float, default=5.0, help="seconds in-flight calls get at shutdown")
+    parser.add_argument("--grace", type=cli_args.non_negative_seconds, default=5.0, help="seconds in-flight calls get at shutdown")
     parser.add_argument("--log-level", default="INFO")
 
 
 def coordinator_main(args: argparse.Namespace) -> int:
     # Imported here so `league status` does not pay for the league core.
+    from common.config import ConfigError
     from common.exclusive_lock import LockedError
     from league_service.config import load_config
     from league_service.coordinator import Coordinator, CoordinatorSettings
@@ -115,7 +117,9 @@ def coordinator_main(args: argparse.Namespace) -> int:
         coordinator = Coordinator(cfg, settings)
     except LockedError as err:  # another coordinator serves this state
         return _refuse(str(err))
-    except (LeagueStateError, sqlite3.DatabaseError, OSError) as err:
+    except ConfigError as err:  # what only the shared root can tell (a pretrained checkpoint that is not there)
+        return _refuse(str(err))
+    except (LeagueStateError, sqlite3.DatabaseError, OSError, ValueError) as err:
         # A state file of another league, or not a state file at all: say which, without a traceback.
         return _refuse(f"state {settings.resolved_state_path}: {err}")
     try:

@@ -27,6 +27,7 @@ from common.config import (
 )
 from common.envs.bot_spec import BotSpec
 from common.envs.registry import OPENSPIEL_ALIASES, OPENSPIEL_PREFIX, PYTHON_PREFIX
+from common.paths import UnsafePathError, check_relative
 
 
 def reference_bot_id(text: str) -> str:
@@ -301,9 +302,14 @@ class LeagueConfig:
         if sum(self.active_players.values()) < 1:
             raise ConfigError("active_players", "needs at least one active player")
         _check_at_least(self.max_active_player_job, 1, "max_active_player_job")
-        for category in self.pretrain_checkpoint_path:
+        for category, path in self.pretrain_checkpoint_path.items():
             if category not in self.player_category:
                 raise ConfigError(f"pretrain_checkpoint_path.{category}", "not one of player_category")
+            if path:  # handed to actors and learners, who load it from the shared root
+                try:
+                    check_relative(path)
+                except UnsafePathError as err:
+                    raise ConfigError(f"pretrain_checkpoint_path.{category}", str(err)) from None
         if self.use_pretrain_init_historical:
             if self.league_type == "solo":
                 raise ConfigError("use_pretrain_init_historical", "a solo league has no historical opponents")

@@ -29,10 +29,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from common.config import deep_merge
+from common.config import ConfigError, deep_merge
 from common.paths import SharedRoot, UnsafePathError
 from league_service.checkpoint_copy import SnapshotCopier
-from league_service.config import Config, config_to_dict
+from league_service.config import Config, LeagueConfig, config_to_dict
 from league_service.coordinator_messages import (
     CoordinatorStatus,
     FinishAck,
@@ -152,6 +152,7 @@ class Coordinator:
         self._forget_workers_after_s = cfg.coordinator.forget_workers_after_s
         self._next_forget_check = -math.inf
         self._root = SharedRoot(settings.shared_root)
+        _check_pretrained_checkpoints(cfg.league, self._root)
         self._league = create_league(
             cfg,
             SnapshotCopier(self._root),
@@ -800,3 +801,20 @@ class Coordinator:
             "restored league %s: %d players, %d jobs in flight, %d workers",
             self.league_id, len(self._league.status().players), len(stored.leases), len(stored.workers),
         )
+
+
+def _check_pretrained_checkpoints(league: LeagueConfig, root: SharedRoot) -> None:
+    """Every pretrained checkpoint the config names is a file under the shared root: actors and learners load
+    it (the league starts from it, mutations reset to it), and one that is not there would fail their jobs
+    later, one by one, instead of stopping the coordinator at start with its name."""
+    for category, relative in league.pretrain_checkpoint_path.items():
+        if not relative:
+            continue
+        key = f"league.pretrain_checkpoint_path.{category}"
+        try:
+            path = root.resolve(relative)
+            found = path.exists()
+        except (UnsafePathError, OSError) as err:
+            raise ConfigError(key, str(err)) from None
+        if not found:
+            raise ConfigError(key, f"{relative!r} does not exist under the shared root {root.root}")

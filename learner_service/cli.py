@@ -20,6 +20,7 @@ import sys
 import threading
 from pathlib import Path
 
+from common import cli_args
 from common.exit_codes import ADDRESS_IN_USE_EXIT, FAILURE_EXIT, SETUP_ERROR_EXIT
 from common.rpc import AddressInUseError, check_server_tls, check_tls_ca, format_listen_line, load_token
 from common.signal_flag import SignalFlag
@@ -41,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shared-root", type=Path, default=Path(shared_root) if shared_root else None,
                         help=f"directory of checkpoints and TensorBoard logs (default ${SHARED_ROOT_ENV_VAR})")
     parser.add_argument("--host", default="127.0.0.1", help="address the trajectory server listens on")
-    parser.add_argument("--port", type=int, default=0, help="port of the trajectory server; 0 picks a free one")
+    parser.add_argument("--port", type=cli_args.port, default=0, help="port of the trajectory server; 0 picks a free one")
     parser.add_argument("--advertise", default="", help="HOST:PORT actors stream to (default: host:bound port)")
     parser.add_argument("--worker-id", default=None,
                         help="keep it across restarts to get the same player back (default learner-<host>-<pid>)")

@@ -93,6 +93,27 @@ def test_a_learner_says_when_an_outgoing_connection_holds_its_port(files):
     assert_setup_error(proc, f"port: 127.0.0.1:{port} is in use by another process", code=ADDRESS_IN_USE_EXIT)
 
 
+def test_coordinator_refuses_a_pretrained_checkpoint_that_is_not_under_the_shared_root(files, tmp_path):
+    """Actors and learners would load it later and fail job after job; the coordinator says so at start."""
+    config = tmp_path / "league.yaml"
+    config.write_text("league: {pretrain_checkpoint_path: {default: sl/pretrained.pt}}\n")
+    proc = league("coordinator", "--config", str(config), "--shared-root", str(files["shared"]), "--port", "0")
+    assert_setup_error(proc, "league.pretrain_checkpoint_path.default: 'sl/pretrained.pt' does not exist under "
+                       f"the shared root {files['shared']}")
+
+
+@pytest.mark.parametrize(("flag", "value", "says"), [
+    ("--port", "70000", "must be a port from 0 to 65535"),  # gRPC bound port 4464
+    ("--metrics-port", "-1", "must be a port from 0 to 65535"),
+    ("--lease-timeout", "0", "must be a finite number of seconds > 0"),  # a traceback before
+    ("--lease-timeout", "nan", "must be a finite number of seconds > 0"),
+    ("--seed", "-1", "must be >= 0"),  # numpy's traceback before
+])
+def test_coordinator_flags_out_of_range_are_usage_errors_naming_the_flag(files, flag, value, says):
+    proc = league("coordinator", "--shared-root", str(files["shared"]), "--port", "0", flag, value)
+    assert_setup_error(proc, f"argument {flag}: {says}")
+
+
 def test_workers_and_tools_refuse_a_bad_ca_or_token_file(files):
     shared, garbage, missing = str(files["shared"]), str(files["garbage"]), str(files["missing"])
     coordinator = ("--coordinator", "127.0.0.1:1", "--shared-root", shared)

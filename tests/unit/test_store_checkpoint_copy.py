@@ -31,6 +31,24 @@ def test_a_directory_checkpoint_is_copied_whole(tmp_path, copier):
     assert (tmp_path / "p" / "ckpt_100" / "a.bin").read_bytes() == b"a"
 
 
+def test_symlinks_in_a_directory_checkpoint_are_frozen_as_the_files_they_name_inside_the_root(tmp_path, copier):
+    """Linux's link() links a symlink itself: the "frozen" snapshot held a live link, to outside the root too."""
+    root = tmp_path / "root"
+    ckpt = root / "p" / "ckpt"
+    ckpt.mkdir(parents=True)
+    (ckpt / "weights.bin").write_bytes(b"w")
+    (ckpt / "alias.bin").symlink_to(ckpt / "weights.bin")
+    copier = SnapshotCopier(SharedRoot(root))
+    copier("p/ckpt", "p/ckpt_100")
+    frozen = root / "p" / "ckpt_100" / "alias.bin"
+    assert not frozen.is_symlink() and frozen.read_bytes() == b"w"
+    (tmp_path / "outside.txt").write_text("outside the root")
+    (ckpt / "extra").symlink_to(tmp_path / "outside.txt")
+    with pytest.raises(UnsafePathError, match="outside the shared root"):
+        copier("p/ckpt", "p/ckpt_200")
+    assert not (root / "p" / "ckpt_200").exists()
+
+
 def test_paths_outside_the_root_and_missing_sources_are_refused(tmp_path, copier):
     (tmp_path / "p").mkdir()
     (tmp_path / "p" / "ckpt.pt").write_bytes(b"w")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import pathlib
 import statistics
@@ -31,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -57,6 +59,7 @@ ECHO = "echo server (same RPCs, no league)"
 AIO_ECHO = "asyncio echo server (same RPCs, no league)"
 PACES = (0.25, 0.1)  # seconds between one worker's round trips: 256 and 640 round trips/s offered by 64 workers
 ACTOR = pb.WORKER_ROLE_ACTOR
+SETUP_TIMEOUT_S = 120.0  # for every client to register (and take its job) before a load starts
 
 
 # ---- the baseline: a servicer that only answers ----------------------------------------------------------------
@@ -105,7 +108,7 @@ class AioEchoServicer(EchoServicer):
         return EchoServicer.FinishJob(self, request, context)
 
 
-def serve_echo(servicer: type[EchoServicer] = EchoServicer) -> int:
+def serve_echo(servicer: Callable[[], EchoServicer] = EchoServicer) -> int:
     """Serve `servicer` on a free loopback port and print its LISTEN line (the parent reads the port)."""
     serving = make_server(
         ServerOptions(),
@@ -149,9 +152,22 @@ def process_cpu_s(pid: int) -> float:
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest rank: the smallest value with at least a fraction `q` of the values at or below it."""
     if not sorted_values:
         return float("nan")
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+    return sorted_values[max(0, math.ceil(q * len(sorted_values)) - 1)]
+
+
+def _wait_at(ready: threading.Barrier, stop: threading.Event, threads: list[threading.Thread],
+             errors: list[BaseException], what: str) -> None:
+    """Wait until every client thread is set up; raise (after stopping them) when one failed instead."""
+    try:
+        ready.wait(SETUP_TIMEOUT_S)
+    except threading.BrokenBarrierError:
+        stop.set()
+        for t in threads:
+            t.join(30)
+        raise RuntimeError(f"{what}: a client failed while setting up") from (errors[0] if errors else None)
 
 
 def run_load(
@@ -190,13 +206,14 @@ def run_load(
         except BaseException as exc:  # reported by the caller
             errors.append(exc)
             stop.set()
+            ready.abort()  # a worker that never reaches the barrier must not leave the others waiting at it
         finally:
             channel.close()
 
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(workers)]
     for t in threads:
         t.start()
-    ready.wait()
+    _wait_at(ready, stop, threads, errors, tag)
     warmup = min(1.0, seconds / 3)
     time.sleep(warmup)
     cpu_start = process_cpu_s(server_pid) if server_pid else float("nan")
@@ -254,15 +271,14 @@ def heartbeat_storm(address: str, workers: int, seconds: float, interval_s: floa
                 stop.wait(max(0.0, next_round - time.monotonic()))
         except BaseException as exc:
             errors.append(exc)
-            if ready.n_waiting:
-                ready.abort()
+            ready.abort()
         finally:
             channel.close()
 
     threads = [threading.Thread(target=run, args=(t,), daemon=True) for t in range(threads_n)]
     for t in threads:
         t.start()
-    ready.wait()
+    _wait_at(ready, stop, threads, errors, "heartbeat storm")
     start, first = time.perf_counter(), beats[0]
     time.sleep(seconds)
     rate = (beats[0] - first) / (time.perf_counter() - start)

@@ -149,12 +149,17 @@ def vector_env(cls: type, work: Workload, actions: np.ndarray) -> tuple[Runner, 
     env.reset(seed=0)
     batches = actions[: (_ACTIONS // NUM_ENVS) * NUM_ENVS].reshape(-1, NUM_ENVS)
     cursor = [0]
+    # Gymnasium's default autoreset (NEXT_STEP): the call after an env's episode ended only resets that env.
+    # Such a call is not an env step (the bare loop and our managers count steps, resets folded in).
+    resetting = [0]
 
     def step_batch() -> int:
         i = cursor[0]
-        env.step(batches[i])
+        _, _, terminated, truncated, _ = env.step(batches[i])
         cursor[0] = (i + 1) % len(batches)
-        return NUM_ENVS
+        stepped = NUM_ENVS - resetting[0]
+        resetting[0] = int(np.count_nonzero(terminated | truncated))
+        return stepped
 
     return (lambda seconds: _timed(step_batch, seconds)), env.close
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import math
 import pathlib
 import random
@@ -43,7 +44,7 @@ if str(ROOT) not in sys.path:
 import grpc  # noqa: E402
 import yaml  # noqa: E402
 
-from bench.bench_coordinator import EchoServicer, serve_echo  # noqa: E402
+from bench.bench_coordinator import EchoServicer, percentile, serve_echo  # noqa: E402
 from bench.common import BenchRow, print_rows  # noqa: E402
 from common.proto.league.v1 import league_pb2 as pb  # noqa: E402
 from common.proto.league.v1 import league_pb2_grpc  # noqa: E402
@@ -443,7 +444,7 @@ class _Clients:
 
 
 def _percentile(values: list[float], q: float) -> float:
-    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+    return percentile(values, q)  # nearest rank, as the coordinator benchmark
 
 
 def _latencies(books: _Books) -> tuple[RpcLatency, ...]:
@@ -517,7 +518,8 @@ def run_load(settings: LoadSettings, workdir: pathlib.Path, *, echo: bool = Fals
     workdir.mkdir(parents=True, exist_ok=True)
     if echo:
         settings = settings.honest()
-        command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--serve-echo"]
+        command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--serve-echo",
+                   "--echo-lease", str(settings.lease_timeout_s)]
         context = server_process(command, workdir / "echo.log")
         shared_root = None
     else:
@@ -555,7 +557,16 @@ def run_load(settings: LoadSettings, workdir: pathlib.Path, *, echo: bool = Fals
 
 
 class LoadEchoServicer(EchoServicer):
-    """The coordinator benchmark's echo server, also answering the learners' UpdatePlayer."""
+    """The coordinator benchmark's echo server, also answering the learners' UpdatePlayer, with the load's lease
+    and heartbeat interval: workers then heartbeat as often as against the coordinator (same calls)."""
+
+    def __init__(self, lease_timeout_s: float) -> None:
+        super().__init__()
+        self._lease_timeout_s = lease_timeout_s
+
+    def RegisterWorker(self, request, context):
+        return pb.RegisterWorkerResponse(worker_id=request.worker_id, heartbeat_interval_s=self._lease_timeout_s / 3,
+                                         lease_timeout_s=self._lease_timeout_s)
 
     def UpdatePlayer(self, request, context):
         return pb.UpdatePlayerResponse()
@@ -568,19 +579,19 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=200, help="simulated workers (3 of them learners)")
     parser.add_argument("--seconds", type=float, default=60.0, help="how long the load runs")
-    parser.add_argument("--echo-seconds", type=float, default=15.0, help="how long the echo baseline runs")
     parser.add_argument("--quick", action="store_true", help="50 workers for 8 s (a smoke check)")
     parser.add_argument("--serve-echo", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--echo-lease", type=float, default=5.0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_echo:
-        sys.exit(serve_echo(LoadEchoServicer))
+        sys.exit(serve_echo(functools.partial(LoadEchoServicer, args.echo_lease)))
     if args.quick:
-        args.workers, args.seconds, args.echo_seconds = 50, 8.0, 4.0
+        args.workers, args.seconds = 50, 8.0
     learners = len(ACTIVE_PLAYERS)
     settings = LoadSettings(actors=args.workers - learners, learners=learners, seconds=args.seconds)
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix="bench-load-"))
-    report = run_load(settings, tmp / "league")
-    echo = run_load(LoadSettings(**{**vars(settings), "seconds": args.echo_seconds}), tmp / "echo", echo=True)
+    with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp:
+        report = run_load(settings, pathlib.Path(tmp) / "league")
+        echo = run_load(settings, pathlib.Path(tmp) / "echo", echo=True)  # the same clients for as long
     return report_rows(report, echo)
 
 

@@ -1,7 +1,11 @@
-"""`make bench`: run every benchmark of the project in one go and rewrite BENCHMARKS.md.
+"""`make bench`: run every benchmark of the project in one go and write their tables to bench/results/latest.md.
 
 Each row holds the figure, the baseline measured in the same run, the ratio, the goal, and the machine
 (cores, CPU model) and date. A benchmark module exposes `main(argv) -> list[BenchRow]`.
+
+BENCHMARKS.md is the project's record: tables copied from such runs, each with the command that produced it,
+and what was learned from them, written by hand. This script never rewrites it (an earlier version did, and
+would have dropped every note).
 """
 
 from __future__ import annotations
@@ -55,10 +59,6 @@ def render(results: list[tuple[str, str, list[BenchRow] | str, float]], command:
                 f"{r.ratio:.2f} | {r.goal} | {met} |"
             )
         lines.append("")
-    # Measurements that need a long run or a person (learning outcomes) are recorded by hand beside the
-    # benchmarks, each with its command, and carried into every rewrite of BENCHMARKS.md.
-    for manual in sorted((ROOT / "bench" / "results").glob("manual_*.md")):
-        lines += [manual.read_text().strip(), ""]
     return "\n".join(lines)
 
 
@@ -66,8 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short runs (smoke-check the benchmarks)")
     parser.add_argument("--only", action="append", default=[], help="run only modules containing this text")
-    parser.add_argument("--out", type=pathlib.Path, default=ROOT / "BENCHMARKS.md")
+    parser.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results" / "latest.md")
     args = parser.parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
     results = []
     for module, title in BENCHMARKS:
         if args.only and not any(s in module for s in args.only):
@@ -81,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
             rows = traceback.format_exc()
             print(rows, file=sys.stderr)
         results.append((module, title, rows, time.monotonic() - start))
-    command = "make bench" if not (args.quick or args.only) else "python bench/run_all.py " + " ".join(argv or [])
+    command = "make bench" if not given else " ".join(["python bench/run_all.py", *given])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(render(results, command))
     print(f"\nwrote {args.out}")
     return 0

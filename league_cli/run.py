@@ -24,6 +24,7 @@ import yaml
 from common.config import ConfigError, from_dict
 from common.exclusive_lock import ExclusiveLock, LockedError
 from common.exit_codes import ADDRESS_IN_USE_EXIT, SETUP_ERROR_EXIT
+from common.ports import restartable_port
 from common.signal_flag import SignalFlag
 from league_cli.history import HistoryLog
 from league_cli.processes import ManagedProcess, ProcessGroup, league_command
@@ -31,6 +32,11 @@ from league_cli.run_watch import FailingJobsWatch, StepBudget, StepRate
 
 PORT_WAIT_S = 90.0
 MAX_WORKER_RESTARTS = 5
+FRESH_PORT_ATTEMPTS = 3  # free ports tried for the coordinator's first start (one can be taken before the bind)
+
+
+class PortTakenError(RuntimeError):
+    """The coordinator exited because its port was taken (exit 3)."""
 # A job that fails in every actor often fails in its learner too (an env that does not exist). The learner's
 # setup-error exit names the cause more directly than the given-up jobs, but it may land a moment after the
 # poll that sees them given up: the run waits this long for it before stopping on the failing jobs.
@@ -113,8 +119,21 @@ class Supervisor:
         self.restarts: dict[str, int] = {}
         self.learner_ports: dict[str, int] = {}
 
-    def start_coordinator(self, port: int = 0) -> str:
-        """Start the coordinator (on `port`, 0: any free one) and wait until it listens; returns its address."""
+    def start_coordinator(self, port: int | None = None) -> str:
+        """Start the coordinator and wait until it listens; returns its address. On `port` (a restart: the
+        workers know that address), else on a free port no outgoing connection can take meanwhile
+        (common/ports.py), so that a restart finds it free; a port taken between the look and the bind is
+        tried again elsewhere."""
+        if port is not None:
+            return self._start_coordinator_on(port)
+        for _ in range(FRESH_PORT_ATTEMPTS - 1):
+            try:
+                return self._start_coordinator_on(restartable_port())
+            except PortTakenError:
+                self.group.forget(self.group.get("coordinator"))
+        return self._start_coordinator_on(restartable_port())
+
+    def _start_coordinator_on(self, port: int) -> str:
         port_file = self.run_dir / "coordinator.port"
         port_file.unlink(missing_ok=True)
         proc = self.group.start("coordinator", league_command(
@@ -127,7 +146,8 @@ class Supervisor:
                 self.address = f"127.0.0.1:{int(port_file.read_text().strip())}"
                 return self.address
             if not proc.alive():
-                raise RuntimeError(f"the coordinator exited ({proc.popen.returncode}):\n{proc.log_tail()}")
+                error = PortTakenError if proc.popen.returncode == ADDRESS_IN_USE_EXIT else RuntimeError
+                raise error(f"the coordinator exited ({proc.popen.returncode}):\n{proc.log_tail()}")
             time.sleep(0.1)  # a child process's file: nothing to wait on but the file system
         raise RuntimeError(f"the coordinator did not report its port within {PORT_WAIT_S:.0f} s:\n{proc.log_tail()}")
 
@@ -136,7 +156,7 @@ class Supervisor:
         if name.startswith("learner"):
             # A restarted learner keeps its address, as a StatefulSet pod or a compose service would: collect
             # jobs already handed out name that endpoint.
-            port = self.learner_ports.get(name, 0)
+            port = self.learner_ports.setdefault(name, restartable_port())
             return league_command("learner", *common, "--host", "127.0.0.1", "--port", str(port))
         argv = league_command("actor", *common, "--manager", self.run_cfg.manager)
         if self.run_cfg.manager == "subprocess":
@@ -177,9 +197,11 @@ class Supervisor:
             moved = ""
             if proc.name.startswith("learner"):
                 if proc.popen.returncode == ADDRESS_IN_USE_EXIT and proc.name in self.learner_ports:
-                    # Its old port was taken meanwhile (an outgoing connection can get it): a free one costs
-                    # only the collect jobs that name the old address, which fail and are issued again.
-                    moved = f" on a free port (its port {self.learner_ports.pop(proc.name)} was taken)"
+                    # Its port was taken meanwhile (by another program): a free one costs only the collect
+                    # jobs that name the old address, which fail and are issued again.
+                    old_port = self.learner_ports.pop(proc.name)
+                    self.learner_ports[proc.name] = restartable_port()
+                    moved = f" on port {self.learner_ports[proc.name]} (its port {old_port} was taken)"
                 else:
                     port = _listening_port(proc.log_path)
                     if port:

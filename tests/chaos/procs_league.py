@@ -10,7 +10,6 @@ crash (or the OOM killer) would; starting again reuses the exact command line.
 from __future__ import annotations
 
 import re
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from typing import Any
 import grpc
 import yaml
 
+from common.ports import restartable_port
 from common.proto.league.v1 import league_pb2
 from league_cli.processes import ManagedProcess, ProcessGroup, league_command
 from tests.chaos.invariants import (
@@ -61,9 +61,8 @@ class LeagueLayout:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for a server the test restarts on it: outside the range outgoing connections are given."""
+    return restartable_port()
 
 
 class KillableLeague:

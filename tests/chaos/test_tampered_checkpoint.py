@@ -136,8 +136,10 @@ def _eval(share: Path, checkpoint: str) -> subprocess.Popen[str]:
 
 @contextlib.contextmanager
 def _evals(share: Path, checkpoints: list[str]) -> Iterator[list[subprocess.Popen[str]]]:
-    procs = [_eval(share, c) for c in checkpoints]
+    procs: list[subprocess.Popen[str]] = []
     try:
+        for c in checkpoints:  # started inside the try: one that fails to start leaves none behind
+            procs.append(_eval(share, c))
         yield procs
     finally:
         for proc in procs:

@@ -22,6 +22,7 @@ from common.checkpoint_store import CheckpointStore
 from common.envs.policy_view import policy_specs
 from common.envs.registry import make_env
 from common.policy_config import player_seed
+from common.ports import restartable_port
 from common.proto.league.v1 import league_pb2 as pb
 from common.trajectory import Trajectory
 from league_service.config import Config, config_from_dict
@@ -269,28 +270,31 @@ def test_the_league_config_bounds_the_chunks_an_actor_holds(tmp_path):
 
 def test_learner_away_mid_job_then_back_gets_every_chunk(tmp_path):
     records = ChunkRecords()
-    learner = serve_recording_learner(records, delay_s=0.01)
-    port = learner.port
+    port = restartable_port()  # it comes back on this port: one no outgoing connection can take meanwhile
+    learner = serve_recording_learner(records, port=port, delay_s=0.01)
     sender = SenderSettings(queue_chunks=2, stream_chunks=4)
     reports: list[JobReport] = []
-    with running_coordinator(solo_config(episode_num=10, unroll_len=2), tmp_path) as server:
-        channel, stub = league_stub(server.address)
-        actor = Actor(actor_settings(server.address, tmp_path, max_jobs=1, sender=sender))
-        thread = threading.Thread(target=lambda: reports.extend(actor.run()))
-        try:
-            bind_learners(stub, learner.address, 1)
-            thread.start()
-            assert records.wait_for(3, timeout_s=60)
-            learner.stop(0)  # the learner goes away mid-job ...
-            threading.Event().wait(0.5)  # ... for a while (the actor retries meanwhile) ...
-            learner = serve_recording_learner(records, port=port)  # ... and comes back on its address
-            thread.join(timeout=120)
-            assert not thread.is_alive()
-        finally:
-            actor.request_stop()
-            thread.join(timeout=30)
-            learner.stop(0)
-            channel.close()
+    try:  # the learner is stopped whatever happens (it is replaced on its port in one test)
+        with running_coordinator(solo_config(episode_num=10, unroll_len=2), tmp_path) as server:
+            channel, stub = league_stub(server.address)
+            actor = Actor(actor_settings(server.address, tmp_path, max_jobs=1, sender=sender))
+            thread = threading.Thread(target=lambda: reports.extend(actor.run()))
+            try:
+                bind_learners(stub, learner.address, 1)
+                thread.start()
+                assert records.wait_for(3, timeout_s=60)
+                learner.stop(0)  # the learner goes away mid-job ...
+                threading.Event().wait(0.5)  # ... for a while (the actor retries meanwhile) ...
+                learner = serve_recording_learner(records, port=port)  # ... and comes back on its address
+                thread.join(timeout=120)
+                assert not thread.is_alive()
+            finally:
+                actor.request_stop()
+                thread.join(timeout=30)
+                learner.stop(0)
+                channel.close()
+    finally:
+        learner.stop(0)
     (report,) = reports
     assert report.status == "completed"
     assert report.sender.failed_streams >= 1  # it did reconnect
@@ -333,23 +337,26 @@ def test_a_newer_checkpoint_is_picked_up_mid_job(tmp_path):
     settings = dict(max_jobs=1, sender=SenderSettings(queue_chunks=2, stream_chunks=2),
                     policies=PolicySettings(first_checkpoint_wait_s=0.0, reload_interval_s=0.05))
     reports: list[JobReport] = []
-    with running_coordinator(solo_config(episode_num=20, unroll_len=2), tmp_path) as server:
-        channel, stub = league_stub(server.address)
-        actor = Actor(actor_settings(server.address, tmp_path, **settings))
-        thread = threading.Thread(target=lambda: reports.extend(actor.run()))
-        try:
-            bind_learners(stub, learner.address, 1)
-            thread.start()
-            assert records.wait_for(2, timeout_s=60)
-            # The learner publishes version 2 while the job runs: the actor switches to it within a check or two.
-            store.publish(player, make_computation_task(CARTPOLE_POLICY, inputs, actions, "cpu", seed=2).get_weights(), 2)
-            thread.join(timeout=120)
-            assert not thread.is_alive()
-        finally:
-            actor.request_stop()
-            thread.join(timeout=30)
-            learner.stop(0)
-            channel.close()
+    try:  # the learner is stopped whatever happens (it is replaced on its port in one test)
+        with running_coordinator(solo_config(episode_num=20, unroll_len=2), tmp_path) as server:
+            channel, stub = league_stub(server.address)
+            actor = Actor(actor_settings(server.address, tmp_path, **settings))
+            thread = threading.Thread(target=lambda: reports.extend(actor.run()))
+            try:
+                bind_learners(stub, learner.address, 1)
+                thread.start()
+                assert records.wait_for(2, timeout_s=60)
+                # The learner publishes version 2 while the job runs: the actor switches to it within a check or two.
+                store.publish(player, make_computation_task(CARTPOLE_POLICY, inputs, actions, "cpu", seed=2).get_weights(), 2)
+                thread.join(timeout=120)
+                assert not thread.is_alive()
+            finally:
+                actor.request_stop()
+                thread.join(timeout=30)
+                learner.stop(0)
+                channel.close()
+    finally:
+        learner.stop(0)
     (report,) = reports
     check_stream(records, report, player)
     versions = [c.header.policy_version for c in records.of_job(report.job_id)]
@@ -362,9 +369,7 @@ def test_the_actor_waits_for_a_coordinator_that_is_away(tmp_path):
     from league_service.coordinator import Coordinator, CoordinatorSettings
     from league_service.server import serve_coordinator
 
-    placeholder = serve_recording_learner(ChunkRecords())  # only to find a free port, then freed
-    port = placeholder.port
-    placeholder.stop(0)
+    port = restartable_port()  # free, and no outgoing connection can take it before the coordinator binds it
     reports: list[JobReport] = []
     actor = Actor(actor_settings(f"127.0.0.1:{port}", tmp_path, max_jobs=1))
     thread = threading.Thread(target=lambda: reports.extend(actor.run()))

@@ -60,7 +60,7 @@ print(json.dumps({"loads": loads, "last": last, "errors": errors}))
 def test_readers_never_see_torn_or_mismatched_checkpoints(tmp_path, shapes):
     store = CheckpointStore(tmp_path, keep_last=2)  # aggressive retention: files vanish under readers
     store.publish("player", tensors_for(0, shapes), 0)
-    done = threading.Event()
+    stop = threading.Event()  # the writer failed, or the test ends: readers that wait for the final version stop
     errors: list[str] = []
     loads = [0] * 3
 
@@ -70,14 +70,13 @@ def test_readers_never_see_torn_or_mismatched_checkpoints(tmp_path, shapes):
                 store.publish("player", tensors_for(version, shapes), version)
         except BaseException as e:  # reported by the assertion below
             errors.append(f"writer: {e!r}")
-        finally:
-            done.set()
+            stop.set()
 
     def reader(index: int) -> None:
         reader_store = CheckpointStore(tmp_path, keep_last=2)
         last = -1
         try:
-            while not done.is_set() or last < FINAL_VERSION:
+            while last < FINAL_VERSION and not stop.is_set():
                 checkpoint = reader_store.load_latest("player")
                 loads[index] += 1
                 if checkpoint.ref.version < last:
@@ -93,7 +92,7 @@ def test_readers_never_see_torn_or_mismatched_checkpoints(tmp_path, shapes):
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        threads = [threading.Thread(target=reader, args=(i,)) for i in range(3)]
+        threads = [threading.Thread(target=reader, args=(i,), daemon=True) for i in range(3)]
         for t in threads:
             t.start()
         writer_thread = threading.Thread(target=writer)
@@ -103,10 +102,12 @@ def test_readers_never_see_torn_or_mismatched_checkpoints(tmp_path, shapes):
             t.join(120)
         out, err = process.communicate(timeout=150)
     finally:
+        stop.set()
         if process.poll() is None:
             process.kill()
             process.wait()
     assert not errors, errors[:5]
+    assert not any(t.is_alive() for t in threads)
     assert all(n > 0 for n in loads)
     assert process.returncode == 0, err
     result = json.loads(out)

@@ -23,7 +23,17 @@ REFUSALS = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.St
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    root = tmp_path_factory.mktemp("shared")
+    """One server for the refusal tests, which change nothing (the generated requests may hold its jobs)."""
+    yield from _serve(tmp_path_factory.mktemp("shared"))
+
+
+@pytest.fixture
+def fresh(tmp_path):
+    """A server of its own, for a test that needs free jobs."""
+    yield from _serve(tmp_path)
+
+
+def _serve(root):
     (root / "main_player_default_0").mkdir()
     (root / "main_player_default_0" / "ckpt.pt").write_bytes(b"w")
     (root / "loop").symlink_to(root / "loop")
@@ -93,8 +103,8 @@ def test_malformed_requests_name_the_field(served, method, request_, field):
     assert details.startswith(f"{field}:"), details
 
 
-def test_results_naming_players_not_in_the_job_are_refused_and_the_job_still_counts_later(served):
-    _, stub = served
+def test_results_naming_players_not_in_the_job_are_refused_and_the_job_still_counts_later(fresh):
+    _, stub = fresh
     while True:  # a match of two different players (self-play jobs name one player twice)
         job = stub.GetJob(pb.GetJobRequest(worker_id="actor", role=ACTOR, wait_s=5)).job
         if job.players[0].player_id != job.players[1].player_id:

@@ -71,9 +71,15 @@ def in_thread(fn, *args):
         except BaseException as exc:  # handed to the test thread
             outcome["error"] = exc
 
-    thread = threading.Thread(target=target, name="stepping")
+    thread = threading.Thread(target=target, name="stepping", daemon=True)  # a hang fails the test, not the run
     thread.start()
     return thread, outcome
+
+
+def joined(thread: threading.Thread) -> None:
+    """Wait for a stepping thread; one still stuck after a minute is a watchdog that failed."""
+    thread.join(60)
+    assert not thread.is_alive(), "the stepping thread is still stuck"
 
 
 @pytest.mark.parametrize("hang_kind", ["wait", "spin"])
@@ -99,7 +105,7 @@ def test_a_hang_in_python_code_outside_the_main_thread_is_interrupted(managers, 
         return play(manager, 3)
 
     thread, outcome = in_thread(launch_and_play)
-    thread.join()
+    joined(thread)
     assert "error" not in outcome, outcome
     (failed,) = outcome["result"]
     assert "hung" in failed.info.failure and manager.failure_counts == {0: 1}
@@ -118,7 +124,7 @@ def test_a_blocked_env_outside_the_main_thread_shows_as_stalled_and_fails_once_i
                30, lambda: caplog.text)
     assert thread.is_alive() and manager.stalled_s() > 0
     HANGS_RELEASED.set()
-    thread.join()
+    joined(thread)
     assert "error" not in outcome, outcome
     (failed,) = outcome["result"]
     assert "hung" in failed.info.failure and manager.failure_counts == {0: 1, 1: 0}
@@ -215,7 +221,7 @@ def test_interrupts_never_escape_when_steps_end_at_the_deadline(managers, where)
         failures = run()
     else:
         thread, outcome = in_thread(run)
-        thread.join()
+        joined(thread)
         assert "error" not in outcome, outcome
         failures = outcome["result"]
     assert failures == sum(manager.failure_counts.values())

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from common.computation import TensorSpec
 from common.config import ConfigError, load_yaml
 from common.envs import make_env
 from common.envs.policy_view import policy_specs
+from common.ports import restartable_port
 from common.proto.league.v1 import league_pb2, league_pb2_grpc
 from common.rpc import ServerOptions, make_channel
 from league_service.config import Config, config_from_dict
@@ -247,9 +247,8 @@ def test_a_mutated_player_is_reset_and_keeps_counting_up(tmp_path):
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for a server the test restarts on it: outside the range outgoing connections are given."""
+    return restartable_port()
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@ import threading
 
 import pytest
 
+from common.ports import ephemeral_range
 from league_cli.run import RunConfig, Supervisor
 
 
@@ -53,7 +54,21 @@ def test_a_learner_whose_old_port_was_taken_is_restarted_on_a_free_one(superviso
     supervisor.group.start("learner-0", [sys.executable, "-c", "import sys; sys.exit(3)"])
     supervisor.group.get("learner-0").popen.wait(30)
     (event,) = supervisor.check()
-    assert event == "learner-0 exited with 3; restarted on a free port (its port 40001 was taken) (1)"
-    assert "learner-0" not in supervisor.learner_ports
+    port = supervisor.learner_ports["learner-0"]
+    assert event == f"learner-0 exited with 3; restarted on port {port} (its port 40001 was taken) (1)"
     argv = supervisor.group.get("learner-0").argv
-    assert argv[argv.index("--port") + 1] == "0"
+    assert argv[argv.index("--port") + 1] == str(port)
+
+
+def test_servers_get_ports_no_outgoing_connection_can_take(supervisor):
+    """Ports the OS picks come from the range it also gives outgoing connections: a learner or coordinator
+    restarted on such a port could find it taken by one (an actor's channel lives as long as the actor)."""
+    low, _ = ephemeral_range()
+    supervisor.address = "127.0.0.1:1"
+    argv = supervisor._worker_argv("learner-0")
+    port = int(argv[argv.index("--port") + 1])
+    assert 0 < port < low and supervisor._worker_argv("learner-0") == argv  # and kept for its restarts
+    supervisor.shared_root.mkdir()
+    supervisor.config_path.write_text("{}\n")  # the embedded league
+    address = supervisor.start_coordinator()
+    assert 0 < int(address.rpartition(":")[2]) < low

@@ -1,13 +1,13 @@
 """`kill -9` the coordinator while actors finish jobs, restart it on the same state, and check the books:
 no accepted match lost or counted twice, workers carry on without registering again."""
 
-import socket
 import threading
 from dataclasses import dataclass, field
 
 import grpc
 import yaml
 
+from common.ports import restartable_port
 from common.proto.league.v1 import league_pb2 as pb
 from common.rpc import RetryPolicy, call_idempotent
 from league_service.coordinator_testing import SMALL_LEAGUE, coordinator_process, league_stub, outcomes_for
@@ -18,9 +18,8 @@ THROUGH_RESTART = RetryPolicy(attempts=200, initial_backoff_s=0.05, max_backoff_
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for a server the test restarts on it: outside the range outgoing connections are given."""
+    return restartable_port()
 
 
 @dataclass

@@ -49,10 +49,8 @@ def test_an_interrupted_run_is_stopped_with_sigterm_and_waited_for(tmp_path):
 
 def test_a_child_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path):
     out = tmp_path / "never"
-    start = time.monotonic()
-    with pytest.raises(subprocess.TimeoutExpired):
+    with pytest.raises(subprocess.TimeoutExpired):  # a child never killed would hang here (pytest-timeout fails it)
         run_until_done([sys.executable, "-c", STUBBORN, str(out)], timeout=5.0, grace_s=0.5)
-    assert time.monotonic() - start < 30
     _wait_started(out)  # it did run, and nothing of it is left to wait for
 
 

@@ -177,7 +177,8 @@ def test_install_step_builds_a_complete_wheel_from_the_filtered_context(tmp_path
                 target.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(item, target / item.name)
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(src)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+         "--disable-pip-version-check", "-q", "-w", str(wheels), str(src)],  # offline: no index, no version check
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr

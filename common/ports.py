@@ -1,0 +1,52 @@
+"""Ports for servers that must come back on the same address after a restart.
+
+Why: a port the OS picks for a server (port 0) comes from the ephemeral range, the same range it gives the
+local end of every outgoing connection. Once such a server dies, a connection made meanwhile (an actor's
+channel, say, which lives as long as the actor) can be given its port, and the server cannot come back on
+it. Ports below that range are never handed to outgoing connections, so one found free there stays free for
+the server's restarts unless another program binds it on purpose.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from pathlib import Path
+
+_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_DEFAULT_EPHEMERAL = (32768, 60999)  # Linux's default
+_LOWEST = 10000  # below this: ports that well-known services are configured to use
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """(low, high) of the ports this machine gives outgoing connections (Linux's setting, else its default)."""
+    try:
+        low, high = (int(part) for part in _RANGE_FILE.read_text().split())
+    except (OSError, ValueError):
+        return _DEFAULT_EPHEMERAL
+    return low, high
+
+
+def restartable_port(host: str = "127.0.0.1", *, attempts: int = 200, rng: random.Random | None = None) -> int:
+    """A port free on `host` now and below the ephemeral range, so no outgoing connection can take it while
+    the server on it restarts. Falls back to one the OS picks (ephemeral) when none is found."""
+    rng = rng or random.Random()
+    low, _ = ephemeral_range()
+    if low - 1 > _LOWEST:
+        for _ in range(attempts):
+            port = rng.randrange(_LOWEST, low)
+            if _bindable(host, port):
+                return port
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds: TIME_WAIT does not block
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True

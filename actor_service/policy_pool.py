@@ -17,6 +17,7 @@ when a job brings a different one.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -172,7 +173,7 @@ class PolicyPool:
         policy = self._frozen.get(key)
         if policy is None:
             if ref is None and slot.checkpoint_path:
-                ref = self._manifest(slot.checkpoint_path, slot.checkpoint_version, f"player {slot.player_id}")
+                ref = self._manifest(slot.checkpoint_path, slot.checkpoint_version, slot.player_id, "player")
             policy = self._build(slot.player_id, ref)
             self._frozen[key] = policy
             while len(self._frozen) > self._settings.opponent_cache_size:
@@ -199,14 +200,24 @@ class PolicyPool:
                 log.info("no checkpoint of %s after %.1f s: acting with its fresh initialisation",
                          slot.player_id, self._settings.first_checkpoint_wait_s)
         if slot.checkpoint_path and (latest is None or latest.version <= slot.checkpoint_version):
-            return self._manifest(slot.checkpoint_path, slot.checkpoint_version, f"launch player {slot.player_id}")
+            return self._manifest(slot.checkpoint_path, slot.checkpoint_version, slot.player_id, "launch player")
         return latest
 
-    def _manifest(self, path: str, version: int, what: str) -> CheckpointRef:
+    def _manifest(self, path: str, version: int, player_id: str, what: str) -> CheckpointRef:
+        """The checkpoint a job names for a player, as version `version` of that player.
+
+        A checkpoint of the player's own (or a snapshot of one) carries the version the job says; any other
+        number means the job and the file disagree, which is refused. A checkpoint from elsewhere on the
+        shared root is a pretrained one the league names (`pretrain_checkpoint_path`: the pretrained
+        historical player, or the reset of a mutation): the league numbers it in the player's sequence, so
+        its own manifest version (whatever it was published with) is not the job's.
+        """
         ref = self.store.manifest(path)
-        if ref.version != version:
-            raise ValueError(f"{what}: checkpoint {path!r} is version {ref.version}, the job says {version}")
-        return ref
+        if ref.version == version:
+            return ref
+        if _owned_by(path, player_id):
+            raise ValueError(f"{what} {player_id}: checkpoint {path!r} is version {ref.version}, the job says {version}")
+        return dataclasses.replace(ref, version=version)
 
     def _build(self, player_id: str, ref: CheckpointRef | None) -> Policy:
         task = make_computation_task(
@@ -248,13 +259,23 @@ class PolicyPool:
         log.error("%s (version %d) was not loaded and will not be read again: %s", ref.path, ref.version, err)
 
     def _load_into(self, policy: Policy, ref: CheckpointRef) -> None:
+        # A pretrained checkpoint acts as the version the league gave it (`_manifest`); its digest is checked
+        # against its own manifest all the same.
+        expected = ref.version if _owned_by(ref.path, policy.player_id) else None
         try:
-            checkpoint = self.store.load(ref.path, ref.version)
+            checkpoint = self.store.load(ref.path, expected)
+            version = ref.version
         except CheckpointNotFoundError:
             # Retention removed it between lookup and load: the player's newest version is the next best.
             checkpoint = self.store.load_latest(policy.player_id)
             if checkpoint is None:
                 raise
-        policy.task.set_weights(checkpoint.tensors, checkpoint.ref.version)
-        policy.version = checkpoint.ref.version
+            version = checkpoint.ref.version
+        policy.task.set_weights(checkpoint.tensors, version)
+        policy.version = version
         policy.path = checkpoint.ref.path
+
+
+def _owned_by(path: str, player_id: str) -> bool:
+    """Whether `path` lies in the player's own directory, where its learner publishes."""
+    return path.split("/", 1)[0] == player_id

@@ -105,7 +105,8 @@ class MainExploiter(BattleActivePlayer):
         return isinstance(player, MainPlayer)
 
     def mutate(self, reset_checkpoint_path: str, rng: np.random.Generator) -> str | None:
-        if self.total_agent_step - self.last_reset_step >= self._cfg.reset_after_steps:
+        # At the snapshot's step (last_enough_step): updates that arrived while it was copied do not count.
+        if self.last_enough_step - self.last_reset_step >= self._cfg.reset_after_steps:
             return reset_checkpoint_path
         main_players = self._main_players()
         if main_players and self._payoff[self, main_players].min() < self._cfg.reset_win_rate_below:

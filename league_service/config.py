@@ -36,7 +36,7 @@ def reference_bot_id(text: str) -> str:
     return "bot_" + BotSpec.parse(text).text.replace(":", "_")
 
 
-Weighting = Literal["squared", "variance", "linear", "uniform"]
+Weighting = Literal["squared", "variance", "linear", "linear_capped", "uniform"]  # league_service/pfsp.py
 
 # Player type names as they appear in `active_players`, each with its section of the league config.
 BATTLE_PLAYER_TYPES: tuple[str, ...] = (
@@ -128,7 +128,8 @@ class SoloActivePlayerConfig(ActivePlayerConfig):
 
 @dataclass(frozen=True)
 class NaiveSpPlayerConfig(ActivePlayerConfig):
-    """Self-play against itself (sp) or PFSP over its past versions (pfsp)."""
+    """Self-play against itself (sp) or PFSP over the league's historical players (pfsp): its own past
+    versions, and the reference bots and pretrained players when the league has them (as DI-engine's)."""
 
     BRANCHES: ClassVar[tuple[str, ...]] = ("pfsp", "sp")
 

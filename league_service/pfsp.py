@@ -4,6 +4,8 @@ Weightings (x is the win rate of the player against a candidate):
 - squared:  (1 - x)^2  focus on the opponents we lose to (AlphaStar's main agents);
 - variance: x (1 - x)  focus on opponents of our level (curricula);
 - linear:   1 - x      a milder `squared`;
+- linear_capped: min(0.5, 1 - x)  every opponent beaten less than half the time alike (AlphaStar's league
+  exploiters: find what the whole league has not covered, not just the strongest);
 - uniform:  1          plain fictitious self-play.
 When every weight is zero (e.g. `squared` and we beat everyone) the choice falls back to uniform, so the
 probabilities are never NaN.
@@ -19,6 +21,7 @@ WEIGHTINGS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "squared": lambda x: (1.0 - x) ** 2,
     "variance": lambda x: x * (1.0 - x),
     "linear": lambda x: 1.0 - x,
+    "linear_capped": lambda x: np.minimum(0.5, 1.0 - x),
     "uniform": lambda x: np.ones_like(x),
 }
 

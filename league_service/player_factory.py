@@ -35,4 +35,7 @@ def create_player(
         category=category,
         payoff=payoff,
         cfg=league_cfg.player_config(player_type),
+        # AlphaStar starts every agent from the supervised one: the category's pretrained checkpoint ("" =
+        # a fresh initialisation). Its learner starts from it; actors act with it until the first publish.
+        checkpoint_path=league_cfg.pretrain_path(category),
     )

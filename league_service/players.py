@@ -368,7 +368,9 @@ class ActivePlayer(Player):
         and remember to tell the learner."""
         ref = CheckpointRef(checkpoint_path, self._checkpoint_version + 1)
         self._checkpoint_path, self._checkpoint_version = ref.path, ref.version
-        self._last_reset_step = self._total_agent_step
+        # Counted from the snapshot this reset follows, not from the steps reported while it was being
+        # copied: "reset after one_phase_step" then resets at every snapshot, as AlphaStar does.
+        self._last_reset_step = self._last_enough_step
         self._mutations += 1
         self._pending_reset = ref
         return ref

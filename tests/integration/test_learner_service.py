@@ -438,3 +438,26 @@ def test_a_non_loopback_host_needs_a_token_or_insecure(tmp_path):
         assert address.rsplit(":", 1)[1].isdigit()
     finally:
         learner.close()
+
+
+def test_an_active_player_starts_from_its_categorys_pretrained_checkpoint(tmp_path):
+    """AlphaStar starts every agent from the supervised one: with `pretrain_checkpoint_path`, the learner's
+    first version is the pretrained weights (it was a fresh initialisation, while mutations reset to them)."""
+    base = solo_config()
+    env = make_env(base.env.name)
+    obs, action = policy_specs(env.info())
+    env.close()
+    pretrained = make_computation_task(base.policy, obs, action, device="cpu", seed=123).get_weights()
+    ref = CheckpointStore(tmp_path).publish("sl", pretrained, 3)  # published elsewhere, with its own version
+    cfg = dataclasses.replace(base, league=dataclasses.replace(base.league, pretrain_checkpoint_path={"default": ref.path}))
+    with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
+        channel, stub = league_stub(coordinator.address)
+        with channel:
+            (player,) = [p for p in stub.GetStatus(league_pb2.GetStatusRequest()).players if p.active]
+        assert (player.checkpoint_path, player.checkpoint_version) == (ref.path, 0)
+        with running_learner(coordinator.address, tmp_path) as learner:
+            first = learner.learner.wait_published(PLAYER, 0, 60)
+    start = CheckpointStore(tmp_path).load(first.path).tensors
+    assert set(start) == set(pretrained)
+    for name, array in pretrained.items():
+        np.testing.assert_array_equal(start[name], array)

@@ -100,3 +100,20 @@ def test_a_job_version_that_does_not_match_the_manifest_is_refused(store):
     launch = policies.launch_policy(PlayerSlot("p", "", 0, True))
     with pytest.raises(ValueError, match="version 1, the job says 7"):
         policies.opponent_policy(PlayerSlot("h", "h/v0000000001.pt", 7, False), launch)
+
+
+def test_a_pretrained_checkpoint_acts_as_the_version_the_league_gives_it(store):
+    """`pretrain_checkpoint_path` names a checkpoint published elsewhere on the share, with a version of its
+    own. The league numbers it in the player's sequence (0 for the pretrained historical player; the next
+    version for a mutation's reset), which the version check refused: every such job failed."""
+    pretrained = store.publish("sl", weights(7), 1)
+    policies = pool(store)
+    launch = policies.launch_policy(PlayerSlot("me", "", 0, True))
+    historical = policies.opponent_policy(PlayerSlot("main_player_default_0_pretrain", pretrained.path, 0, False),
+                                          launch)
+    assert historical.version == 0
+    np.testing.assert_array_equal(value(historical), value(pool(store).launch_policy(PlayerSlot("sl", "", 0, True))))
+    store.publish("me", weights(1), 7)  # the player's last version before the league reset it
+    mutated = pool(store).launch_policy(PlayerSlot("me", pretrained.path, 8, True))
+    assert (mutated.version, mutated.path) == (8, pretrained.path)  # not the older v7, not the file's 1
+    np.testing.assert_array_equal(value(mutated), value(historical))

@@ -502,6 +502,27 @@ def test_main_exploiter_resets_after_its_step_limit(make_league):
     assert (player.checkpoint_path, player.checkpoint_version, player.mutations) == ("", 2, 1)
 
 
+
+def test_resetting_after_one_phase_resets_at_every_snapshot_even_with_updates_during_the_copy(make_league):
+    """AlphaStar resets a main exploiter at every snapshot; the config's recipe is reset_after_steps =
+    one_phase_step. The reset was counted from the steps a learner reported while the snapshot was being
+    copied (105 here), so at the next snapshot (200) fewer than 100 steps had passed and it did not reset."""
+    cfg = _cfg(main_exploiter={"one_phase_step": 100, "strong_win_rate": None, "reset_after_steps": 100})
+    reported_during_copy = []
+
+    def save(src: str, dst: str) -> None:
+        if not reported_during_copy:
+            reported_during_copy.append(_update(league, EXPLOITER, 105, "ex/v2.pt", 2))
+
+    league = make_league(cfg, save=save)
+    _update(league, EXPLOITER, 100, "ex/v1.pt", 1)
+    league.snapshot_ready_players()
+    assert reported_during_copy and league.get_player(EXPLOITER).mutations == 1
+    _update(league, EXPLOITER, 200, "ex/v4.pt", 4, reset_applied=3)
+    league.snapshot_ready_players()
+    assert league.get_player(EXPLOITER).mutations == 2
+
+
 # -- solo ----------------------------------------------------------------------------------------------------
 
 

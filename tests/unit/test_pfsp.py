@@ -20,6 +20,8 @@ def test_variance_prefers_opponents_of_our_level():
 
 def test_linear_and_uniform():
     np.testing.assert_allclose(pfsp([0.25, 0.75], "linear"), [0.75, 0.25])
+    # AlphaStar's league exploiters: every opponent beaten less than half the time weighs the same.
+    np.testing.assert_allclose(pfsp([0.1, 0.4, 0.75], "linear_capped"), np.array([0.5, 0.5, 0.25]) / 1.25)
     np.testing.assert_allclose(pfsp([0.1, 0.7, 0.9], "uniform"), [1 / 3] * 3)
 
 

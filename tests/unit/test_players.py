@@ -360,6 +360,7 @@ def test_main_exploiter_resets_when_stuck_or_after_its_step_limit():
     _set_win_rate(payoff, exploiter, main, 0.9)
     assert exploiter.mutate("pre.pt", rng) is None
     _update(exploiter, 1000)
+    exploiter.record_snapshot(exploiter.snapshot())  # mutate follows a snapshot, and counts at its step
     assert exploiter.mutate("pre.pt", rng) == "pre.pt"  # step limit
     exploiter.reset_checkpoint("pre.pt")
     assert exploiter.mutate("pre.pt", rng) is None  # the step limit counts from the reset

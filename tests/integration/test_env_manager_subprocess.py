@@ -10,6 +10,7 @@ import pytest
 
 from actor_service.envs import (
     BaseEnvManager,
+    EnvManagerClosedError,
     EnvManagerConfig,
     EnvState,
     SubprocessEnvManager,
@@ -149,3 +150,40 @@ def test_envs_and_workers_are_described(managers):
     before = obs[0]["observation"].copy()
     manager.step({0: 3})
     np.testing.assert_array_equal(obs[0]["observation"], before)
+
+
+def _step_all(manager: BaseEnvManager, times: int) -> None:
+    for _ in range(times):
+        manager.step(dict.fromkeys(manager.ready_env, 0))
+
+
+@pytest.mark.parametrize("cls", [BaseEnvManager, SubprocessEnvManager])
+def test_a_reset_that_names_envs_resets_only_those_and_seeds_may_name_envs_too(managers, cls):
+    """DI-engine's forms: `seed({env_id: seed})` seeds the envs it names (the keys were taken for seeds), and
+    `reset({env_id: params})` starts a new episode in the envs it names only (every env was reset)."""
+    config = {"num_workers": 2, "wait_num": 3} if cls is SubprocessEnvManager else {}
+    manager = managers(cls, [CountingEnv] * 3, **config)
+    manager.seed({0: 5, 2: 7})
+    manager.launch()
+    first = manager.next_obs
+    assert first[0][2] == np.float32(np.random.default_rng(5).random())
+    assert first[2][2] == np.float32(np.random.default_rng(7).random())
+    _step_all(manager, 4)  # episodes of 3 steps: each env finished one and is 1 step into the next
+    assert manager.episode_counts == {0: 1, 1: 1, 2: 1}
+    manager.reset({1: {"length": 5}})
+    obs = manager.next_obs
+    assert obs[1][:2].tolist() == [0, 2]  # env 1: a new episode (its third), from its first step
+    assert obs[0][:2].tolist() == [1, 1] and obs[2][:2].tolist() == [1, 1]  # the others play on
+    assert manager.episode_counts == {0: 1, 1: 0, 2: 1}
+    manager.reset([{}, {}, {"length": 2}])  # a sequence: one mapping per env, every env reset
+    assert [o[:2].tolist() for o in manager.next_obs.values()] == [[0, 2], [0, 3], [0, 2]]
+    assert manager.episode_counts == {0: 0, 1: 0, 2: 0}
+    for bad in ("x", {3: {}}, [{}]):
+        with pytest.raises((TypeError, ValueError), match="reset_params"):
+            manager.reset(bad)
+    for bad in (1.5, "7", {0: 1.5}, {9: 1}):
+        with pytest.raises((TypeError, ValueError), match="seed"):
+            manager.seed(bad)
+    manager.close()
+    with pytest.raises(EnvManagerClosedError):
+        _ = manager.done  # a `while not manager.done` loop must not spin on a closed manager

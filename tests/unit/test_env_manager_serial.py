@@ -89,7 +89,11 @@ def test_reset_params_are_per_env_and_kept_for_auto_resets(managers):
     manager.launch(reset_params={1: {"length": 5}})
     seen = _run_to_done(manager)
     assert [len(seen[0]), len(seen[1])] == [6, 10]
-    manager.reset(reset_params={0: {"length": 1}})
+    manager.reset(reset_params={0: {"length": 1}})  # only env 0 starts over (DI-engine's reset); env 1 stays done
+    assert manager.episode_counts == {0: 0, 1: 2}
+    seen = _run_to_done(manager)
+    assert [len(seen[0]), len(seen[1])] == [2, 0]
+    manager.reset()  # every env, each with the params it was given last
     assert manager.episode_counts == {0: 0, 1: 0}
     seen = _run_to_done(manager)
     assert [len(seen[0]), len(seen[1])] == [2, 10]

@@ -101,7 +101,7 @@ class BaseEnvManager:
         self._failures = [0] * n
         self._reset_params: list[dict[str, Any]] = [{} for _ in range(n)]
         self._seeds: list[int | None] = [None] * n
-        self._seeds_pending = False
+        self._seeds_pending: set[int] = set()  # envs whose seed from `seed()` their next reset has not used
         self._env_info: EnvInfo | None = None
         self._envs: list[Env | None] = [None] * n
         self._watchdog: Watchdog | None = None  # the serial manager's, from launch to close
@@ -122,6 +122,7 @@ class BaseEnvManager:
     @property
     def done(self) -> bool:
         """Every env has played its `episode_num` episodes."""
+        self._check_not_closed()  # a closed manager is not done: a `while not done` loop must not spin on it
         return all(state is EnvState.DONE for state in self._state)
 
     @property
@@ -145,6 +146,7 @@ class BaseEnvManager:
 
     @property
     def env_states(self) -> dict[int, EnvState]:
+        self._check_not_closed()
         return dict(enumerate(self._state))
 
     @property
@@ -170,17 +172,28 @@ class BaseEnvManager:
         return self._env_info
 
     # ---- control ---------------------------------------------------------------------------------------
-    def seed(self, seed: int | Sequence[int]) -> None:
-        """Seeds for the next `launch`/`reset`: an int gives env i the seed `seed + i`."""
+    def seed(self, seed: int | Sequence[int] | Mapping[int, int]) -> None:
+        """Seeds for the envs' next `launch`/`reset`: an int gives env i the seed `seed + i`, a sequence one
+        seed per env, a mapping {env_id: seed} (DI-engine's form) seeds the envs it names.
+
+        A seed is used once, by the env's next reset; its later episodes go on from the env's own random
+        state (DI-engine's dynamic seed). An env rebuilt after a failure starts again from its last seed.
+        """
         self._check_not_closed()
-        if isinstance(seed, numbers.Integral):
-            seeds = [int(seed) + i for i in range(self.env_num)]
+        if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
+            given = {i: int(seed) + i for i in range(self.env_num)}
+        elif isinstance(seed, Mapping):
+            given = {self._env_id(env_id, "seed"): _integer(value, f"seed[{env_id}]") for env_id, value in seed.items()}
+        elif isinstance(seed, Sequence) and not isinstance(seed, (str, bytes)):
+            if len(seed) != self.env_num:
+                raise ValueError(f"seed: expected {self.env_num} seeds (one per env), got {len(seed)}")
+            given = {i: _integer(value, f"seed[{i}]") for i, value in enumerate(seed)}
         else:
-            seeds = [int(s) for s in seed]
-            if len(seeds) != self.env_num:
-                raise ValueError(f"seed: expected {self.env_num} seeds (one per env), got {len(seeds)}")
-        self._seeds = list(seeds)
-        self._seeds_pending = True
+            raise TypeError(f"seed: expected an int, a sequence of {self.env_num} ints or a mapping "
+                            f"{{env_id: int}}, got {type(seed).__name__}")
+        for env_id, value in given.items():
+            self._seeds[env_id] = value
+            self._seeds_pending.add(env_id)
 
     def launch(self, reset_params: Mapping[int, Mapping[str, Any]] | None = None) -> None:
         """Build the envs and start their first episodes."""
@@ -194,18 +207,23 @@ class BaseEnvManager:
             self.close()
             raise
 
-    def reset(self, reset_params: Mapping[int, Mapping[str, Any]] | None = None) -> None:
-        """Start a new episode in every env and zero the episode counts and the failure counts (each reset
-        starts a fresh `max_retry` budget: an actor resets its manager for every job, and an env that fails
-        now and then must not use up the budget of the jobs after).
+    def reset(self, reset_params: Mapping[int, Mapping[str, Any]] | Sequence[Mapping[str, Any]] | None = None
+              ) -> None:
+        """Start a new episode in the envs `reset_params` names, or in every env when it is None (as
+        DI-engine's managers do), and zero their episode and failure counts (each reset starts a fresh
+        `max_retry` budget: an actor resets its manager for every job, and an env that fails now and then
+        must not use up the budget of the jobs after). The other envs play on untouched.
 
-        `reset_params` ({env_id: {name: value}}) replaces the reset params of the envs it names; an env's
-        params are used for this reset and every automatic reset after it.
+        `reset_params` ({env_id: {name: value}}, or a sequence of one mapping per env) replaces the reset
+        params of the envs it names; an env's params are used for this reset and every automatic reset after.
         """
         self._check_running()
-        self._failures = [0] * self.env_num
-        self._set_reset_params(reset_params)
-        self._reset_all()
+        params = self._reset_map(reset_params)
+        env_ids = sorted(params) if params is not None else list(range(self.env_num))
+        self._set_reset_params(params)
+        for env_id in env_ids:
+            self._failures[env_id] = 0
+        self._reset_envs(env_ids)
 
     def step(self, actions: Mapping[int, Any]) -> dict[int, TimeStep]:
         """Apply one action per env id (envs from `ready_env`); returns their timesteps by env id."""
@@ -293,20 +311,21 @@ class BaseEnvManager:
 
     # ---- serial machinery ------------------------------------------------------------------------------
     def _launch(self, reset_params: Mapping[int, Mapping[str, Any]] | None) -> None:
-        self._set_reset_params(reset_params)
+        self._set_reset_params(self._reset_map(reset_params))
         if self._config.step_timeout is not None or self._config.reset_timeout is not None:
             self._watchdog = Watchdog(f"env-watchdog-{id(self):x}")
-        self._reset_all()
+        self._reset_envs(range(self.env_num))
 
-    def _reset_all(self) -> None:
-        seeds = self._take_seeds()
-        self._start_reset()
-        for env_id in range(self.env_num):
+    def _reset_envs(self, env_ids: Sequence[int]) -> None:
+        seeds = self._take_seeds(env_ids)
+        self._start_reset(env_ids)
+        for env_id in env_ids:
             try:
                 self._start_episode(env_id, seeds[env_id], "reset")
             except (Exception, EnvHangInterrupt) as exc:
                 self._recover(env_id, self._failure(env_id, "reset", exc))
-        self._results.clear()
+        for env_id in env_ids:
+            self._results.pop(env_id, None)
 
     def _start_episode(self, env_id: int, seed: int | None, stage: str) -> None:
         """Build the env if needed, seed it if `seed` is given, reset it: one watched operation."""
@@ -397,24 +416,54 @@ class BaseEnvManager:
         state = "a step in flight" if env_id in self._in_flight else f"state {self._state[env_id].name}"
         return f"step: env {env_id} is not waiting for an action ({state}); act only on ready_env / next_obs"
 
+    def _reset_map(self, reset_params: Any) -> dict[int, Mapping[str, Any]] | None:
+        """`reset_params` as {env_id: params}, checked (a sequence gives env i its i-th mapping)."""
+        if reset_params is None:
+            return None
+        if isinstance(reset_params, Mapping):
+            items = list(reset_params.items())
+        elif isinstance(reset_params, Sequence) and not isinstance(reset_params, (str, bytes)):
+            if len(reset_params) != self.env_num:
+                raise ValueError(f"reset_params: expected {self.env_num} mappings (one per env), got "
+                                 f"{len(reset_params)}")
+            items = list(enumerate(reset_params))
+        else:
+            raise TypeError(f"reset_params: expected a mapping {{env_id: {{name: value}}}} or a sequence of one "
+                            f"mapping per env, got {type(reset_params).__name__}")
+        out: dict[int, Mapping[str, Any]] = {}
+        for env_id, params in items:
+            env_id = self._env_id(env_id, "reset_params")
+            if not isinstance(params, Mapping):
+                raise TypeError(f"reset_params[{env_id}]: expected a mapping of reset arguments, got "
+                                f"{type(params).__name__}")
+            out[env_id] = params
+        return out
+
+    def _env_id(self, env_id: Any, what: str) -> int:
+        if isinstance(env_id, bool) or not isinstance(env_id, numbers.Integral) or not 0 <= env_id < self.env_num:
+            raise ValueError(f"{what}: env id {env_id!r} is not in range(0, {self.env_num})")
+        return int(env_id)
+
     def _set_reset_params(self, reset_params: Mapping[int, Mapping[str, Any]] | None) -> None:
         for env_id, params in (reset_params or {}).items():
-            if not isinstance(env_id, int) or not 0 <= env_id < self.env_num:
-                raise ValueError(f"reset_params: env id {env_id!r} is not in range(0, {self.env_num})")
             self._reset_params[env_id] = dict(params)
 
-    def _take_seeds(self) -> list[int | None]:
-        """Seeds for this reset: the ones given by `seed()` since the last reset, else none."""
-        if not self._seeds_pending:
-            return [None] * self.env_num
-        self._seeds_pending = False
-        return list(self._seeds)
+    def _take_seeds(self, env_ids: Sequence[int]) -> list[int | None]:
+        """Seeds for resetting `env_ids` (by env id, None for the others): those given by `seed()` since
+        each env's last reset."""
+        seeds: list[int | None] = [None] * self.env_num
+        for env_id in env_ids:
+            if env_id in self._seeds_pending:
+                self._seeds_pending.discard(env_id)
+                seeds[env_id] = self._seeds[env_id]
+        return seeds
 
-    def _start_reset(self) -> None:
-        self._next_obs.clear()
-        self._results.clear()
-        self._episode_count = [0] * self.env_num
-        self._state = [EnvState.RESET] * self.env_num
+    def _start_reset(self, env_ids: Sequence[int]) -> None:
+        for env_id in env_ids:
+            self._next_obs.pop(env_id, None)
+            self._results.pop(env_id, None)
+            self._episode_count[env_id] = 0
+            self._state[env_id] = EnvState.RESET
 
     def _on_reset(self, env_id: int, obs: Any) -> None:
         self._state[env_id] = EnvState.RUN
@@ -472,3 +521,9 @@ class BaseEnvManager:
 
 
 __all__ = ["BaseEnvManager", "EnvError", "EnvManagerClosedError", "EnvManagerConfig", "EnvState"]
+
+
+def _integer(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{what}: expected an int, got {value!r}")
+    return int(value)

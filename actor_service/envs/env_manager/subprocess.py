@@ -316,7 +316,7 @@ class SubprocessEnvManager(BaseEnvManager):
 
     # ---- launch and reset ------------------------------------------------------------------------------
     def _launch(self, reset_params: Mapping[int, Mapping[str, Any]] | None) -> None:
-        self._set_reset_params(reset_params)
+        self._set_reset_params(self._reset_map(reset_params))
         remove_orphaned_blocks()  # of managers whose whole process group was SIGKILLed (shm_blocks.py)
         if self._worker_spin_s > 0 or self._parent_spin_s > 0:
             self._doorbells = Doorbells.create(len(self._workers))
@@ -332,16 +332,21 @@ class SubprocessEnvManager(BaseEnvManager):
             for worker in self._workers:
                 self._send(worker, AttachCommand(self._buffer.layout), "attach", self._sconfig.reset_timeout)
             self._pump(self._idle, None)
-        self._reset_all()
+        self._reset_envs(range(self.env_num))
 
-    def _reset_all(self) -> None:
+    def _reset_envs(self, env_ids: Sequence[int]) -> None:
         self._pump(self._idle, None)  # let steps in flight land first, so no stale reply follows the reset
-        seeds = self._take_seeds()
-        self._start_reset()
+        env_ids = list(env_ids)
+        seeds = self._take_seeds(env_ids)
+        self._start_reset(env_ids)
+        wanted = set(env_ids)
         for worker in self._workers:
-            self._send_reset(worker, worker.env_ids, seeds, rebuild=False)
-        self._pump(lambda: all(state is EnvState.RUN for state in self._state), None)
-        self._results.clear()
+            ids = [env_id for env_id in worker.env_ids if env_id in wanted]
+            if ids:
+                self._send_reset(worker, ids, seeds, rebuild=False)
+        self._pump(lambda: all(self._state[env_id] is EnvState.RUN for env_id in env_ids), None)
+        for env_id in env_ids:
+            self._results.pop(env_id, None)
 
     def _idle(self) -> bool:
         return not any(w.pending for w in self._workers)

@@ -19,7 +19,7 @@ import grpc
 from actor_service.backoff import TRANSIENT_CODES, Backoff, BackoffSettings, status_code
 from actor_service.stop import StopSignal
 from common.proto.league.v1 import league_pb2, league_pb2_grpc
-from common.rpc import RetryPolicy, call_idempotent, make_channel
+from common.rpc import RetryPolicy, call_idempotent, check_registration, make_channel
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,7 @@ class CoordinatorClient:
                 self._on_failure("RegisterWorker", err)
                 continue
             self._backoff.reset()
+            check_registration(self.address, reply.heartbeat_interval_s, reply.lease_timeout_s)
             self.registration = Registration(
                 reply.worker_id or self.worker_id, reply.heartbeat_interval_s, reply.lease_timeout_s, reply.league_id
             )

@@ -18,6 +18,7 @@ import errno
 import hmac
 import ipaddress
 import logging
+import math
 import os
 import random
 import socket
@@ -142,6 +143,22 @@ def check_exposure(host: str, token: str | None, insecure: bool) -> None:
         raise ValueError(
             f"host: refusing to listen on non-loopback address {host!r} without a token "
             f"(give --token-file or ${TOKEN_ENV_VAR}, or --insecure to serve without auth)"
+        )
+
+
+class RegistrationError(RuntimeError):
+    """A RegisterWorker reply a worker cannot run by (not a coordinator of this version, or not ours)."""
+
+
+def check_registration(address: str, heartbeat_interval_s: float, lease_timeout_s: float) -> None:
+    """The heartbeat interval and lease of a RegisterWorker reply, checked: workers time their heartbeats and
+    leases by them, and a zero or NaN would fail them later, far from the cause."""
+    if not (math.isfinite(heartbeat_interval_s) and math.isfinite(lease_timeout_s)
+            and 0 < heartbeat_interval_s < lease_timeout_s):
+        raise RegistrationError(
+            f"the coordinator at {address} answered RegisterWorker with heartbeat_interval_s={heartbeat_interval_s} "
+            f"and lease_timeout_s={lease_timeout_s} (expected 0 < heartbeat interval < lease): is it a league "
+            "coordinator of this version?"
         )
 
 

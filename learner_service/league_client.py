@@ -23,7 +23,7 @@ from typing import Any
 import grpc
 
 from common.proto.league.v1 import league_pb2, league_pb2_grpc
-from common.rpc import RetryPolicy, call_idempotent, make_channel
+from common.rpc import RetryPolicy, call_idempotent, check_registration, make_channel
 from common.struct_data import struct_to_dict
 from learner_service.trainer import Progress
 
@@ -139,6 +139,7 @@ class LeagueClient:
         while True:
             try:
                 reply = self._call(self._stub.RegisterWorker, request, timeout=10.0)
+                check_registration(self.address, reply.heartbeat_interval_s, reply.lease_timeout_s)
                 return Registration(reply.heartbeat_interval_s, reply.lease_timeout_s)
             except grpc.RpcError as err:
                 if err.code() not in RETRYABLE:

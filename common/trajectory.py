@@ -7,7 +7,7 @@ Keys (``<k>`` and ``<name>`` are one component of letters, digits and ``_.-``)::
     /rewards                       (B, T)       float reward r_t received after acting at t
     /terminals                     (B, T)       bool: the episode *terminated* after step t (no bootstrap)
     /truncations                   (B, T)       bool: the episode was *truncated* after step t (bootstrap)
-    /masks                         (B, T)       optional, Digideep's 1 - done (derivable, see `masks`)
+    /masks                         (B, T)       optional float: 1 - done of step t (derivable, see `masks`)
     /infos/<k>                     (B, T, ...)  optional env information
     /agents/<name>/actions         (B, T, ...)  the action agent <name> took at t
     /agents/<name>/hidden_state[/<k>] (B, T, ...) recurrent state the agent acted with (memory models)
@@ -19,7 +19,15 @@ end the episode that is o_T; when it was truncated it is the episode's final obs
 bootstraps V(o_T) in both cases. A step t < T-1 that was truncated is followed in the row by the *reset*
 observation of the next episode; the final observation is not stored, so learners cannot form that one
 step's target: they drop step t and bootstrap earlier steps from V(o_t) (one sample per truncated episode
-is lost; no value is ever bootstrapped from the wrong episode). A terminal never bootstraps.
+is lost; no value is ever bootstrapped from the wrong episode). A terminal never bootstraps, and a step is
+never both terminated and truncated (gymnasium may report both: terminated is what holds, no bootstrap).
+
+Coming from Digideep: the keys are Digideep's, the layout is not. Digideep keeps rows of T + 1 entries, the
+last one holding the bootstrap observation, mask, value and hidden state, and keeps each mask with the
+*next* observation (its ``masks[:, t + 1]`` says whether step t ended the episode). Here a row has T steps,
+``/next_observations`` carries the bootstrap observation, ``/masks[:, t]`` is about step t itself (the same
+value one index earlier), ``/rewards`` and ``/masks`` have no trailing axis of 1, the learner computes values
+itself, and ``hidden_state`` is the state the agent acted *with* at t (Digideep stores the state after it).
 """
 
 from __future__ import annotations
@@ -103,8 +111,17 @@ class Trajectory:
         for key in ("/terminals", "/truncations"):
             if tensors[key].dtype != np.bool_ or tensors[key].ndim != 2:
                 raise TrajectoryError(f"{key}: expected bool (batch, steps), got {tensors[key].dtype}")
-        if "/masks" in tensors and tensors["/masks"].ndim != 2:
-            raise TrajectoryError(f"/masks: expected shape (batch, steps), got {tensors['/masks'].shape}")
+        both = tensors["/terminals"] & tensors["/truncations"]
+        if both.any():
+            b, t = (int(i) for i in np.argwhere(both)[0])
+            raise TrajectoryError(f"/truncations: step [{b}, {t}] is also terminated; a terminated step is not "
+                                  "truncated (clear /truncations where /terminals is set)")
+        if "/masks" in tensors:
+            masks = tensors["/masks"]
+            if masks.ndim != 2 or not np.issubdtype(masks.dtype, np.floating):
+                raise TrajectoryError(f"/masks: expected float (batch, steps), got {masks.dtype} {masks.shape}")
+            if not np.array_equal(masks, (~(tensors["/terminals"] | tensors["/truncations"])).astype(masks.dtype)):
+                raise TrajectoryError("/masks: must be 1 - (terminals | truncations), step by step")
         obs_names = _observation_names(tensors, "/observations")
         if not obs_names:
             raise TrajectoryError("/observations: required key missing")
@@ -151,7 +168,8 @@ class Trajectory:
 
     @property
     def masks(self) -> np.ndarray:
-        """Digideep's masks: 0.0 where the episode ended (either way) after the step, else 1.0."""
+        """1.0 where the episode goes on after the step, 0.0 where it ended (either way) after it; Digideep's
+        masks one index earlier (the module doc)."""
         if "/masks" in self.tensors:
             return self.tensors["/masks"]
         return (~(self.terminals | self.truncations)).astype(np.float32)
@@ -288,7 +306,8 @@ class TrajectoryBuilder:
         step = observation_tensors(observations, "/observations")
         step["/rewards"] = np.asarray(rewards, dtype=np.float32)
         step["/terminals"] = np.asarray(terminals, dtype=np.bool_)
-        step["/truncations"] = np.asarray(truncations, dtype=np.bool_)
+        # Gymnasium may report a step as both: it terminated, so nothing is bootstrapped.
+        step["/truncations"] = np.asarray(truncations, dtype=np.bool_) & ~step["/terminals"]
         for k, v in (infos or {}).items():
             step[f"/infos/{k}"] = np.asarray(v)
         if not agents:

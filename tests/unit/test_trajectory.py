@@ -101,6 +101,13 @@ def test_key_grammar_rejects(key):
         (lambda t: t.update({"/infos/x": [[0] * T] * B}), "numpy"),
         (lambda t: t.update({"/bogus": np.zeros((B, T))}), "/bogus"),
         (lambda t: t.update({"/observations/x": np.zeros((B, T), np.float32)}), "either"),
+        # A step both terminated and truncated: learners dropped it as truncated, losing a real terminal.
+        (lambda t: (t["/terminals"].__setitem__((0, 1), True), t["/truncations"].__setitem__((0, 1), True)),
+         r"/truncations: step \[0, 1\] is also terminated"),
+        # /masks, when sent, must say what /terminals and /truncations say (it was taken as is).
+        (lambda t: t.update({"/masks": np.full((B, T), 7, np.int64)}), "/masks: expected float"),
+        (lambda t: (t["/terminals"].__setitem__((1, 2), True), t.update({"/masks": np.ones((B, T), np.float32)})),
+         "/masks: must be 1 - "),
     ],
 )
 def test_validation_names_the_key(mutate, match):
@@ -166,3 +173,12 @@ def test_builder_hidden_state_and_per_env_rows():
     traj = Trajectory.concatenate(rows)
     assert traj.batch_size == 3
     assert traj.hidden_state("a")["h"].shape == (3, 2, 8)
+
+
+def test_the_builder_keeps_a_step_reported_terminated_and_truncated_as_terminated():
+    """Gymnasium may report both; the episode terminated, so nothing bootstraps from it."""
+    builder = TrajectoryBuilder(batch_size=1, unroll_len=1)
+    builder.add(np.zeros((1, 4), np.float32), {"agent": AgentStep(np.zeros(1, np.int64))}, np.ones(1),
+                terminals=np.array([True]), truncations=np.array([True]))
+    traj = builder.build(np.zeros((1, 4), np.float32))
+    assert traj.terminals[0, 0] and not traj.truncations[0, 0]

@@ -92,7 +92,9 @@ class PPOConfig:
     entropy_coef: float = 0.01
     max_grad_norm: float = 0.5
     target_kl: float | None = None
-    """Stop the update's remaining epochs once the approximate KL exceeds this (None: never)."""
+    """Stop the update's remaining epochs once the approximate KL exceeds this (None: never). The KL is taken
+    from the log-probabilities the ratio is clipped against: the start-of-update policy's with `vtrace`, the
+    actors' with `none` (as CleanRL's, so data from older policies counts toward it too)."""
     off_policy_correction: Literal["none", "vtrace"] = "vtrace"
     """How stale behaviour data is corrected (see the module docstring)."""
     vtrace_rho_clip: float = 1.0

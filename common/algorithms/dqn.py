@@ -158,6 +158,9 @@ class DQN(Algorithm):
         weights = batch.get("weight", torch.ones_like(returns))
         if actions.ndim != 1:
             raise ValueError(f"action: DQN learns from (N,) transitions, got shape {tuple(actions.shape)}")
+        for name, value in (("return", returns), ("discount", discount), ("weight", weights)):
+            if tuple(value.shape) != tuple(actions.shape):  # (N, 1) would broadcast the target to (N, N)
+                raise ValueError(f"{name}: expected shape {tuple(actions.shape)} like action, got {tuple(value.shape)}")
 
         with torch.no_grad():
             if cfg.double_q:

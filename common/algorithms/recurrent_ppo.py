@@ -13,11 +13,9 @@ What changes against feed-forward PPO:
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from common.algorithms.ppo import PPO, STATE_PREFIX, check_segments, choose_actions, split_inputs
+from common.algorithms.ppo import PPO, STATE_PREFIX, check_segments, choose_actions, minibatches, split_inputs
 from common.algorithms.recurrent_models import RecurrentActorCriticModel
 from common.computation.algorithm import ForwardKwargs, LearnOutput
 from common.computation.specs import ACTION_MASK, TensorSpec
@@ -61,12 +59,10 @@ class RecurrentPPO(PPO):
             targets, old_logp, behaviour_log_ratio = self._targets(batch, logits, values, bootstrap)
 
         rows = actions.shape[0]
-        rows_per_minibatch = max(1, math.ceil(rows / cfg.num_minibatches))
         stats = self._start_update()
         for _epoch in range(cfg.update_epochs):
             order = torch.randperm(rows, generator=self.generator).to(actions.device)
-            for begin in range(0, rows, rows_per_minibatch):
-                mb = order[begin:begin + rows_per_minibatch]
+            for mb in minibatches(order, cfg.num_minibatches):
                 keep = targets.valid[mb]
                 logits, new_values, _ = self.model.unroll(
                     {k: v[mb] for k, v in inputs.items()}, {k: v[mb] for k, v in recorded.items()}, starts[mb]

@@ -2,6 +2,17 @@
 
 Actors use it to act (`ComputationTask.predict`, batched across threads by `ComputationDataProcessor`),
 learners to train (`ComputationTask.learn` on data from `OnlineHelper` / `ExpReplayHelper`).
+
+Coming from FLARE: the names and the split of responsibilities are FLARE's (a Model defines the networks and
+their specs, an Algorithm owns the model and its optimiser, a ComputationTask turns numpy in and out, with
+weights got and set by name), the calls are not:
+- specs are `TensorSpec` objects, not (name, {shape}) tuples; rewards are scalars per step (shape ()), not [1];
+- `predict(inputs, states=None)` returns a `Prediction` (actions, artifacts such as logp and value, next
+  states), not a (pred_actions, next_states) tuple; a recurrent model needs its states (`initial_states`);
+- `learn(batch)` takes one flat dict per algorithm (`get_learn_specs`: e.g. PPO's (B, T) rows with
+  `next_<input>` bootstrap inputs and boolean `terminated` / `truncated`, DQN's n-step `return` and
+  `discount`), not FLARE's inputs / next_inputs / next_alive keywords, and returns a `LearnResult`;
+- `set_weights(weights, version)` carries the checkpoint version the weights belong to.
 """
 
 from common.computation.agent_helpers import ExpReplayHelper, OnlineHelper, ReplaySample

@@ -228,3 +228,13 @@ def test_dqn_smoke_improves_on_cartpole_in_seconds():
 def test_dqn_solves_cartpole():
     _, best = train_dqn(total_steps=80_000, eps_steps=8000, eval_every=400, target=195)
     assert best >= 195, best
+
+
+@pytest.mark.parametrize("key", ["return", "discount", "weight"])
+def test_per_transition_values_with_another_shape_are_refused(key):
+    """FLARE's reward spec is shape [1]: (N, 1) returns broadcast the TD target to (N, N), and DQN trained on
+    it without a word (priorities came back (N, N))."""
+    batch = learn_batch(np.random.default_rng(2))
+    batch[key] = batch[key][:, None]
+    with pytest.raises(ValueError, match=rf"{key}: expected shape \(32,\) like action"):
+        q_task().learn(batch)

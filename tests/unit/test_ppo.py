@@ -318,3 +318,18 @@ def test_ppo_with_vtrace_learns_from_stale_actors(cartpole):
     finally:
         runner.close()
     assert best >= 195, best
+
+
+def test_minibatches_are_near_equal_and_never_empty():
+    """Slices of ceil(n / count) left 13 samples in 4 as 4, 4, 4, 1: one sample took a full step with its raw
+    (unnormalisable) advantage, and its KL alone decided the early stop."""
+    from common.algorithms.ppo import minibatches
+
+    def sizes(n: int, count: int) -> list[int]:
+        return [len(mb) for mb in minibatches(torch.arange(n), count)]
+
+    assert sizes(13, 4) == [4, 3, 3, 3]
+    assert sizes(1024, 4) == [256] * 4
+    assert sizes(2, 4) == [1, 1]
+    assert sizes(0, 4) == []
+    assert sorted(torch.cat(minibatches(torch.arange(13), 4)).tolist()) == list(range(13))

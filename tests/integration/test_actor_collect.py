@@ -291,7 +291,6 @@ def test_learner_away_mid_job_then_back_gets_every_chunk(tmp_path):
             finally:
                 actor.request_stop()
                 thread.join(timeout=30)
-                learner.stop(0)
                 channel.close()
     finally:
         learner.stop(0)
@@ -353,7 +352,6 @@ def test_a_newer_checkpoint_is_picked_up_mid_job(tmp_path):
             finally:
                 actor.request_stop()
                 thread.join(timeout=30)
-                learner.stop(0)
                 channel.close()
     finally:
         learner.stop(0)

@@ -64,10 +64,16 @@ def main(args: argparse.Namespace) -> int:
     opponent_given = args.opponent is not None
     if not Path(args.checkpoint).is_absolute() and args.shared_root is None:
         return _refuse(f"--checkpoint {args.checkpoint!r} is relative: give --shared-root (or ${SHARED_ROOT_ENV_VAR})")
+    config = args.config
+    if config is None:
+        config = _run_dir_config(Path(args.checkpoint) if args.shared_root is None
+                                 else Path(args.shared_root) / args.checkpoint)
+        if config is not None:
+            print(f"league eval: the league of {config}", file=sys.stderr)
     try:
         for opponent in opponents:
             BotSpec.parse(opponent)
-        policy, env_name, env_kwargs = _league_policy_and_env(args.config)
+        policy, env_name, env_kwargs = _league_policy_and_env(config)
         store, path = resolve_checkpoint(args.checkpoint, args.shared_root)
         env = make_env(env_name, **env_kwargs)
         try:
@@ -94,8 +100,21 @@ def main(args: argparse.Namespace) -> int:
             else:
                 _print_table(ref, env_name, result)
     except (ValueError, OSError) as err:  # config, path, checkpoint (corrupt / missing) or model mismatch
-        return _refuse(str(err))
+        hint = ""
+        if "do not fit the model" in str(err):
+            hint = (f" (the model of {'the embedded league' if config is None else config}; give --config with the "
+                    "league the checkpoint comes from, e.g. its run directory's config.yaml)")
+        return _refuse(f"{err}{hint}")
     return 0
+
+
+def _run_dir_config(checkpoint: Path) -> Path | None:
+    """The config of the `league run` directory a checkpoint lies in (RUN/shared/...), if it is in one: the
+    league whose model the checkpoint has. Without it the embedded connect-four league's model is assumed."""
+    for parent in checkpoint.absolute().parents:
+        if parent.name == "shared" and (parent.parent / "config.yaml").is_file():
+            return parent.parent / "config.yaml"
+    return None
 
 
 def _opponents(text: str) -> tuple[str, ...]:

@@ -31,6 +31,8 @@ from league_cli.processes import ManagedProcess, ProcessGroup, league_command
 from league_cli.run_watch import FailingJobsWatch, StepBudget, StepRate
 
 PORT_WAIT_S = 90.0
+CONFIG_FILE = "config.yaml"  # the league a run directory holds (what resuming it uses)
+PORT_FILE = "coordinator.port"  # the coordinator's port while the run goes on (`league status --run-dir`)
 MAX_WORKER_RESTARTS = 5
 FRESH_PORT_ATTEMPTS = 3  # free ports tried for the coordinator's first start (one can be taken before the bind)
 
@@ -76,13 +78,17 @@ class RunConfig:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", nargs="?", type=Path, default=None,
-                        help="league YAML (default: the embedded connect-four league)")
+                        help="league YAML (default: the run directory's own config.yaml when it has one, i.e. "
+                             "when resuming; else the embedded connect-four league)")
     parser.add_argument("--run-dir", type=Path, default=None, help="where checkpoints, logs and state go "
-                        "(default: runs/<timestamp>)")
+                        "(default: runs/<timestamp>); an existing run directory resumes its league")
     parser.add_argument("--actors", type=int, default=None, help="number of actor processes (overrides run.actors)")
-    parser.add_argument("--seconds", type=float, default=None, help="time budget (overrides run.seconds)")
+    parser.add_argument("--seconds", type=float, default=None,
+                        help="time budget, start-up included (overrides run.seconds; the default league's: 300)")
     parser.add_argument("--env-steps", type=int, default=None, help="env-step budget (overrides run.env_steps)")
-    parser.add_argument("--quiet", action="store_true", help="no live table; one progress line per interval")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no live table; one progress line per interval (the default when output is not a "
+                             "terminal)")
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, RunConfig, dict[str, Any]]:
@@ -134,7 +140,7 @@ class Supervisor:
         return self._start_coordinator_on(restartable_port())
 
     def _start_coordinator_on(self, port: int) -> str:
-        port_file = self.run_dir / "coordinator.port"
+        port_file = self.run_dir / PORT_FILE
         port_file.unlink(missing_ok=True)
         proc = self.group.start("coordinator", league_command(
             "coordinator", "--config", str(self.config_path), "--shared-root", str(self.shared_root),
@@ -276,14 +282,16 @@ def _progress_table(status: Any, elapsed: float, run_cfg: RunConfig, run_steps: 
         f"mutations {c.mutations}"
     )
     table = Table(expand=False)
-    for col in ("player", "type", "steps", "iter", "ckpt v", "elo", "mu±sigma", "return"):
+    solo = status.league_type == "solo"  # no opponents, no ratings; a battle league keeps no returns
+    for col in ("player", "type", "steps", "iter", "ckpt v", *(("return",) if solo else ("elo", "mu±sigma"))):
         table.add_column(col, justify="left" if col in ("player", "type") else "right")
     for p in status.players:
         if not p.active:
             continue
         table.add_row(p.player_id, p.player_type, f"{p.agent_steps:,}", f"{p.train_iteration:,}",
-                      str(p.checkpoint_version), f"{p.elo:.0f}", f"{p.trueskill_mu:.1f}±{p.trueskill_sigma:.1f}",
-                      f"{p.mean_return:.1f}" if p.episodes else "-")
+                      str(p.checkpoint_version),
+                      *((f"{p.mean_return:.1f}" if p.episodes else "-",) if solo
+                        else (f"{p.elo:.0f}", f"{p.trueskill_mu:.1f}±{p.trueskill_sigma:.1f}")))
     historical = sum(1 for p in status.players if not p.active)
     parts = [header, table, Text(f"historical players: {historical}")]
     parts += [Text(e, style="yellow") for e in events[-3:]]
@@ -296,11 +304,12 @@ def run_main(args: argparse.Namespace) -> int:
     from league_service.status_view import status_console
 
     console = status_console()
-    try:
-        cfg, run_cfg, cfg_dict = _load(args)
-    except ConfigError as err:
-        console.print(f"[red]league run: config error: {err}[/red]")
-        return 2
+    if args.config is not None:  # checked before anything is created: a typo makes no run directory
+        try:
+            _load(args)
+        except ConfigError as err:
+            console.print(f"[red]league run: config error: {err}[/red]")
+            return 2
     run_dir = args.run_dir or Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     try:
         (run_dir / "shared").mkdir(parents=True, exist_ok=True)
@@ -313,6 +322,15 @@ def run_main(args: argparse.Namespace) -> int:
         console.print(f"[red]league run: --run-dir {escape(str(run_dir))}: {escape(str(err))}[/red]")
         return 2
     with run_lock:
+        saved = run_dir / CONFIG_FILE
+        if args.config is None and saved.is_file():
+            args.config = saved  # resuming: the league this directory holds, not the embedded default
+            console.print(f"league run: resuming with {saved}")
+        try:
+            cfg, run_cfg, cfg_dict = _load(args)
+        except ConfigError as err:
+            console.print(f"[red]league run: config error: {err}[/red]")
+            return 2
         return _run(args, console, cfg, run_cfg, cfg_dict, run_dir)
 
 
@@ -327,9 +345,13 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
     from league_service.status import STATUS_MAX_BYTES
     from league_service.status_view import render_status, status_to_json
 
-    config_path = run_dir / "config.yaml"
-    config_path.write_text(yaml.safe_dump(cfg_dict, sort_keys=False))
+    # The run directory's config.yaml is replaced only once the coordinator has accepted this config: one it
+    # refuses (another league type than the saved state's) must not make the directory describe another league.
+    config_path = run_dir / CONFIG_FILE
+    pending_path = run_dir / "config.pending.yaml"
+    pending_path.write_text(yaml.safe_dump(cfg_dict, sort_keys=False))
     history_path = run_dir / "status_history.jsonl"
+    quiet = args.quiet or not console.is_terminal  # a live table piped to a file shows only at the end
 
     stop = SignalFlag()
     reason = ["budget spent"]
@@ -339,14 +361,16 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    sup = Supervisor(run_dir, config_path, run_cfg, learners=active_player_count(cfg))
+    sup = Supervisor(run_dir, pending_path, run_cfg, learners=active_player_count(cfg))
     status = None
     exit_code = 0
     try:
         console.print(f"league run: {run_dir} · {sup.learners} learner(s), {run_cfg.actors} actor(s), "
                       f"budget {run_cfg.seconds:.0f} s" + (f" / {run_cfg.env_steps:,} env steps" if run_cfg.env_steps else ""))
         address = sup.start_coordinator()
-        console.print(f"coordinator listening on {address}")
+        os.replace(pending_path, config_path)
+        sup.config_path = config_path
+        console.print(f"coordinator listening on {address} (league status --run-dir {run_dir})")
         sup.start_workers()
         channel = make_channel(address, max_message_bytes=STATUS_MAX_BYTES)
         stub = league_pb2_grpc.LeagueServiceStub(channel)
@@ -361,7 +385,7 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
             while not stop.is_set():
                 new_events = sup.check()
                 events += new_events
-                if args.quiet:
+                if quiet:
                     for event in new_events:
                         console.print(event)
                 try:
@@ -377,7 +401,7 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
                     league_steps = status.counters.env_steps
                     view = _progress_table(status, now - start, run_cfg, step_budget.steps(league_steps), rate,
                                            events)
-                    if args.quiet:
+                    if quiet:
                         c = status.counters
                         console.print(f"[{now - start:6.0f}s] env steps {c.env_steps:,} ({rate:,.0f}/s) "
                                       f"matches {c.matches:,} snapshots {c.snapshots}")
@@ -403,11 +427,13 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
         exit_code = 1
     finally:
         codes = sup.stop()
+        pending_path.unlink(missing_ok=True)  # a config the coordinator never accepted
         for s, handler in previous.items():
             signal.signal(s, handler)
     console.print(f"\nleague run: {reason[0]}; every process stopped "
                   f"({', '.join(f'{k}={v}' for k, v in sorted(codes.items()))})")
     if status is not None:
+        console.print("the league's last status before it stopped:")
         console.print(render_status(status))
     plots = run_dir / "plots"
     try:

@@ -192,8 +192,11 @@ def _refuse(message: str) -> int:
 
 
 def add_status_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--addr", default=os.environ.get(COORDINATOR_ENV_VAR) or DEFAULT_STATUS_ADDR,
-                        help=f"coordinator HOST:PORT (default: ${COORDINATOR_ENV_VAR}, else {DEFAULT_STATUS_ADDR})")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--addr", default=None,
+                       help=f"coordinator HOST:PORT (default: ${COORDINATOR_ENV_VAR}, else {DEFAULT_STATUS_ADDR})")
+    where.add_argument("--run-dir", type=Path, default=None,
+                       help="the coordinator of the `league run` going on in this directory")
     parser.add_argument("--token-file", type=Path, default=None, help="bearer token (else $LEAGUE_TOKEN)")
     parser.add_argument("--tls-ca", type=Path, default=None, help="CA certificate to verify the coordinator (TLS)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -202,6 +205,23 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
         help="refresh in place every SECONDS (default 2)",
     )
     parser.add_argument("--timeout", type=float, default=5.0, help="deadline of each status call, seconds")
+
+
+RUN_PORT_FILE = "coordinator.port"  # written by `league run` into its run directory (league_cli/run.py)
+
+
+def _status_address(args: argparse.Namespace) -> str:
+    """--addr, or the port `league run` keeps in its run directory, or $LEAGUE_COORDINATOR, or the default."""
+    if args.run_dir is not None:
+        port_file = args.run_dir / RUN_PORT_FILE
+        try:
+            port = int(port_file.read_text().strip())
+        except FileNotFoundError:
+            raise ValueError(f"--run-dir: {port_file} does not exist (is a `league run` going on there?)") from None
+        except (OSError, ValueError) as err:
+            raise ValueError(f"--run-dir: cannot read the coordinator's port from {port_file}: {err}") from None
+        return f"127.0.0.1:{port}"
+    return args.addr or os.environ.get(COORDINATOR_ENV_VAR) or DEFAULT_STATUS_ADDR
 
 
 def status_main(args: argparse.Namespace) -> int:
@@ -220,8 +240,13 @@ def status_main(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"league status: {err}", file=sys.stderr)
         return SETUP_ERROR_EXIT
+    try:
+        address = _status_address(args)
+    except ValueError as err:
+        print(f"league status: {err}", file=sys.stderr)
+        return SETUP_ERROR_EXIT
     console = status_console()
-    channel = make_channel(args.addr, token=token, tls_ca=args.tls_ca, max_message_bytes=STATUS_MAX_BYTES)
+    channel = make_channel(address, token=token, tls_ca=args.tls_ca, max_message_bytes=STATUS_MAX_BYTES)
     stub = league_pb2_grpc.LeagueServiceStub(channel)
 
     def fetch() -> league_pb2.LeagueStatus:
@@ -232,7 +257,7 @@ def status_main(args: argparse.Namespace) -> int:
             try:
                 status = fetch()
             except grpc.RpcError as err:
-                print(f"league status: {args.addr}: {err.code().name}: {err.details()}", file=sys.stderr)
+                print(f"league status: {address}: {err.code().name}: {err.details()}", file=sys.stderr)
                 return 1
             if args.json:
                 print(status_to_json(status))
@@ -243,7 +268,7 @@ def status_main(args: argparse.Namespace) -> int:
             try:
                 status = fetch()
             except grpc.RpcError as err:
-                return f"{args.addr}: {err.code().name}: {err.details()} (retrying)"
+                return f"{address}: {err.code().name}: {err.details()} (retrying)"
             return render_status(status)
 
         # Ctrl-C (or SIGTERM) sets `stop` instead of raising KeyboardInterrupt wherever the main thread is:
@@ -256,7 +281,7 @@ def status_main(args: argparse.Namespace) -> int:
                     try:
                         print(status_to_json(fetch(), compact=True), flush=True)
                     except grpc.RpcError as err:
-                        print(f"league status: {args.addr}: {err.code().name}: {err.details()} (retrying)",
+                        print(f"league status: {address}: {err.code().name}: {err.details()} (retrying)",
                               file=sys.stderr, flush=True)
                     stop.wait(args.watch)
                 return 0

@@ -87,12 +87,14 @@ def _players(status: league_pb2.LeagueStatus) -> list[Table]:
     active = sorted((p for p in status.players if p.active), key=lambda p: p.player_id)
     historical = [p for p in status.players if not p.active]
     solo = status.league_type == "solo"
-    table = _table("active players", active, ["type", "steps", "iter", "checkpoint", "elo", "trueskill", "slots", "learner"]
-                   + (["mean return", "episodes"] if solo else []))
+    # A solo player has no opponents, so no ratings; a battle league keeps no returns (its payoff counts wins).
+    table = _table("active players", active, ["type", "steps", "iter", "checkpoint",
+                                              *(["mean return", "episodes"] if solo else ["elo", "trueskill"]),
+                                              "slots", "learner"])
     for p in active:
-        row = [p.player_id, p.player_type, f"{p.agent_steps:,}", str(p.train_iteration), _checkpoint(p), *_ratings(p),
-               f"{p.slots_used}/{p.slots_limit}", p.learner_worker_id or "-"]
-        table.add_row(*row, *([f"{p.mean_return:.2f}", str(p.episodes)] if solo else []))
+        table.add_row(p.player_id, p.player_type, f"{p.agent_steps:,}", str(p.train_iteration), _checkpoint(p),
+                      *([f"{p.mean_return:.2f}", str(p.episodes)] if solo else _ratings(p)),
+                      f"{p.slots_used}/{p.slots_limit}", p.learner_worker_id or "-")
     tables = [table]
     failing = [p for p in active if p.failed_attempts_in_a_row or p.jobs_given_up]
     if failing:

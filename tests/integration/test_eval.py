@@ -146,3 +146,22 @@ def test_the_win_rate_interval_is_wilsons_and_narrows_with_games():
     assert low < low_k < 0.99 < high_k < high  # ten times the games: a narrower interval around the same rate
     assert win_rate_interval(0, 10)[0] == 0.0 and win_rate_interval(10, 10)[1] == 1.0  # stays inside [0, 1]
     assert win_rate_interval(0, 0) == (0.0, 1.0)  # no games: nothing known
+
+
+def test_a_checkpoint_of_a_run_directory_is_judged_with_that_runs_league(tmp_path, capsys):
+    """A user evaluates a solo run's checkpoint with no --config: the embedded connect-four model was assumed
+    and the load failed with a list of missing weights. The run directory's config.yaml says the league."""
+    mlp = {"algorithm": "ppo", "model": {"conv": [], "hidden": [16], "shared_torso": True}}
+    shared = tmp_path / "run" / "shared"
+    shared.mkdir(parents=True)
+    path = publish(shared, mlp, env="CartPole-v1")
+    (tmp_path / "run" / "config.yaml").write_text(json.dumps({"env": {"name": "CartPole-v1"}, "policy": mlp}))
+    assert eval_cli.main(parse("--checkpoint", str(shared / path), "--games", "2", "--json")) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["env"] == "CartPole-v1"
+    assert "the league of" in captured.err
+    # Outside a run directory, a model mismatch says what to do.
+    (tmp_path / "loose").mkdir()
+    elsewhere = publish(tmp_path / "loose", mlp, env="CartPole-v1")
+    assert eval_cli.main(parse("--checkpoint", elsewhere, "--shared-root", str(tmp_path / "loose"))) == 2
+    assert "give --config with the league the checkpoint comes from" in capsys.readouterr().err

@@ -92,10 +92,14 @@ def _active(record: dict) -> dict:
 class LeagueRun:
     """`league run` as a subprocess in its own session; killed with everything under it at the end."""
 
-    def __init__(self, tmp_path: Path, seconds: float, env_name: str | None = None, model: dict | None = None) -> None:
+    def __init__(self, tmp_path: Path, seconds: float, env_name: str | None = None, model: dict | None = None,
+                 config: Path | None | bool = True) -> None:
+        """`config`: True writes the solo test config, a path runs that file, None none (the run directory's)."""
         self.run_dir = tmp_path / "run"
-        argv = [sys.executable, "-m", "league_cli", "run", str(_config(tmp_path, seconds, env_name, model)),
-                "--run-dir", str(self.run_dir), "--quiet"]
+        if config is True:
+            config = _config(tmp_path, seconds, env_name, model)
+        argv = [sys.executable, "-m", "league_cli", "run", *([str(config)] if config else []),
+                "--run-dir", str(self.run_dir), "--seconds", str(seconds), "--quiet"]
         self.log = open(tmp_path / "league_run.log", "wb")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, cwd=tmp_path,
                                      start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -138,8 +142,9 @@ class LeagueRun:
 def league_run(tmp_path):
     runs: list[LeagueRun] = []
 
-    def start(seconds: float, env_name: str | None = None, model: dict | None = None) -> LeagueRun:
-        run = LeagueRun(tmp_path, seconds, env_name, model)
+    def start(seconds: float, env_name: str | None = None, model: dict | None = None,
+              config: Path | None | bool = True) -> LeagueRun:
+        run = LeagueRun(tmp_path, seconds, env_name, model, config)
         runs.append(run)
         return run
 
@@ -275,12 +280,19 @@ def test_a_coordinator_killed_with_sigkill_is_restarted_on_its_state_and_the_run
 
 def test_a_second_run_in_the_same_run_dir_resumes_the_league(league_run):
     """`league run --run-dir D` again continues D's league from its state database and checkpoints:
-    counters, steps and checkpoint versions carry on from where the first run stopped."""
+    counters, steps and checkpoint versions carry on from where the first run stopped. With no config given
+    it is D's own (it was the embedded connect-four league, which the solo state refused); a config the
+    saved league refuses leaves D's config as it was (it was overwritten: D then described another league)."""
     first = league_run(seconds=25)
     _assert_clean_end(first)
     before = _history(first.run_dir)[-1]
     assert _counter(before, "env_steps") > 0 and _active(before)["checkpoint_version"] >= 1, first.output()
-    second = league_run(seconds=30)
+    saved = (first.run_dir / "config.yaml").read_text()
+    wrong = league_run(seconds=20, config=ROOT / "configs" / "league_connect_four.yaml")
+    assert wrong.finish(timeout_s=120) != 0 and "the saved league is 'solo'" in wrong.output(), wrong.output()
+    assert (first.run_dir / "config.yaml").read_text() == saved
+    assert not (first.run_dir / "config.pending.yaml").exists()
+    second = league_run(seconds=30, config=None)
     second.wait_for(lambda r: _counter(r, "env_steps") > _counter(before, "env_steps")
                     and _active(r)["checkpoint_version"] > _active(before)["checkpoint_version"],
                     90, "the resumed league to train on")

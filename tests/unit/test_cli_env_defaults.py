@@ -5,7 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from league_service.cli import DEFAULT_STATUS_ADDR, add_coordinator_arguments, add_status_arguments
+from league_service.cli import (
+    DEFAULT_STATUS_ADDR,
+    _status_address,
+    add_coordinator_arguments,
+    add_status_arguments,
+)
 
 
 def _parse(add, argv, monkeypatch, **env):
@@ -18,11 +23,18 @@ def _parse(add, argv, monkeypatch, **env):
     return parser.parse_args(argv)
 
 
-def test_status_reads_the_coordinator_address_from_the_environment(monkeypatch):
-    assert _parse(add_status_arguments, [], monkeypatch).addr == DEFAULT_STATUS_ADDR
-    assert _parse(add_status_arguments, [], monkeypatch, LEAGUE_COORDINATOR="node-a:50051").addr == "node-a:50051"
+def test_status_reads_the_coordinator_address_from_the_environment_or_a_run_directory(monkeypatch, tmp_path):
+    assert _status_address(_parse(add_status_arguments, [], monkeypatch)) == DEFAULT_STATUS_ADDR
+    args = _parse(add_status_arguments, [], monkeypatch, LEAGUE_COORDINATOR="node-a:50051")
+    assert _status_address(args) == "node-a:50051"
     given = _parse(add_status_arguments, ["--addr", "b:1"], monkeypatch, LEAGUE_COORDINATOR="node-a:50051")
-    assert given.addr == "b:1"
+    assert _status_address(given) == "b:1"
+    # `league run` picks a free port: its run directory says which.
+    run = _parse(add_status_arguments, ["--run-dir", str(tmp_path)], monkeypatch)
+    with pytest.raises(ValueError, match="is a `league run` going on there"):
+        _status_address(run)
+    (tmp_path / "coordinator.port").write_text("23510\n")
+    assert _status_address(run) == "127.0.0.1:23510"
 
 
 def test_the_coordinator_reads_its_shared_root_from_the_environment(monkeypatch, capsys):

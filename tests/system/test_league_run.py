@@ -26,14 +26,15 @@ ROOT = Path(__file__).resolve().parents[2]
 SOLO = ROOT / "configs" / "solo_cartpole.yaml"
 
 
-def _config(tmp_path: Path, seconds: float, env_name: str | None = None, model: dict | None = None) -> Path:
+def _config(tmp_path: Path, seconds: float, env_name: str | None = None, model: dict | None = None,
+            job_env_steps: int = 512) -> Path:
     cfg = yaml.safe_load(SOLO.read_text())
     if env_name is not None:
         cfg["env"]["name"] = env_name
     if model is not None:
         cfg["policy"]["model"] = model
     cfg["env"]["env_num"] = 4
-    cfg["env"]["env_steps"] = 512
+    cfg["env"]["env_steps"] = job_env_steps
     cfg["coordinator"] = {**cfg.get("coordinator", {}), "lease_timeout_s": 4.0, "heartbeat_interval_s": 1.0}
     cfg["run"] = {"actors": 2, "seconds": seconds, "manager": "base", "status_interval_s": 1.0, "stop_grace_s": 20}
     path = tmp_path / "league.yaml"
@@ -93,11 +94,11 @@ class LeagueRun:
     """`league run` as a subprocess in its own session; killed with everything under it at the end."""
 
     def __init__(self, tmp_path: Path, seconds: float, env_name: str | None = None, model: dict | None = None,
-                 config: Path | None | bool = True) -> None:
+                 config: Path | None | bool = True, job_env_steps: int = 512) -> None:
         """`config`: True writes the solo test config, a path runs that file, None none (the run directory's)."""
         self.run_dir = tmp_path / "run"
         if config is True:
-            config = _config(tmp_path, seconds, env_name, model)
+            config = _config(tmp_path, seconds, env_name, model, job_env_steps)
         argv = [sys.executable, "-m", "league_cli", "run", *([str(config)] if config else []),
                 "--run-dir", str(self.run_dir), "--seconds", str(seconds), "--quiet"]
         self.log = open(tmp_path / "league_run.log", "wb")
@@ -143,8 +144,8 @@ def league_run(tmp_path):
     runs: list[LeagueRun] = []
 
     def start(seconds: float, env_name: str | None = None, model: dict | None = None,
-              config: Path | None | bool = True) -> LeagueRun:
-        run = LeagueRun(tmp_path, seconds, env_name, model, config)
+              config: Path | None | bool = True, job_env_steps: int = 512) -> LeagueRun:
+        run = LeagueRun(tmp_path, seconds, env_name, model, config, job_env_steps)
         runs.append(run)
         return run
 
@@ -212,8 +213,12 @@ def test_collect_jobs_that_every_actor_fails_stop_the_run_with_the_reason(league
 
 
 def test_a_killed_actor_loses_its_lease_and_training_goes_on(league_run):
-    run = league_run(seconds=60)
-    first = run.wait_for(lambda r: _counter(r, "jobs_finished") >= 1 and r.get("jobs"), 120, "a job in flight")
+    # The kill must land while actor-0 holds a job: with jobs of ~0.2 s (512 env steps) it sometimes fell
+    # between two, and then no lease was left to expire (CI, session 14). Jobs of 4,096 steps last seconds.
+    run = league_run(seconds=60, job_env_steps=4096)
+    first = run.wait_for(lambda r: _counter(r, "jobs_finished") >= 1
+                         and any(j.get("worker_id") == "actor-0" for j in r.get("jobs", [])),
+                         120, "a job of actor-0 in flight")
     pid = _worker_pid(run.run_dir, "actor-0")
     assert pid is not None
     os.killpg(os.getpgid(pid), signal.SIGKILL)  # the actor and its env processes, as a crash would

@@ -215,15 +215,27 @@ def _decide(
 
 
 def resolve_checkpoint(checkpoint: str, shared_root: Path | None) -> tuple[CheckpointStore, str]:
-    """The store and root-relative path of `checkpoint` (see the module docstring)."""
+    """The store and root-relative path of `checkpoint` (see the module docstring). A player's folder
+    (`<root>/<player_id>`) stands for that player's newest published version."""
     path = Path(checkpoint)
     if path.is_absolute():
-        root = shared_root if shared_root is not None else path.parent.parent
+        folder = path.is_dir()
+        root = shared_root if shared_root is not None else (path.parent if folder else path.parent.parent)
         store = CheckpointStore(root)
-        return store, store.root.relative(path)  # UnsafePathError when outside the root
-    if shared_root is None:
-        raise ValueError(f"checkpoint {checkpoint!r} is relative: give the shared root it is relative to")
-    return CheckpointStore(shared_root), checkpoint
+        relative = store.root.relative(path)  # UnsafePathError when outside the root
+    else:
+        if shared_root is None:
+            raise ValueError(f"checkpoint {checkpoint!r} is relative: give the shared root it is relative to")
+        store, relative = CheckpointStore(shared_root), checkpoint
+        folder = store.root.resolve(relative).is_dir()
+    if folder:
+        latest = store.latest(relative)
+        if latest is None:
+            raise ValueError(f"checkpoint {checkpoint!r}: a folder with no published checkpoint in it")
+        return store, latest.path
+    if not store.root.resolve(relative).exists():
+        raise ValueError(f"checkpoint {checkpoint!r} does not exist")
+    return store, relative
 
 
 def load_policy(

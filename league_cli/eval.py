@@ -28,7 +28,8 @@ SHARED_ROOT_ENV_VAR = "LEAGUE_SHARED_ROOT"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--checkpoint",
-                        help="checkpoint path relative to --shared-root, or an absolute path inside a shared root")
+                        help="checkpoint path relative to --shared-root, or an absolute path inside a shared root; "
+                             "a player's folder stands for its newest version")
     target.add_argument("--run-dir", type=Path,
                         help="a `league run` directory: evaluate a player's snapshots along the run (progression)")
     parser.add_argument("--opponent", default=None,
@@ -63,7 +64,10 @@ def main(args: argparse.Namespace) -> int:
         return _refuse("--opponent names no bot")
     opponent_given = args.opponent is not None
     if not Path(args.checkpoint).is_absolute() and args.shared_root is None:
-        return _refuse(f"--checkpoint {args.checkpoint!r} is relative: give --shared-root (or ${SHARED_ROOT_ENV_VAR})")
+        if not Path(args.checkpoint).exists():
+            return _refuse(f"--checkpoint {args.checkpoint!r} is relative and not a path from here: give "
+                           f"--shared-root (or ${SHARED_ROOT_ENV_VAR})")
+        args.checkpoint = str(Path(args.checkpoint).absolute())  # a path from the current directory
     config = args.config
     if config is None:
         config = _run_dir_config(Path(args.checkpoint) if args.shared_root is None

@@ -94,9 +94,9 @@ def test_cli_prints_a_table_and_json(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--checkpoint", "p/v0000000001.pt"], "is relative"),
+        (["--checkpoint", "p/v0000000001.pt"], "is relative and not a path from here"),
         (["--checkpoint", "../outside.pt", "--shared-root", "{root}"], "'..'"),
-        (["--checkpoint", "p/v0000000009.pt", "--shared-root", "{root}"], "no published checkpoint"),
+        (["--checkpoint", "p/v0000000009.pt", "--shared-root", "{root}"], "does not exist"),
         (["--checkpoint", "p/v0000000001.pt", "--shared-root", "{root}", "--opponent", "alphazero"], "alphazero"),
         (["--checkpoint", "p/v0000000001.pt", "--shared-root", "{root}", "--opponent", "random,mcts:x"], "mcts:x"),
         (["--checkpoint", "p/v0000000001.pt", "--shared-root", "{root}", "--opponent", " , "], "names no bot"),
@@ -165,3 +165,27 @@ def test_a_checkpoint_of_a_run_directory_is_judged_with_that_runs_league(tmp_pat
     elsewhere = publish(tmp_path / "loose", mlp, env="CartPole-v1")
     assert eval_cli.main(parse("--checkpoint", elsewhere, "--shared-root", str(tmp_path / "loose"))) == 2
     assert "give --config with the league the checkpoint comes from" in capsys.readouterr().err
+
+
+def test_a_players_folder_stands_for_its_newest_version_and_a_missing_file_says_so(tmp_path, capsys):
+    publish(tmp_path, PPO, player="p", version=1)
+    newest = publish(tmp_path, PPO, player="p", version=2, seed=1)
+    store, path = resolve_checkpoint("p", tmp_path)
+    assert path == newest
+    assert resolve_checkpoint(str(tmp_path / "p"), None)[1] == newest  # absolute: the folder's parent is the root
+    with pytest.raises(ValueError, match="'p/v9.pt' does not exist"):
+        resolve_checkpoint("p/v9.pt", tmp_path)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="a folder with no published checkpoint"):
+        resolve_checkpoint("empty", tmp_path)
+
+
+def test_a_checkpoint_path_from_the_current_directory_needs_no_shared_root(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("LEAGUE_SHARED_ROOT", raising=False)
+    shared = tmp_path / "run" / "shared"
+    shared.mkdir(parents=True)
+    path = publish(shared, DQN)
+    (tmp_path / "run" / "config.yaml").write_text(json.dumps({"policy": DQN}))
+    monkeypatch.chdir(tmp_path)
+    assert eval_cli.main(parse("--checkpoint", f"run/shared/{path}", "--games", "2", "--json")) == 0
+    assert json.loads(capsys.readouterr().out)["version"] == 1

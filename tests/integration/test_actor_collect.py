@@ -4,9 +4,11 @@ learner, and a learner that goes away mid-job and comes back."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -268,30 +270,38 @@ def test_the_league_config_bounds_the_chunks_an_actor_holds(tmp_path):
     assert stats.chunks_dropped == 0 and records.duplicates == 0
 
 
+@contextlib.contextmanager
+def _actor_thread(actor: Actor, reports: list[JobReport]) -> Iterator[threading.Thread]:
+    """`actor.run()` on a started thread, its reports into `reports`; stopped and joined at the end of the block,
+    whatever happened in it."""
+    thread = threading.Thread(target=lambda: reports.extend(actor.run()))
+    thread.start()
+    try:
+        yield thread
+    finally:
+        actor.request_stop()
+        thread.join(timeout=30)
+
+
 def test_learner_away_mid_job_then_back_gets_every_chunk(tmp_path):
     records = ChunkRecords()
     port = restartable_port()  # it comes back on this port: one no outgoing connection can take meanwhile
     learner = serve_recording_learner(records, port=port, delay_s=0.01)
     sender = SenderSettings(queue_chunks=2, stream_chunks=4)
     reports: list[JobReport] = []
-    try:  # the learner is stopped whatever happens (it is replaced on its port in one test)
+    try:  # the learner is stopped whatever happens, the one it is replaced with too
         with running_coordinator(solo_config(episode_num=10, unroll_len=2), tmp_path) as server:
             channel, stub = league_stub(server.address)
-            actor = Actor(actor_settings(server.address, tmp_path, max_jobs=1, sender=sender))
-            thread = threading.Thread(target=lambda: reports.extend(actor.run()))
-            try:
+            with channel:
                 bind_learners(stub, learner.address, 1)
-                thread.start()
-                assert records.wait_for(3, timeout_s=60)
-                learner.stop(0)  # the learner goes away mid-job ...
-                threading.Event().wait(0.5)  # ... for a while (the actor retries meanwhile) ...
-                learner = serve_recording_learner(records, port=port)  # ... and comes back on its address
-                thread.join(timeout=120)
-                assert not thread.is_alive()
-            finally:
-                actor.request_stop()
-                thread.join(timeout=30)
-                channel.close()
+                actor = Actor(actor_settings(server.address, tmp_path, max_jobs=1, sender=sender))
+                with _actor_thread(actor, reports) as thread:
+                    assert records.wait_for(3, timeout_s=60)
+                    learner.stop(0)  # the learner goes away mid-job ...
+                    threading.Event().wait(0.5)  # ... for a while (the actor retries meanwhile) ...
+                    learner = serve_recording_learner(records, port=port)  # ... and comes back on its address
+                    thread.join(timeout=120)
+                    assert not thread.is_alive()
     finally:
         learner.stop(0)
     (report,) = reports
@@ -336,23 +346,20 @@ def test_a_newer_checkpoint_is_picked_up_mid_job(tmp_path):
     settings = dict(max_jobs=1, sender=SenderSettings(queue_chunks=2, stream_chunks=2),
                     policies=PolicySettings(first_checkpoint_wait_s=0.0, reload_interval_s=0.05))
     reports: list[JobReport] = []
-    try:  # the learner is stopped whatever happens (it is replaced on its port in one test)
+    try:  # the learner is stopped whatever happens
         with running_coordinator(solo_config(episode_num=20, unroll_len=2), tmp_path) as server:
             channel, stub = league_stub(server.address)
-            actor = Actor(actor_settings(server.address, tmp_path, **settings))
-            thread = threading.Thread(target=lambda: reports.extend(actor.run()))
-            try:
+            with channel:
                 bind_learners(stub, learner.address, 1)
-                thread.start()
-                assert records.wait_for(2, timeout_s=60)
-                # The learner publishes version 2 while the job runs: the actor switches to it within a check or two.
-                store.publish(player, make_computation_task(CARTPOLE_POLICY, inputs, actions, "cpu", seed=2).get_weights(), 2)
-                thread.join(timeout=120)
-                assert not thread.is_alive()
-            finally:
-                actor.request_stop()
-                thread.join(timeout=30)
-                channel.close()
+                actor = Actor(actor_settings(server.address, tmp_path, **settings))
+                with _actor_thread(actor, reports) as thread:
+                    assert records.wait_for(2, timeout_s=60)
+                    # The learner publishes version 2 while the job runs: the actor switches to it within a check
+                    # or two.
+                    weights = make_computation_task(CARTPOLE_POLICY, inputs, actions, "cpu", seed=2).get_weights()
+                    store.publish(player, weights, 2)
+                    thread.join(timeout=120)
+                    assert not thread.is_alive()
     finally:
         learner.stop(0)
     (report,) = reports
@@ -370,9 +377,7 @@ def test_the_actor_waits_for_a_coordinator_that_is_away(tmp_path):
     port = restartable_port()  # free, and no outgoing connection can take it before the coordinator binds it
     reports: list[JobReport] = []
     actor = Actor(actor_settings(f"127.0.0.1:{port}", tmp_path, max_jobs=1))
-    thread = threading.Thread(target=lambda: reports.extend(actor.run()))
-    thread.start()
-    try:
+    with _actor_thread(actor, reports) as thread:
         threading.Event().wait(1.0)  # the coordinator is away: the actor retries with backoff meanwhile
         coordinator = Coordinator(solo_config(episode_num=2), CoordinatorSettings(shared_root=tmp_path,
                                                                                    needs_learner=False))
@@ -382,7 +387,4 @@ def test_the_actor_waits_for_a_coordinator_that_is_away(tmp_path):
             assert not thread.is_alive()
         finally:
             server.stop(grace_s=1.0)
-    finally:
-        actor.request_stop()
-        thread.join(timeout=30)
     assert [r.status for r in reports] == ["completed"]

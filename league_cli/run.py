@@ -201,17 +201,12 @@ class Supervisor:
                 raise RuntimeError(f"{proc.name} died {n + 1} times; last log lines:\n{proc.log_tail()}")
             self.restarts[proc.name] = n + 1
             moved = ""
-            if proc.name.startswith("learner"):
-                if proc.popen.returncode == ADDRESS_IN_USE_EXIT and proc.name in self.learner_ports:
-                    # Its port was taken meanwhile (by another program): a free one costs only the collect
-                    # jobs that name the old address, which fail and are issued again.
-                    old_port = self.learner_ports.pop(proc.name)
-                    self.learner_ports[proc.name] = restartable_port()
-                    moved = f" on port {self.learner_ports[proc.name]} (its port {old_port} was taken)"
-                else:
-                    port = _listening_port(proc.log_path)
-                    if port:
-                        self.learner_ports[proc.name] = port
+            if proc.name.startswith("learner") and proc.popen.returncode == ADDRESS_IN_USE_EXIT:
+                # Its port was taken meanwhile (by another program): a free one costs only the collect jobs that
+                # name the old address, which fail and are issued again. (Otherwise it keeps its port.)
+                old_port = self.learner_ports[proc.name]
+                self.learner_ports[proc.name] = restartable_port()
+                moved = f" on port {self.learner_ports[proc.name]} (its port {old_port} was taken)"
             proc.kill_group()  # env workers a crashed actor left behind
             self.group.forget(proc)
             self.group.start(proc.name, self._worker_argv(proc.name))
@@ -248,22 +243,6 @@ class Supervisor:
             by_kind[p.name.split("-")[0]].append(p)
         grace = self.run_cfg.stop_grace_s
         return self.group.stop_in_order([by_kind["actor"], by_kind["learner"], by_kind["coordinator"]], grace)
-
-
-def _listening_port(log_path: Path) -> int | None:
-    """The port a server last reported in its log (its LISTENING line)."""
-    from common.rpc import parse_listen_line
-
-    port = None
-    try:
-        lines = log_path.read_text(errors="replace").splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        parsed = parse_listen_line(line)
-        if parsed is not None:
-            port = int(parsed[1].rsplit(":", 1)[1])
-    return port
 
 
 def _progress_table(status: Any, elapsed: float, run_cfg: RunConfig, run_steps: int, steps_per_s: float,

@@ -43,10 +43,22 @@ def restartable_port(host: str = "127.0.0.1", *, attempts: int = 200, rng: rando
 
 
 def _bindable(host: str, port: int) -> bool:
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds: TIME_WAIT does not block
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return False
-    return True
+    return bind_error(host, port) is None
+
+
+def bind_error(host: str, port: int) -> OSError | None:
+    """Why a server could not listen on host:port now (None: it could), found by binding a plain socket the
+    way gRPC binds (SO_REUSEADDR: a port in TIME_WAIT is free). A host that does not resolve gives the
+    resolver's error."""
+    try:
+        addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as err:
+        return err
+    for family, kind, proto, _, sockaddr in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(sockaddr)
+            except OSError as err:
+                return err
+    return None

@@ -35,6 +35,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from common.ports import bind_error
+
 log = logging.getLogger(__name__)
 
 # Every client call without an explicit timeout gets this deadline.
@@ -348,22 +350,15 @@ def bind_port(server: grpc.Server | grpc.aio.Server, options: ServerOptions) -> 
 
 
 def _bind_failure(options: ServerOptions, bind: str) -> OSError:
-    """Why gRPC could not bind, found by binding a plain socket the way gRPC does (SO_REUSEADDR)."""
-    host = options.host.strip("[]") or None
-    try:
-        addresses = socket.getaddrinfo(host, options.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror as err:
+    """Why gRPC could not bind (it names no reason), found by binding a plain socket as gRPC does."""
+    err = bind_error(options.host.strip("[]"), options.port)
+    if err is None:
+        return OSError(f"port: could not bind {bind}")
+    if isinstance(err, socket.gaierror):
         return OSError(f"port: could not bind {bind}: {err}")
-    for family, kind, proto, _, sockaddr in addresses:
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(sockaddr)
-            except OSError as err:
-                if err.errno == errno.EADDRINUSE:
-                    return AddressInUseError(err.errno, f"port: {bind} is in use by another process")
-                return OSError(err.errno, f"port: could not bind {bind}: {err.strerror}")
-    return OSError(f"port: could not bind {bind}")
+    if err.errno == errno.EADDRINUSE:
+        return AddressInUseError(err.errno, f"port: {bind} is in use by another process")
+    return OSError(err.errno, f"port: could not bind {bind}: {err.strerror}")
 
 
 def make_server(

@@ -219,21 +219,20 @@ def resolve_checkpoint(checkpoint: str, shared_root: Path | None) -> tuple[Check
     (`<root>/<player_id>`) stands for that player's newest published version."""
     path = Path(checkpoint)
     if path.is_absolute():
-        folder = path.is_dir()
-        root = shared_root if shared_root is not None else (path.parent if folder else path.parent.parent)
+        root = shared_root if shared_root is not None else (path.parent if path.is_dir() else path.parent.parent)
         store = CheckpointStore(root)
         relative = store.root.relative(path)  # UnsafePathError when outside the root
     else:
         if shared_root is None:
             raise ValueError(f"checkpoint {checkpoint!r} is relative: give the shared root it is relative to")
         store, relative = CheckpointStore(shared_root), checkpoint
-        folder = store.root.resolve(relative).is_dir()
-    if folder:
+    target = store.root.resolve(relative)
+    if target.is_dir():
         latest = store.latest(relative)
         if latest is None:
             raise ValueError(f"checkpoint {checkpoint!r}: a folder with no published checkpoint in it")
         return store, latest.path
-    if not store.root.resolve(relative).exists():
+    if not target.exists():
         raise ValueError(f"checkpoint {checkpoint!r} does not exist")
     return store, relative
 

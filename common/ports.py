@@ -35,15 +35,11 @@ def restartable_port(host: str = "127.0.0.1", *, attempts: int = 200, rng: rando
     if low - 1 > _LOWEST:
         for _ in range(attempts):
             port = rng.randrange(_LOWEST, low)
-            if _bindable(host, port):
+            if bind_error(host, port) is None:
                 return port
     with socket.socket() as probe:
         probe.bind((host, 0))
         return probe.getsockname()[1]
-
-
-def _bindable(host: str, port: int) -> bool:
-    return bind_error(host, port) is None
 
 
 def bind_error(host: str, port: int) -> OSError | None:

@@ -29,10 +29,10 @@ from common.signal_flag import SignalFlag
 from league_cli.history import HistoryLog
 from league_cli.processes import ManagedProcess, ProcessGroup, league_command
 from league_cli.run_watch import FailingJobsWatch, StepBudget, StepRate
+from league_service.cli import RUN_PORT_FILE
 
 PORT_WAIT_S = 90.0
 CONFIG_FILE = "config.yaml"  # the league a run directory holds (what resuming it uses)
-PORT_FILE = "coordinator.port"  # the coordinator's port while the run goes on (`league status --run-dir`)
 MAX_WORKER_RESTARTS = 5
 FRESH_PORT_ATTEMPTS = 3  # free ports tried for the coordinator's first start (one can be taken before the bind)
 
@@ -140,7 +140,7 @@ class Supervisor:
         return self._start_coordinator_on(restartable_port())
 
     def _start_coordinator_on(self, port: int) -> str:
-        port_file = self.run_dir / PORT_FILE
+        port_file = self.run_dir / RUN_PORT_FILE  # what `league status --run-dir` reads
         port_file.unlink(missing_ok=True)
         proc = self.group.start("coordinator", league_command(
             "coordinator", "--config", str(self.config_path), "--shared-root", str(self.shared_root),
@@ -283,9 +283,10 @@ def run_main(args: argparse.Namespace) -> int:
     from league_service.status_view import status_console
 
     console = status_console()
+    loaded = None
     if args.config is not None:  # checked before anything is created: a typo makes no run directory
         try:
-            _load(args)
+            loaded = _load(args)
         except ConfigError as err:
             console.print(f"[red]league run: config error: {err}[/red]")
             return 2
@@ -301,16 +302,17 @@ def run_main(args: argparse.Namespace) -> int:
         console.print(f"[red]league run: --run-dir {escape(str(run_dir))}: {escape(str(err))}[/red]")
         return 2
     with run_lock:
-        saved = run_dir / CONFIG_FILE
-        if args.config is None and saved.is_file():
-            args.config = saved  # resuming: the league this directory holds, not the embedded default
-            console.print(f"league run: resuming with {saved}")
-        try:
-            cfg, run_cfg, cfg_dict = _load(args)
-        except ConfigError as err:
-            console.print(f"[red]league run: config error: {err}[/red]")
-            return 2
-        return _run(args, console, cfg, run_cfg, cfg_dict, run_dir)
+        if loaded is None:
+            saved = run_dir / CONFIG_FILE
+            if saved.is_file():
+                args.config = saved  # resuming: the league this directory holds, not the embedded default
+                console.print(f"league run: resuming with {saved}")
+            try:
+                loaded = _load(args)
+            except ConfigError as err:
+                console.print(f"[red]league run: config error: {err}[/red]")
+                return 2
+        return _run(args, console, *loaded, run_dir)
 
 
 def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, cfg_dict: dict[str, Any],

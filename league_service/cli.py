@@ -207,7 +207,7 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=5.0, help="deadline of each status call, seconds")
 
 
-RUN_PORT_FILE = "coordinator.port"  # written by `league run` into its run directory (league_cli/run.py)
+RUN_PORT_FILE = "coordinator.port"  # `league run` keeps its coordinator's port in this file of its run directory
 
 
 def _status_address(args: argparse.Namespace) -> str:

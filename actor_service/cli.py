@@ -19,9 +19,7 @@ import threading
 from pathlib import Path
 
 from common.exit_codes import FAILURE_EXIT, SETUP_ERROR_EXIT
-
-COORDINATOR_ENV_VAR = "LEAGUE_COORDINATOR"
-SHARED_ROOT_ENV_VAR = "LEAGUE_SHARED_ROOT"
+from common.rpc import COORDINATOR_ENV_VAR, SHARED_ROOT_ENV_VAR, env_path
 
 log = logging.getLogger("league.actor")
 
@@ -29,7 +27,7 @@ log = logging.getLogger("league.actor")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--coordinator", default=os.environ.get(COORDINATOR_ENV_VAR),
                         help=f"coordinator HOST:PORT (default: ${COORDINATOR_ENV_VAR})")
-    parser.add_argument("--shared-root", type=Path, default=_env_path(SHARED_ROOT_ENV_VAR),
+    parser.add_argument("--shared-root", type=Path, default=env_path(SHARED_ROOT_ENV_VAR),
                         help=f"directory of checkpoints shared with the learners (default: ${SHARED_ROOT_ENV_VAR})")
     parser.add_argument("--env-num", type=int, default=None, help="environments per job (overrides the job's env_num)")
     parser.add_argument("--manager", choices=("subprocess", "base"), default="subprocess",
@@ -123,11 +121,6 @@ def _on_signal(actor, signum: int) -> None:
 
 def _seconds_or_none(text: str) -> float | None:
     return None if text.lower() == "none" else float(text)
-
-
-def _env_path(name: str) -> Path | None:
-    value = os.environ.get(name)
-    return Path(value) if value else None
 
 
 def _refuse(message: str) -> int:

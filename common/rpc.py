@@ -44,6 +44,9 @@ DEFAULT_DEADLINE_S = 10.0
 # Control-plane messages are small; a larger one is a bug or an attack (RESOURCE_EXHAUSTED).
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 TOKEN_ENV_VAR = "LEAGUE_TOKEN"
+# Where the `league` commands find the coordinator and the shared root when no flag says (README: Commands).
+COORDINATOR_ENV_VAR = "LEAGUE_COORDINATOR"
+SHARED_ROOT_ENV_VAR = "LEAGUE_SHARED_ROOT"
 AUTH_METADATA_KEY = "authorization"
 # Health checks stay open so load balancers and `grpc_health_probe` work without a secret.
 OPEN_METHOD_PREFIXES: tuple[str, ...] = ("/grpc.health.v1.Health/",)
@@ -72,6 +75,12 @@ T = TypeVar("T")
 # --------------------------------------------------------------------------------------------------------
 # Tokens, addresses, exposure
 # --------------------------------------------------------------------------------------------------------
+
+
+def env_path(name: str) -> Path | None:
+    """The path in environment variable `name`, or None when it is unset or empty (a flag's default)."""
+    value = os.environ.get(name)
+    return Path(value) if value else None
 
 
 def load_token(token_file: str | os.PathLike[str] | None) -> str | None:

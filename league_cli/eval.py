@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from common.rpc import SHARED_ROOT_ENV_VAR, env_path
 from league_cli.progression import DEFAULT_LADDER  # light: no torch
 
 if TYPE_CHECKING:
     from actor_service.evaluation import EvalResult, ReturnResult
     from common.checkpoint_store import CheckpointRef
 
-SHARED_ROOT_ENV_VAR = "LEAGUE_SHARED_ROOT"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="games to play (seats alternate); episodes, in a single-player env")
     parser.add_argument("--config", type=Path, default=None,
                         help="league YAML whose policy and env to use (default: the embedded league)")
-    parser.add_argument("--shared-root", type=Path, default=_env_path(SHARED_ROOT_ENV_VAR),
+    parser.add_argument("--shared-root", type=Path, default=env_path(SHARED_ROOT_ENV_VAR),
                         help=f"the checkpoints' shared root (default: ${SHARED_ROOT_ENV_VAR})")
     parser.add_argument("--seed", type=int, default=0, help="seed of the games (bots, env)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
@@ -243,11 +242,6 @@ def _print_returns(ref: CheckpointRef, env_name: str, result: ReturnResult) -> N
     table.add_row(str(result.episodes), f"{result.mean_return:.2f}", f"{result.std_return:.2f}",
                   f"{result.min_return:.2f}", f"{result.max_return:.2f}", f"{result.mean_length:.1f}")
     Console().print(table)
-
-
-def _env_path(name: str) -> Path | None:
-    value = os.environ.get(name)
-    return Path(value) if value else None
 
 
 def _refuse(message: str) -> int:

@@ -25,12 +25,15 @@ import grpc
 from common import cli_args
 from common.exit_codes import ADDRESS_IN_USE_EXIT, FAILURE_EXIT, SETUP_ERROR_EXIT
 from common.rpc import (
+    COORDINATOR_ENV_VAR,
+    SHARED_ROOT_ENV_VAR,
     AddressInUseError,
     ServerOptions,
     ServerTls,
     check_exposure,
     check_server_tls,
     check_tls_ca,
+    env_path,
     format_listen_line,
     join_host_port,
     load_token,
@@ -47,8 +50,6 @@ log = logging.getLogger("league.coordinator")
 
 DEFAULT_STATUS_ADDR = "127.0.0.1:50051"
 FAILURE_POLL_S = 0.5  # how soon a failed background thread ends the process
-COORDINATOR_ENV_VAR = "LEAGUE_COORDINATOR"
-SHARED_ROOT_ENV_VAR = "LEAGUE_SHARED_ROOT"
 
 
 # ---- league coordinator -------------------------------------------------------------------------------------
@@ -56,7 +57,7 @@ SHARED_ROOT_ENV_VAR = "LEAGUE_SHARED_ROOT"
 
 def add_coordinator_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, default=None, help="league YAML (default: the embedded league)")
-    shared_root = os.environ.get(SHARED_ROOT_ENV_VAR) or None
+    shared_root = env_path(SHARED_ROOT_ENV_VAR)
     parser.add_argument("--shared-root", type=Path, default=shared_root, required=shared_root is None,
                         help=f"directory of checkpoints (and state) (default: ${SHARED_ROOT_ENV_VAR})")
     parser.add_argument("--state", type=Path, default=None, help="SQLite state file (default: SHARED_ROOT/league_state.sqlite)")

@@ -22,13 +22,20 @@ from pathlib import Path
 
 from common import cli_args
 from common.exit_codes import ADDRESS_IN_USE_EXIT, FAILURE_EXIT, SETUP_ERROR_EXIT
-from common.rpc import AddressInUseError, check_server_tls, check_tls_ca, format_listen_line, load_token
+from common.rpc import (
+    COORDINATOR_ENV_VAR,
+    SHARED_ROOT_ENV_VAR,
+    AddressInUseError,
+    check_server_tls,
+    check_tls_ca,
+    env_path,
+    format_listen_line,
+    load_token,
+)
 from common.signal_flag import SignalFlag
 
 log = logging.getLogger("league.learner")
 
-COORDINATOR_ENV_VAR = "LEAGUE_COORDINATOR"
-SHARED_ROOT_ENV_VAR = "LEAGUE_SHARED_ROOT"
 
 
 def default_worker_id() -> str:
@@ -38,8 +45,7 @@ def default_worker_id() -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--coordinator", default=os.environ.get(COORDINATOR_ENV_VAR),
                         help=f"coordinator HOST:PORT (default ${COORDINATOR_ENV_VAR})")
-    shared_root = os.environ.get(SHARED_ROOT_ENV_VAR)
-    parser.add_argument("--shared-root", type=Path, default=Path(shared_root) if shared_root else None,
+    parser.add_argument("--shared-root", type=Path, default=env_path(SHARED_ROOT_ENV_VAR),
                         help=f"directory of checkpoints and TensorBoard logs (default ${SHARED_ROOT_ENV_VAR})")
     parser.add_argument("--host", default="127.0.0.1", help="address the trajectory server listens on")
     parser.add_argument("--port", type=cli_args.port, default=0, help="port of the trajectory server; 0 picks a free one")

@@ -145,8 +145,19 @@ class DQNConfig:
     """Sample by priority (|TD error|^α) instead of uniformly."""
     priority_alpha: float = 0.6
     priority_beta: float = 0.4
-    """Importance-weight exponent (1 corrects the sampling bias fully)."""
+    """Importance-weight exponent at the start (1 corrects the sampling bias fully)."""
+    priority_beta_anneal_updates: int = 0
+    """Updates over which the exponent rises linearly from `priority_beta` to 1, as in Schaul et al.'s
+    prioritized replay (DI-engine's ``IS_weight_anneal_train_iter``): the bias matters most near convergence.
+    0: it stays at `priority_beta`."""
     priority_eps: float = 1e-6
+
+    def priority_beta_at(self, updates: int) -> float:
+        """The importance-weight exponent after `updates` updates."""
+        if self.priority_beta_anneal_updates <= 0:
+            return self.priority_beta
+        done = min(1.0, max(0, updates) / self.priority_beta_anneal_updates)
+        return self.priority_beta + (1.0 - self.priority_beta) * done
 
     def __post_init__(self) -> None:
         for name in ("learning_rate", "adam_eps", "max_grad_norm", "target_update_tau", "priority_eps"):
@@ -159,6 +170,8 @@ class DQNConfig:
         for name in ("n_step", "target_update_period", "replay_capacity", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"dqn.{name} must be >= 1, got {getattr(self, name)}")
+        if self.priority_beta_anneal_updates < 0:
+            raise ValueError(f"dqn.priority_beta_anneal_updates must be >= 0, got {self.priority_beta_anneal_updates}")
         if self.learning_starts < 0 or self.priority_alpha < 0 or not 0 <= self.priority_beta <= 1:
             raise ValueError("dqn: need learning_starts >= 0, priority_alpha >= 0, 0 <= priority_beta <= 1")
 

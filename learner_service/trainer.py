@@ -188,11 +188,13 @@ class Trainer:
             return None
         self._owed_updates -= 1.0
         dqn = self.spec.policy.dqn
-        sample = self._replay.sample(dqn.batch_size)
+        beta = dqn.priority_beta_at(self.algorithm_updates)
+        sample = self._replay.sample(dqn.batch_size, beta=beta)
         batch = dict(sample.batch)
         if self._replay.prioritized:
             batch["weight"] = sample.weights
         result = self.task.learn(batch)
+        stats = dict(result.stats, priority_beta=beta) if self._replay.prioritized else result.stats
         if result.priorities is not None:
             if np.isfinite(result.priorities).all():
                 self._replay.update_priorities(sample, result.priorities)
@@ -201,7 +203,7 @@ class Trainer:
                 if self.nonfinite_td_batches % 1000 == 1:
                     log.warning("non-finite TD errors in %d replay batch(es) so far (the network diverges?): their "
                                 "priorities were left as they were", self.nonfinite_td_batches)
-        return self._report(result.stats, dqn.batch_size)
+        return self._report(stats, dqn.batch_size)
 
     def _report(self, stats: dict[str, float], samples: int) -> IterationReport:
         self.progress.train_iteration += 1

@@ -103,6 +103,28 @@ def test_dqn_waits_for_learning_starts_then_trains_by_replay_ratio():
     assert reports[-1].version == len(reports) and "td_abs_mean" in reports[0].stats
 
 
+def test_dqn_importance_weight_exponent_anneals_to_one_over_the_configured_updates():
+    policy = PolicyConfig.from_mapping({
+        "algorithm": "dqn", "model": {"hidden": [16]},
+        "dqn": {"learning_starts": 40, "batch_size": 8, "replay_capacity": 1000, "priority_beta": 0.4,
+                "priority_beta_anneal_updates": 4},
+    })
+    trainer = build_trainer(ModelSpec(policy, OBS, ACTIONS), LearnerConfig.from_mapping({"replay_ratio": 2.0}),
+                            Progress(), seed=3, device="cpu", weights=None, version=0)
+    trainer.add(_prepared(trainer, batch=2, steps=16, seq=0))
+    trainer.add(_prepared(trainer, batch=2, steps=16, seq=1))
+    betas = []
+    while (report := trainer.train_ready()) is not None:
+        betas.append(report.stats["priority_beta"])
+    assert len(betas) >= 5
+    np.testing.assert_allclose(betas[:5], [0.4, 0.55, 0.7, 0.85, 1.0])
+    assert all(b == 1.0 for b in betas[5:])
+    # A restarted learner resumes the schedule from the algorithm's update count.
+    trainer.restore_algorithm_updates(2)
+    trainer.add(_prepared(trainer, batch=2, steps=16, seq=2))
+    assert trainer.train_ready().stats["priority_beta"] == pytest.approx(0.7)
+
+
 def test_fresh_initialisation_is_deterministic_and_weights_load_at_a_version():
     a, b = _trainer(), _trainer()
     for name, value in a.task.get_weights().items():

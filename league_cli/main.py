@@ -64,15 +64,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+INTERRUPTED_EXIT = 130
+"""A shell's code for a command ended by Ctrl-C (128 + SIGINT)."""
+
+
 def main(argv: list[str] | None = None) -> int:
     follow_supervisor()
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    cmd: Subcommand = args._subcommand
-    if cmd.entry is None:
-        print(f"league {cmd.name}: not built yet in this version of the package.", file=sys.stderr)
-        return 2
-    return int(_resolve(cmd.entry)(args) or 0)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        cmd: Subcommand = args._subcommand
+        if cmd.entry is None:
+            print(f"league {cmd.name}: not built yet in this version of the package.", file=sys.stderr)
+            return 2
+        return int(_resolve(cmd.entry)(args) or 0)
+    except KeyboardInterrupt:
+        # Ctrl-C before a command installs its own handler (while torch and gRPC import, which takes seconds):
+        # nothing was started yet, so there is nothing to stop and no traceback worth showing. Commands that
+        # run processes handle SIGINT themselves once they start them.
+        print("league: interrupted", file=sys.stderr)
+        return INTERRUPTED_EXIT
 
 
 if __name__ == "__main__":

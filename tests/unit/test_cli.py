@@ -20,6 +20,24 @@ def test_unbuilt_subcommand_says_so_and_fails(capsys):
     assert "not built yet" in capsys.readouterr().err
 
 
+def test_ctrl_c_while_a_command_starts_up_exits_130_without_a_traceback(tmp_path):
+    # SIGINT arrives while `league run` imports its modules, before it installs its own handler: an audit hook
+    # sends it at a fixed import, so the test does not depend on timing.
+    child = (
+        "import os, signal, sys\n"
+        "def hook(event, args):\n"
+        "    if event == 'import' and args[0] == 'rich.markup':\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "sys.addaudithook(hook)\n"
+        "from league_cli.main import main\n"
+        f"sys.exit(main(['run', '--run-dir', {str(tmp_path / 'run')!r}, '--seconds', '5']))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 130, out.stderr
+    assert "Traceback" not in out.stderr and "league: interrupted" in out.stderr
+    assert not (tmp_path / "run").exists()  # nothing was started
+
+
 def test_actor_refuses_a_cpu_share_below_one(tmp_path, capsys):
     code = main(["actor", "--coordinator", "127.0.0.1:1", "--shared-root", str(tmp_path), "--env-cpus", "0"])
     assert code == 2

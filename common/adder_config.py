@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_UNROLL_LEN = 32
+MAX_UNROLL_LEN = 4096
+"""The longest row a learner accepts. Rows of one PPO batch are padded to the longest among them, so one
+row far longer than the rest would multiply the batch's memory (SB3's longest usual ``n_steps`` is 2048)."""
 
 
 @dataclass(frozen=True)
@@ -23,8 +26,8 @@ class AdderConfig:
     with 2."""
 
     def __post_init__(self) -> None:
-        if self.unroll_len < 1:
-            raise ValueError(f"unroll_len must be >= 1, got {self.unroll_len}")
+        if not 1 <= self.unroll_len <= MAX_UNROLL_LEN:
+            raise ValueError(f"unroll_len must be in [1, {MAX_UNROLL_LEN}], got {self.unroll_len}")
         if self.chunks_in_flight != 0 and self.chunks_in_flight < 2:
             raise ValueError(f"chunks_in_flight must be 0 (the actor's default) or >= 2 (one queued, one "
                              f"streaming), got {self.chunks_in_flight}")

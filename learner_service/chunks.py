@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common.adder_config import MAX_UNROLL_LEN
 from common.algorithms.dqn import transitions_from_trajectory
 from common.algorithms.ppo import batch_from_trajectory
 from common.computation.specs import TensorSpec
@@ -78,10 +79,13 @@ class ChunkPreparer:
 
     def prepare(self, chunk: DecodedChunk) -> PreparedChunk:
         trajectory = chunk.trajectory
+        if trajectory.steps > MAX_UNROLL_LEN:
+            raise InvalidChunkError("/rewards", f"rows of {trajectory.steps} steps; at most {MAX_UNROLL_LEN} "
+                                                "(adder_kwargs.unroll_len's bound)")
         agent = self._agent(trajectory)
         self._check_observations(trajectory)
         self._check_actions(trajectory, agent)
-        _check_finite("/rewards", trajectory.rewards)
+        _check_finite("/rewards", _as_float32(trajectory.rewards))
         if self.policy.algorithm == "ppo":
             logp_key = f"/agents/{agent}/artifacts/logp"
             logp = trajectory.tensors.get(logp_key)
@@ -89,7 +93,7 @@ class ChunkPreparer:
                 raise InvalidChunkError(logp_key, "PPO needs the behaviour log-probabilities of the actions")
             if logp.shape != trajectory.rewards.shape or not np.issubdtype(logp.dtype, np.floating):
                 raise InvalidChunkError(logp_key, f"expected float (batch, steps), got {logp.dtype}{logp.shape}")
-            _check_finite(logp_key, logp)
+            _check_finite(logp_key, _as_float32(logp))
             self._check_states(trajectory, agent)
             rows = batch_from_trajectory(trajectory, agent, [s.name for s in self.state_specs])
         else:
@@ -175,9 +179,15 @@ class ChunkPreparer:
                     continue
                 raise InvalidChunkError("", f"learn rows miss {name!r}")
             try:
-                out[name] = spec.check(rows[name])
+                with np.errstate(over="ignore", invalid="ignore"):
+                    out[name] = spec.check(rows[name])
             except ValueError as e:
                 raise InvalidChunkError("", f"learn rows: {e}") from e
+            # What the algorithm computed from the chunk (DQN's n-step returns) can overflow float32 even when
+            # every reward is finite; such a row would make every update it is sampled into NaN.
+            if np.issubdtype(out[name].dtype, np.floating) and not np.all(np.isfinite(out[name])):
+                raise InvalidChunkError(_ROW_SOURCES.get(name, ""), f"learn rows: {name} is not finite in "
+                                                                    f"{out[name].dtype}")
         return out
 
     @staticmethod
@@ -191,6 +201,19 @@ class ChunkPreparer:
         ended = returns[dones].astype(np.float64)
         _check_finite(key, ended)
         return ended
+
+
+_ROW_SOURCES = {"reward": "/rewards", "return": "/rewards"}
+"""The chunk key a learn row is computed from, for errors about it."""
+
+
+def _as_float32(array: np.ndarray) -> np.ndarray:
+    """A float array as the learner will hold it: a float64 value beyond float32's range becomes inf here,
+    so it is refused as non-finite instead of being accepted and overflowing at the cast."""
+    if not np.issubdtype(array.dtype, np.floating) or array.dtype == np.float32:
+        return array
+    with np.errstate(over="ignore"):
+        return array.astype(np.float32)
 
 
 def _check_finite(key: str, array: np.ndarray) -> None:

@@ -106,12 +106,23 @@ class Telemetry:
         """The scalars of the latest report (for logs and tests)."""
         self.episodes_seen = 0
         self.staleness_max = 0
+        self.future_versions = 0
+        """Chunks whose policy version was above the learner's when it trained on them."""
 
     def observe(self, chunk: PreparedChunk, learner_version: int) -> None:
         staleness = learner_version - chunk.header.policy_version
         self._window.samples += chunk.agent_steps
-        self._window.staleness.append(staleness)
-        self.staleness_max = max(self.staleness_max, staleness)
+        if staleness >= 0:
+            self._window.staleness.append(staleness)
+            self.staleness_max = max(self.staleness_max, staleness)
+        else:
+            # No policy this learner has not reached yet can have acted: the actor reports a wrong version (a
+            # bug or another league's checkpoint). Kept out of the staleness figures, which it would swamp.
+            self.future_versions += 1
+            if self.future_versions % 1000 == 1:
+                log.warning("%d chunk(s) so far claim a policy version above the learner's (%d from %s, job %s, "
+                            "learner at %d); left out of staleness/*", self.future_versions,
+                            chunk.header.policy_version, chunk.header.worker_id, chunk.header.job_id, learner_version)
         returns = self._episodes.observe(chunk)
         self._window.returns.extend(returns.tolist())
         self.episodes_seen += len(returns)

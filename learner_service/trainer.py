@@ -6,7 +6,9 @@ them in the queue; this class turns them into updates.
 - PPO trains on-policy batches: an `OnlineHelper` fills up to ``learner.batch_size`` samples, then everything
   held is one train iteration. Actors send rows of different lengths (a row ends early at a truncation or at
   the job's end), and (B, T) segments only stack at one T: shorter rows are padded at the *front* to the
-  longest length seen (`front_pad`), with padding steps that PPO's targets mark invalid. A recurrent model's
+  batch's longest row (`front_pad`), with padding steps that PPO's targets mark invalid. Where padding would
+  be most of a batch (held rows far shorter than a new one, or the other way round), the held rows train
+  first as a batch of their own (`PAD_LIMIT`). A recurrent model's
   rows carry ``state_<k>`` per step; the padding repeats the first real step's state, from which the core
   restarts at that step (padding ends like an episode).
 - DQN adds n-step transitions to its prioritized replay and, once ``dqn.learning_starts`` transitions are
@@ -87,6 +89,8 @@ class Trainer:
         self._online = OnlineHelper(capacity_rows=2**62)
         self._segment_len = 0
         self._held_samples = 0
+        self._short_batches: list[tuple[dict[str, np.ndarray], int]] = []
+        """Held rows set aside to train before the rest (see `add`), with their sample counts."""
         self._replay: ExpReplayHelper | None = None
         self._owed_updates = 0.0
         self.nonfinite_td_batches = 0
@@ -143,7 +147,7 @@ class Trainer:
         """Samples received and not yet trained on (PPO) or held in the replay (DQN)."""
         if self._replay is not None:
             return len(self._replay)
-        return self._held_samples
+        return self._held_samples + sum(samples for _, samples in self._short_batches)
 
     # ---- data -----------------------------------------------------------------------------------------
     def add(self, chunk: PreparedChunk) -> None:
@@ -151,8 +155,16 @@ class Trainer:
         if self._replay is not None:
             self._add_transitions(chunk.rows)
             return
+        held_rows = self._online.rows
+        padded = (held_rows + len(chunk.rows["reward"])) * max(self._segment_len, chunk.steps)
+        if held_rows and padded > PAD_LIMIT * max(self._held_samples + chunk.agent_steps, self.config.batch_size):
+            # Padding what is held and this chunk to one length would be mostly padding (many short rows and a
+            # long one): the held rows train as a batch of their own first, so a batch's memory stays a small
+            # multiple of its data whatever lengths actors send.
+            self._short_batches.append((self._online.take(min_rows=1, timeout=0), self._held_samples))
+            self._held_samples, self._segment_len, held_rows = 0, 0, 0
         if chunk.steps > self._segment_len:
-            held = self._online.take(min_rows=1, timeout=0) if self._online.rows else None
+            held = self._online.take(min_rows=1, timeout=0) if held_rows else None
             self._segment_len = chunk.steps
             if held is not None:
                 self._online.add(front_pad(held, self._segment_len))
@@ -173,12 +185,16 @@ class Trainer:
         """One train iteration if enough data is held, else None."""
         if self._replay is not None:
             return self._train_replay()
-        if self._held_samples < self.config.batch_size:
-            return None
-        batch = self._online.take(min_rows=1, timeout=0)
-        if batch is None:
-            return None
-        samples, self._held_samples = self._held_samples, 0
+        if self._short_batches:
+            batch, samples = self._short_batches.pop(0)
+        else:
+            if self._held_samples < self.config.batch_size:
+                return None
+            batch = self._online.take(min_rows=1, timeout=0)
+            if batch is None:
+                return None
+            samples, self._held_samples = self._held_samples, 0
+            self._segment_len = 0  # the next batch pads to its own longest row, not to this one's
         result = self.task.learn(batch)
         return self._report(result.stats, samples)
 
@@ -208,6 +224,10 @@ class Trainer:
     def _report(self, stats: dict[str, float], samples: int) -> IterationReport:
         self.progress.train_iteration += 1
         return IterationReport(self.progress.train_iteration, self.task.version, samples, stats)
+
+
+PAD_LIMIT = 8
+"""A PPO batch holds at most this many steps, padding included, per step of data (or of ``batch_size``)."""
 
 
 def front_pad(rows: Mapping[str, np.ndarray], length: int) -> dict[str, np.ndarray]:

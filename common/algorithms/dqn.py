@@ -83,9 +83,11 @@ def transitions_from_trajectory(
     boot = np.concatenate(out["boot"])
     result = {k: v[b, t] for k, v in obs.items()}
     result.update({f"next_{k}": v[b, boot] for k, v in extended.items()})
+    with np.errstate(over="ignore"):  # a return beyond float32 becomes inf, which the learner's checks refuse
+        returns = np.concatenate(out["ret"]).astype(np.float32)
     result.update(
         action=trajectory.actions(agent)[b, t],
-        **{"return": np.concatenate(out["ret"]).astype(np.float32)},
+        **{"return": returns},
         discount=np.concatenate(out["disc"]).astype(np.float32),
     )
     return result

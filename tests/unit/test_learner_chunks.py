@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from common.adder_config import MAX_UNROLL_LEN
 from common.algorithms.registry import make_computation_task
 from common.envs import make_env
 from common.envs.policy_view import policy_specs
@@ -78,6 +79,9 @@ def test_connect_four_view_with_action_masks_is_accepted():
         ({"__rewards": np.full((3, 5), np.nan, np.float32)}, "/rewards"),
         ({"__agents__agent__artifacts__logp": np.full((3, 5), np.inf, np.float32)}, "/agents/agent/artifacts/logp"),
         ({"__infos__episode_return": np.zeros((3, 4), np.float32)}, None),  # caught by the trajectory format
+        # Finite in float64 but not once held as float32: refused, not accepted and turned into inf by the cast.
+        ({"__rewards": np.full((3, 5), 1e300)}, "/rewards"),
+        ({"__agents__agent__artifacts__logp": np.full((3, 5), -1e300)}, "/agents/agent/artifacts/logp"),
     ],
 )
 def test_bad_chunks_name_the_key(changes, key):
@@ -88,6 +92,26 @@ def test_bad_chunks_name_the_key(changes, key):
     if key is not None:
         assert isinstance(err.value, InvalidChunkError) and err.value.key == key
         assert str(err.value).startswith(key)
+
+
+def test_dqn_returns_that_overflow_float32_are_refused():
+    # Every reward is a finite float32, their 2-step sum is not: DQN's replay would sample inf forever.
+    task, preparer = _preparer("dqn")
+    chunk = rollout_chunks(task, player_id="p", env_num=3, unroll_len=5, count=1)[0]
+    with pytest.raises(InvalidChunkError) as err:
+        preparer.prepare(_edited(chunk, __rewards=np.full((3, 5), 3e38, np.float32)))
+    assert err.value.key == "/rewards" and "return is not finite" in str(err.value)
+
+
+def test_rows_longer_than_the_unroll_bound_are_refused():
+    task, preparer = _preparer("ppo")
+    obs, action = _specs("CartPole-v1")
+    long = synthetic_chunk(obs, action.num_actions, player_id="p", batch=1, steps=MAX_UNROLL_LEN + 1)
+    with pytest.raises(InvalidChunkError) as err:
+        preparer.prepare(decode_chunk(long))
+    assert err.value.key == "/rewards" and f"at most {MAX_UNROLL_LEN}" in str(err.value)
+    ok = synthetic_chunk(obs, action.num_actions, player_id="p", batch=1, steps=MAX_UNROLL_LEN)
+    assert preparer.prepare(decode_chunk(ok)).steps == MAX_UNROLL_LEN
 
 
 def test_observation_entries_the_model_does_not_read_are_refused():

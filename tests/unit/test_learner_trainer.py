@@ -125,6 +125,32 @@ def test_dqn_importance_weight_exponent_anneals_to_one_over_the_configured_updat
     assert trainer.train_ready().stats["priority_beta"] == pytest.approx(0.7)
 
 
+def test_one_long_row_does_not_set_the_padding_of_later_batches():
+    trainer = _trainer(batch_size=32)
+    trainer.add(_prepared(trainer, batch=1, steps=40, seq=0))  # 40 samples: trains alone, at T = 40
+    assert trainer.train_ready().samples == 40
+    for seq in (1, 2):
+        trainer.add(_prepared(trainer, batch=2, steps=8, seq=seq))
+    report = trainer.train_ready()
+    assert report.samples == 32 and report.stats["valid_fraction"] == 1.0  # rows of 8, not padded to 40
+
+
+def test_rows_of_very_different_lengths_are_not_padded_into_one_huge_batch():
+    trainer = _trainer(batch_size=32)
+    trainer.add(_prepared(trainer, batch=20, steps=1, seq=0))  # 20 one-step rows
+    trainer.add(_prepared(trainer, batch=1, steps=600, seq=1))  # padding the 20 to 600 steps: 12,600 steps
+    assert trainer.buffered_samples == 620
+    first, second = trainer.train_ready(), trainer.train_ready()
+    assert (first.samples, second.samples) == (20, 600)  # the short rows trained first, as a batch of their own
+    assert first.stats["valid_fraction"] == 1.0 and second.stats["valid_fraction"] == 1.0
+    assert trainer.train_ready() is None and trainer.buffered_samples == 0
+    # Rows of usual, similar lengths still pad into one batch.
+    trainer.add(_prepared(trainer, batch=2, steps=3, seq=2))
+    trainer.add(_prepared(trainer, batch=4, steps=8, seq=3))
+    report = trainer.train_ready()
+    assert report.samples == 38 and report.stats["valid_fraction"] == pytest.approx(38 / 48)
+
+
 def test_fresh_initialisation_is_deterministic_and_weights_load_at_a_version():
     a, b = _trainer(), _trainer()
     for name, value in a.task.get_weights().items():
@@ -213,6 +239,9 @@ def test_episode_returns_are_summed_across_a_jobs_chunks():
 def test_telemetry_writes_scalars_for_tensorboard(tmp_path):
     trainer = _trainer(batch_size=16)
     telemetry = Telemetry(tmp_path / "tb")
+    future = _prepared(trainer, batch=1, steps=8, seq=9, policy_version=10**15)
+    telemetry.observe(future, learner_version=3)  # no policy from the future acted: kept out of staleness
+    assert telemetry.future_versions == 1
     for seq, version in ((0, 0), (1, 1)):
         chunk = _prepared(trainer, batch=1, steps=8, seq=seq, policy_version=version)
         telemetry.observe(chunk, learner_version=3)

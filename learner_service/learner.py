@@ -39,7 +39,7 @@ from common.rpc import (
 from learner_service.config import MAX_CHUNK_BYTES, LearnerSettings
 from learner_service.league_client import RETRYABLE, BindingLost, Interrupted, LeagueClient, LearnJob
 from learner_service.publisher import CheckpointPublisher
-from learner_service.servicer import SERVICE_NAME, DataPlane, LearnerServicer
+from learner_service.servicer import RESERVED_SERVER_THREADS, SERVICE_NAME, DataPlane, LearnerServicer
 from learner_service.session import LearnSession, LeaseKeeper, SessionContext, SessionEnd
 from learner_service.trainer import ModelSpec, Trainer, build_trainer
 
@@ -89,6 +89,7 @@ class Learner:
             max_backoff_s=settings.max_backoff_s,
         )
         self.server: ServingServer | None = None
+        self.servicer: LearnerServicer | None = None
         self.data_endpoint = ""
         self._lock = threading.Lock()
         self._stopping = False
@@ -131,10 +132,11 @@ class Learner:
         """Bind and start the LearnerService server; returns the bound address."""
         s = self.settings
         check_exposure(s.host, s.token, insecure=s.insecure)
+        options = ServerOptions(host=s.host, port=s.port, token=s.token, max_receive_bytes=MAX_CHUNK_BYTES,
+                                tls=ServerTls(s.tls_cert, s.tls_key) if s.tls_cert and s.tls_key else None)
+        self.servicer = LearnerServicer(self.plane, max_streams=options.max_workers - RESERVED_SERVER_THREADS)
         self.server = make_server(
-            ServerOptions(host=s.host, port=s.port, token=s.token, max_receive_bytes=MAX_CHUNK_BYTES,
-                          tls=ServerTls(s.tls_cert, s.tls_key) if s.tls_cert and s.tls_key else None),
-            lambda server: league_pb2_grpc.add_LearnerServiceServicer_to_server(LearnerServicer(self.plane), server),
+            options, lambda server: league_pb2_grpc.add_LearnerServiceServicer_to_server(self.servicer, server),
             [SERVICE_NAME],
         )
         if s.advertise:

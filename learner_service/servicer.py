@@ -6,7 +6,8 @@ becomes a status code, the stream's counts become the PushSummary.
 
 Status codes: a chunk that cannot be decoded or does not fit the model -> INVALID_ARGUMENT naming the key;
 a chunk for another player -> FAILED_PRECONDITION; no player bound yet, or the learner stopping/rebinding
--> UNAVAILABLE (retry later). Chunks accepted before a refusal stay accepted.
+-> UNAVAILABLE (retry later); a stream beyond the learner's limit of concurrent streams -> RESOURCE_EXHAUSTED
+(retry later). Chunks accepted before a refusal stay accepted.
 """
 
 from __future__ import annotations
@@ -140,11 +141,42 @@ class DataPlane:
             intake.queue.wake()
 
 
+RESERVED_SERVER_THREADS = 16
+"""Server threads trajectory streams never take: health checks and reflection still get an answer when every
+stream waits (on a full queue behind a slow trainer, or on an actor that sends nothing)."""
+
+
 class LearnerServicer(league_pb2_grpc.LearnerServiceServicer):
-    def __init__(self, plane: DataPlane) -> None:
+    def __init__(self, plane: DataPlane, max_streams: int) -> None:
+        """``max_streams``: trajectory streams served at once; more are refused with RESOURCE_EXHAUSTED (actors
+        retry with backoff). Each stream holds one of the sync server's threads while it waits for chunks or
+        for room in the queue; past the pool's size every call, health included, would hang instead."""
+        if max_streams < 1:
+            raise ValueError(f"max_streams must be >= 1, got {max_streams}")
         self._plane = plane
+        self.max_streams = max_streams
+        self._lock = threading.Lock()
+        self._streams = 0
+
+    @property
+    def streams_in_use(self) -> int:
+        with self._lock:
+            return self._streams
 
     def PushTrajectories(self, request_iterator, context):
+        with self._lock:
+            admitted = self._streams < self.max_streams
+            self._streams += admitted
+        if not admitted:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"the learner already serves {self.max_streams} trajectory streams, its limit; retry later")
+        try:
+            return self._push(request_iterator, context)
+        finally:
+            with self._lock:
+                self._streams -= 1
+
+    def _push(self, request_iterator, context):
         cancelled = threading.Event()
 
         def on_done() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +34,7 @@ from league_service.server import serve_coordinator
 from learner_service.config import LearnerSettings
 from learner_service.learner import JobSetupError, Learner
 from learner_service.learner_testing import Rollout, RunningLearner, running_learner, synthetic_chunk
+from learner_service.servicer import RESERVED_SERVER_THREADS
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYER = "solo_active_player_default_0"
@@ -141,6 +143,43 @@ def test_bad_and_foreign_chunks_are_refused_and_the_server_keeps_serving(tmp_pat
             bad_fixed = synthetic_chunk(_cartpole_specs(), 2, player_id=PLAYER, seq=1)
             summary = push(learner.address, [good, bad_fixed])
             assert (summary.chunks_accepted, summary.chunks_duplicate) == (1, 1)
+
+
+def test_streams_beyond_the_limit_are_refused_and_health_and_other_pushes_still_answer(tmp_path):
+    # Streams that send nothing (or wait on a full queue) each hold a server thread; past the pool's 128 threads,
+    # health checks and every push hung. Now the streams past the limit are refused at once.
+    limit = ServerOptions().max_workers - RESERVED_SERVER_THREADS
+    cfg = solo_config(batch_size=1024)
+    release = threading.Event()
+
+    def idle():
+        release.wait(60)
+        return
+        yield  # a generator: the stream opens and sends nothing until released
+
+    with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
+        with running_learner(coordinator.address, tmp_path) as learner:
+            learner.learner.wait_published(PLAYER, 0, 60)
+            channels = [make_channel(learner.address) for _ in range(2)]
+            try:
+                stubs = [league_pb2_grpc.LearnerServiceStub(c) for c in channels]
+                held = [stubs[i % 2].PushTrajectories.future(idle(), timeout=90) for i in range(limit)]
+                eventually(lambda: learner.learner.servicer.streams_in_use == limit)
+                with pytest.raises(grpc.RpcError) as err:
+                    push(learner.address, [synthetic_chunk(_cartpole_specs(), 2, player_id=PLAYER, seq=0)])
+                assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                assert f"{limit} trajectory streams" in err.value.details()
+                health = health_pb2_grpc.HealthStub(channels[0]).Check(health_pb2.HealthCheckRequest(), timeout=10)
+                assert health.status == health_pb2.HealthCheckResponse.SERVING
+                release.set()
+                for future in held:
+                    assert future.result(timeout=60).chunks_accepted == 0
+                summary = push(learner.address, [synthetic_chunk(_cartpole_specs(), 2, player_id=PLAYER, seq=0)])
+                assert summary.chunks_accepted == 1
+            finally:
+                release.set()
+                for channel in channels:
+                    channel.close()
 
 
 def test_an_action_mask_the_env_does_not_have_is_refused_and_training_goes_on(tmp_path):

@@ -16,7 +16,7 @@ import numpy as np
 from common.adder_config import MAX_UNROLL_LEN
 from common.algorithms.dqn import transitions_from_trajectory
 from common.algorithms.ppo import batch_from_trajectory
-from common.computation.specs import TensorSpec
+from common.computation.specs import ACTION_MASK, TensorSpec
 from common.policy_config import PolicyConfig
 from common.tensor_codec import ChunkHeader, DecodedChunk
 from common.trajectory import DEFAULT_AGENT, OBSERVATION, Trajectory, hidden_state_key
@@ -154,6 +154,14 @@ class ChunkPreparer:
             raise InvalidChunkError(key, f"expected integer (batch, steps), got {actions.dtype}{actions.shape}")
         if actions.size and (actions.min() < 0 or actions.max() >= self.num_actions):
             raise InvalidChunkError(key, f"actions must be in [0, {self.num_actions})")
+        mask = trajectory.observations().get(ACTION_MASK)
+        if mask is not None and actions.size:  # its shape was checked with the observations
+            legal = np.take_along_axis(np.asarray(mask, bool), actions[..., None].astype(np.intp), axis=-1)[..., 0]
+            if not legal.all():
+                b, t = (int(i) for i in np.argwhere(~legal)[0])
+                raise InvalidChunkError(key, f"{(~legal).sum()} action(s) the step's action mask forbids (first: row "
+                                             f"{b}, step {t}, action {int(actions[b, t])}): no policy of the "
+                                             "league takes them, and they would poison the importance weights")
 
     def _check_states(self, trajectory: Trajectory, agent: str) -> None:
         recorded = trajectory.hidden_state(agent)

@@ -66,6 +66,15 @@ def test_connect_four_view_with_action_masks_is_accepted():
     assert prepared.rows["observation"].shape == (2, 6, 5, 6, 7)
     assert prepared.rows["action_mask"].shape == (2, 6, 7)
     task.learn(dict(prepared.rows))
+    # An action its step's mask forbids (a full column): no policy of the league plays it.
+    tensors = decode_chunk(chunk).trajectory.tensors
+    mask, actions = tensors["/observations/action_mask"].copy(), tensors["/agents/agent/actions"].copy()
+    mask[1, 4] = False
+    mask[1, 4, 2] = True
+    actions[1, 4] = 5
+    with pytest.raises(InvalidChunkError) as err:
+        preparer.prepare(_edited(chunk, __observations__action_mask=mask, __agents__agent__actions=actions))
+    assert err.value.key == "/agents/agent/actions" and "row 1, step 4, action 5" in str(err.value)
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,8 @@ Storage failures (a full shared filesystem, a quota, an I/O error) do not stop t
 clear error and returns None; the store leaves nothing of the failed version visible (no torn file, no
 manifest naming a missing one, no temp file), and while publishing fails it is retried on a backoff
 (1 s doubling to 30 s) instead of at every scheduled iteration, so a full disk is not hammered. The first
-publish that works again is logged and numbered above everything before it.
+publish that works again is logged and numbered above everything before it. Training runs only a few
+updates ahead of the last published version meanwhile (`session.MIN_UNPUBLISHED_UPDATES`), then waits.
 """
 
 from __future__ import annotations
@@ -112,6 +113,10 @@ class CheckpointPublisher:
     def failing(self) -> bool:
         """The last publish failed (the store's latest is older than what the trainer holds)."""
         return self.failures > 0
+
+    def retry_in(self) -> float:
+        """Seconds until a failing publisher's backoff lets it try again (0 when it may now)."""
+        return max(0.0, self._retry_at - self._clock()) if self.failing else 0.0
 
     def due(self, train_iteration: int, publish_every: int) -> bool:
         """Whether to publish after ``train_iteration``: on schedule, or while failing once the backoff passed."""

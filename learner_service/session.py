@@ -38,6 +38,12 @@ log = logging.getLogger(__name__)
 
 MAX_RESETS_PER_REPORT = 3
 PROGRESS_LOG_EVERY_S = 10.0
+MIN_UNPUBLISHED_UPDATES = 8
+"""While publishing fails, training goes on for at most max(this, 2 x publish period) updates beyond the
+version actors act with, then waits for a publish to work. Without a bound a full disk let the learner train
+on data ever more versions old (1,000+ in a CartPole run, which collapsed to the worst return and stayed there
+after space came back); waiting holds the actors back instead (their pushes wait on the full queue)."""
+WAIT_TO_PUBLISH_MIN_S = 1.0
 LEASE_MARGIN = 0.1
 """A session stops publishing this fraction of a lease before the coordinator may expire it (LeaseKeeper): time
 for a checkpoint being written to land, and for clocks that run at slightly different rates."""
@@ -170,6 +176,7 @@ class LearnSession:
         self.publisher = publisher
         self.config = config
         self._publish_every = config.publish_period(trainer.spec.policy.algorithm)
+        self._waiting_to_publish = False
         self.seed = seed
         self.queue = ChunkQueue(config.queue_chunks, config.queue_bytes)
         self.telemetry = Telemetry(Path(context.shared_root) / "tensorboard" / job.player_id)
@@ -249,6 +256,9 @@ class LearnSession:
     # ---- training -------------------------------------------------------------------------------------
     def _train_until_ended(self) -> None:
         while not self._ended.is_set():
+            if self._held_back():
+                self._wait_to_publish()
+                continue
             chunk = self.queue.get()
             if chunk is None:  # closed: by `end` (Learner.request_stop ends the session before it closes the plane)
                 return
@@ -261,7 +271,7 @@ class LearnSession:
 
     def _train_ready(self, publish: bool) -> None:
         """Train while a batch is ready; publish + report every ``publish_every`` iterations when ``publish``."""
-        while (report := self.trainer.train_ready()) is not None:
+        while not (publish and self._held_back()) and (report := self.trainer.train_ready()) is not None:
             if not self.trainer.weights_finite():
                 self._roll_back(report)
                 continue
@@ -274,6 +284,27 @@ class LearnSession:
             self._log_progress(scalars)
             if publish and self._ended.is_set():
                 return
+
+    def _held_back(self) -> bool:
+        """Publishing fails and the trainer is as far ahead of the actors' version as training may go."""
+        limit = max(MIN_UNPUBLISHED_UPDATES, 2 * self._publish_every)
+        return self.publisher.failing and self.trainer.version - self.publisher.last_version >= limit
+
+    def _wait_to_publish(self) -> None:
+        """Training waits: retry publishing on the publisher's backoff until it works or the session ends."""
+        if not self._waiting_to_publish:
+            self._waiting_to_publish = True
+            log.warning("%s: training waits until publishing works again: %d updates are not published (actors "
+                        "act with version %d), and training further ahead of them would learn from ever older "
+                        "data", self.job.player_id, self.trainer.version - self.publisher.last_version,
+                        self.publisher.last_version)
+        if self._ended.wait(max(WAIT_TO_PUBLISH_MIN_S, self.publisher.retry_in())):
+            return
+        if self.lease.held:  # else the player may be another learner's by now: never two writers
+            ref = self._publish()
+            if ref is not None:
+                self._waiting_to_publish = False
+                self._report(ref)
 
     def _log_progress(self, scalars: dict[str, float]) -> None:
         now = time.monotonic()

@@ -19,6 +19,7 @@ import errno
 import json
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,7 @@ from common.rpc import ServerOptions, parse_listen_line
 from league_service.coordinator import Coordinator, CoordinatorSettings
 from league_service.server import CoordinatorServer, serve_coordinator
 from learner_service.learner_testing import Rollout, learner_command
+from learner_service.session import MIN_UNPUBLISHED_UPDATES
 from tests.chaos.invariants import assert_invariants, check_status
 from tests.integration.test_learner_service import PLAYER, acting_task, player_status, push, solo_config
 from tests.polling import wait_until
@@ -199,28 +201,34 @@ def test_a_full_share_fails_publishing_clearly_and_training_resumes_when_space_r
             earlier = assert_invariants(coordinator.address, shared_root=share)
 
             filler = fill(share)
-            push(address, [next(chunks) for _ in range(3)])
+            # 12 chunks, one update each: more than the learner may train ahead of the published version while
+            # publishing fails, so the stream waits (backpressure) until space returns.
+            late = [next(chunks) for _ in range(12)]
+            pushing = threading.Thread(target=push, args=(address, late, 180.0), daemon=True)
+            pushing.start()
             wait_until("the publish failure to be logged", lambda: "No space left on device" in context(), 60,
                        context)
             assert proc.poll() is None, f"the learner died on a full disk:\n{context()}"
             failure = next(line for line in context().splitlines() if "publishing version" in line)
             assert " ERROR " in failure and "failed" in failure and "the shared filesystem is full" in failure
+            wait_until("training to wait for publishing", lambda: "training waits until publishing" in context(),
+                       60, context)
+            assert f"{MIN_UNPUBLISHED_UPDATES} updates are not published" in context()
+            assert pushing.is_alive(), "every chunk was trained on while nothing could be published"
             assert CheckpointStore(share).latest(PLAYER) == before, "a version was published on a full disk"
             assert player_status(coordinator.address).checkpoint_version == before.version
             assert_share_consistent(share, PLAYER)
 
             filler.unlink()
-
-            def published_again() -> bool:
-                if player_status(coordinator.address).checkpoint_version > before.version:
-                    return True
-                push(address, [next(chunks)])  # one more iteration: the publisher's backoff decides
-                return False
-
-            wait_until("publishing to resume", published_again, 60, context)
+            # The learner retries on its own backoff; the first version published then is as far as it trained.
+            wait_until("publishing to resume", lambda: player_status(coordinator.address).checkpoint_version
+                       > before.version, 60, context)
             assert "publishing works again" in context()
-            versions = assert_share_consistent(share, PLAYER)
-            assert max(versions) > before.version
+            pushing.join(120)
+            assert not pushing.is_alive(), context()
+            assert_share_consistent(share, PLAYER)
+            again = f"publishing works again: version {before.version + MIN_UNPUBLISHED_UPDATES} published"
+            assert again in context()
             status = player_status(coordinator.address)
             assert status.agent_steps > before.metadata["agent_steps"]
             assert proc.poll() is None, context()

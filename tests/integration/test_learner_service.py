@@ -58,10 +58,10 @@ def acting_task(cfg: Config, shared_root: Path, player_id: str = PLAYER):
     return task
 
 
-def push(address: str, chunks) -> league_pb2.PushSummary:
+def push(address: str, chunks, timeout_s: float = 30.0) -> league_pb2.PushSummary:
     channel = make_channel(address, max_message_bytes=64 * 2**20)
     try:
-        return league_pb2_grpc.LearnerServiceStub(channel).PushTrajectories(iter(chunks), timeout=30)
+        return league_pb2_grpc.LearnerServiceStub(channel).PushTrajectories(iter(chunks), timeout=timeout_s)
     finally:
         channel.close()
 

@@ -29,6 +29,11 @@ from league_service.errors import FailedPreconditionError, InvalidArgumentError,
 
 P = TypeVar("P")
 
+RECONNECT_GRACE_S = 5.0
+"""Added to the deadline of a lease restored after a restart: a worker's channel retries a server it lost at
+most every 5 s (``grpc.max_reconnect_backoff_ms`` in common/rpc.py), so it may reach the restarted coordinator
+only that long after it listens. Without it, leases shorter than that backoff expired at restart."""
+
 
 class WorkerRole(enum.Enum):
     ACTOR = "actor"
@@ -378,12 +383,12 @@ class LeaseTable(Generic[P]):
 
     def restore(self, lease: Lease[P], now: float) -> None:
         """Put back a lease that was in flight when the coordinator stopped, with a fresh deadline so its
-        worker has a full lease timeout to reconnect and heartbeat."""
+        worker has a full lease timeout to heartbeat once it reconnects (`RECONNECT_GRACE_S` more)."""
         if lease.job_id in self._leases or lease.job_id in self._ended:
             raise ValueError(f"job_id: {lease.job_id!r} restored twice or already ended")
         if lease.kind is JobKind.LEARN:
             self._learner_of[lease.launch_player] = lease.job_id
-        self._grant(dataclasses.replace(lease, deadline=now + self.lease_timeout_s))
+        self._grant(dataclasses.replace(lease, deadline=now + self.lease_timeout_s + RECONNECT_GRACE_S))
 
     def restore_end(self, end: JobEnd) -> None:
         self._remember(end)

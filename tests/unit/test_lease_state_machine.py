@@ -20,7 +20,7 @@ from league_service.coordinator import Coordinator, CoordinatorSettings
 from league_service.coordinator_messages import FinishReport, JobGrant
 from league_service.coordinator_testing import small_league_config
 from league_service.errors import FailedPreconditionError
-from league_service.leases import JobEndStatus, WorkerRole
+from league_service.leases import RECONNECT_GRACE_S, JobEndStatus, WorkerRole
 from league_service.messages import EpisodeOutcome, Outcome, PlayerOutcome
 
 TIMEOUT = 10.0
@@ -173,8 +173,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.coord.close()
         self.coord = self._open()
         self._expire_model()
-        for held in self.held.values():  # in-flight leases come back with a fresh deadline
-            held.deadline = self.clock.now + TIMEOUT
+        for held in self.held.values():  # in-flight leases come back with a fresh deadline (and reconnect grace)
+            held.deadline = self.clock.now + TIMEOUT + RECONNECT_GRACE_S
 
     # ---- invariants --------------------------------------------------------------------------------------
 

@@ -2,8 +2,9 @@ import itertools
 
 import pytest
 
+from common.rpc import _KEEPALIVE_CLIENT_OPTIONS
 from league_service.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
-from league_service.leases import JobEndStatus, JobKind, LeaseTable, WorkerInfo, WorkerRole
+from league_service.leases import RECONNECT_GRACE_S, JobEndStatus, JobKind, LeaseTable, WorkerInfo, WorkerRole
 
 TIMEOUT = 1.0
 
@@ -131,7 +132,8 @@ def test_restore_gives_a_fresh_deadline_and_keeps_bindings():
     learn = table.lease_learn("learner-1", "a:1", now=0.0)
     fresh = make_table()
     fresh.restore(learn, now=100.0)
-    assert fresh.learner_lease("main").deadline == pytest.approx(101.0)
+    # A lease timeout after the restart, plus the time a worker's channel may take to notice the server is back.
+    assert fresh.learner_lease("main").deadline == pytest.approx(101.0 + RECONNECT_GRACE_S)
     assert fresh.lease_learn("learner-1", "a:1", now=100.5).job_id == learn.job_id
     with pytest.raises(ValueError, match="restored twice"):
         fresh.restore(learn, now=100.0)
@@ -171,3 +173,8 @@ def test_old_ends_are_forgotten_in_memory_and_asked_of_the_store():
     with pytest.raises(FailedPreconditionError, match="expired"):
         table.check_finish("a", second.job_id, now=0.0)
     assert table.ended(third.job_id) == third
+
+
+def test_the_restart_grace_covers_the_longest_reconnect_backoff_of_a_workers_channel():
+    options = dict(_KEEPALIVE_CLIENT_OPTIONS)  # what every channel of the project is made with (make_channel)
+    assert options["grpc.max_reconnect_backoff_ms"] <= RECONNECT_GRACE_S * 1000

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from common.checkpoint_store import CheckpointError, CheckpointRef, CheckpointStore, CorruptCheckpointError
+from common.checkpoint_store import CheckpointError, CheckpointNotFoundError, CheckpointRef, CheckpointStore
 from learner_service.trainer import Progress, Trainer
 
 log = logging.getLogger(__name__)
@@ -181,10 +181,14 @@ class CheckpointPublisher:
         if job_path:
             try:
                 weights = self.store.load(job_path).tensors
-            except CorruptCheckpointError as err:
+            except CheckpointError as err:
                 if own is None:
+                    if isinstance(err, CheckpointNotFoundError):
+                        raise CheckpointNotFoundError(
+                            f"{err}; the shared root {self.store.root.root} holds no readable version of "
+                            f"{self.player_id} either (is it the league's shared root?)") from err
                     raise
-                # A tampered or corrupt file is never loaded: the newest own version that verifies is the
+                # A tampered, corrupt or lost file is never loaded: the newest own version that verifies is the
                 # best left; it is republished above the league's version, so nothing goes back.
                 log.error("%s: the league's checkpoint cannot be used (%s); resuming from %s instead", job_path,
                           err, own.path)

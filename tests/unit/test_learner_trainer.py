@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from common.algorithms.ppo import compute_targets
-from common.checkpoint_store import CheckpointStore
+from common.checkpoint_store import CheckpointNotFoundError, CheckpointStore
 from common.computation.specs import DiscreteActionSpec, TensorSpec
 from common.learner_config import LearnerConfig
 from common.policy_config import PolicyConfig
@@ -202,6 +202,24 @@ def test_a_corrupt_latest_version_is_skipped_for_the_one_before(tmp_path):
     start = fresh.choose_start("", 0, Progress())
     assert start.version == 0 and start.published is None  # not the store's latest: will be republished
     assert fresh.next_version(start.version) == 2
+
+
+def test_a_lost_weights_file_of_the_leagues_version_resumes_from_the_one_before(tmp_path):
+    """The newest version's weights file gone (its manifest left): the learner exited 2 at setup, and `league run`
+    stopped the whole league for good, also when resumed."""
+    publisher = _publisher(tmp_path)
+    trainer = _trainer(progress=Progress(10, 1))
+    publisher.publish(trainer)
+    trainer.task.set_weights(trainer.task.get_weights(), 1)
+    lost = publisher.publish(trainer)
+    (tmp_path / lost.path).unlink()
+    start = _publisher(tmp_path).choose_start(lost.path, lost.version, Progress(10, 1))
+    assert start.version == 2 and start.weights is not None  # v0's weights, numbered above the lost version
+    # Nothing of the player readable at all (another shared root mounted?): refused, naming the root.
+    for path in list((tmp_path / "p").iterdir()):
+        path.unlink()
+    with pytest.raises(CheckpointNotFoundError, match="holds no readable version of p either"):
+        _publisher(tmp_path).choose_start(lost.path, lost.version, Progress(10, 1))
 
 
 def test_a_damaged_manifest_of_any_version_is_skipped_when_resuming(tmp_path):

@@ -363,8 +363,13 @@ class CheckpointStore:
             raise ValueError(f"snapshot destination {dest!r} must end with .pt")
         src_path, dest_path = self.root.resolve(source), self.root.resolve(dest)
         dest_manifest = dest_path.with_name(dest_path.name + MANIFEST_SUFFIX)
-        if dest_path.exists() or dest_manifest.exists():
+        if dest_manifest.exists():
             raise FileExistsError(f"snapshot destination {dest!r} exists")
+        if os.path.lexists(dest_path):
+            # Weights without a manifest: an earlier attempt that failed (a full disk) or was killed between the
+            # two writes. Never published, so no reader uses it; this attempt replaces it.
+            log.warning("%s: weights left by an unfinished snapshot; replacing them", dest)
+            dest_path.unlink()
         dest_path.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.link(src_path, dest_path, follow_symlinks=False)
@@ -375,10 +380,14 @@ class CheckpointStore:
             shutil.copyfile(src_path, tmp, follow_symlinks=False)
             _fsync_file(tmp)
             os.replace(tmp, dest_path)
-        _fsync_dir(dest_path.parent)
         # Weights only: a snapshot is a frozen opponent, never resumed as a learner.
         snap = CheckpointRef(dest, ref.version, ref.digest, ref.size, {**ref.metadata, "snapshot_of": source})
-        _atomic_write(dest_manifest, _manifest_bytes(snap))
+        try:
+            _fsync_dir(dest_path.parent)
+            _atomic_write(dest_manifest, _manifest_bytes(snap))
+        except BaseException:
+            _unlink_quietly(dest_path)  # no weights left that no manifest publishes (a hard link keeps space)
+            raise
         return snap
 
     def pin(self, path: str) -> None:

@@ -24,10 +24,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from common.checkpoint_store import LATEST, MANIFEST_SUFFIX, CheckpointError, CheckpointStore
+from common.paths import SharedRoot
 from common.rpc import ServerOptions, parse_listen_line
+from league_service.checkpoint_copy import SnapshotCopier
 from league_service.coordinator import Coordinator, CoordinatorSettings
 from league_service.server import CoordinatorServer, serve_coordinator
 from learner_service.learner_testing import Rollout, learner_command
@@ -288,3 +291,21 @@ def test_league_run_survives_the_share_filling_up_twice(tmp_path):
             assert_share_consistent(share, player)
         finally:
             run.close()
+
+
+def test_a_snapshot_that_fails_on_a_full_share_leaves_nothing_and_works_once_space_returns(tmp_path):
+    """The hard link of a snapshot needs no space, its manifest does: the failed snapshot left the link behind
+    (keeping the source's blocks, matching no cleanup pattern) and every retry failed with FileExistsError."""
+    with small_share(tmp_path / "share", size_bytes=4 * 2**20) as share:
+        store = CheckpointStore(share)
+        ref = store.publish("p", {"w": np.ones(1000, np.float32)}, 1)
+        copier = SnapshotCopier(SharedRoot(share))
+        dest = "p/v0000000001_100.pt"
+        filler = fill(share)
+        with pytest.raises(OSError) as err:
+            copier(ref.path, dest)
+        assert err.value.errno == errno.ENOSPC
+        assert not (share / dest).exists() and not (share / (dest + MANIFEST_SUFFIX)).exists()
+        filler.unlink()
+        copier(ref.path, dest)
+        assert store.load(dest, 1).tensors["w"].sum() == 1000

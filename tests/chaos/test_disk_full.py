@@ -229,6 +229,10 @@ def test_a_full_share_fails_publishing_clearly_and_training_resumes_when_space_r
             assert "publishing works again" in context()
             pushing.join(120)
             assert not pushing.is_alive(), context()
+            # One update per chunk (128 samples each), each published: quiet once the last one is.
+            final_version = before.version + len(late)
+            wait_until(f"version {final_version}", lambda: player_status(coordinator.address).checkpoint_version
+                       == final_version, 60, context)
             assert_share_consistent(share, PLAYER)
             again = f"publishing works again: version {before.version + MIN_UNPUBLISHED_UPDATES} published"
             assert again in context()

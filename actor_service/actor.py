@@ -33,7 +33,13 @@ from actor_service.env_managers import EnvManagers, ManagerKind
 from actor_service.envs import EnvError
 from actor_service.heartbeat import JobHeartbeat
 from actor_service.job import JobError, JobKind, JobPlan
-from actor_service.policy_pool import Policy, PolicyPool, PolicySettings, model_signature
+from actor_service.policy_pool import (
+    Policy,
+    PolicyPool,
+    PolicySettings,
+    UnloadableOpponentError,
+    model_signature,
+)
 from actor_service.rollout import EpisodeRecord, Rollout, RolloutEnd, RolloutResult, RolloutTarget, seat_bots
 from actor_service.stop import StopSignal
 from actor_service.trajectory_sender import SenderSettings, SenderStats, TrajectorySender
@@ -301,7 +307,9 @@ class Actor:
             return self._job_report(plan, "released", episodes, env_steps, agent_steps, sender, message,
                                     env_failures)
         log.error("job %s failed", plan.job_id, exc_info=err)
-        self._finish(plan.job_id, league_pb2.FINISH_STATUS_FAILED, (), env_steps, agent_steps, failure_text(err))
+        unloadable = (err.player_id,) if isinstance(err, UnloadableOpponentError) else ()
+        self._finish(plan.job_id, league_pb2.FINISH_STATUS_FAILED, (), env_steps, agent_steps, failure_text(err),
+                     unloadable)
         return self._job_report(plan, "failed", (), env_steps, agent_steps, sender, message, env_failures)
 
     @staticmethod
@@ -315,13 +323,14 @@ class Actor:
 
     def _finish(
         self, job_id: str, status: int, episodes: tuple[EpisodeRecord, ...], env_steps: int, agent_steps: int,
-        error: str = "",
+        error: str = "", unloadable_player_ids: tuple[str, ...] = (),
     ) -> league_pb2.FinishJobResponse | None:
         if self._heartbeat is not None:
             self._heartbeat.close()  # the job ends here: no heartbeat may name it afterwards
         request = league_pb2.FinishJobRequest(
             worker_id=self.worker_id, job_id=job_id, status=status, episodes=[episode_result(e) for e in episodes],
             env_steps=env_steps, agent_steps=agent_steps, error=bounded_text(error, MAX_ERROR_CHARS),
+            unloadable_player_ids=unloadable_player_ids,
         )
         try:
             return self._client.finish_job(request)

@@ -32,6 +32,7 @@ from actor_service.job import PlayerSlot
 from actor_service.stop import StopSignal
 from common.algorithms.registry import make_computation_task
 from common.checkpoint_store import (
+    CheckpointError,
     CheckpointNotFoundError,
     CheckpointRef,
     CheckpointStore,
@@ -47,6 +48,15 @@ log = logging.getLogger(__name__)
 # How often a player's first checkpoint is looked for while waiting on it. A file on a shared filesystem
 # gives no event to wait on, so this is the one place the actor polls.
 _FIRST_CHECKPOINT_POLL_S = 0.1
+
+
+class UnloadableOpponentError(Exception):
+    """A historical opponent's checkpoint cannot be loaded (corrupt, tampered or lost). A frozen player has no
+    other version to fall back to: the job fails and names the player, and the league sets it aside."""
+
+    def __init__(self, player_id: str, cause: CheckpointError) -> None:
+        super().__init__(f"historical player {player_id}: {cause}")
+        self.player_id = player_id
 
 
 @dataclass(frozen=True)
@@ -172,9 +182,14 @@ class PolicyPool:
             key = (ref.path, ref.version) if ref is not None else f"init:{slot.player_id}"
         policy = self._frozen.get(key)
         if policy is None:
-            if ref is None and slot.checkpoint_path:
-                ref = self._manifest(slot.checkpoint_path, slot.checkpoint_version, slot.player_id, "player")
-            policy = self._build(slot.player_id, ref)
+            try:
+                if ref is None and slot.checkpoint_path:
+                    ref = self._manifest(slot.checkpoint_path, slot.checkpoint_version, slot.player_id, "player")
+                policy = self._build(slot.player_id, ref)
+            except CheckpointError as err:
+                if slot.active:  # an active opponent's newer versions will come; nothing to set aside
+                    raise
+                raise UnloadableOpponentError(slot.player_id, err) from err
             self._frozen[key] = policy
             while len(self._frozen) > self._settings.opponent_cache_size:
                 self._frozen.popitem(last=False)

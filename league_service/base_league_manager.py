@@ -29,7 +29,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from league_service.config import Config
-from league_service.league_errors import LeagueStateError, LeagueThreadError, SlotError
+from league_service.league_errors import (
+    LeagueStateError,
+    LeagueThreadError,
+    NotHistoricalCheckpointError,
+    SlotError,
+)
 from league_service.league_state import LeagueStateChanges, changes_from_state
 from league_service.messages import JobResult, JobSpec, PlayerUpdate, UpdateOutcome
 from league_service.payoff import BattleSharedPayoff, SoloSharedPayoff
@@ -323,6 +328,20 @@ class BaseLeagueManager(ABC):
             self._counters.jobs_released += 1
             self._slot_freed.notify_all()
 
+    def set_aside(self, player_id: str, reason: str) -> bool:
+        """Leave a historical player whose checkpoint cannot be loaded out of matchmaking (for good); False
+        when it already was. Raises for an active player or a reference bot: they have no such checkpoint."""
+        with self._lock:
+            player = self._roster.get(player_id)
+            if not isinstance(player, HistoricalPlayer) or player.bot or not player.checkpoint_path:
+                raise NotHistoricalCheckpointError("player_id", f"{player_id!r} is not a historical player with a "
+                                                                "checkpoint")
+            if player.set_aside:
+                return False
+            player.set_aside_for(reason)
+            self._changed_players.add(player_id)
+            return True
+
     # -- training progress, snapshots, mutation --------------------------------------------------------------
 
     def update_active_player(self, update: PlayerUpdate) -> UpdateOutcome:
@@ -438,6 +457,7 @@ class BaseLeagueManager(ABC):
             mutations=player.mutations if active else 0,
             episodes=episodes,
             mean_return=mean_return,
+            set_aside=player.set_aside,
         )
 
     @abstractmethod

@@ -412,6 +412,10 @@ class Coordinator:
             if lease.kind is JobKind.LEARN:
                 if report.episodes:
                     raise InvalidArgumentError("episodes", "a learn job has no episodes to report")
+                if report.unloadable_player_ids:
+                    raise InvalidArgumentError("unloadable_player_ids", "a learn job has no opponents")
+            elif report.unloadable_player_ids:
+                self._check_unloadable(report, lease.players)
             elif report.status is not JobEndStatus.FAILED:
                 self._check_episode_players(report, lease.players)
                 counted = self._league.finish_job(JobResult(lease.launch_player, lease.players, report.episodes))
@@ -421,6 +425,8 @@ class Coordinator:
             self._commits.note_lazy()
             if lease.kind is JobKind.LEARN:
                 self._jobs_ready_locked(WorkerRole.LEARNER)
+            elif report.unloadable_player_ids:
+                league_changed = self._set_aside_locked(lease, report)
             elif report.status is JobEndStatus.FAILED:
                 self._collect_attempt_failed(lease, report.error or "finished FAILED without an error message", now)
             elif report.status is JobEndStatus.COMPLETED:
@@ -664,6 +670,34 @@ class Coordinator:
                           "of this player since its last completed job%s). Last error: %s", player,
                           list(lease.players), lease.attempt, books.failures_in_a_row, wait, books.last_error)
         self._persist(job_failures=(books,))
+
+    def _check_unloadable(self, report: FinishReport, players: tuple[str, ...]) -> None:
+        """Before anything changes: the named players are this job's frozen opponents with checkpoints."""
+        if report.status is not JobEndStatus.FAILED:
+            raise InvalidArgumentError("unloadable_player_ids", "only a FAILED job names unloadable players")
+        for i, pid in enumerate(report.unloadable_player_ids):
+            if pid not in players[1:]:
+                raise InvalidArgumentError(f"unloadable_player_ids[{i}]", f"{pid!r} is not an opponent in this job")
+            player = self._league.get_player(pid)
+            if player.is_active or player.bot or not player.checkpoint_path:
+                raise InvalidArgumentError(f"unloadable_player_ids[{i}]", f"{pid!r} is not a historical player "
+                                           "with a checkpoint (an active player's older versions stand in)")
+
+    def _set_aside_locked(self, lease: Lease[JobSpec], report: FinishReport) -> bool:
+        """A job failed because opponents' checkpoints cannot be loaded: a frozen player has no other version,
+        so retrying (the same opponents) would fail alike, and the failures would hold back the launch player,
+        which is not at fault. The opponents leave matchmaking; the launch slot goes to a newly matched job."""
+        changed = False
+        reason = report.error or "its checkpoint cannot be loaded"
+        for pid in report.unloadable_player_ids:
+            if self._league.set_aside(pid, reason):
+                changed = True
+                log.error("historical player %s set aside from matchmaking: its checkpoint %s cannot be loaded "
+                          "(worker %s): %s", pid, self._league.get_player(pid).checkpoint_path, report.worker_id,
+                          _error_summary(reason))
+        self._league.release_job(lease.launch_player)
+        self._refill_locked()
+        return changed
 
     def _collect_job_completed(self, player: str) -> None:
         """A completed job ends its player's failure streak and backoff; held jobs go out at once."""

@@ -81,6 +81,8 @@ class FinishReport:
     env_steps: int
     agent_steps: int
     error: str
+    # FAILED because these historical players' checkpoints cannot be loaded: set aside, not retried.
+    unloadable_player_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

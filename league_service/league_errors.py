@@ -28,6 +28,11 @@ class NotActivePlayerError(InvalidArgumentError):
     """An operation for trainable players (an update, a launch slot) named a historical player."""
 
 
+class NotHistoricalCheckpointError(InvalidArgumentError):
+    """Only a historical player with a checkpoint can be set aside as unloadable (an active player's learner and
+    actors fall back to its older versions; a reference bot has no checkpoint)."""
+
+
 class StaleUpdateError(FailedPreconditionError, ValueError):
     """A player update that would move steps or the checkpoint version backwards."""
 

@@ -145,6 +145,11 @@ class Player:
         """The reference bot the env plays this player with ("mcts:25"); "" for a player with a policy."""
         return ""
 
+    @property
+    def set_aside(self) -> str:
+        """Why matchmaking leaves this player out ("": it plays); see `HistoricalPlayer.set_aside_for`."""
+        return ""
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "player_id": self._player_id,
@@ -176,11 +181,24 @@ class HistoricalPlayer(Player):
     player_type: ClassVar[str] = "historical_player"
     is_active: ClassVar[bool] = False
 
-    def __init__(self, *, parent_id: str, parent_type: str, **kwargs: Any) -> None:
+    def __init__(self, *, parent_id: str, parent_type: str, set_aside: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._parent_id = parent_id
         # The player_type of the parent ("" without a parent), so selection needs no lookup.
         self._parent_type = parent_type
+        self._set_aside = set_aside
+
+    @property
+    def set_aside(self) -> str:
+        return self._set_aside
+
+    def set_aside_for(self, reason: str) -> None:
+        """Leave this player out of matchmaking for good: its checkpoint cannot be loaded (corrupt or lost), and
+        a frozen player has no other version, so every job that played it would fail. Its games so far stay in
+        the payoff and its rating stays as it was."""
+        if not reason:
+            raise ValueError("reason: say why the player is set aside")
+        self._set_aside = reason
 
     @property
     def parent_id(self) -> str:
@@ -191,7 +209,10 @@ class HistoricalPlayer(Player):
         return self._parent_type
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "parent_id": self._parent_id, "parent_type": self._parent_type}
+        state = {**super().state_dict(), "parent_id": self._parent_id, "parent_type": self._parent_type}
+        if self._set_aside:  # absent in states saved before players could be set aside
+            state["set_aside"] = self._set_aside
+        return state
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any], payoff: Payoff) -> HistoricalPlayer:
@@ -204,7 +225,7 @@ class HistoricalPlayer(Player):
     @classmethod
     def _saved_fields(cls, state: dict[str, Any]) -> dict[str, Any]:
         return {**Player._saved_fields(state), "parent_id": str(state["parent_id"]),
-                "parent_type": str(state["parent_type"])}
+                "parent_type": str(state["parent_type"]), "set_aside": str(state.get("set_aside", ""))}
 
 
 BOT_CATEGORY = "bot"
@@ -405,8 +426,8 @@ class ActivePlayer(Player):
         return _fresh_copy(self._cfg.env_kwargs)
 
     def _get_players(self, select_fn: Callable[[Player], bool]) -> list[Player]:
-        """Players of the league (in the order they joined) that `select_fn` accepts."""
-        return [p for p in self._payoff.players if select_fn(p)]
+        """Players of the league (in the order they joined) that `select_fn` accepts, but those set aside."""
+        return [p for p in self._payoff.players if not p.set_aside and select_fn(p)]
 
     # -- durable state ---------------------------------------------------------------------------------------
 

@@ -35,6 +35,8 @@ class PlayerStatus:
     episodes: int
     # Solo leagues: mean return of the recent episodes (0.0 before any).
     mean_return: float
+    # Why matchmaking leaves this historical player out (its checkpoint cannot be loaded); "" while it plays.
+    set_aside: str = ""
 
 
 @dataclass(frozen=True)

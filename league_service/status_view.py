@@ -117,6 +117,14 @@ def _players(status: league_pb2.LeagueStatus) -> list[Table]:
             parent = "(reference bot)" if p.player_type == REFERENCE_BOT_TYPE else p.parent_id or "-"
             table.add_row(p.player_id, parent, f"{p.agent_steps:,}", _checkpoint(p), *_ratings(p))
         tables.append(table)
+    set_aside = [p for p in historical if p.set_aside]
+    if set_aside:
+        table = Table(title="set aside from matchmaking: their checkpoints cannot be loaded", title_justify="left")
+        for name in ("player", "checkpoint", "why"):
+            table.add_column(name, no_wrap=True, overflow="ellipsis", **({"max_width": 60} if name == "why" else {}))
+        for p in set_aside:
+            table.add_row(p.player_id, p.checkpoint_path, p.set_aside.strip().splitlines()[-1])
+        tables.append(table)
     return tables
 
 

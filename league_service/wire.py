@@ -131,6 +131,8 @@ def parse_finish(req: league_pb2.FinishJobRequest) -> FinishReport:
         env_steps=require_count(req.env_steps, "env_steps"),
         agent_steps=require_count(req.agent_steps, "agent_steps"),
         error=req.error[:4096],
+        unloadable_player_ids=tuple(require_id(pid, f"unloadable_player_ids[{i}]")
+                                    for i, pid in enumerate(req.unloadable_player_ids)),
     )
 
 
@@ -318,6 +320,7 @@ def status_reply(s: CoordinatorStatus) -> league_pb2.LeagueStatus:
                 jobs_given_up=failures.get(p.player_id, no_failures).jobs_given_up,
                 jobs_held_until=failures.get(p.player_id, no_failures).held_until,
                 last_job_error=failures.get(p.player_id, no_failures).last_error,
+                set_aside=p.set_aside,
             )
             for p in league.players
         ],

@@ -117,6 +117,20 @@ def test_collect_jobs_wait_for_the_learner_then_carry_its_endpoint(league):
     assert len(status.jobs) == 2  # the two learn jobs
 
 
+def test_unloadable_players_named_by_a_finish_are_checked_over_grpc(league):
+    _, stub, _ = league
+    register(stub, "actor-1", ACTOR)
+    bind_learners(stub)
+    job = stub.GetJob(pb.GetJobRequest(worker_id="actor-1", role=ACTOR, wait_s=5)).job
+    for ids, field in ((["nobody"], "unloadable_player_ids[0]"), ([""], "unloadable_player_ids[0]")):
+        with pytest.raises(grpc.RpcError) as err:
+            stub.FinishJob(pb.FinishJobRequest(worker_id="actor-1", job_id=job.job_id, status=FAILED, error="x",
+                                               unloadable_player_ids=ids))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and field in err.value.details()
+    ack = stub.FinishJob(pb.FinishJobRequest(worker_id="actor-1", job_id=job.job_id, status=FAILED, error="x"))
+    assert not ack.duplicate  # the refusals left the job as it was
+
+
 def test_an_expired_lease_frees_the_slot_and_a_late_finish_is_refused(tmp_path):
     cfg = small_league_config({"league": {"active_players": {"main_player": 1}, "max_active_player_job": 1}})
     with running_coordinator(cfg, tmp_path, lease_timeout_s=0.5, needs_learner=False) as server:

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from actor_service.job import PlayerSlot
-from actor_service.policy_pool import PolicyPool, PolicySettings
+from actor_service.policy_pool import PolicyPool, PolicySettings, UnloadableOpponentError
 from actor_service.stop import StopSignal
 from common.algorithms.registry import make_computation_task
-from common.checkpoint_store import CheckpointStore
+from common.checkpoint_store import CheckpointError, CheckpointStore
 from common.envs.base import ArraySpec, DiscreteSpec, EnvInfo
 from common.envs.policy_view import policy_specs
 from common.policy_config import player_seed
@@ -117,3 +117,24 @@ def test_a_pretrained_checkpoint_acts_as_the_version_the_league_gives_it(store):
     mutated = pool(store).launch_policy(PlayerSlot("me", pretrained.path, 8, True))
     assert (mutated.version, mutated.path) == (8, pretrained.path)  # not the older v7, not the file's 1
     np.testing.assert_array_equal(value(mutated), value(historical))
+
+
+def test_a_historical_opponent_that_cannot_be_loaded_is_named(store):
+    """A frozen player has no other version: the job fails naming it (the league sets it aside)."""
+    store.publish("h", weights(1), 1)
+    store.snapshot("h/v0000000001.pt", "h/v0000000001_100.pt")
+    store.snapshot("h/v0000000001.pt", "h/v0000000001_200.pt")
+    tampered = store.root.root / "h" / "v0000000001_100.pt"
+    tampered.unlink()  # a hard link of the source: a new file, not the source's bytes rewritten
+    tampered.write_bytes(b"tampered")
+    (store.root.root / "h" / "v0000000001_200.pt").unlink()
+    policies = pool(store)
+    launch = policies.launch_policy(PlayerSlot("p", "", 0, True))
+    for frozen, path in (("h_100", "h/v0000000001_100.pt"), ("h_200", "h/v0000000001_200.pt")):
+        with pytest.raises(UnloadableOpponentError) as err:
+            policies.opponent_policy(PlayerSlot(frozen, path, 1, False), launch)
+        assert err.value.player_id == frozen and path in str(err.value)
+    # An active opponent's bad file is not the player's last word (newer versions come): not named.
+    with pytest.raises(CheckpointError) as err:
+        policies.opponent_policy(PlayerSlot("h", "h/v0000000001_100.pt", 1, True), launch)
+    assert not isinstance(err.value, UnloadableOpponentError)

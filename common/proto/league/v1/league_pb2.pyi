@@ -181,7 +181,7 @@ class EpisodeResult(_message.Message):
     def __init__(self, length: _Optional[int] = ..., players: _Optional[_Iterable[_Union[PlayerOutcome, _Mapping]]] = ...) -> None: ...
 
 class FinishJobRequest(_message.Message):
-    __slots__ = ("worker_id", "job_id", "status", "episodes", "env_steps", "agent_steps", "error")
+    __slots__ = ("worker_id", "job_id", "status", "episodes", "env_steps", "agent_steps", "error", "unloadable_player_ids")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -189,6 +189,7 @@ class FinishJobRequest(_message.Message):
     ENV_STEPS_FIELD_NUMBER: _ClassVar[int]
     AGENT_STEPS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    UNLOADABLE_PLAYER_IDS_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     job_id: str
     status: FinishStatus
@@ -196,7 +197,8 @@ class FinishJobRequest(_message.Message):
     env_steps: int
     agent_steps: int
     error: str
-    def __init__(self, worker_id: _Optional[str] = ..., job_id: _Optional[str] = ..., status: _Optional[_Union[FinishStatus, str]] = ..., episodes: _Optional[_Iterable[_Union[EpisodeResult, _Mapping]]] = ..., env_steps: _Optional[int] = ..., agent_steps: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+    unloadable_player_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, worker_id: _Optional[str] = ..., job_id: _Optional[str] = ..., status: _Optional[_Union[FinishStatus, str]] = ..., episodes: _Optional[_Iterable[_Union[EpisodeResult, _Mapping]]] = ..., env_steps: _Optional[int] = ..., agent_steps: _Optional[int] = ..., error: _Optional[str] = ..., unloadable_player_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class FinishJobResponse(_message.Message):
     __slots__ = ("duplicate", "episodes_counted")
@@ -239,7 +241,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PlayerStatus(_message.Message):
-    __slots__ = ("player_id", "player_type", "active", "parent_id", "agent_steps", "train_iteration", "checkpoint_path", "checkpoint_version", "elo", "trueskill_mu", "trueskill_sigma", "slots_used", "slots_limit", "learner_worker_id", "snapshots", "mutations", "mean_return", "episodes", "failed_attempts_in_a_row", "jobs_given_up", "jobs_held_until", "last_job_error")
+    __slots__ = ("player_id", "player_type", "active", "parent_id", "agent_steps", "train_iteration", "checkpoint_path", "checkpoint_version", "elo", "trueskill_mu", "trueskill_sigma", "slots_used", "slots_limit", "learner_worker_id", "snapshots", "mutations", "mean_return", "episodes", "failed_attempts_in_a_row", "jobs_given_up", "jobs_held_until", "last_job_error", "set_aside")
     PLAYER_ID_FIELD_NUMBER: _ClassVar[int]
     PLAYER_TYPE_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_FIELD_NUMBER: _ClassVar[int]
@@ -262,6 +264,7 @@ class PlayerStatus(_message.Message):
     JOBS_GIVEN_UP_FIELD_NUMBER: _ClassVar[int]
     JOBS_HELD_UNTIL_FIELD_NUMBER: _ClassVar[int]
     LAST_JOB_ERROR_FIELD_NUMBER: _ClassVar[int]
+    SET_ASIDE_FIELD_NUMBER: _ClassVar[int]
     player_id: str
     player_type: str
     active: bool
@@ -284,7 +287,8 @@ class PlayerStatus(_message.Message):
     jobs_given_up: int
     jobs_held_until: float
     last_job_error: str
-    def __init__(self, player_id: _Optional[str] = ..., player_type: _Optional[str] = ..., active: _Optional[bool] = ..., parent_id: _Optional[str] = ..., agent_steps: _Optional[int] = ..., train_iteration: _Optional[int] = ..., checkpoint_path: _Optional[str] = ..., checkpoint_version: _Optional[int] = ..., elo: _Optional[float] = ..., trueskill_mu: _Optional[float] = ..., trueskill_sigma: _Optional[float] = ..., slots_used: _Optional[int] = ..., slots_limit: _Optional[int] = ..., learner_worker_id: _Optional[str] = ..., snapshots: _Optional[int] = ..., mutations: _Optional[int] = ..., mean_return: _Optional[float] = ..., episodes: _Optional[int] = ..., failed_attempts_in_a_row: _Optional[int] = ..., jobs_given_up: _Optional[int] = ..., jobs_held_until: _Optional[float] = ..., last_job_error: _Optional[str] = ...) -> None: ...
+    set_aside: str
+    def __init__(self, player_id: _Optional[str] = ..., player_type: _Optional[str] = ..., active: _Optional[bool] = ..., parent_id: _Optional[str] = ..., agent_steps: _Optional[int] = ..., train_iteration: _Optional[int] = ..., checkpoint_path: _Optional[str] = ..., checkpoint_version: _Optional[int] = ..., elo: _Optional[float] = ..., trueskill_mu: _Optional[float] = ..., trueskill_sigma: _Optional[float] = ..., slots_used: _Optional[int] = ..., slots_limit: _Optional[int] = ..., learner_worker_id: _Optional[str] = ..., snapshots: _Optional[int] = ..., mutations: _Optional[int] = ..., mean_return: _Optional[float] = ..., episodes: _Optional[int] = ..., failed_attempts_in_a_row: _Optional[int] = ..., jobs_given_up: _Optional[int] = ..., jobs_held_until: _Optional[float] = ..., last_job_error: _Optional[str] = ..., set_aside: _Optional[str] = ...) -> None: ...
 
 class PayoffEntry(_message.Message):
     __slots__ = ("home", "away", "wins", "draws", "losses", "games", "win_rate")

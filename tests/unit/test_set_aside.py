@@ -1,0 +1,115 @@
+"""A historical player whose checkpoint cannot be loaded: the actor's FAILED finish names it, the league sets it
+aside from matchmaking (persisted), the launch player is not held back, and bad names are refused. The real
+coordinator (league core, lease table, SQLite store; no gRPC) with a fake clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from league_service.coordinator import Coordinator, CoordinatorSettings
+from league_service.coordinator_messages import FinishReport, JobGrant
+from league_service.coordinator_testing import small_league_config
+from league_service.errors import InvalidArgumentError
+from league_service.leases import JobEndStatus, WorkerRole
+from league_service.messages import EpisodeOutcome, Outcome, PlayerOutcome
+from league_service.status_view import render_status
+from league_service.wire import status_reply
+
+MAIN = "main_player_default_0"
+PRETRAINED = "pre/v0000000000.pt"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _open(root: Path) -> Coordinator:
+    (root / "pre").mkdir(exist_ok=True)
+    (root / PRETRAINED).write_bytes(b"weights")
+    cfg = small_league_config({"league": {
+        "active_players": {"main_player": 1}, "max_active_player_job": 1,
+        "use_pretrain_init_historical": True, "pretrain_checkpoint_path": {"default": PRETRAINED},
+    }})
+    coord = Coordinator(cfg, CoordinatorSettings(shared_root=root, lease_timeout_s=30.0, needs_learner=False,
+                                                 rng_seed=0),
+                        clock=FakeClock(), expiry_thread=False)
+    coord.start()
+    coord.register_worker("actor", WorkerRole.ACTOR, "host", "")
+    return coord
+
+
+def _job(coord: Coordinator) -> JobGrant:
+    grant = coord.get_job("actor", WorkerRole.ACTOR, "", wait_s=10.0)
+    assert isinstance(grant, JobGrant), grant
+    return grant
+
+
+def _complete(coord: Coordinator, grant: JobGrant) -> None:
+    ids = [p.player_id for p in grant.players]
+    outcomes = tuple(PlayerOutcome(pid, Outcome.WIN if i == 0 else Outcome.LOSS, 0.0) for i, pid in enumerate(ids))
+    coord.finish_job(FinishReport("actor", grant.job_id, JobEndStatus.COMPLETED, (EpisodeOutcome(outcomes, 3),), 3,
+                                  3, ""))
+
+
+def _historical(coord: Coordinator) -> str:
+    (player,) = [p for p in coord.status().league.players if not p.active]
+    return player.player_id
+
+
+def test_an_unloadable_historical_player_is_set_aside_and_its_launch_player_plays_on(tmp_path):
+    coord = _open(tmp_path)
+    try:
+        frozen = _historical(coord)
+        grant = _job(coord)
+        while frozen not in [p.player_id for p in grant.players]:
+            _complete(coord, grant)
+            grant = _job(coord)
+        error = f"UnloadableOpponentError: historical player {frozen}: {PRETRAINED}: digest mismatch"
+        coord.finish_job(FinishReport("actor", grant.job_id, JobEndStatus.FAILED, (), 0, 0, error, (frozen,)))
+        status = coord.status()
+        (player,) = [p for p in status.league.players if p.player_id == frozen]
+        assert "digest mismatch" in player.set_aside
+        assert not status.job_failures  # not the launch player's failure: no backoff, no retry of those players
+        assert status.counters.jobs_failed == 1
+        for _ in range(30):  # PFSP over the historical players now has none: self-play
+            grant = _job(coord)
+            assert frozen not in [p.player_id for p in grant.players]
+            _complete(coord, grant)
+        rendered = render_status(status_reply(coord.status()))
+        assert rendered is not None
+    finally:
+        coord.close()
+    reopened = _open(tmp_path)  # the league's state keeps it set aside
+    try:
+        (player,) = [p for p in reopened.status().league.players if p.player_id == frozen]
+        assert "digest mismatch" in player.set_aside
+    finally:
+        reopened.close()
+
+
+def test_only_a_failed_jobs_historical_opponents_can_be_named_unloadable(tmp_path):
+    coord = _open(tmp_path)
+    try:
+        frozen = _historical(coord)
+        grant = _job(coord)
+        others = [p.player_id for p in grant.players[1:]]
+        bad = [
+            (JobEndStatus.FAILED, (MAIN,), "not (an opponent|a historical player)"),  # active: older versions
+            (JobEndStatus.FAILED, ("nobody",), "not an opponent"),
+            (JobEndStatus.COMPLETED, (frozen,), "only a FAILED job"),
+        ]
+        if frozen not in others:
+            bad.append((JobEndStatus.FAILED, (frozen,), "not an opponent"))
+        for status, ids, message in bad:
+            with pytest.raises(InvalidArgumentError, match=message):
+                coord.finish_job(FinishReport("actor", grant.job_id, status, (), 0, 0, "x", ids))
+        assert all(not p.set_aside for p in coord.status().league.players)
+        _complete(coord, grant)  # the refusals changed nothing: the job is still this actor's
+    finally:
+        coord.close()

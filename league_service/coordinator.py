@@ -23,6 +23,7 @@ import logging
 import math
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -111,6 +112,13 @@ def _error_summary(text: str) -> str:
     if len(lines) <= 1:
         return lines[0] if lines else ""
     return f"{lines[0]} [...] {lines[-1].strip()}"
+
+
+def _raised(text: str) -> str:
+    """The exception a worker's error ends with, without its type: "path: digest does not match ..."."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    last = lines[-1] if lines else ""
+    return re.sub(r"^[\w.]+(Error|Exception): ", "", last)[:500]
 
 
 def config_digest(cfg: Config) -> str:
@@ -688,13 +696,13 @@ class Coordinator:
         so retrying (the same opponents) would fail alike, and the failures would hold back the launch player,
         which is not at fault. The opponents leave matchmaking; the launch slot goes to a newly matched job."""
         changed = False
-        reason = report.error or "its checkpoint cannot be loaded"
+        reason = _raised(report.error) or "its checkpoint cannot be loaded"
         for pid in report.unloadable_player_ids:
             if self._league.set_aside(pid, reason):
                 changed = True
                 log.error("historical player %s set aside from matchmaking: its checkpoint %s cannot be loaded "
                           "(worker %s): %s", pid, self._league.get_player(pid).checkpoint_path, report.worker_id,
-                          _error_summary(reason))
+                          reason)
         self._league.release_job(lease.launch_player)
         self._refill_locked()
         return changed

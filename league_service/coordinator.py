@@ -106,6 +106,12 @@ class CoordinatorSettings:
         return self.state_path if self.state_path is not None else Path(self.shared_root) / STATE_FILE_NAME
 
 
+PAUSE_TICK_S = 1.0
+"""The expiry thread runs at least this often, so a gap between two runs of the coordinator tells a pause."""
+PAUSE_AFTER_S = 5.0
+"""A gap longer than this (five ticks missed) is taken for a pause of the whole process; leases move on by it."""
+
+
 def _error_summary(text: str) -> str:
     """A worker's error in one line: its first line and, for a traceback, its last (the exception raised)."""
     lines = [line for line in text.strip().splitlines() if line.strip()]
@@ -148,6 +154,7 @@ class Coordinator:
         self._ready_listener: Callable[[WorkerRole], None] | None = None  # set_ready_listener
         self._defer_replies = False  # defer_durability
         self._expiry_wakeup = threading.Condition(self._lock)
+        self._ran_at = clock()  # when the coordinator last ran (`_forgive_pause_locked`)
         self._expiry_at = math.inf
         self._closing = False
         self._closed = False
@@ -214,6 +221,8 @@ class Coordinator:
         with self._lock:
             self._refill_locked()
         if self._use_expiry_thread:
+            with self._lock:
+                self._ran_at = self._clock()  # restoring a large state may take a while: that was no pause
             thread = threading.Thread(target=self._expiry_loop, name="lease-expiry", daemon=True)
             self._threads.append(thread)
             thread.start()
@@ -734,6 +743,8 @@ class Coordinator:
                 )
 
     def _expire_locked(self, now: float) -> None:
+        if self._use_expiry_thread:  # it ticks every PAUSE_TICK_S: a longer gap is a pause (fake clocks jump)
+            self._forgive_pause_locked(now)
         if self._forget_workers_after_s and now >= self._next_forget_check:
             self._forget_idle_workers_locked(now)
         expired = self._table.expire_due(now)
@@ -753,6 +764,18 @@ class Coordinator:
                 self._collect_attempt_failed(lease, f"the lease expired (worker {lease.worker_id} went silent)", now)
             else:
                 self._jobs_ready_locked(WorkerRole.LEARNER)
+
+    def _forgive_pause_locked(self, now: float) -> None:
+        """A coordinator that did not run for a while (SIGSTOP, a frozen VM, a starved host) could not take the
+        heartbeats sent meanwhile: without this, every lease expired at once when it ran again, losing more work
+        than a crash (whose restart gives leases fresh deadlines). Leases move on by the pause instead."""
+        paused = now - self._ran_at
+        self._ran_at = max(self._ran_at, now)
+        if paused <= PAUSE_AFTER_S:
+            return
+        moved = self._table.postpone_all(paused)
+        log.warning("the coordinator did not run for %.1f s (paused or starved of CPU): the deadlines of %d lease(s) "
+                    "move on by as much, since their workers could not be heard meanwhile", paused, moved)
 
     def _forget_idle_workers_locked(self, now: float) -> None:
         """Drop workers silent for coordinator.forget_workers_after_s that hold no job (checked now and then:
@@ -802,7 +825,8 @@ class Coordinator:
                     self._expire_locked(now)
                     deadline = self._table.next_deadline()
                     self._expiry_at = math.inf if deadline is None else deadline
-                    self._expiry_wakeup.wait(None if deadline is None else max(deadline - now, 0.001))
+                    wait = PAUSE_TICK_S if deadline is None else min(max(deadline - now, 0.001), PAUSE_TICK_S)
+                    self._expiry_wakeup.wait(wait)
         except BaseException as exc:  # re-raised by close(); lazy expiry on every call keeps working
             log.exception("the lease expiry thread failed")
             self._failure = exc

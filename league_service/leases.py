@@ -390,6 +390,13 @@ class LeaseTable(Generic[P]):
             self._learner_of[lease.launch_player] = lease.job_id
         self._grant(dataclasses.replace(lease, deadline=now + self.lease_timeout_s + RECONNECT_GRACE_S))
 
+    def postpone_all(self, by: float) -> int:
+        """Move every lease's deadline `by` seconds later (the coordinator was paused, so no worker could renew
+        its lease meanwhile); returns how many leases there are."""
+        for lease in list(self._leases.values()):
+            self._grant(dataclasses.replace(lease, deadline=lease.deadline + by))
+        return len(self._leases)
+
     def restore_end(self, end: JobEnd) -> None:
         self._remember(end)
 

@@ -109,3 +109,26 @@ def test_a_coordinator_that_cannot_write_its_state_exits_and_its_restart_has_all
         with channel:
             workers = {w.worker_id for w in stub.GetStatus(pb.GetStatusRequest()).workers}
         assert set(acknowledged) <= workers
+
+
+def test_a_paused_coordinator_keeps_the_leases_its_workers_could_not_renew(tmp_path):
+    """SIGSTOP past a lease, then SIGCONT: every lease used to expire at once when it ran again (its workers'
+    heartbeats could not be heard meanwhile), losing more than a crash, whose restart gives fresh deadlines."""
+    argv = ["--shared-root", str(tmp_path), "--port", "0", "--lease-timeout", "2"]
+    with coordinator_process(argv, tmp_path / "coordinator.log") as proc:
+        channel, stub = league_stub(proc.address, default_deadline_s=30)
+        with channel:
+            stub.RegisterWorker(pb.RegisterWorkerRequest(worker_id="l", role=pb.WORKER_ROLE_LEARNER,
+                                                         data_endpoint="127.0.0.1:1"))
+            job = stub.GetJob(pb.GetJobRequest(worker_id="l", role=pb.WORKER_ROLE_LEARNER, wait_s=10)).job
+            assert job.kind == pb.JOB_KIND_LEARN
+            os.kill(proc.popen.pid, signal.SIGSTOP)
+            try:
+                time.sleep(7.0)  # past the lease and the pause threshold (5 s)
+            finally:
+                os.kill(proc.popen.pid, signal.SIGCONT)
+            reply = stub.Heartbeat(pb.HeartbeatRequest(worker_id="l", job_ids=[job.job_id]))
+            assert not reply.revoked_job_ids, proc.log_tail()
+            assert stub.GetStatus(pb.GetStatusRequest()).counters.jobs_expired == 0
+        assert proc.terminate(timeout_s=60) == 0
+        assert "did not run for" in proc.log_tail()

@@ -72,13 +72,14 @@ def choose_player(status: dict[str, Any], player_id: str | None) -> str:
 
 
 def lineage(status: dict[str, Any], player_id: str, points: int) -> list[LineagePoint]:
-    """Snapshots of `player_id` by agent steps, thinned to `points` evenly spaced ones ending at its latest."""
+    """Snapshots of `player_id` by agent steps, thinned to `points` evenly spaced ones ending at its latest.
+    Snapshots the league set aside (their checkpoints cannot be loaded) are left out."""
     if points < 1:
         raise ValueError(f"--points must be >= 1, got {points}")
     found = []
     for p in status.get("players", []):
         mine = p["player_id"] == player_id if p.get("active") else p.get("parent_id") == player_id
-        if mine and p.get("checkpoint_path"):
+        if mine and p.get("checkpoint_path") and not p.get("set_aside"):
             found.append(LineagePoint(p["player_id"], int(p.get("agent_steps", 0)), p["checkpoint_path"],
                                       int(p.get("checkpoint_version", 0)), bool(p.get("active"))))
     if not found:

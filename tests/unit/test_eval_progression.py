@@ -35,3 +35,10 @@ def test_a_version_published_after_the_last_status_replaces_the_active_point():
 def test_a_line_of_snapshots_only_is_left_alone():
     snapshots = [pt for pt in lineage(STATUS, "main_player_default_0", points=4) if not pt.active]
     assert with_latest_published(snapshots, 12, "p/v12.pt", 1200) == snapshots
+
+
+def test_snapshots_the_league_set_aside_are_left_out():
+    players = [dict(p) for p in STATUS["players"]]
+    players[1]["set_aside"] = "digest does not match the manifest (corrupt or tampered)"
+    line = lineage({"players": players}, "main_player_default_0", points=4)
+    assert [p.checkpoint_version for p in line] == [6, 9]

@@ -386,7 +386,8 @@ class CheckpointStore:
             _fsync_dir(dest_path.parent)
             _atomic_write(dest_manifest, _manifest_bytes(snap))
         except BaseException:
-            _unlink_quietly(dest_path)  # no weights left that no manifest publishes (a hard link keeps space)
+            if not dest_manifest.exists():  # no weights left that no manifest publishes (a hard link keeps space);
+                _unlink_quietly(dest_path)  # a manifest renamed in place before a later step failed keeps them
             raise
         return snap
 

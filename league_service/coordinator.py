@@ -770,7 +770,7 @@ class Coordinator:
         heartbeats sent meanwhile: without this, every lease expired at once when it ran again, losing more work
         than a crash (whose restart gives leases fresh deadlines). Leases move on by the pause instead."""
         paused = now - self._ran_at
-        self._ran_at = max(self._ran_at, now)
+        self._ran_at = now  # after the wall clock steps back, the gap is negative once and the next ones count
         if paused <= PAUSE_AFTER_S:
             return
         moved = self._table.postpone_all(paused)

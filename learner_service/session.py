@@ -238,6 +238,7 @@ class LearnSession:
                 self.telemetry.observe(chunk, self.trainer.version)
                 self.trainer.add(chunk)
                 self._train_ready(publish=False)
+            self._train_ready(publish=False)  # batches the session had ready when it was told to stop
             if not self.lease.held:
                 log.warning("%s: no final checkpoint: no heartbeat was confirmed within the lease, so the player may "
                             "be another learner's by now", self.job.player_id)

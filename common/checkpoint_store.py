@@ -353,12 +353,16 @@ class CheckpointStore:
         raise last_error
 
     # ---- snapshots, pins, retention ---------------------------------------------------------------------
+    def verify(self, path: str) -> CheckpointRef:
+        """The manifest of ``path`` once its file matches it (size and digest); raises `CheckpointError`."""
+        ref = self.manifest(path)
+        with _opened(path, self.root.resolve(path), ref.size) as fd:
+            _read_hashed(fd, path, ref.digest, ref.size, keep=False)
+        return ref
+
     def snapshot(self, source: str, dest: str, verify: bool = True) -> CheckpointRef:
         """Freeze ``source`` under the new name ``dest`` (hard link, or a copy where links fail)."""
-        ref = self.manifest(source)
-        if verify:
-            with _opened(source, self.root.resolve(source), ref.size) as fd:
-                _read_hashed(fd, source, ref.digest, ref.size, keep=False)
+        ref = self.verify(source) if verify else self.manifest(source)
         if not dest.endswith(".pt"):
             raise ValueError(f"snapshot destination {dest!r} must end with .pt")
         src_path, dest_path = self.root.resolve(source), self.root.resolve(dest)

@@ -416,6 +416,7 @@ class Coordinator:
         """Count a job's results exactly once: a retried finish is a duplicate, a late one is refused."""
         if report.status is JobEndStatus.EXPIRED:
             raise InvalidArgumentError("status", "a worker finishes a job as completed, released or failed")
+        loads_here = self._loadable_here(report.unloadable_player_ids)  # reads files: before the lock
         with self._lock:
             now = self._clock()
             self._expire_locked(now)
@@ -442,8 +443,8 @@ class Coordinator:
             self._commits.note_lazy()
             if lease.kind is JobKind.LEARN:
                 self._jobs_ready_locked(WorkerRole.LEARNER)
-            elif report.unloadable_player_ids:
-                league_changed = self._set_aside_locked(lease, report)
+            elif report.unloadable_player_ids and not set(report.unloadable_player_ids) <= loads_here:
+                league_changed = self._set_aside_locked(lease, report, loads_here)
             elif report.status is JobEndStatus.FAILED:
                 self._collect_attempt_failed(lease, report.error or "finished FAILED without an error message", now)
             elif report.status is JobEndStatus.COMPLETED:
@@ -700,14 +701,38 @@ class Coordinator:
                 raise InvalidArgumentError(f"unloadable_player_ids[{i}]", f"{pid!r} is not a historical player "
                                            "with a checkpoint (an active player's older versions stand in)")
 
-    def _set_aside_locked(self, lease: Lease[JobSpec], report: FinishReport) -> bool:
+    def _loadable_here(self, player_ids: tuple[str, ...]) -> set[str]:
+        """Of the players an actor could not load, those whose checkpoints verify on this coordinator's shared
+        root: the actor's view is wrong (another share mounted, say), and setting them aside for good on its
+        word would take good players out of the league."""
+        if not player_ids:
+            return set()
+        from common.checkpoint_store import CheckpointError, CheckpointStore
+
+        store = CheckpointStore(self._root.root)
+        fine = set()
+        for pid in player_ids:
+            try:
+                path = self._league.get_player(pid).checkpoint_path
+                if path:
+                    store.verify(path)
+                    fine.add(pid)
+            except (CheckpointError, UnsafePathError, OSError, KeyError, ValueError):
+                continue  # unloadable here too, or not a player: `_check_unloadable` says which
+        for pid in sorted(fine):
+            log.warning("an actor could not load %s's checkpoint, but it verifies on the coordinator's shared root: "
+                        "is that actor's shared root the league's? The player stays in play", pid)
+        return fine
+
+    def _set_aside_locked(self, lease: Lease[JobSpec], report: FinishReport, loads_here: set[str]) -> bool:
         """A job failed because opponents' checkpoints cannot be loaded: a frozen player has no other version,
         so retrying (the same opponents) would fail alike, and the failures would hold back the launch player,
-        which is not at fault. The opponents leave matchmaking; the launch slot goes to a newly matched job."""
+        which is not at fault. The opponents leave matchmaking; the launch slot goes to a newly matched job.
+        Players whose checkpoints verify here (`loads_here`) stay."""
         changed = False
         reason = _raised(report.error) or "its checkpoint cannot be loaded"
         for pid in report.unloadable_player_ids:
-            if self._league.set_aside(pid, reason):
+            if pid not in loads_here and self._league.set_aside(pid, reason):
                 changed = True
                 log.error("historical player %s set aside from matchmaking: its checkpoint %s cannot be loaded "
                           "(worker %s): %s", pid, self._league.get_player(pid).checkpoint_path, report.worker_id,

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from common.checkpoint_store import CheckpointStore
 from league_service.coordinator import Coordinator, CoordinatorSettings
 from league_service.coordinator_messages import FinishReport, JobGrant
 from league_service.coordinator_testing import small_league_config
@@ -29,9 +31,13 @@ class FakeClock:
         return self.now
 
 
-def _open(root: Path) -> Coordinator:
-    (root / "pre").mkdir(exist_ok=True)
-    (root / PRETRAINED).write_bytes(b"weights")
+def _open(root: Path, published: bool = False) -> Coordinator:
+    """`published`: the pretrained file is a checkpoint that verifies (else bytes no manifest publishes)."""
+    if published:
+        assert CheckpointStore(root).publish("pre", {"w": np.ones(4, np.float32)}, 0).path == PRETRAINED
+    elif not (root / PRETRAINED).exists():
+        (root / "pre").mkdir(exist_ok=True)
+        (root / PRETRAINED).write_bytes(b"weights")
     cfg = small_league_config({"league": {
         "active_players": {"main_player": 1}, "max_active_player_job": 1,
         "use_pretrain_init_historical": True, "pretrain_checkpoint_path": {"default": PRETRAINED},
@@ -111,5 +117,26 @@ def test_only_a_failed_jobs_historical_opponents_can_be_named_unloadable(tmp_pat
                 coord.finish_job(FinishReport("actor", grant.job_id, status, (), 0, 0, "x", ids))
         assert all(not p.set_aside for p in coord.status().league.players)
         _complete(coord, grant)  # the refusals changed nothing: the job is still this actor's
+    finally:
+        coord.close()
+
+
+def test_a_player_whose_checkpoint_verifies_on_the_coordinators_share_stays_in_play(tmp_path):
+    """An actor with another share mounted cannot load a good player: its word alone must not take the player
+    out of the league for good. The failure counts as any other (retried, then backed off)."""
+    coord = _open(tmp_path, published=True)
+    try:
+        frozen = _historical(coord)
+        grant = _job(coord)
+        while frozen not in [p.player_id for p in grant.players]:
+            _complete(coord, grant)
+            grant = _job(coord)
+        coord.finish_job(FinishReport("actor", grant.job_id, JobEndStatus.FAILED, (), 0, 0,
+                                      f"CheckpointNotFoundError: {PRETRAINED}: file missing", (frozen,)))
+        status = coord.status()
+        assert all(not p.set_aside for p in status.league.players)
+        (books,) = status.job_failures
+        assert books.player_id == MAIN and books.failures_in_a_row == 1
+        assert frozen in [p.player_id for p in _job(coord).players]  # the same job, offered again
     finally:
         coord.close()

@@ -328,14 +328,24 @@ class BaseLeagueManager(ABC):
             self._counters.jobs_released += 1
             self._slot_freed.notify_all()
 
+    def require_settable_aside(self, player_id: str, field: str = "player_id") -> HistoricalPlayer:
+        """The historical player with a checkpoint `player_id` names; raises for any other player (an active
+        one falls back to its older versions, a reference bot has no checkpoint)."""
+        with self._lock:
+            return self._settable_aside_locked(player_id, field)
+
+    def _settable_aside_locked(self, player_id: str, field: str) -> HistoricalPlayer:
+        player = self._roster.get(player_id, field)
+        if not isinstance(player, HistoricalPlayer) or player.bot or not player.checkpoint_path:
+            raise NotHistoricalCheckpointError(field, f"{player_id!r} is not a historical player with a checkpoint "
+                                                      "(an active player's older versions stand in)")
+        return player
+
     def set_aside(self, player_id: str, reason: str) -> bool:
         """Leave a historical player whose checkpoint cannot be loaded out of matchmaking (for good); False
-        when it already was. Raises for an active player or a reference bot: they have no such checkpoint."""
+        when it already was. Raises as `require_settable_aside` for any other player."""
         with self._lock:
-            player = self._roster.get(player_id)
-            if not isinstance(player, HistoricalPlayer) or player.bot or not player.checkpoint_path:
-                raise NotHistoricalCheckpointError("player_id", f"{player_id!r} is not a historical player with a "
-                                                                "checkpoint")
+            player = self._settable_aside_locked(player_id, "player_id")
             if player.set_aside:
                 return False
             player.set_aside_for(reason)

@@ -696,10 +696,7 @@ class Coordinator:
         for i, pid in enumerate(report.unloadable_player_ids):
             if pid not in players[1:]:
                 raise InvalidArgumentError(f"unloadable_player_ids[{i}]", f"{pid!r} is not an opponent in this job")
-            player = self._league.get_player(pid)
-            if player.is_active or player.bot or not player.checkpoint_path:
-                raise InvalidArgumentError(f"unloadable_player_ids[{i}]", f"{pid!r} is not a historical player "
-                                           "with a checkpoint (an active player's older versions stand in)")
+            self._league.require_settable_aside(pid, f"unloadable_player_ids[{i}]")
 
     def _loadable_here(self, player_ids: tuple[str, ...]) -> set[str]:
         """Of the players an actor could not load, those whose checkpoints verify on this coordinator's shared

@@ -85,7 +85,8 @@ class ChunkPreparer:
         agent = self._agent(trajectory)
         self._check_observations(trajectory)
         self._check_actions(trajectory, agent)
-        _check_finite("/rewards", _as_float32(trajectory.rewards))
+        _check_finite("/rewards", trajectory.rewards)
+        sources = {"reward": "/rewards", "return": "/rewards"}  # the chunk keys learn rows are computed from
         if self.policy.algorithm == "ppo":
             logp_key = f"/agents/{agent}/artifacts/logp"
             logp = trajectory.tensors.get(logp_key)
@@ -93,12 +94,13 @@ class ChunkPreparer:
                 raise InvalidChunkError(logp_key, "PPO needs the behaviour log-probabilities of the actions")
             if logp.shape != trajectory.rewards.shape or not np.issubdtype(logp.dtype, np.floating):
                 raise InvalidChunkError(logp_key, f"expected float (batch, steps), got {logp.dtype}{logp.shape}")
-            _check_finite(logp_key, _as_float32(logp))
+            _check_finite(logp_key, logp)
+            sources["behaviour_logp"] = logp_key
             self._check_states(trajectory, agent)
             rows = batch_from_trajectory(trajectory, agent, [s.name for s in self.state_specs])
         else:
             rows = transitions_from_trajectory(trajectory, self.policy.dqn.gamma, self.policy.dqn.n_step, agent)
-        rows = self._check_rows(rows)
+        rows = self._check_rows(rows, sources)
         dones = trajectory.terminals | trajectory.truncations
         return PreparedChunk(
             header=chunk.header,
@@ -175,7 +177,9 @@ class ChunkPreparer:
                 raise InvalidChunkError(key, str(e).split(": ", 1)[-1]) from e
             _check_finite(key, recorded[spec.name])
 
-    def _check_rows(self, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _check_rows(self, rows: dict[str, np.ndarray], sources: Mapping[str, str]) -> dict[str, np.ndarray]:
+        """The learn rows as the model's learn specs hold them (cast), each finite in its dtype; errors about a
+        row name the chunk key it came from (`sources`)."""
         specs = {s.name: s for s in self.learn_specs}
         unknown = sorted(set(rows) - set(specs))
         if unknown:
@@ -191,11 +195,12 @@ class ChunkPreparer:
                     out[name] = spec.check(rows[name])
             except ValueError as e:
                 raise InvalidChunkError("", f"learn rows: {e}") from e
-            # What the algorithm computed from the chunk (DQN's n-step returns) can overflow float32 even when
-            # every reward is finite; such a row would make every update it is sampled into NaN.
+            # Finite values of the chunk can be beyond float32 (float64 rewards or logp of 1e300), and what the
+            # algorithm computed from them can overflow (DQN's n-step returns of finite float32 rewards); such
+            # a row would make every update it is in NaN.
             if np.issubdtype(out[name].dtype, np.floating) and not np.all(np.isfinite(out[name])):
-                raise InvalidChunkError(_ROW_SOURCES.get(name, ""), f"learn rows: {name} is not finite in "
-                                                                    f"{out[name].dtype}")
+                raise InvalidChunkError(sources.get(name, ""), f"learn rows: {name} is not finite in "
+                                                               f"{out[name].dtype}")
         return out
 
     @staticmethod
@@ -209,19 +214,6 @@ class ChunkPreparer:
         ended = returns[dones].astype(np.float64)
         _check_finite(key, ended)
         return ended
-
-
-_ROW_SOURCES = {"reward": "/rewards", "return": "/rewards"}
-"""The chunk key a learn row is computed from, for errors about it."""
-
-
-def _as_float32(array: np.ndarray) -> np.ndarray:
-    """A float array as the learner will hold it: a float64 value beyond float32's range becomes inf here,
-    so it is refused as non-finite instead of being accepted and overflowing at the cast."""
-    if not np.issubdtype(array.dtype, np.floating) or array.dtype == np.float32:
-        return array
-    with np.errstate(over="ignore"):
-        return array.astype(np.float32)
 
 
 def _check_finite(key: str, array: np.ndarray) -> None:

@@ -714,11 +714,10 @@ class Coordinator:
                 if path:
                     store.verify(path)
                     fine.add(pid)
+                    log.warning("an actor could not load %s's checkpoint, but it verifies on the coordinator's "
+                                "shared root: is that actor's shared root the league's? The player stays in play", pid)
             except (CheckpointError, UnsafePathError, OSError, KeyError, ValueError):
                 continue  # unloadable here too, or not a player: `_check_unloadable` says which
-        for pid in sorted(fine):
-            log.warning("an actor could not load %s's checkpoint, but it verifies on the coordinator's shared root: "
-                        "is that actor's shared root the league's? The player stays in play", pid)
         return fine
 
     def _set_aside_locked(self, lease: Lease[JobSpec], report: FinishReport, loads_here: set[str]) -> bool:

@@ -122,9 +122,8 @@ def _players(status: league_pb2.LeagueStatus) -> list[Table]:
         table = Table(title="set aside from matchmaking: their checkpoints cannot be loaded", title_justify="left")
         for name in ("player", "checkpoint", "why"):
             table.add_column(name, no_wrap=True, overflow="ellipsis", **({"max_width": 60} if name == "why" else {}))
-        for p in set_aside:
-            why = p.set_aside.strip().splitlines()[-1]
-            table.add_row(p.player_id, p.checkpoint_path, why.rpartition(f"{p.checkpoint_path}: ")[2])
+        for p in set_aside:  # the reason is one line (the exception the actor raised), often naming the file
+            table.add_row(p.player_id, p.checkpoint_path, p.set_aside.rpartition(f"{p.checkpoint_path}: ")[2])
         tables.append(table)
     return tables
 

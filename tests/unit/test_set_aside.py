@@ -63,6 +63,15 @@ def _complete(coord: Coordinator, grant: JobGrant) -> None:
                                   3, ""))
 
 
+def _job_against(coord: Coordinator, opponent: str) -> JobGrant:
+    """The first job that plays `opponent` (the jobs before it completed)."""
+    grant = _job(coord)
+    while opponent not in [p.player_id for p in grant.players]:
+        _complete(coord, grant)
+        grant = _job(coord)
+    return grant
+
+
 def _historical(coord: Coordinator) -> str:
     (player,) = [p for p in coord.status().league.players if not p.active]
     return player.player_id
@@ -72,10 +81,7 @@ def test_an_unloadable_historical_player_is_set_aside_and_its_launch_player_play
     coord = _open(tmp_path)
     try:
         frozen = _historical(coord)
-        grant = _job(coord)
-        while frozen not in [p.player_id for p in grant.players]:
-            _complete(coord, grant)
-            grant = _job(coord)
+        grant = _job_against(coord, frozen)
         error = f"UnloadableOpponentError: historical player {frozen}: {PRETRAINED}: digest mismatch"
         coord.finish_job(FinishReport("actor", grant.job_id, JobEndStatus.FAILED, (), 0, 0, error, (frozen,)))
         status = coord.status()
@@ -127,10 +133,7 @@ def test_a_player_whose_checkpoint_verifies_on_the_coordinators_share_stays_in_p
     coord = _open(tmp_path, published=True)
     try:
         frozen = _historical(coord)
-        grant = _job(coord)
-        while frozen not in [p.player_id for p in grant.players]:
-            _complete(coord, grant)
-            grant = _job(coord)
+        grant = _job_against(coord, frozen)
         coord.finish_job(FinishReport("actor", grant.job_id, JobEndStatus.FAILED, (), 0, 0,
                                       f"CheckpointNotFoundError: {PRETRAINED}: file missing", (frozen,)))
         status = coord.status()

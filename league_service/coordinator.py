@@ -725,17 +725,22 @@ class Coordinator:
         so retrying (the same opponents) would fail alike, and the failures would hold back the launch player,
         which is not at fault. The opponents leave matchmaking; the launch slot goes to a newly matched job.
         Players whose checkpoints verify here (`loads_here`) stay."""
-        changed = False
         reason = _raised(report.error) or "its checkpoint cannot be loaded"
+        aside = []
         for pid in report.unloadable_player_ids:
             if pid not in loads_here and self._league.set_aside(pid, reason):
-                changed = True
+                aside.append(pid)
                 log.error("historical player %s set aside from matchmaking: its checkpoint %s cannot be loaded "
                           "(worker %s): %s", pid, self._league.get_player(pid).checkpoint_path, report.worker_id,
                           reason)
-        self._league.release_job(lease.launch_player)
+        # Jobs matched before, still waiting for an actor, would fail alike: their slots are matched anew too.
+        withdrawn = self._table.withdraw_pending(aside)
+        for job in (lease, *withdrawn):
+            self._league.release_job(job.launch_player)
+        if withdrawn:
+            log.info("%d waiting job(s) that played %s withdrawn and matched anew", len(withdrawn), aside)
         self._refill_locked()
-        return changed
+        return bool(aside)
 
     def _collect_job_completed(self, player: str) -> None:
         """A completed job ends its player's failure streak and backoff; held jobs go out at once."""

@@ -21,7 +21,7 @@ import enum
 import heapq
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -274,6 +274,14 @@ class LeaseTable(Generic[P]):
         for job in held:
             self._pending[job.job_id] = dataclasses.replace(job, not_before=0.0)
         return len(held)
+
+    def withdraw_pending(self, naming: Collection[str]) -> list[PendingJob[P]]:
+        """Take back the pending (never leased) jobs whose players include any of `naming`; returns them."""
+        names = set(naming)
+        gone = [job for job in self._pending.values() if names.intersection(job.players)]
+        for job in gone:
+            del self._pending[job.job_id]
+        return gone
 
     def lease_collect(self, worker_id: str, now: float) -> Lease[P] | None:
         """Lease the oldest pending collect job whose player is ready and which is not held back, or None."""

@@ -31,15 +31,16 @@ class FakeClock:
         return self.now
 
 
-def _open(root: Path, published: bool = False) -> Coordinator:
-    """`published`: the pretrained file is a checkpoint that verifies (else bytes no manifest publishes)."""
+def _open(root: Path, published: bool = False, slots: int = 1) -> Coordinator:
+    """`published`: the pretrained file is a checkpoint that verifies (else bytes no manifest publishes);
+    `slots`: the main player's launch slots (jobs matched at once)."""
     if published:
         assert CheckpointStore(root).publish("pre", {"w": np.ones(4, np.float32)}, 0).path == PRETRAINED
     elif not (root / PRETRAINED).exists():
         (root / "pre").mkdir(exist_ok=True)
         (root / PRETRAINED).write_bytes(b"weights")
     cfg = small_league_config({"league": {
-        "active_players": {"main_player": 1}, "max_active_player_job": 1,
+        "active_players": {"main_player": 1}, "max_active_player_job": slots,
         "use_pretrain_init_historical": True, "pretrain_checkpoint_path": {"default": PRETRAINED},
     }})
     coord = Coordinator(cfg, CoordinatorSettings(shared_root=root, lease_timeout_s=30.0, needs_learner=False,
@@ -103,6 +104,26 @@ def test_an_unloadable_historical_player_is_set_aside_and_its_launch_player_play
         assert "digest mismatch" in player.set_aside
     finally:
         reopened.close()
+
+
+def test_waiting_jobs_that_play_a_player_set_aside_are_matched_anew(tmp_path):
+    """Jobs matched before the player was set aside, still waiting for an actor, would fail alike."""
+    coord = _open(tmp_path, slots=6)
+    try:
+        frozen = _historical(coord)
+        grant = _job_against(coord, frozen)
+        waiting = [job for job in coord._table.pending if frozen in job.players]
+        assert waiting, "the test needs waiting jobs that play the player (seeded matchmaking)"
+        coord.finish_job(FinishReport("actor", grant.job_id, JobEndStatus.FAILED, (), 0, 0,
+                                      f"UnloadableOpponentError: {frozen}: digest mismatch", (frozen,)))
+        assert coord.status().counters.jobs_failed == 1
+        for _ in range(12):  # every slot's job, and the ones after them
+            grant = _job(coord)
+            assert frozen not in [p.player_id for p in grant.players]
+            _complete(coord, grant)
+        assert coord.status().counters.jobs_failed == 1
+    finally:
+        coord.close()
 
 
 def test_only_a_failed_jobs_historical_opponents_can_be_named_unloadable(tmp_path):

@@ -27,6 +27,7 @@ import contextlib
 import functools
 import json
 import json.encoder
+import logging
 import sqlite3
 import threading
 import time
@@ -47,9 +48,19 @@ from league_service.league_state import (
 )
 from league_service.leases import JobEnd, JobEndStatus, JobKind, Lease, WorkerInfo, WorkerRole
 
+log = logging.getLogger(__name__)
+
 # 2: the league state in parts and the counters in `state_parts`; a schema-1 store is upgraded when opened.
 SCHEMA_VERSION = 2
 CHECKPOINT_EVERY = 500
+WAL_MAX_BYTES = 64 * 1024 * 1024
+"""How large the WAL may grow before a checkpoint holds writers back to start it over. A PASSIVE checkpoint
+lets writers go on, but SQLite starts the WAL over only when a checkpoint caught up with every commit, which
+under steady commits never happens: the WAL then grew without end (measured: 450 MB from 42k commits in 20 s;
+37 MB in 20 minutes of the default league). A RESTART checkpoint after such a PASSIVE one has little left to
+copy; it holds the store's writers back for that and one flush of the disk (65-115 ms measured, against 200 ms
+for TRUNCATE, which also shrinks the file), only as often as commits fill this. The WAL file then stays at
+about this size, reused from its start."""
 COUNTER_LIMIT = 2**63 - 1  # the int64 of the status reply
 KEEP_ENDED_JOBS = 1_000_000
 """Ended job ids kept to answer a retried FinishJob as a duplicate; older rows are deleted (a finish for one of
@@ -310,11 +321,12 @@ class LeagueStore:
 
     def __init__(
         self, path: str | Path, *, fsync: bool = False, keep_ended_jobs: int = KEEP_ENDED_JOBS,
-        prune_ends_every: int = PRUNE_ENDS_EVERY,
+        prune_ends_every: int = PRUNE_ENDS_EVERY, wal_max_bytes: int = WAL_MAX_BYTES,
     ) -> None:
         if keep_ended_jobs < 1 or prune_ends_every < 1:
             raise ValueError(f"keep_ended_jobs and prune_ends_every must be >= 1, got {keep_ended_jobs}, "
                              f"{prune_ends_every}")
+        self._wal_max_bytes = wal_max_bytes
         self._keep_ended_jobs = keep_ended_jobs
         self._prune_ends_every = prune_ends_every
         self._commits_since_prune = 0
@@ -508,15 +520,24 @@ class LeagueStore:
         self._file_lock.release()
 
     def _checkpoint_loop(self, conn: sqlite3.Connection) -> None:
-        """Fold the WAL back into the database file when enough commits piled up (PASSIVE: writers go on)."""
+        """Fold the WAL back into the database file when enough commits piled up (PASSIVE: writers go on), and
+        start it over when it grew past `wal_max_bytes` (see WAL_MAX_BYTES). A failed checkpoint is logged and
+        tried again at the next due one: the commits are safe in the WAL meanwhile."""
         try:
+            page_size = conn.execute("PRAGMA page_size").fetchone()[0]
             while True:
                 with self._lock:
                     self._checkpoint_due.wait_for(lambda: self._stopping or self._commits >= CHECKPOINT_EVERY)
                     if self._stopping:
                         return
                     self._commits = 0
-                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                try:
+                    _, wal_frames, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    if wal_frames * page_size > self._wal_max_bytes:
+                        with self._lock:
+                            conn.execute("PRAGMA wal_checkpoint(RESTART)")
+                except sqlite3.Error as exc:
+                    log.warning("checkpoint of the state's WAL %s-wal failed (tried again later): %s", self.path, exc)
         finally:
             conn.close()
 

@@ -3,7 +3,7 @@ import sqlite3
 import pytest
 
 from league_service.leases import JobEnd, JobEndStatus, JobKind, Lease, WorkerInfo, WorkerRole
-from league_service.store import COUNTER_LIMIT, Counters, LeagueStore
+from league_service.store import CHECKPOINT_EVERY, COUNTER_LIMIT, Counters, LeagueStore
 
 
 def lease(job_id: str, kind=JobKind.COLLECT) -> Lease[None]:
@@ -133,3 +133,24 @@ def test_ended_jobs_are_pruned_to_the_newest_and_a_failed_commit_prunes_nothing(
 def test_a_counter_stops_at_what_a_status_reply_can_carry():
     counters = Counters(env_steps=COUNTER_LIMIT - 2).plus(env_steps=5, episodes=1)
     assert (counters.env_steps, counters.episodes) == (COUNTER_LIMIT, 1)
+
+
+def test_the_wal_starts_over_under_steady_commits(tmp_path):
+    """SQLite starts the WAL over only when a checkpoint caught up with every commit: under steady commits a
+    PASSIVE checkpoint never does, and the WAL grew without end. Past `wal_max_bytes` the store holds its
+    writers back for one checkpoint that starts it over."""
+    path = tmp_path / "state.sqlite"
+    store = LeagueStore(path, wal_max_bytes=1 << 20)
+    try:
+        store.initialise("d")
+        largest = 0
+        for n in range(12 * CHECKPOINT_EVERY):
+            with store.transaction() as tx:
+                tx.put_end(JobEnd(f"job-{n}", JobEndStatus.COMPLETED, 1, float(n)))
+                tx.put_counters(Counters(jobs_finished=n))
+            if n % 100 == 0:
+                largest = max(largest, path.with_name(path.name + "-wal").stat().st_size)
+    finally:
+        store.close()
+    written = 12 * CHECKPOINT_EVERY * 2 * 4096  # two pages a commit at least (the table and its index)
+    assert largest < 16 << 20 < written, (largest, written)

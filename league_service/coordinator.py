@@ -609,6 +609,8 @@ class Coordinator:
             regrant = lease is not None and lease.job_id in held
             if lease is not None and not regrant:
                 self._jobs_ready_locked(WorkerRole.ACTOR, everyone=True)  # the player's collect jobs are ready now
+            if lease is not None:
+                self._redirect_collect_jobs_locked(lease, now)
         if lease is None:
             return None
         if not regrant:
@@ -617,6 +619,28 @@ class Coordinator:
         if lease.deadline < self._expiry_at:
             self._expiry_wakeup.notify()
         return lease
+
+    def _redirect_collect_jobs_locked(self, learn: Lease[JobSpec], now: float) -> None:
+        """The player's learner is bound at another address than its collect jobs in flight stream to (it
+        restarted on another port, or another learner took the player over): those actors would retry the old
+        address until their sender gives up, starving the league meanwhile. Their leases end now (their next
+        heartbeat names them revoked, and the actors drop them) and the same matches are offered again, as new
+        jobs with the learner's address; not a failure of the player."""
+        stale = self._table.collect_leases_not_to(learn.launch_player, learn.endpoint)
+        if not stale:
+            return
+        ends = [self._table.end(lease.job_id, JobEndStatus.EXPIRED, 0, now)[1] for lease in stale]
+        self._counters = self._counters.plus(jobs_expired=len(stale))
+        self._persist(ends=ends)
+        for lease in stale:
+            if lease.payload is not None:
+                self._table.offer(lease.launch_player, lease.players, lease.payload, attempt=lease.attempt)
+            else:  # restored after a restart (its spec is not stored): the league matches anew
+                self._league.release_job(lease.launch_player)
+        self._refill_locked()
+        self._jobs_ready_locked(WorkerRole.ACTOR, everyone=True)
+        log.warning("the learner of %s is now at %s: %d collect job(s) streaming to %s revoked and offered again",
+                    learn.launch_player, learn.endpoint, len(stale), sorted({lease.endpoint for lease in stale}))
 
     def _grant(self, lease: Lease[JobSpec]) -> JobGrant:
         env = self._cfg.env

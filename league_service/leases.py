@@ -333,6 +333,11 @@ class LeaseTable(Generic[P]):
                 return self._grant(lease)
         return None
 
+    def collect_leases_not_to(self, player_id: str, endpoint: str) -> list[Lease[P]]:
+        """`player_id`'s collect leases that stream to another address than `endpoint` (its learner moved)."""
+        return [lease for lease in self._leases.values()
+                if lease.kind is JobKind.COLLECT and lease.launch_player == player_id and lease.endpoint != endpoint]
+
     def heartbeat(self, worker_id: str, job_ids: Iterable[str], now: float) -> HeartbeatResult:
         """Extend the leases the worker names and still holds; name the others as revoked."""
         self.worker(worker_id)

@@ -117,7 +117,7 @@ class JobReport:
     """How one job went, for logs and tests."""
 
     job_id: str
-    status: str  # completed | released | failed | abandoned | refused (FinishJob came too late)
+    status: str  # completed | released | failed | abandoned | refused (FinishJob came too late) | unreported
     episodes: int
     env_steps: int
     agent_steps: int
@@ -216,7 +216,7 @@ class Actor:
         except Exception as err:  # whatever broke the job fails the job, not the actor
             return self._after_error(plan, rollout, sender, revoked, err)
         finally:
-            heartbeat.close()
+            heartbeat.close(STOP_FINISH_S if self._stop.is_set() else None)
             self._heartbeat = None
             if sender is not None:
                 sender.close()
@@ -270,10 +270,13 @@ class Actor:
             if revoked.is_set():
                 return self._abandoned(plan, result, sender)
             if not flushed:
+                # A stop came while chunks were on their way: the job did not complete (COMPLETED would also
+                # end its player's failure streak). Its episodes are released, and still counted.
                 log.warning("job %s: %d chunk(s) not delivered before shutdown", plan.job_id, sender.held)
+                stopping = True
         status = league_pb2.FINISH_STATUS_RELEASED if stopping else league_pb2.FINISH_STATUS_COMPLETED
-        reply = self._finish(plan.job_id, status, result.episodes, result.env_steps, result.agent_steps)
-        name = "refused" if reply is None else "released" if stopping else "completed"
+        outcome = self._finish(plan.job_id, status, result.episodes, result.env_steps, result.agent_steps)
+        name = outcome if outcome != "counted" else "released" if stopping else "completed"
         return self._job_report(plan, name, result.episodes, result.env_steps, result.agent_steps, sender,
                                 env_failures=result.failed_episodes)
 
@@ -324,22 +327,34 @@ class Actor:
     def _finish(
         self, job_id: str, status: int, episodes: tuple[EpisodeRecord, ...], env_steps: int, agent_steps: int,
         error: str = "", unloadable_player_ids: tuple[str, ...] = (),
-    ) -> league_pb2.FinishJobResponse | None:
+    ) -> str:
+        """FinishJob; returns "counted", "refused" (the coordinator no longer holds the job for us) or
+        "unreported" (the coordinator did not answer: the lease expires and the job is issued again). A
+        stopping actor tries once, within STOP_FINISH_S, so that a stop is quick whatever the coordinator does."""
+        stopping = self._stop.is_set()
         if self._heartbeat is not None:
-            self._heartbeat.close()  # the job ends here: no heartbeat may name it afterwards
+            # The job ends here: no heartbeat may name it afterwards (one still in flight is answered as revoked,
+            # which changes nothing once stopping).
+            self._heartbeat.close(STOP_FINISH_S if stopping else None)
         request = league_pb2.FinishJobRequest(
             worker_id=self.worker_id, job_id=job_id, status=status, episodes=[episode_result(e) for e in episodes],
             env_steps=env_steps, agent_steps=agent_steps, error=bounded_text(error, MAX_ERROR_CHARS),
             unloadable_player_ids=unloadable_player_ids,
         )
         try:
-            return self._client.finish_job(request)
+            reply = self._client.finish_job(request, once_within_s=STOP_FINISH_S if stopping else None)
         except grpc.RpcError as err:  # the coordinator away past the retries: expected, no traceback needed
             code = err.code().name if isinstance(err, grpc.Call) else type(err).__name__
             details = err.details() if isinstance(err, grpc.Call) else str(err)
             log.error("FinishJob of %s failed (%s: %s); its lease will expire and the job be issued again", job_id,
                       code, details)
-            return None
+            return "unreported"
+        return "refused" if reply is None else "counted"
+
+
+STOP_FINISH_S = 3.0
+"""A stopping actor's FinishJob (and the wait for a heartbeat in flight) gives up after this: with the
+shutdown flush (5 s) a stop ends well within `league run`'s 15 s and Kubernetes' 30 s of grace."""
 
 
 MAX_ERROR_CHARS = 4096

@@ -125,13 +125,18 @@ class CoordinatorClient:
         request = league_pb2.HeartbeatRequest(worker_id=self.worker_id, job_ids=job_ids)
         return self._stub_now().Heartbeat(request, timeout=self._call_timeout_s)
 
-    def finish_job(self, request: league_pb2.FinishJobRequest) -> league_pb2.FinishJobResponse | None:
+    def finish_job(
+        self, request: league_pb2.FinishJobRequest, *, once_within_s: float | None = None
+    ) -> league_pb2.FinishJobResponse | None:
         """FinishJob, retried while the coordinator is unreachable; None when the coordinator no longer
-        holds the job for us (its lease expired or was re-issued: FAILED_PRECONDITION / NOT_FOUND)."""
+        holds the job for us (its lease expired or was re-issued: FAILED_PRECONDITION / NOT_FOUND).
+        `once_within_s`: one call with that deadline and no retry (a stopping actor: its lease expiring is
+        the fallback, and a stop must not wait out a coordinator that does not answer, ~2 minutes of retries)."""
+        timeout, policy = self._call_timeout_s, FINISH_RETRY
+        if once_within_s is not None:
+            timeout, policy = min(timeout, once_within_s), RetryPolicy(attempts=1)
         try:
-            return call_idempotent(
-                self._stub_now().FinishJob, request, timeout=self._call_timeout_s, policy=FINISH_RETRY
-            )
+            return call_idempotent(self._stub_now().FinishJob, request, timeout=timeout, policy=policy)
         except grpc.RpcError as err:
             if status_code(err) in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
                 log.warning("FinishJob of %s refused, results not counted: %s", request.job_id, err.details())

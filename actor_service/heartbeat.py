@@ -61,10 +61,12 @@ class JobHeartbeat:
         self._thread.start()
         return self
 
-    def close(self) -> None:
+    def close(self, wait_s: float | None = None) -> None:
+        """Stop beating; wait for a heartbeat in flight to end (at most `wait_s`: a stopping actor does not
+        wait out a call to a coordinator that does not answer, whose reply then changes nothing)."""
         self._closed.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join()
+            self._thread.join(wait_s)
 
     def _run(self) -> None:
         stuck = False

@@ -310,6 +310,25 @@ def test_learner_away_mid_job_then_back_gets_every_chunk(tmp_path):
     check_transitions(check_stream(records, report, "solo_active_player_default_0"), report)
 
 
+def test_a_job_whose_chunks_are_not_delivered_before_a_stop_is_released_not_completed(tmp_path):
+    """The rollout ended, but its learner never took the chunks before the actor stopped: the job did not
+    complete (COMPLETED would also end its player's failure streak). It is released, its episodes counted."""
+    dead = f"127.0.0.1:{restartable_port()}"  # nothing listens there
+    reports: list[JobReport] = []
+    with running_coordinator(solo_config(episode_num=2), tmp_path) as server:
+        channel, stub = league_stub(server.address)
+        with channel:
+            bind_learners(stub, dead, 1)
+            actor = Actor(actor_settings(server.address, tmp_path, max_jobs=1, shutdown_flush_s=0.5))
+            with _actor_thread(actor, reports):
+                threading.Event().wait(5.0)  # the two episodes end; the chunks wait for the learner
+            status = stub.GetStatus(pb.GetStatusRequest())
+    (report,) = reports
+    assert report.episodes == 2, report  # the rollout ended by itself, before the stop
+    assert report.status == "released" and report.sender.chunks_acked == 0, report
+    assert status.counters.jobs_finished == 1 and status.players[0].episodes == 2
+
+
 def test_coordinator_without_learners_plays_and_reports_without_streaming(tmp_path):
     with running_coordinator(solo_config(episode_num=3), tmp_path, needs_learner=False) as server:
         channel, stub = league_stub(server.address)

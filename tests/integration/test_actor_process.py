@@ -13,14 +13,15 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from common.algorithms.registry import make_computation_task
 from common.checkpoint_store import CheckpointStore
 from common.envs.policy_view import policy_specs
 from common.envs.registry import make_env
 from common.proto.league.v1 import league_pb2 as pb
-from league_service.config import config_from_dict
-from league_service.coordinator_testing import league_stub, running_coordinator
+from league_service.config import config_from_dict, load_config
+from league_service.coordinator_testing import coordinator_process, league_stub, running_coordinator
 from tests.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,11 +38,11 @@ def long_solo_config():
     return dataclasses.replace(cfg, policy=POLICY)
 
 
-def publish_first_checkpoint(root: Path) -> None:
+def publish_first_checkpoint(root: Path, policy=POLICY) -> None:
     """The player's learner published version 1 already, so the actor starts playing at once."""
     info = make_env("CartPole-v1").info()
     inputs, actions = policy_specs(info)
-    task = make_computation_task(POLICY, inputs, actions, "cpu", seed=1)
+    task = make_computation_task(policy, inputs, actions, "cpu", seed=1)
     CheckpointStore(root).publish(PLAYER, task.get_weights(), 1)
 
 
@@ -134,6 +135,33 @@ def test_revoked_lease_abandons_the_job_without_finishing_it(tmp_path):
     text = log.read_text()
     assert f"job {job.job_id} revoked" in text and f"job {job.job_id} abandoned" in text, text
     assert status.counters.jobs_finished == 0  # no FinishJob for a job the coordinator took back
+
+
+def test_sigterm_is_quick_while_the_coordinator_does_not_answer(tmp_path):
+    """A frozen coordinator (or a partition that drops packets): the stopping actor tries its release once,
+    briefly, and exits; before, it retried FinishJob for about 90 s, past any stop grace period."""
+    config = tmp_path / "league.yaml"
+    config.write_text(yaml.safe_dump({
+        "league": {"league_type": "solo", "active_players": {"solo_active_player": 1}, "max_active_player_job": 1},
+        "env": {"name": "CartPole-v1", "env_num": 2, "episode_num": 1_000_000},
+    }))
+    publish_first_checkpoint(tmp_path, load_config(config).policy)
+    argv = ["--config", str(config), "--shared-root", str(tmp_path), "--port", "0", "--without-learners"]
+    log = tmp_path / "actor.log"
+    with coordinator_process(argv, tmp_path / "coordinator.log") as coordinator:
+        channel, stub = league_stub(coordinator.address)
+        with channel, actor_process(coordinator.address, tmp_path, log, "--manager", "base",
+                                    "--worker-id", "actor-f") as proc:
+            job = wait_until("the actor's job", lambda: job_of(stub, "actor-f"), 60)
+            wait_until("the job to play", lambda: playing(log, job.job_id), 60, log.read_text)
+            os.kill(coordinator.popen.pid, signal.SIGSTOP)
+            try:
+                proc.send_signal(signal.SIGTERM)
+                assert proc.wait(40) == 0, log.read_text()
+            finally:
+                os.kill(coordinator.popen.pid, signal.SIGCONT)
+    text = log.read_text()
+    assert f"FinishJob of {job.job_id} failed" in text and f"job {job.job_id} unreported" in text, text
 
 
 @pytest.mark.parametrize("argv", [["--coordinator", ""], ["--coordinator", "127.0.0.1:1", "--shared-root", "/nonexistent"]])

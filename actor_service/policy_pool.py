@@ -187,14 +187,32 @@ class PolicyPool:
                     ref = self._manifest(slot.checkpoint_path, slot.checkpoint_version, slot.player_id, "player")
                 policy = self._build(slot.player_id, ref)
             except CheckpointError as err:
-                if slot.active:  # an active opponent's newer versions will come; nothing to set aside
-                    raise
-                raise UnloadableOpponentError(slot.player_id, err) from err
+                if not slot.active:
+                    raise UnloadableOpponentError(slot.player_id, err) from err
+                key, policy = self._newest_instead(slot, err)  # cached as what it is
             self._frozen[key] = policy
             while len(self._frozen) > self._settings.opponent_cache_size:
                 self._frozen.popitem(last=False)
         self._frozen.move_to_end(key)
         return policy
+
+    def _newest_instead(self, slot: PlayerSlot, err: CheckpointError) -> tuple[tuple[str, int], Policy]:
+        """An active opponent's version the job named cannot be loaded: most often its learner pruned it
+        (`keep_last`) since the job was matched. Its newest version stands in (its cache key and policy), as the
+        launch player moves on to newer versions; the job fails with `err` only when that cannot be loaded."""
+        latest = self.store.latest(slot.player_id)
+        if latest is None or (latest.path, latest.version) == (slot.checkpoint_path, slot.checkpoint_version):
+            raise err
+        key = (latest.path, latest.version)
+        policy = self._frozen.get(key)
+        if policy is None:
+            try:
+                policy = self._build(slot.player_id, latest)
+            except CheckpointError:
+                raise err from None
+        log.info("opponent %s: version %d is gone (%s); playing its newest, version %d", slot.player_id,
+                 slot.checkpoint_version, err, latest.version)
+        return key, policy
 
     @property
     def cached_opponents(self) -> int:

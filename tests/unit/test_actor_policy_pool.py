@@ -135,6 +135,22 @@ def test_a_historical_opponent_that_cannot_be_loaded_is_named(store):
             policies.opponent_policy(PlayerSlot(frozen, path, 1, False), launch)
         assert err.value.player_id == frozen and path in str(err.value)
     # An active opponent's bad file is not the player's last word (newer versions come): not named.
+    (store.root.root / "h" / "v0000000001.pt").write_bytes(b"tampered too")  # and no version of it loads
     with pytest.raises(CheckpointError) as err:
         policies.opponent_policy(PlayerSlot("h", "h/v0000000001_100.pt", 1, True), launch)
     assert not isinstance(err.value, UnloadableOpponentError)
+
+
+def test_an_active_opponents_pruned_version_is_replaced_by_its_newest(store):
+    """Its learner keeps `keep_last` versions: the version a job named may be gone by the time it loads."""
+    for version in (1, 2, 3):
+        store.publish("o", weights(version), version)
+    (store.root.root / "o" / "v0000000001.pt").unlink()
+    (store.root.root / "o" / "v0000000001.pt.json").unlink()
+    policies = pool(store)
+    launch = policies.launch_policy(PlayerSlot("p", "", 0, True))
+    opponent = policies.opponent_policy(PlayerSlot("o", "o/v0000000001.pt", 1, True), launch)
+    assert opponent.version == 3
+    np.testing.assert_array_equal(value(opponent), value(pool(store).launch_policy(PlayerSlot("o", "", 0, True))))
+    with pytest.raises(UnloadableOpponentError):  # a frozen player has no newer version to stand in
+        policies.opponent_policy(PlayerSlot("o_snap", "o/v0000000001.pt", 1, False), launch)

@@ -18,6 +18,7 @@ import sys
 import threading
 from pathlib import Path
 
+from common import cli_args
 from common.exit_codes import FAILURE_EXIT, SETUP_ERROR_EXIT
 from common.rpc import COORDINATOR_ENV_VAR, SHARED_ROOT_ENV_VAR, env_path
 
@@ -25,7 +26,7 @@ log = logging.getLogger("league.actor")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--coordinator", default=os.environ.get(COORDINATOR_ENV_VAR),
+    parser.add_argument("--coordinator", type=cli_args.address, default=os.environ.get(COORDINATOR_ENV_VAR),
                         help=f"coordinator HOST:PORT (default: ${COORDINATOR_ENV_VAR})")
     parser.add_argument("--shared-root", type=Path, default=env_path(SHARED_ROOT_ENV_VAR),
                         help=f"directory of checkpoints shared with the learners (default: ${SHARED_ROOT_ENV_VAR})")

@@ -1,4 +1,4 @@
-"""argparse types for numbers the servers' flags take, so that a bad value is a usage error naming the flag.
+"""argparse types for the numbers and addresses flags take, so that a bad value is a usage error naming the flag.
 
 Why: without them `--port 70000` bound port 4464 (gRPC wraps it) and `--lease-timeout 0` or `--seed -1`
 ended in a traceback from deep inside the process.
@@ -9,6 +9,11 @@ from __future__ import annotations
 import argparse
 import math
 
+from common.ports import split_host_port
+
+MAX_TIMEOUT_S = 3600.0
+"""The longest deadline a client flag takes: a huge one (1e300 s) overflows into an immediate DEADLINE_EXCEEDED."""
+
 
 def port(text: str) -> int:
     """A TCP port, 0 (any free one) to 65535."""
@@ -16,6 +21,15 @@ def port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be a port from 0 to 65535, got {value}")
     return value
+
+
+def address(text: str) -> str:
+    """A server's HOST:PORT, port 1 to 65535 (gRPC wraps a larger one: :99999 connected to port 34463)."""
+    try:
+        split_host_port(text, min_port=1)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
 
 
 def non_negative_int(text: str) -> int:
@@ -29,6 +43,14 @@ def positive_seconds(text: str) -> float:
     value = _float(text)
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
+    return value
+
+
+def timeout_seconds(text: str) -> float:
+    """A client call's deadline: finite, > 0 and at most MAX_TIMEOUT_S."""
+    value = positive_seconds(text)
+    if value > MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_TIMEOUT_S:g} seconds, got {text}")
     return value
 
 

@@ -19,6 +19,7 @@ import copy
 import dataclasses
 import enum
 import math
+import sys
 import types
 import typing
 from collections.abc import Mapping
@@ -101,11 +102,31 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return parse_yaml(text, source=str(path))
 
 
+class _AliasError(yaml.MarkedYAMLError):
+    """A YAML alias (``*name``) in a config file."""
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """SafeLoader that refuses aliases: a chain of them (a "billion laughs") expands into billions of values
+    when the config is walked, which hung the CLI with growing memory. No config needs them."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise _AliasError(None, None, f"found the alias *{event.anchor}", event.start_mark)
+        return super().compose_node(parent, index)
+
+
 def parse_yaml(text: str, source: str = "<string>") -> dict[str, Any]:
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_NoAliasLoader)  # a SafeLoader subclass
+    except _AliasError as exc:
+        raise ConfigError("", f"{source}: YAML aliases (*name) are not supported in config files, write the "
+                              f"value out instead: {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError("", f"{source}: not valid YAML: {exc}") from exc
+    except ValueError as exc:  # an integer of more than 4300 digits (Python's int-from-str limit)
+        raise ConfigError("", f"{source}: cannot read a value: {exc}") from None
     if data is None:
         return {}
     if not isinstance(data, Mapping):
@@ -235,6 +256,12 @@ def _plain_data(value: Any, path: str) -> Any:
     the wire turns them into anyway, so a local `league eval` and a remote actor see the same kwargs; anything
     else a Struct cannot hold is refused here, naming its key, instead of failing every GetJob later.
     """
+    if isinstance(value, float) and not math.isfinite(value):
+        # A Struct cannot carry NaN (every job would fail to encode), and no hyperparameter means infinity.
+        raise ConfigError(path, f"expected a finite number, got {value!r}")
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > sys.float_info.max:
+        raise ConfigError(path, f"must be within ±{sys.float_info.max:.4g} (sent as a double), got an integer of "
+                                f"{value.bit_length()} bits")
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, Mapping):

@@ -8,11 +8,16 @@ it at startup too, so a typo fails there.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from common.typed_config import from_mapping
+
+MAX_SEED = 2**53
+"""The largest `learner.seed`: the section travels as a protobuf Struct, whose doubles hold integers exactly up to
+2**53 (a larger seed would arrive changed; above 2**64 torch.manual_seed overflows, below 0 numpy refuses it)."""
 
 DEFAULT_PUBLISH_EVERY: dict[str, int] = {"ppo": 1, "dqn": 100}
 """`learner.publish_every` when the config leaves it out, by `policy.algorithm`."""
@@ -44,8 +49,10 @@ class LearnerConfig:
         for name in ("batch_size", "publish_every", "keep_last", "queue_chunks", "queue_bytes"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"learner.{name} must be >= 1, got {getattr(self, name)}")
-        if not self.replay_ratio > 0:
-            raise ValueError(f"learner.replay_ratio must be > 0, got {self.replay_ratio}")
+        if not (math.isfinite(self.replay_ratio) and self.replay_ratio > 0):
+            raise ValueError(f"learner.replay_ratio must be a finite number > 0, got {self.replay_ratio}")
+        if self.seed is not None and not 0 <= self.seed <= MAX_SEED:
+            raise ValueError(f"learner.seed must be within [0, 2**53] or null, got {self.seed}")
 
     def publish_period(self, algorithm: str) -> int:
         """Train iterations between checkpoints for a learner of `algorithm`."""

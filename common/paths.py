@@ -12,7 +12,8 @@ import re
 from pathlib import Path, PurePosixPath
 
 # One path component a name may use (player ids, file names): no separators, no leading dot tricks.
-_COMPONENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}")  # fullmatch: `$` would let "p\n" pass
+MAX_COMPONENT_CHARS = 200
+_COMPONENT = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9_.\-]{{0,{MAX_COMPONENT_CHARS - 1}}}")  # fullmatch, not `$` ("p\n")
 
 
 class UnsafePathError(ValueError):

@@ -21,6 +21,14 @@ RECURRENT_ALGORITHMS = ("ppo",)
 """The algorithms that train recurrent (``model.recurrent``) models."""
 
 
+def _check_finite(name: str, value: float, *, minimum: float, inclusive: bool, null_ok: bool = False) -> None:
+    """`value` must be finite and above `minimum` (or equal to it when `inclusive`)."""
+    if math.isfinite(value) and (value >= minimum if inclusive else value > minimum):
+        return
+    bound = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
+    raise ValueError(f"{name} must be {bound} and finite{' (or null)' if null_ok else ''}, got {value!r}")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """The ``policy.model`` section."""
@@ -52,6 +60,8 @@ class ModelConfig:
     negative advantage. On the default connect-four league it did not help (BENCHMARKS.md). None: unbounded."""
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.obs_scale) and self.obs_scale > 0):
+            raise ValueError(f"model.obs_scale must be a finite number > 0, got {self.obs_scale!r}")
         if self.value_bound is not None and not (math.isfinite(self.value_bound) and self.value_bound > 0):
             raise ValueError(f"model.value_bound must be a finite number > 0 or null, got {self.value_bound!r}")
         if any(h < 1 for h in self.hidden):
@@ -103,9 +113,13 @@ class PPOConfig:
     """c̄: truncation of the trace coefficients."""
 
     def __post_init__(self) -> None:
+        # Written as `not (finite and > 0)`: a NaN passes `x <= 0`.
         for name in ("learning_rate", "adam_eps", "clip_coef", "max_grad_norm", "vtrace_rho_clip", "vtrace_c_clip"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"ppo.{name} must be > 0, got {getattr(self, name)}")
+            _check_finite(f"ppo.{name}", getattr(self, name), minimum=0.0, inclusive=False)
+        for name in ("value_coef", "entropy_coef"):
+            _check_finite(f"ppo.{name}", getattr(self, name), minimum=0.0, inclusive=True)
+        if self.target_kl is not None:  # None: never stop early (0 would stop after the first minibatch)
+            _check_finite("ppo.target_kl", self.target_kl, minimum=0.0, inclusive=False, null_ok=True)
         for name in ("gamma", "gae_lambda"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"ppo.{name} must be in [0, 1], got {getattr(self, name)}")
@@ -161,8 +175,7 @@ class DQNConfig:
 
     def __post_init__(self) -> None:
         for name in ("learning_rate", "adam_eps", "max_grad_norm", "target_update_tau", "priority_eps"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"dqn.{name} must be > 0, got {getattr(self, name)}")
+            _check_finite(f"dqn.{name}", getattr(self, name), minimum=0.0, inclusive=False)
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"dqn.gamma must be in [0, 1], got {self.gamma}")
         if self.target_update_tau > 1.0:
@@ -172,8 +185,8 @@ class DQNConfig:
                 raise ValueError(f"dqn.{name} must be >= 1, got {getattr(self, name)}")
         if self.priority_beta_anneal_updates < 0:
             raise ValueError(f"dqn.priority_beta_anneal_updates must be >= 0, got {self.priority_beta_anneal_updates}")
-        if self.learning_starts < 0 or self.priority_alpha < 0 or not 0 <= self.priority_beta <= 1:
-            raise ValueError("dqn: need learning_starts >= 0, priority_alpha >= 0, 0 <= priority_beta <= 1")
+        if self.learning_starts < 0 or not 0 <= self.priority_alpha < math.inf or not 0 <= self.priority_beta <= 1:
+            raise ValueError("dqn: need learning_starts >= 0, a finite priority_alpha >= 0, 0 <= priority_beta <= 1")
 
 
 @dataclass(frozen=True)

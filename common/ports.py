@@ -58,3 +58,17 @@ def bind_error(host: str, port: int) -> OSError | None:
             except OSError as err:
                 return err
     return None
+
+
+def split_host_port(address: str, *, min_port: int = 0) -> tuple[str, int]:
+    """(host, port) of ``HOST:PORT`` (``[v6 address]:PORT`` too). ValueError unless the port is a number from
+    `min_port` to 65535: gRPC takes a larger one modulo 65536 (``:99999`` listened on 34463)."""
+    host, colon, port_text = address.rpartition(":")
+    if not colon or not (port_text.isascii() and port_text.isdigit()):
+        raise ValueError(f"expected HOST:PORT, got {address!r}")
+    port = int(port_text) if len(port_text) <= 5 else 65536
+    if not min_port <= port <= 65535:
+        raise ValueError(f"the port must be from {min_port} to 65535, got {port_text}")
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        raise ValueError(f"an IPv6 host goes in brackets ([::1]:50051), got {address!r}")
+    return host.strip("[]"), port

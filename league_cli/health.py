@@ -16,13 +16,14 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from common import cli_args
 from common.rpc import check_tls_ca
 
 DEFAULT_TIMEOUT_S = 3.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--addr", required=True, help="server HOST:PORT (a coordinator or a learner)")
+    parser.add_argument("--addr", type=cli_args.address, required=True, help="server HOST:PORT (a coordinator or a learner)")
     parser.add_argument("--service", default="", help='service name to check (default "": the whole server)')
     parser.add_argument(
         "--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="deadline of the check, seconds"
@@ -32,8 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """0 when SERVING; 1 (with the reason on stderr) when not serving, unreachable or unknown."""
-    if not args.timeout > 0:
-        raise SystemExit(f"league health: --timeout must be > 0, got {args.timeout}")
+    if not 0 < args.timeout <= cli_args.MAX_TIMEOUT_S:
+        raise SystemExit(f"league health: --timeout must be > 0 and at most {cli_args.MAX_TIMEOUT_S:g} seconds, got {args.timeout}")
     if args.tls_ca is not None:
         try:
             check_tls_ca(args.tls_ca)

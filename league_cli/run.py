@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import signal
 import threading
@@ -74,6 +75,11 @@ class RunConfig:
             raise ConfigError("seconds", f"must be > 0, got {self.seconds}")
         if self.env_steps < 0:
             raise ConfigError("env_steps", f"must be >= 0, got {self.env_steps}")
+        # The poll loop waits status_interval_s between polls (0: a busy loop) and stop_grace_s per process.
+        if not (math.isfinite(self.status_interval_s) and self.status_interval_s > 0):
+            raise ConfigError("status_interval_s", f"must be a finite number > 0, got {self.status_interval_s}")
+        if not (math.isfinite(self.stop_grace_s) and self.stop_grace_s >= 0):
+            raise ConfigError("stop_grace_s", f"must be a finite number >= 0, got {self.stop_grace_s}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

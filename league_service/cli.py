@@ -24,6 +24,7 @@ import grpc
 
 from common import cli_args
 from common.exit_codes import ADDRESS_IN_USE_EXIT, FAILURE_EXIT, SETUP_ERROR_EXIT
+from common.ports import split_host_port
 from common.rpc import (
     COORDINATOR_ENV_VAR,
     SHARED_ROOT_ENV_VAR,
@@ -93,9 +94,9 @@ def coordinator_main(args: argparse.Namespace) -> int:
         return _refuse(f"--shared-root {args.shared_root} is not a directory")
     try:
         cfg = load_config(args.config)
-        default_host, _, default_port = cfg.coordinator.bind_address.rpartition(":")
-        host = args.host if args.host is not None else default_host.strip("[]")
-        port = args.port if args.port is not None else int(default_port)
+        default_host, default_port = split_host_port(cfg.coordinator.bind_address)  # checked at load
+        host = args.host if args.host is not None else default_host
+        port = args.port if args.port is not None else default_port
         token = load_token(args.token_file)
         check_exposure(host, token, args.insecure)
         if args.tls_cert is not None:
@@ -194,7 +195,7 @@ def _refuse(message: str) -> int:
 
 def add_status_arguments(parser: argparse.ArgumentParser) -> None:
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--addr", default=None,
+    where.add_argument("--addr", type=cli_args.address, default=None,
                        help=f"coordinator HOST:PORT (default: ${COORDINATOR_ENV_VAR}, else {DEFAULT_STATUS_ADDR})")
     where.add_argument("--run-dir", type=Path, default=None,
                        help="the coordinator of the `league run` going on in this directory")
@@ -202,10 +203,11 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-ca", type=Path, default=None, help="CA certificate to verify the coordinator (TLS)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument(
-        "--watch", type=float, nargs="?", const=2.0, default=None, metavar="SECONDS",
+        "--watch", type=cli_args.positive_seconds, nargs="?", const=2.0, default=None, metavar="SECONDS",
         help="refresh in place every SECONDS (default 2)",
     )
-    parser.add_argument("--timeout", type=float, default=5.0, help="deadline of each status call, seconds")
+    parser.add_argument("--timeout", type=cli_args.timeout_seconds, default=5.0,
+                        help=f"deadline of each status call, seconds (at most {cli_args.MAX_TIMEOUT_S:g})")
 
 
 RUN_PORT_FILE = "coordinator.port"  # `league run` keeps its coordinator's port in this file of its run directory
@@ -222,7 +224,16 @@ def _status_address(args: argparse.Namespace) -> str:
         except (OSError, ValueError) as err:
             raise ValueError(f"--run-dir: cannot read the coordinator's port from {port_file}: {err}") from None
         return f"127.0.0.1:{port}"
-    return args.addr or os.environ.get(COORDINATOR_ENV_VAR) or DEFAULT_STATUS_ADDR
+    if args.addr:
+        return args.addr
+    address = os.environ.get(COORDINATOR_ENV_VAR)
+    if not address:
+        return DEFAULT_STATUS_ADDR
+    try:
+        split_host_port(address, min_port=1)
+    except ValueError as err:
+        raise ValueError(f"${COORDINATOR_ENV_VAR}: {err}") from None
+    return address
 
 
 def status_main(args: argparse.Namespace) -> int:
@@ -232,8 +243,6 @@ def status_main(args: argparse.Namespace) -> int:
     from league_service.status import STATUS_MAX_BYTES
     from league_service.status_view import render_status, status_console, status_to_json
 
-    if args.watch is not None and not args.watch > 0:
-        raise SystemExit("league status: --watch needs a positive number of seconds")
     try:
         token = load_token(args.token_file)
         if args.tls_ca is not None:

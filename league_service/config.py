@@ -27,7 +27,8 @@ from common.config import (
 )
 from common.envs.bot_spec import BotSpec
 from common.envs.registry import OPENSPIEL_ALIASES, OPENSPIEL_PREFIX, PYTHON_PREFIX
-from common.paths import UnsafePathError, check_relative
+from common.paths import MAX_COMPONENT_CHARS, UnsafePathError, check_component, check_relative
+from common.ports import split_host_port
 
 
 def reference_bot_id(text: str) -> str:
@@ -51,6 +52,18 @@ PLAYER_TYPES: tuple[str, ...] = SOLO_PLAYER_TYPES + BATTLE_PLAYER_TYPES
 JOB_TEMPLATE_SECTIONS: tuple[str, ...] = ("forward_kwargs", "adder_kwargs", "env_kwargs")
 
 
+MAX_JOBS_PER_PLAYER = 1000
+"""The most jobs in flight per player (`max_active_player_job`, `max_job`): the league builds one job spec per
+free slot at start, so a huge limit meant unbounded memory; actors take ready jobs in turn, so more slots than
+actors buy nothing."""
+MAX_ENV_NUM = 4096
+"""The most environments per collect job (`env.env_num`): one actor runs them all (the wire field is an int32)."""
+MAX_INT64 = 2**63 - 1
+"""JobSpec's episode_num and env_steps are int64 on the wire."""
+_LONGEST_STEP_SUFFIX = f"_{MAX_INT64}"
+"""What a snapshot appends to a player id (`<id>_<agent steps>`), at its longest."""
+
+
 def _check_probability(value: float | None, name: str) -> None:
     if value is not None and not 0.0 <= value <= 1.0:
         raise ConfigError(name, f"must be within [0, 1], got {value}")
@@ -59,6 +72,12 @@ def _check_probability(value: float | None, name: str) -> None:
 def _check_at_least(value: int | float, minimum: int | float, name: str) -> None:
     if value < minimum:
         raise ConfigError(name, f"must be >= {minimum}, got {value}")
+
+
+def _check_within(value: int, minimum: int, maximum: int, name: str) -> None:
+    _check_at_least(value, minimum, name)
+    if value > maximum:
+        raise ConfigError(name, f"must be at most {maximum}, got {value}")
 
 
 @dataclass(frozen=True)
@@ -106,7 +125,7 @@ class ActivePlayerConfig:
     def __post_init__(self) -> None:
         _check_at_least(self.one_phase_step, 1, "one_phase_step")
         if self.max_job is not None:
-            _check_at_least(self.max_job, 1, "max_job")
+            _check_within(self.max_job, 1, MAX_JOBS_PER_PLAYER, "max_job")
         _check_probability(self.strong_win_rate, "strong_win_rate")
         for name, prob in self.branch_probs.items():
             if name not in self.BRANCHES:
@@ -302,7 +321,8 @@ class LeagueConfig:
             _check_at_least(count, 0, f"active_players.{name}")
         if sum(self.active_players.values()) < 1:
             raise ConfigError("active_players", "needs at least one active player")
-        _check_at_least(self.max_active_player_job, 1, "max_active_player_job")
+        self._check_categories()
+        _check_within(self.max_active_player_job, 1, MAX_JOBS_PER_PLAYER, "max_active_player_job")
         for category, path in self.pretrain_checkpoint_path.items():
             if category not in self.player_category:
                 raise ConfigError(f"pretrain_checkpoint_path.{category}", "not one of player_category")
@@ -333,6 +353,23 @@ class LeagueConfig:
                 if bot_id in seen:
                     raise ConfigError(f"reference_bots[{i}]", f"{text!r} is the same bot as {seen[bot_id]!r}")
                 seen[bot_id] = text
+
+    def _check_categories(self) -> None:
+        """Categories become part of player ids, which name checkpoint directories: check them here, with the
+        longest id built from each (`<type>_<category>_<index>_<agent steps>` of a snapshot), rather than
+        fail at run time as an unsafe player id."""
+        around = max(len(f"{name}__{count - 1}{_LONGEST_STEP_SUFFIX}")
+                     for name, count in self.active_players.items() if count > 0)
+        limit = MAX_COMPONENT_CHARS - around
+        for i, category in enumerate(self.player_category):
+            if len(category) > limit:
+                raise ConfigError(f"player_category[{i}]", f"must be at most {limit} characters (player ids "
+                                  f"<type>_<category>_<index>_<agent steps> must fit in {MAX_COMPONENT_CHARS}), "
+                                  f"got {len(category)}")
+            try:
+                check_component(category, "category")
+            except UnsafePathError as err:
+                raise ConfigError(f"player_category[{i}]", str(err)) from None
 
     def job_limit(self, player_type: str) -> int:
         """Launch slots of each player of `player_type`: its `max_job`, else max_active_player_job."""
@@ -366,9 +403,9 @@ class EnvConfig:
     def __post_init__(self) -> None:
         if not self.name:
             raise ConfigError("name", "must not be empty")
-        _check_at_least(self.env_num, 1, "env_num")
-        _check_at_least(self.episode_num, 0, "episode_num")
-        _check_at_least(self.env_steps, 0, "env_steps")
+        _check_within(self.env_num, 1, MAX_ENV_NUM, "env_num")
+        _check_within(self.episode_num, 0, MAX_INT64, "episode_num")
+        _check_within(self.env_steps, 0, MAX_INT64, "env_steps")
         if self.episode_num == 0 and self.env_steps == 0:
             raise ConfigError("episode_num", "episode_num and env_steps are both 0: a job would never end")
 
@@ -391,6 +428,10 @@ class CoordinatorConfig:
     forget_workers_after_s: float = 3600.0
 
     def __post_init__(self) -> None:
+        try:
+            split_host_port(self.bind_address)
+        except ValueError as err:
+            raise ConfigError("bind_address", str(err)) from None
         if self.lease_timeout_s <= 0:
             raise ConfigError("lease_timeout_s", f"must be > 0, got {self.lease_timeout_s}")
         if not 0 < self.heartbeat_interval_s < self.lease_timeout_s:

@@ -43,7 +43,7 @@ def default_worker_id() -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--coordinator", default=os.environ.get(COORDINATOR_ENV_VAR),
+    parser.add_argument("--coordinator", type=cli_args.address, default=os.environ.get(COORDINATOR_ENV_VAR),
                         help=f"coordinator HOST:PORT (default ${COORDINATOR_ENV_VAR})")
     parser.add_argument("--shared-root", type=Path, default=env_path(SHARED_ROOT_ENV_VAR),
                         help=f"directory of checkpoints and TensorBoard logs (default ${SHARED_ROOT_ENV_VAR})")

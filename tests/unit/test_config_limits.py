@@ -1,0 +1,300 @@
+"""Hostile config values and flags: each is refused at load (or by argparse) naming the key, instead of hanging,
+eating memory, or failing every job later at encode or run time."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import string
+from pathlib import Path
+
+import pytest
+
+from common.config import ConfigError, from_dict, parse_yaml
+from common.learner_config import MAX_SEED, LearnerConfig
+from common.policy_config import DQNConfig, ModelConfig, PPOConfig
+from common.ports import split_host_port
+from league_cli.main import build_parser
+from league_cli.run import RunConfig
+from league_service.cli import _status_address, add_status_arguments, coordinator_main
+from league_service.config import (
+    MAX_ENV_NUM,
+    MAX_JOBS_PER_PLAYER,
+    config_from_dict,
+    default_config_dict,
+    load_config,
+)
+from league_service.player_factory import active_player_id
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _refused(data: dict, path: str, message: str = "") -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(data)
+    assert info.value.path == path, str(info.value)
+    assert message in str(info.value)
+    return info.value
+
+
+# -- 1. YAML aliases --------------------------------------------------------------------------------------------
+
+
+def _alias_bomb() -> str:
+    lines = ["env:", "  kwargs:", "    a: &a [" + ", ".join(["lol"] * 9) + "]"]
+    for prev, name in zip(string.ascii_lowercase[:9], string.ascii_lowercase[1:10], strict=True):
+        lines.append(f"    {name}: &{name} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.timeout(20)
+def test_an_alias_bomb_is_refused_at_once(tmp_path):
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_alias_bomb())
+    with pytest.raises(ConfigError, match=r"YAML aliases \(\*name\) are not supported.*alias \*a"):
+        load_config(path)
+
+
+def test_a_single_alias_is_refused_too_and_anchors_alone_still_load():
+    with pytest.raises(ConfigError, match="aliases .* not supported"):
+        parse_yaml("x: &base {a: 1}\ny: *base\n")
+    with pytest.raises(ConfigError, match="aliases .* not supported"):
+        parse_yaml("x: &base {a: 1}\ny:\n  <<: *base\n")
+    assert parse_yaml("x: &base {a: 1}\n") == {"x": {"a": 1}}
+
+
+def test_the_embedded_default_and_shipped_configs_use_no_aliases():
+    assert default_config_dict()["league"]["league_type"] == "one_vs_one"
+    for path in sorted((ROOT / "configs").glob("*.yaml")):
+        load_config(path)
+
+
+def test_an_integer_too_long_to_read_is_a_config_error():
+    with pytest.raises(ConfigError, match="cannot read a value"):
+        parse_yaml("x: 1" + "0" * 5000 + "\n")
+
+
+# -- 2. job slots -----------------------------------------------------------------------------------------------
+
+
+def test_job_slots_per_player_are_bounded():
+    _refused({"league": {"max_active_player_job": 10**23}}, "league.max_active_player_job",
+             f"must be at most {MAX_JOBS_PER_PLAYER}, got")
+    _refused({"league": {"main_player": {"max_job": MAX_JOBS_PER_PLAYER + 1}}}, "league.main_player.max_job",
+             f"must be at most {MAX_JOBS_PER_PLAYER}, got")
+    cfg = config_from_dict({"league": {"max_active_player_job": MAX_JOBS_PER_PLAYER}})
+    assert cfg.league.job_limit("main_player") == MAX_JOBS_PER_PLAYER
+
+
+# -- 3. integers the wire cannot carry ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "path"),
+    [
+        ({"env": {"env_num": 3_000_000_000}}, "env.env_num"),
+        ({"env": {"env_num": MAX_ENV_NUM + 1}}, "env.env_num"),
+        ({"env": {"env_steps": 1e23}}, "env.env_steps"),
+        ({"env": {"episode_num": 1e23}}, "env.episode_num"),
+    ],
+)
+def test_job_sizes_must_fit_their_wire_fields(data, path):
+    _refused(data, path, "must be at most")
+
+
+def test_job_sizes_at_their_limits_load():
+    cfg = config_from_dict({"env": {"env_num": MAX_ENV_NUM, "env_steps": 2**63 - 1, "episode_num": 2**63 - 1}})
+    assert cfg.env.env_num == MAX_ENV_NUM
+
+
+@pytest.mark.parametrize("seed", [1e23, -1, MAX_SEED + 1])
+def test_the_learner_seed_must_be_one_torch_numpy_and_a_struct_take(seed):
+    _refused({"learner": {"seed": seed}}, "learner", "learner.seed must be within [0, 2**53]")
+
+
+def test_the_largest_learner_seed_seeds_torch_and_numpy():
+    import numpy as np
+    import torch
+
+    seed = LearnerConfig.from_mapping({"seed": float(MAX_SEED)}).seed  # as it arrives in a Struct
+    assert seed == MAX_SEED
+    torch.Generator().manual_seed(seed)
+    np.random.default_rng(seed)
+
+
+def test_free_form_integers_beyond_a_double_are_refused():
+    _refused({"env": {"kwargs": {"game_params": {"rows": 10**400}}}}, "env.kwargs.game_params.rows",
+             "sent as a double")
+
+
+# -- 4. NaN and infinity, and the PPO/DQN ranges ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize(
+    ("section", "path"),
+    [
+        ({"ppo": {"learning_rate": None}}, "policy.ppo.learning_rate"),
+        ({"ppo": {"clip_coef": None}}, "policy.ppo.clip_coef"),
+        ({"ppo": {"value_coef": None}}, "policy.ppo.value_coef"),
+        ({"ppo": {"target_kl": None}}, "policy.ppo.target_kl"),
+        ({"model": {"obs_scale": None}}, "policy.model.obs_scale"),
+        ({"algorithm": "dqn", "dqn": {"learning_rate": None}}, "policy.dqn.learning_rate"),
+        ({"algorithm": "dqn", "dqn": {"target_update_tau": None}}, "policy.dqn.target_update_tau"),
+    ],
+)
+def test_non_finite_numbers_in_the_policy_are_refused_naming_the_key(section, path, bad):
+    *parents, key = path.split(".")[1:]
+    inner = section
+    for name in parents:
+        inner = inner[name]
+    inner[key] = bad
+    _refused({"policy": section}, path, "expected a finite number")
+
+
+def test_non_finite_numbers_anywhere_in_free_form_data_are_refused():
+    _refused({"env": {"kwargs": {"scores": [1.0, math.nan]}}}, "env.kwargs.scores[1]", "expected a finite number")
+    _refused({"league": {"main_player": {"job": {"extra": {"x": math.inf}}}}}, "league.main_player.job.extra.x",
+             "expected a finite number")
+
+
+@pytest.mark.parametrize(
+    ("ppo", "message"),
+    [
+        ({"entropy_coef": -5}, "ppo.entropy_coef must be >= 0 and finite, got -5"),
+        ({"value_coef": -1}, "ppo.value_coef must be >= 0 and finite, got -1"),
+        ({"target_kl": -1}, "ppo.target_kl must be > 0 and finite (or null)"),
+        ({"target_kl": 0}, "ppo.target_kl must be > 0 and finite (or null)"),
+    ],
+)
+def test_ppo_ranges_are_checked(ppo, message):
+    _refused({"policy": {"ppo": ppo}}, "policy.ppo", message)
+
+
+def test_the_dataclasses_refuse_nan_when_built_directly():
+    """Workers build them from Structs, and a Struct carries infinity."""
+    for build in (lambda: PPOConfig(learning_rate=math.nan), lambda: PPOConfig(clip_coef=math.inf),
+                  lambda: PPOConfig(target_kl=math.nan), lambda: ModelConfig(obs_scale=math.nan),
+                  lambda: DQNConfig(learning_rate=math.nan), lambda: DQNConfig(target_update_tau=math.nan),
+                  lambda: DQNConfig(priority_alpha=math.inf)):
+        with pytest.raises(ValueError, match="must be|a finite priority_alpha"):
+            build()
+    assert PPOConfig(target_kl=None, entropy_coef=0.0).target_kl is None
+
+
+# -- 5. player categories -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("category", ["a/b", "", "é 😀", ".hidden", "x" * 300])
+def test_player_categories_must_be_safe_in_player_ids(category):
+    _refused({"league": {"player_category": [category], "pretrain_checkpoint_path": {category: ""}}},
+             "league.player_category[0]")
+
+
+def test_the_longest_category_still_makes_safe_player_ids():
+    from common.paths import check_component
+
+    longest = "c" * 200
+    while True:  # the longest one the config takes
+        try:
+            cfg = config_from_dict({"league": {"player_category": [longest], "pretrain_checkpoint_path": {}}})
+            break
+        except ConfigError as err:
+            assert err.path == "league.player_category[0]"
+            longest = longest[:-1]
+    for player_type, count in cfg.league.active_players.items():
+        check_component(f"{active_player_id(player_type, longest, count - 1)}_{2**63 - 1}", "snapshot id")
+    assert len(longest) > 100
+
+
+# -- 6. addresses ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("address", "message"),
+    [
+        ("127.0.0.1:99999", "the port must be from 0 to 65535, got 99999"),
+        ("127.0.0.1:" + "9" * 40, "the port must be from 0 to 65535"),
+        ("nonsense", "expected HOST:PORT"),
+        ("host:port", "expected HOST:PORT"),
+        ("::1:50051", "IPv6 host goes in brackets"),
+    ],
+)
+def test_the_bind_address_is_checked_at_load(address, message):
+    _refused({"coordinator": {"bind_address": address}}, "coordinator.bind_address", message)
+
+
+def test_good_bind_addresses_load():
+    for address in ("0.0.0.0:0", "[::1]:50051", "localhost:65535"):
+        config_from_dict({"coordinator": {"bind_address": address}})
+    assert split_host_port("[::1]:50051") == ("::1", 50051)
+
+
+def test_the_coordinator_refuses_a_bad_bind_address_with_exit_2(tmp_path, capsys):
+    config = tmp_path / "league.yaml"
+    config.write_text("coordinator:\n  bind_address: nonsense\n")
+    args = build_parser().parse_args(["coordinator", "--config", str(config), "--shared-root", str(tmp_path)])
+    assert coordinator_main(args) == 2
+    assert "coordinator.bind_address: expected HOST:PORT" in capsys.readouterr().err
+
+
+def _status_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="league status", exit_on_error=False)
+    add_status_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def _usage_error(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(["status", *argv])
+    assert info.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("addr", ["127.0.0.1:99999", "127.0.0.1:0", "nonsense"])
+def test_status_refuses_an_address_with_a_port_grpc_would_wrap(addr, capsys):
+    assert "argument --addr" in _usage_error(["--addr", addr], capsys)
+
+
+def test_status_refuses_a_bad_address_from_the_environment(monkeypatch):
+    monkeypatch.setenv("LEAGUE_COORDINATOR", "127.0.0.1:99999")
+    with pytest.raises(ValueError, match=r"\$LEAGUE_COORDINATOR: the port must be from 1 to 65535"):
+        _status_address(_status_args([]))
+
+
+# -- 7. status flags ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "1e300", "soon"])
+def test_status_timeout_must_be_a_sane_number_of_seconds(value, capsys):
+    assert "argument --timeout" in _usage_error(["--timeout", value], capsys)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_status_watch_must_be_a_finite_positive_number_of_seconds(value, capsys):
+    assert "argument --watch" in _usage_error(["--watch", value], capsys)
+
+
+def test_good_status_flags_parse():
+    args = _status_args(["--timeout", "3600", "--watch", "0.5"])
+    assert (args.timeout, args.watch) == (3600.0, 0.5)
+    assert _status_args(["--watch"]).watch == 2.0
+
+
+# -- 8. league run's own section ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"status_interval_s": 0}, "run.status_interval_s: must be a finite number > 0"),
+        ({"status_interval_s": -1}, "run.status_interval_s: must be a finite number > 0"),
+        ({"status_interval_s": math.inf}, "run.status_interval_s: expected a finite float"),
+        ({"stop_grace_s": -1}, "run.stop_grace_s: must be a finite number >= 0"),
+    ],
+)
+def test_run_intervals_are_checked(section, message):
+    with pytest.raises(ConfigError) as info:
+        from_dict(RunConfig, section, "run")
+    assert str(info.value).startswith(message)
+    assert from_dict(RunConfig, {"stop_grace_s": 0}, "run").stop_grace_s == 0

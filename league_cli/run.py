@@ -208,8 +208,9 @@ class Supervisor:
             self.restarts[proc.name] = n + 1
             moved = ""
             if proc.name.startswith("learner") and proc.popen.returncode == ADDRESS_IN_USE_EXIT:
-                # Its port was taken meanwhile (by another program): a free one costs only the collect jobs that
-                # name the old address, which fail and are issued again. (Otherwise it keeps its port.)
+                # Its port was taken meanwhile (by another program): on a free one, once it is bound again, the
+                # coordinator revokes the collect jobs that stream to the old address and offers them again.
+                # (Otherwise it keeps its port.)
                 old_port = self.learner_ports[proc.name]
                 self.learner_ports[proc.name] = restartable_port()
                 moved = f" on port {self.learner_ports[proc.name]} (its port {old_port} was taken)"
@@ -290,13 +291,15 @@ def run_main(args: argparse.Namespace) -> int:
 
     console = status_console()
     loaded = None
-    if args.config is not None:  # checked before anything is created: a typo makes no run directory
+    run_dir = args.run_dir or Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    if args.config is not None or not (run_dir / CONFIG_FILE).is_file():
+        # Checked before anything is created: a typo (in the file or a flag) makes no run directory. A directory
+        # that holds a league is resumed with its own config, read below under its lock.
         try:
             loaded = _load(args)
         except ConfigError as err:
             console.print(f"[red]league run: config error: {err}[/red]")
             return 2
-    run_dir = args.run_dir or Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     try:
         (run_dir / "shared").mkdir(parents=True, exist_ok=True)
         # One run per directory: a second would overwrite this one's config, checkpoints and history.
@@ -308,11 +311,10 @@ def run_main(args: argparse.Namespace) -> int:
         console.print(f"[red]league run: --run-dir {escape(str(run_dir))}: {escape(str(err))}[/red]")
         return 2
     with run_lock:
-        if loaded is None:
-            saved = run_dir / CONFIG_FILE
-            if saved.is_file():
-                args.config = saved  # resuming: the league this directory holds, not the embedded default
-                console.print(f"league run: resuming with {saved}")
+        saved = run_dir / CONFIG_FILE
+        if args.config is None and saved.is_file():
+            args.config = saved  # resuming: the league this directory holds, not the embedded default
+            console.print(f"league run: resuming with {saved}")
             try:
                 loaded = _load(args)
             except ConfigError as err:
@@ -415,6 +417,9 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
     finally:
         codes = sup.stop()
         pending_path.unlink(missing_ok=True)  # a config the coordinator never accepted
+        # `league status --run-dir` then says no run is going on, instead of dialling a port another program
+        # may have taken since.
+        (run_dir / RUN_PORT_FILE).unlink(missing_ok=True)
         for s, handler in previous.items():
             signal.signal(s, handler)
     console.print(f"\nleague run: {reason[0]}; every process stopped "

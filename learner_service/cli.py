@@ -137,8 +137,12 @@ def main(args: argparse.Namespace) -> int:
         learner.close()
     if failure:
         err = failure[0]
+        if isinstance(err, JobSetupError):  # the league's config, not a bug: its reason, on one line
+            log.debug("the job's setup failed", exc_info=err)
+            log.error("learner cannot run this league: %s", err)
+            return SETUP_ERROR_EXIT
         log.error("learner failed", exc_info=err)
-        return SETUP_ERROR_EXIT if isinstance(err, JobSetupError) else FAILURE_EXIT
+        return FAILURE_EXIT
     return 0
 
 

@@ -168,3 +168,10 @@ def test_a_second_league_run_in_the_same_run_dir_is_refused_before_it_touches_an
     assert f"run directory {run_dir} is in use by pid {os.getpid()}" in " ".join((proc.stdout + proc.stderr).split())
     assert (run_dir / "config.yaml").read_text() == "the running run's\n"
     assert not (run_dir / "league_state.sqlite").exists()
+
+
+def test_league_run_with_a_bad_flag_and_no_config_creates_no_run_directory(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "league_cli", "run", "--seconds", "-1"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert not (tmp_path / "runs").exists()

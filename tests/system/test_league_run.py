@@ -174,6 +174,7 @@ def _assert_clean_end(run: LeagueRun, *, interrupt: bool = False) -> None:
     for where in ("checkpoints:", "logs:", "state:"):
         assert where in out
     assert (run.run_dir / "league_state.sqlite").exists()
+    assert not (run.run_dir / "coordinator.port").exists()  # `league status --run-dir`: no run going on here
 
 
 def test_solo_league_runs_publishes_and_exits_cleanly(league_run):

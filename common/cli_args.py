@@ -39,6 +39,13 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def positive_int(text: str) -> int:
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def positive_seconds(text: str) -> float:
     value = _float(text)
     if not (math.isfinite(value) and value > 0):

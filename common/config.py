@@ -22,7 +22,7 @@ import math
 import sys
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union
 
@@ -106,9 +106,10 @@ class _AliasError(yaml.MarkedYAMLError):
     """A YAML alias (``*name``) in a config file."""
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """SafeLoader that refuses aliases: a chain of them (a "billion laughs") expands into billions of values
-    when the config is walked, which hung the CLI with growing memory. No config needs them."""
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses aliases and repeated keys. A chain of aliases (a "billion laughs") expands into
+    billions of values when the config is walked, which hung the CLI with growing memory; no config needs them.
+    A key given twice in one mapping (two `env:` sections, say) silently kept the last one."""
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
@@ -116,10 +117,22 @@ class _NoAliasLoader(yaml.SafeLoader):
             raise _AliasError(None, None, f"found the alias *{event.anchor}", event.start_mark)
         return super().compose_node(parent, index)
 
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, Hashable):
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while reading a mapping", node.start_mark, f"found the key {key!r} a second time",
+                        key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
 
 def parse_yaml(text: str, source: str = "<string>") -> dict[str, Any]:
     try:
-        data = yaml.load(text, Loader=_NoAliasLoader)  # a SafeLoader subclass
+        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
     except _AliasError as exc:
         raise ConfigError("", f"{source}: YAML aliases (*name) are not supported in config files, write the "
                               f"value out instead: {exc}") from None

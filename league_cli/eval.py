@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from common import cli_args
 from common.rpc import SHARED_ROOT_ENV_VAR, env_path
 from league_cli.progression import DEFAULT_LADDER  # light: no torch
 
@@ -36,9 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default: random; with --run-dir {','.join(DEFAULT_LADDER)})")
     parser.add_argument("--player", default=None,
                         help="with --run-dir: the active player whose snapshots to evaluate (default: the main player)")
-    parser.add_argument("--points", type=int, default=6,
+    parser.add_argument("--points", type=cli_args.positive_int, default=6,
                         help="with --run-dir: how many of the player's checkpoints, evenly spaced, ending at its latest")
-    parser.add_argument("--games", type=int, default=20,
+    parser.add_argument("--games", type=cli_args.positive_int, default=20,
                         help="games to play (seats alternate); episodes, in a single-player env")
     parser.add_argument("--config", type=Path, default=None,
                         help="league YAML whose policy and env to use (default: the embedded league)")
@@ -54,13 +55,14 @@ def main(args: argparse.Namespace) -> int:
     import torch
 
     from actor_service.evaluation import load_policy, play_against_bot, play_episodes, resolve_checkpoint
-    from common.envs.openspiel_env import BotSpec
     from common.envs.registry import make_env
 
     torch.set_num_threads(1)
     opponents = _opponents(args.opponent or "random")
     if not opponents:
         return _refuse("--opponent names no bot")
+    if (bad := _bad_opponent(opponents)) is not None:
+        return _refuse(bad)
     opponent_given = args.opponent is not None
     if not Path(args.checkpoint).is_absolute() and args.shared_root is None:
         if not Path(args.checkpoint).exists():
@@ -74,8 +76,6 @@ def main(args: argparse.Namespace) -> int:
         if config is not None:
             print(f"league eval: the league of {config}", file=sys.stderr)
     try:
-        for opponent in opponents:
-            BotSpec.parse(opponent)
         policy, env_name, env_kwargs = _league_policy_and_env(config)
         store, path = resolve_checkpoint(args.checkpoint, args.shared_root)
         env = make_env(env_name, **env_kwargs)
@@ -120,6 +120,18 @@ def _run_dir_config(checkpoint: Path) -> Path | None:
     return None
 
 
+def _bad_opponent(opponents: tuple[str, ...]) -> str | None:
+    """What is wrong with the first --opponent that names no bot, or None."""
+    from common.envs.bot_spec import BotSpec
+
+    for opponent in opponents:
+        try:
+            BotSpec.parse(opponent)
+        except ValueError as err:
+            return f"--opponent {opponent!r}: {err}"
+    return None
+
+
 def _opponents(text: str) -> tuple[str, ...]:
     return tuple(o.strip() for o in text.split(",") if o.strip())
 
@@ -130,7 +142,6 @@ def _progression_main(args: argparse.Namespace) -> int:
 
     from actor_service.evaluation import load_policy, play_against_bot
     from common.checkpoint_store import CheckpointStore
-    from common.envs.openspiel_env import BotSpec
     from common.envs.registry import make_env
     from league_cli.progression import (
         LineagePoint,
@@ -146,9 +157,9 @@ def _progression_main(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
     console = Console(stderr=args.json, emoji=False)  # "mcts:100:" is no emoji code
     ladder = _opponents(args.opponent or ",".join(DEFAULT_LADDER))
+    if (bad := _bad_opponent(ladder)) is not None:
+        return _refuse(bad)
     try:
-        for opponent in ladder:
-            BotSpec.parse(opponent)
         config = args.config or args.run_dir / "config.yaml"
         policy, env_name, env_kwargs = _league_policy_and_env(config if config.exists() else None)
         status = last_status(args.run_dir / "status_history.jsonl")

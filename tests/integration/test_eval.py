@@ -100,6 +100,7 @@ def test_cli_prints_a_table_and_json(tmp_path, capsys):
         (["--checkpoint", "p/v0000000001.pt", "--shared-root", "{root}", "--opponent", "alphazero"], "alphazero"),
         (["--checkpoint", "p/v0000000001.pt", "--shared-root", "{root}", "--opponent", "random,mcts:x"], "mcts:x"),
         (["--checkpoint", "p/v0000000001.pt", "--shared-root", "{root}", "--opponent", " , "], "names no bot"),
+        (["--checkpoint", "p/v0000000001.pt", "--opponent", "mcts:0"], "--opponent 'mcts:0': "),
     ],
 )
 def test_cli_refuses_bad_input_with_a_message(tmp_path, capsys, monkeypatch, argv, message):

@@ -63,9 +63,18 @@ def test_a_single_alias_is_refused_too_and_anchors_alone_still_load():
     assert parse_yaml("x: &base {a: 1}\n") == {"x": {"a": 1}}
 
 
+def test_a_key_given_twice_in_one_mapping_is_refused():
+    """PyYAML keeps the last silently: two `env:` sections, say, lost the first one's settings."""
+    with pytest.raises(ConfigError, match="found the key 'env_num' a second time"):
+        parse_yaml("env:\n  env_num: 2\n  env_num: 3\n")
+    with pytest.raises(ConfigError, match="found the key 'env' a second time"):
+        parse_yaml("env: {env_num: 2}\nrun: {actors: 1}\nenv: {episode_num: 3}\n")
+    assert parse_yaml("a: {x: 1}\nb: {x: 2}\n") == {"a": {"x": 1}, "b": {"x": 2}}  # the same key, elsewhere
+
+
 def test_the_embedded_default_and_shipped_configs_use_no_aliases():
     assert default_config_dict()["league"]["league_type"] == "one_vs_one"
-    for path in sorted((ROOT / "configs").glob("*.yaml")):
+    for path in [*sorted((ROOT / "configs").glob("*.yaml")), ROOT / "deploy" / "league.yaml"]:
         load_config(path)
 
 

@@ -18,15 +18,15 @@ import sys
 import threading
 from pathlib import Path
 
-from common import cli_args
 from common.exit_codes import FAILURE_EXIT, SETUP_ERROR_EXIT
+from common.ports import check_target
 from common.rpc import COORDINATOR_ENV_VAR, SHARED_ROOT_ENV_VAR, env_path
 
 log = logging.getLogger("league.actor")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--coordinator", type=cli_args.address, default=os.environ.get(COORDINATOR_ENV_VAR),
+    parser.add_argument("--coordinator", default=os.environ.get(COORDINATOR_ENV_VAR),
                         help=f"coordinator HOST:PORT (default: ${COORDINATOR_ENV_VAR})")
     parser.add_argument("--shared-root", type=Path, default=env_path(SHARED_ROOT_ENV_VAR),
                         help=f"directory of checkpoints shared with the learners (default: ${SHARED_ROOT_ENV_VAR})")
@@ -55,6 +55,10 @@ def main(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not args.coordinator:
         return _refuse(f"--coordinator is required (or set ${COORDINATOR_ENV_VAR})")
+    try:
+        check_target(args.coordinator)
+    except ValueError as err:
+        return _refuse(f"--coordinator (or ${COORDINATOR_ENV_VAR}): {err}")
     if args.shared_root is None or not args.shared_root.is_dir():
         return _refuse(f"--shared-root {args.shared_root} is not a directory (or set ${SHARED_ROOT_ENV_VAR})")
     # Imported only now, so `league --help` and argument errors do not pay for torch.

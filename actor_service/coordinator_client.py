@@ -136,7 +136,9 @@ class CoordinatorClient:
         if once_within_s is not None:
             timeout, policy = min(timeout, once_within_s), RetryPolicy(attempts=1)
         try:
-            return call_idempotent(self._stub_now().FinishJob, request, timeout=timeout, policy=policy)
+            # A stop while retrying ends the retries (the lease expiring is the fallback).
+            return call_idempotent(self._stub_now().FinishJob, request, timeout=timeout, policy=policy,
+                                   stop=self._stop)
         except grpc.RpcError as err:
             if status_code(err) in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
                 log.warning("FinishJob of %s refused, results not counted: %s", request.job_id, err.details())

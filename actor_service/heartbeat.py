@@ -63,7 +63,10 @@ class JobHeartbeat:
 
     def close(self, wait_s: float | None = None) -> None:
         """Stop beating; wait for a heartbeat in flight to end (at most `wait_s`: a stopping actor does not
-        wait out a call to a coordinator that does not answer, whose reply then changes nothing)."""
+        wait out a call to a coordinator that does not answer, whose reply then changes nothing). Closing again
+        does not wait again."""
+        if self._closed.is_set():
+            return
         self._closed.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(wait_s)

@@ -208,7 +208,9 @@ class PolicyPool:
         if policy is None:
             try:
                 policy = self._build(slot.player_id, latest)
-            except CheckpointError:
+            except CheckpointError as newest_err:
+                log.warning("opponent %s: version %d cannot be loaded (%s), nor its newest, version %d (%s)",
+                            slot.player_id, slot.checkpoint_version, err, latest.version, newest_err)
                 raise err from None
         log.info("opponent %s: version %d is gone (%s); playing its newest, version %d", slot.player_id,
                  slot.checkpoint_version, err, latest.version)

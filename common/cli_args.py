@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from common.ports import split_host_port
+from common.ports import check_target
 
 MAX_TIMEOUT_S = 3600.0
 """The longest deadline a client flag takes: a huge one (1e300 s) overflows into an immediate DEADLINE_EXCEEDED."""
@@ -24,9 +24,10 @@ def port(text: str) -> int:
 
 
 def address(text: str) -> str:
-    """A server's HOST:PORT, port 1 to 65535 (gRPC wraps a larger one: :99999 connected to port 34463)."""
+    """A server's HOST:PORT, port 1 to 65535 (gRPC wraps a larger one: :99999 connected to port 34463), or a
+    gRPC target URI such as dns:///host:port."""
     try:
-        split_host_port(text, min_port=1)
+        check_target(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
     return text

@@ -72,3 +72,15 @@ def split_host_port(address: str, *, min_port: int = 0) -> tuple[str, int]:
     if ":" in host and not (host.startswith("[") and host.endswith("]")):
         raise ValueError(f"an IPv6 host goes in brackets ([::1]:50051), got {address!r}")
     return host.strip("[]"), port
+
+
+GRPC_TARGET_SCHEMES = ("dns:", "ipv4:", "ipv6:", "unix:", "unix-abstract:", "vsock:")
+"""gRPC's name-resolver targets (dns:///host:port, unix:/path, ...), taken as they are."""
+
+
+def check_target(address: str) -> None:
+    """A server address a client dials: HOST:PORT with a port from 1 to 65535, or a gRPC target URI
+    (`GRPC_TARGET_SCHEMES`). ValueError otherwise."""
+    if address.startswith(GRPC_TARGET_SCHEMES):
+        return
+    split_host_port(address, min_port=1)

@@ -24,7 +24,7 @@ import grpc
 
 from common import cli_args
 from common.exit_codes import ADDRESS_IN_USE_EXIT, FAILURE_EXIT, SETUP_ERROR_EXIT
-from common.ports import split_host_port
+from common.ports import check_target, split_host_port
 from common.rpc import (
     COORDINATOR_ENV_VAR,
     SHARED_ROOT_ENV_VAR,
@@ -230,7 +230,7 @@ def _status_address(args: argparse.Namespace) -> str:
     if not address:
         return DEFAULT_STATUS_ADDR
     try:
-        split_host_port(address, min_port=1)
+        check_target(address)
     except ValueError as err:
         raise ValueError(f"${COORDINATOR_ENV_VAR}: {err}") from None
     return address

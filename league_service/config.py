@@ -362,14 +362,17 @@ class LeagueConfig:
                      for name, count in self.active_players.items() if count > 0)
         limit = MAX_COMPONENT_CHARS - around
         for i, category in enumerate(self.player_category):
+            if not category:
+                raise ConfigError(f"player_category[{i}]", "must not be empty")
             if len(category) > limit:
                 raise ConfigError(f"player_category[{i}]", f"must be at most {limit} characters (player ids "
                                   f"<type>_<category>_<index>_<agent steps> must fit in {MAX_COMPONENT_CHARS}), "
                                   f"got {len(category)}")
-            try:
-                check_component(category, "category")
-            except UnsafePathError as err:
-                raise ConfigError(f"player_category[{i}]", str(err)) from None
+            try:  # inside an id, as it is used ("-fast" is fine there, not as a name of its own)
+                check_component(f"main_player_{category}_0", "category")
+            except UnsafePathError:
+                raise ConfigError(f"player_category[{i}]", f"{category!r}: only letters, digits, '_', '.' and "
+                                  "'-' (it is part of player ids, which name checkpoint directories)") from None
 
     def job_limit(self, player_type: str) -> int:
         """Launch slots of each player of `player_type`: its `max_job`, else max_active_player_job."""

@@ -351,7 +351,9 @@ class LeagueStore:
             self._file_lock.release()
             raise
         self._checkpointer = threading.Thread(
-            target=self._checkpoint_loop, args=(sqlite3.connect(self.path, check_same_thread=False),),
+            # A short busy timeout: a RESTART checkpoint waits for readers (an operator's sqlite3 shell, a
+            # backup) while it holds the store's writers back; past it, it gives up until the next one.
+            target=self._checkpoint_loop, args=(sqlite3.connect(self.path, timeout=0.2, check_same_thread=False),),
             name="sqlite-checkpoint", daemon=True,
         )
         self._checkpointer.start()
@@ -535,7 +537,11 @@ class LeagueStore:
                     _, wal_frames, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                     if wal_frames * page_size > self._wal_max_bytes:
                         with self._lock:
-                            conn.execute("PRAGMA wal_checkpoint(RESTART)")
+                            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+                        if busy:
+                            log.warning("the state's WAL %s-wal is over %d MB and could not start over: another "
+                                        "process is reading the database (tried again later)", self.path,
+                                        self._wal_max_bytes // 2**20)
                 except sqlite3.Error as exc:
                     log.warning("checkpoint of the state's WAL %s-wal failed (tried again later): %s", self.path, exc)
         finally:

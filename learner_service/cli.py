@@ -22,6 +22,7 @@ from pathlib import Path
 
 from common import cli_args
 from common.exit_codes import ADDRESS_IN_USE_EXIT, FAILURE_EXIT, SETUP_ERROR_EXIT
+from common.ports import check_target
 from common.rpc import (
     COORDINATOR_ENV_VAR,
     SHARED_ROOT_ENV_VAR,
@@ -43,7 +44,7 @@ def default_worker_id() -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--coordinator", type=cli_args.address, default=os.environ.get(COORDINATOR_ENV_VAR),
+    parser.add_argument("--coordinator", default=os.environ.get(COORDINATOR_ENV_VAR),
                         help=f"coordinator HOST:PORT (default ${COORDINATOR_ENV_VAR})")
     parser.add_argument("--shared-root", type=Path, default=env_path(SHARED_ROOT_ENV_VAR),
                         help=f"directory of checkpoints and TensorBoard logs (default ${SHARED_ROOT_ENV_VAR})")
@@ -72,6 +73,10 @@ def main(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.coordinator is None:
         return _refuse(f"--coordinator (or ${COORDINATOR_ENV_VAR}) is required")
+    try:
+        check_target(args.coordinator)
+    except ValueError as err:
+        return _refuse(f"--coordinator (or ${COORDINATOR_ENV_VAR}): {err}")
     if args.shared_root is None:
         return _refuse(f"--shared-root (or ${SHARED_ROOT_ENV_VAR}) is required")
     if not args.shared_root.is_dir():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ from common.proto.league.v1 import league_pb2 as pb
 from common.trajectory import Trajectory
 from league_service.config import Config, config_from_dict
 from league_service.coordinator_testing import league_stub, running_coordinator, small_league_config
+from tests.polling import wait_until
 
 # Only keys every version of the model config has: the default league's `policy.model` is not used here.
 CARTPOLE_POLICY = {"algorithm": "ppo"}
@@ -310,9 +312,10 @@ def test_learner_away_mid_job_then_back_gets_every_chunk(tmp_path):
     check_transitions(check_stream(records, report, "solo_active_player_default_0"), report)
 
 
-def test_a_job_whose_chunks_are_not_delivered_before_a_stop_is_released_not_completed(tmp_path):
+def test_a_job_whose_chunks_are_not_delivered_before_a_stop_is_released_not_completed(tmp_path, caplog):
     """The rollout ended, but its learner never took the chunks before the actor stopped: the job did not
     complete (COMPLETED would also end its player's failure streak). It is released, its episodes counted."""
+    caplog.set_level(logging.DEBUG, logger="actor_service.actor")
     dead = f"127.0.0.1:{restartable_port()}"  # nothing listens there
     reports: list[JobReport] = []
     with running_coordinator(solo_config(episode_num=2), tmp_path) as server:
@@ -320,8 +323,9 @@ def test_a_job_whose_chunks_are_not_delivered_before_a_stop_is_released_not_comp
         with channel:
             bind_learners(stub, dead, 1)
             actor = Actor(actor_settings(server.address, tmp_path, max_jobs=1, shutdown_flush_s=0.5))
-            with _actor_thread(actor, reports):
-                threading.Event().wait(5.0)  # the two episodes end; the chunks wait for the learner
+            with _actor_thread(actor, reports):  # stopped at the end of the block
+                wait_until("the rollout to end, its chunks waiting for the learner",
+                           lambda: "rollout ended" in caplog.text, 120)
             status = stub.GetStatus(pb.GetStatusRequest())
     (report,) = reports
     assert report.episodes == 2, report  # the rollout ended by itself, before the stop

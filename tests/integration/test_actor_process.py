@@ -164,7 +164,7 @@ def test_sigterm_is_quick_while_the_coordinator_does_not_answer(tmp_path):
     assert f"FinishJob of {job.job_id} failed" in text and f"job {job.job_id} unreported" in text, text
 
 
-@pytest.mark.parametrize("argv", [["--coordinator", ""], ["--coordinator", "127.0.0.1:1", "--shared-root", "/nonexistent"]])
+@pytest.mark.parametrize("argv", [["--coordinator", ""], ["--coordinator", "127.0.0.1:99999"], ["--coordinator", "127.0.0.1:1", "--shared-root", "/nonexistent"]])
 def test_bad_arguments_exit_with_a_message(argv, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "actor_service.cli", "actor", *argv], cwd=REPO, capture_output=True,
                           text=True, timeout=120, env={**os.environ, "LEAGUE_SHARED_ROOT": str(tmp_path)})

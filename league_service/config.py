@@ -56,6 +56,9 @@ MAX_JOBS_PER_PLAYER = 1000
 """The most jobs in flight per player (`max_active_player_job`, `max_job`): the league builds one job spec per
 free slot at start, so a huge limit meant unbounded memory; actors take ready jobs in turn, so more slots than
 actors buy nothing."""
+MAX_ACTIVE_PER_TYPE = 256
+"""The most active players of one type per category: each needs a learner of its own, and the league is built
+at start (AlphaStar had a dozen in all)."""
 MAX_ENV_NUM = 4096
 """The most environments per collect job (`env.env_num`): one actor runs them all (the wire field is an int32)."""
 MAX_INT64 = 2**63 - 1
@@ -318,7 +321,7 @@ class LeagueConfig:
                     f"not a player type of a {self.league_type} league "
                     f"(expected one of: {', '.join(allowed)})",
                 )
-            _check_at_least(count, 0, f"active_players.{name}")
+            _check_within(count, 0, MAX_ACTIVE_PER_TYPE, f"active_players.{name}")
         if sum(self.active_players.values()) < 1:
             raise ConfigError("active_players", "needs at least one active player")
         self._check_categories()

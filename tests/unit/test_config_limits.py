@@ -191,6 +191,11 @@ def test_the_dataclasses_refuse_nan_when_built_directly():
     assert PPOConfig(target_kl=None, entropy_coef=0.0).target_kl is None
 
 
+def test_active_players_of_a_type_are_bounded():
+    _refused({"league": {"active_players": {"main_player": 10**9}}}, "league.active_players.main_player",
+             "at most 256")
+
+
 # -- 5. player categories -----------------------------------------------------------------------------------------
 
 

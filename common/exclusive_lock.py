@@ -49,6 +49,14 @@ class ExclusiveLock:
     def held(self) -> bool:
         return self._fd is not None
 
+    @property
+    def fd(self) -> int:
+        """The descriptor the lock is on. A child process given it (`Popen(pass_fds=...)`) shares the lock: it is
+        held until the holder and every such child have exited."""
+        if self._fd is None:
+            raise RuntimeError(f"{self.path}: the lock was released")
+        return self._fd
+
     def release(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None

@@ -96,10 +96,12 @@ class ManagedProcess:
 class ProcessGroup:
     """A set of child processes stopped together; use as a context manager so stopping always happens."""
 
-    def __init__(self, log_dir: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, log_dir: Path, env: dict[str, str] | None = None, pass_fds: tuple[int, ...] = ()) -> None:
+        """`pass_fds`: descriptors every process inherits (a lock they share with this process)."""
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._env = {**os.environ, "PYTHONUNBUFFERED": "1", SUPERVISOR_ENV_VAR: str(os.getpid()), **(env or {})}
+        self._pass_fds = pass_fds
         self.processes: list[ManagedProcess] = []
 
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> ManagedProcess:
@@ -114,6 +116,7 @@ class ProcessGroup:
                 stderr=subprocess.STDOUT,
                 env={**self._env, **(env or {})},
                 start_new_session=True,
+                pass_fds=self._pass_fds,
             )
         proc = ManagedProcess(name, argv, log_path, popen)
         self.processes.append(proc)

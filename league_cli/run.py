@@ -117,7 +117,11 @@ def active_player_count(cfg: Any) -> int:
 class Supervisor:
     """Starts the processes of one local league and keeps the workers running until told to stop."""
 
-    def __init__(self, run_dir: Path, config_path: Path, run_cfg: RunConfig, learners: int) -> None:
+    def __init__(self, run_dir: Path, config_path: Path, run_cfg: RunConfig, learners: int,
+                 run_lock: ExclusiveLock | None = None) -> None:
+        """`run_lock`: the run directory's lock, which every process started shares, so that it is held until
+        the last of them has exited: `league run` killed (its children then stop by themselves, which takes
+        seconds) must not let a resumed run start beside them, or two learners publish to one player."""
         self.run_dir = run_dir
         self.shared_root = run_dir / "shared"
         self.state_path = run_dir / "league_state.sqlite"
@@ -126,7 +130,8 @@ class Supervisor:
         self.learners = learners
         # Many torch processes share few cores here: one math thread each avoids oversubscription, which on
         # two cores costs more than any intra-op parallelism gains.
-        self.group = ProcessGroup(run_dir / "logs", env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+        self.group = ProcessGroup(run_dir / "logs", env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+                                  pass_fds=(run_lock.fd,) if run_lock is not None else ())
         self.address = ""
         self.restarts: dict[str, int] = {}
         self.learner_ports: dict[str, int] = {}
@@ -305,7 +310,8 @@ def run_main(args: argparse.Namespace) -> int:
         # One run per directory: a second would overwrite this one's config, checkpoints and history.
         run_lock = ExclusiveLock(run_dir / "league_run.lock", f"run directory {run_dir}")
     except LockedError as err:
-        console.print(f"[red]league run: {escape(str(err))}[/red]")
+        console.print(f"[red]league run: {escape(str(err))} (or, if that `league run` is gone, the processes it "
+                      "started are still stopping: try again in a few seconds)[/red]")
         return 2
     except OSError as err:
         console.print(f"[red]league run: --run-dir {escape(str(run_dir))}: {escape(str(err))}[/red]")
@@ -320,11 +326,11 @@ def run_main(args: argparse.Namespace) -> int:
             except ConfigError as err:
                 console.print(f"[red]league run: config error: {err}[/red]")
                 return 2
-        return _run(args, console, *loaded, run_dir)
+        return _run(args, console, *loaded, run_dir, run_lock)
 
 
 def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, cfg_dict: dict[str, Any],
-         run_dir: Path) -> int:
+         run_dir: Path, run_lock: ExclusiveLock) -> int:
     import grpc
     from rich.live import Live
     from rich.markup import escape
@@ -350,7 +356,7 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    sup = Supervisor(run_dir, pending_path, run_cfg, learners=active_player_count(cfg))
+    sup = Supervisor(run_dir, pending_path, run_cfg, learners=active_player_count(cfg), run_lock=run_lock)
     status = None
     exit_code = 0
     try:

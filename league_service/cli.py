@@ -11,6 +11,7 @@ calls finish within the grace period, state is already durable, exit 0.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import logging
 import os
@@ -157,7 +158,17 @@ def coordinator_main(args: argparse.Namespace) -> int:
                       "everything it acknowledged", failure)
     finally:
         closed = _stop_server(server, args.grace, failure)
+        if args.port_file is not None:
+            _remove_port_file(args.port_file, server.port)
     return 0 if failure is None and closed else FAILURE_EXIT
+
+
+def _remove_port_file(path: Path, port: int) -> None:
+    """Nobody listens on the port any more: a reader (`league status --run-dir`) then finds no file, instead of
+    dialling a port another program may have taken. Left alone if it names another port (a newer coordinator's)."""
+    with contextlib.suppress(OSError, ValueError):
+        if int(Path(path).read_text().strip()) == port:
+            Path(path).unlink()
 
 
 def _stop_server(server: CoordinatorServer, grace_s: float, failure: BaseException | None) -> bool:

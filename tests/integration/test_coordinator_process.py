@@ -52,6 +52,7 @@ def test_sigterm_drains_and_exits_zero(tmp_path):
             while last_seen(stub) == registered_seen and time.monotonic() < deadline:
                 time.sleep(0.02)
             assert proc.terminate(timeout_s=60) == 0
+            assert not port_file.exists()  # nobody listens there any more
             poll.join(30)
             assert not answered["reply"].HasField("job") and "shutting down" in answered["reply"].reason
 

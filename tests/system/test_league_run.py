@@ -310,3 +310,24 @@ def test_a_second_run_in_the_same_run_dir_resumes_the_league(league_run):
         assert values == sorted(values), f"{counter} went backwards across the runs"
     steps = [_active(r)["agent_steps"] for r in history]
     assert steps == sorted(steps)
+
+
+def test_the_run_directory_stays_locked_until_every_process_of_a_killed_run_is_gone(league_run):
+    """`league run` killed: its children stop by themselves, which takes seconds (longer for one that is slow
+    or frozen). A resumed run must not start beside them: two learners would publish to one player."""
+    from common.exclusive_lock import ExclusiveLock, LockedError
+
+    run = league_run(seconds=120)
+    run.wait_for(lambda r: _counter(r, "env_steps") > 0, 120, "env steps")
+    learner = _worker_pid(run.run_dir, "learner-0")
+    assert learner is not None
+    os.kill(learner, signal.SIGSTOP)  # a learner slow to stop
+    try:
+        os.kill(run.proc.pid, signal.SIGKILL)
+        run.proc.wait(30)
+        with pytest.raises(LockedError):
+            ExclusiveLock(run.run_dir / "league_run.lock", "run directory")
+    finally:
+        os.kill(learner, signal.SIGCONT)
+    _assert_nothing_left_running(run)
+    ExclusiveLock(run.run_dir / "league_run.lock", "run directory").release()

@@ -249,12 +249,46 @@ class Supervisor:
             stop.wait(0.2)
         return events + self.check()
 
-    def stop(self) -> dict[str, int]:
+    def stop_workers(self) -> dict[str, int]:
+        """Stop the actors, then the learners (their last results and checkpoints reach the coordinator)."""
         by_kind: dict[str, list[ManagedProcess]] = {"actor": [], "learner": [], "coordinator": []}
         for p in self.group.processes:
             by_kind[p.name.split("-")[0]].append(p)
-        grace = self.run_cfg.stop_grace_s
-        return self.group.stop_in_order([by_kind["actor"], by_kind["learner"], by_kind["coordinator"]], grace)
+        codes: dict[str, int] = {}
+        for kind in ("actor", "learner"):
+            codes.update(self.group.stop(by_kind[kind], self.run_cfg.stop_grace_s))
+        return codes
+
+    def stop(self) -> dict[str, int]:
+        """Stop everything: the workers, then the coordinator."""
+        codes = self.stop_workers()
+        codes.update(self.group.stop(grace_s=self.run_cfg.stop_grace_s))
+        return codes
+
+
+def _final_status(address: str, history_path: Path, start: float, last: Any) -> Any:
+    """The league's status after its workers stopped (their last results, snapshots and checkpoints counted),
+    appended to the history, so that plots and `league eval --run-dir` see where the run ended; `last` if the
+    coordinator does not answer."""
+    import grpc
+
+    from common.proto.league.v1 import league_pb2, league_pb2_grpc
+    from common.rpc import make_channel
+    from league_service.status import STATUS_MAX_BYTES
+    from league_service.status_view import status_to_json
+
+    channel = make_channel(address, max_message_bytes=STATUS_MAX_BYTES)
+    try:
+        status = league_pb2_grpc.LeagueServiceStub(channel).GetStatus(league_pb2.GetStatusRequest(), timeout=5.0)
+    except grpc.RpcError:
+        return last
+    finally:
+        channel.close()
+    record = json.loads(status_to_json(status))
+    record["elapsed_s"] = time.monotonic() - start
+    with HistoryLog(history_path) as history:
+        history.offer(record, time.monotonic())
+    return status
 
 
 def _progress_table(status: Any, elapsed: float, run_cfg: RunConfig, run_steps: int, steps_per_s: float,
@@ -358,6 +392,7 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     sup = Supervisor(run_dir, pending_path, run_cfg, learners=active_player_count(cfg), run_lock=run_lock)
     status = None
+    start: float | None = None
     exit_code = 0
     try:
         console.print(f"league run: {run_dir} · {sup.learners} learner(s), {run_cfg.actors} actor(s), "
@@ -369,7 +404,7 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
         sup.start_workers()
         channel = make_channel(address, max_message_bytes=STATUS_MAX_BYTES)
         stub = league_pb2_grpc.LeagueServiceStub(channel)
-        start = time.monotonic()
+        start = time.monotonic()  # (None until the coordinator is up)
         step_rate = StepRate()
         step_budget = StepBudget(run_cfg.env_steps)
         failing_jobs = FailingJobsWatch()
@@ -421,7 +456,10 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
         reason[0] = "a process failed"
         exit_code = 1
     finally:
-        codes = sup.stop()
+        codes = sup.stop_workers()
+        if start is not None:  # the league's state once every worker stopped: the history's last record
+            status = _final_status(sup.address, history_path, start, status)
+        codes.update(sup.stop())
         pending_path.unlink(missing_ok=True)  # a config the coordinator never accepted
         # `league status --run-dir` then says no run is going on, instead of dialling a port another program
         # may have taken since.

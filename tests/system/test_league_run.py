@@ -189,6 +189,15 @@ def test_solo_league_runs_publishes_and_exits_cleanly(league_run):
     versions = sorted((run.run_dir / "shared" / player["player_id"]).glob("v*.pt"))
     assert versions, "no checkpoint file published"
     assert player["agent_steps"] > 0 and player["train_iteration"] > 0
+    # The history ends with the league as it stopped: after the workers' last results were counted.
+    from league_service.store import LeagueStore
+
+    store = LeagueStore(run.run_dir / "league_state.sqlite")
+    try:
+        counters = store.load().counters
+    finally:
+        store.close()
+    assert (steps[-1], _counter(history[-1], "jobs_finished")) == (counters.env_steps, counters.jobs_finished)
 
 
 def test_a_job_no_learner_can_set_up_stops_the_run_with_the_reason(league_run):

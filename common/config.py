@@ -120,6 +120,8 @@ class _StrictLoader(yaml.SafeLoader):
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         seen: set[Any] = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<:` (flattened by SafeLoader below)
+                continue
             key = self.construct_object(key_node, deep=True)
             if isinstance(key, Hashable):
                 if key in seen:

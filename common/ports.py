@@ -80,7 +80,18 @@ GRPC_TARGET_SCHEMES = ("dns:", "ipv4:", "ipv6:", "unix:", "unix-abstract:", "vso
 
 def check_target(address: str) -> None:
     """A server address a client dials: HOST:PORT with a port from 1 to 65535, or a gRPC target URI
-    (`GRPC_TARGET_SCHEMES`). ValueError otherwise."""
-    if address.startswith(GRPC_TARGET_SCHEMES):
+    (`GRPC_TARGET_SCHEMES`: dns:///host:port, ipv4:a:p,b:p, unix:/path, ...). ValueError otherwise."""
+    if not address or not address.isprintable() or any(c.isspace() for c in address):
+        raise ValueError(f"expected HOST:PORT, got {address!r}")
+    scheme = next((s for s in GRPC_TARGET_SCHEMES if address.lower().startswith(s)), None)
+    if scheme is None:
+        split_host_port(address, min_port=1)
         return
-    split_host_port(address, min_port=1)
+    rest = address[len(scheme):]
+    if not rest.strip("/"):
+        raise ValueError(f"{address!r} names no server after {scheme!r}")
+    if scheme in ("dns:", "ipv4:", "ipv6:"):
+        for item in rest.rsplit("/", 1)[-1].split(","):
+            host, colon, port = item.rpartition(":")
+            if colon and port.isdigit() and not host.endswith(":"):  # a port given: it must be a real one
+                split_host_port(item, min_port=1)

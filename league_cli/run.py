@@ -135,6 +135,7 @@ class Supervisor:
         self.address = ""
         self.restarts: dict[str, int] = {}
         self.learner_ports: dict[str, int] = {}
+        self._stopped: set[int] = set()  # ids of the processes stopped
 
     def start_coordinator(self, port: int | None = None) -> str:
         """Start the coordinator and wait until it listens; returns its address. On `port` (a restart: the
@@ -253,16 +254,21 @@ class Supervisor:
         """Stop the actors, then the learners (their last results and checkpoints reach the coordinator)."""
         by_kind: dict[str, list[ManagedProcess]] = {"actor": [], "learner": [], "coordinator": []}
         for p in self.group.processes:
-            by_kind[p.name.split("-")[0]].append(p)
+            if id(p) not in self._stopped:
+                by_kind[p.name.split("-")[0]].append(p)
         codes: dict[str, int] = {}
         for kind in ("actor", "learner"):
             codes.update(self.group.stop(by_kind[kind], self.run_cfg.stop_grace_s))
+            self._stopped.update(id(p) for p in by_kind[kind])
         return codes
 
     def stop(self) -> dict[str, int]:
-        """Stop everything: the workers, then the coordinator."""
+        """Stop everything: the workers, then the coordinator. Each process once: a process group already
+        stopped and reaped is not signalled again (its id may belong to another one by then)."""
         codes = self.stop_workers()
-        codes.update(self.group.stop(grace_s=self.run_cfg.stop_grace_s))
+        rest = [p for p in self.group.processes if id(p) not in self._stopped]
+        codes.update(self.group.stop(rest, grace_s=self.run_cfg.stop_grace_s))
+        self._stopped.update(id(p) for p in rest)
         return codes
 
 
@@ -345,7 +351,8 @@ def run_main(args: argparse.Namespace) -> int:
         run_lock = ExclusiveLock(run_dir / "league_run.lock", f"run directory {run_dir}")
     except LockedError as err:
         console.print(f"[red]league run: {escape(str(err))} (or, if that `league run` is gone, the processes it "
-                      "started are still stopping: try again in a few seconds)[/red]")
+                      f"started are still stopping: try again in a few seconds; `fuser -v {escape(str(run_dir))}"
+                      "/league_run.lock` lists them)[/red]")
         return 2
     except OSError as err:
         console.print(f"[red]league run: --run-dir {escape(str(run_dir))}: {escape(str(err))}[/red]")
@@ -355,6 +362,8 @@ def run_main(args: argparse.Namespace) -> int:
         if args.config is None and saved.is_file():
             args.config = saved  # resuming: the league this directory holds, not the embedded default
             console.print(f"league run: resuming with {saved}")
+            loaded = None
+        if loaded is None:
             try:
                 loaded = _load(args)
             except ConfigError as err:
@@ -457,8 +466,11 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
         exit_code = 1
     finally:
         codes = sup.stop_workers()
-        if start is not None:  # the league's state once every worker stopped: the history's last record
-            status = _final_status(sup.address, history_path, start, status)
+        try:
+            if start is not None:  # the league's state once every worker stopped: the history's last record
+                status = _final_status(sup.address, history_path, start, status)
+        except Exception as err:  # (a full disk, say) it must not keep the coordinator from stopping
+            console.print(f"[yellow]league run: the final status was not recorded: {escape(str(err))}[/yellow]")
         codes.update(sup.stop())
         pending_path.unlink(missing_ok=True)  # a config the coordinator never accepted
         # `league status --run-dir` then says no run is going on, instead of dialling a port another program

@@ -59,6 +59,8 @@ actors buy nothing."""
 MAX_ACTIVE_PER_TYPE = 256
 """The most active players of one type per category: each needs a learner of its own, and the league is built
 at start (AlphaStar had a dozen in all)."""
+MAX_ACTIVE_PLAYERS = 1024
+"""The most active players in all (every type, every category)."""
 MAX_ENV_NUM = 4096
 """The most environments per collect job (`env.env_num`): one actor runs them all (the wire field is an int32)."""
 MAX_INT64 = 2**63 - 1
@@ -324,6 +326,10 @@ class LeagueConfig:
             _check_within(count, 0, MAX_ACTIVE_PER_TYPE, f"active_players.{name}")
         if sum(self.active_players.values()) < 1:
             raise ConfigError("active_players", "needs at least one active player")
+        total = sum(self.active_players.values()) * len(self.player_category)
+        if total > MAX_ACTIVE_PLAYERS:
+            raise ConfigError("active_players", f"{total} active players in all (the counts times "
+                              f"{len(self.player_category)} categories); at most {MAX_ACTIVE_PLAYERS}")
         self._check_categories()
         _check_within(self.max_active_player_job, 1, MAX_JOBS_PER_PLAYER, "max_active_player_job")
         for category, path in self.pretrain_checkpoint_path.items():

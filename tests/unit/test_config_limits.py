@@ -63,6 +63,10 @@ def test_a_single_alias_is_refused_too_and_anchors_alone_still_load():
     assert parse_yaml("x: &base {a: 1}\n") == {"x": {"a": 1}}
 
 
+def test_an_inline_merge_key_still_merges():
+    assert parse_yaml("a: {<<: {x: 1}, y: 2}\n") == {"a": {"x": 1, "y": 2}}
+
+
 def test_a_key_given_twice_in_one_mapping_is_refused():
     """PyYAML keeps the last silently: two `env:` sections, say, lost the first one's settings."""
     with pytest.raises(ConfigError, match="found the key 'env_num' a second time"):
@@ -196,6 +200,12 @@ def test_active_players_of_a_type_are_bounded():
              "at most 256")
 
 
+def test_active_players_in_all_are_bounded_across_categories():
+    categories = [f"c{i}" for i in range(2000)]
+    _refused({"league": {"player_category": categories, "pretrain_checkpoint_path": {}}}, "league.active_players",
+             "at most 1024")
+
+
 # -- 5. player categories -----------------------------------------------------------------------------------------
 
 
@@ -284,9 +294,10 @@ def test_status_refuses_a_bad_address_from_the_environment(monkeypatch):
 
 
 def test_grpc_target_uris_are_taken_as_they_are(capsys):
-    for target in ("dns:///coordinator:50051", "ipv4:127.0.0.1:50051", "unix:/run/league.sock"):
+    for target in ("dns:///coordinator:50051", "ipv4:127.0.0.1:50051", "unix:/run/league.sock", "dns:///coordinator"):
         assert build_parser().parse_args(["status", "--addr", target]).addr == target
-    assert "argument --addr" in _usage_error(["--addr", "coordinator"], capsys)
+    for target in ("coordinator", "dns:", "dns:///", "dns:///h:99999", "ipv4:1.2.3.4:0", "dns:a b", "h:1\n"):
+        assert "argument --addr" in _usage_error(["--addr", target], capsys), target
 
 
 # -- 7. status flags ---------------------------------------------------------------------------------------------

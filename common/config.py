@@ -102,20 +102,15 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return parse_yaml(text, source=str(path))
 
 
-class _AliasError(yaml.MarkedYAMLError):
-    """A YAML alias (``*name``) in a config file."""
+MAX_CONFIG_VALUES = 100_000
+"""The most values a config file may hold once YAML aliases are expanded (the default league has a few
+hundred). Aliases and merges (`&defaults`, `<<: *defaults`) are fine; a chain of them (a "billion laughs":
+nine levels of nine aliases are 3.4 billion values) hung the CLI with growing memory when the config was walked."""
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses aliases and repeated keys. A chain of aliases (a "billion laughs") expands into
-    billions of values when the config is walked, which hung the CLI with growing memory; no config needs them.
-    A key given twice in one mapping (two `env:` sections, say) silently kept the last one."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise _AliasError(None, None, f"found the alias *{event.anchor}", event.start_mark)
-        return super().compose_node(parent, index)
+    """SafeLoader that refuses a key given twice in one mapping: two `env:` sections, say, silently kept the
+    last one."""
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         seen: set[Any] = set()
@@ -132,16 +127,42 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+def _count_values(value: Any, counted: dict[int, int], open_: set[int], source: str) -> int:
+    """How many values `value` holds with its aliases expanded (each shared part is counted once, then
+    multiplied): ConfigError past MAX_CONFIG_VALUES, or when an alias refers to a value it is inside of."""
+    if not isinstance(value, dict | list | set):
+        return 1
+    key = id(value)
+    if key in counted:
+        return counted[key]
+    if key in open_:
+        raise ConfigError("", f"{source}: a YAML alias refers to a value it is inside of")
+    open_.add(key)
+    parts = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+    total = 1
+    for part in parts:
+        total += _count_values(part, counted, open_, source)
+        if total > MAX_CONFIG_VALUES:
+            raise ConfigError("", f"{source}: holds over {MAX_CONFIG_VALUES:,} values once its YAML aliases are "
+                                  "expanded (a chain of aliases?)")
+    open_.discard(key)
+    counted[key] = total
+    return total
+
+
 def parse_yaml(text: str, source: str = "<string>") -> dict[str, Any]:
     try:
         data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
-    except _AliasError as exc:
-        raise ConfigError("", f"{source}: YAML aliases (*name) are not supported in config files, write the "
-                              f"value out instead: {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError("", f"{source}: not valid YAML: {exc}") from exc
     except ValueError as exc:  # an integer of more than 4300 digits (Python's int-from-str limit)
         raise ConfigError("", f"{source}: cannot read a value: {exc}") from None
+    except RecursionError:
+        raise ConfigError("", f"{source}: nested too deeply") from None
+    try:
+        _count_values(data, {}, set(), source)
+    except RecursionError:
+        raise ConfigError("", f"{source}: nested too deeply") from None
     if data is None:
         return {}
     if not isinstance(data, Mapping):

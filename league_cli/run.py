@@ -135,7 +135,6 @@ class Supervisor:
         self.address = ""
         self.restarts: dict[str, int] = {}
         self.learner_ports: dict[str, int] = {}
-        self._stopped: set[int] = set()  # ids of the processes stopped
 
     def start_coordinator(self, port: int | None = None) -> str:
         """Start the coordinator and wait until it listens; returns its address. On `port` (a restart: the
@@ -251,24 +250,21 @@ class Supervisor:
         return events + self.check()
 
     def stop_workers(self) -> dict[str, int]:
-        """Stop the actors, then the learners (their last results and checkpoints reach the coordinator)."""
-        by_kind: dict[str, list[ManagedProcess]] = {"actor": [], "learner": [], "coordinator": []}
-        for p in self.group.processes:
-            if id(p) not in self._stopped:
-                by_kind[p.name.split("-")[0]].append(p)
+        """Stop the actors, then the learners (their last results and checkpoints reach the coordinator). The
+        group forgets them once stopped: a process group stopped and reaped is not signalled again (its id may
+        belong to another one by then)."""
         codes: dict[str, int] = {}
         for kind in ("actor", "learner"):
-            codes.update(self.group.stop(by_kind[kind], self.run_cfg.stop_grace_s))
-            self._stopped.update(id(p) for p in by_kind[kind])
+            procs = [p for p in self.group.processes if p.name.split("-")[0] == kind]
+            codes.update(self.group.stop(procs, self.run_cfg.stop_grace_s))
+            for p in procs:
+                self.group.forget(p)
         return codes
 
     def stop(self) -> dict[str, int]:
-        """Stop everything: the workers, then the coordinator. Each process once: a process group already
-        stopped and reaped is not signalled again (its id may belong to another one by then)."""
+        """Stop everything: the workers, then the coordinator."""
         codes = self.stop_workers()
-        rest = [p for p in self.group.processes if id(p) not in self._stopped]
-        codes.update(self.group.stop(rest, grace_s=self.run_cfg.stop_grace_s))
-        self._stopped.update(id(p) for p in rest)
+        codes.update(self.group.stop(grace_s=self.run_cfg.stop_grace_s))
         return codes
 
 

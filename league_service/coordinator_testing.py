@@ -39,6 +39,16 @@ SMALL_LEAGUE: Mapping[str, Any] = {
 }
 
 
+class FakeClock:
+    """A coordinator's clock that tests move by hand (`clock.now += 31.0`): leases expire when they say so."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def small_league_config(overrides: Mapping[str, Any] | None = None) -> Config:
     return config_from_dict(merge_with_defaults(Config, SMALL_LEAGUE, overrides or {}))
 

@@ -14,21 +14,13 @@ import pytest
 from common.config import ConfigError
 from league_service.coordinator import Coordinator, CoordinatorSettings
 from league_service.coordinator_messages import FinishReport, JobGrant, NoJob
-from league_service.coordinator_testing import small_league_config
+from league_service.coordinator_testing import FakeClock, small_league_config
 from league_service.job_retries import JobRetryPolicy, bounded_error
 from league_service.leases import JobEndStatus, WorkerRole
 from league_service.messages import EpisodeOutcome, Outcome, PlayerOutcome
 
 PLAYER = "solo_active_player_default_0"
 TIMEOUT = 30.0
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def solo_config(slots: int = 1, **coordinator):

@@ -9,19 +9,11 @@ import pytest
 
 from league_service.coordinator import Coordinator, CoordinatorSettings
 from league_service.coordinator_messages import FinishReport, JobGrant
-from league_service.coordinator_testing import small_league_config
+from league_service.coordinator_testing import FakeClock, small_league_config
 from league_service.errors import FailedPreconditionError
 from league_service.leases import JobEndStatus, JobKind, WorkerRole
 
 OLD, NEW = "127.0.0.1:7001", "127.0.0.1:7002"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _grant(coord: Coordinator, worker: str, role: WorkerRole, endpoint: str = "") -> JobGrant:

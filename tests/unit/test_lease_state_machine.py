@@ -18,7 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from league_service.coordinator import Coordinator, CoordinatorSettings
 from league_service.coordinator_messages import FinishReport, JobGrant
-from league_service.coordinator_testing import small_league_config
+from league_service.coordinator_testing import FakeClock, small_league_config
 from league_service.errors import FailedPreconditionError
 from league_service.leases import RECONNECT_GRACE_S, JobEndStatus, WorkerRole
 from league_service.messages import EpisodeOutcome, Outcome, PlayerOutcome
@@ -29,14 +29,6 @@ WORKERS = ("w0", "w1", "w2")
 # but without the backoff (its timing is tested in test_job_retries.py): a free slot always has a job ready.
 CFG = small_league_config({"coordinator": {"job_retry_backoff_s": 0.0}})
 TOTAL_SLOTS = 4
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass

@@ -12,7 +12,7 @@ import pytest
 from common.checkpoint_store import CheckpointStore
 from league_service.coordinator import Coordinator, CoordinatorSettings
 from league_service.coordinator_messages import FinishReport, JobGrant
-from league_service.coordinator_testing import small_league_config
+from league_service.coordinator_testing import FakeClock, small_league_config
 from league_service.errors import InvalidArgumentError
 from league_service.leases import JobEndStatus, WorkerRole
 from league_service.messages import EpisodeOutcome, Outcome, PlayerOutcome
@@ -21,14 +21,6 @@ from league_service.wire import status_reply
 
 MAIN = "main_player_default_0"
 PRETRAINED = "pre/v0000000000.pt"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _open(root: Path, published: bool = False, slots: int = 1) -> Coordinator:

@@ -1,4 +1,5 @@
-"""`league plot`: PNGs of the win-rate matrix and the rating curves from a run's status history.
+"""`league plot`: PNGs of the win-rate matrix and the rating curves from a run's status history; for a solo
+league (one player, no opponents, so no ratings or win rates) the players' mean episode returns instead.
 
 `league run` records one GetStatus reply per interval as JSON lines; everything here reads that file, so a
 plot can be made after the fact, on any machine, without the coordinator.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +90,64 @@ def _ordered_names(record: dict[str, Any], payoff: list[dict[str, Any]]) -> list
     return sorted(names, key=key)
 
 
-def write_plots(history_path: Path, out_dir: Path) -> list[Path]:
+SOLO_NOTE = ("a solo league has no opponents, so no ratings or win rates: returns.png shows its players' mean "
+             "episode returns instead (no ratings.png, no win_rates.png)")
+
+
+def is_solo(records: list[dict[str, Any]]) -> bool:
+    """Whether the history is a solo league's (its newest record says; histories older than the field: no)."""
+    return bool(records) and records[-1].get("league_type") == "solo"
+
+
+@dataclass(frozen=True)
+class ReturnCurve:
+    """One player's mean episode return (of its recent episodes, as the coordinator reports it) along the run,
+    one point per record in which it had played episodes."""
+
+    seconds: tuple[float, ...]  # the record's time on the runs' clock (run_seconds)
+    agent_steps: tuple[int, ...]  # the player's agent steps then
+    mean_return: tuple[float, ...]
+
+
+def return_curves(records: list[dict[str, Any]]) -> dict[str, ReturnCurve]:
+    """The return curve of every player that played episodes, by player id. A record from before a player's
+    first episode is left out: the coordinator reports its mean return as 0.0 then, which is no return."""
+    points: dict[str, list[tuple[float, int, float]]] = {}
+    for rec, t in zip(records, run_seconds(records), strict=True):
+        for p in _players(rec):
+            if int(p.get("episodes", 0) or 0) > 0:
+                points.setdefault(p["player_id"], []).append(
+                    (t, int(p.get("agent_steps", 0) or 0), float(p.get("mean_return", 0.0))))
+    return {pid: ReturnCurve(*(tuple(column) for column in zip(*rows, strict=True))) for pid, rows in points.items()}
+
+
+def _plot_returns(plt: Any, records: list[dict[str, Any]], out_dir: Path) -> Path:
+    """returns.png: each player's mean episode return against the run's time and against its agent steps."""
+    curves = return_curves(records)
+    last_players = {p["player_id"]: p for p in _players(records[-1])}
+    fig, (ax_time, ax_steps) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for pid, curve in curves.items():
+        active = last_players.get(pid, {}).get("active", False)
+        style = dict(linewidth=2.0) if active else dict(linewidth=0.8, alpha=0.6)
+        ax_time.plot(curve.seconds, curve.mean_return, label=pid if active else None, **style)
+        ax_steps.plot(curve.agent_steps, curve.mean_return, label=pid if active else None, **style)
+    ax_time.set(title="mean episode return (recent episodes)", xlabel="seconds of league run", ylabel="return")
+    ax_steps.set(title="mean episode return (recent episodes)", xlabel="agent steps of the player", ylabel="return")
+    if curves:
+        ax_time.legend(fontsize="small")
+    else:
+        for ax in (ax_time, ax_steps):
+            ax.text(0.5, 0.5, "no episodes recorded yet", ha="center", va="center", transform=ax.transAxes)
+    fig.tight_layout()
+    path = out_dir / "returns.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def write_plots(history_path: Path, out_dir: Path, notes: list[str] | None = None) -> list[Path]:
+    """Write the plots of the history into `out_dir`; returns their paths. `notes`: where to add what the
+    reader should know about plots not drawn (a solo league's ratings and win rates: SOLO_NOTE)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -98,6 +157,10 @@ def write_plots(history_path: Path, out_dir: Path) -> list[Path]:
     if not records:
         raise ValueError(f"{history_path}: no status records")
     out_dir.mkdir(parents=True, exist_ok=True)
+    if is_solo(records):  # ratings would be flat lines at their start values, win rates an empty matrix
+        if notes is not None:
+            notes.append(SOLO_NOTE)
+        return [_plot_returns(plt, records, out_dir)]
     written: list[Path] = []
 
     # Rating curves: Elo of every player over time (historical players appear when they are created).
@@ -169,11 +232,14 @@ def write_plots(history_path: Path, out_dir: Path) -> list[Path]:
 
 
 def plot_main(args: argparse.Namespace) -> int:
+    notes: list[str] = []
     try:
-        written = write_plots(args.history, args.out)
+        written = write_plots(args.history, args.out, notes)
     except (OSError, ValueError) as err:  # a missing or foreign file, an --out that cannot be a directory
         print(f"league plot: {err}", file=sys.stderr)
         return SETUP_ERROR_EXIT
+    for note in notes:
+        print(f"league plot: {note}", file=sys.stderr)
     for p in written:
         print(p)
     return 0

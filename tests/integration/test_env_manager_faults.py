@@ -7,11 +7,13 @@ not) knows whether it should fail again.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import pathlib
 import resource
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from functools import partial
 
@@ -25,6 +27,7 @@ from actor_service.envs import (
     SubprocessEnvManager,
     SubprocessEnvManagerConfig,
 )
+from actor_service.envs.env_manager import doorbell
 from actor_service.envs.env_manager.failure import RemoteTraceback
 from common.envs import NO_INFO, ArraySpec, DiscreteSpec, Env, EnvInfo, TimeStep
 
@@ -201,6 +204,49 @@ def test_killed_env_process_is_detected_and_replaced(launched, tmp_path, monkeyp
         out = _step_all(manager)
     assert out[1].truncated and "signal 9" in out[1].info.failure
     assert manager.failure_counts == {0: 1, 1: 1}
+
+
+@pytest.mark.parametrize("fault", ["killed", "hung"])
+def test_a_worker_lost_while_the_others_keep_answering_is_found_and_reaped_at_once(
+    launched, tmp_path, monkeypatch, fault
+):
+    """Stepping asynchronously (each step returns the first reply) with a parent that busy-waits on doorbells,
+    and a pause between steps (an actor's inference): every wait found the other worker's reply already there
+    and polled nothing, so a worker SIGKILLed by the test (or the OOM killer) stayed a zombie with its envs in
+    flight until a reset (an actor's next job) or its step deadline (60 s by default; none here) had to wait
+    for it. Now the manager looks every `_SWEEP_S`: it reports the envs of the dead worker as failed and has
+    reaped the process by the time that step returns. A hung worker was killed late the same way (0.7-5 s
+    past its deadline, measured; too uneven to assert on): here it must go through the same path."""
+    # As with CPUs to spare: the parent is never preempted mid-spin, and spins long enough to hear the survivor.
+    monkeypatch.setattr(doorbell, "_PREEMPTED_S", math.inf)
+    hung = fault == "hung"
+    first = partial(FaultyEnv, "hang", tmp_path / "budget", 1) if hung else FaultyEnv
+    manager = launched([first] + [FaultyEnv] * 3, num_workers=2, cpus=8, spin_s=1.0, wait_num=1, max_retry=1,
+                       step_timeout=0.5 if hung else None)  # env 0 hangs at its 2nd step
+    assert manager.parent_spin_s > 0 and manager.num_splits == 2
+    victim = manager.worker_pids[0]  # envs 0 and 1
+    _step_all(manager)
+    if not hung:
+        os.kill(victim, signal.SIGKILL)
+    pause = threading.Event()  # never set: its wait() is the pause between steps
+    failed: dict[int, TimeStep] = {}
+    deadline = time.monotonic() + 5.0  # generous: found within about 0.05 s (after the 0.5 s step timeout if hung)
+    while not failed and time.monotonic() < deadline:
+        out = _step_all(manager)
+        failed = {env_id: ts for env_id, ts in out.items() if ts.info.failure}
+        assert set(failed) <= {0, 1}, failed
+        pause.wait(0.005)
+    assert failed, f"the {fault} worker was not found while the other one kept answering"
+    assert _alive([victim]) == [], "the lost worker was left a zombie"
+    expected = "hung" if hung else "signal 9"
+    assert all(ts.truncated and expected in ts.info.failure for ts in failed.values()), failed
+    assert manager.worker_pids[0] != victim
+    back: dict[int, TimeStep] = {}
+    while len(back) < 2:  # the replacement worker plays envs 0 and 1 from fresh episodes
+        out = _step_all(manager)
+        back.update({env_id: out[env_id] for env_id in (0, 1) if env_id in out and env_id not in back})
+    assert all(ts.obs[0] == 1.0 and not ts.info.failure for ts in back.values()), back
+    assert manager.failure_counts == {0: 1, 1: 1, 2: 0, 3: 0}
 
 
 def test_retries_spent_on_a_hang_raise_and_clean_up(launched, tmp_path):

@@ -85,6 +85,49 @@ def test_plots_are_written_from_history(tmp_path):
     assert all(p.stat().st_size > 1000 for p in written)
 
 
+def _solo_record(t, agent_steps, episodes, mean_return):
+    """A solo league's status record as `league run` writes it: ratings stay at their start values."""
+    player = {"player_id": "solo_active_player_default_0", "player_type": "solo_active_player", "active": True,
+              "elo": 1200.0, "trueskill_mu": 25.0, "trueskill_sigma": 8.333, "agent_steps": agent_steps,
+              "episodes": episodes, "mean_return": mean_return}
+    return {"league_type": "solo", "elapsed_s": t, "players": [player], "payoff": []}
+
+
+def test_a_solo_leagues_plot_draws_its_players_mean_returns_instead_of_flat_ratings(tmp_path, capsys):
+    """A solo league has no opponents and no ratings: its rating curves were flat lines and its win-rate matrix
+    empty. Its plot is the mean episode return over the run; a record from before the first episode (mean
+    return reported as 0.0) is no point of the curve."""
+    import argparse
+
+    from league_cli.plot import SOLO_NOTE, plot_main, return_curves
+
+    history = tmp_path / "h.jsonl"
+    rows = [(0.0, 0, 0, 0.0), (2.0, 4096, 150, 21.5), (4.0, 8192, 180, 48.0), (6.0, 12288, 200, 130.25)]
+    history.write_text("".join(json.dumps(_solo_record(*row)) + "\n" for row in rows))
+    (curve,) = return_curves(read_history(history)).values()
+    assert curve.seconds == (2.0, 4.0, 6.0)
+    assert curve.agent_steps == (4096, 8192, 12288)
+    assert curve.mean_return == (21.5, 48.0, 130.25)
+    notes: list[str] = []
+    written = write_plots(history, tmp_path / "plots", notes)
+    assert [p.name for p in written] == ["returns.png"] and written[0].stat().st_size > 1000
+    assert notes == [SOLO_NOTE] and "win rates" in SOLO_NOTE
+    assert plot_main(argparse.Namespace(history=history, out=tmp_path / "cli")) == 0
+    out, err = capsys.readouterr()
+    assert out.split() == [str(tmp_path / "cli" / "returns.png")]
+    assert err.strip() == f"league plot: {SOLO_NOTE}"
+    assert sorted(p.name for p in (tmp_path / "cli").iterdir()) == ["returns.png"]
+
+
+def test_a_solo_league_without_episodes_yet_still_gets_its_returns_plot(tmp_path):
+    from league_cli.plot import return_curves
+
+    history = tmp_path / "h.jsonl"
+    history.write_text(json.dumps(_solo_record(0.5, 0, 0, 0.0)) + "\n")
+    assert return_curves(read_history(history)) == {}
+    assert [p.name for p in write_plots(history, tmp_path / "plots")] == ["returns.png"]
+
+
 def test_corrupt_history_in_the_middle_is_an_error(tmp_path):
     history = tmp_path / "h.jsonl"
     good = json.dumps(_record(0, 1000, 1000, []))

@@ -15,7 +15,9 @@ SubprocessEnvManagerConfig. The manager cannot tell the two apart before it has 
 
 Faults: an env exception is sent back with the env's traceback and the env is rebuilt inside its worker;
 a worker that dies (e.g. SIGKILL) or gives no reply within `step_timeout`/`reset_timeout` is killed and
-started again with its envs. Each env may fail `max_retry` times; then the manager closes and raises.
+started again with its envs. Each env may fail `max_retry` times; then the manager closes and raises. A dead
+worker is reaped as soon as it is found: by the next `step` (or other call) that waits for replies, within
+`_SWEEP_S` even while the other workers keep it busy; an idle manager finds it at its next call.
 """
 
 from __future__ import annotations
@@ -64,6 +66,11 @@ from common.envs.base import NO_INFO, TimeStep
 logger = logging.getLogger(__name__)
 
 _POLL_EVENTS = select.POLLIN | select.POLLHUP | select.POLLERR
+# While waiting for replies, how often the manager also looks for workers that died or ran past their deadline
+# (`_sweep`). A wait that finds its reply by busy-waiting on a doorbell makes no poll, and a dead worker rings
+# no doorbell: without this, a worker killed while the others kept answering stayed an unreaped zombie, its envs
+# in flight, until a reset (an actor's next job) had to wait for it.
+_SWEEP_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -215,6 +222,7 @@ class SubprocessEnvManager(BaseEnvManager):
         self._doorbells: Doorbells | None = None
         self._step_slot = [STEP_SLOT] * self.env_num  # where each env's step in flight writes its observation
         self._waiting_until = math.inf  # the reply deadline `_pump` is waiting towards (inf: not waiting)
+        self._sweep_at = 0.0  # when `_pump` next looks for dead and hung workers (_sweep)
 
     @property
     def num_workers(self) -> int:
@@ -468,6 +476,10 @@ class SubprocessEnvManager(BaseEnvManager):
                 self._on_reply(buffered, buffered.conn.recv())
                 continue
             now = time.monotonic()
+            if now >= self._sweep_at:
+                self._sweep_at = now + _SWEEP_S
+                if self._sweep(now):
+                    continue
             self._waiting_until = first_deadline
             limit = first_deadline if first_deadline < end else end
             budget = self._spin_budget
@@ -487,10 +499,7 @@ class SubprocessEnvManager(BaseEnvManager):
                 budget.waited(time.monotonic() - started)
             if not events:
                 now = time.monotonic()
-                for worker in busy:
-                    if worker.deadline <= now:
-                        what, timeout = worker.pending[0]
-                        self._worker_failed(worker, f"gave no reply to {what} within {timeout} s (hung); killed it")
+                self._fail_overdue(busy, now)
                 if now >= end:
                     return satisfied()
                 continue
@@ -506,6 +515,32 @@ class SubprocessEnvManager(BaseEnvManager):
                 if self._restarts != restarts:
                     break  # fds may now belong to a new worker: poll again
         return True
+
+    def _sweep(self, now: float) -> bool:
+        """Without waiting: replace the workers that have exited (their sentinel is readable) and those past
+        their reply deadline at `now`. Returns whether any was replaced. `_pump` calls this every `_SWEEP_S`,
+        because its busy-wait returns on the first doorbell rung and then polls nothing: with other workers
+        answering, it would never see a dead worker (which rings no doorbell) nor check a hung one's deadline."""
+        restarts = self._restarts
+        while True:
+            exited = None
+            for fd, _ in self._poller.poll(0):
+                worker = self._fd_owner.get(fd)
+                if worker is not None and fd == worker.sentinel:
+                    exited = worker
+                    break
+            if exited is None:
+                break
+            self._on_exit(exited)  # replaces it (fds may now be reused: poll afresh)
+        self._fail_overdue([w for w in self._workers if w is not None and w.pending], now)
+        return self._restarts != restarts
+
+    def _fail_overdue(self, busy: Sequence[_Worker], now: float) -> None:
+        """Kill and replace the workers of `busy` whose oldest command is unanswered past its deadline."""
+        for worker in busy:
+            if worker.deadline <= now:
+                what, timeout = worker.pending[0]
+                self._worker_failed(worker, f"gave no reply to {what} within {timeout} s (hung); killed it")
 
     @staticmethod
     def _signalled_finder(busy: list[_Worker]) -> Callable[[], _Worker | None]:

@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 # Extra time a GetJob call gets beyond its long poll, so the server's answer arrives before the deadline.
 _LONG_POLL_MARGIN_S = 5.0
 FINISH_RETRY = RetryPolicy(attempts=12, initial_backoff_s=0.2, max_backoff_s=3.0)
+FINISH_WARN_EVERY = 4
+"""A FinishJob's first failed attempt is a warning, and then every this many (attempts 1, 4, 8 of 12): the
+retries can take two minutes, which must not pass in silence, nor fill the log when many jobs finish at once."""
 
 
 @dataclass(frozen=True)
@@ -135,10 +138,19 @@ class CoordinatorClient:
         timeout, policy = self._call_timeout_s, FINISH_RETRY
         if once_within_s is not None:
             timeout, policy = min(timeout, once_within_s), RetryPolicy(attempts=1)
+
+        def on_retry(failed: int, err: grpc.RpcError, delay: float) -> None:
+            if failed == 1 or failed % FINISH_WARN_EVERY == 0:
+                code = status_code(err)
+                details = err.details() if callable(getattr(err, "details", None)) else str(err)
+                log.warning("FinishJob of %s at %s failed (%s: %s), attempt %d of %d; retrying in %.2f s",
+                            request.job_id, self.address, code.name if code else type(err).__name__, details,
+                            failed, policy.attempts, delay)
+
         try:
             # A stop while retrying ends the retries (the lease expiring is the fallback).
             return call_idempotent(self._stub_now().FinishJob, request, timeout=timeout, policy=policy,
-                                   stop=self._stop)
+                                   stop=self._stop, on_retry=on_retry)
         except grpc.RpcError as err:
             if status_code(err) in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
                 log.warning("FinishJob of %s refused, results not counted: %s", request.job_id, err.details())

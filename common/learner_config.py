@@ -19,6 +19,28 @@ MAX_SEED = 2**53
 """The largest `learner.seed`: the section travels as a protobuf Struct, whose doubles hold integers exactly up to
 2**53 (a larger seed would arrive changed; above 2**64 torch.manual_seed overflows, below 0 numpy refuses it)."""
 
+MAX_LEARNER_BATCH_SIZE = 2**20
+"""The largest `learner.batch_size`: a PPO learner holds every sample of a batch (observations included, rows
+padded to the batch's longest) until it has that many; OpenAI Five's batches were about a million samples."""
+MAX_REPLAY_RATIO = 1024.0
+"""The largest `learner.replay_ratio`: every transition received owes replay_ratio / dqn.batch_size gradient
+steps before the learner gets on (published agents train 1 to a few hundred samples per sample received)."""
+MAX_PUBLISH_EVERY = 100_000
+"""The most train iterations between published checkpoints (DQN's default is 100 gradient steps): until a
+learner publishes, its actors play the old policy and the league sees no progress of the player."""
+MAX_KEEP_LAST = 10_000
+"""The most checkpoint versions kept per player: each is a whole checkpoint (and its training state) on the
+shared filesystem, and every publish lists the player's versions. The league's snapshots (historical players)
+are pinned and kept besides."""
+MAX_QUEUE_CHUNKS = 4096
+"""The most decoded chunks waiting for the trainer: a full queue is what slows the actors down (backpressure),
+so a huge one lets them run far ahead of the policy they learn for."""
+MAX_QUEUE_BYTES = 64 * 2**30
+"""The most bytes of decoded chunks waiting for the trainer (64 GiB), held in the learner's memory."""
+_MAXIMA: dict[str, int] = {"batch_size": MAX_LEARNER_BATCH_SIZE, "publish_every": MAX_PUBLISH_EVERY,
+                           "keep_last": MAX_KEEP_LAST, "queue_chunks": MAX_QUEUE_CHUNKS,
+                           "queue_bytes": MAX_QUEUE_BYTES}
+
 DEFAULT_PUBLISH_EVERY: dict[str, int] = {"ppo": 1, "dqn": 100}
 """`learner.publish_every` when the config leaves it out, by `policy.algorithm`."""
 
@@ -46,11 +68,15 @@ class LearnerConfig:
     """Seed of the initial weights and of minibatch order; None: derived from the player id."""
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "publish_every", "keep_last", "queue_chunks", "queue_bytes"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"learner.{name} must be >= 1, got {getattr(self, name)}")
-        if not (math.isfinite(self.replay_ratio) and self.replay_ratio > 0):
-            raise ValueError(f"learner.replay_ratio must be a finite number > 0, got {self.replay_ratio}")
+        for name, maximum in _MAXIMA.items():
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"learner.{name} must be >= 1, got {value}")
+            if value is not None and value > maximum:
+                raise ValueError(f"learner.{name} must be at most {maximum}, got {value}")
+        if not (math.isfinite(self.replay_ratio) and 0 < self.replay_ratio <= MAX_REPLAY_RATIO):
+            raise ValueError(f"learner.replay_ratio must be a finite number in (0, {MAX_REPLAY_RATIO:g}], "
+                             f"got {self.replay_ratio}")
         if self.seed is not None and not 0 <= self.seed <= MAX_SEED:
             raise ValueError(f"learner.seed must be within [0, 2**53] or null, got {self.seed}")
 

@@ -8,6 +8,7 @@ no torch here: the coordinator does not import it.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,6 +20,44 @@ ALGORITHM_NAMES = ("ppo", "dqn")
 """The algorithms `common.algorithms.registry` builds."""
 RECURRENT_ALGORITHMS = ("ppo",)
 """The algorithms that train recurrent (``model.recurrent``) models."""
+
+
+MAX_LAYER_WIDTH = 8192
+"""The widest layer `policy.model` may name (`hidden` widths, conv channels, `recurrent_size`): one dense layer of
+8192 x 8192 is 67M weights (256 MiB of float32, three times that with Adam's moments and the gradient); RL
+networks are 64 to a few thousand wide. `hidden: [100000000]` allocated gigabytes in every actor and learner."""
+MAX_LAYERS = 64
+"""The most layers of `model.hidden`, and of `model.conv`: plain stacks (no residual connections) much deeper
+than this do not train."""
+MAX_KERNEL = 32
+"""The largest conv kernel and stride (the Nature DQN stack's largest kernel is 8); a kernel's weights grow with
+its square."""
+MAX_MODEL_WEIGHTS = 2**27
+"""The most weights the layers `policy.model` sizes on both sides may hold together (dense layer after dense
+layer, conv after conv, the recurrent core): 134M, about AlphaStar's whole network (139M), 512 MiB of float32 in
+every actor's copy of each player it plays. Layers fed by the env's observations are bounded by their width alone
+(the observations' size is known only to workers)."""
+MAX_UPDATE_EPOCHS = 100
+"""The most passes PPO makes over one batch (published setups use 1 to 32): the learner publishes nothing and
+takes in no data meanwhile, and `update_epochs: 1000000000` trained one batch for ever."""
+MAX_NUM_MINIBATCHES = 2**20
+"""The most minibatches per PPO pass: each is a gradient step, and there is no point in more than the largest
+`learner.batch_size` (the league config also checks them against its own `learner.batch_size`)."""
+MAX_DQN_BATCH_SIZE = 2**16
+"""The most transitions DQN samples per gradient step (DQN-family agents use 32 to 512): each sample is gathered
+from the replay and goes through the network and its target network."""
+MAX_REPLAY_CAPACITY = 10_000_000
+"""The most transitions DQN's replay holds (Ape-X kept 2M): its priority tree and counters are allocated whole
+when the learner starts, its storage (observations twice: each transition's and the next one's) at the first
+transition, so a huge capacity failed at allocation or swapped the machine."""
+MAX_N_STEP = 100
+"""The longest n-step return (Rainbow uses 3, R2D2 5): each transition's window is summed step by step when the
+learner takes a chunk in, so the cost grows with unroll_len x n_step."""
+
+
+def _check_at_most(name: str, value: int, maximum: int) -> None:
+    if value > maximum:
+        raise ValueError(f"{name} must be at most {maximum}, got {value}")
 
 
 def _check_finite(name: str, value: float, *, minimum: float, inclusive: bool, null_ok: bool = False) -> None:
@@ -70,9 +109,33 @@ class ModelConfig:
             raise ValueError(f"model.recurrent_size must be >= 1, got {self.recurrent_size}")
         if any(c < 1 or k < 1 or s < 1 for c, k, s in self.conv):
             raise ValueError(f"model.conv: (channels, kernel, stride) must be >= 1, got {self.conv}")
+        self._check_size()
         if self.conv_padding == "same" and (not self.conv or any(k % 2 == 0 or s != 1 for _, k, s in self.conv)):
             raise ValueError("model.conv_padding 'same' needs model.conv given, with odd kernels and stride 1, "
                              f"got {self.conv or '[] (the Nature DQN stack)'}")
+
+    def _check_size(self) -> None:
+        """Upper limits: a network too large to allocate failed (or swapped) every actor and learner."""
+        for name, layers in (("hidden", self.hidden), ("conv", self.conv)):
+            if len(layers) > MAX_LAYERS:
+                raise ValueError(f"model.{name}: at most {MAX_LAYERS} layers, got {len(layers)}")
+        if any(h > MAX_LAYER_WIDTH for h in self.hidden):
+            raise ValueError(f"model.hidden: widths must be within [1, {MAX_LAYER_WIDTH}], got {self.hidden}")
+        if any(c > MAX_LAYER_WIDTH for c, _, _ in self.conv):
+            raise ValueError(f"model.conv: channels must be within [1, {MAX_LAYER_WIDTH}], got {self.conv}")
+        if any(k > MAX_KERNEL or s > MAX_KERNEL for _, k, s in self.conv):
+            raise ValueError(f"model.conv: kernels and strides must be within [1, {MAX_KERNEL}], got {self.conv}")
+        if self.recurrent_size > MAX_LAYER_WIDTH:
+            raise ValueError(f"model.recurrent_size must be within [1, {MAX_LAYER_WIDTH}], got {self.recurrent_size}")
+        weights = sum(a * b for a, b in itertools.pairwise(self.hidden))
+        weights += sum(a[0] * c * k * k for a, (c, k, _) in itertools.pairwise(self.conv))
+        if self.recurrent is not None:  # input-to-hidden (from the last dense layer) and hidden-to-hidden, per gate
+            gates = 4 if self.recurrent == "lstm" else 3
+            weights += gates * self.recurrent_size * (self.recurrent_size + (self.hidden[-1] if self.hidden else 0))
+        if weights > MAX_MODEL_WEIGHTS:
+            raise ValueError(f"model: the layers sized here hold {weights:,} weights between them, at most "
+                             f"{MAX_MODEL_WEIGHTS:,} (hidden {list(self.hidden)}, conv "
+                             f"{[list(c) for c in self.conv]}, recurrent_size {self.recurrent_size})")
 
 
 @dataclass(frozen=True)
@@ -126,6 +189,8 @@ class PPOConfig:
         for name in ("update_epochs", "num_minibatches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ppo.{name} must be >= 1, got {getattr(self, name)}")
+        _check_at_most("ppo.update_epochs", self.update_epochs, MAX_UPDATE_EPOCHS)
+        _check_at_most("ppo.num_minibatches", self.num_minibatches, MAX_NUM_MINIBATCHES)
         if self.anneal_lr_updates < 0:
             raise ValueError(f"ppo.anneal_lr_updates must be >= 0, got {self.anneal_lr_updates}")
 
@@ -183,10 +248,16 @@ class DQNConfig:
         for name in ("n_step", "target_update_period", "replay_capacity", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"dqn.{name} must be >= 1, got {getattr(self, name)}")
+        for name, maximum in (("n_step", MAX_N_STEP), ("replay_capacity", MAX_REPLAY_CAPACITY),
+                              ("batch_size", MAX_DQN_BATCH_SIZE)):
+            _check_at_most(f"dqn.{name}", getattr(self, name), maximum)
         if self.priority_beta_anneal_updates < 0:
             raise ValueError(f"dqn.priority_beta_anneal_updates must be >= 0, got {self.priority_beta_anneal_updates}")
         if self.learning_starts < 0 or not 0 <= self.priority_alpha < math.inf or not 0 <= self.priority_beta <= 1:
             raise ValueError("dqn: need learning_starts >= 0, a finite priority_alpha >= 0, 0 <= priority_beta <= 1")
+        if self.learning_starts > self.replay_capacity:  # the replay never holds that many: no update, ever
+            raise ValueError(f"dqn.learning_starts must be at most dqn.replay_capacity ({self.replay_capacity}), "
+                             f"got {self.learning_starts}")
 
 
 @dataclass(frozen=True)

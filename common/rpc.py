@@ -506,13 +506,16 @@ def call_idempotent(
     timeout: float = DEFAULT_DEADLINE_S,
     policy: RetryPolicy = RetryPolicy(),
     stop: threading.Event | None = None,
+    on_retry: Callable[[int, grpc.RpcError, float], None] | None = None,
 ) -> T:
     """Call `method(request, timeout=...)`, retrying retryable failures with backoff until the policy gives up.
 
-    `stop` (set on shutdown) cuts the backoff short and re-raises the last error.
+    `stop` (set on shutdown) cuts the backoff short and re-raises the last error. `on_retry(failed_attempts,
+    error, delay_s)` is called before each retry's backoff (to log it as the caller sees fit).
     """
     stop = stop or threading.Event()
     delays = iter(policy.backoffs())
+    failed = 0
     while True:
         try:
             return method(request, timeout=timeout)
@@ -521,6 +524,9 @@ def call_idempotent(
             delay = next(delays, None)
             if code not in policy.retry_codes or delay is None:
                 raise
+            failed += 1
             log.debug("retrying after %s in %.3fs", code, delay)
+            if on_retry is not None:
+                on_retry(failed, err, delay)
             if stop.wait(delay):
                 raise

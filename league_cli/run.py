@@ -34,6 +34,7 @@ from league_service.cli import RUN_PORT_FILE
 
 PORT_WAIT_S = 90.0
 CONFIG_FILE = "config.yaml"  # the league a run directory holds (what resuming it uses)
+STATE_FILE = "league_state.sqlite"  # the coordinator's state: the league itself
 MAX_WORKER_RESTARTS = 5
 FRESH_PORT_ATTEMPTS = 3  # free ports tried for the coordinator's first start (one can be taken before the bind)
 
@@ -124,7 +125,7 @@ class Supervisor:
         seconds) must not let a resumed run start beside them, or two learners publish to one player."""
         self.run_dir = run_dir
         self.shared_root = run_dir / "shared"
-        self.state_path = run_dir / "league_state.sqlite"
+        self.state_path = run_dir / STATE_FILE
         self.config_path = config_path
         self.run_cfg = run_cfg
         self.learners = learners
@@ -365,7 +366,35 @@ def run_main(args: argparse.Namespace) -> int:
             except ConfigError as err:
                 console.print(f"[red]league run: config error: {err}[/red]")
                 return 2
+        mismatch = _saved_league_mismatch(run_dir, args.config, loaded[0])
+        if mismatch is not None:
+            console.print(f"[red]league run: config error: {escape(mismatch)}[/red]")
+            return 2
         return _run(args, console, *loaded, run_dir, run_lock)
+
+
+def _saved_league_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str | None:
+    """Why the league saved in `run_dir` cannot go on with `cfg` (read from `config`, None: the embedded
+    default): it is of another league type. None when it can, or when there is no league there yet. The
+    coordinator refuses such a state too, but only once started, and its exit looked like a crash (exit 1)."""
+    import sqlite3
+
+    from league_service.store import stored_league_type
+
+    state = run_dir / STATE_FILE
+    try:
+        saved = stored_league_type(state)
+    except (sqlite3.DatabaseError, OSError, ValueError):
+        return None  # not a state file the coordinator can use: it says what is wrong with it
+    given = cfg.league.league_type
+    if saved is None or saved == given:
+        return None
+    own = run_dir / CONFIG_FILE
+    hint = (f"{own} is the run directory's own: `league run --run-dir {run_dir}` with no CONFIG resumes with it"
+            if own.is_file() and config != own else "the config the league was made with")
+    return (f"league.league_type: the saved league is {saved!r} (in {state}), the config "
+            f"({config or 'the embedded default'}) says {given!r}: resume it with {hint}, or start another league "
+            "in a new --run-dir")
 
 
 def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, cfg_dict: dict[str, Any],

@@ -548,15 +548,21 @@ def _check_worker_sections(cfg: Config) -> None:
     from common.learner_config import LearnerConfig
     from common.policy_config import PolicyConfig
 
+    parsed = []
     for section, parse in (("policy", PolicyConfig.from_mapping), ("learner", LearnerConfig.from_mapping)):
         try:
-            parse(getattr(cfg, section))
+            parsed.append(parse(getattr(cfg, section)))
         except (TypeError, ValueError) as err:
             message = str(err)
             path, _, rest = message.partition(": ")
             if path.startswith(section) and rest:  # "policy.ppo.x: ..." -> path and message
                 raise ConfigError(path, rest) from None
             raise ConfigError(section, message) from None
+    policy, learner = parsed
+    if policy.algorithm == "ppo" and policy.ppo.num_minibatches > learner.batch_size:
+        # A batch of batch_size samples cut into more minibatches than that: minibatches of one sample.
+        raise ConfigError("policy.ppo.num_minibatches", f"must be at most learner.batch_size ({learner.batch_size}), "
+                          f"got {policy.ppo.num_minibatches}: each minibatch is a share of one batch's samples")
     if cfg.actor:  # kept (empty) so that configs and run directories written with `actor: {}` still load
         key = next(iter(cfg.actor))
         raise ConfigError(f"actor.{key}", "actors read no settings from the league config: give them on the "

@@ -294,6 +294,30 @@ def read_league_state(conn: sqlite3.Connection) -> dict[str, Any] | None:
     return assemble_state(header, [p for _, p in rows[PLAYERS]], rows[PAYOFF], rows[RATINGS])
 
 
+def stored_league_type(path: str | Path) -> str | None:
+    """The `league_type` of the league a store file holds, read from its header without opening the store (no
+    lock taken, nothing written); None when there is no such file or no league in it yet. `league run` checks
+    it against the config before it starts a coordinator on the file. sqlite3.DatabaseError for a file that is
+    not a store."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        header: Any = None
+        if "meta" in tables:
+            whole = conn.execute("SELECT value FROM meta WHERE key = ?", (_WHOLE_STATE,)).fetchone()
+            header = json.loads(whole[0]) if whole is not None else None
+        if header is None and "state_parts" in tables:
+            row = conn.execute("SELECT value FROM state_parts WHERE part = ? AND key = ''", (_HEADER,)).fetchone()
+            header = json.loads(row[0]) if row is not None else None
+    finally:
+        conn.close()
+    league_type = header.get("league_type") if isinstance(header, dict) else None
+    return league_type if isinstance(league_type, str) else None
+
+
 def read_counters(conn: sqlite3.Connection) -> Counters | None:
     """The counters a store file holds (None: none yet), read with `conn` (as `read_league_state`)."""
     row = conn.execute("SELECT value FROM state_parts WHERE part = ? AND key = ''", (_COUNTERS,)).fetchone()

@@ -304,7 +304,7 @@ def test_a_second_run_in_the_same_run_dir_resumes_the_league(league_run):
     assert _counter(before, "env_steps") > 0 and _active(before)["checkpoint_version"] >= 1, first.output()
     saved = (first.run_dir / "config.yaml").read_text()
     wrong = league_run(seconds=20, config=ROOT / "configs" / "league_connect_four.yaml")
-    assert wrong.finish(timeout_s=120) != 0 and "the saved league is 'solo'" in wrong.output(), wrong.output()
+    assert wrong.finish(timeout_s=120) == 2 and "the saved league is 'solo'" in wrong.output(), wrong.output()
     assert (first.run_dir / "config.yaml").read_text() == saved
     assert not (first.run_dir / "config.pending.yaml").exists()
     second = league_run(seconds=30, config=None)
@@ -351,3 +351,52 @@ def test_the_run_directory_stays_locked_until_every_process_of_a_killed_run_is_g
     while not free():
         assert time.monotonic() < deadline, "the run directory stayed locked after its processes were gone"
         time.sleep(0.2)
+
+
+def _league_made_by(config: Path | None, run_dir: Path) -> None:
+    """`run_dir` holding the league of `config` (None: the embedded default) as the real coordinator saves it,
+    which it does as it starts (stopped once it listens), without its config.yaml: a run of another league type
+    was refused before that was written, say, or the state was made with `league coordinator --state`."""
+    (run_dir / "shared").mkdir(parents=True)
+    port_file = run_dir / "coordinator.port"
+    argv = [sys.executable, "-m", "league_cli", "coordinator", *(["--config", str(config)] if config else []),
+            "--shared-root", str(run_dir / "shared"), "--state", str(run_dir / "league_state.sqlite"),
+            "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (port_file.exists() and port_file.read_text().strip()):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate(timeout=10)[0].decode()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        proc.stdout.close()
+    port_file.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize(
+    ("made_by", "resumed_with", "saved", "given"),
+    [
+        (SOLO, None, "solo", "one_vs_one"),  # no config.yaml there: the embedded default
+        (None, SOLO, "one_vs_one", "solo"),
+    ],
+)
+def test_resuming_a_league_with_a_config_of_another_league_type_is_a_config_error(
+        league_run, tmp_path, made_by, resumed_with, saved, given):
+    """Refused before anything starts, with exit 2 as other config errors, naming both league types (it was
+    the coordinator's refusal once started, which `league run` reported as a failed process: exit 1)."""
+    _league_made_by(made_by, tmp_path / "run")
+    state_before = (tmp_path / "run" / "league_state.sqlite").read_bytes()
+    run = league_run(seconds=20, config=resumed_with)
+    assert run.finish(timeout_s=60) == 2, run.output()
+    out = " ".join(run.output().split())  # rich wraps long lines
+    assert f"league run: config error: league.league_type: the saved league is '{saved}'" in out, out
+    assert f"says '{given}'" in out, out
+    assert "coordinator listening" not in out and not (tmp_path / "run" / "logs").exists()
+    assert not (tmp_path / "run" / "config.yaml").exists() and not (tmp_path / "run" / "config.pending.yaml").exists()
+    assert (tmp_path / "run" / "league_state.sqlite").read_bytes() == state_before
+    _assert_nothing_left_running(run)

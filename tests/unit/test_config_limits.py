@@ -12,8 +12,28 @@ import pytest
 import yaml
 
 from common.config import ConfigError, from_dict, parse_yaml
-from common.learner_config import MAX_SEED, LearnerConfig
-from common.policy_config import DQNConfig, ModelConfig, PPOConfig
+from common.learner_config import (
+    MAX_KEEP_LAST,
+    MAX_LEARNER_BATCH_SIZE,
+    MAX_PUBLISH_EVERY,
+    MAX_QUEUE_BYTES,
+    MAX_QUEUE_CHUNKS,
+    MAX_REPLAY_RATIO,
+    MAX_SEED,
+    LearnerConfig,
+)
+from common.policy_config import (
+    MAX_DQN_BATCH_SIZE,
+    MAX_KERNEL,
+    MAX_LAYER_WIDTH,
+    MAX_LAYERS,
+    MAX_N_STEP,
+    MAX_REPLAY_CAPACITY,
+    MAX_UPDATE_EPOCHS,
+    DQNConfig,
+    ModelConfig,
+    PPOConfig,
+)
 from common.ports import split_host_port
 from league_cli.main import build_parser
 from league_cli.run import RunConfig
@@ -345,3 +365,94 @@ def test_run_intervals_are_checked(section, message):
         from_dict(RunConfig, section, "run")
     assert str(info.value).startswith(message)
     assert from_dict(RunConfig, {"stop_grace_s": 0}, "run").stop_grace_s == 0
+
+
+# -- 9. upper limits of the policy's and the learner's integers ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("policy", "path", "message"),
+    [
+        ({"ppo": {"update_epochs": 1_000_000_000}}, "policy.ppo",
+         f"ppo.update_epochs must be at most {MAX_UPDATE_EPOCHS}, got 1000000000"),
+        ({"ppo": {"num_minibatches": 10**12}}, "policy.ppo", "ppo.num_minibatches must be at most"),
+        ({"algorithm": "dqn", "dqn": {"batch_size": 10**9}}, "policy.dqn",
+         f"dqn.batch_size must be at most {MAX_DQN_BATCH_SIZE}"),
+        ({"algorithm": "dqn", "dqn": {"replay_capacity": 10**12, "learning_starts": 0}}, "policy.dqn",
+         f"dqn.replay_capacity must be at most {MAX_REPLAY_CAPACITY}"),
+        ({"algorithm": "dqn", "dqn": {"n_step": 10**6}}, "policy.dqn", f"dqn.n_step must be at most {MAX_N_STEP}"),
+        ({"model": {"hidden": [100_000_000]}}, "policy.model",
+         f"model.hidden: widths must be within [1, {MAX_LAYER_WIDTH}], got (100000000,)"),
+        ({"model": {"hidden": [64] * (MAX_LAYERS + 1)}}, "policy.model",
+         f"model.hidden: at most {MAX_LAYERS} layers"),
+        ({"model": {"conv": [[100_000_000, 3, 1]]}}, "policy.model", "model.conv: channels must be within"),
+        ({"model": {"conv": [[32, 10**6, 1]]}}, "policy.model", f"kernels and strides must be within [1, {MAX_KERNEL}]"),
+        ({"model": {"conv": [[32, 3, 1]] * (MAX_LAYERS + 1)}}, "policy.model",
+         f"model.conv: at most {MAX_LAYERS} layers"),
+        ({"model": {"recurrent": "gru", "recurrent_size": 10**6}}, "policy.model",
+         f"model.recurrent_size must be within [1, {MAX_LAYER_WIDTH}]"),
+        # Each layer within the limits, the model far beyond them: 8192 x 8192 weights a layer.
+        ({"model": {"hidden": [MAX_LAYER_WIDTH] * 8}}, "policy.model", "model: the layers sized here hold"),
+        ({"model": {"conv": [[4096, 3, 1], [4096, 5, 1]]}}, "policy.model", "model: the layers sized here hold"),
+        ({"model": {"recurrent": "lstm", "recurrent_size": MAX_LAYER_WIDTH}}, "policy.model",
+         "model: the layers sized here hold"),
+    ],
+)
+def test_policy_integers_that_hang_a_learner_or_exhaust_its_memory_are_refused(policy, path, message):
+    _refused({"policy": policy}, path, message)
+
+
+def test_a_replay_that_never_holds_learning_starts_transitions_is_refused():
+    """The learner trains once the replay holds `learning_starts` transitions, which it never does above its
+    capacity: the league would run without ever training."""
+    _refused({"policy": {"algorithm": "dqn", "dqn": {"replay_capacity": 500, "learning_starts": 1000}}},
+             "policy.dqn", "dqn.learning_starts must be at most dqn.replay_capacity (500), got 1000")
+    assert DQNConfig(replay_capacity=1000, learning_starts=1000).learning_starts == 1000
+
+
+@pytest.mark.parametrize(
+    ("learner", "message"),
+    [
+        ({"batch_size": 10**12}, f"learner.batch_size must be at most {MAX_LEARNER_BATCH_SIZE}, got 1000000000000"),
+        ({"publish_every": 10**12}, f"learner.publish_every must be at most {MAX_PUBLISH_EVERY}"),
+        ({"keep_last": 10**12}, f"learner.keep_last must be at most {MAX_KEEP_LAST}"),
+        ({"queue_chunks": 10**12}, f"learner.queue_chunks must be at most {MAX_QUEUE_CHUNKS}"),
+        ({"queue_bytes": 2**60}, f"learner.queue_bytes must be at most {MAX_QUEUE_BYTES}"),
+        ({"replay_ratio": 1e30}, f"learner.replay_ratio must be a finite number in (0, {MAX_REPLAY_RATIO:g}]"),
+    ],
+)
+def test_learner_integers_that_hang_a_learner_or_exhaust_its_memory_are_refused(learner, message):
+    _refused({"learner": learner}, "learner", message)
+
+
+def test_ppo_minibatches_must_not_outnumber_the_batchs_samples():
+    """More minibatches than samples in a batch: minibatches of one sample, or none at all."""
+    error = _refused({"policy": {"ppo": {"num_minibatches": 2048}}, "learner": {"batch_size": 1024}},
+                     "policy.ppo.num_minibatches")
+    assert "must be at most learner.batch_size (1024), got 2048" in str(error)
+    config_from_dict({"policy": {"ppo": {"num_minibatches": 1024}}, "learner": {"batch_size": 1024}})
+    # DQN leaves the PPO section at its defaults, which learner.batch_size does not concern.
+    config_from_dict({"policy": {"algorithm": "dqn", "ppo": {"num_minibatches": 64}}, "learner": {"batch_size": 8}})
+
+
+def test_the_largest_allowed_values_load():
+    config_from_dict({
+        "policy": {"model": {"hidden": [MAX_LAYER_WIDTH, 1024], "conv": [[256, 3, 1]] * 4, "recurrent": "gru",
+                             "recurrent_size": 1024},
+                   "ppo": {"update_epochs": MAX_UPDATE_EPOCHS, "num_minibatches": 4096}},
+        "learner": {"batch_size": MAX_LEARNER_BATCH_SIZE, "publish_every": MAX_PUBLISH_EVERY,
+                    "keep_last": MAX_KEEP_LAST, "queue_chunks": MAX_QUEUE_CHUNKS, "queue_bytes": MAX_QUEUE_BYTES,
+                    "replay_ratio": MAX_REPLAY_RATIO},
+    })
+    config_from_dict({"policy": {"algorithm": "dqn", "dqn": {
+        "batch_size": MAX_DQN_BATCH_SIZE, "replay_capacity": MAX_REPLAY_CAPACITY, "n_step": MAX_N_STEP}}})
+
+
+def test_the_limits_hold_for_sections_built_from_a_job_struct_too():
+    """Workers build the sections from their job's Struct, without the league config's checks."""
+    with pytest.raises(ValueError, match="ppo.update_epochs must be at most"):
+        PPOConfig(update_epochs=MAX_UPDATE_EPOCHS + 1)
+    with pytest.raises(ValueError, match="model.hidden: widths must be within"):
+        ModelConfig(hidden=(MAX_LAYER_WIDTH + 1,))
+    with pytest.raises(ValueError, match="learner.keep_last must be at most"):
+        LearnerConfig.from_mapping({"keep_last": float(MAX_KEEP_LAST + 1)})

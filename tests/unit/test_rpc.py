@@ -97,3 +97,17 @@ def test_addresses():
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3") and not is_loopback("example.com")
     assert join_host_port("::1", 80) == "[::1]:80" and join_host_port("h", 1) == "h:1"
+
+
+def test_on_retry_hears_of_each_retry_with_the_failed_attempts_so_far():
+    heard = []
+    method = Flaky(grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    call_idempotent(method, "req", policy=FAST, on_retry=lambda n, err, delay: heard.append((n, err.code(), delay)))
+    assert [(n, code) for n, code, _ in heard] == [(1, grpc.StatusCode.UNAVAILABLE),
+                                                   (2, grpc.StatusCode.DEADLINE_EXCEEDED)]
+    assert all(0 <= delay <= FAST.max_backoff_s for _, _, delay in heard)
+    heard.clear()
+    with pytest.raises(Failure):  # the last attempt's failure is not followed by a retry
+        call_idempotent(Flaky(*[grpc.StatusCode.UNAVAILABLE] * 5), "req", policy=FAST,
+                        on_retry=lambda n, err, delay: heard.append(n))
+    assert heard == [1, 2]

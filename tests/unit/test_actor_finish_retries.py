@@ -1,0 +1,100 @@
+"""The actor's FinishJob retries are visible to an operator: the first failed attempt, and every few after it,
+are logged at WARNING with the job id, the gRPC status and that it will be retried (they were DEBUG only, so a
+coordinator away showed nothing for the ~2 minutes of retries)."""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+import pytest
+
+from actor_service import coordinator_client
+from actor_service.coordinator_client import FINISH_WARN_EVERY, CoordinatorClient
+from actor_service.stop import StopSignal
+from common.proto.league.v1 import league_pb2
+from common.rpc import RetryPolicy
+
+
+class Failure(grpc.RpcError):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+class FlakyStub:
+    """A LeagueService stub whose FinishJob fails `failures` times (UNAVAILABLE), then acknowledges."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    def FinishJob(self, request, timeout):  # noqa: N802 (the gRPC method's name)
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise Failure(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses")
+        return league_pb2.FinishJobResponse()
+
+
+ATTEMPTS = 12
+
+
+@pytest.fixture
+def client(monkeypatch):
+    monkeypatch.setattr(coordinator_client, "FINISH_RETRY",
+                        RetryPolicy(attempts=ATTEMPTS, initial_backoff_s=0.001, max_backoff_s=0.002))
+    client = CoordinatorClient("127.0.0.1:1", "actor-0", stop=StopSignal())
+    yield client
+    client.close()
+
+
+def _finish(client: CoordinatorClient, stub: FlakyStub, **kwargs):
+    client._stub_now = lambda: stub
+    return client.finish_job(league_pb2.FinishJobRequest(worker_id="actor-0", job_id="job-42"), **kwargs)
+
+
+def _warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.levelno == logging.WARNING and r.name == coordinator_client.__name__]
+
+
+def test_the_first_failed_finish_and_every_few_after_it_are_warnings(client, caplog):
+    caplog.set_level(logging.DEBUG)
+    stub = FlakyStub(failures=2 * FINISH_WARN_EVERY + 1)
+    assert _finish(client, stub) is not None
+    warnings = _warnings(caplog)
+    assert len(warnings) == 3, warnings  # attempts 1, FINISH_WARN_EVERY and 2 * FINISH_WARN_EVERY
+    first = warnings[0]
+    for part in ("FinishJob of job-42", "UNAVAILABLE", "failed to connect to all addresses",
+                 f"attempt 1 of {ATTEMPTS}", "retrying"):
+        assert part in first, first
+    assert f"attempt {FINISH_WARN_EVERY} of {ATTEMPTS}" in warnings[1]
+
+
+def test_one_failed_attempt_then_an_answer_warns_once(client, caplog):
+    caplog.set_level(logging.WARNING)
+    assert _finish(client, FlakyStub(failures=1)) is not None
+    assert len(_warnings(caplog)) == 1
+
+
+def test_retries_that_give_up_raise_as_before(client, caplog):
+    """The actor logs the give-up itself (an error: the lease will expire and the job be issued again)."""
+    caplog.set_level(logging.WARNING)
+    stub = FlakyStub(failures=100)
+    with pytest.raises(Failure):
+        _finish(client, stub)
+    assert stub.calls == ATTEMPTS
+    assert all("retrying" in w for w in _warnings(caplog))
+    assert len(_warnings(caplog)) == 1 + (ATTEMPTS - 1) // FINISH_WARN_EVERY
+
+
+def test_a_stopping_actors_single_attempt_is_not_called_a_retry(client, caplog):
+    caplog.set_level(logging.WARNING)
+    with pytest.raises(Failure):
+        _finish(client, FlakyStub(failures=1), once_within_s=0.5)
+    assert _warnings(caplog) == []

@@ -7,7 +7,8 @@ replies wait for their commit on the loop (`DurableReplies`, one commit per turn
 
 Bad requests become status codes here and nowhere else: NotFoundError -> NOT_FOUND, InvalidArgumentError ->
 INVALID_ARGUMENT, FailedPreconditionError -> FAILED_PRECONDITION (messages name the field). Oversize messages
-are refused by gRPC itself (RESOURCE_EXHAUSTED) from the server's max receive size.
+are refused by gRPC itself (RESOURCE_EXHAUSTED) from the server's max receive size, and bytes that are not a
+valid request message by `common.rpc_services` (INVALID_ARGUMENT, naming the method and the message type).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from common.aio_server import AioServingServer, make_aio_server
 from common.proto.league.v1 import league_pb2, league_pb2_grpc
 from common.rpc import ServerOptions
+from common.rpc_services import add_service
 from league_service import wire
 from league_service.coordinator import Coordinator
 from league_service.coordinator_messages import FinishReport, JobWait, NoJob
@@ -43,7 +45,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-SERVICE_NAME = league_pb2.DESCRIPTOR.services_by_name["LeagueService"].full_name
+SERVICE = league_pb2.DESCRIPTOR.services_by_name["LeagueService"]
+SERVICE_NAME = SERVICE.full_name
 # A long-polling GetJob answers this long before the caller's deadline, so the reply still arrives in time.
 DEADLINE_MARGIN_S = 0.2
 
@@ -296,7 +299,7 @@ def serve_coordinator(
         coordinator.set_ready_listener(ready.notify)
         coordinator.defer_durability()  # DurableReplies waits instead, on the loop
         servicer = LeagueServicer(coordinator, ready, DurableReplies(coordinator, loop))
-        league_pb2_grpc.add_LeagueServiceServicer_to_server(servicer, server)
+        add_service(server, servicer, SERVICE)  # a request that is not a valid message: INVALID_ARGUMENT
 
     coordinator.start()
     try:

@@ -26,7 +26,7 @@ from common.envs import make_env
 from common.envs.policy_view import policy_specs
 from common.learner_config import LearnerConfig
 from common.policy_config import PolicyConfig, player_seed
-from common.proto.league.v1 import league_pb2, league_pb2_grpc
+from common.proto.league.v1 import league_pb2
 from common.rpc import (
     ServerOptions,
     ServerTls,
@@ -36,10 +36,11 @@ from common.rpc import (
     join_host_port,
     make_server,
 )
+from common.rpc_services import add_service
 from learner_service.config import MAX_CHUNK_BYTES, LearnerSettings
 from learner_service.league_client import RETRYABLE, BindingLost, Interrupted, LeagueClient, LearnJob
 from learner_service.publisher import CheckpointPublisher
-from learner_service.servicer import RESERVED_SERVER_THREADS, SERVICE_NAME, DataPlane, LearnerServicer
+from learner_service.servicer import RESERVED_SERVER_THREADS, SERVICE, DataPlane, LearnerServicer
 from learner_service.session import LearnSession, LeaseKeeper, SessionContext, SessionEnd
 from learner_service.trainer import ModelSpec, Trainer, build_trainer
 
@@ -136,8 +137,7 @@ class Learner:
                                 tls=ServerTls(s.tls_cert, s.tls_key) if s.tls_cert and s.tls_key else None)
         self.servicer = LearnerServicer(self.plane, max_streams=options.max_workers - RESERVED_SERVER_THREADS)
         self.server = make_server(
-            options, lambda server: league_pb2_grpc.add_LearnerServiceServicer_to_server(self.servicer, server),
-            [SERVICE_NAME],
+            options, lambda server: add_service(server, self.servicer, SERVICE), [SERVICE.full_name],
         )
         if s.advertise:
             self.data_endpoint = s.advertise

@@ -4,7 +4,9 @@
 bounded queue); `LearnerServicer` only translates: each chunk goes to `DataPlane.accept`, its typed refusal
 becomes a status code, the stream's counts become the PushSummary.
 
-Status codes: a chunk that cannot be decoded or does not fit the model -> INVALID_ARGUMENT naming the key;
+Status codes: a message that is not a valid TrajectoryChunk -> INVALID_ARGUMENT naming its place in the
+stream (`common.rpc_services`, before this servicer sees it); a chunk whose tensors cannot be decoded or do
+not fit the model -> INVALID_ARGUMENT naming the key;
 a chunk for another player -> FAILED_PRECONDITION; no player bound yet, or the learner stopping/rebinding
 -> UNAVAILABLE (retry later); a stream beyond the learner's limit of concurrent streams -> RESOURCE_EXHAUSTED
 (retry later). Chunks accepted before a refusal stay accepted.
@@ -26,7 +28,7 @@ from learner_service.intake import ChunkQueue, IntakeClosedError, SeqDeduper
 
 log = logging.getLogger(__name__)
 
-SERVICE_NAME = league_pb2.DESCRIPTOR.services_by_name["LearnerService"].full_name
+SERVICE = league_pb2.DESCRIPTOR.services_by_name["LearnerService"]
 
 
 class ChunkRefused(Exception):

@@ -41,6 +41,12 @@ FRESH_PORT_ATTEMPTS = 3  # free ports tried for the coordinator's first start (o
 
 class PortTakenError(RuntimeError):
     """The coordinator exited because its port was taken (exit 3)."""
+
+
+class CannotRunLeague(RuntimeError):
+    """A process exited with a setup error (exit 2): this league, as configured, cannot run (the coordinator
+    refuses the config against the saved state, a learner cannot set up its player's job). `league run` then
+    exits 2 as for any config error: a restart, or running it again, fails the same way."""
 # A job that fails in every actor often fails in its learner too (an env that does not exist). The learner's
 # setup-error exit names the cause more directly than the given-up jobs, but it may land a moment after the
 # poll that sees them given up: the run waits this long for it before stopping on the failing jobs.
@@ -164,8 +170,10 @@ class Supervisor:
                 self.address = f"127.0.0.1:{int(port_file.read_text().strip())}"
                 return self.address
             if not proc.alive():
-                error = PortTakenError if proc.popen.returncode == ADDRESS_IN_USE_EXIT else RuntimeError
-                raise error(f"the coordinator exited ({proc.popen.returncode}):\n{proc.log_tail()}")
+                code = proc.popen.returncode
+                error = {ADDRESS_IN_USE_EXIT: PortTakenError, SETUP_ERROR_EXIT: CannotRunLeague}.get(code,
+                                                                                                  RuntimeError)
+                raise error(f"the coordinator exited ({code}):\n{proc.log_tail()}")
             time.sleep(0.1)  # a child process's file: nothing to wait on but the file system
         raise RuntimeError(f"the coordinator did not report its port within {PORT_WAIT_S:.0f} s:\n{proc.log_tail()}")
 
@@ -205,7 +213,7 @@ class Supervisor:
                 events.append(self._restart_coordinator(proc))
                 continue
             if proc.popen.returncode == SETUP_ERROR_EXIT:
-                raise RuntimeError(f"{proc.name} cannot run this league (exit {SETUP_ERROR_EXIT}: bad arguments or "
+                raise CannotRunLeague(f"{proc.name} cannot run this league (exit {SETUP_ERROR_EXIT}: bad arguments or "
                                    f"a job it cannot set up, which a restart does not fix); last log lines:\n"
                                    f"{proc.log_tail()}")
             n = self.restarts.get(proc.name, 0)
@@ -231,7 +239,7 @@ class Supervisor:
         (README: faults it survives), and the workers, which keep retrying that address, carry on."""
         code = proc.popen.returncode
         if code == SETUP_ERROR_EXIT:
-            raise RuntimeError(f"the coordinator cannot run this league (exit {code}):\n{proc.log_tail()}")
+            raise CannotRunLeague(f"the coordinator cannot run this league (exit {code}):\n{proc.log_tail()}")
         n = self.restarts.get(proc.name, 0)
         if n >= MAX_WORKER_RESTARTS:
             raise RuntimeError(f"the coordinator died {n + 1} times; last log lines:\n{proc.log_tail()}")
@@ -486,9 +494,10 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
                 stop.wait(min(wait_s, max(0.0, run_cfg.seconds - (time.monotonic() - start))))
         channel.close()
     except RuntimeError as err:
-        console.print(f"[red]league run: {err}[/red]")
-        reason[0] = "a process failed"
-        exit_code = 1
+        console.print(f"[red]league run: {escape(str(err))}[/red]")  # (log lines may hold [brackets])
+        setup_error = isinstance(err, CannotRunLeague)
+        reason[0] = "the league cannot run as configured" if setup_error else "a process failed"
+        exit_code = 2 if setup_error else 1
     finally:
         codes = sup.stop_workers()
         try:

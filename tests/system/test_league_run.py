@@ -204,7 +204,7 @@ def test_a_job_no_learner_can_set_up_stops_the_run_with_the_reason(league_run):
     """A learner that exits with a setup error (here: an env that does not exist) would fail the same way
     after every restart: the run stops at once, shows why, and leaves nothing running."""
     run = league_run(seconds=120, env_name="NoSuchEnv-v0")
-    assert run.finish(timeout_s=90) == 1, run.output()
+    assert run.finish(timeout_s=90) == 2, run.output()  # a config error: running it again fails the same way
     out = run.output(tail=None)
     assert "cannot run this league (exit 2" in out and "NoSuchEnv" in out, out[-6000:]
     assert "restarted" not in out
@@ -399,4 +399,20 @@ def test_resuming_a_league_with_a_config_of_another_league_type_is_a_config_erro
     assert "coordinator listening" not in out and not (tmp_path / "run" / "logs").exists()
     assert not (tmp_path / "run" / "config.yaml").exists() and not (tmp_path / "run" / "config.pending.yaml").exists()
     assert (tmp_path / "run" / "league_state.sqlite").read_bytes() == state_before
+    _assert_nothing_left_running(run)
+
+
+def test_a_resume_the_coordinator_refuses_is_a_config_error_too(league_run, tmp_path):
+    """A config the saved league refuses for another reason than its type (here: a reference bot dropped, and
+    a league member cannot leave) is the coordinator's refusal (exit 2), which `league run` passes on as a
+    config error (exit 2; it was reported as a failed process, exit 1), naming the coordinator's reason."""
+    _league_made_by(None, tmp_path / "run")  # the embedded default, with its three reference bots
+    fewer_bots = tmp_path / "fewer_bots.yaml"
+    fewer_bots.write_text("league:\n  reference_bots: [random]\n")
+    run = league_run(seconds=20, config=fewer_bots)
+    assert run.finish(timeout_s=90) == 2, run.output()
+    out = " ".join(run.output(tail=None).split())
+    assert "the coordinator exited (2)" in out and "are in the saved league but not in league.reference_bots" in out
+    assert "league run: the league cannot run as configured; every process stopped" in out, out[-3000:]
+    assert not (tmp_path / "run" / "config.yaml").exists()  # the refused config is not the directory's
     _assert_nothing_left_running(run)

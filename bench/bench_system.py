@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import BenchRow, exit_on_sigterm, print_rows, run_until_done  # noqa: E402
 from bench.learning_clock import first_to_reach  # noqa: E402
+from common.learner_config import MAX_KEEP_LAST  # noqa: E402
 
 SOLO = ROOT / "configs" / "solo_cartpole.yaml"
 PLAYER = "solo_active_player_default_0"
@@ -198,7 +199,7 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
     config = yaml.safe_load(SOLO.read_text())
     manager = "base"
     config["run"] = {"actors": SOLO_ACTORS, "seconds": seconds, "manager": manager, "status_interval_s": 1.0}
-    config["learner"]["keep_last"] = 1_000_000  # every version stays on disk for the offline judging
+    config["learner"]["keep_last"] = MAX_KEEP_LAST  # every version stays on disk for the offline judging
     env_num = int(config["env"]["env_num"])
     rows: list[BenchRow] = []
     alone = env_manager_alone(env_num, manager, 5.0 if args.quick else 10.0)

@@ -527,6 +527,9 @@ def call_idempotent(
             failed += 1
             log.debug("retrying after %s in %.3fs", code, delay)
             if on_retry is not None:
-                on_retry(failed, err, delay)
+                try:
+                    on_retry(failed, err, delay)
+                except Exception:  # a hook that reports the retry must not change whether it happens
+                    log.exception("on_retry hook failed; retrying anyway")
             if stop.wait(delay):
                 raise

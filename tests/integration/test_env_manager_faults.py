@@ -249,6 +249,23 @@ def test_a_worker_lost_while_the_others_keep_answering_is_found_and_reaped_at_on
     assert manager.failure_counts == {0: 1, 1: 1, 2: 0, 3: 0}
 
 
+def test_a_caller_pausing_longer_than_the_step_timeout_kills_no_worker_that_answered(launched):
+    """The step deadline runs from the command's sending. An actor that does not step for longer than the step
+    timeout while steps are in flight (the first reply taken, the others left for later; then inference,
+    backpressure, or the wait for its next job) must find the replies waiting, not kill their workers as hung:
+    the sweep for dead and hung workers did, charging each of their envs a failure (and with max_retry 0
+    failing the next step or reset)."""
+    manager = launched([FaultyEnv] * 4, num_workers=2, wait_num=1, step_timeout=0.5, max_retry=0, spin_s=0.0)
+    pids = manager.worker_pids
+    for _ in range(4):
+        out = _step_all(manager)
+        assert not any(ts.info.failure for ts in out.values()), out
+        time.sleep(0.8)  # past the step timeout, with the other worker's step in flight (answered long ago)
+    time.sleep(0.8)
+    manager.reset()  # an actor's next job
+    assert manager.failure_counts == {0: 0, 1: 0, 2: 0, 3: 0} and manager.worker_pids == pids
+
+
 def test_retries_spent_on_a_hang_raise_and_clean_up(launched, tmp_path):
     manager = launched([partial(FaultyEnv, "hang", tmp_path / "budget", 5)], step_timeout=1.0, max_retry=0)
     pids = manager.worker_pids

@@ -111,3 +111,13 @@ def test_on_retry_hears_of_each_retry_with_the_failed_attempts_so_far():
         call_idempotent(Flaky(*[grpc.StatusCode.UNAVAILABLE] * 5), "req", policy=FAST,
                         on_retry=lambda n, err, delay: heard.append(n))
     assert heard == [1, 2]
+
+
+def test_an_on_retry_hook_that_raises_changes_nothing_about_the_retries(caplog):
+    def broken_hook(failed, err, delay):
+        raise KeyError("hook bug")
+
+    method = Flaky(grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNAVAILABLE)
+    assert call_idempotent(method, "req", policy=FAST, on_retry=broken_hook) == "reply to req"
+    assert len(method.timeouts) == 3  # both retries made, the third call answered
+    assert "on_retry hook failed" in caplog.text

@@ -536,9 +536,11 @@ class SubprocessEnvManager(BaseEnvManager):
         return self._restarts != restarts
 
     def _fail_overdue(self, busy: Sequence[_Worker], now: float) -> None:
-        """Kill and replace the workers of `busy` whose oldest command is unanswered past its deadline."""
+        """Kill and replace the workers of `busy` whose oldest command is unanswered past its deadline. A reply
+        already in the pipe is an answer: the deadline ran out while the caller did not wait (an actor between
+        steps or jobs), not while the worker worked."""
         for worker in busy:
-            if worker.deadline <= now:
+            if worker.deadline <= now and not worker.conn.poll():
                 what, timeout = worker.pending[0]
                 self._worker_failed(worker, f"gave no reply to {what} within {timeout} s (hung); killed it")
 

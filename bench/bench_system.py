@@ -88,14 +88,28 @@ def run_league(config: dict, run_dir: pathlib.Path, seconds: float) -> tuple[lis
     return history, launched
 
 
+def solo_league_config(seconds: float) -> dict:
+    """The solo CartPole league the first rows run (configs/solo_cartpole.yaml, one actor, every version kept)."""
+    config = yaml.safe_load(SOLO.read_text())
+    config["run"] = {"actors": SOLO_ACTORS, "seconds": seconds, "manager": "base", "status_interval_s": 1.0}
+    config["learner"]["keep_last"] = MAX_KEEP_LAST  # every version stays on disk for the offline judging
+    return config
+
+
+def costly_league_config(config: dict) -> dict:
+    """`config` on the costly env, with COSTLY_ACTORS actors on the subprocess manager."""
+    config = json.loads(json.dumps(config))
+    config["env"].update(name=COSTLY_ENV, kwargs={"work_us": COSTLY_WORK_US}, env_steps=1024)
+    config["run"].update(manager="subprocess", actors=COSTLY_ACTORS)
+    return config
+
+
 def costly_env_throughput(config: dict, seconds: float) -> BenchRow:
     """System against env manager when envs cost what real simulators do (bench/costly_env.py, 1 ms of CPU a
     step): the same solo league and learner, 2 actors with the subprocess manager (one env process each by
     default), against one subprocess env manager stepping all their envs in as many env processes."""
-    config = json.loads(json.dumps(config))
-    config["env"].update(name=COSTLY_ENV, kwargs={"work_us": COSTLY_WORK_US}, env_steps=1024)
+    config = costly_league_config(config)
     actors = COSTLY_ACTORS
-    config["run"].update(manager="subprocess", actors=actors)
     env_num = int(config["env"]["env_num"]) * actors
     alone = env_manager_alone(env_num, "subprocess", 10.0, COSTLY_ENV, {"work_us": COSTLY_WORK_US}, num_workers=actors)
     with tempfile.TemporaryDirectory(prefix="bench-system-costly-") as tmp:
@@ -196,10 +210,8 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
     args = parser.parse_args(argv)
     exit_on_sigterm()
     seconds = args.seconds or (45.0 if args.quick else 150.0)
-    config = yaml.safe_load(SOLO.read_text())
-    manager = "base"
-    config["run"] = {"actors": SOLO_ACTORS, "seconds": seconds, "manager": manager, "status_interval_s": 1.0}
-    config["learner"]["keep_last"] = MAX_KEEP_LAST  # every version stays on disk for the offline judging
+    config = solo_league_config(seconds)
+    manager = config["run"]["manager"]
     env_num = int(config["env"]["env_num"])
     rows: list[BenchRow] = []
     alone = env_manager_alone(env_num, manager, 5.0 if args.quick else 10.0)

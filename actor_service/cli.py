@@ -18,8 +18,8 @@ import sys
 import threading
 from pathlib import Path
 
+from common import cli_args
 from common.exit_codes import FAILURE_EXIT, SETUP_ERROR_EXIT
-from common.ports import check_target
 from common.rpc import COORDINATOR_ENV_VAR, SHARED_ROOT_ENV_VAR, env_path
 
 log = logging.getLogger("league.actor")
@@ -53,12 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not args.coordinator:
-        return _refuse(f"--coordinator is required (or set ${COORDINATOR_ENV_VAR})")
-    try:
-        check_target(args.coordinator)
-    except ValueError as err:
-        return _refuse(f"--coordinator (or ${COORDINATOR_ENV_VAR}): {err}")
+    if (refusal := cli_args.coordinator_refusal(args.coordinator)) is not None:
+        return _refuse(refusal)
     if args.shared_root is None or not args.shared_root.is_dir():
         return _refuse(f"--shared-root {args.shared_root} is not a directory (or set ${SHARED_ROOT_ENV_VAR})")
     # Imported only now, so `league --help` and argument errors do not pay for torch.

@@ -10,6 +10,7 @@ import argparse
 import math
 
 from common.ports import check_target
+from common.rpc import COORDINATOR_ENV_VAR
 
 MAX_TIMEOUT_S = 3600.0
 """The longest deadline a client flag takes: a huge one (1e300 s) overflows into an immediate DEADLINE_EXCEEDED."""
@@ -81,3 +82,15 @@ def _float(text: str) -> float:
         return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+
+
+def coordinator_refusal(value: str | None) -> str | None:
+    """Why a worker's --coordinator (default: $LEAGUE_COORDINATOR) cannot be dialled, or None. Checked in the
+    worker's main rather than by argparse, so that a bad value from the environment names the variable too."""
+    if not value:
+        return f"--coordinator (or ${COORDINATOR_ENV_VAR}) is required"
+    try:
+        check_target(value)
+    except ValueError as err:
+        return f"--coordinator (or ${COORDINATOR_ENV_VAR}): {err}"
+    return None

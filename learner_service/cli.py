@@ -22,7 +22,6 @@ from pathlib import Path
 
 from common import cli_args
 from common.exit_codes import ADDRESS_IN_USE_EXIT, FAILURE_EXIT, SETUP_ERROR_EXIT
-from common.ports import check_target
 from common.rpc import (
     COORDINATOR_ENV_VAR,
     SHARED_ROOT_ENV_VAR,
@@ -71,12 +70,8 @@ def main(args: argparse.Namespace) -> int:
     from learner_service.learner import JobSetupError, Learner
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.coordinator is None:
-        return _refuse(f"--coordinator (or ${COORDINATOR_ENV_VAR}) is required")
-    try:
-        check_target(args.coordinator)
-    except ValueError as err:
-        return _refuse(f"--coordinator (or ${COORDINATOR_ENV_VAR}): {err}")
+    if (refusal := cli_args.coordinator_refusal(args.coordinator)) is not None:
+        return _refuse(refusal)
     if args.shared_root is None:
         return _refuse(f"--shared-root (or ${SHARED_ROOT_ENV_VAR}) is required")
     if not args.shared_root.is_dir():

@@ -47,6 +47,14 @@ class CannotRunLeague(RuntimeError):
     """A process exited with a setup error (exit 2): this league, as configured, cannot run (the coordinator
     refuses the config against the saved state, a learner cannot set up its player's job). `league run` then
     exits 2 as for any config error: a restart, or running it again, fails the same way."""
+
+
+# What the coordinator's exit at start-up means, by its code (otherwise: RuntimeError, a failed start).
+_COORDINATOR_START_ERRORS: dict[int, type[RuntimeError]] = {
+    ADDRESS_IN_USE_EXIT: PortTakenError,
+    SETUP_ERROR_EXIT: CannotRunLeague,
+}
+
 # A job that fails in every actor often fails in its learner too (an env that does not exist). The learner's
 # setup-error exit names the cause more directly than the given-up jobs, but it may land a moment after the
 # poll that sees them given up: the run waits this long for it before stopping on the failing jobs.
@@ -171,8 +179,7 @@ class Supervisor:
                 return self.address
             if not proc.alive():
                 code = proc.popen.returncode
-                error = {ADDRESS_IN_USE_EXIT: PortTakenError, SETUP_ERROR_EXIT: CannotRunLeague}.get(code,
-                                                                                                  RuntimeError)
+                error = _COORDINATOR_START_ERRORS.get(code, RuntimeError)
                 raise error(f"the coordinator exited ({code}):\n{proc.log_tail()}")
             time.sleep(0.1)  # a child process's file: nothing to wait on but the file system
         raise RuntimeError(f"the coordinator did not report its port within {PORT_WAIT_S:.0f} s:\n{proc.log_tail()}")
@@ -213,9 +220,9 @@ class Supervisor:
                 events.append(self._restart_coordinator(proc))
                 continue
             if proc.popen.returncode == SETUP_ERROR_EXIT:
-                raise CannotRunLeague(f"{proc.name} cannot run this league (exit {SETUP_ERROR_EXIT}: bad arguments or "
-                                   f"a job it cannot set up, which a restart does not fix); last log lines:\n"
-                                   f"{proc.log_tail()}")
+                raise CannotRunLeague(f"{proc.name} cannot run this league (exit {SETUP_ERROR_EXIT}: bad arguments "
+                                      f"or a job it cannot set up, which a restart does not fix); last log lines:\n"
+                                      f"{proc.log_tail()}")
             n = self.restarts.get(proc.name, 0)
             if n >= MAX_WORKER_RESTARTS:
                 raise RuntimeError(f"{proc.name} died {n + 1} times; last log lines:\n{proc.log_tail()}")
@@ -286,7 +293,6 @@ def _final_status(address: str, history_path: Path, start: float, last: Any) -> 
     from common.proto.league.v1 import league_pb2, league_pb2_grpc
     from common.rpc import make_channel
     from league_service.status import STATUS_MAX_BYTES
-    from league_service.status_view import status_to_json
 
     channel = make_channel(address, max_message_bytes=STATUS_MAX_BYTES)
     try:
@@ -295,11 +301,19 @@ def _final_status(address: str, history_path: Path, start: float, last: Any) -> 
         return last
     finally:
         channel.close()
-    record = json.loads(status_to_json(status))
-    record["elapsed_s"] = time.monotonic() - start
+    now = time.monotonic()
     with HistoryLog(history_path) as history:
-        history.offer(record, time.monotonic())
+        history.offer(_history_record(status, now - start), now)
     return status
+
+
+def _history_record(status: Any, elapsed_s: float) -> dict[str, Any]:
+    """A status history line: the GetStatus reply as `league status --json` prints it, and the run's seconds."""
+    from league_service.status_view import status_to_json
+
+    record = json.loads(status_to_json(status))
+    record["elapsed_s"] = elapsed_s
+    return record
 
 
 def _progress_table(status: Any, elapsed: float, run_cfg: RunConfig, run_steps: int, steps_per_s: float,
@@ -414,7 +428,7 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
     from common.proto.league.v1 import league_pb2, league_pb2_grpc
     from common.rpc import make_channel
     from league_service.status import STATUS_MAX_BYTES
-    from league_service.status_view import render_status, status_to_json
+    from league_service.status_view import render_status
 
     # The run directory's config.yaml is replaced only once the coordinator has accepted this config: one it
     # refuses (another league type than the saved state's) must not make the directory describe another league.
@@ -467,9 +481,7 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
                 else:
                     now = time.monotonic()
                     rate = step_rate.update(status.counters.env_steps, now)
-                    record = json.loads(status_to_json(status))
-                    record["elapsed_s"] = now - start
-                    history.offer(record, now)
+                    history.offer(_history_record(status, now - start), now)
                     league_steps = status.counters.env_steps
                     view = _progress_table(status, now - start, run_cfg, step_budget.steps(league_steps), rate,
                                            events)

@@ -481,6 +481,12 @@ class BaseLeagueManager(ABC):
         with self._lock:
             return {**self._header_locked(), **self._roster.state_dict()}
 
+    def has_unsaved_players(self, player_ids: Iterable[str]) -> bool:
+        """Whether any of these players changed since `take_state_changes` last ran: a job naming a snapshot
+        the snapshot thread has just added must not be committed without that player."""
+        with self._lock:
+            return self._all_changed or not self._changed_players.isdisjoint(player_ids)
+
     def take_state_changes(self) -> LeagueStateChanges:
         """What changed in `state_dict()` since this last ran: the header, the players updated or added, the
         payoff records and ratings that changed. The first call (and the first after `load_state_dict`) hands

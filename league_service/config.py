@@ -246,8 +246,17 @@ class PayoffConfig:
         if not 0.0 < self.decay <= 1.0:
             raise ConfigError("decay", f"must be within (0, 1], got {self.decay}")
         _check_at_least(self.min_win_rate_games, 0, "min_win_rate_games")
+        if self.decay < 1.0 and self.min_win_rate_games >= 1.0 / (1.0 - self.decay):
+            # Decayed game counts stay below 1 / (1 - decay): every win rate would stay the default for ever,
+            # and PFSP, snapshots and exploiter resets would never see a result.
+            raise ConfigError("min_win_rate_games", f"must be below 1 / (1 - decay) = {1.0 / (1.0 - self.decay):g} "
+                              f"(the most decayed games a pair can have), got {self.min_win_rate_games}")
         _check_probability(self.default_win_rate, "default_win_rate")
         _check_at_least(self.solo_buffer_size, 1, "solo_buffer_size")
+
+
+MAX_ELO_K_FACTOR = 1000.0
+"""Chess uses 10-40; with thousands a single game moves a rating by more than the whole spread of a league."""
 
 
 @dataclass(frozen=True)
@@ -256,8 +265,8 @@ class EloConfig:
     k_factor: float = 16.0
 
     def __post_init__(self) -> None:
-        if self.k_factor <= 0:
-            raise ConfigError("k_factor", f"must be > 0, got {self.k_factor}")
+        if not 0 < self.k_factor <= MAX_ELO_K_FACTOR:
+            raise ConfigError("k_factor", f"must be within (0, {MAX_ELO_K_FACTOR:g}], got {self.k_factor}")
 
 
 @dataclass(frozen=True)

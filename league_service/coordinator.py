@@ -615,7 +615,11 @@ class Coordinator:
             return None
         if not regrant:
             self._counters = self._counters.plus(jobs_issued=1)
-        self._persist(leases=(lease,), waited=True)  # get_job waits for it next
+        # A collect job may name a snapshot that the snapshot thread added a moment ago and has not recorded for
+        # commit yet (it takes this lock after the league's): the lease is committed with it, or a restart would
+        # hold a lease naming a player the league does not have.
+        unsaved = lease.kind is JobKind.COLLECT and self._league.has_unsaved_players(lease.players)
+        self._persist(leases=(lease,), league_state=unsaved, waited=True)  # get_job waits for it next
         if lease.deadline < self._expiry_at:
             self._expiry_wakeup.notify()
         return lease

@@ -38,8 +38,8 @@ if TYPE_CHECKING:
 def epsilon_greedy(cfg: ExplorationConfig) -> Callable[[int], float]:
     """The exploration epsilon as a function of the player's agent steps."""
     span = cfg.start - cfg.end
-    if cfg.kind == "linear":
-        return lambda step: max(cfg.end, cfg.start - span * step / cfg.decay_len)
+    if cfg.kind == "linear":  # either way: a schedule may rise too (start < end), and stops at `end`
+        return lambda step: cfg.end if step >= cfg.decay_len else cfg.start - span * step / cfg.decay_len
     return lambda step: cfg.end + span * math.exp(-step / cfg.decay_len)
 
 

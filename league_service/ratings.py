@@ -28,11 +28,14 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 # Beyond this many standard deviations into a tail, Phi is computed from the Mills ratio's asymptotic series
 # (math.erfc underflows near 37, and the quotients below lose precision well before that).
 _TAIL = 30.0
+_MAX_ELO_EXPONENT = 300.0  # 10**300 is still a float; 10**309 overflows
 
 
 def elo_expected(rating: float, opponent: float) -> float:
-    """The expected score of `rating` against `opponent`."""
-    return 1.0 / (1.0 + 10.0 ** ((opponent - rating) / 400.0))
+    """The expected score of `rating` against `opponent`. The exponent is clamped: beyond a gap of 120,000 Elo the
+    power overflows a float, and the score is 0 or 1 to float precision long before that."""
+    exponent = min(max((opponent - rating) / 400.0, -_MAX_ELO_EXPONENT), _MAX_ELO_EXPONENT)
+    return 1.0 / (1.0 + 10.0**exponent)
 
 
 def _pdf(x: float) -> float:

@@ -7,6 +7,7 @@ itself: the league uses it under its lock.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,8 @@ from league_service.player_factory import PLAYER_CLASSES, create_player
 from league_service.players import BOT_CATEGORY, ActivePlayer, HistoricalPlayer, Player, ReferenceBotPlayer
 from league_service.ratings import RatingBook
 from league_service.slots import LimitedSpaceContainer
+
+log = logging.getLogger(__name__)
 
 _HISTORICAL_CLASSES: dict[str, type[HistoricalPlayer]] = {
     cls.player_type: cls for cls in (HistoricalPlayer, ReferenceBotPlayer)
@@ -176,8 +179,13 @@ class Roster:
             raise LeagueStateError("slots_used", "expected the slots used of every active player")
         for pid, used in slots_used.items():
             limit = roster.slots[pid].max_val
-            if not isinstance(used, int) or not 0 <= used <= limit:
-                raise LeagueStateError(f"slots_used.{pid}", f"expected 0..{limit}, got {used!r}")
+            if not isinstance(used, int) or isinstance(used, bool) or used < 0:
+                raise LeagueStateError(f"slots_used.{pid}", f"expected a count >= 0, got {used!r}")
+            if used > limit:
+                # The limit was lowered (max_job, max_active_player_job) while jobs were in flight: they stay
+                # valid, and the player launches nothing new until fewer than the new limit are left.
+                log.warning("%s has %d jobs in flight, above its limit of %d: no new job until they end",
+                            pid, used, limit)
             roster.slots[pid].cur = used
         roster._add_reference_bots(league)  # bots added to the config since the state was saved join now
         return roster

@@ -17,7 +17,8 @@ class LimitedSpaceContainer:
         self.cur = min_val
 
     def get_residual_space(self) -> int:
-        return self.max_val - self.cur
+        # `cur` may exceed `max_val` after a restart with a lowered limit (Roster.from_state_dict).
+        return max(0, self.max_val - self.cur)
 
     def acquire_space(self) -> bool:
         """Take one slot if there is one free."""

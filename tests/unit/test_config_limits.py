@@ -39,6 +39,7 @@ from league_cli.main import build_parser
 from league_cli.run import RunConfig
 from league_service.cli import _status_address, add_status_arguments, coordinator_main
 from league_service.config import (
+    MAX_ELO_K_FACTOR,
     MAX_ENV_NUM,
     MAX_JOBS_PER_PLAYER,
     config_from_dict,
@@ -126,6 +127,19 @@ def test_job_slots_per_player_are_bounded():
              f"must be at most {MAX_JOBS_PER_PLAYER}, got")
     cfg = config_from_dict({"league": {"max_active_player_job": MAX_JOBS_PER_PLAYER}})
     assert cfg.league.job_limit("main_player") == MAX_JOBS_PER_PLAYER
+
+
+def test_a_payoff_whose_decayed_games_never_reach_min_win_rate_games_is_refused():
+    # With decay d a pair's decayed game count stays below 1 / (1 - d): 1 / 0.125 = 8 games never reached.
+    _refused({"league": {"payoff": {"decay": 0.875, "min_win_rate_games": 8}}}, "league.payoff.min_win_rate_games",
+             "must be below 1 / (1 - decay) = 8")
+    config_from_dict({"league": {"payoff": {"decay": 0.9, "min_win_rate_games": 8}}})
+    config_from_dict({"league": {"payoff": {"decay": 1.0, "min_win_rate_games": 1000}}})
+
+
+def test_an_elo_k_factor_that_would_overflow_the_expected_score_is_refused():
+    _refused({"league": {"elo": {"k_factor": 3e5}}}, "league.elo.k_factor", f"must be within (0, {MAX_ELO_K_FACTOR:g}]")
+    config_from_dict({"league": {"elo": {"k_factor": MAX_ELO_K_FACTOR}}})
 
 
 # -- 3. integers the wire cannot carry ---------------------------------------------------------------------------

@@ -143,15 +143,21 @@ def test_a_player_types_max_job_overrides_the_league_wide_limit(make_league):
     assert [s.launch_player for s in league.launch_ready_jobs()] == [MAIN]
 
 
-def test_a_saved_state_is_checked_against_each_players_own_limit(make_league):
+def test_a_saved_state_above_a_lowered_limit_loads_and_launches_nothing_until_below_it(make_league):
     cfg = _cfg(main_player={"max_job": 4})
     league = make_league(cfg)
     league.launch_ready_jobs()
     state = league.state_dict()
     assert state["slots_used"][MAIN] == 4
     make_league(cfg).load_state_dict(state)  # 4 of 4: fits
-    with pytest.raises(LeagueStateError, match="expected 0..2"):
-        make_league(_cfg()).load_state_dict(state)  # the same state under the default limit of 2
+    lowered = make_league(_cfg())  # the default limit of 2: the 4 jobs in flight stay valid
+    lowered.load_state_dict(state)
+    assert not [job for job in lowered.launch_ready_jobs() if job.launch_player == MAIN]
+    for _ in range(3):
+        lowered.release_job(MAIN)
+    assert [job.launch_player for job in lowered.launch_ready_jobs()].count(MAIN) == 1  # 1 left + 1 = the limit
+    with pytest.raises(LeagueStateError, match="expected a count >= 0"):
+        make_league(cfg).load_state_dict({**state, "slots_used": {**state["slots_used"], MAIN: -1}})
 
 
 def test_release_without_a_held_slot_raises(make_league):

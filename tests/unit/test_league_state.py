@@ -137,7 +137,7 @@ def test_a_state_of_other_players_is_rejected_and_changes_nothing():
             "payoff",
         ),
         (lambda s: s["ratings"].pop("main_player_default_0"), "ratings"),
-        (lambda s: s["slots_used"].update(main_player_default_0=7), "slots_used"),
+        (lambda s: s["slots_used"].update(main_player_default_0=-1), "slots_used"),
         (lambda s: s["counters"].update(matches=-1), "counters"),
         (lambda s: s.update(rng={"bit_generator": "nope"}), "rng"),
     ],

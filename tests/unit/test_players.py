@@ -419,6 +419,10 @@ def test_epsilon_schedules():
     assert exp(0) == 1.0 and exp(100) == pytest.approx(0.1 + 0.9 * math.exp(-1))
     linear = epsilon_greedy(ExplorationConfig(start=1.0, end=0.1, decay_len=100, kind="linear"))
     assert linear(0) == 1.0 and linear(50) == pytest.approx(0.55) and linear(1000) == 0.1
+    rising = epsilon_greedy(ExplorationConfig(start=0.05, end=0.95, decay_len=100, kind="linear"))
+    assert rising(0) == 0.05 and rising(50) == pytest.approx(0.5) and rising(1000) == 0.95  # stops at `end`
+    rising_exp = epsilon_greedy(ExplorationConfig(start=0.05, end=0.95, decay_len=100, kind="exp"))
+    assert rising_exp(0) == pytest.approx(0.05) and 0.05 < rising_exp(10**6) <= 0.95
 
 
 def test_get_job_merges_computed_values_over_the_job_template():

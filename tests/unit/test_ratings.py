@@ -60,6 +60,7 @@ def test_a_draw_between_equals_changes_no_elo_but_shrinks_uncertainty():
 def test_elo_expected_score():
     assert elo_expected(1200, 1200) == 0.5
     assert elo_expected(1600, 1200) == pytest.approx(10 / 11)
+    assert elo_expected(0.0, 1e9) < 1e-299 and elo_expected(1e9, 0.0) == 1.0  # no OverflowError at huge gaps
 
 
 def test_compute_changes_nothing_until_commit_and_skips_self_play():

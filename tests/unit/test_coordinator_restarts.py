@@ -1,0 +1,122 @@
+"""What a kill -9 leaves must restart into a league that goes on: a lease is never committed without the
+players it names, and a launch-slot limit lowered while jobs were in flight does not stop the coordinator."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+
+from league_service.coordinator import Coordinator, CoordinatorSettings
+from league_service.coordinator_messages import FinishReport, JobGrant, NoJob, PlayerUpdateRequest
+from league_service.coordinator_testing import small_league_config
+from league_service.leases import JobEndStatus, WorkerRole
+from league_service.messages import EpisodeOutcome, Outcome, PlayerOutcome, PlayerUpdate
+
+MAIN = "main_player_default_0"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _open(tmp_path, state, overrides=None) -> Coordinator:
+    coordinator = Coordinator(
+        small_league_config(overrides),
+        CoordinatorSettings(shared_root=tmp_path, state_path=state, lease_timeout_s=60.0, needs_learner=False,
+                            rng_seed=0),
+        clock=_Clock(),
+        expiry_thread=False,
+    )
+    coordinator.start()
+    return coordinator
+
+
+def _crash_copy(state, crashed) -> None:
+    """What a kill -9 now would leave: a consistent copy of what was committed."""
+    source, copy = sqlite3.connect(state), sqlite3.connect(crashed)
+    try:
+        source.backup(copy)
+    finally:
+        source.close()
+        copy.close()
+
+
+def test_a_restart_with_fewer_launch_slots_than_jobs_in_flight_keeps_them_and_launches_no_more(tmp_path):
+    state = tmp_path / "state.sqlite"
+    first = _open(tmp_path, state)
+    try:
+        first.register_worker("a", WorkerRole.ACTOR, "host", "")
+        grants = [first.get_job("a", WorkerRole.ACTOR, "", wait_s=0.0) for _ in range(4)]  # 2 slots per player
+        assert all(isinstance(g, JobGrant) for g in grants)
+    finally:
+        first.close()
+
+    second = _open(tmp_path, state, {"league": {"max_active_player_job": 1}})
+    try:
+        players = {p.player_id: p for p in second.status().league.players if p.active}
+        assert {(p.slots_used, p.slots_limit) for p in players.values()} == {(2, 1)}
+        assert isinstance(second.get_job("a", WorkerRole.ACTOR, "", wait_s=0.0), NoJob)
+        # Both of a player's jobs must end before it launches again, now one at a time.
+        mine = [g for g in grants if g.launch_player == MAIN]
+        for grant in mine:
+            home, away = (p.player_id for p in grant.players)
+            episode = EpisodeOutcome((PlayerOutcome(home, Outcome.WIN), PlayerOutcome(away, Outcome.LOSS)), 5)
+            second.finish_job(FinishReport("a", grant.job_id, JobEndStatus.COMPLETED, (episode,), 5, 0, ""))
+        again = second.get_job("a", WorkerRole.ACTOR, "", wait_s=0.0)
+        assert isinstance(again, JobGrant) and again.launch_player == MAIN
+        assert isinstance(second.get_job("a", WorkerRole.ACTOR, "", wait_s=0.0), NoJob)  # the exploiter's 2 remain
+    finally:
+        second.close()
+
+
+def test_a_job_naming_a_snapshot_not_yet_recorded_is_committed_with_it(tmp_path):
+    """The snapshot thread adds a historical player under the league's lock and records the change under the
+    coordinator's lock afterwards. A job granted in between (here: held open) must not reach the disk alone."""
+    overrides = {"coordinator": {"max_job_attempts": 1, "job_retry_backoff_s": 0.0, "max_job_retry_backoff_s": 0.0}}
+    state, crashed = tmp_path / "state.sqlite", tmp_path / "crashed.sqlite"
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "main.pt").write_bytes(b"weights")
+    gate = threading.Event()
+    first = _open(tmp_path, state, overrides)
+    try:
+        league = first._league
+        record = league._on_change
+        league._on_change = lambda: (gate.wait(30), record())  # the snapshot thread waits inside the window
+        first.register_worker("a", WorkerRole.ACTOR, "host", "")
+        first.register_worker("l", WorkerRole.LEARNER, "host", "127.0.0.1:1")
+        grants = [first.get_job("a", WorkerRole.ACTOR, "", wait_s=0.0) for _ in range(4)]
+        first.update_player(PlayerUpdateRequest("l", PlayerUpdate(MAIN, 1, 20_000, "ckpt/main.pt", 1, 0)))
+        deadline = time.monotonic() + 10
+        while not league.historical_players and time.monotonic() < deadline:
+            time.sleep(0.02)
+        snapshot = league.historical_players[0].player_id
+        naming = None
+        for _ in range(100):  # fail the main player's jobs (given up at once) until a new one plays the snapshot
+            failed = next(g for g in grants if g.launch_player == MAIN)
+            grants.remove(failed)
+            first.finish_job(FinishReport("a", failed.job_id, JobEndStatus.FAILED, (), 0, 0, "boom"))
+            grant = first.get_job("a", WorkerRole.ACTOR, "", wait_s=0.0)
+            grants.append(grant)
+            if snapshot in [p.player_id for p in grant.players]:
+                naming = grant
+                break
+        assert naming is not None
+        _crash_copy(state, crashed)
+    finally:
+        gate.set()
+        first.close()
+
+    second = _open(tmp_path, crashed, overrides)
+    try:
+        assert snapshot in [p.player_id for p in second.status().league.players]
+        home, away = (p.player_id for p in naming.players)
+        episode = EpisodeOutcome((PlayerOutcome(home, Outcome.WIN), PlayerOutcome(away, Outcome.LOSS)), 5)
+        ack = second.finish_job(FinishReport("a", naming.job_id, JobEndStatus.COMPLETED, (episode,), 5, 0, ""))
+        assert not ack.duplicate and ack.episodes_counted == 1
+    finally:
+        second.close()

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import socket
 import traceback
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -145,7 +147,9 @@ class Actor:
                                      settings.env_reset_timeout_s, settings.env_cpus)
         self._pool: PolicyPool | None = None
         self._heartbeat: JobHeartbeat | None = None
-        self.reports: list[JobReport] = []
+        self.reports: deque[JobReport] = deque(maxlen=KEPT_REPORTS)
+        """The newest jobs' reports (an actor runs for weeks: all of them would grow without bound)."""
+        self.jobs_run = 0
 
     @property
     def worker_id(self) -> str:
@@ -160,13 +164,14 @@ class Actor:
         return self._stop.is_set()
 
     def run(self) -> list[JobReport]:
-        """Serve jobs until stopped (or `max_jobs` are done); returns one report per job."""
+        """Serve jobs until stopped (or `max_jobs` are done); returns the reports of the last `KEPT_REPORTS` jobs
+        (`jobs_run` counts them all)."""
         try:
             registration = self._client.register()
             if registration is None:
-                return self.reports
+                return list(self.reports)
             while not self._stop.is_set():
-                if self.settings.max_jobs is not None and len(self.reports) >= self.settings.max_jobs:
+                if self.settings.max_jobs is not None and self.jobs_run >= self.settings.max_jobs:
                     break
                 job = self._client.next_job(self.settings.get_job_wait_s)
                 if job is None:
@@ -176,12 +181,13 @@ class Actor:
                          report.status, report.episodes, report.env_steps, report.agent_steps, report.chunks_sent,
                          f" ({report.error})" if report.error else "")
                 self.reports.append(report)
+                self.jobs_run += 1
         finally:
             try:
                 self._managers.close()
             finally:
                 self._client.close()
-        return self.reports
+        return list(self.reports)
 
     # ---- one job -----------------------------------------------------------------------------------------
 
@@ -199,7 +205,7 @@ class Actor:
             revoked.set()
 
         heartbeat = self._heartbeat = JobHeartbeat(
-            self._client, plan.job_id, heartbeat_interval_s, on_revoked, stalled=self._managers.stalled_s,
+            self._client, plan.job_id, job_heartbeat_interval(heartbeat_interval_s, plan.lease_timeout_s), on_revoked, stalled=self._managers.stalled_s,
             stall_limit_s=self.settings.env_step_timeout_s,
         ).start()
         sender: TrajectorySender | None = None
@@ -352,6 +358,19 @@ class Actor:
                       code, details)
             return "unreported"
         return "refused" if reply is None else "counted"
+
+
+KEPT_REPORTS = 1000
+"""Job reports an actor keeps (~0.6 KB each)."""
+
+
+def job_heartbeat_interval(registered_s: float, lease_timeout_s: float) -> float:
+    """How often a job's heartbeat goes out: as registration said, and at least three times per the job's own
+    lease. The actor registers once, so a coordinator restarted with a shorter lease (which still knows the
+    worker) would otherwise see every lease expire between two heartbeats."""
+    if math.isfinite(lease_timeout_s) and lease_timeout_s > 0:
+        return min(registered_s, lease_timeout_s / 3)
+    return registered_s
 
 
 STOP_FINISH_S = 3.0

@@ -109,7 +109,7 @@ def main(args: argparse.Namespace) -> int:
             return _refuse(str(err))
         log.error("the actor stopped on an error", exc_info=err)
         return FAILURE_EXIT
-    log.info("actor %s stopped after %d job(s)", settings.worker_id, len(actor.reports))
+    log.info("actor %s stopped after %d job(s)", settings.worker_id, actor.jobs_run)
     return 0
 
 

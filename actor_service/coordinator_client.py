@@ -3,7 +3,7 @@
 Register and GetJob retry forever (until the stop signal) with exponential backoff while the coordinator is
 unreachable, and build a fresh channel for each retry: a gRPC channel that failed to connect backs off on its
 own, up to two minutes, and would keep failing fast after the coordinator is back. FinishJob is idempotent by
-job id, so it is retried on UNAVAILABLE / DEADLINE_EXCEEDED.
+job id, so it is retried on UNAVAILABLE / DEADLINE_EXCEEDED until the coordinator answers (or the actor stops).
 """
 
 from __future__ import annotations
@@ -25,10 +25,14 @@ log = logging.getLogger(__name__)
 
 # Extra time a GetJob call gets beyond its long poll, so the server's answer arrives before the deadline.
 _LONG_POLL_MARGIN_S = 5.0
-FINISH_RETRY = RetryPolicy(attempts=12, initial_backoff_s=0.2, max_backoff_s=3.0)
+FINISH_RETRY = RetryPolicy(attempts=None, initial_backoff_s=0.2, max_backoff_s=3.0)
+"""FinishJob is retried until the coordinator answers (or the actor stops), however long it is away: a
+coordinator restarted on its state gives every lease in flight a fresh deadline (LEASES.md), so it counts a
+finish that arrives minutes late. Twelve attempts used to give up after ~13 s of refused connections, and the
+job's results were lost to a restart that took longer (a crash loop, a rescheduled pod)."""
 FINISH_WARN_EVERY = 4
-"""A FinishJob's first failed attempt is a warning, and then every this many (attempts 1, 4, 8 of 12): the
-retries can take two minutes, which must not pass in silence, nor fill the log when many jobs finish at once."""
+"""A FinishJob's first failed attempt is a warning, and then every this many (attempts 1, 4, 8, ...): the
+retries can go on for minutes, which must not pass in silence, nor fill the log when many jobs finish at once."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +138,7 @@ class CoordinatorClient:
         """FinishJob, retried while the coordinator is unreachable; None when the coordinator no longer
         holds the job for us (its lease expired or was re-issued: FAILED_PRECONDITION / NOT_FOUND).
         `once_within_s`: one call with that deadline and no retry (a stopping actor: its lease expiring is
-        the fallback, and a stop must not wait out a coordinator that does not answer, ~2 minutes of retries)."""
+        the fallback, and a stop must not wait for a coordinator that does not answer)."""
         timeout, policy = self._call_timeout_s, FINISH_RETRY
         if once_within_s is not None:
             timeout, policy = min(timeout, once_within_s), RetryPolicy(attempts=1)
@@ -143,9 +147,10 @@ class CoordinatorClient:
             if failed == 1 or failed % FINISH_WARN_EVERY == 0:
                 code = status_code(err)
                 details = err.details() if callable(getattr(err, "details", None)) else str(err)
-                log.warning("FinishJob of %s at %s failed (%s: %s), attempt %d of %d; retrying in %.2f s",
+                of = f" of {policy.attempts}" if policy.attempts is not None else ""
+                log.warning("FinishJob of %s at %s failed (%s: %s), attempt %d%s; retrying in %.2f s",
                             request.job_id, self.address, code.name if code else type(err).__name__, details,
-                            failed, policy.attempts, delay)
+                            failed, of, delay)
 
         try:
             # A stop while retrying ends the retries (the lease expiring is the fallback).

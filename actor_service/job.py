@@ -16,6 +16,7 @@ from google.protobuf import struct_pb2
 from common.adder_config import AdderConfig
 from common.computation.algorithm import ForwardKwargs
 from common.envs.bot_spec import BotSpec
+from common.job_limits import MAX_EPISODES_PER_JOB
 from common.proto.league.v1 import league_pb2
 from common.struct_data import struct_to_dict
 from common.typed_config import from_mapping
@@ -100,6 +101,9 @@ class JobPlan:
             raise JobError("episode_num", f"episode_num {job.episode_num} and env_steps {job.env_steps} must be >= 0")
         if job.episode_num == 0 and job.env_steps == 0:
             raise JobError("episode_num", "episode_num and env_steps are both 0: the job would never end")
+        if job.episode_num > MAX_EPISODES_PER_JOB:
+            raise JobError("episode_num", f"must be at most {MAX_EPISODES_PER_JOB} (the episodes one FinishJob can "
+                           f"report), got {job.episode_num}")
         env_kwargs = _plain(job.env_kwargs, "env_kwargs")
         if "bots" in env_kwargs and any(p.bot for p in players):
             raise JobError("env_kwargs.bots", "the job seats reference-bot players: the env's own bots would take "

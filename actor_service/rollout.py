@@ -46,6 +46,7 @@ from actor_service.transitions import NO_STATE, Decision, Row, SeatTrajectory
 from common.computation.algorithm import ForwardKwargs
 from common.envs.base import EnvInfo, Outcome, TimeStep
 from common.envs.policy_view import player_view, to_play
+from common.job_limits import MAX_EPISODES_PER_JOB
 from common.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
@@ -266,7 +267,8 @@ class Rollout:
     def _finished(self) -> bool:
         if self._target.episode_num > 0:
             return len(self.episodes) >= self._target.episode_num
-        return self.env_steps >= self._target.env_steps
+        # An env-step budget ends early at the episodes one FinishJob can report.
+        return self.env_steps >= self._target.env_steps or len(self.episodes) >= MAX_EPISODES_PER_JOB
 
     def _act(self, ready: Mapping[int, Any]) -> dict[int, int]:
         groups: dict[int, _Group] = {}
@@ -345,7 +347,7 @@ class Rollout:
                 final = player_view(ts.obs, seat, self._info)
                 episode_return = float(slot.returns[seat])
                 self._collect(trajectory.end_episode(final, ts.terminated, ts.truncated, episode_return))
-            if slot.counted or self._target.episode_num == 0:
+            if slot.counted or (self._target.episode_num == 0 and len(self.episodes) < MAX_EPISODES_PER_JOB):
                 self.episodes.append(self._record(slot, ts))
             slot.episode_index += 1
             slot.start_episode()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import hmac
 import ipaddress
+import itertools
 import logging
 import math
 import os
@@ -477,7 +478,8 @@ def make_channel(
 class RetryPolicy:
     """Exponential backoff with full jitter; only for idempotent calls."""
 
-    attempts: int = 5
+    attempts: int | None = 5
+    """None: retry until the call succeeds, fails otherwise, or the caller's stop is set."""
     initial_backoff_s: float = 0.1
     max_backoff_s: float = 2.0
     multiplier: float = 2.0
@@ -486,15 +488,15 @@ class RetryPolicy:
     )
 
     def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ValueError(f"attempts: must be >= 1, got {self.attempts}")
+        if self.attempts is not None and self.attempts < 1:
+            raise ValueError(f"attempts: must be >= 1 or None, got {self.attempts}")
         if not (0 < self.initial_backoff_s <= self.max_backoff_s):
             raise ValueError("initial_backoff_s: must be > 0 and <= max_backoff_s")
 
     def backoffs(self, rng: random.Random | None = None) -> Iterable[float]:
         rng = rng or random.Random()
         cap = self.initial_backoff_s
-        for _ in range(self.attempts - 1):
+        for _ in itertools.count() if self.attempts is None else range(self.attempts - 1):
             yield rng.uniform(0, cap)
             cap = min(self.max_backoff_s, cap * self.multiplier)
 

@@ -27,6 +27,7 @@ from common.config import (
 )
 from common.envs.bot_spec import BotSpec
 from common.envs.registry import OPENSPIEL_ALIASES, OPENSPIEL_PREFIX, PYTHON_PREFIX
+from common.job_limits import MAX_EPISODES_PER_JOB
 from common.paths import MAX_COMPONENT_CHARS, UnsafePathError, check_component, check_relative
 from common.ports import split_host_port
 
@@ -416,7 +417,8 @@ class EnvConfig:
     kwargs: dict[str, Any] = field(default_factory=dict)
     # Environments per collect job.
     env_num: int = 1
-    # Episodes per collect job; 0 means until env_steps are spent.
+    # Episodes per collect job (at most MAX_EPISODES_PER_JOB); 0 means until env_steps are spent (a job also
+    # ends once it played MAX_EPISODES_PER_JOB episodes: its FinishJob reports each of them).
     episode_num: int = 8
     # Env steps per collect job; 0 means no step budget (episode_num bounds the job).
     env_steps: int = 0
@@ -425,7 +427,7 @@ class EnvConfig:
         if not self.name:
             raise ConfigError("name", "must not be empty")
         _check_within(self.env_num, 1, MAX_ENV_NUM, "env_num")
-        _check_within(self.episode_num, 0, MAX_INT64, "episode_num")
+        _check_within(self.episode_num, 0, MAX_EPISODES_PER_JOB, "episode_num")
         _check_within(self.env_steps, 0, MAX_INT64, "env_steps")
         if self.episode_num == 0 and self.env_steps == 0:
             raise ConfigError("episode_num", "episode_num and env_steps are both 0: a job would never end")

@@ -28,6 +28,7 @@ from common.algorithms.registry import make_computation_task
 from common.checkpoint_store import CheckpointStore
 from common.envs.policy_view import policy_specs
 from common.envs.registry import make_env
+from common.job_limits import MAX_EPISODES_PER_JOB
 from common.proto.league.v1 import league_pb2 as pb
 from league_cli.processes import ManagedProcess, ProcessGroup, league_command
 from league_service.config import config_from_dict
@@ -143,7 +144,7 @@ def test_an_actor_stuck_in_an_env_it_cannot_interrupt_lets_its_lease_expire(tmp_
     overrun its step timeout by as much again, the lease expires and the coordinator offers the job again (a
     probe actor gets it). Once the env returns, the actor hears that the job was revoked and abandons it."""
     caplog.set_level(logging.WARNING)
-    config = solo_league({"hang_every": 25}, episode_num=100_000)
+    config = solo_league({"hang_every": 25}, episode_num=MAX_EPISODES_PER_JOB)
     cfg = config_from_dict(config)
     publish_first_checkpoint(tmp_path, config)
     with running_coordinator(cfg, tmp_path, needs_learner=False, lease_timeout_s=1.5) as server:

@@ -19,6 +19,7 @@ from common.algorithms.registry import make_computation_task
 from common.checkpoint_store import CheckpointStore
 from common.envs.policy_view import policy_specs
 from common.envs.registry import make_env
+from common.job_limits import MAX_EPISODES_PER_JOB
 from common.proto.league.v1 import league_pb2 as pb
 from league_service.config import config_from_dict, load_config
 from league_service.coordinator_testing import coordinator_process, league_stub, running_coordinator
@@ -33,7 +34,7 @@ def long_solo_config():
     """A solo CartPole league whose jobs last far longer than the test (so they are cut short)."""
     cfg = config_from_dict({
         "league": {"league_type": "solo", "active_players": {"solo_active_player": 1}, "max_active_player_job": 1},
-        "env": {"name": "CartPole-v1", "env_num": 2, "episode_num": 1_000_000},
+        "env": {"name": "CartPole-v1", "env_num": 2, "episode_num": MAX_EPISODES_PER_JOB},
     })
     return dataclasses.replace(cfg, policy=POLICY)
 
@@ -143,7 +144,7 @@ def test_sigterm_is_quick_while_the_coordinator_does_not_answer(tmp_path):
     config = tmp_path / "league.yaml"
     config.write_text(yaml.safe_dump({
         "league": {"league_type": "solo", "active_players": {"solo_active_player": 1}, "max_active_player_job": 1},
-        "env": {"name": "CartPole-v1", "env_num": 2, "episode_num": 1_000_000},
+        "env": {"name": "CartPole-v1", "env_num": 2, "episode_num": MAX_EPISODES_PER_JOB},
     }))
     publish_first_checkpoint(tmp_path, load_config(config).policy)
     argv = ["--config", str(config), "--shared-root", str(tmp_path), "--port", "0", "--without-learners"]

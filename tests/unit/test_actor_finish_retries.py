@@ -98,3 +98,39 @@ def test_a_stopping_actors_single_attempt_is_not_called_a_retry(client, caplog):
     with pytest.raises(Failure):
         _finish(client, FlakyStub(failures=1), once_within_s=0.5)
     assert _warnings(caplog) == []
+
+
+def test_the_default_policy_retries_until_the_coordinator_answers(monkeypatch, caplog):
+    """A coordinator restarted on its state counts a finish however long it was away (its leases get a fresh
+    deadline): the retries do not give up after a count (12 attempts gave up after ~13 s of refused
+    connections), and a stop still ends them."""
+    caplog.set_level(logging.WARNING)
+    policy = coordinator_client.FINISH_RETRY
+    assert policy.attempts is None
+    monkeypatch.setattr(coordinator_client, "FINISH_RETRY",
+                        RetryPolicy(attempts=None, initial_backoff_s=0.0001, max_backoff_s=0.0002))
+    client = CoordinatorClient("127.0.0.1:1", "actor-0", stop=StopSignal())
+    try:
+        stub = FlakyStub(failures=500)
+        assert _finish(client, stub) is not None and stub.calls == 501
+        assert "attempt 4;" in _warnings(caplog)[1]
+    finally:
+        client.close()
+
+    stop = StopSignal()
+    client = CoordinatorClient("127.0.0.1:1", "actor-0", stop=stop)
+    try:
+        stub = FlakyStub(failures=10**9)
+        original = stub.FinishJob
+
+        def failing_then_stopped(request, timeout):
+            if stub.calls == 50:
+                stop.set()
+            return original(request, timeout)
+
+        client._stub_now = lambda: type("Stub", (), {"FinishJob": staticmethod(failing_then_stopped)})()
+        with pytest.raises(Failure):
+            client.finish_job(league_pb2.FinishJobRequest(worker_id="actor-0", job_id="job-42"))
+        assert stub.calls == 51
+    finally:
+        client.close()

@@ -3,7 +3,7 @@
 import pytest
 from google.protobuf import struct_pb2
 
-from actor_service.actor import episode_result, job_seed
+from actor_service.actor import episode_result, job_heartbeat_interval, job_seed
 from actor_service.job import JobError, JobKind, JobPlan
 from actor_service.rollout import EpisodeRecord
 from actor_service.trajectory_sender import SenderSettings
@@ -111,3 +111,11 @@ def test_episode_results_list_players_in_job_order():
 
 def test_job_seed_is_stable_per_job():
     assert job_seed("abc") == job_seed("abc") != job_seed("abd")
+
+
+def test_a_jobs_heartbeat_beats_at_least_three_times_per_its_own_lease():
+    """The actor registers once; a coordinator restarted with a shorter lease still knows it, so the job's
+    lease_timeout_s (not the first registration's interval) must set the pace, or every lease expires."""
+    assert job_heartbeat_interval(5.0, 30.0) == 5.0
+    assert job_heartbeat_interval(5.0, 3.0) == 1.0
+    assert job_heartbeat_interval(5.0, 0.0) == 5.0  # no lease in the job (an older coordinator): as registered

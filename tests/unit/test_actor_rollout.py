@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from actor_service import rollout as rollout_module
 from actor_service.envs.env_manager import BaseEnvManager, EnvManagerConfig
 from actor_service.job import JobError
 from actor_service.policy_pool import Policy
@@ -222,6 +223,17 @@ def test_the_first_episodes_started_are_reported_and_surplus_ones_only_feed_the_
     finished = sum(int(traj.terminals.sum()) for traj, _ in sink.items)
     assert finished >= episodes  # an env that was done early played on (its data still went out)
     assert result.env_steps >= sum(e.length for e in result.episodes)
+
+
+def test_an_env_step_budget_ends_at_the_episodes_one_finish_job_can_report(manager, monkeypatch):
+    """A job of 60,000 episodes made a FinishJob over gRPC's 4 MiB limit: never counted. An env-step job whose
+    episodes are short reports at most MAX_EPISODES_PER_JOB of them, then ends."""
+    monkeypatch.setattr(rollout_module, "MAX_EPISODES_PER_JOB", 5)
+    target = RolloutTarget(("a", "b"), 0, 10**9, ForwardKwargs(), 8)
+    rollout = Rollout(manager, manager.env_info, target, [make_policy("a", 1), make_policy("b", 2)],
+                      stop=StopSignal(), sink=InMemorySink())
+    result = rollout.run()
+    assert result.end is RolloutEnd.COMPLETED and len(result.episodes) == 5
 
 
 def test_stop_ends_after_the_current_step_with_the_episodes_so_far(manager):

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from common.config import ConfigError, from_dict, parse_yaml
+from common.job_limits import MAX_EPISODES_PER_JOB
 from common.learner_config import (
     MAX_KEEP_LAST,
     MAX_LEARNER_BATCH_SIZE,
@@ -152,6 +153,7 @@ def test_an_elo_k_factor_that_would_overflow_the_expected_score_is_refused():
         ({"env": {"env_num": MAX_ENV_NUM + 1}}, "env.env_num"),
         ({"env": {"env_steps": 1e23}}, "env.env_steps"),
         ({"env": {"episode_num": 1e23}}, "env.episode_num"),
+        ({"env": {"episode_num": MAX_EPISODES_PER_JOB + 1}}, "env.episode_num"),  # one FinishJob reports them
     ],
 )
 def test_job_sizes_must_fit_their_wire_fields(data, path):
@@ -159,7 +161,8 @@ def test_job_sizes_must_fit_their_wire_fields(data, path):
 
 
 def test_job_sizes_at_their_limits_load():
-    cfg = config_from_dict({"env": {"env_num": MAX_ENV_NUM, "env_steps": 2**63 - 1, "episode_num": 2**63 - 1}})
+    cfg = config_from_dict({"env": {"env_num": MAX_ENV_NUM, "env_steps": 2**63 - 1,
+                                    "episode_num": MAX_EPISODES_PER_JOB}})
     assert cfg.env.env_num == MAX_ENV_NUM
 
 

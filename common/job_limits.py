@@ -1,0 +1,10 @@
+"""Bounds on a collect job that both ends must agree on: the coordinator checks configs against them, the
+actor checks jobs and plays within them."""
+
+from __future__ import annotations
+
+MAX_EPISODES_PER_JOB = 5_000
+"""The most episodes one job reports. Every episode travels in the job's FinishJob (~80 bytes for two players
+with the default ids, ~420 with the longest ids allowed), which must fit gRPC's 4 MiB message limit: a job of
+60,000 episodes was refused RESOURCE_EXHAUSTED at every attempt, and its games were never counted. A job with an
+env-step budget (`env.episode_num: 0`) ends early once it has played this many episodes."""

@@ -100,6 +100,11 @@ class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
     """No published checkpoint at that path (never published, or removed by retention)."""
 
 
+class VersionConflictError(ValueError):
+    """A publish numbered at or below the player's latest version: someone else published it meanwhile (the
+    store has one writer per player, the learner bound to it)."""
+
+
 @dataclass(frozen=True)
 class FileDigest:
     """What a published companion file must hash to."""
@@ -194,7 +199,8 @@ class CheckpointStore:
         self.wait_for_retention()
         latest = self.latest(player_id)
         if latest is not None and version <= latest.version:
-            raise ValueError(f"version {version} of {player_id!r} must exceed the latest published {latest.version}")
+            raise VersionConflictError(
+                f"version {version} of {player_id!r} must exceed the latest published {latest.version}")
         payload = {"format": FORMAT, "version": int(version), "tensors": _to_torch(tensors)}
         state_payload = None
         if training_state is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -26,7 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from common.checkpoint_store import CheckpointError, CheckpointNotFoundError, CheckpointRef, CheckpointStore
+from common.checkpoint_store import (
+    CheckpointError,
+    CheckpointNotFoundError,
+    CheckpointRef,
+    CheckpointStore,
+    VersionConflictError,
+)
+from learner_service.league_client import BindingLost
 from learner_service.trainer import Progress, Trainer
 
 log = logging.getLogger(__name__)
@@ -78,9 +86,16 @@ class StartPoint:
     """The store's latest version of the player when it *is* the start point (nothing to publish)."""
 
 
+_MAX_META_INT = 2**63 - 1  # UpdatePlayer's int64 fields
+
+
 def _meta_int(metadata: Mapping[str, Any], key: str) -> int:
+    """A counter from a manifest's metadata; 0 for anything else (JSON reads `Infinity` and 1e400 as inf, which
+    int() refuses with an OverflowError: every session start crashed on such a manifest)."""
     value = metadata.get(key, 0)
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0 else 0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    return int(value) if math.isfinite(value) and 0 <= value <= _MAX_META_INT else 0
 
 
 class CheckpointPublisher:
@@ -135,6 +150,11 @@ class CheckpointPublisher:
         }
         try:
             ref = trainer.publish(self.store, self.player_id, metadata)  # weights + training state
+        except VersionConflictError as err:
+            # Another learner published this player meanwhile (a late publish of the learner before us, which
+            # started within its lease): the player is not ours to write any more.
+            self.last = self.store.latest(self.player_id)
+            raise BindingLost(f"{err}: another learner publishes this player now") from err
         except Exception as err:
             cause = storage_error(err)
             if cause is None:
@@ -176,13 +196,26 @@ class CheckpointPublisher:
             progress.train_iteration = max(progress.train_iteration, _meta_int(own.metadata, META_TRAIN_ITERATION))
             updates = _meta_int(own.metadata, META_ALGORITHM_UPDATES)
         if own is not None and own.version >= job_version:
-            latest_is_own = self.last is not None and self.last.version == own.version
+            if self.last is None or own.version > self.last.version:
+                # A crash between the version's manifest and latest.json: the version is complete (it verified),
+                # so it is the latest; resuming it resumes its training state too, and nothing is rewritten.
+                self.last = own
+            latest_is_own = self.last.version == own.version
             return StartPoint(own.version, own_weights, own.path, progress, updates, own if latest_is_own else None)
         if job_path:
             try:
                 weights = self.store.load(job_path).tensors
             except CheckpointError as err:
                 if own is None:
+                    stored = self.store.versions(self.player_id)
+                    if stored or self.last is not None:
+                        # Every version the player has is damaged or lost (one kept: `keep_last: 1`, or a young
+                        # player): refusing would stop the whole league at every restart. It starts afresh,
+                        # numbered above them all, loudly; its counters stay.
+                        newest = max([r.version for r in stored] + [self.last_version, job_version])
+                        log.error("%s: no version of %s can be loaded (%s); it starts afresh at version %d, its "
+                                  "training so far is lost", job_path, self.player_id, err, newest + 1)
+                        return StartPoint(newest + 1, None, "fresh (no loadable version)", progress, 0, None)
                     if isinstance(err, CheckpointNotFoundError):
                         raise CheckpointNotFoundError(
                             f"{err}; the shared root {self.store.root.root} holds no readable version of "

@@ -17,13 +17,14 @@ from __future__ import annotations
 import enum
 import logging
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import grpc
 
 from common.proto.league.v1 import league_pb2, league_pb2_grpc
 from common.tensor_codec import CodecError, decode_chunk
-from learner_service.chunks import ChunkPreparer, InvalidChunkError
+from learner_service.chunks import ChunkPreparer, InvalidChunkError, PreparedChunk
 from learner_service.intake import ChunkQueue, IntakeClosedError, SeqDeduper
 
 log = logging.getLogger(__name__)
@@ -134,6 +135,13 @@ class DataPlane:
             self._accepted += 1
             self._samples += prepared.agent_steps
         return AcceptResult(Accepted.NEW, prepared.agent_steps)
+
+    def forget(self, chunks: Iterable[PreparedChunk]) -> None:
+        """Chunks accepted but dropped untrained (their session ended): a resend of them is new data again, not
+        a duplicate acknowledged and never trained on."""
+        for chunk in chunks:
+            header = chunk.header
+            self._deduper.release(header.worker_id, header.job_id, header.seq)
 
     def wake(self) -> None:
         """Wake blocked streams so they notice their cancellation."""

@@ -222,9 +222,10 @@ class LearnSession:
         finally:
             self._ended.set()
             if self.end_reason is not SessionEnd.STOPPED:
-                dropped = len(self.queue.drain())
+                dropped = self.queue.drain()
+                self._context.plane.forget(dropped)
                 if dropped:
-                    log.info("%s: %d received chunks not trained on (session %s)", self.job.player_id, dropped,
+                    log.info("%s: %d received chunks not trained on (session %s)", self.job.player_id, len(dropped),
                              self.end_reason.value if self.end_reason else "failed")
                 self.telemetry.close()
         assert self.end_reason is not None

@@ -1,0 +1,141 @@
+"""A learner's restarts and its player's damaged storage: the league goes on, nothing goes backwards, and
+what the learner acknowledged it trains on."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from common.algorithms.registry import make_computation_task
+from common.checkpoint_store import CheckpointStore
+from common.computation.specs import DiscreteActionSpec, TensorSpec
+from common.learner_config import LearnerConfig
+from common.policy_config import PolicyConfig
+from common.tensor_codec import decode_chunk
+from learner_service.chunks import ChunkPreparer
+from learner_service.config import LearnerSettings
+from learner_service.intake import ChunkQueue
+from learner_service.league_client import BindingLost, LearnJob
+from learner_service.learner import Learner
+from learner_service.learner_testing import synthetic_chunk
+from learner_service.publisher import CheckpointPublisher
+from learner_service.servicer import Accepted, DataPlane, Intake
+from learner_service.trainer import ModelSpec, Progress, build_trainer
+
+OBS = {"observation": TensorSpec("observation", (4,))}
+ACTIONS = DiscreteActionSpec(2)
+POLICY = {"algorithm": "ppo", "model": {"hidden": [16]}, "ppo": {"update_epochs": 1, "num_minibatches": 1}}
+
+
+def _trainer(weights=None, version=0):
+    return build_trainer(ModelSpec(PolicyConfig.from_mapping(POLICY), OBS, ACTIONS),
+                         LearnerConfig.from_mapping({"batch_size": 16}), Progress(), seed=3, device="cpu",
+                         weights=weights, version=version)
+
+
+def _train_once(trainer, seq: int) -> None:
+    chunk = synthetic_chunk(OBS, 2, player_id="p", batch=2, steps=8, seq=seq, policy_version=0, seed=seq)
+    trainer.add(trainer.preparer.prepare(decode_chunk(chunk)))
+    assert trainer.train_ready() is not None
+
+
+def _publisher(root, keep_last: int = 5) -> CheckpointPublisher:
+    return CheckpointPublisher(CheckpointStore(root, keep_last=keep_last), "p", "w")
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "lost"])
+def test_a_player_whose_every_version_is_damaged_starts_afresh_above_them(tmp_path, damage, caplog):
+    """With `keep_last: 1` (or a young player) one damaged file left the learner no start: it exited 2, and
+    `league run` stopped the whole league at this and every later restart."""
+    trainer = _trainer()
+    publisher = _publisher(tmp_path, keep_last=1)
+    for version in range(3):
+        trainer.task.set_weights(trainer.task.get_weights(), version)
+        ref = publisher.publish(trainer)
+    publisher.store.wait_for_retention()
+    if damage == "corrupt":
+        (tmp_path / ref.path).write_bytes(b"garbage")
+    else:
+        (tmp_path / ref.path).unlink()
+    learner = Learner(LearnerSettings(coordinator="127.0.0.1:1", shared_root=tmp_path, worker_id="w", device="cpu"))
+    learner.client.player_progress = lambda player_id: Progress(500, 7)  # the coordinator's view
+    job = LearnJob("job-1", "p", ref.path, ref.version, "CartPole-v1", {}, POLICY, {"keep_last": 1}, 30.0, 0.0)
+    try:
+        session = learner._open_session(job, None, tmp_path)
+        assert session.trainer.version == 3 and session.publisher.last.version == 3  # above v2, published
+        assert session.trainer.progress.agent_steps == 500  # the counters never go back
+    finally:
+        learner.close()
+    assert "starts afresh at version 3" in caplog.text
+
+
+def test_no_version_at_all_under_the_shared_root_is_still_refused(tmp_path):
+    """The wrong shared root (no version of the player anywhere) must not silently start a fresh player."""
+    publisher = _publisher(tmp_path)
+    with pytest.raises(FileNotFoundError, match="is it the league's shared root"):
+        publisher.choose_start("p/v0000000004.pt", 4, Progress())
+
+
+def test_a_crash_between_a_versions_manifest_and_latest_json_resumes_its_training_state(tmp_path):
+    trainer = _trainer()
+    publisher = _publisher(tmp_path)
+    for seq in range(2):
+        _train_once(trainer, seq)
+        publisher.publish(trainer)  # v1, v2
+    latest = tmp_path / "p" / "latest.json"  # kill -9 before latest.json moved on to v2
+    os.unlink(latest)
+    latest.write_bytes((tmp_path / "p" / "v0000000001.pt.json").read_bytes())
+    restarted = _publisher(tmp_path)
+    start = restarted.choose_start("", 0, Progress())
+    assert start.version == 2 and start.published is not None and start.published.version == 2
+    assert restarted.last_version == 2  # nothing rewritten; the next publish is v3
+
+
+def test_a_version_another_learner_published_meanwhile_ends_the_binding(tmp_path):
+    """A late publish of the player's previous learner (begun within its lease) beat ours to the number: the
+    player is not this learner's any more. It raised a ValueError that failed the whole learner process."""
+    old = _trainer()
+    _publisher(tmp_path).publish(old)  # v0
+    publisher = _publisher(tmp_path)  # our session starts: latest v0
+    _publisher(tmp_path).publish(_trainer(version=1))  # the previous learner's publish lands
+    trainer = _trainer(weights=old.task.get_weights(), version=0)
+    _train_once(trainer, 5)  # v1
+    with pytest.raises(BindingLost, match="another learner publishes this player"):
+        publisher.try_publish(trainer)
+
+
+@pytest.mark.parametrize("value", ["Infinity", "1e400", "1e300"])
+def test_a_manifest_counter_out_of_range_reads_as_zero(tmp_path, value):
+    _publisher(tmp_path).publish(_trainer())
+    for name in ("v0000000000.pt.json", "latest.json"):
+        path = tmp_path / "p" / name
+        body = path.read_text().replace('"agent_steps": 0', f'"agent_steps": {value}')
+        os.unlink(path)
+        path.write_text(body)
+    start = _publisher(tmp_path).choose_start("", 0, Progress(12, 0))
+    assert start.progress.agent_steps == 12
+
+
+def test_chunks_a_session_dropped_untrained_are_new_again_when_resent():
+    """They stayed in the de-duplicator: the resend was answered DUPLICATE (delivered, for the actor) and never
+    trained on."""
+    policy = PolicyConfig.from_mapping(POLICY)
+    task = make_computation_task(policy, OBS, ACTIONS, device="cpu", seed=0)
+
+    def intake() -> Intake:
+        preparer = ChunkPreparer(policy, task.input_specs, task.learn_specs, 2, task.state_specs)
+        return Intake("p", preparer, ChunkQueue(8, 1 << 30))
+
+    def chunk(seq: int):
+        return synthetic_chunk(OBS, 2, player_id="p", seq=seq, worker_id="a1", job_id="job-1", seed=seq)
+
+    plane = DataPlane()
+    first = intake()
+    plane.open(first)
+    assert [plane.accept(chunk(s)).status for s in range(3)] == [Accepted.NEW] * 3
+    plane.close()
+    plane.forget(first.queue.drain())  # what LearnSession.run does with the chunks it drops
+    plane.open(intake())
+    assert [plane.accept(chunk(s)).status for s in range(4)] == [Accepted.NEW] * 4
+    assert plane.accept(chunk(3)).status is Accepted.DUPLICATE

@@ -17,3 +17,6 @@ SETUP_ERROR_EXIT = 2
 ADDRESS_IN_USE_EXIT = 3
 """Another process holds the port it was told to listen on. Not a setup error: the port may be free again, or
 the worker can be started on another one (`league run` restarts a learner on a free port)."""
+
+INTERRUPTED_EXIT = 130
+"""A shell's code for a command ended by Ctrl-C (128 + SIGINT): `league` stopped before it was under way."""

@@ -11,6 +11,7 @@ import importlib
 import sys
 from dataclasses import dataclass
 
+from common.exit_codes import INTERRUPTED_EXIT
 from league_cli.processes import follow_supervisor
 
 
@@ -62,10 +63,6 @@ def build_parser() -> argparse.ArgumentParser:
             _resolve(cmd.add_arguments)(p)
         p.set_defaults(_subcommand=cmd)
     return parser
-
-
-INTERRUPTED_EXIT = 130
-"""A shell's code for a command ended by Ctrl-C (128 + SIGINT)."""
 
 
 def main(argv: list[str] | None = None) -> int:

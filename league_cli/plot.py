@@ -1,8 +1,8 @@
 """`league plot`: PNGs of the win-rate matrix and the rating curves from a run's status history; for a solo
 league (one player, no opponents, so no ratings or win rates) the players' mean episode returns instead.
 
-`league run` records one GetStatus reply per interval as JSON lines; everything here reads that file, so a
-plot can be made after the fact, on any machine, without the coordinator.
+`league run` records one GetStatus reply per interval as JSON lines (as does `league status --watch N --json`);
+everything here reads that file, so a plot can be made after the fact, on any machine, without the coordinator.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from common.exit_codes import SETUP_ERROR_EXIT
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--history", type=Path, required=True, help="status_history.jsonl written by `league run`")
+    parser.add_argument("--history", type=Path, required=True,
+                        help="status_history.jsonl written by `league run`, or the JSON lines of "
+                             "`league status --watch N --json`")
     parser.add_argument("--out", type=Path, required=True, help="directory for the PNG files")
 
 
@@ -56,11 +58,22 @@ def _is_status_record(record: Any) -> bool:
 def run_seconds(records: list[dict[str, Any]]) -> list[float]:
     """Each record's time on the runs' clock: `elapsed_s` restarts at 0 when a `league run` resumes the league
     in the same run directory (the history file is appended to), so each run continues from where the one
-    before it stopped instead of drawing its curves back over the earlier ones."""
+    before it stopped instead of drawing its curves back over the earlier ones.
+
+    `league status --watch --json` records have no `elapsed_s`: their time is the coordinator's `now` since the
+    first record's (wall clock, so a coordinator restart mid-watch, which resets `uptime_s`, does not jump back)."""
     times: list[float] = []
     offset = previous = 0.0
+    first_now: float | None = None
     for rec in records:
-        elapsed = float(rec.get("elapsed_s", 0.0))
+        if "elapsed_s" in rec:
+            elapsed = float(rec["elapsed_s"])
+        elif "now" in rec:
+            if first_now is None:
+                first_now = float(rec["now"])
+            elapsed = float(rec["now"]) - first_now
+        else:
+            elapsed = 0.0
         if elapsed < previous:  # a new run began
             offset += previous
         previous = elapsed

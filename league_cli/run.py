@@ -9,6 +9,7 @@ records the status history, and stops everything in order (actors, learners, coo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import math
@@ -24,7 +25,7 @@ import yaml
 
 from common.config import ConfigError, from_dict
 from common.exclusive_lock import ExclusiveLock, LockedError
-from common.exit_codes import ADDRESS_IN_USE_EXIT, SETUP_ERROR_EXIT
+from common.exit_codes import ADDRESS_IN_USE_EXIT, INTERRUPTED_EXIT, SETUP_ERROR_EXIT
 from common.ports import restartable_port
 from common.signal_flag import SignalFlag
 from league_cli.history import HistoryLog
@@ -49,6 +50,10 @@ class CannotRunLeague(RuntimeError):
     exits 2 as for any config error: a restart, or running it again, fails the same way."""
 
 
+class StartupInterrupted(Exception):
+    """Ctrl-C or SIGTERM before every process was started: `league run` stops what it started and exits 130."""
+
+
 # What the coordinator's exit at start-up means, by its code (otherwise: RuntimeError, a failed start).
 _COORDINATOR_START_ERRORS: dict[int, type[RuntimeError]] = {
     ADDRESS_IN_USE_EXIT: PortTakenError,
@@ -59,6 +64,12 @@ _COORDINATOR_START_ERRORS: dict[int, type[RuntimeError]] = {
 # setup-error exit names the cause more directly than the given-up jobs, but it may land a moment after the
 # poll that sees them given up: the run waits this long for it before stopping on the failing jobs.
 WORKER_EXIT_GRACE_S = 3.0
+
+
+MAX_RUN_ACTORS = 256
+"""`league run` starts its processes on this one machine: 100,000 actors (accepted before) spawned one by one
+for many minutes and drove the load average to hundreds. Beyond this, spread the league with the
+deployment files (deploy/)."""
 
 
 @dataclass(frozen=True)
@@ -80,8 +91,8 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         # Paths relative to the section: from_dict(RunConfig, ..., "run") puts "run." in front.
-        if self.actors < 1:
-            raise ConfigError("actors", f"must be >= 1, got {self.actors}")
+        if not 1 <= self.actors <= MAX_RUN_ACTORS:
+            raise ConfigError("actors", f"must be within [1, {MAX_RUN_ACTORS}], got {self.actors}")
         if self.env_num_per_actor < 0:
             raise ConfigError("env_num_per_actor", f"must be >= 0 (0: env.env_num), got {self.env_num_per_actor}")
         if self.manager not in ("subprocess", "base"):
@@ -207,8 +218,11 @@ class Supervisor:
     def worker_names(self) -> list[str]:
         return [f"learner-{i}" for i in range(self.learners)] + [f"actor-{i}" for i in range(self.run_cfg.actors)]
 
-    def start_workers(self) -> None:
+    def start_workers(self, stop: SignalFlag | threading.Event | None = None) -> None:
+        """Start every learner and actor; a stop meanwhile starts no more (`StartupInterrupted`)."""
         for name in self.worker_names():
+            if stop is not None and stop.is_set():
+                raise StartupInterrupted("stopped during start-up")
             self.group.start(name, self._worker_argv(name))
 
     def check(self) -> list[str]:
@@ -284,7 +298,7 @@ class Supervisor:
         return codes
 
 
-def _final_status(address: str, history_path: Path, start: float, last: Any) -> Any:
+def _final_status(address: str, token: str | None, history_path: Path, start: float, last: Any) -> Any:
     """The league's status after its workers stopped (their last results, snapshots and checkpoints counted),
     appended to the history, so that plots and `league eval --run-dir` see where the run ended; `last` if the
     coordinator does not answer."""
@@ -294,7 +308,7 @@ def _final_status(address: str, history_path: Path, start: float, last: Any) -> 
     from common.rpc import make_channel
     from league_service.status import STATUS_MAX_BYTES
 
-    channel = make_channel(address, max_message_bytes=STATUS_MAX_BYTES)
+    channel = make_channel(address, token=token, max_message_bytes=STATUS_MAX_BYTES)
     try:
         status = league_pb2_grpc.LeagueServiceStub(channel).GetStatus(league_pb2.GetStatusRequest(), timeout=5.0)
     except grpc.RpcError:
@@ -388,7 +402,8 @@ def run_main(args: argparse.Namespace) -> int:
             except ConfigError as err:
                 console.print(f"[red]league run: config error: {err}[/red]")
                 return 2
-        mismatch = _saved_league_mismatch(run_dir, args.config, loaded[0])
+        mismatch = (_saved_league_mismatch(run_dir, args.config, loaded[0])
+                    or _saved_model_mismatch(run_dir, args.config, loaded[0]))
         if mismatch is not None:
             console.print(f"[red]league run: config error: {escape(mismatch)}[/red]")
             return 2
@@ -419,6 +434,35 @@ def _saved_league_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str 
             "in a new --run-dir")
 
 
+def _saved_model_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str | None:
+    """Why the checkpoints of the league saved in `run_dir` cannot go on with `cfg` (read from `config`, another
+    file than the directory's own config.yaml): another env or another model. Only the learners found out, after
+    the coordinator had accepted the config and the directory's config.yaml had been replaced by it, so running
+    the directory again failed the same way."""
+    from common.policy_config import PolicyConfig
+    from league_service.config import load_config
+
+    own = run_dir / CONFIG_FILE
+    if config is None or not own.is_file() or not (run_dir / STATE_FILE).is_file():
+        return None
+    try:
+        if Path(config).resolve() == own.resolve():
+            return None
+        saved = load_config(own)
+        saved_policy, policy = PolicyConfig.from_mapping(saved.policy), PolicyConfig.from_mapping(cfg.policy)
+    except (ConfigError, OSError, ValueError):
+        return None  # not a config to compare with: the coordinator and learners say what is wrong
+    model_keys = [(f"policy.model.{f.name}", getattr(saved_policy.model, f.name), getattr(policy.model, f.name))
+                  for f in dataclasses.fields(policy.model)]
+    for key, old, new in (("env.name", saved.env.name, cfg.env.name),
+                          ("policy.algorithm", saved_policy.algorithm, policy.algorithm), *model_keys):
+        if old != new:
+            return (f"{key}: the league in {run_dir} was trained with {old!r}, the config ({config}) says {new!r}, "
+                    f"which its checkpoints do not fit: resume it with `league run --run-dir {run_dir}` (its own "
+                    f"{own}), or start another league in a new --run-dir")
+    return None
+
+
 def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, cfg_dict: dict[str, Any],
          run_dir: Path, run_lock: ExclusiveLock) -> int:
     import grpc
@@ -426,9 +470,14 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
     from rich.markup import escape
 
     from common.proto.league.v1 import league_pb2, league_pb2_grpc
-    from common.rpc import make_channel
+    from common.rpc import load_token, make_channel
     from league_service.status import STATUS_MAX_BYTES
     from league_service.status_view import render_status
+
+    # The processes inherit the environment: with $LEAGUE_TOKEN set the coordinator checks it, so this
+    # process's own status calls carry it too (without it every poll was refused and the run went blind: no
+    # progress, no history, no env-step budget).
+    token = load_token(None)
 
     # The run directory's config.yaml is replaced only once the coordinator has accepted this config: one it
     # refuses (another league type than the saved state's) must not make the directory describe another league.
@@ -453,14 +502,16 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
     try:
         console.print(f"league run: {run_dir} · {sup.learners} learner(s), {run_cfg.actors} actor(s), "
                       f"budget {run_cfg.seconds:.0f} s" + (f" / {run_cfg.env_steps:,} env steps" if run_cfg.env_steps else ""))
+        launched = time.monotonic()  # the budget counts start-up too
         address = sup.start_coordinator()
         os.replace(pending_path, config_path)
         sup.config_path = config_path
+        start = launched  # (None until the coordinator is up: then there is a final status to record)
         console.print(f"coordinator listening on {address} (league status --run-dir {run_dir})")
-        sup.start_workers()
-        channel = make_channel(address, max_message_bytes=STATUS_MAX_BYTES)
+        sup.start_workers(stop)
+        channel = make_channel(address, token=token, max_message_bytes=STATUS_MAX_BYTES)
         stub = league_pb2_grpc.LeagueServiceStub(channel)
-        start = time.monotonic()  # (None until the coordinator is up)
+        status_error = ""
         step_rate = StepRate()
         step_budget = StepBudget(run_cfg.env_steps)
         failing_jobs = FailingJobsWatch()
@@ -477,8 +528,13 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
                 try:
                     status = stub.GetStatus(league_pb2.GetStatusRequest(), timeout=5.0)
                 except grpc.RpcError as err:
-                    events.append(f"status: {err.code().name}: {err.details()}")
+                    error = f"status: {err.code().name}: {err.details()}"
+                    events.append(error)
+                    if quiet and error != status_error:  # once per kind of failure, not at every poll
+                        console.print(f"[yellow]league run: {escape(error)}[/yellow]")
+                    status_error = error
                 else:
+                    status_error = ""
                     now = time.monotonic()
                     rate = step_rate.update(status.counters.env_steps, now)
                     history.offer(_history_record(status, now - start), now)
@@ -505,6 +561,9 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
                     break
                 stop.wait(min(wait_s, max(0.0, run_cfg.seconds - (time.monotonic() - start))))
         channel.close()
+    except StartupInterrupted:
+        reason[0] += " during start-up"
+        exit_code = INTERRUPTED_EXIT
     except RuntimeError as err:
         console.print(f"[red]league run: {escape(str(err))}[/red]")  # (log lines may hold [brackets])
         setup_error = isinstance(err, CannotRunLeague)
@@ -514,7 +573,7 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
         codes = sup.stop_workers()
         try:
             if start is not None:  # the league's state once every worker stopped: the history's last record
-                status = _final_status(sup.address, history_path, start, status)
+                status = _final_status(sup.address, token, history_path, start, status)
         except Exception as err:  # (a full disk, say) it must not keep the coordinator from stopping
             console.print(f"[yellow]league run: the final status was not recorded: {escape(str(err))}[/yellow]")
         codes.update(sup.stop())

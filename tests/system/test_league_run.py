@@ -94,7 +94,7 @@ class LeagueRun:
     """`league run` as a subprocess in its own session; killed with everything under it at the end."""
 
     def __init__(self, tmp_path: Path, seconds: float, env_name: str | None = None, model: dict | None = None,
-                 config: Path | None | bool = True, job_env_steps: int = 512) -> None:
+                 config: Path | None | bool = True, job_env_steps: int = 512, env: dict | None = None) -> None:
         """`config`: True writes the solo test config, a path runs that file, None none (the run directory's)."""
         self.run_dir = tmp_path / "run"
         if config is True:
@@ -103,7 +103,8 @@ class LeagueRun:
                 "--run-dir", str(self.run_dir), "--seconds", str(seconds), "--quiet"]
         self.log = open(tmp_path / "league_run.log", "wb")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, cwd=tmp_path,
-                                     start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                     start_new_session=True,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
 
     def wait_for(self, predicate, timeout_s: float, what: str) -> dict:
         deadline = time.monotonic() + timeout_s
@@ -144,8 +145,8 @@ def league_run(tmp_path):
     runs: list[LeagueRun] = []
 
     def start(seconds: float, env_name: str | None = None, model: dict | None = None,
-              config: Path | None | bool = True, job_env_steps: int = 512) -> LeagueRun:
-        run = LeagueRun(tmp_path, seconds, env_name, model, config, job_env_steps)
+              config: Path | None | bool = True, job_env_steps: int = 512, env: dict | None = None) -> LeagueRun:
+        run = LeagueRun(tmp_path, seconds, env_name, model, config, job_env_steps, env)
         runs.append(run)
         return run
 
@@ -415,4 +416,48 @@ def test_a_resume_the_coordinator_refuses_is_a_config_error_too(league_run, tmp_
     assert "the coordinator exited (2)" in out and "are in the saved league but not in league.reference_bots" in out
     assert "league run: the league cannot run as configured; every process stopped" in out, out[-3000:]
     assert not (tmp_path / "run" / "config.yaml").exists()  # the refused config is not the directory's
+    _assert_nothing_left_running(run)
+
+
+def test_a_run_with_league_token_in_its_environment_sees_its_league(league_run):
+    """The processes inherit $LEAGUE_TOKEN, so the coordinator checks it; `league run`'s own status calls now
+    carry it too. Without it every poll was refused: no progress, no history, and no env-step budget."""
+    run = league_run(seconds=40, env={"LEAGUE_TOKEN": "s3cret-token"})
+    run.wait_for(lambda r: _counter(r, "env_steps") > 0, 90, "the league's progress in the history")
+    _assert_clean_end(run, interrupt=True)
+    assert "token auth" in (run.run_dir / "logs" / "coordinator.log").read_text()
+    assert "UNAUTHENTICATED" not in run.output(tail=None)
+
+
+def test_ctrl_c_during_start_up_starts_no_worker_and_exits_130(league_run):
+    """README: 130 for Ctrl-C during start-up. It exited 0, and started every learner and actor after the
+    signal had arrived."""
+    run = league_run(seconds=60)
+    deadline = time.monotonic() + 60
+    while "learner(s)" not in run.output() and time.monotonic() < deadline:  # the coordinator is starting
+        time.sleep(0.05)
+    run.proc.send_signal(signal.SIGINT)
+    assert run.finish(timeout_s=60) == 130, run.output()
+    assert "stopped by SIGINT during start-up" in run.output(tail=None)
+    assert not [p.name for p in (run.run_dir / "logs").glob("*.log") if p.name != "coordinator.log"]
+    _assert_nothing_left_running(run)
+
+
+def test_resuming_with_a_model_the_checkpoints_do_not_fit_is_a_config_error(league_run, tmp_path):
+    """The same league type, another model: only the learner found out, after the coordinator had accepted the
+    config and the run directory's config.yaml had been replaced by it, so every later resume failed too."""
+    run_dir = tmp_path / "run"
+    _league_made_by(SOLO, run_dir)
+    (run_dir / "config.yaml").write_text(SOLO.read_text())
+    saved = (run_dir / "config.yaml").read_text()
+    wider = yaml.safe_load(SOLO.read_text())
+    wider["policy"].setdefault("model", {})["hidden"] = [48, 48]
+    other = tmp_path / "wider.yaml"
+    other.write_text(yaml.safe_dump(wider))
+    run = league_run(seconds=20, config=other)
+    assert run.finish(timeout_s=60) == 2, run.output()
+    out = " ".join(run.output().split())
+    assert "league run: config error: policy.model.hidden: the league in" in out and "says (48, 48)" in out, out
+    assert "coordinator listening" not in out
+    assert (run_dir / "config.yaml").read_text() == saved
     _assert_nothing_left_running(run)

@@ -25,7 +25,8 @@ def test_run_section_is_typed_and_errors_name_the_key():
 @pytest.mark.parametrize(
     "section, message",
     [
-        ({"actors": 0}, "run.actors: must be >= 1, got 0"),
+        ({"actors": 0}, "run.actors: must be within [1, 256], got 0"),
+        ({"actors": 100_000}, "run.actors: must be within [1, 256], got 100000"),  # spawned for many minutes
         ({"env_num_per_actor": -1}, "run.env_num_per_actor: must be >= 0"),
         ({"manager": "threads"}, "run.manager: must be 'subprocess' or 'base'"),
         ({"seconds": 0}, "run.seconds: must be > 0"),
@@ -164,6 +165,25 @@ def test_plot_time_continues_across_resumed_runs():
     elapsed = [0.0, 2.0, 4.0, 0.1, 2.1, 0.0, 1.0]
     assert run_seconds([{"elapsed_s": e} for e in elapsed]) == pytest.approx([0.0, 2.0, 4.0, 4.1, 6.1, 6.1, 7.1])
     assert run_seconds([]) == []
+
+
+def test_a_status_watch_history_is_plotted_on_the_coordinators_clock(tmp_path):
+    """`league status --watch N --json` lines have no `elapsed_s` (only `league run` adds it): every point was at
+    x=0. Their time is `now` since the first line's, across a coordinator restart (which resets `uptime_s`)."""
+    from league_service.status_view import status_to_json
+
+    lines = []
+    for uptime, now in [(9.5, 1000.0), (11.5, 1002.0), (13.5, 1004.0), (0.5, 1006.0), (2.5, 1008.0)]:
+        status = league_pb2.LeagueStatus(league_id="l", league_type="one_vs_one", started_at=now - uptime,
+                                         uptime_s=uptime, now=now)
+        status.players.add(player_id="a", active=True, elo=1200.0 + now - 1000.0)
+        lines.append(status_to_json(status, compact=True))
+    history = tmp_path / "watch.jsonl"
+    history.write_text("\n".join(lines) + "\n")
+    records = read_history(history)
+    assert "elapsed_s" not in records[0]
+    assert run_seconds(records) == pytest.approx([0.0, 2.0, 4.0, 6.0, 8.0])
+    assert [p.name for p in write_plots(history, tmp_path / "plots")] == ["ratings.png"]  # no games: no matrix
 
 
 def _status(finished: int, given_up: int, error: str = "") -> league_pb2.LeagueStatus:

@@ -230,7 +230,8 @@ def resolve_checkpoint(checkpoint: str, shared_root: Path | None) -> tuple[Check
     if target.is_dir():
         latest = store.latest(relative)
         if latest is None:
-            raise ValueError(f"checkpoint {checkpoint!r}: a folder with no published checkpoint in it")
+            raise ValueError(f"checkpoint {checkpoint!r}: a folder with no published checkpoint in it "
+                             f"(shared root {store.root.root})")
         return store, latest.path
     if not target.exists():
         raise ValueError(f"checkpoint {checkpoint!r} does not exist")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from common.ports import check_target
+from common.ports import check_host_port, check_target
 from common.rpc import COORDINATOR_ENV_VAR
 
 MAX_TIMEOUT_S = 3600.0
@@ -29,6 +29,15 @@ def address(text: str) -> str:
     gRPC target URI such as dns:///host:port."""
     try:
         check_target(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
+def host_port(text: str) -> str:
+    """HOST:PORT that other machines dial (a server's advertised address): a host and a port 1 to 65535."""
+    try:
+        check_host_port(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
     return text

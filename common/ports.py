@@ -74,6 +74,19 @@ def split_host_port(address: str, *, min_port: int = 0) -> tuple[str, int]:
     return host.strip("[]"), port
 
 
+def check_host_port(address: str) -> None:
+    """An address a server advertises for others to dial: HOST:PORT with a host and a port from 1 to 65535.
+    Nothing else: without a port (`node-a`) every dial failed UNAVAILABLE and was retried for good, and a
+    gRPC target URI (dns:///node-a) would be dialled on its scheme's default port. ValueError otherwise."""
+    if not address or not address.isprintable() or any(c.isspace() for c in address):
+        raise ValueError(f"expected HOST:PORT, got {address!r}")
+    if address.lower().startswith(GRPC_TARGET_SCHEMES):
+        raise ValueError(f"expected HOST:PORT, not a gRPC target URI, got {address!r}")
+    host, _ = split_host_port(address, min_port=1)
+    if not host:
+        raise ValueError(f"expected HOST:PORT with a host, got {address!r}")
+
+
 GRPC_TARGET_SCHEMES = ("dns:", "ipv4:", "ipv6:", "unix:", "unix-abstract:", "vsock:")
 """gRPC's name-resolver targets (dns:///host:port, unix:/path, ...), taken as they are."""
 

@@ -43,8 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="games to play (seats alternate); episodes, in a single-player env")
     parser.add_argument("--config", type=Path, default=None,
                         help="league YAML whose policy and env to use (default: the embedded league)")
-    parser.add_argument("--shared-root", type=Path, default=env_path(SHARED_ROOT_ENV_VAR),
-                        help=f"the checkpoints' shared root (default: ${SHARED_ROOT_ENV_VAR})")
+    parser.add_argument("--shared-root", type=Path, default=None,
+                        help=f"the checkpoints' shared root (default: with --run-dir RUN/shared, else "
+                             f"${SHARED_ROOT_ENV_VAR})")
     parser.add_argument("--seed", type=int, default=0, help="seed of the games (bots, env)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
 
@@ -52,9 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.run_dir is not None:
         return _progression_main(args)
+    if args.shared_root is None:  # the variable only where no --run-dir names the root (the image sets it)
+        args.shared_root = env_path(SHARED_ROOT_ENV_VAR)
     import torch
 
     from actor_service.evaluation import load_policy, play_against_bot, play_episodes, resolve_checkpoint
+    from common.checkpoint_store import CheckpointNotFoundError
     from common.envs.registry import make_env
 
     torch.set_num_threads(1)
@@ -75,6 +79,7 @@ def main(args: argparse.Namespace) -> int:
                                  else Path(args.shared_root) / args.checkpoint)
         if config is not None:
             print(f"league eval: the league of {config}", file=sys.stderr)
+    store = None
     try:
         policy, env_name, env_kwargs = _league_policy_and_env(config)
         store, path = resolve_checkpoint(args.checkpoint, args.shared_root)
@@ -102,6 +107,8 @@ def main(args: argparse.Namespace) -> int:
                                   **result.to_dict()}), flush=True)
             else:
                 _print_table(ref, env_name, result)
+    except CheckpointNotFoundError as err:  # a file with no manifest: in which root
+        return _refuse(f"{err}, in shared root {store.root.root if store is not None else args.shared_root}")
     except (ValueError, OSError) as err:  # config, path, checkpoint (corrupt / missing) or model mismatch
         hint = ""
         if "do not fit the model" in str(err):
@@ -141,7 +148,7 @@ def _progression_main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from actor_service.evaluation import load_policy, play_against_bot
-    from common.checkpoint_store import CheckpointStore
+    from common.checkpoint_store import CheckpointNotFoundError, CheckpointStore
     from common.envs.registry import make_env
     from league_cli.progression import (
         LineagePoint,
@@ -159,13 +166,14 @@ def _progression_main(args: argparse.Namespace) -> int:
     ladder = _opponents(args.opponent or ",".join(DEFAULT_LADDER))
     if (bad := _bad_opponent(ladder)) is not None:
         return _refuse(bad)
+    shared_root = args.shared_root or args.run_dir / "shared"  # not $LEAGUE_SHARED_ROOT: the run's own root
     try:
         config = args.config or args.run_dir / "config.yaml"
         policy, env_name, env_kwargs = _league_policy_and_env(config if config.exists() else None)
         status = last_status(args.run_dir / "status_history.jsonl")
         player_id = choose_player(status, args.player)
         line = lineage(status, player_id, args.points)
-        store = CheckpointStore(args.shared_root or args.run_dir / "shared")
+        store = CheckpointStore(shared_root)
         latest = store.latest(player_id)
         if latest is not None:
             steps = latest.metadata.get("agent_steps")
@@ -189,6 +197,9 @@ def _progression_main(args: argparse.Namespace) -> int:
                           f"{result.results[opponent]['win_rate']:.0%}")
 
         results = evaluate_lineage(line, ladder, play, on_result=progress)
+    except CheckpointNotFoundError as err:  # the status names it, the root lacks it: which root was searched
+        given = "--shared-root" if args.shared_root is not None else "the run's; give --shared-root for another"
+        return _refuse(f"{err}, in shared root {shared_root} ({given})")
     except (ValueError, OSError) as err:
         return _refuse(str(err))
     report = progression_to_dict(player_id, results, args.games)

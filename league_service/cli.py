@@ -267,6 +267,7 @@ def status_main(args: argparse.Namespace) -> int:
         print(f"league status: {err}", file=sys.stderr)
         return SETUP_ERROR_EXIT
     console = status_console()
+    console.on_broken_pipe = _raise_broken_pipe  # rich's own exits 1; a closed pipe ends the command below
     channel = make_channel(address, token=token, tls_ca=args.tls_ca, max_message_bytes=STATUS_MAX_BYTES)
     stub = league_pb2_grpc.LeagueServiceStub(channel)
 
@@ -284,6 +285,7 @@ def status_main(args: argparse.Namespace) -> int:
                 print(status_to_json(status))
             else:
                 console.print(render_status(status))
+            sys.stdout.flush()  # here, where a closed pipe is caught, not at interpreter exit
             return 0
         def frame():
             try:
@@ -320,8 +322,29 @@ def status_main(args: argparse.Namespace) -> int:
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
+    except BrokenPipeError:  # `league status --json | head -1`: the reader has what it wanted, nothing failed
+        _stdout_to_devnull()
+        return 0
     finally:
         channel.close()
+
+
+def _raise_broken_pipe() -> None:
+    raise BrokenPipeError
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null once its reader is gone: the interpreter flushes stdout at exit, and what is
+    left in the buffer would raise BrokenPipeError again there ("Exception ignored", exit status 120)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (captured in a test): nothing to flush at exit
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,6 +12,7 @@ from typing import Any
 
 from google.protobuf import struct_pb2
 
+from common.ports import check_host_port
 from common.proto.league.v1 import league_pb2
 from league_service.coordinator_messages import (
     CoordinatorStatus,
@@ -92,16 +93,24 @@ def require_role(value: int, field: str = "role") -> WorkerRole:
     return role
 
 
+def data_endpoint(value: str, role: WorkerRole, field: str = "data_endpoint") -> str:
+    """A learner's endpoint is what actors dial to stream to it: HOST:PORT, or actors retry `learner node-a:
+    UNAVAILABLE` for good. Empty: the learner gives it with GetJob. An actor's is shown only, never dialled."""
+    optional_text(value, field)
+    if value and role is WorkerRole.LEARNER:
+        try:
+            check_host_port(value)
+        except ValueError as err:
+            raise InvalidArgumentError(field, f"a learner's address actors stream to: {err}") from None
+    return value
+
+
 # ---- requests -----------------------------------------------------------------------------------------------
 
 
 def parse_register(req: league_pb2.RegisterWorkerRequest) -> tuple[str, WorkerRole, str, str]:
-    return (
-        require_id(req.worker_id, "worker_id"),
-        require_role(req.role),
-        optional_text(req.hostname, "hostname"),
-        optional_text(req.data_endpoint, "data_endpoint"),
-    )
+    worker_id, role = require_id(req.worker_id, "worker_id"), require_role(req.role)
+    return worker_id, role, optional_text(req.hostname, "hostname"), data_endpoint(req.data_endpoint, role)
 
 
 def parse_heartbeat(req: league_pb2.HeartbeatRequest) -> tuple[str, tuple[str, ...]]:
@@ -111,12 +120,8 @@ def parse_heartbeat(req: league_pb2.HeartbeatRequest) -> tuple[str, tuple[str, .
 
 
 def parse_get_job(req: league_pb2.GetJobRequest) -> tuple[str, WorkerRole, str, float]:
-    return (
-        require_id(req.worker_id, "worker_id"),
-        require_role(req.role),
-        optional_text(req.data_endpoint, "data_endpoint"),
-        require_finite(req.wait_s, "wait_s", minimum=0.0),
-    )
+    worker_id, role = require_id(req.worker_id, "worker_id"), require_role(req.role)
+    return worker_id, role, data_endpoint(req.data_endpoint, role), require_finite(req.wait_s, "wait_s", minimum=0.0)
 
 
 def parse_finish(req: league_pb2.FinishJobRequest) -> FinishReport:

@@ -49,7 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"directory of checkpoints and TensorBoard logs (default ${SHARED_ROOT_ENV_VAR})")
     parser.add_argument("--host", default="127.0.0.1", help="address the trajectory server listens on")
     parser.add_argument("--port", type=cli_args.port, default=0, help="port of the trajectory server; 0 picks a free one")
-    parser.add_argument("--advertise", default="", help="HOST:PORT actors stream to (default: host:bound port)")
+    parser.add_argument("--advertise", type=cli_args.host_port, default=None,
+                        help="HOST:PORT actors stream to (default: host:bound port)")
     parser.add_argument("--worker-id", default=None,
                         help="keep it across restarts to get the same player back (default learner-<host>-<pid>)")
     parser.add_argument("--token-file", type=Path, default=None, help="bearer token (else $LEAGUE_TOKEN)")
@@ -88,7 +89,7 @@ def main(args: argparse.Namespace) -> int:
             worker_id=args.worker_id or default_worker_id(),
             host=args.host,
             port=args.port,
-            advertise=args.advertise,
+            advertise=args.advertise or "",
             token=load_token(args.token_file),
             insecure=args.insecure,
             tls_ca=args.tls_ca,

@@ -114,6 +114,18 @@ def test_coordinator_flags_out_of_range_are_usage_errors_naming_the_flag(files, 
     assert_setup_error(proc, f"argument {flag}: {says}")
 
 
+@pytest.mark.parametrize(("value", "says"), [
+    ("node-a", "expected HOST:PORT, got 'node-a'"),  # stored by the coordinator; actors retried UNAVAILABLE
+    ("node-a:0", "the port must be from 1 to 65535"),
+    (":7000", "expected HOST:PORT with a host"),
+    ("dns:///node-a:7000", "not a gRPC target URI"),
+])
+def test_a_learner_refuses_an_advertised_address_actors_cannot_dial(files, value, says):
+    proc = league("learner", "--coordinator", "127.0.0.1:1", "--shared-root", str(files["shared"]),
+                  "--advertise", value)
+    assert_setup_error(proc, "argument --advertise", says)
+
+
 def test_workers_and_tools_refuse_a_bad_ca_or_token_file(files):
     shared, garbage, missing = str(files["shared"]), str(files["garbage"]), str(files["missing"])
     coordinator = ("--coordinator", "127.0.0.1:1", "--shared-root", shared)

@@ -343,6 +343,41 @@ def test_league_status_watch_refreshes_until_interrupted(league):
         proc.wait(30)
 
 
+@pytest.mark.parametrize("flags", [["--json"], [], ["--watch", "0.2", "--json"], ["--watch", "0.2"]])
+def test_league_status_into_a_closed_pipe_ends_quietly(league, flags):
+    """`league status --json | head -1` died with a BrokenPipeError traceback (exit 1, or 120 from the final
+    flush). A reader that is gone ends the command: no traceback, exit 0. Here stdout is a pipe whose read end
+    is closed before anything is written, so every write fails."""
+    server, _, _ = league
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "league_service.cli", "status", "--addr", server.address, *flags],
+            stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
+def test_league_status_watch_into_head_ends_when_head_does(league):
+    server, _, _ = league
+    status = subprocess.Popen(
+        [sys.executable, "-m", "league_service.cli", "status", "--addr", server.address, "--watch", "0.2", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        head = subprocess.run(["head", "-1"], stdin=status.stdout, capture_output=True, text=True, timeout=60)
+        status.stdout.close()  # head alone reads the pipe: once it is gone, the pipe is closed
+        assert json.loads(head.stdout)["league_id"]
+        assert status.wait(30) == 0
+        assert status.stderr.read() == ""
+    finally:
+        status.kill()
+        status.wait(30)
+
+
 def test_a_solo_league_counts_returns(tmp_path):
     cfg = small_league_config({"league": {"league_type": "solo", "active_players": {"solo_active_player": 1}},
                                "env": {"name": "CartPole-v1"}})

@@ -17,7 +17,7 @@ from league_service.coordinator_testing import (
     small_league_config,
 )
 
-ACTOR = pb.WORKER_ROLE_ACTOR
+ACTOR, LEARNER = pb.WORKER_ROLE_ACTOR, pb.WORKER_ROLE_LEARNER
 REFUSALS = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION}
 
 
@@ -94,6 +94,17 @@ def test_unknown_ids_are_not_found(served):
         ("UpdatePlayer", pb.UpdatePlayerRequest(worker_id="actor", agent_steps=1), "player_id"),
         ("UpdatePlayer", pb.UpdatePlayerRequest(worker_id="actor", player_id="main_player_default_0",
                                                 checkpoint_path="a/../../x"), "checkpoint_path"),
+        # A learner's endpoint with no port was stored, and actors retried "learner node-a: UNAVAILABLE" for good.
+        ("RegisterWorker", pb.RegisterWorkerRequest(worker_id="l", role=LEARNER, data_endpoint="node-a"),
+         "data_endpoint"),
+        ("RegisterWorker", pb.RegisterWorkerRequest(worker_id="l", role=LEARNER, data_endpoint="node-a:0"),
+         "data_endpoint"),
+        ("RegisterWorker", pb.RegisterWorkerRequest(worker_id="l", role=LEARNER, data_endpoint=":7000"),
+         "data_endpoint"),
+        ("RegisterWorker", pb.RegisterWorkerRequest(worker_id="l", role=LEARNER, data_endpoint="dns:///node-a:7000"),
+         "data_endpoint"),
+        ("GetJob", pb.GetJobRequest(worker_id="actor", role=LEARNER, data_endpoint="node-a"), "data_endpoint"),
+        ("GetJob", pb.GetJobRequest(worker_id="actor", role=LEARNER, data_endpoint="node-a:99999"), "data_endpoint"),
     ],
 )
 def test_malformed_requests_name_the_field(served, method, request_, field):
@@ -101,6 +112,22 @@ def test_malformed_requests_name_the_field(served, method, request_, field):
     code, details = refused(getattr(stub, method), request_)
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert details.startswith(f"{field}:"), details
+
+
+def test_a_learners_endpoint_must_be_host_and_port_and_a_refused_one_is_not_stored(fresh):
+    _, stub = fresh
+    code, details = refused(stub.RegisterWorker, pb.RegisterWorkerRequest(worker_id="learner-a", role=LEARNER,
+                                                                          data_endpoint="node-a"))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "HOST:PORT" in details and "'node-a'" in details, details
+    assert "learner-a" not in {w.worker_id for w in stub.GetStatus(pb.GetStatusRequest()).workers}
+    stub.RegisterWorker(pb.RegisterWorkerRequest(worker_id="learner-a", role=LEARNER, data_endpoint="node-a:7000"))
+    stub.RegisterWorker(pb.RegisterWorkerRequest(worker_id="learner-b", role=LEARNER, data_endpoint="[::1]:7000"))
+    # An actor's endpoint is shown in the status only, never dialled: taken as it is.
+    stub.RegisterWorker(pb.RegisterWorkerRequest(worker_id="actor-b", role=ACTOR, data_endpoint="node-b"))
+    code, details = refused(stub.GetJob, pb.GetJobRequest(worker_id="learner-a", role=LEARNER, data_endpoint="node-a"))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("data_endpoint:"), details
+    endpoints = {w.worker_id: w.data_endpoint for w in stub.GetStatus(pb.GetStatusRequest()).workers}
+    assert endpoints["learner-a"] == "node-a:7000" and endpoints["actor-b"] == "node-b"
 
 
 def test_results_naming_players_not_in_the_job_are_refused_and_the_job_still_counts_later(fresh):

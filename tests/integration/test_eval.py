@@ -190,3 +190,38 @@ def test_a_checkpoint_path_from_the_current_directory_needs_no_shared_root(tmp_p
     monkeypatch.chdir(tmp_path)
     assert eval_cli.main(parse("--checkpoint", f"run/shared/{path}", "--games", "2", "--json")) == 0
     assert json.loads(capsys.readouterr().out)["version"] == 1
+
+
+def _run_dir(tmp_path):
+    """A `league run` directory whose status names one main player with one checkpoint in RUN/shared."""
+    run = tmp_path / "run"
+    (run / "shared").mkdir(parents=True)
+    path = publish(run / "shared", DQN, player="main")
+    (run / "config.yaml").write_text(json.dumps({"policy": DQN}))
+    player = {"player_id": "main", "player_type": "main_player", "active": True, "agent_steps": 100,
+              "checkpoint_path": path, "checkpoint_version": 1}
+    (run / "status_history.jsonl").write_text(json.dumps({"elapsed_s": 1.0, "players": [player]}) + "\n")
+    return run
+
+
+def test_run_dir_reads_the_runs_shared_root_not_the_environments(tmp_path, capsys, monkeypatch):
+    """The image sets $LEAGUE_SHARED_ROOT=/league: `eval --run-dir RUN` read its checkpoints there, not in
+    RUN/shared, and said only "no published checkpoint". The run's root unless --shared-root is given, and
+    the error names the root it searched."""
+    run = _run_dir(tmp_path)
+    other = tmp_path / "league"
+    other.mkdir()
+    monkeypatch.setenv("LEAGUE_SHARED_ROOT", str(other))
+    argv = ("--run-dir", str(run), "--opponent", "random", "--games", "2", "--json")
+    assert eval_cli.main(parse(*argv)) == 0, capsys.readouterr().err
+    report = json.loads(capsys.readouterr().out)
+    assert report["player_id"] == "main" and [p["version"] for p in report["points"]] == [1]
+
+    assert eval_cli.main(parse(*argv, "--shared-root", str(other))) == 2
+    err = capsys.readouterr().err
+    assert "no published checkpoint" in err and f"in shared root {other} (--shared-root)" in err, err
+    # Without --run-dir the variable still stands for --shared-root; an empty player folder names the root.
+    (other / "main").mkdir()
+    assert eval_cli.main(parse("--checkpoint", "main", "--config", str(run / "config.yaml"))) == 2
+    err = capsys.readouterr().err
+    assert "a folder with no published checkpoint in it" in err and f"(shared root {other.resolve()})" in err, err

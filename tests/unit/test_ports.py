@@ -1,9 +1,13 @@
-"""restartable_port: free ports outside the range the OS gives outgoing connections."""
+"""restartable_port: free ports outside the range the OS gives outgoing connections; check_host_port: an
+address a server advertises for others to dial."""
 
 import random
+import re
 import socket
 
-from common.ports import ephemeral_range, restartable_port
+import pytest
+
+from common.ports import check_host_port, ephemeral_range, restartable_port
 
 
 def test_the_port_is_free_and_below_the_ephemeral_range():
@@ -27,3 +31,22 @@ def test_a_taken_port_is_not_offered():
                 return port
 
         assert restartable_port(rng=Always(), attempts=3) != port  # falls back to one the OS picks
+
+
+@pytest.mark.parametrize(("address", "says"), [
+    ("node-a", "expected HOST:PORT, got 'node-a'"),
+    ("node-a:0", "the port must be from 1 to 65535"),
+    ("node-a:65536", "the port must be from 1 to 65535"),
+    (":7000", "with a host"),
+    ("dns:///node-a:7000", "not a gRPC target URI"),
+    ("node a:7000", "expected HOST:PORT"),
+    ("", "expected HOST:PORT"),
+])
+def test_an_advertised_address_is_a_host_and_a_port(address, says):
+    with pytest.raises(ValueError, match=re.escape(says)):
+        check_host_port(address)
+
+
+def test_advertised_addresses_others_can_dial_are_taken():
+    for address in ("node-a:7000", "10.0.0.1:1", "[::1]:65535", "learner-0.league.svc:50061"):
+        check_host_port(address)

@@ -587,7 +587,7 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
                   f"({', '.join(f'{k}={v}' for k, v in sorted(codes.items()))})")
     if status is not None:
         console.print("the league's last status before it stopped:")
-        console.print(render_status(status))
+        console.print(render_status(status, workers=False))  # (all stopped, whatever their last heartbeat says)
     plots = run_dir / "plots"
     try:
         from league_cli.plot import write_plots

@@ -60,12 +60,16 @@ def status_to_json(status: league_pb2.LeagueStatus, *, compact: bool = False) ->
     return json.dumps(data, indent=2, sort_keys=False)
 
 
-def render_status(status: league_pb2.LeagueStatus) -> Group:
-    """Header, players, win-rate matrix, jobs in flight and workers, as one printable group."""
+def render_status(status: league_pb2.LeagueStatus, workers: bool = True) -> Group:
+    """Header, players, win-rate matrix, jobs in flight and workers, as one printable group. `workers` False
+    leaves the workers out: once `league run` stopped them, the coordinator still counts them alive until
+    their heartbeats are a lease old."""
     parts = [_header(status), *_players(status)]
     if status.payoff:
         parts.append(_win_rates(status))
-    parts += [_jobs(status), _workers(status)]
+    parts.append(_jobs(status))
+    if workers:
+        parts.append(_workers(status))
     return Group(*parts)
 
 

@@ -86,3 +86,15 @@ def test_a_cluster_of_a_thousand_actors_lists_the_learners_the_dead_and_a_count(
     assert "jobs in flight (1000)" in text and "960 more" in flat
     assert "j0 " in text and "j999" not in text  # the oldest jobs
     assert len(text.splitlines()) < 200
+
+
+def test_league_runs_final_status_leaves_out_the_workers_it_stopped():
+    """They were listed alive (their last heartbeat is less than a lease old) right after 'every process stopped'."""
+    status = _status(snapshots_per_parent=1)
+    status.now = 1000.0
+    status.workers.add(worker_id="actor-0", role=league_pb2.WORKER_ROLE_ACTOR, alive=True, last_heartbeat=999.0)
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))
+    console.print(render_status(status, workers=False))
+    text = console.export_text()
+    assert "workers (" not in text and "actor-0" not in text and "active players" in text
+    assert "workers (1, 1 alive)" in _text(status)

@@ -75,6 +75,8 @@ class DataPlane:
         self._lock = threading.Lock()
         self._intake: Intake | None = None
         self._deduper = deduper or SeqDeduper()
+        self._receiving: set[tuple[str, str, int]] = set()
+        """Chunks reserved in the de-duplicator but not yet queued (waiting for room, or being checked)."""
         self._accepted = 0
         self._duplicates = 0
         self._samples = 0
@@ -113,24 +115,32 @@ class DataPlane:
         if chunk.seq < 0:
             raise ChunkRefused(grpc.StatusCode.INVALID_ARGUMENT, f"seq: must be >= 0, got {chunk.seq}")
         key = (chunk.worker_id, chunk.job_id, chunk.seq)
-        if not self._deduper.reserve(*key):
-            with self._lock:
+        with self._lock:  # reserving and marking it received as one step: a copy sees either both or neither
+            if self._deduper.reserve(*key):
+                self._receiving.add(key)
+            elif key in self._receiving:
+                # The first copy still waits for room and may yet be abandoned (its stream cancelled): answered
+                # DUPLICATE, this copy would count as delivered and then be in no queue.
+                raise ChunkRefused(grpc.StatusCode.UNAVAILABLE,
+                                   f"chunk seq {chunk.seq} is being received on another stream; retry")
+            else:
                 self._duplicates += 1
-            return AcceptResult(Accepted.DUPLICATE)
+                return AcceptResult(Accepted.DUPLICATE)
+        queued = False
         try:
             prepared = intake.preparer.prepare(decode_chunk(chunk))
-            if not intake.queue.put(prepared, abandoned):
-                self._deduper.release(*key)
+            queued = intake.queue.put(prepared, abandoned)
+            if not queued:
                 return AcceptResult(Accepted.ABANDONED)
         except (CodecError, InvalidChunkError) as err:
-            self._deduper.release(*key)
             raise ChunkRefused(grpc.StatusCode.INVALID_ARGUMENT, f"chunk seq {chunk.seq}: {err}") from err
         except IntakeClosedError as err:
-            self._deduper.release(*key)
             raise ChunkRefused(grpc.StatusCode.UNAVAILABLE, str(err)) from err
-        except BaseException:
-            self._deduper.release(*key)
-            raise
+        finally:
+            with self._lock:
+                self._receiving.discard(key)
+                if not queued:  # not accepted after all: a resend is new
+                    self._deduper.release(*key)
         with self._lock:
             self._accepted += 1
             self._samples += prepared.agent_steps

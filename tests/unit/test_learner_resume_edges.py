@@ -4,7 +4,10 @@ what the learner acknowledged it trains on."""
 from __future__ import annotations
 
 import os
+import threading
+import time
 
+import grpc
 import pytest
 
 from common.algorithms.registry import make_computation_task
@@ -20,7 +23,7 @@ from learner_service.league_client import BindingLost, LearnJob
 from learner_service.learner import Learner
 from learner_service.learner_testing import synthetic_chunk
 from learner_service.publisher import CheckpointPublisher
-from learner_service.servicer import Accepted, DataPlane, Intake
+from learner_service.servicer import Accepted, ChunkRefused, DataPlane, Intake
 from learner_service.trainer import ModelSpec, Progress, build_trainer
 
 OBS = {"observation": TensorSpec("observation", (4,))}
@@ -139,3 +142,37 @@ def test_chunks_a_session_dropped_untrained_are_new_again_when_resent():
     plane.open(intake())
     assert [plane.accept(chunk(s)).status for s in range(4)] == [Accepted.NEW] * 4
     assert plane.accept(chunk(3)).status is Accepted.DUPLICATE
+
+
+def test_a_copy_of_a_chunk_still_waiting_for_room_is_told_to_retry_not_that_it_arrived():
+    """Answered DUPLICATE while the first copy waited on a full queue, the copy counted as delivered; the first
+    copy's stream was then cancelled (ABANDONED, its seq released) and the chunk was in no queue."""
+    policy = PolicyConfig.from_mapping(POLICY)
+    task = make_computation_task(policy, OBS, ACTIONS, device="cpu", seed=0)
+    preparer = ChunkPreparer(policy, task.input_specs, task.learn_specs, 2, task.state_specs)
+    intake = Intake("p", preparer, ChunkQueue(1, 1 << 30))
+    plane = DataPlane()
+    plane.open(intake)
+
+    def chunk(seq: int):
+        return synthetic_chunk(OBS, 2, player_id="p", seq=seq, worker_id="a1", job_id="job-1", seed=seq)
+
+    assert plane.accept(chunk(0)).status is Accepted.NEW  # the queue is full now
+    cancelled = threading.Event()
+    first: list = []
+    waiting = threading.Thread(target=lambda: first.append(plane.accept(chunk(1), cancelled.is_set)))
+    waiting.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not plane._receiving and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with pytest.raises(ChunkRefused) as refused:  # the resend on another stream
+            plane.accept(chunk(1))
+        assert refused.value.code is grpc.StatusCode.UNAVAILABLE and "another stream" in str(refused.value)
+    finally:
+        cancelled.set()
+        plane.wake()
+        waiting.join(10)
+    assert first[0].status is Accepted.ABANDONED
+    assert intake.queue.get() is not None  # seq 0 trained on; room again
+    assert plane.accept(chunk(1)).status is Accepted.NEW  # the actor's retry: not lost

@@ -204,8 +204,9 @@ class Actor:
             log.warning("job %s revoked: %s; abandoning it", plan.job_id, reason)
             revoked.set()
 
+        interval = job_heartbeat_interval(heartbeat_interval_s, plan.lease_timeout_s)
         heartbeat = self._heartbeat = JobHeartbeat(
-            self._client, plan.job_id, job_heartbeat_interval(heartbeat_interval_s, plan.lease_timeout_s), on_revoked, stalled=self._managers.stalled_s,
+            self._client, plan.job_id, interval, on_revoked, stalled=self._managers.stalled_s,
             stall_limit_s=self.settings.env_step_timeout_s,
         ).start()
         sender: TrajectorySender | None = None

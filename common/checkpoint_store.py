@@ -197,7 +197,11 @@ class CheckpointStore:
         relative = self.version_path(player_id, version)
         metadata = _check_metadata(metadata)
         self.wait_for_retention()
-        latest = self.latest(player_id)
+        try:
+            latest = self.latest(player_id)
+        except CorruptCheckpointError as err:  # no manifest of the player reads: this publish writes good ones
+            log.error("%s; publishing version %d over it", err, version)
+            latest = None
         if latest is not None and version <= latest.version:
             raise VersionConflictError(
                 f"version {version} of {player_id!r} must exceed the latest published {latest.version}")
@@ -308,6 +312,11 @@ class CheckpointStore:
             except CorruptCheckpointError as err:
                 log.error("%s; left out of the player's versions", err)
         return refs
+
+    def versions_on_disk(self, player_id: str) -> list[int]:
+        """The version numbers of the player's weight files on disk, oldest first, published or not and readable
+        or not: whether the player ever had weights here (a damaged store), unlike `versions`."""
+        return [int(_VERSION_FILE.match(name).group(1)) for name in self._version_files(player_id)]
 
     def _version_files(self, player_id: str) -> list[str]:
         """Names of the player's versioned weight files on disk, oldest first ([] without its directory)."""

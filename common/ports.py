@@ -75,13 +75,19 @@ def split_host_port(address: str, *, min_port: int = 0) -> tuple[str, int]:
 
 
 def check_host_port(address: str) -> None:
-    """An address a server advertises for others to dial: HOST:PORT with a host and a port from 1 to 65535.
-    Nothing else: without a port (`node-a`) every dial failed UNAVAILABLE and was retried for good, and a
-    gRPC target URI (dns:///node-a) would be dialled on its scheme's default port. ValueError otherwise."""
+    """An address a server advertises for others to dial: HOST:PORT with a host and a port from 1 to 65535, or
+    a gRPC target URI, with its port where its scheme has one (dns:///node-a:50061, ipv4:10.0.0.1:50061). Without
+    a port (`node-a`) every dial failed UNAVAILABLE and was retried for good, and dns:///node-a is dialled on
+    443. ValueError otherwise."""
     if not address or not address.isprintable() or any(c.isspace() for c in address):
         raise ValueError(f"expected HOST:PORT, got {address!r}")
-    if address.lower().startswith(GRPC_TARGET_SCHEMES):
-        raise ValueError(f"expected HOST:PORT, not a gRPC target URI, got {address!r}")
+    lowered = address.lower()
+    if lowered.startswith(GRPC_TARGET_SCHEMES):
+        port = address.rpartition(":")[2]
+        if lowered.startswith(("dns:", "ipv4:", "ipv6:")) and not (port.isdigit() and 1 <= int(port) <= 65535):
+            raise ValueError(f"expected a gRPC target URI that ends with its port (dns:///host:port), got "
+                             f"{address!r}")
+        return
     host, _ = split_host_port(address, min_port=1)
     if not host:
         raise ValueError(f"expected HOST:PORT with a host, got {address!r}")

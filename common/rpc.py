@@ -515,6 +515,8 @@ def call_idempotent(
     `stop` (set on shutdown) cuts the backoff short and re-raises the last error. `on_retry(failed_attempts,
     error, delay_s)` is called before each retry's backoff (to log it as the caller sees fit).
     """
+    if policy.attempts is None and stop is None:
+        raise ValueError("call_idempotent: a policy without an attempt limit needs a `stop` that ends it")
     stop = stop or threading.Event()
     delays = iter(policy.backoffs())
     failed = 0

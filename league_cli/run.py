@@ -9,7 +9,6 @@ records the status history, and stops everything in order (actors, learners, coo
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import json
 import math
@@ -51,7 +50,8 @@ class CannotRunLeague(RuntimeError):
 
 
 class StartupInterrupted(Exception):
-    """Ctrl-C or SIGTERM before every process was started: `league run` stops what it started and exits 130."""
+    """Ctrl-C or SIGTERM before every process was started: `league run` stops what it started and exits 130 (143
+    for SIGTERM), as a shell reports a command the signal ended."""
 
 
 # What the coordinator's exit at start-up means, by its code (otherwise: RuntimeError, a failed start).
@@ -435,10 +435,12 @@ def _saved_league_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str 
 
 
 def _saved_model_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str | None:
-    """Why the checkpoints of the league saved in `run_dir` cannot go on with `cfg` (read from `config`, another
-    file than the directory's own config.yaml): another env or another model. Only the learners found out, after
-    the coordinator had accepted the config and the directory's config.yaml had been replaced by it, so running
-    the directory again failed the same way."""
+    """Why the league saved in `run_dir` cannot go on with `cfg` (read from `config`, another file than the
+    directory's own config.yaml): another env, or a model its checkpoints do not fit. Only the learners found
+    out, after the coordinator had accepted the config and the directory's config.yaml had been replaced by it,
+    so running the directory again failed the same way. Settings that shape no weights (activation, obs_scale,
+    value_bound, the algorithm's hyperparameters) may change."""
+    from common.envs.registry import OPENSPIEL_PREFIX
     from common.policy_config import PolicyConfig
     from league_service.config import load_config
 
@@ -452,15 +454,24 @@ def _saved_model_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str |
         saved_policy, policy = PolicyConfig.from_mapping(saved.policy), PolicyConfig.from_mapping(cfg.policy)
     except (ConfigError, OSError, ValueError):
         return None  # not a config to compare with: the coordinator and learners say what is wrong
-    model_keys = [(f"policy.model.{f.name}", getattr(saved_policy.model, f.name), getattr(policy.model, f.name))
-                  for f in dataclasses.fields(policy.model)]
-    for key, old, new in (("env.name", saved.env.name, cfg.env.name),
-                          ("policy.algorithm", saved_policy.algorithm, policy.algorithm), *model_keys):
+    resume = (f"resume it with `league run --run-dir {run_dir}` (its own {own}), or start another league in a new "
+              "--run-dir")
+    old_env, new_env = (name.removeprefix(OPENSPIEL_PREFIX) for name in (saved.env.name, cfg.env.name))
+    if old_env != new_env:
+        return (f"env.name: the league in {run_dir} was trained on {saved.env.name!r}, the config ({config}) says "
+                f"{cfg.env.name!r}: {resume}")
+    shaping = [("policy.algorithm", saved_policy.algorithm, policy.algorithm)]
+    shaping += [(f"policy.model.{name}", getattr(saved_policy.model, name), getattr(policy.model, name))
+                for name in _WEIGHT_SHAPING_MODEL_KEYS]
+    for key, old, new in shaping:
         if old != new:
             return (f"{key}: the league in {run_dir} was trained with {old!r}, the config ({config}) says {new!r}, "
-                    f"which its checkpoints do not fit: resume it with `league run --run-dir {run_dir}` (its own "
-                    f"{own}), or start another league in a new --run-dir")
+                    f"which its checkpoints do not fit: {resume}")
     return None
+
+
+_WEIGHT_SHAPING_MODEL_KEYS = ("hidden", "conv", "conv_padding", "shared_torso", "recurrent", "recurrent_size")
+"""The `policy.model` settings that decide which weights a network has and their shapes."""
 
 
 def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, cfg_dict: dict[str, Any],
@@ -490,8 +501,11 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
     stop = SignalFlag()
     reason = ["budget spent"]
 
+    signals: list[int] = []
+
     def on_signal(signum: int, _frame: object) -> None:
         reason[0] = f"stopped by {signal.Signals(signum).name}"
+        signals.append(signum)
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -563,7 +577,7 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
         channel.close()
     except StartupInterrupted:
         reason[0] += " during start-up"
-        exit_code = INTERRUPTED_EXIT
+        exit_code = 128 + signals[0] if signals else INTERRUPTED_EXIT  # 130 for Ctrl-C, 143 for SIGTERM
     except RuntimeError as err:
         console.print(f"[red]league run: {escape(str(err))}[/red]")  # (log lines may hold [brackets])
         setup_error = isinstance(err, CannotRunLeague)

@@ -32,6 +32,7 @@ from common.checkpoint_store import (
     CheckpointNotFoundError,
     CheckpointRef,
     CheckpointStore,
+    CorruptCheckpointError,
     VersionConflictError,
 )
 from learner_service.league_client import BindingLost
@@ -107,7 +108,11 @@ class CheckpointPublisher:
         self.store = store
         self.player_id = player_id
         self.worker_id = worker_id
-        latest = store.latest(player_id)
+        try:
+            latest = store.latest(player_id)
+        except CorruptCheckpointError as err:  # no readable manifest left: `choose_start` decides what follows
+            log.error("%s: %s", player_id, err)
+            latest = None
         self.last: CheckpointRef | None = latest
         """The newest version in the store (ours or a previous learner's)."""
         self.failures = 0
@@ -207,12 +212,13 @@ class CheckpointPublisher:
                 weights = self.store.load(job_path).tensors
             except CheckpointError as err:
                 if own is None:
-                    stored = self.store.versions(self.player_id)
+                    stored = [r.version for r in self.store.versions(self.player_id)]
+                    stored += self.store.versions_on_disk(self.player_id)
                     if stored or self.last is not None:
                         # Every version the player has is damaged or lost (one kept: `keep_last: 1`, or a young
                         # player): refusing would stop the whole league at every restart. It starts afresh,
                         # numbered above them all, loudly; its counters stay.
-                        newest = max([r.version for r in stored] + [self.last_version, job_version])
+                        newest = max([*stored, self.last_version, job_version])
                         log.error("%s: no version of %s can be loaded (%s); it starts afresh at version %d, its "
                                   "training so far is lost", job_path, self.player_id, err, newest + 1)
                         return StartPoint(newest + 1, None, "fresh (no loadable version)", progress, 0, None)

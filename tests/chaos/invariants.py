@@ -21,7 +21,8 @@ across a coordinator kill, where a status taken before the kill may show changes
 must equal their sum exactly.
 
 What is checked, from a status: every job in flight listed once, leased to a registered worker that lists it
-(one owner), at most one learner per player; slots_used within [0, slots_limit] and no fewer than the
+(one owner), at most one learner per player; slots_used within [0, slots_limit] (these runs never lower a
+limit, which a restart allows while jobs are in flight) and no fewer than the
 player's collect jobs in flight, none for snapshots; jobs_issued == finished + expired + failed + in flight;
 solo leagues: the players' episodes add up to counters.matches; battle leagues: rated games pair up and never
 exceed the matches, payoff rows mirror each other, wins+draws+losses == games, no player has more payoff games

@@ -118,7 +118,7 @@ def test_coordinator_flags_out_of_range_are_usage_errors_naming_the_flag(files, 
     ("node-a", "expected HOST:PORT, got 'node-a'"),  # stored by the coordinator; actors retried UNAVAILABLE
     ("node-a:0", "the port must be from 1 to 65535"),
     (":7000", "expected HOST:PORT with a host"),
-    ("dns:///node-a:7000", "not a gRPC target URI"),
+    ("dns:///node-a", "a gRPC target URI that ends with its port"),  # dialled on 443
 ])
 def test_a_learner_refuses_an_advertised_address_actors_cannot_dial(files, value, says):
     proc = league("learner", "--coordinator", "127.0.0.1:1", "--shared-root", str(files["shared"]),

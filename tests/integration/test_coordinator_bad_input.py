@@ -101,7 +101,7 @@ def test_unknown_ids_are_not_found(served):
          "data_endpoint"),
         ("RegisterWorker", pb.RegisterWorkerRequest(worker_id="l", role=LEARNER, data_endpoint=":7000"),
          "data_endpoint"),
-        ("RegisterWorker", pb.RegisterWorkerRequest(worker_id="l", role=LEARNER, data_endpoint="dns:///node-a:7000"),
+        ("RegisterWorker", pb.RegisterWorkerRequest(worker_id="l", role=LEARNER, data_endpoint="dns:///node-a"),
          "data_endpoint"),
         ("GetJob", pb.GetJobRequest(worker_id="actor", role=LEARNER, data_endpoint="node-a"), "data_endpoint"),
         ("GetJob", pb.GetJobRequest(worker_id="actor", role=LEARNER, data_endpoint="node-a:99999"), "data_endpoint"),

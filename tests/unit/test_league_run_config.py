@@ -1,8 +1,10 @@
 """`league run`'s own config section and the plot command, without starting processes."""
 
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 
 from common.config import ConfigError, from_dict
 from common.proto.league.v1 import league_pb2
@@ -10,6 +12,8 @@ from league_cli.plot import read_history, run_seconds, write_plots
 from league_cli.run import RunConfig, active_player_count
 from league_cli.run_watch import MIN_POLL_S, FailingJobsWatch, StepBudget, StepRate
 from league_service.config import config_from_dict, load_config
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_run_section_is_typed_and_errors_name_the_key():
@@ -223,3 +227,33 @@ def test_the_win_rate_plot_of_a_league_with_hundreds_of_historical_players_stays
     with Image.open(written["win_rates.png"]) as image:
         width, height = image.size
     assert width <= 100 * 32 and height <= 100 * 30, image.size
+
+
+def test_a_resume_may_change_what_shapes_no_weights_but_not_the_env_or_the_networks_shape(tmp_path):
+    """`league run` refuses before anything starts a config whose env or network the saved checkpoints do not
+    fit; the default written out, an obs scale, a value bound or the env's openspiel: spelling are the same
+    league."""
+    from league_cli.run import _saved_model_mismatch
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "league_state.sqlite").write_bytes(b"")
+    saved = yaml.safe_load((ROOT / "configs" / "league_connect_four.yaml").read_text())
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(saved))
+
+    def mismatch(change) -> str | None:
+        data = yaml.safe_load(yaml.safe_dump(saved))
+        change(data)
+        path = tmp_path / "resume.yaml"
+        path.write_text(yaml.safe_dump(data))
+        return _saved_model_mismatch(run_dir, path, load_config(path))
+
+    assert mismatch(lambda d: None) is None  # the same content at another path
+    assert mismatch(lambda d: d["policy"]["model"].update(activation="tanh")) is None  # PPO's default, written out
+    assert mismatch(lambda d: d["policy"]["model"].update(obs_scale=0.5, value_bound=1.0)) is None
+    assert mismatch(lambda d: d["policy"]["ppo"].update(learning_rate=0.0003)) is None
+    assert mismatch(lambda d: d["env"].update(name="openspiel:connect_four")) is None
+    refused = mismatch(lambda d: d["policy"]["model"].update(hidden=[32]))
+    assert refused is not None and refused.startswith("policy.model.hidden:") and "do not fit" in refused
+    refused = mismatch(lambda d: d["env"].update(name="openspiel:tic_tac_toe"))
+    assert refused is not None and refused.startswith("env.name: the league in")

@@ -47,7 +47,7 @@ def _publisher(root, keep_last: int = 5) -> CheckpointPublisher:
     return CheckpointPublisher(CheckpointStore(root, keep_last=keep_last), "p", "w")
 
 
-@pytest.mark.parametrize("damage", ["corrupt", "lost"])
+@pytest.mark.parametrize("damage", ["corrupt", "lost", "manifests"])
 def test_a_player_whose_every_version_is_damaged_starts_afresh_above_them(tmp_path, damage, caplog):
     """With `keep_last: 1` (or a young player) one damaged file left the learner no start: it exited 2, and
     `league run` stopped the whole league at this and every later restart."""
@@ -59,8 +59,12 @@ def test_a_player_whose_every_version_is_damaged_starts_afresh_above_them(tmp_pa
     publisher.store.wait_for_retention()
     if damage == "corrupt":
         (tmp_path / ref.path).write_bytes(b"garbage")
-    else:
+    elif damage == "lost":
         (tmp_path / ref.path).unlink()
+    else:  # the only version's manifest and latest.json (hard links: replaced, not written through)
+        for name in (f"{ref.path}.json", "p/latest.json"):
+            os.unlink(tmp_path / name)
+            (tmp_path / name).write_text("{garbage")
     learner = Learner(LearnerSettings(coordinator="127.0.0.1:1", shared_root=tmp_path, worker_id="w", device="cpu"))
     learner.client.player_progress = lambda player_id: Progress(500, 7)  # the coordinator's view
     job = LearnJob("job-1", "p", ref.path, ref.version, "CartPole-v1", {}, POLICY, {"keep_last": 1}, 30.0, 0.0)

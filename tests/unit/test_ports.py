@@ -38,7 +38,7 @@ def test_a_taken_port_is_not_offered():
     ("node-a:0", "the port must be from 1 to 65535"),
     ("node-a:65536", "the port must be from 1 to 65535"),
     (":7000", "with a host"),
-    ("dns:///node-a:7000", "not a gRPC target URI"),
+    ("dns:///node-a", "a gRPC target URI that ends with its port"),  # dialled on 443
     ("node a:7000", "expected HOST:PORT"),
     ("", "expected HOST:PORT"),
 ])
@@ -48,5 +48,6 @@ def test_an_advertised_address_is_a_host_and_a_port(address, says):
 
 
 def test_advertised_addresses_others_can_dial_are_taken():
-    for address in ("node-a:7000", "10.0.0.1:1", "[::1]:65535", "learner-0.league.svc:50061"):
+    for address in ("node-a:7000", "10.0.0.1:1", "[::1]:65535", "learner-0.league.svc:50061", "dns:///node-a:7000",
+                    "ipv4:10.0.0.1:50061", "unix:/run/learner.sock"):
         check_host_port(address)

@@ -53,7 +53,7 @@ import blake3
 import numpy as np
 
 from common.checkpoint_buffers import LoadBuffers
-from common.paths import SharedRoot, check_component, check_relative
+from common.paths import SharedRoot, UnsafePathError, check_component, check_relative
 from common.trajectory import ALLOWED_DTYPES
 
 if TYPE_CHECKING:  # torch is imported where tensors are saved or loaded: the coordinator only snapshots
@@ -265,8 +265,11 @@ class CheckpointStore:
         publish writes a good `latest.json` again."""
         check_component(player_id, "player_id")
         where = f"{player_id}/{LATEST}"
-        path = self.root.resolve(where)
         try:
+            try:
+                path = self.root.resolve(where)
+            except UnsafePathError as err:  # latest.json a symlink out of the root: damaged, like any other
+                raise CorruptCheckpointError(f"{where}: {err}") from err
             ref = _parse_manifest(_read_small(path), where)
             if ref.path.split("/", 1)[0] != player_id:
                 raise CorruptCheckpointError(f"{where}: names {ref.path!r}, outside the player's directory")
@@ -500,6 +503,9 @@ def _to_torch(tensors: Mapping[str, np.ndarray | torch.Tensor]) -> dict[str, tor
         if not isinstance(name, str) or not name:
             raise ValueError(f"tensor name {name!r} must be a non-empty string")
         if isinstance(value, torch.Tensor):
+            problem = _tensor_problem(value)
+            if problem is not None:  # a load could not give it back (bfloat16, sparse) or it is not allowed
+                raise ValueError(f"tensors[{name!r}]: {problem}")
             out[name] = value.detach().to("cpu")
             continue
         array = np.asarray(value)
@@ -523,7 +529,24 @@ def _from_payload(payload: Any, ref: CheckpointRef, path: str) -> dict[str, np.n
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in tensors.items()
     ):
         raise CorruptCheckpointError(f"{path}: tensors must map names to tensors")
+    for name, value in tensors.items():
+        problem = _tensor_problem(value) or ("needs gradients" if value.requires_grad else None)
+        if problem is not None:
+            raise CorruptCheckpointError(f"{path}: tensors[{name!r}]: {problem}")
     return {k: v.numpy() for k, v in tensors.items()}
+
+
+def _tensor_problem(value: Any) -> str | None:
+    """Why a torch tensor cannot be a checkpoint's tensor (None when it can): published and loaded, it must come
+    back as a numpy array of an allowed dtype."""
+    import torch
+
+    if value.layout != torch.strided:
+        return f"a {value.layout} tensor; only dense tensors are stored"
+    name = str(value.dtype).removeprefix("torch.")
+    if name not in ALLOWED_DTYPES:
+        return f"dtype {name} is not allowed"
+    return None
 
 
 def _check_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -681,9 +704,18 @@ def _check_digest(digest: Any, size: Any, where: str) -> None:
 
 
 def _read_small(path: Path) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb") as f:
-        data = f.read(_MAX_MANIFEST_BYTES + 1)
+    """A manifest's bytes. Missing (a path through a file too): FileNotFoundError; any other reason it cannot be
+    read (a symlink, a directory, no permission, an I/O error): CorruptCheckpointError, so that readers skip
+    it as a damaged version instead of failing on a raw OSError."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(_MAX_MANIFEST_BYTES + 1)
+    except (FileNotFoundError, NotADirectoryError) as err:
+        raise FileNotFoundError(err.errno, err.strerror, str(path)) from err
+    except OSError as err:
+        reason = "a symlink" if err.errno == errno.ELOOP else err.strerror or type(err).__name__
+        raise CorruptCheckpointError(f"{path.name}: manifest cannot be read ({reason})") from err
     if len(data) > _MAX_MANIFEST_BYTES:
         raise CorruptCheckpointError(f"{path.name}: manifest larger than {_MAX_MANIFEST_BYTES} bytes")
     return data

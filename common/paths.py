@@ -33,6 +33,8 @@ def check_relative(relative: str) -> PurePosixPath:
         raise UnsafePathError(f"path {relative!r} must be a non-empty string")
     if "\x00" in relative or "\\" in relative:
         raise UnsafePathError(f"path {relative!r} contains a NUL byte or a backslash")
+    if not relative.isascii() and not _encodable(relative):
+        raise UnsafePathError(f"path {relative!r} is not valid Unicode (a lone surrogate): no file has that name")
     if relative.startswith("/") or re.match(r"^[A-Za-z]:", relative):
         raise UnsafePathError(f"path {relative!r} is absolute; paths are relative to the shared root")
     parts = relative.split("/")
@@ -40,6 +42,14 @@ def check_relative(relative: str) -> PurePosixPath:
         if part in ("", ".", ".."):
             raise UnsafePathError(f"path {relative!r} has an empty, '.' or '..' component")
     return PurePosixPath(*parts)
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class SharedRoot:

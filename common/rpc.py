@@ -93,9 +93,25 @@ def load_token(token_file: str | os.PathLike[str] | None) -> str | None:
             raise ValueError(f"--token-file: cannot read {token_file}: {_reason(err)}") from err
         if not token:
             raise ValueError(f"--token-file: {token_file} is empty")
-        return token
+        return _sendable_token(token, f"--token-file: {token_file}")
     token = os.environ.get(TOKEN_ENV_VAR, "").strip()
-    return token or None
+    return _sendable_token(token, f"${TOKEN_ENV_VAR}") if token else None
+
+
+MAX_TOKEN_CHARS = 4096
+"""gRPC refuses call metadata over 16 KiB in all (RESOURCE_EXHAUSTED on every call); real tokens are far
+shorter."""
+
+
+def _sendable_token(token: str, source: str) -> str:
+    """A token gRPC can carry in a header: printable ASCII (a non-ASCII character or a second line made every
+    call fail INTERNAL "Invalid metadata", naming nothing), within `MAX_TOKEN_CHARS`."""
+    if not (token.isascii() and token.isprintable()):
+        raise ValueError(f"{source}: the token must be one line of printable ASCII characters (no line breaks, "
+                         f"no accents)")
+    if len(token) > MAX_TOKEN_CHARS:
+        raise ValueError(f"{source}: the token has {len(token)} characters, more than {MAX_TOKEN_CHARS}")
+    return token
 
 
 def check_server_tls(cert_path: str | os.PathLike[str], key_path: str | os.PathLike[str]) -> None:

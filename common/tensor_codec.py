@@ -80,8 +80,13 @@ def decode_tensor(message: league_pb2.Tensor, key: str = "", limits: CodecLimits
     if wire.kind == "b" and expected and np.frombuffer(data, dtype=np.uint8).max() > 1:
         raise CodecError(key, "bool data holds bytes other than 0 and 1")
     array = np.frombuffer(data, dtype=wire).reshape(shape)
-    # Native byte order for the consumers (a no-op view on little-endian machines).
-    return array.view(array.dtype.newbyteorder("=")) if not wire.isnative else array
+    if wire.isnative:
+        return array
+    # A host of the other byte order (big-endian): the values swapped into native order, a copy (a view with
+    # the dtype relabelled would read the bytes the wrong way round). Read-only like the view above.
+    native = array.astype(wire.newbyteorder("="))
+    native.flags.writeable = False
+    return native
 
 
 def encode_tensors(

@@ -156,6 +156,20 @@ def test_token_comes_from_file_or_environment(tmp_path, monkeypatch):
         load_token(path)
 
 
+@pytest.mark.parametrize(("token", "says"), [
+    ("s\u00e9cret", "printable ASCII"), ("line1\nline2", "printable ASCII"), ("x" * 17_000, "more than 4096"),
+])
+def test_a_token_grpc_cannot_carry_is_refused_where_it_is_read(tmp_path, monkeypatch, token, says):
+    """Accepted, it made every call fail (INTERNAL "Invalid metadata", or RESOURCE_EXHAUSTED), naming nothing."""
+    path = tmp_path / "token"
+    path.write_text(token + "\n")
+    with pytest.raises(ValueError, match=f"--token-file: {path}: .*{says}"):
+        load_token(path)
+    monkeypatch.setenv("LEAGUE_TOKEN", token)
+    with pytest.raises(ValueError, match=f"LEAGUE_TOKEN: .*{says}"):
+        load_token(None)
+
+
 def test_make_channel_gives_every_call_a_deadline(token_server):
     channel = make_channel(token_server.address, token=TOKEN, default_deadline_s=0.5)
     with channel:

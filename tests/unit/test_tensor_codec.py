@@ -34,6 +34,20 @@ def test_tensor_round_trip(array):
     np.testing.assert_array_equal(decoded, array)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "int64", "uint16", "float64"])
+def test_a_host_of_the_other_byte_order_decodes_the_values(monkeypatch, dtype):
+    """On a big-endian host the wire's little-endian bytes must be swapped, not relabelled (that read every
+    multi-byte value wrong, with no error). Here the mirror image: a big-endian wire on this host."""
+    from common import tensor_codec
+
+    monkeypatch.setattr(tensor_codec, "_WIRE_DTYPES",
+                        {name: np.dtype(name).newbyteorder(">") for name in tensor_codec.ALLOWED_DTYPES})
+    sent = np.array([[1, 2, 3], [250, 7, 9]], dtype=dtype)
+    got = decode_tensor(encode_tensor(sent))
+    np.testing.assert_array_equal(got, sent)
+    assert got.dtype.isnative and not got.flags.writeable
+
+
 def test_non_contiguous_and_big_endian_input_round_trip():
     base = np.arange(24, dtype=np.float32).reshape(4, 6)
     view = base[:, ::2].T

@@ -1,0 +1,81 @@
+"""The checkpoint store reads damaged or odd files as damaged versions (never a raw OSError past its readers),
+and stores only tensors a load gives back."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from common.checkpoint_store import CheckpointError, CheckpointStore
+
+
+def _store(tmp_path, n=3):
+    store = CheckpointStore(tmp_path, keep_last=10)
+    for v in range(1, n + 1):
+        store.publish("p", {"w": np.full(4, v, dtype=np.float32)}, v)
+    store.close()
+    return store
+
+
+def test_versions_leaves_out_a_symlinked_manifest(tmp_path):
+    store = _store(tmp_path)
+    d = tmp_path / "p"
+    m = d / "v0000000002.pt.json"
+    target = d / "copy.json"
+    os.replace(m, target)
+    os.symlink("copy.json", m)          # a symlink inside the root (cp -s / rsync -l of a run dir, say)
+    refs = store.versions("p")          # a raw OSError (ELOOP) escaped instead of version 2 being left out
+    assert [r.version for r in refs] == [1, 3]
+
+
+def test_versions_leaves_out_a_manifest_that_is_a_directory(tmp_path):
+    store = _store(tmp_path)
+    d = tmp_path / "p"
+    (d / "v0000000002.pt.json").unlink()
+    (d / "v0000000002.pt.json").mkdir()
+    refs = store.versions("p")          # IsADirectoryError escaped
+    assert [r.version for r in refs] == [1, 3]
+
+
+def test_latest_falls_back_when_latest_json_is_a_symlink_out_of_root(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    store = _store(root)
+    latest = root / "p" / "latest.json"
+    latest.unlink()
+    os.symlink("/etc/hostname", latest)
+    ref = store.latest("p")             # UnsafePathError escaped instead of the documented fallback
+    assert ref.version == 3
+
+
+def test_manifest_of_path_through_a_file_is_not_found(tmp_path):
+    store = _store(tmp_path)
+    with pytest.raises(CheckpointError):   # NotADirectoryError escaped
+        store.manifest("p/v0000000001.pt/x.pt")
+
+
+def test_manifest_path_with_lone_surrogate_is_refused_as_corrupt(tmp_path):
+    store = _store(tmp_path)
+    latest = tmp_path / "p" / "latest.json"
+    body = json.loads(latest.read_text())
+    body["path"] = "p/\ud800.pt"                 # valid JSON ("\\ud800" escape), not encodable as a file name
+    latest.unlink()
+    latest.write_text(json.dumps(body))
+    ref = store.latest("p")  # the damaged latest.json is left for the newest version manifest
+    assert ref.version == 3 and store.load_latest("p").ref.version == 3  # (a UnicodeEncodeError escaped)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.complex64])
+def test_a_tensor_a_load_cannot_give_back_is_refused_at_publish(tmp_path, dtype):
+    store = CheckpointStore(tmp_path)
+    with pytest.raises(ValueError, match="dtype .* is not allowed"):
+        store.publish("p", {"w": torch.zeros(3, dtype=dtype)}, 1)
+    with pytest.raises(ValueError, match="only dense tensors"):
+        store.publish("p", {"w": torch.zeros(3, 3).to_sparse()}, 1)
+    store.publish("p", {"w": torch.zeros(3)}, 1)  # a dense float32 tensor is fine
+    assert store.load_latest("p").tensors["w"].shape == (3,)
+    store.close()

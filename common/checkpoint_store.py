@@ -584,8 +584,13 @@ def _load_verified(where: str, resolved: Path, digest: str, size: int) -> Any:
     """Unpickle the file once its bytes are exactly ``size`` bytes hashing to ``digest``: the file is read once
     into private memory, that memory is hashed, and the tensors unpickled are that same memory (no second
     copy, and a file swapped or rewritten after the read changes nothing)."""
-    with _opened(where, resolved, size) as fd:
-        data = _read_hashed(fd, where, digest, size, keep=True)
+    try:
+        with _opened(where, resolved, size) as fd:
+            data = _read_hashed(fd, where, digest, size, keep=True)
+    except OSError as e:
+        if e.errno == errno.ESTALE:  # NFS: retention removed it on another machine while this one read it
+            raise CheckpointNotFoundError(f"{where}: removed while being read (stale file handle)") from e
+        raise
     from common.checkpoint_unpickle import load_weights_only  # torch: imported by loaders only
 
     try:

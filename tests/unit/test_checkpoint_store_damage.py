@@ -79,3 +79,21 @@ def test_a_tensor_a_load_cannot_give_back_is_refused_at_publish(tmp_path, dtype)
     store.publish("p", {"w": torch.zeros(3)}, 1)  # a dense float32 tensor is fine
     assert store.load_latest("p").tensors["w"].shape == (3,)
     store.close()
+
+
+def test_a_version_removed_on_another_machine_while_read_over_nfs_is_not_found(tmp_path, monkeypatch):
+    """NFS answers ESTALE to a read of a file another client removed (retention); the readers that walk on to
+    the newest version (load_latest) retry on not-found, but a raw OSError ended them."""
+    import errno
+
+    from common import checkpoint_store
+    from common.checkpoint_store import CheckpointNotFoundError
+
+    store = _store(tmp_path)
+
+    def stale(*_args):
+        raise OSError(errno.ESTALE, "Stale file handle")
+
+    monkeypatch.setattr(checkpoint_store.os, "preadv", stale)
+    with pytest.raises(CheckpointNotFoundError, match="removed while being read"):
+        store.load("p/v0000000003.pt")

@@ -10,6 +10,11 @@ One block holds, for every env, `2 + pool` slots per observation array:
   another CPU just wrote was the largest part of the parent's work per step (measured).
 A worker writes an env's slots only while it handles a command for that env, and the parent reads them only
 after the reply, so no lock is needed.
+
+An observation must fit its slot's dtype (the spec's): `write` refuses one whose dtype numpy cannot cast
+safely to it (int64 300 would become uint8 44 without a word), except float to float (gymnasium envs often
+return float64 for a float32 space; that loses only precision). Python numbers and lists are taken at the
+dtype numpy gives them (int64, float64, bool).
 """
 
 from __future__ import annotations
@@ -154,15 +159,16 @@ class ObsBuffer:
         return cls(shared_memory.SharedMemory(name=layout.shm_name), layout, owner=False)
 
     def write(self, env_id: int, slot: int, obs: Any) -> None:
+        """Copy `obs` into the slot; ValueError if its keys, shapes or dtypes do not fit the spec (module doc)."""
         views = self._slots[env_id][slot]
         if self._single:
-            _copy_into(views[None], obs, "observation")
+            _copy_into(views[None], obs, f"env {env_id}: observation")
             return
         if not isinstance(obs, Mapping) or obs.keys() != views.keys():
             got = sorted(obs) if isinstance(obs, Mapping) else type(obs).__name__
-            raise ValueError(f"observation keys {got} do not match the env's spec {sorted(views)}")
+            raise ValueError(f"env {env_id}: observation keys {got} do not match the env's spec {sorted(views)}")
         for key, view in views.items():
-            _copy_into(view, obs[key], f"observation[{key!r}]")
+            _copy_into(view, obs[key], f"env {env_id}: observation[{key!r}]")
 
     def read(self, env_id: int, slot: int) -> Any:
         """The observation in `slot`: a copy from STEP_SLOT/RESET_SLOT, the slot's own arrays from a pool
@@ -235,6 +241,18 @@ def _release_held_blocks() -> None:
 
 
 def _copy_into(dst: np.ndarray, value: Any, name: str) -> None:
-    if (value.shape if type(value) is np.ndarray else np.shape(value)) != dst.shape:
-        raise ValueError(f"{name} has shape {np.shape(value)}, but the env's spec says {dst.shape}")
+    if type(value) is not np.ndarray:
+        value = np.asarray(value)
+    if value.shape != dst.shape:
+        raise ValueError(f"{name} has shape {value.shape}, but the env's spec says {dst.shape}")
+    if value.dtype is not dst.dtype and not _fits(value.dtype, dst.dtype):
+        raise ValueError(
+            f"{name} has dtype {value.dtype}, but the env's spec says {dst.dtype}, and the cast is not safe "
+            "(it could change values); return observations of the spec's dtype"
+        )
     dst[...] = value
+
+
+def _fits(src: np.dtype, dst: np.dtype) -> bool:
+    """Whether an observation of dtype `src` may be written to a slot of dtype `dst` (see the module doc)."""
+    return np.can_cast(src, dst, "safe") or (src.kind == "f" and dst.kind == "f")

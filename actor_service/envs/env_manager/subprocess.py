@@ -17,17 +17,22 @@ Faults: an env exception is sent back with the env's traceback and the env is re
 a worker that dies (e.g. SIGKILL) or gives no reply within `step_timeout`/`reset_timeout` is killed and
 started again with its envs. Each env may fail `max_retry` times; then the manager closes and raises. A dead
 worker is reaped as soon as it is found: by the next `step` (or other call) that waits for replies, within
-`_SWEEP_S` even while the other workers keep it busy; an idle manager finds it at its next call.
+`_SWEEP_S` even while the other workers keep it busy; an idle manager finds it at its next call. A worker
+dies with the manager's process (worker.py), and a manager left open at interpreter exit is closed then
+(`_close_open_managers`).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import math
 import multiprocessing
+import multiprocessing.util
 import os
 import select
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -71,6 +76,26 @@ _POLL_EVENTS = select.POLLIN | select.POLLHUP | select.POLLERR
 # no doorbell: without this, a worker killed while the others kept answering stayed an unreaped zombie, its envs
 # in flight, until a reset (an actor's next job) had to wait for it.
 _SWEEP_S = 0.05
+
+_open_managers: weakref.WeakSet[SubprocessEnvManager] = weakref.WeakSet()
+
+
+def _close_open_managers() -> None:
+    """At interpreter exit, close the managers a program left open (an exception escaped before its `close`).
+    Registered after multiprocessing's own exit hook (imported above), so it runs first: that hook SIGTERMs
+    daemon processes and then joins them without a timeout, and workers ignore SIGTERM and never read EOF
+    while this process holds their pipes, so the program hung at exit for ever."""
+    for manager in list(_open_managers):
+        try:
+            manager.close()
+        except Exception:
+            logger.exception("closing an env manager left open at exit raised")
+
+
+atexit.register(_close_open_managers)
+# A child forked from this process (os.fork) has copies of the managers, not the managers: closing them at its
+# exit would close the parent's workers.
+os.register_at_fork(after_in_child=_open_managers.clear)
 
 
 @dataclass(frozen=True)
@@ -223,6 +248,7 @@ class SubprocessEnvManager(BaseEnvManager):
         self._step_slot = [STEP_SLOT] * self.env_num  # where each env's step in flight writes its observation
         self._waiting_until = math.inf  # the reply deadline `_pump` is waiting towards (inf: not waiting)
         self._sweep_at = 0.0  # when `_pump` next looks for dead and hung workers (_sweep)
+        _open_managers.add(self)
 
     @property
     def num_workers(self) -> int:
@@ -301,6 +327,7 @@ class SubprocessEnvManager(BaseEnvManager):
         if self._lifecycle is _Lifecycle.CLOSED:
             return
         self._lifecycle = _Lifecycle.CLOSED
+        _open_managers.discard(self)
         workers = [w for w in self._workers if w is not None]
         self._workers = [None] * len(self._workers)
         for worker in workers:
@@ -379,9 +406,11 @@ class SubprocessEnvManager(BaseEnvManager):
         if bells is not None:
             bells.clear(index)  # the slot's last worker (if any) is dead and reaped
             doorbell = (bells.address(index), self._worker_spin_s)
+        # A forkserver worker's parent is the fork server, not this process (worker._follow_parent).
+        parent_pid = None if self._sconfig.start_method == "forkserver" else os.getpid()
         process = self._ctx.Process(
             target=worker_main,
-            args=(child_ends, env_ids, factories, layout, doorbell),
+            args=(child_ends, env_ids, factories, layout, doorbell, parent_pid),
             name=f"env-worker-{index}",
             daemon=True,
         )
@@ -429,6 +458,9 @@ class SubprocessEnvManager(BaseEnvManager):
         self._restarts += 1
         active = [env_id for env_id in worker.env_ids if self._state[env_id] is not EnvState.DONE]
         restart_reset = [env_id for env_id in active if self._state[env_id] is not EnvState.INIT]
+        if failure is not None and failure.env_id in active:  # charged first: if retries run out, it raises
+            active.remove(failure.env_id)
+            active.insert(0, failure.env_id)
         for env_id in active:
             if failure is not None and failure.env_id == env_id:
                 self._count_failure(env_id, failure)

@@ -8,19 +8,34 @@ order, with exactly one reply each. The step command and its reply are the hot p
     step reply:    (STEP, (env_id, reward, env_id, reward, ...), (StepResult, ...), (EnvFailure, ...))
     StepResult:    (env_id, reward, terminated, truncated, info or None, obs, was_reset, reset_obs)
 
-The flat (env_id, reward) pairs are the usual steps: no episode end, no info, the observation in shared
-memory. They cost a quarter of a StepResult to pickle and unpickle, per message and side.
+The flat (env_id, reward) pairs are the usual steps: no episode end, no info, the observation written to
+shared memory. They cost a quarter of a StepResult to pickle and unpickle, per message and side. Without
+shared memory every step is a StepResult, so an observation that is None is sent as it is.
 
 `info` None stands for NO_INFO; `obs`/`reset_obs` are None when they were written to shared memory (`obs` to
-the command's `obs_slot`, `reset_obs` to RESET_SLOT).
+the command's `obs_slot`, `reset_obs` to RESET_SLOT), which the parent knows from having a buffer.
 A finished episode is reset in the worker right after its last step when `reset_on_done` says so, so the
 reset runs in parallel with the other workers and with the parent's own work.
+
+An env's own error anywhere in the worker is that env's failure, sent back with its traceback: in `info()`
+too, or in pickling what it returned (a lock in an info dict): the reply then goes with that env's entry
+replaced by its failure. Only a worker that dies (or hangs) costs every env of its group a failure.
+
+A worker dies with the process that started it (Linux: a parent-death signal), even when it is stuck in an
+env or, started with `fork`, holds the parent's ends of the pipes and so never reads EOF. The kernel ties
+that signal to the parent's *thread* that started the worker (the first at launch, a replacement's at the
+call that found the old one dead): drive a manager from threads that outlive it.
 """
 
 from __future__ import annotations
 
+import ctypes
+import dataclasses
 import logging
+import os
+import pickle
 import signal
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -39,6 +54,7 @@ from common.envs.base import NO_INFO, Env, EnvInfo
 logger = logging.getLogger(__name__)
 
 STEP = "step"
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 @dataclass(frozen=True)
@@ -100,15 +116,19 @@ class _Worker:
 
     def serve(self, factories_blob: bytes, layout: ObsLayout | None) -> None:
         env_id = self.env_ids[0]  # whom a failure to unpickle the factories is charged to
+        infos = []
         try:
             self.factories = cloudpickle.loads(factories_blob)
             self.buffer = ObsBuffer.attach(layout) if layout is not None else None
             for env_id in self.env_ids:
-                self.envs[env_id] = self.factories[env_id]()
+                env = self.envs[env_id] = self.factories[env_id]()
+                info = env.info()
+                pickle.dumps(info)  # it goes to the parent: an env whose info cannot is the one that failed
+                infos.append(info)
         except Exception as exc:
             self.conn.send(StartFailedReply(EnvFailure.capture(env_id, "build", exc, for_pickling=True)))
             return
-        self.conn.send(ReadyReply(tuple(env.info() for env in self.envs.values())))
+        self.conn.send(ReadyReply(tuple(infos)))
         budget = SpinBudget(self.spin_s) if self.spin_s > 0 else None
         while True:
             try:
@@ -135,7 +155,12 @@ class _Worker:
                 return
             else:
                 raise TypeError(f"env worker: unknown command {command!r}")
-            self.conn.send(reply)
+            try:
+                self.conn.send(reply)
+            except OSError:  # the pipe: the parent is gone
+                raise
+            except Exception as exc:  # an env returned something that cannot be pickled
+                self.conn.send(_without_unpicklable(reply, exc))
 
     def step(self, items: tuple[tuple[int, Any, bool, int], ...]) -> tuple:
         plain: list[Any] = []
@@ -149,11 +174,14 @@ class _Worker:
             try:
                 ts = env.step(action)
                 obs = ts.obs
-                if views and type(obs) is np.ndarray and obs.shape == views[slot][env_id].shape:
-                    views[slot][env_id][...] = obs  # the usual case, without the checks of buffer.write
-                    obs = None
-                elif buffer is not None:
-                    buffer.write(env_id, slot, obs)
+                shared = buffer is not None
+                if shared:
+                    view = views[slot][env_id] if views else None
+                    if view is not None and type(obs) is np.ndarray and obs.shape == view.shape and \
+                            obs.dtype == view.dtype:
+                        view[...] = obs  # the usual case, without the checks of buffer.write
+                    else:
+                        buffer.write(env_id, slot, obs)
                     obs = None
             except Exception as exc:
                 failures.append(EnvFailure.capture(env_id, "step", exc, for_pickling=True))
@@ -162,7 +190,7 @@ class _Worker:
             truncated = ts.truncated
             info = ts.info
             if not (terminated or truncated):
-                if obs is None and info is NO_INFO:
+                if shared and info is NO_INFO:
                     plain += (env_id, ts.reward)
                 else:
                     results.append((env_id, ts.reward, False, False, None if info is NO_INFO else info, obs, False,
@@ -225,18 +253,88 @@ class _Worker:
         self.conn.close()
 
 
+def _without_unpicklable(reply: Any, error: Exception) -> Any:
+    """`reply`, which failed to pickle with `error`, with each env entry that cannot be pickled replaced by
+    that env's failure (with the pickling error's traceback)."""
+    if type(reply) is tuple:
+        _, plain, results, failures = reply
+        kept_plain: list[Any] = []
+        kept_results = []
+        lost = {}
+        pairs = iter(plain)
+        for env_id, reward in zip(pairs, pairs, strict=True):
+            failure = _pickling_failure(env_id, "step", (("reward", reward),))
+            if failure is None:
+                kept_plain += (env_id, reward)
+            else:
+                lost[env_id] = failure
+        for result in results:
+            env_id, reward, _, _, info, obs, _, reset_obs = result
+            failure = _pickling_failure(env_id, "step", (("reward", reward), ("info", info), ("observation", obs),
+                                                         ("reset observation", reset_obs)))
+            if failure is None:
+                kept_results.append(result)
+            else:
+                lost[env_id] = failure
+        failures = tuple(f for f in failures if f.env_id not in lost) + tuple(lost.values())
+        return (STEP, tuple(kept_plain), tuple(kept_results), failures)
+    if type(reply) is ResetReply:
+        kept = []
+        failures = list(reply.failures)
+        for env_id, obs in reply.observations:
+            failure = _pickling_failure(env_id, "reset", (("observation", obs),))
+            if failure is None:
+                kept.append((env_id, obs))
+            else:
+                failures.append(failure)
+        return ResetReply(tuple(kept), tuple(failures))
+    raise error  # not an env's doing
+
+
+def _pickling_failure(env_id: int, stage: str, parts: tuple[tuple[str, Any], ...]) -> EnvFailure | None:
+    """The failure of env `env_id` if one of its `parts` (name, value) cannot be pickled, else None."""
+    for name, value in parts:
+        try:
+            pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            failure = EnvFailure.capture(env_id, stage, exc, for_pickling=True)
+            description = f"its {stage} {name} cannot be pickled to go to the env manager: {failure.description}"
+            return dataclasses.replace(failure, description=description)
+    return None
+
+
+def _follow_parent(parent_pid: int | None) -> bool:
+    """Ask the kernel (Linux) to SIGKILL this process when its parent dies; False if the parent is already
+    gone (it died before the request took effect). SIGKILL, not SIGTERM: a worker stuck in an env would not
+    act on anything else, and a lost parent leaves it nothing to finish. `parent_pid` None (a `forkserver`
+    worker, whose parent is the fork server, which exits with the manager's process): no check."""
+    if not sys.platform.startswith("linux"):
+        return True
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            logger.warning("env worker: prctl(PR_SET_PDEATHSIG) failed (errno %d); it may outlive its parent",
+                           ctypes.get_errno())
+    except (OSError, AttributeError):  # no libc or no prctl in it
+        logger.warning("env worker: no prctl; it may outlive its parent")
+    return parent_pid is None or os.getppid() == parent_pid
+
+
 def worker_main(
     ends: tuple[Connection, Connection],
     env_ids: tuple[int, ...],
     factories_blob: bytes,
     layout: ObsLayout | None,
     doorbell: tuple[DoorbellAddress, float] | None = None,
+    parent_pid: int | None = None,
 ) -> None:
     """Process entry point. Ctrl-C is left to the parent, which closes the workers itself. `ends`: where
     commands come from and replies go to. `doorbell`: where this worker's message counters are, and how long
-    it busy-waits on them for a command."""
+    it busy-waits on them for a command. `parent_pid`: the manager's process (see `_follow_parent`)."""
+    if not _follow_parent(parent_pid):
+        return  # the parent is gone: nobody to serve
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the parent closes us; a lost parent closes our pipe
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the parent closes us; a lost parent kills us
     bells = Doorbells.attach(doorbell[0]) if doorbell is not None else None
     spin_s = doorbell[1] if doorbell is not None else 0.0
     pipe = MessagePipe(*ends, bells.worker_end(doorbell[0].index) if bells is not None else None)

@@ -42,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--games", type=cli_args.positive_int, default=20,
                         help="games to play (seats alternate); episodes, in a single-player env")
     parser.add_argument("--config", type=Path, default=None,
-                        help="league YAML whose policy and env to use (default: the embedded league)")
+                        help="league YAML whose policy and env to use (default: the config.yaml of the league run "
+                             "directory the checkpoint lies in, else the embedded league)")
     parser.add_argument("--shared-root", type=Path, default=None,
                         help=f"the checkpoints' shared root (default: with --run-dir RUN/shared, else "
                              f"${SHARED_ROOT_ENV_VAR})")

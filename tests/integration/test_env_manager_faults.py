@@ -25,11 +25,11 @@ from actor_service.envs import (
     EnvManagerClosedError,
     EnvState,
     SubprocessEnvManager,
-    SubprocessEnvManagerConfig,
 )
 from actor_service.envs.env_manager import doorbell
 from actor_service.envs.env_manager.failure import RemoteTraceback
 from common.envs import NO_INFO, ArraySpec, DiscreteSpec, Env, EnvInfo, TimeStep
+from tests.env_manager_launcher import alive, launched_managers
 
 
 class FaultyEnv(Env):
@@ -82,33 +82,12 @@ def unbuildable() -> Env:
     raise OSError("no such game")
 
 
-def _alive(pids) -> list[int]:
-    """Pids that still have an entry in the process table (running, or zombies nobody reaped)."""
-    return [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
-
-
 @pytest.fixture
 def launched():
-    """Launches managers; closes them at the end and checks that no worker process is left behind."""
-    built: list[SubprocessEnvManager] = []
-    pids: set[int] = set()
-
-    def launch(env_fns, **config) -> SubprocessEnvManager:
-        config.setdefault("wait_num", len(env_fns))  # lockstep: each step returns every env stepped
-        manager = SubprocessEnvManager(env_fns, SubprocessEnvManagerConfig(**config))
-        built.append(manager)
-        manager.launch()
-        pids.update(manager.worker_pids)
-        return manager
-
-    try:
+    """Launches managers (lockstep: each step returns every env stepped); closes them at the end and checks that
+    no worker process is left behind."""
+    with launched_managers(lockstep=True) as launch:
         yield launch
-    finally:
-        for manager in built:
-            if not manager.closed:
-                pids.update(manager.worker_pids)
-            manager.close()
-    assert _alive(pids) == [], "worker processes left behind"
 
 
 def _step_all(manager: SubprocessEnvManager) -> dict[int, TimeStep]:
@@ -133,7 +112,7 @@ def test_env_exception_is_raised_in_the_parent_with_the_env_traceback(launched, 
     assert isinstance(error.__cause__, ValueError) and "boom from inside the env" in str(error.__cause__)
     assert isinstance(error.__cause__.__cause__, RemoteTraceback)
     assert "explode_in_env" in str(error.__cause__.__cause__)
-    assert manager.closed and _alive(pids) == []
+    assert manager.closed and alive(pids) == []
     with pytest.raises(EnvManagerClosedError, match="closed"):
         manager.step({1: 0})
     manager.close()  # idempotent
@@ -173,7 +152,7 @@ def test_hung_env_is_killed_and_rebuilt(launched, tmp_path, monkeypatch):
     assert "hung" in out[0].info.failure and out[0].truncated
     assert out[1].truncated and "hung" in out[1].info.failure  # its sibling lost its episode too
     assert not out[2].done
-    assert _alive([old_pids[0]]) == []  # the hung worker was killed and reaped
+    assert alive([old_pids[0]]) == []  # the hung worker was killed and reaped
     _until_ready(manager)  # the new worker comes up while env 2 plays on
     assert manager.worker_pids[0] != old_pids[0] and manager.worker_pids[1] == old_pids[1]
     assert manager.failure_counts == {0: 1, 1: 1, 2: 0}
@@ -194,7 +173,7 @@ def test_killed_env_process_is_detected_and_replaced(launched, tmp_path, monkeyp
     _step_all(manager)
     out = _step_all(manager)  # env 0 SIGKILLs its own process
     assert "signal 9" in out[0].info.failure
-    assert _alive([old_pids[0]]) == []
+    assert alive([old_pids[0]]) == []
 
     # A worker killed from outside while idle is noticed at the next step, too.
     _until_ready(manager)
@@ -237,7 +216,7 @@ def test_a_worker_lost_while_the_others_keep_answering_is_found_and_reaped_at_on
         assert set(failed) <= {0, 1}, failed
         pause.wait(0.005)
     assert failed, f"the {fault} worker was not found while the other one kept answering"
-    assert _alive([victim]) == [], "the lost worker was left a zombie"
+    assert alive([victim]) == [], "the lost worker was left a zombie"
     expected = "hung" if hung else "signal 9"
     assert all(ts.truncated and expected in ts.info.failure for ts in failed.values()), failed
     assert manager.worker_pids[0] != victim
@@ -272,7 +251,7 @@ def test_retries_spent_on_a_hang_raise_and_clean_up(launched, tmp_path):
     _step_all(manager)
     with pytest.raises(EnvError, match="hung"):
         _step_all(manager)
-    assert manager.closed and _alive(pids) == []
+    assert manager.closed and alive(pids) == []
 
 
 @contextlib.contextmanager
@@ -306,7 +285,7 @@ def test_a_worker_that_cannot_be_replaced_closes_the_manager(launched):
     with _no_new_file_descriptors(), pytest.raises(OSError):
         while True:
             _step_all(manager)
-    assert manager.closed and _alive(pids) == []
+    assert manager.closed and alive(pids) == []
     with pytest.raises(EnvManagerClosedError):
         _step_all(manager)
 

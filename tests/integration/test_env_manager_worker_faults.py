@@ -24,11 +24,12 @@ import cloudpickle
 import numpy as np
 import pytest
 
-from actor_service.envs import EnvError, SubprocessEnvManager, SubprocessEnvManagerConfig
+from actor_service.envs import EnvError, SubprocessEnvManager
 from actor_service.envs.env_manager.pipe import MessagePipe
 from actor_service.envs.env_manager.shm_blocks import SHM_DIR, _pid_namespace
 from actor_service.envs.env_manager.worker import worker_main
 from common.envs import NO_INFO, ArraySpec, DiscreteSpec, Env, EnvInfo, StepInfo, TimeStep
+from tests.env_manager_launcher import launched_managers
 from tests.polling import wait_until
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -127,26 +128,10 @@ def _env_workers() -> list[multiprocessing.process.BaseProcess]:
 def launched():
     """Launches managers; closes them at the end and checks that no worker process or shared-memory block of
     theirs is left behind (what was there before the test is not its doing)."""
-    built: list[SubprocessEnvManager] = []
-    pids: set[int] = set()
     workers_before = set(_env_workers())
     blocks_before = set(_blocks_of(os.getpid()))
-
-    def launch(env_fns, **config) -> SubprocessEnvManager:
-        manager = SubprocessEnvManager(env_fns, SubprocessEnvManagerConfig(**config))
-        built.append(manager)
-        manager.launch()
-        pids.update(manager.worker_pids)
-        return manager
-
-    try:
+    with launched_managers() as launch:
         yield launch
-    finally:
-        for manager in built:
-            if not manager.closed:
-                pids.update(manager.worker_pids)
-            manager.close()
-    assert not [pid for pid in pids if os.path.exists(f"/proc/{pid}")], "worker processes left behind"
     assert set(_env_workers()) <= workers_before, "worker processes left behind"
     assert set(_blocks_of(os.getpid())) <= blocks_before, "shared-memory blocks left behind"
 

@@ -48,7 +48,11 @@ def transitions_from_trajectory(
 ) -> dict[str, np.ndarray]:
     """n-step transitions (N rows): inputs, ``next_<input>``, ``action``, ``return`` and ``discount``.
 
-    ``discount`` is γ^k for a window of k rewards that bootstraps, 0 when it ended in a terminal.
+    ``discount`` is γ^k for a window of k rewards that bootstraps, 0 when it ended in a terminal. A window that
+    would bootstrap from a position where the player has no legal action is dropped, as a step whose target
+    cannot be formed: a turn-based game truncated (a move limit) on the opponent's turn ends the player's row
+    there, and max over no action is the masked logits' float minimum (-3.4e38, a finite target that
+    prioritized replay then drew for ever).
     """
     if n_step < 1:
         raise ValueError(f"n_step must be >= 1, got {n_step}")
@@ -90,6 +94,11 @@ def transitions_from_trajectory(
         **{"return": returns},
         discount=np.concatenate(out["disc"]).astype(np.float32),
     )
+    next_mask = result.get(f"next_{ACTION_MASK}")
+    if next_mask is not None:
+        formable = (result["discount"] == 0) | next_mask.reshape(len(next_mask), -1).any(axis=1)
+        if not formable.all():
+            result = {k: v[formable] for k, v in result.items()}
     return result
 
 

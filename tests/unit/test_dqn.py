@@ -238,3 +238,24 @@ def test_per_transition_values_with_another_shape_are_refused(key):
     batch[key] = batch[key][:, None]
     with pytest.raises(ValueError, match=rf"{key}: expected shape \(32,\) like action"):
         q_task().learn(batch)
+
+
+def test_a_window_bootstrapping_from_a_position_without_legal_moves_is_dropped():
+    """A turn-based game truncated on the opponent's turn (or over) ends the player's row at a position where it
+    may not move: max over no action was the masked logits' float minimum, a finite target of -3.4e38 that
+    prioritized replay then drew for ever."""
+    steps, actions = 3, 3
+    trajectory = Trajectory({
+        "/observations/observation": np.zeros((1, steps, 2), np.float32),
+        "/observations/action_mask": np.ones((1, steps, actions), bool),
+        "/next_observations/observation": np.ones((1, 2), np.float32),
+        "/next_observations/action_mask": np.zeros((1, actions), bool),  # nobody's move of ours
+        "/rewards": np.zeros((1, steps), np.float32),
+        "/terminals": np.zeros((1, steps), bool),
+        "/truncations": np.array([[False, False, True]]),
+        "/agents/agent/actions": np.zeros((1, steps), np.int64),
+    })
+    rows = transitions_from_trajectory(trajectory, 0.99, 1)
+    assert len(rows["discount"]) == 2 and rows["next_action_mask"].any(axis=1).all()  # the last step is dropped
+    two_step = transitions_from_trajectory(trajectory, 0.99, 2)
+    assert len(two_step["discount"]) == 1  # step 1's window reaches the same bootstrap: dropped too

@@ -25,11 +25,16 @@ log = logging.getLogger(__name__)
 
 # Extra time a GetJob call gets beyond its long poll, so the server's answer arrives before the deadline.
 _LONG_POLL_MARGIN_S = 5.0
-FINISH_RETRY = RetryPolicy(attempts=None, initial_backoff_s=0.2, max_backoff_s=3.0)
+FINISH_RETRY = RetryPolicy(
+    attempts=None, initial_backoff_s=0.2, max_backoff_s=3.0,
+    retry_codes=frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}),
+)
 """FinishJob is retried until the coordinator answers (or the actor stops), however long it is away: a
 coordinator restarted on its state gives every lease in flight a fresh deadline (LEASES.md), so it counts a
 finish that arrives minutes late. Twelve attempts used to give up after ~13 s of refused connections, and the
-job's results were lost to a restart that took longer (a crash loop, a rescheduled pod)."""
+job's results were lost to a restart that took longer (a crash loop, a rescheduled pod). CANCELLED too: a
+coordinator that stops cancels the calls it had received but not yet begun (idempotent by job id: a retry of
+one it did count is answered as a duplicate)."""
 FINISH_WARN_EVERY = 4
 """A FinishJob's first failed attempt is a warning, and then every this many (attempts 1, 4, 8, ...): the
 retries can go on for minutes, which must not pass in silence, nor fill the log when many jobs finish at once."""

@@ -114,6 +114,14 @@ def _sendable_token(token: str, source: str) -> str:
     return token
 
 
+class _EncryptedKeyError(Exception):
+    pass
+
+
+def _no_passphrase() -> bytes:
+    raise _EncryptedKeyError
+
+
 def check_server_tls(cert_path: str | os.PathLike[str], key_path: str | os.PathLike[str]) -> None:
     """Refuse a certificate chain and key that cannot be read or do not make a pair, naming the files.
 
@@ -122,7 +130,12 @@ def check_server_tls(cert_path: str | os.PathLike[str], key_path: str | os.PathL
     _check_readable("--tls-cert", cert_path)
     _check_readable("--tls-key", key_path)
     try:
-        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_path, key_path)
+        # A passphrase callback that refuses: without one OpenSSL prompts on the terminal (start-up hung) or, with
+        # no terminal, fails with a bare OSError (a traceback). gRPC cannot use an encrypted key either way.
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_path, key_path, password=_no_passphrase)
+    except _EncryptedKeyError as err:
+        raise ValueError(f"--tls-key: {key_path} is encrypted (it asks for a passphrase); gRPC needs an "
+                         f"unencrypted PEM key (`openssl pkey -in KEY -out PLAIN`)") from err
     except ssl.SSLError as err:
         raise ValueError(
             f"--tls-cert/--tls-key: {cert_path} and {key_path} are not a PEM certificate chain and its private key"

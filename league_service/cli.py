@@ -93,6 +93,9 @@ def coordinator_main(args: argparse.Namespace) -> int:
         return _refuse("--tls-cert and --tls-key go together")
     if not args.shared_root.is_dir():
         return _refuse(f"--shared-root {args.shared_root} is not a directory")
+    if args.port_file is not None and not args.port_file.parent.is_dir():
+        # Checked before serving: written once the server listens, it failed with a traceback (exit 1).
+        return _refuse(f"--port-file {args.port_file}: {args.port_file.parent} is not a directory")
     try:
         cfg = load_config(args.config)
         default_host, default_port = split_host_port(cfg.coordinator.bind_address)  # checked at load

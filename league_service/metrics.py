@@ -111,10 +111,11 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
 
         async def timed(request, context: grpc.aio.ServicerContext):
             start = time.perf_counter()
-            failed = False
+            failed = cancelled = False
             try:
                 return await inner(request, context)
-            except asyncio.CancelledError:
+            except asyncio.CancelledError:  # the client went away (or the server stops): no answer was given
+                cancelled = True
                 raise
             except Exception:
                 failed = True
@@ -122,7 +123,9 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
             finally:
                 latency.observe(time.perf_counter() - start)
                 code = context.code()
-                if code is None or code is grpc.StatusCode.OK:
+                if cancelled and code is None:
+                    calls.labels(method, grpc.StatusCode.CANCELLED.name).inc()
+                elif code is None or code is grpc.StatusCode.OK:
                     (calls.labels(method, grpc.StatusCode.UNKNOWN.name) if failed and code is None else ok).inc()
                 else:
                     calls.labels(method, code.name).inc()

@@ -13,7 +13,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from actor_service.actor import Actor, ActorSettings
 from common.proto.league.v1 import league_pb2 as pb
 from common.proto.league.v1 import league_pb2_grpc
-from common.rpc import ServerTls, check_exposure, load_token, make_channel
+from common.rpc import ServerTls, check_exposure, check_server_tls, load_token, make_channel
 from league_service.config import config_from_dict
 from league_service.coordinator_testing import league_stub, running_coordinator, small_league_config
 from learner_service.learner_testing import running_learner
@@ -72,6 +72,18 @@ def self_signed(tmp_path):
         check=True, capture_output=True,
     )
     return cert, key
+
+
+def test_an_encrypted_tls_key_is_refused_naming_it(tmp_path, self_signed):
+    """OpenSSL asked for its passphrase on the terminal (start-up hung) or, without one, failed with a bare
+    OSError and a traceback; gRPC cannot use an encrypted key anyway."""
+    cert, key = self_signed
+    encrypted = tmp_path / "enc_key.pem"
+    subprocess.run(["openssl", "pkey", "-in", str(key), "-aes256", "-passout", "pass:secret", "-out", str(encrypted)],
+                   check=True, capture_output=True)
+    with pytest.raises(ValueError, match="--tls-key: .* is encrypted"):
+        check_server_tls(cert, encrypted)
+    check_server_tls(cert, key)
 
 
 def test_tls_with_token(tmp_path, self_signed):

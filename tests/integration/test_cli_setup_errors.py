@@ -102,6 +102,15 @@ def test_coordinator_refuses_a_pretrained_checkpoint_that_is_not_under_the_share
                        f"the shared root {files['shared']}")
 
 
+def test_a_port_file_in_no_directory_is_refused_before_serving(files):
+    """Written once the server listened, it failed with a FileExistsError traceback and exit 1."""
+    blocker = files["shared"] / "a-file"
+    blocker.write_text("")
+    proc = league("coordinator", "--shared-root", str(files["shared"]), "--port", "0",
+                  "--port-file", str(blocker / "port"))
+    assert_setup_error(proc, f"--port-file {blocker / 'port'}: {blocker} is not a directory")
+
+
 @pytest.mark.parametrize(("flag", "value", "says"), [
     ("--port", "70000", "must be a port from 0 to 65535"),  # gRPC bound port 4464
     ("--metrics-port", "-1", "must be a port from 0 to 65535"),

@@ -4,6 +4,9 @@ handler fails."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import grpc
 import pytest
 from prometheus_client import CollectorRegistry
@@ -21,6 +24,8 @@ class _Servicer(league_pb2_grpc.LeagueServiceServicer):
             await context.abort(grpc.StatusCode.NOT_FOUND, "worker_id: unknown")
         if request.worker_id == "bug":
             raise RuntimeError("a bug in the servicer")
+        if request.worker_id == "slow":
+            await asyncio.sleep(30)  # the client gives up first
         return pb.HeartbeatResponse(lease_deadline=1.0)
 
 
@@ -55,3 +60,17 @@ def test_calls_are_timed_and_counted_by_method_and_code(served):
     assert registry.get_sample_value("league_rpc_calls_total", {"method": "Heartbeat", "code": "OK"}) == 5
     assert registry.get_sample_value("league_rpc_calls_total", {"method": "Heartbeat", "code": "NOT_FOUND"}) == 2
     assert registry.get_sample_value("league_rpc_calls_total", {"method": "Heartbeat", "code": "UNKNOWN"}) == 1
+
+
+def test_a_call_the_client_gave_up_on_is_counted_cancelled_not_ok(served):
+    """A cancelled long poll was counted as answered OK."""
+    registry, stub = served
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Heartbeat(pb.HeartbeatRequest(worker_id="slow"), timeout=0.3)
+    assert err.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and registry.get_sample_value(
+            "league_rpc_calls_total", {"method": "Heartbeat", "code": "CANCELLED"}) is None:
+        time.sleep(0.05)  # the server learns of it a moment after the client
+    assert registry.get_sample_value("league_rpc_calls_total", {"method": "Heartbeat", "code": "CANCELLED"}) == 1
+    assert not registry.get_sample_value("league_rpc_calls_total", {"method": "Heartbeat", "code": "OK"})

@@ -430,6 +430,14 @@ class BaseLeagueManager(ABC):
 
     # -- status ----------------------------------------------------------------------------------------------
 
+    def sizes(self) -> tuple[LeagueCounters, int, int]:
+        """The counters and the number of active and of historical players (reference bots included): what a
+        metrics scrape needs, without every player's status and the payoff rows that `status` builds (160 ms
+        for 6,000 players, during which every RPC waited)."""
+        with self._lock:
+            roster = self._roster
+            return LeagueCounters(**dataclasses.asdict(self._counters)), len(roster.active), len(roster.historical)
+
     def status(self) -> LeagueStatus:
         with self._lock:
             roster = self._roster

@@ -537,12 +537,17 @@ class Coordinator:
             )
 
     def figures(self) -> LeagueFigures:
-        """The numbers Prometheus scrapes."""
-        status = self.status()
+        """The numbers Prometheus scrapes: counted, not read off a whole `status()`, which builds every player's
+        and worker's view and the payoff rows under the lock every RPC takes."""
         with self._lock:
+            now = self._clock()
+            self._expire_locked(now)
+            c = self._counters
             pending = self._table.pending_count
-        c, league = status.counters, status.league.counters
-        active = sum(1 for p in status.league.players if p.active)
+            in_flight = len(self._table.leases)
+            alive = sum(1 for worker_id in self._table.workers
+                        if now - self._table.last_seen(worker_id) < self.lease_timeout_s)
+            league, active, historical = self._league.sizes()
         return LeagueFigures(
             jobs_issued=c.jobs_issued,
             jobs_finished=c.jobs_finished,
@@ -554,10 +559,10 @@ class Coordinator:
             snapshots=league.snapshots,
             mutations=league.mutations,
             active_players=active,
-            historical_players=len(status.league.players) - active,
-            jobs_in_flight=len(status.jobs),
+            historical_players=historical,
+            jobs_in_flight=in_flight,
             jobs_pending=pending,
-            workers_alive=sum(1 for w in status.workers if w.alive),
+            workers_alive=alive,
         )
 
     def expire_due(self) -> None:

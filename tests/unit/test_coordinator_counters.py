@@ -66,3 +66,30 @@ def test_jobs_granted_after_the_last_counters_written_are_counted_after_a_restar
         assert (status.counters.jobs_issued, status.counters.jobs_finished, len(status.jobs)) == (5, 1, 4)
     finally:
         second.close()
+
+
+def test_the_scraped_figures_are_the_statuss_without_building_it(tmp_path):
+    """Metrics once read them off a whole status() (every player's and worker's view, the payoff rows) under the
+    lock every RPC takes: 160 ms per scrape at 6,000 players. Counted directly, they must still agree."""
+    clock = _Clock()
+    coordinator = _open(tmp_path, clock, tmp_path / "state.sqlite")
+    try:
+        for worker in ("a", "b", "c"):
+            coordinator.register_worker(worker, WorkerRole.ACTOR, "host", "")
+        grants = [coordinator.get_job("a", WorkerRole.ACTOR, "", wait_s=0.0) for _ in range(3)]
+        done = grants[0]
+        home, away = (p.player_id for p in done.players)
+        episode = EpisodeOutcome((PlayerOutcome(home, Outcome.WIN), PlayerOutcome(away, Outcome.LOSS)), 5)
+        coordinator.finish_job(FinishReport("a", done.job_id, JobEndStatus.COMPLETED, (episode,), 5, 0, ""))
+        clock.now += 45.0  # past the lease timeout (60 s) for nobody's jobs, but "b" and "c" now silent ...
+        coordinator.heartbeat("a", ())
+        clock.now += 20.0  # ... and past it: their workers are no longer alive
+        figures, status = coordinator.figures(), coordinator.status()
+        active = sum(1 for p in status.league.players if p.active)
+        assert (figures.active_players, figures.historical_players) == (active, len(status.league.players) - active)
+        assert figures.jobs_in_flight == len(status.jobs)
+        assert figures.workers_alive == sum(1 for w in status.workers if w.alive) == 1
+        assert (figures.matches, figures.jobs_finished, figures.jobs_issued) == (
+            status.league.counters.matches, status.counters.jobs_finished, status.counters.jobs_issued)
+    finally:
+        coordinator.close()

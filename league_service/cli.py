@@ -93,9 +93,14 @@ def coordinator_main(args: argparse.Namespace) -> int:
         return _refuse("--tls-cert and --tls-key go together")
     if not args.shared_root.is_dir():
         return _refuse(f"--shared-root {args.shared_root} is not a directory")
-    if args.port_file is not None and not args.port_file.parent.is_dir():
-        # Checked before serving: written once the server listens, it failed with a traceback (exit 1).
-        return _refuse(f"--port-file {args.port_file}: {args.port_file.parent} is not a directory")
+    if args.port_file is not None:
+        # Its directory is made (or refused) before serving: written once the server listened, a path through a
+        # file failed with a traceback (exit 1).
+        try:
+            args.port_file.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            return _refuse(f"--port-file {args.port_file}: cannot make its directory {args.port_file.parent}: "
+                           f"{err.strerror or err}")
     try:
         cfg = load_config(args.config)
         default_host, default_port = split_host_port(cfg.coordinator.bind_address)  # checked at load

@@ -108,7 +108,7 @@ def test_a_port_file_in_no_directory_is_refused_before_serving(files):
     blocker.write_text("")
     proc = league("coordinator", "--shared-root", str(files["shared"]), "--port", "0",
                   "--port-file", str(blocker / "port"))
-    assert_setup_error(proc, f"--port-file {blocker / 'port'}: {blocker} is not a directory")
+    assert_setup_error(proc, f"--port-file {blocker / 'port'}: cannot make its directory {blocker}")
 
 
 @pytest.mark.parametrize(("flag", "value", "says"), [

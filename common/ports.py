@@ -79,17 +79,14 @@ def check_host_port(address: str) -> None:
     a gRPC target URI, with its port where its scheme has one (dns:///node-a:50061, ipv4:10.0.0.1:50061). Without
     a port (`node-a`) every dial failed UNAVAILABLE and was retried for good, and dns:///node-a is dialled on
     443. ValueError otherwise."""
-    if not address or not address.isprintable() or any(c.isspace() for c in address):
-        raise ValueError(f"expected HOST:PORT, got {address!r}")
+    check_target(address)  # something a client can dial, its ports real where it gives them
     lowered = address.lower()
     if lowered.startswith(GRPC_TARGET_SCHEMES):
-        port = address.rpartition(":")[2]
-        if lowered.startswith(("dns:", "ipv4:", "ipv6:")) and not (port.isdigit() and 1 <= int(port) <= 65535):
+        if lowered.startswith(("dns:", "ipv4:", "ipv6:")) and not address.rpartition(":")[2].isdigit():
             raise ValueError(f"expected a gRPC target URI that ends with its port (dns:///host:port), got "
                              f"{address!r}")
         return
-    host, _ = split_host_port(address, min_port=1)
-    if not host:
+    if not split_host_port(address, min_port=1)[0]:
         raise ValueError(f"expected HOST:PORT with a host, got {address!r}")
 
 

@@ -516,7 +516,7 @@ class Coordinator:
                     data_endpoint=info.data_endpoint,
                     last_heartbeat=self._table.last_seen(info.worker_id),
                     job_ids=tuple(jobs_of.get(info.worker_id, ())),
-                    alive=now - self._table.last_seen(info.worker_id) < self.lease_timeout_s,
+                    alive=self._alive_locked(info.worker_id, now),
                 )
                 for info in self._table.workers.values()
             )
@@ -545,8 +545,7 @@ class Coordinator:
             c = self._counters
             pending = self._table.pending_count
             in_flight = len(self._table.leases)
-            alive = sum(1 for worker_id in self._table.workers
-                        if now - self._table.last_seen(worker_id) < self.lease_timeout_s)
+            alive = sum(1 for worker_id in self._table.workers if self._alive_locked(worker_id, now))
             league, active, historical = self._league.sizes()
         return LeagueFigures(
             jobs_issued=c.jobs_issued,
@@ -564,6 +563,10 @@ class Coordinator:
             jobs_pending=pending,
             workers_alive=alive,
         )
+
+    def _alive_locked(self, worker_id: str, now: float) -> bool:
+        """A worker is alive while it was heard from within a lease timeout (the status and the metrics agree)."""
+        return now - self._table.last_seen(worker_id) < self.lease_timeout_s
 
     def expire_due(self) -> None:
         """Expire every lease past its deadline now (what the timer thread does; tests with a fake clock)."""

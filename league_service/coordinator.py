@@ -497,6 +497,9 @@ class Coordinator:
             return outcome
 
     def status(self) -> CoordinatorStatus:
+        """The whole view, of one moment: the league's values are copied under the coordinator's lock with the
+        jobs and workers (jobs in flight against launch slots, episodes against matches agree), and the views are
+        built after it is let go. Built under it, 6,000 players and 12,000 payoff rows held up every RPC 0.1-0.4 s."""
         with self._lock:
             now = self._clock()
             self._expire_locked(now)
@@ -525,20 +528,23 @@ class Coordinator:
                 for pid in self._active_ids
                 if (binding := self._table.learner_lease(pid)) is not None
             }
-            return CoordinatorStatus(
-                league=self._league.status(),
-                learner_of=learner_of,
-                started_at=self.started_at,
-                now=now,
-                jobs=tuple(jobs),
-                workers=workers,
-                counters=self._counters,
-                job_failures=tuple(self._job_failures[pid] for pid in sorted(self._job_failures)),
-            )
+            counters = self._counters
+            job_failures = tuple(self._job_failures[pid] for pid in sorted(self._job_failures))
+            league = self._league.status_values()
+        return CoordinatorStatus(
+            league=league.status(),
+            learner_of=learner_of,
+            started_at=self.started_at,
+            now=now,
+            jobs=tuple(jobs),
+            workers=workers,
+            counters=counters,
+            job_failures=job_failures,
+        )
 
     def figures(self) -> LeagueFigures:
-        """The numbers Prometheus scrapes: counted, not read off a whole `status()`, which builds every player's
-        and worker's view and the payoff rows under the lock every RPC takes."""
+        """The numbers Prometheus scrapes: counted, not read off a whole `status()`, which copies every player's
+        and worker's values and the payoff counts under the lock every RPC takes."""
         with self._lock:
             now = self._clock()
             self._expire_locked(now)

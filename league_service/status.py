@@ -1,4 +1,5 @@
-"""A read-only view of the league for status tools: plain frozen dataclasses, copied out under the lock."""
+"""A read-only view of the league for status tools: plain frozen dataclasses, built from values copied under
+the locks."""
 
 from __future__ import annotations
 

@@ -4,7 +4,11 @@ them: every issued job is ended or in flight, and a restart counts it so."""
 from __future__ import annotations
 
 import sqlite3
+import threading
 
+import pytest
+
+from league_service.base_league_manager import _PlayerValues
 from league_service.coordinator import Coordinator, CoordinatorSettings
 from league_service.coordinator_messages import FinishReport, JobGrant
 from league_service.coordinator_testing import small_league_config
@@ -91,5 +95,67 @@ def test_the_scraped_figures_are_the_statuss_without_building_it(tmp_path):
         assert figures.workers_alive == sum(1 for w in status.workers if w.alive) == 1
         assert (figures.matches, figures.jobs_finished, figures.jobs_issued) == (
             status.league.counters.matches, status.counters.jobs_finished, status.counters.jobs_issued)
+    finally:
+        coordinator.close()
+
+
+def _free(lock) -> bool:
+    """Whether another thread could take `lock` now (so no caller up the stack holds it)."""
+    result = []
+    thread = threading.Thread(target=lambda: result.append(lock.acquire(timeout=0) and (lock.release() or True)))
+    thread.start()
+    thread.join()
+    return result[0]
+
+
+def _episodes(grant, outcomes):
+    home, away = (p.player_id for p in grant.players)
+    return tuple(EpisodeOutcome((PlayerOutcome(home, o), PlayerOutcome(away, o.reverse())), 5) for o in outcomes)
+
+
+def test_status_builds_the_payoff_rows_and_player_views_outside_the_locks_every_rpc_takes(tmp_path, monkeypatch):
+    """With 6,000 players GetStatus held the coordinator's lock 0.1-0.4 s (payoff rows, player views): every
+    GetJob, FinishJob and heartbeat waited. Only values are copied under the locks now, and the views are built
+    after. The status is still of one moment: a FinishJob that lands while the views are built is not in it."""
+    clock = _Clock()
+    coordinator = _open(tmp_path, clock, tmp_path / "state.sqlite")
+    league = coordinator._league
+    free_at, landed = [], []
+    rows_of, view = type(league.payoff).rows_of, _PlayerValues.status
+
+    def build_view(values):
+        free_at.append(("view", _free(coordinator._lock), _free(league._lock)))
+        if not landed:  # an RPC served between the copy and the build
+            landed.append(coordinator.finish_job(FinishReport(
+                "a", later.job_id, JobEndStatus.COMPLETED, _episodes(later, [Outcome.LOSS]), 5, 0, "")))
+        return view(values)
+
+    monkeypatch.setattr(type(league.payoff), "rows_of", lambda self, counts: free_at.append(
+        ("rows", _free(coordinator._lock), _free(league._lock))) or rows_of(self, counts))
+    monkeypatch.setattr(_PlayerValues, "status", build_view)
+    try:
+        coordinator.register_worker("a", WorkerRole.ACTOR, "host", "")
+        grant, later = (coordinator.get_job("a", WorkerRole.ACTOR, "", wait_s=0.0) for _ in range(2))
+        assert isinstance(grant, JobGrant) and isinstance(later, JobGrant)
+        home, away = (p.player_id for p in grant.players)
+        coordinator.finish_job(FinishReport("a", grant.job_id, JobEndStatus.COMPLETED,
+                                            _episodes(grant, [Outcome.WIN, Outcome.WIN, Outcome.DRAW]), 15, 0, ""))
+        status = coordinator.status()
+        assert landed and all(took for _, *took in free_at for took in took), free_at
+        assert {kind for kind, *_ in free_at} == {"rows", "view"}
+        if home != away:
+            row = next(r for r in status.league.payoff if (r.home, r.away) == (home, away))
+            assert (row.wins, row.draws, row.losses) == pytest.approx((1.99, 1.0, 0.0), abs=0.02)
+            assert row.win_rate == pytest.approx(0.83, abs=0.01)
+        # Of the moment the values were copied: `later` in flight, its slot held, its episode not counted.
+        assert later.job_id in {j.job_id for j in status.jobs}
+        assert status.league.counters.matches == status.counters.episodes == 3
+        players = {p.player_id: p for p in status.league.players}
+        assert len(players) == len(league.payoff.players)
+        for pid, player in players.items():
+            in_flight = sum(1 for j in status.jobs if j.launch_player == pid)
+            assert in_flight <= player.slots_used <= player.slots_limit
+        now = coordinator.status()
+        assert later.job_id not in {j.job_id for j in now.jobs} and now.league.counters.matches == 4
     finally:
         coordinator.close()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from league_service.config import ActivePlayerConfig, PayoffConfig
-from league_service.league_errors import InvalidResultError, UnknownPlayerError
+from league_service.league_errors import InvalidResultError, LeagueStateError, UnknownPlayerError
 from league_service.messages import EpisodeOutcome, JobResult, Outcome, PlayerOutcome
 from league_service.payoff import (
     BattleRecordDict,
@@ -163,6 +163,14 @@ def test_battle_state_round_trips_through_json():
     restored.load_records(json.loads(json.dumps(payoff.state_dict())))
     assert restored.rows() == payoff.rows()
     assert restored.state_dict() == payoff.state_dict()
+
+
+def test_a_saved_record_of_a_player_against_itself_is_refused():
+    """Self-play is never recorded, so such a record is a damaged or hand-edited state; its two rows (home and
+    away the same player) would show win rates that contradict each other."""
+    state = {"records": [{"home": "a", "away": "a", "wins": 3.0, "draws": 0.0, "losses": 1.0, "games": 4.0}]}
+    with pytest.raises(LeagueStateError, match=r"payoff.records\[0\].*'a' against itself"):
+        _battle_payoff().load_records(state)
 
 
 def test_concurrent_updates_are_all_counted():

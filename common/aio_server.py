@@ -38,14 +38,17 @@ T = TypeVar("T")
 class AioBearerTokenInterceptor(grpc.aio.ServerInterceptor):
     """`BearerTokenInterceptor` for grpc.aio servers (the same check, an asyncio handler that refuses)."""
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, on_refused: Callable[[str], None] | None = None) -> None:
         self._check = BearerTokenInterceptor(token)
+        self._on_refused = on_refused
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
         reason = None if handler is None else self._check.refusal(handler_call_details)
         if reason is None:
             return handler
+        if self._on_refused is not None:  # only methods the server has (handler is not None): bounded names
+            self._on_refused(handler_call_details.method)
         return _aio_abort_handler(handler, grpc.StatusCode.UNAUTHENTICATED, reason)
 
 
@@ -127,7 +130,7 @@ def make_aio_server(
     async def start() -> tuple[grpc.aio.Server, int, Any]:
         interceptors: list[grpc.aio.ServerInterceptor] = list(options.interceptors)
         if options.token is not None:
-            interceptors.insert(0, AioBearerTokenInterceptor(options.token))
+            interceptors.insert(0, AioBearerTokenInterceptor(options.token, options.on_unauthenticated))
         server = grpc.aio.server(interceptors=interceptors, options=server_channel_options(options))
         try:
             register(server, loop)

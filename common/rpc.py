@@ -267,6 +267,9 @@ class ServerOptions:
     max_send_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     # grpc.ServerInterceptor for make_server, grpc.aio.ServerInterceptor for make_aio_server (common/aio_server.py).
     interceptors: tuple[Any, ...] = ()
+    # make_aio_server: called with the full method name of every call the token check refuses. That check runs
+    # before the `interceptors`, so a metrics interceptor among them never sees those calls.
+    on_unauthenticated: Callable[[str], None] | None = None
 
 
 def handler_like(like: grpc.RpcMethodHandler, behavior: Callable[..., Any]) -> grpc.RpcMethodHandler:

@@ -103,6 +103,11 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
         self._wrapped[full_name] = (handler, wrapper)
         return wrapper
 
+    def count_unauthenticated(self, full_method: str) -> None:
+        """Count a call the token check refused (`ServerOptions.on_unauthenticated`): it answers before this
+        interceptor sees the call, and a worker with a stale token would otherwise not show in the metrics."""
+        self._calls.labels(full_method.rsplit("/", 1)[-1], grpc.StatusCode.UNAUTHENTICATED.name).inc()
+
     def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         inner = handler.unary_unary
         latency = self._latency.labels(method)

@@ -288,9 +288,11 @@ def serve_coordinator(
     """Start serving `coordinator` (already constructed, not yet started) per `options`."""
     registry = CollectorRegistry()
     registry.register(LeagueCollector(coordinator.figures))
+    rpc_metrics = RpcMetricsInterceptor(registry)
     options = replace(
         options,
-        interceptors=(*options.interceptors, RpcMetricsInterceptor(registry)),
+        interceptors=(*options.interceptors, rpc_metrics),
+        on_unauthenticated=rpc_metrics.count_unauthenticated,
         max_send_bytes=max(options.max_send_bytes, STATUS_MAX_BYTES),  # replies: the status grows with the league
     )
 

@@ -29,6 +29,15 @@ class _Servicer(league_pb2_grpc.LeagueServiceServicer):
         return pb.HeartbeatResponse(lease_deadline=1.0)
 
 
+def _serve(registry: CollectorRegistry, token: str | None = None):
+    metrics = RpcMetricsInterceptor(registry)
+    return make_aio_server(
+        ServerOptions(token=token, interceptors=(metrics,), on_unauthenticated=metrics.count_unauthenticated),
+        lambda server, _loop: league_pb2_grpc.add_LeagueServiceServicer_to_server(_Servicer(), server),
+        ["league.v1.LeagueService"],
+    )
+
+
 @pytest.fixture
 def served():
     registry = CollectorRegistry()
@@ -74,3 +83,35 @@ def test_a_call_the_client_gave_up_on_is_counted_cancelled_not_ok(served):
         time.sleep(0.05)  # the server learns of it a moment after the client
     assert registry.get_sample_value("league_rpc_calls_total", {"method": "Heartbeat", "code": "CANCELLED"}) == 1
     assert not registry.get_sample_value("league_rpc_calls_total", {"method": "Heartbeat", "code": "OK"})
+
+
+def test_calls_the_token_check_refuses_are_counted_unauthenticated(tmp_path):
+    """The token check answers before the metrics interceptor sees a call: a worker with a stale token hammered
+    the coordinator and the metrics showed nothing. Only methods the server has are counted (an unknown name
+    from an unauthenticated client must not make a new label)."""
+    registry = CollectorRegistry()
+    serving = _serve(registry, token="s3cret")
+    try:
+        for token, calls in (("wrong", 3), ("s3cret", 2), (None, 1)):
+            channel = make_channel(serving.address, token=token, default_deadline_s=10.0)
+            try:
+                stub = league_pb2_grpc.LeagueServiceStub(channel)
+                for _ in range(calls):
+                    if token == "s3cret":
+                        stub.Heartbeat(pb.HeartbeatRequest(worker_id="actor-1"))
+                        continue
+                    with pytest.raises(grpc.RpcError) as err:
+                        stub.Heartbeat(pb.HeartbeatRequest(worker_id="actor-1"))
+                    assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
+                unknown = channel.unary_unary("/league.v1.LeagueService/NoSuchMethod")
+                with pytest.raises(grpc.RpcError) as err:
+                    unknown(b"")
+                assert err.value.code() is grpc.StatusCode.UNIMPLEMENTED
+            finally:
+                channel.close()
+    finally:
+        serving.stop(0)
+    calls = registry.get_sample_value
+    assert calls("league_rpc_calls_total", {"method": "Heartbeat", "code": "UNAUTHENTICATED"}) == 4
+    assert calls("league_rpc_calls_total", {"method": "Heartbeat", "code": "OK"}) == 2
+    assert not [s for m in registry.collect() for s in m.samples if s.labels.get("method") == "NoSuchMethod"]

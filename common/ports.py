@@ -82,7 +82,10 @@ def check_host_port(address: str) -> None:
     check_target(address)  # something a client can dial, its ports real where it gives them
     lowered = address.lower()
     if lowered.startswith(GRPC_TARGET_SCHEMES):
-        if lowered.startswith(("dns:", "ipv4:", "ipv6:")) and not address.rpartition(":")[2].isdigit():
+        port = address.rpartition(":")[2]
+        if lowered.startswith(("dns:", "ipv4:", "ipv6:")) and not (
+            port.isascii() and port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535
+        ):  # check_target skips a port after '::' (host::0): gRPC would take the whole as a host and dial 443
             raise ValueError(f"expected a gRPC target URI that ends with its port (dns:///host:port), got "
                              f"{address!r}")
         return

@@ -18,6 +18,7 @@ import os
 import signal
 import sqlite3
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -100,6 +101,15 @@ def coordinator_main(args: argparse.Namespace) -> int:
             args.port_file.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             return _refuse(f"--port-file {args.port_file}: cannot make its directory {args.port_file.parent}: "
+                           f"{err.strerror or err}")
+        if args.port_file.is_dir() and not args.port_file.is_symlink():  # os.replace swaps a link itself
+            return _refuse(f"--port-file {args.port_file} is a directory")
+        try:  # the writer makes a temporary file there and renames it: try that much now
+            fd, probe = tempfile.mkstemp(dir=args.port_file.parent, prefix=f".{args.port_file.name}.")
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as err:
+            return _refuse(f"--port-file {args.port_file}: cannot write in {args.port_file.parent}: "
                            f"{err.strerror or err}")
     try:
         cfg = load_config(args.config)

@@ -111,6 +111,18 @@ def test_a_port_file_in_no_directory_is_refused_before_serving(files):
     assert_setup_error(proc, f"--port-file {blocker / 'port'}: cannot make its directory {blocker}")
 
 
+def test_a_port_file_that_is_a_directory_or_cannot_be_written_is_refused_before_serving(files):
+    """Checked only for its directory, both failed once the server listened: IsADirectoryError and
+    FileNotFoundError tracebacks, exit 1 (/proc stands in for a directory no file can be made in: root here)."""
+    folder = files["shared"] / "portdir"
+    folder.mkdir()
+    proc = league("coordinator", "--shared-root", str(files["shared"]), "--port", "0", "--port-file", str(folder))
+    assert_setup_error(proc, f"--port-file {folder} is a directory")
+    proc = league("coordinator", "--shared-root", str(files["shared"]), "--port", "0",
+                  "--port-file", "/proc/league-port")
+    assert_setup_error(proc, "--port-file /proc/league-port: cannot write in /proc")
+
+
 @pytest.mark.parametrize(("flag", "value", "says"), [
     ("--port", "70000", "must be a port from 0 to 65535"),  # gRPC bound port 4464
     ("--metrics-port", "-1", "must be a port from 0 to 65535"),

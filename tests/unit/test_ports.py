@@ -39,6 +39,9 @@ def test_a_taken_port_is_not_offered():
     ("node-a:65536", "the port must be from 1 to 65535"),
     (":7000", "with a host"),
     ("dns:///node-a", "a gRPC target URI that ends with its port"),  # dialled on 443
+    ("dns:///node-a::0", "a gRPC target URI that ends with its port"),  # a host 'node-a::0', dialled on 443
+    ("dns:///node-a::99999", "a gRPC target URI that ends with its port"),
+    ("ipv6:::0", "a gRPC target URI that ends with its port"),
     ("node a:7000", "expected HOST:PORT"),
     ("", "expected HOST:PORT"),
 ])

@@ -129,7 +129,12 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
                 latency.observe(time.perf_counter() - start)
                 code = context.code()
                 if cancelled and code is None:
-                    calls.labels(method, grpc.StatusCode.CANCELLED.name).inc()
+                    # The core cancels the handler when the client's deadline passes too: the client then got
+                    # DEADLINE_EXCEEDED, not CANCELLED (a slow coordinator, not a client that went away).
+                    remaining = context.time_remaining()
+                    expired = remaining is not None and remaining <= 0
+                    calls.labels(method, (grpc.StatusCode.DEADLINE_EXCEEDED if expired
+                                          else grpc.StatusCode.CANCELLED).name).inc()
                 elif code is None or code is grpc.StatusCode.OK:
                     (calls.labels(method, grpc.StatusCode.UNKNOWN.name) if failed and code is None else ok).inc()
                 else:

@@ -71,18 +71,35 @@ def test_calls_are_timed_and_counted_by_method_and_code(served):
     assert registry.get_sample_value("league_rpc_calls_total", {"method": "Heartbeat", "code": "UNKNOWN"}) == 1
 
 
-def test_a_call_the_client_gave_up_on_is_counted_cancelled_not_ok(served):
-    """A cancelled long poll was counted as answered OK."""
+def test_a_call_past_its_deadline_is_counted_deadline_exceeded_not_ok(served):
+    """A long poll past the client's deadline was counted as answered OK (then as CANCELLED, which the client
+    never saw)."""
     registry, stub = served
     with pytest.raises(grpc.RpcError) as err:
         stub.Heartbeat(pb.HeartbeatRequest(worker_id="slow"), timeout=0.3)
     assert err.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and registry.get_sample_value(
-            "league_rpc_calls_total", {"method": "Heartbeat", "code": "CANCELLED"}) is None:
+            "league_rpc_calls_total", {"method": "Heartbeat", "code": "DEADLINE_EXCEEDED"}) is None:
         time.sleep(0.05)  # the server learns of it a moment after the client
+    calls = registry.get_sample_value
+    assert calls("league_rpc_calls_total", {"method": "Heartbeat", "code": "DEADLINE_EXCEEDED"}) == 1
+    assert not calls("league_rpc_calls_total", {"method": "Heartbeat", "code": "OK"})
+
+
+def test_a_call_its_client_cancelled_is_counted_cancelled(served):
+    """The same cut-off handler, but the client went away before its deadline: CANCELLED, as the client saw."""
+    registry, stub = served
+    call = stub.Heartbeat.future(pb.HeartbeatRequest(worker_id="slow"), timeout=20)
+    time.sleep(0.3)
+    call.cancel()
+    assert call.cancelled()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and registry.get_sample_value(
+            "league_rpc_calls_total", {"method": "Heartbeat", "code": "CANCELLED"}) is None:
+        time.sleep(0.05)
     assert registry.get_sample_value("league_rpc_calls_total", {"method": "Heartbeat", "code": "CANCELLED"}) == 1
-    assert not registry.get_sample_value("league_rpc_calls_total", {"method": "Heartbeat", "code": "OK"})
+    assert not registry.get_sample_value("league_rpc_calls_total", {"method": "Heartbeat", "code": "DEADLINE_EXCEEDED"})
 
 
 def test_calls_the_token_check_refuses_are_counted_unauthenticated(tmp_path):

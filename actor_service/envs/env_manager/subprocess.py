@@ -30,9 +30,10 @@ import math
 import multiprocessing
 import multiprocessing.util
 import os
+import queue
 import select
+import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -77,7 +78,10 @@ _POLL_EVENTS = select.POLLIN | select.POLLHUP | select.POLLERR
 # in flight, until a reset (an actor's next job) had to wait for it.
 _SWEEP_S = 0.05
 
-_open_managers: weakref.WeakSet[SubprocessEnvManager] = weakref.WeakSet()
+# Held strongly until `close`: a manager dropped without `close` must still be closed at exit (its workers
+# ignore SIGTERM, and one stuck in an env, or started with `fork`, never reads EOF: multiprocessing's exit hook
+# would join it for ever).
+_open_managers: set[SubprocessEnvManager] = set()
 
 
 def _close_open_managers() -> None:
@@ -96,6 +100,50 @@ atexit.register(_close_open_managers)
 # A child forked from this process (os.fork) has copies of the managers, not the managers: closing them at its
 # exit would close the parent's workers.
 os.register_at_fork(after_in_child=_open_managers.clear)
+
+
+class _Launcher:
+    """Starts worker processes from a thread that lives as long as this process. A worker's parent-death signal
+    (worker._follow_parent) is tied by the kernel to the *thread* that forked it: started from a thread that
+    ends (a per-job or pool thread driving the manager, or the call that found a worker dead), the worker was
+    SIGKILLed then, with the manager still in use; or, if the thread ended before the worker's prctl, it
+    lived on, tied to whichever thread the kernel handed it to. The main thread starts its workers itself."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._requests: queue.SimpleQueue | None = None
+        self._pid = 0
+
+    def start(self, process: BaseProcess) -> None:
+        if threading.current_thread() is threading.main_thread():
+            process.start()
+            return
+        with self._lock:
+            if self._requests is None or self._pid != os.getpid():  # none yet, or forked: no thread here
+                self._requests, self._pid = queue.SimpleQueue(), os.getpid()
+                threading.Thread(target=self._serve, args=(self._requests,), name="env-worker-launcher",
+                                 daemon=True).start()
+            requests = self._requests
+        done: list[BaseException | None] = []
+        event = threading.Event()
+        requests.put((process, done, event))
+        event.wait()
+        if done[0] is not None:
+            raise done[0]
+
+    @staticmethod
+    def _serve(requests: queue.SimpleQueue) -> None:
+        while True:
+            process, done, event = requests.get()
+            try:
+                process.start()
+                done.append(None)
+            except BaseException as exc:  # handed to the caller
+                done.append(exc)
+            event.set()
+
+
+_launcher = _Launcher()
 
 
 @dataclass(frozen=True)
@@ -414,7 +462,7 @@ class SubprocessEnvManager(BaseEnvManager):
             name=f"env-worker-{index}",
             daemon=True,
         )
-        process.start()
+        _launcher.start(process)
         for end in child_ends:  # the child has its own copies; ours would hide its exit (no EOF)
             end.close()
         conn = MessagePipe(reader, writer, bells.parent_end(index) if bells is not None else None)

@@ -23,8 +23,8 @@ replaced by its failure. Only a worker that dies (or hangs) costs every env of i
 
 A worker dies with the process that started it (Linux: a parent-death signal), even when it is stuck in an
 env or, started with `fork`, holds the parent's ends of the pipes and so never reads EOF. The kernel ties
-that signal to the parent's *thread* that started the worker (the first at launch, a replacement's at the
-call that found the old one dead): drive a manager from threads that outlive it.
+that signal to the parent's *thread* that started the worker, so the manager starts workers from a thread
+that lives as long as its process (subprocess._Launcher), whichever thread launches it or finds a worker dead.
 """
 
 from __future__ import annotations

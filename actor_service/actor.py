@@ -340,18 +340,20 @@ class Actor:
         """FinishJob; returns "counted", "refused" (the coordinator no longer holds the job for us) or
         "unreported" (the coordinator did not answer: the lease expires and the job is issued again). A
         stopping actor tries once, within STOP_FINISH_S, so that a stop is quick whatever the coordinator does."""
-        stopping = self._stop.is_set()
         if self._heartbeat is not None:
             # The job ends here: no heartbeat may name it afterwards (one still in flight is answered as revoked,
-            # which changes nothing once stopping).
-            self._heartbeat.close(STOP_FINISH_S if stopping else None)
+            # which changes nothing once stopping). A stop during this wait bounds it too.
+            self._heartbeat.close(STOP_FINISH_S if self._stop.is_set() else None, stop=self._stop,
+                                  stop_wait_s=STOP_FINISH_S)
+        stopping = self._stop.is_set()  # after the wait: a SIGTERM that came during it counts
         request = league_pb2.FinishJobRequest(
             worker_id=self.worker_id, job_id=job_id, status=status, episodes=[episode_result(e) for e in episodes],
             env_steps=env_steps, agent_steps=agent_steps, error=bounded_text(error, MAX_ERROR_CHARS),
             unloadable_player_ids=unloadable_player_ids,
         )
         try:
-            reply = self._client.finish_job(request, once_within_s=STOP_FINISH_S if stopping else None)
+            reply = self._client.finish_job(request, once_within_s=STOP_FINISH_S if stopping else None,
+                                            stop_grace_s=STOP_FINISH_S)
         except grpc.RpcError as err:  # the coordinator away past the retries: expected, no traceback needed
             code = err.code().name if isinstance(err, grpc.Call) else type(err).__name__
             details = err.details() if isinstance(err, grpc.Call) else str(err)

@@ -138,7 +138,8 @@ class CoordinatorClient:
         return self._stub_now().Heartbeat(request, timeout=self._call_timeout_s)
 
     def finish_job(
-        self, request: league_pb2.FinishJobRequest, *, once_within_s: float | None = None
+        self, request: league_pb2.FinishJobRequest, *, once_within_s: float | None = None,
+        stop_grace_s: float | None = None,
     ) -> league_pb2.FinishJobResponse | None:
         """FinishJob, retried while the coordinator is unreachable; None when the coordinator no longer
         holds the job for us (its lease expired or was re-issued: FAILED_PRECONDITION / NOT_FOUND).
@@ -157,9 +158,25 @@ class CoordinatorClient:
                             request.job_id, self.address, code.name if code else type(err).__name__, details,
                             failed, of, delay)
 
+        stub = self._stub_now()
+
+        def attempt(req: league_pb2.FinishJobRequest, timeout: float) -> league_pb2.FinishJobResponse:
+            """One call; a stop while it is in flight leaves it at most `stop_grace_s` more (`timeout` is the
+            deadline of a call to a coordinator that is hung, not gone: 10 s, uninterruptible before)."""
+            if stop_grace_s is None:
+                return stub.FinishJob(req, timeout=timeout)
+            future = stub.FinishJob.future(req, timeout=timeout)
+            if not self._stop.wait_for_future(future):
+                try:
+                    return future.result(timeout=stop_grace_s)
+                except grpc.FutureTimeoutError:
+                    future.cancel()
+                    raise future from None  # the call itself is the RpcError (CANCELLED)
+            return future.result()
+
         try:
             # A stop while retrying ends the retries (the lease expiring is the fallback).
-            return call_idempotent(self._stub_now().FinishJob, request, timeout=timeout, policy=policy,
+            return call_idempotent(attempt, request, timeout=timeout, policy=policy,
                                    stop=self._stop, on_retry=on_retry)
         except grpc.RpcError as err:
             if status_code(err) in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):

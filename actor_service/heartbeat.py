@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 import grpc
@@ -61,15 +62,25 @@ class JobHeartbeat:
         self._thread.start()
         return self
 
-    def close(self, wait_s: float | None = None) -> None:
+    def close(self, wait_s: float | None = None, *, stop=None, stop_wait_s: float | None = None) -> None:
         """Stop beating; wait for a heartbeat in flight to end (at most `wait_s`: a stopping actor does not
-        wait out a call to a coordinator that does not answer, whose reply then changes nothing). Closing again
-        does not wait again."""
+        wait out a call to a coordinator that does not answer, whose reply then changes nothing). `stop` set
+        during the wait cuts what is left of it to `stop_wait_s`. Closing again does not wait again."""
         if self._closed.is_set():
             return
         self._closed.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(wait_s)
+        if not self._thread.is_alive() or self._thread is threading.current_thread():
+            return
+        deadline = None if wait_s is None else time.monotonic() + wait_s
+        while self._thread.is_alive():
+            now = time.monotonic()
+            if stop is not None and stop.is_set() and stop_wait_s is not None:
+                stop_deadline = now + stop_wait_s
+                deadline = stop_deadline if deadline is None else min(deadline, stop_deadline)
+                stop = None
+            if deadline is not None and now >= deadline:
+                return
+            self._thread.join(0.1 if deadline is None else min(0.1, deadline - now))
 
     def _run(self) -> None:
         stuck = False

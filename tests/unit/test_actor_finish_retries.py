@@ -5,6 +5,7 @@ coordinator away showed nothing for the ~2 minutes of retries)."""
 from __future__ import annotations
 
 import logging
+import threading
 
 import grpc
 import pytest
@@ -157,3 +158,74 @@ def test_a_finish_the_stopping_coordinator_cancelled_is_retried(monkeypatch):
         assert _finish(client, stub) is not None and stub.calls == 2
     finally:
         client.close()
+
+
+def test_a_stop_cuts_short_a_finish_job_a_hung_coordinator_holds():
+    """A coordinator that is hung (not gone) held a stopping actor's FinishJob for the call's whole deadline
+    (10 s), past `league run`'s 15 s with the heartbeat's wait: a stop now leaves the call `stop_grace_s`."""
+    from concurrent import futures
+
+    from common.proto.league.v1 import league_pb2_grpc
+
+    arrived, release = threading.Event(), threading.Event()
+
+    class Hung(league_pb2_grpc.LeagueServiceServicer):
+        def FinishJob(self, request, context):  # noqa: N802 (the gRPC method's name)
+            arrived.set()
+            release.wait(60)
+            return league_pb2.FinishJobResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    league_pb2_grpc.add_LeagueServiceServicer_to_server(Hung(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    stop = StopSignal()
+    client = CoordinatorClient(f"127.0.0.1:{port}", "actor-0", stop=stop, call_timeout_s=60.0)
+    outcome: list[BaseException | object] = []
+
+    def finish() -> None:
+        try:
+            outcome.append(client.finish_job(league_pb2.FinishJobRequest(worker_id="actor-0", job_id="job-42"),
+                                             stop_grace_s=0.5))
+        except BaseException as err:  # noqa: BLE001 (checked below)
+            outcome.append(err)
+
+    caller = threading.Thread(target=finish)
+    try:
+        caller.start()
+        assert arrived.wait(30)
+        stop.set()
+        caller.join(30)  # the call's own deadline is 60 s
+        assert not caller.is_alive()
+        assert isinstance(outcome[0], grpc.RpcError) and outcome[0].code() is grpc.StatusCode.CANCELLED
+    finally:
+        release.set()
+        caller.join(60)
+        client.close()
+        server.stop(0)
+
+
+def test_a_stop_during_the_wait_for_a_heartbeat_in_flight_cuts_that_wait_short():
+    """A job's end waits for a heartbeat already sent (no heartbeat may name the job after its FinishJob). To a
+    hung coordinator that wait was the call's whole deadline even once the actor was told to stop."""
+    from actor_service.heartbeat import JobHeartbeat
+
+    sent, release = threading.Event(), threading.Event()
+
+    class HungClient:
+        def heartbeat(self, job_ids):
+            sent.set()
+            release.wait(60)
+            return league_pb2.HeartbeatResponse()
+
+    stop = StopSignal()
+    heartbeat = JobHeartbeat(HungClient(), "job-42", interval_s=0.01, on_revoked=lambda _job: None).start()
+    try:
+        assert sent.wait(30)
+        closer = threading.Thread(target=lambda: heartbeat.close(None, stop=stop, stop_wait_s=0.2))
+        closer.start()
+        stop.set()
+        closer.join(30)  # without the stop it waits for the heartbeat (60 s here)
+        assert not closer.is_alive()
+    finally:
+        release.set()

@@ -322,7 +322,10 @@ def test_a_job_whose_chunks_are_not_delivered_before_a_stop_is_released_not_comp
         channel, stub = league_stub(server.address)
         with channel:
             bind_learners(stub, dead, 1)
-            actor = Actor(actor_settings(server.address, tmp_path, max_jobs=1, shutdown_flush_s=0.5))
+            # Room for every chunk of the job: with the sender's default queue a long pair of episodes (138
+            # steps, 10 chunks) blocked the rollout until the learner counted as unreachable (120 s).
+            actor = Actor(actor_settings(server.address, tmp_path, max_jobs=1, shutdown_flush_s=0.5,
+                                         sender=SenderSettings(queue_chunks=256)))
             with _actor_thread(actor, reports):  # stopped at the end of the block
                 wait_until("the rollout to end, its chunks waiting for the learner",
                            lambda: "rollout ended" in caplog.text, 120)

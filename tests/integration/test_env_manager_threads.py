@@ -18,15 +18,24 @@ def _manager(**config) -> SubprocessEnvManager:
     return SubprocessEnvManager([CountingEnv] * 2, SubprocessEnvManagerConfig(num_workers=1, wait_num=2, **config))
 
 
+def _in_a_thread_that_ends(work) -> None:
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+
+
+def _failures_after_steps(manager: SubprocessEnvManager) -> dict[int, int]:
+    """Step every env a few times from this (the main) thread; the failures counted by then."""
+    for _ in range(4):
+        manager.step({env_id: 1 for env_id in manager.ready_env})
+    return manager.failure_counts
+
+
 def test_workers_outlive_the_thread_that_launched_them():
     manager = _manager()
     try:
-        thread = threading.Thread(target=manager.launch)
-        thread.start()
-        thread.join()
-        for _ in range(4):
-            manager.step({env_id: 1 for env_id in manager.ready_env})
-        assert manager.failure_counts == {0: 0, 1: 0}
+        _in_a_thread_that_ends(manager.launch)
+        assert _failures_after_steps(manager) == {0: 0, 1: 0}
     finally:
         manager.close()
 
@@ -42,12 +51,8 @@ def test_a_replacement_outlives_the_thread_that_found_its_predecessor_dead():
             while len(manager.ready_env) < 2:  # the replacement has answered: its prctl has run
                 manager.step({})
 
-        thread = threading.Thread(target=step_until_replaced)
-        thread.start()
-        thread.join()
-        for _ in range(4):
-            manager.step({env_id: 1 for env_id in manager.ready_env})
-        assert manager.failure_counts == {0: 1, 1: 1}
+        _in_a_thread_that_ends(step_until_replaced)
+        assert _failures_after_steps(manager) == {0: 1, 1: 1}  # the kill only
     finally:
         manager.close()
 

@@ -343,8 +343,7 @@ class Actor:
         if self._heartbeat is not None:
             # The job ends here: no heartbeat may name it afterwards (one still in flight is answered as revoked,
             # which changes nothing once stopping). A stop during this wait bounds it too.
-            self._heartbeat.close(STOP_FINISH_S if self._stop.is_set() else None, stop=self._stop,
-                                  stop_wait_s=STOP_FINISH_S)
+            self._heartbeat.close(stop=self._stop, stop_wait_s=STOP_FINISH_S)
         stopping = self._stop.is_set()  # after the wait: a SIGTERM that came during it counts
         request = league_pb2.FinishJobRequest(
             worker_id=self.worker_id, job_id=job_id, status=status, episodes=[episode_result(e) for e in episodes],

@@ -60,13 +60,21 @@ def bind_error(host: str, port: int) -> OSError | None:
     return None
 
 
+def _port_number(text: str) -> int | None:
+    """The number `text` gives as a port (ASCII digits only; any longer than five stands as 65536, out of
+    range), or None when it is not one."""
+    if not (text.isascii() and text.isdigit()):
+        return None
+    return int(text) if len(text) <= 5 else 65536
+
+
 def split_host_port(address: str, *, min_port: int = 0) -> tuple[str, int]:
     """(host, port) of ``HOST:PORT`` (``[v6 address]:PORT`` too). ValueError unless the port is a number from
     `min_port` to 65535: gRPC takes a larger one modulo 65536 (``:99999`` listened on 34463)."""
     host, colon, port_text = address.rpartition(":")
-    if not colon or not (port_text.isascii() and port_text.isdigit()):
+    port = _port_number(port_text)
+    if not colon or port is None:
         raise ValueError(f"expected HOST:PORT, got {address!r}")
-    port = int(port_text) if len(port_text) <= 5 else 65536
     if not min_port <= port <= 65535:
         raise ValueError(f"the port must be from {min_port} to 65535, got {port_text}")
     if ":" in host and not (host.startswith("[") and host.endswith("]")):
@@ -82,9 +90,9 @@ def check_host_port(address: str) -> None:
     check_target(address)  # something a client can dial, its ports real where it gives them
     lowered = address.lower()
     if lowered.startswith(GRPC_TARGET_SCHEMES):
-        port = address.rpartition(":")[2]
+        port = _port_number(address.rpartition(":")[2])
         if lowered.startswith(("dns:", "ipv4:", "ipv6:")) and not (
-            port.isascii() and port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535
+            port is not None and 1 <= port <= 65535
         ):  # check_target skips a port after '::' (host::0): gRPC would take the whole as a host and dial 443
             raise ValueError(f"expected a gRPC target URI that ends with its port (dns:///host:port), got "
                              f"{address!r}")

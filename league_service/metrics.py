@@ -99,14 +99,14 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
         cached = self._wrapped.get(full_name)
         if cached is not None and cached[0] is handler:
             return cached[1]
-        wrapper = self._wrap(full_name.rsplit("/", 1)[-1], handler)
+        wrapper = self._wrap(_method_name(full_name), handler)
         self._wrapped[full_name] = (handler, wrapper)
         return wrapper
 
     def count_unauthenticated(self, full_method: str) -> None:
         """Count a call the token check refused (`ServerOptions.on_unauthenticated`): it answers before this
         interceptor sees the call, and a worker with a stale token would otherwise not show in the metrics."""
-        self._calls.labels(full_method.rsplit("/", 1)[-1], grpc.StatusCode.UNAUTHENTICATED.name).inc()
+        self._calls.labels(_method_name(full_method), grpc.StatusCode.UNAUTHENTICATED.name).inc()
 
     def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         inner = handler.unary_unary
@@ -145,6 +145,11 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+
+
+def _method_name(full_method: str) -> str:
+    """The `method` label of a call: `GetJob` of `/league.v1.LeagueService/GetJob`."""
+    return full_method.rsplit("/", 1)[-1]
 
 
 class MetricsServer:

@@ -25,6 +25,7 @@ dies with the manager's process (worker.py), and a manager left open at interpre
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import logging
 import math
 import multiprocessing
@@ -124,23 +125,20 @@ class _Launcher:
                 threading.Thread(target=self._serve, args=(self._requests,), name="env-worker-launcher",
                                  daemon=True).start()
             requests = self._requests
-        done: list[BaseException | None] = []
-        event = threading.Event()
-        requests.put((process, done, event))
-        event.wait()
-        if done[0] is not None:
-            raise done[0]
+        started: concurrent.futures.Future[None] = concurrent.futures.Future()
+        requests.put((process, started))
+        started.result()  # raises what process.start() raised
 
     @staticmethod
     def _serve(requests: queue.SimpleQueue) -> None:
         while True:
-            process, done, event = requests.get()
+            process, started = requests.get()
             try:
                 process.start()
-                done.append(None)
             except BaseException as exc:  # handed to the caller
-                done.append(exc)
-            event.set()
+                started.set_exception(exc)
+            else:
+                started.set_result(None)
 
 
 _launcher = _Launcher()

@@ -13,7 +13,10 @@ and its episode is dropped, up to `env_max_retry` times per env and job; past th
 job, the job is finished FAILED with the error and its traceback, and the actor takes the next job. The
 coordinator decides whether the job is tried again (league_service/LEASES.md, "Failing jobs").
 
-`request_stop()` (the SIGTERM handler) ends the job after the current step; `run` then returns.
+`request_stop()` (the SIGTERM handler) ends the job after the current step; `run` then returns. It also
+interrupts the env manager (EnvManagers.interrupt), so a stop does not wait for envs that take long to build or
+a step that hangs: those steps are dropped. An env stuck where no interrupt gets in (C code in the actor's own
+process) keeps the job thread; the process shell then calls `release_stuck_job` and exits (cli.py).
 """
 
 from __future__ import annotations
@@ -145,8 +148,11 @@ class Actor:
         )
         self._managers = EnvManagers(settings.manager, settings.env_max_retry, settings.env_step_timeout_s,
                                      settings.env_reset_timeout_s, settings.env_cpus)
+        self._stop.add_listener(self._managers.interrupt)
         self._pool: PolicyPool | None = None
         self._heartbeat: JobHeartbeat | None = None
+        self._job: JobPlan | None = None  # the job being played, and its rollout once it has one ...
+        self._rollout: Rollout | None = None  # ... for `release_stuck_job`, from another thread
         self.reports: deque[JobReport] = deque(maxlen=KEPT_REPORTS)
         """The newest jobs' reports (an actor runs for weeks: all of them would grow without bound)."""
         self.jobs_run = 0
@@ -162,6 +168,27 @@ class Actor:
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
+
+    def env_stalled_s(self) -> float:
+        """How long the env manager's call under way has run past its deadline (its timeout, or the stop's
+        interrupt) without getting back from the env; 0 if none. Safe from any thread."""
+        return self._managers.stalled_s()
+
+    def release_stuck_job(self) -> str | None:
+        """For the process shell, when a stop could not get the job thread back from an env call (an env stuck
+        in C code in this process): release the job from the calling thread with the episodes finished so far,
+        so that its slot is free now rather than when its lease expires. As for a job that broke while stopping,
+        their trajectories may not all have reached the learner. Returns FinishJob's outcome (`_finish`), None
+        without a job. The job thread must not get back meanwhile: the process exits right after."""
+        plan, rollout = self._job, self._rollout
+        if plan is None:
+            return None
+        episodes = tuple(rollout.episodes) if rollout is not None else ()
+        env_steps = rollout.env_steps if rollout is not None else 0
+        agent_steps = rollout.agent_steps if rollout is not None else 0
+        log.warning("job %s: releasing it from outside its stuck thread with %d episode(s)", plan.job_id,
+                    len(episodes))
+        return self._finish(plan.job_id, league_pb2.FINISH_STATUS_RELEASED, episodes, env_steps, agent_steps)
 
     def run(self) -> list[JobReport]:
         """Serve jobs until stopped (or `max_jobs` are done); returns the reports of the last `KEPT_REPORTS` jobs
@@ -211,11 +238,12 @@ class Actor:
         ).start()
         sender: TrajectorySender | None = None
         rollout: Rollout | None = None
+        self._job = plan
         try:
             sender = self._sender(plan)
             if sender is not None:
                 revoked.add_listener(sender.abort)  # a writer blocked on a full queue must not wait for the learner
-            rollout = self._rollout(plan, sender, revoked)
+            rollout = self._rollout = self._new_rollout(plan, sender, revoked)
             result = rollout.run()
             if result.end is RolloutEnd.REVOKED:
                 return self._abandoned(plan, result, sender)
@@ -223,6 +251,7 @@ class Actor:
         except Exception as err:  # whatever broke the job fails the job, not the actor
             return self._after_error(plan, rollout, sender, revoked, err)
         finally:
+            self._job = self._rollout = None
             heartbeat.close(STOP_FINISH_S if self._stop.is_set() else None)
             self._heartbeat = None
             if sender is not None:
@@ -240,7 +269,7 @@ class Actor:
                                 settings=self.settings.sender.within(plan.adder.chunks_in_flight),
                                 token=self.settings.token, tls_ca=self.settings.tls_ca)
 
-    def _rollout(self, plan: JobPlan, sender: TrajectorySender | None, revoked: StopSignal) -> Rollout:
+    def _new_rollout(self, plan: JobPlan, sender: TrajectorySender | None, revoked: StopSignal) -> Rollout:
         env_num = min(plan.env_num, plan.episode_num) if plan.episode_num > 0 else plan.env_num
         seed = job_seed(plan.job_id)
         bots = seat_bots(plan.player_bots, env_num, seed) if any(plan.player_bots) else None

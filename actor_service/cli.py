@@ -4,8 +4,10 @@
 actor ...` runs the same without the `league` entry point.
 
 The process: the job loop runs on a worker thread; the main thread only waits for it and turns SIGTERM / SIGINT
-into `Actor.request_stop()` — the current step finishes, the job is released with the episodes so far, the env
-workers are closed, and the process exits 0.
+into `Actor.request_stop()` — the current step finishes (or is cut short, if its envs are slow), the job is
+released with the episodes so far, the env workers are closed, and the process exits 0. An env stuck in C code
+in this process (`--manager base`) can hold the job thread where no interrupt gets in: once it has been stuck
+for `STUCK_AFTER_STOP_S` since the stop, the main thread releases the job itself and the process exits 1.
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ from common.exit_codes import FAILURE_EXIT, SETUP_ERROR_EXIT
 from common.rpc import COORDINATOR_ENV_VAR, SHARED_ROOT_ENV_VAR, env_path
 
 log = logging.getLogger("league.actor")
+
+STUCK_AFTER_STOP_S = 3.0
+"""How long after a stop the env manager's call may stay stuck (cut short, and its env not back) before the
+process gives up on the job thread. A stop that is not stuck in an env has its own bounds (Actor)."""
+JOIN_SLICE_S = 0.2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -94,15 +101,25 @@ def main(args: argparse.Namespace) -> int:
         except BaseException as err:  # handed to the main thread, which reports it and exits non-zero
             failure.append(err)
 
-    worker = threading.Thread(target=serve, name="actor-jobs")
+    worker = threading.Thread(target=serve, name="actor-jobs", daemon=True)
     previous = {sig: signal.signal(sig, lambda signum, _frame: _on_signal(actor, signum))
                 for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         worker.start()
-        worker.join()  # signal handlers run in this thread while it waits
+        stuck = _wait_for_jobs(worker, actor)  # signal handlers run in this thread while it waits
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if stuck:
+        log.error("the job thread is still in an env call %.1f s after the stop, which could not interrupt it (an "
+                  "env stuck in C code: use --manager subprocess for such envs); exiting without it",
+                  actor.env_stalled_s())
+        try:
+            actor.release_stuck_job()
+        finally:
+            logging.shutdown()
+            # Not a normal exit: the interpreter would wait for the stuck thread's locks at shutdown.
+            os._exit(FAILURE_EXIT)
     if failure:
         err = failure[0]
         if isinstance(err, CoordinatorError):
@@ -111,6 +128,16 @@ def main(args: argparse.Namespace) -> int:
         return FAILURE_EXIT
     log.info("actor %s stopped after %d job(s)", settings.worker_id, actor.jobs_run)
     return 0
+
+
+def _wait_for_jobs(worker: threading.Thread, actor) -> bool:
+    """Wait for the job thread to end; True if it is stuck in an env call after a stop instead."""
+    while True:
+        worker.join(JOIN_SLICE_S)
+        if not worker.is_alive():
+            return False
+        if actor.stopping and actor.env_stalled_s() > STUCK_AFTER_STOP_S:
+            return True
 
 
 def _on_signal(actor, signum: int) -> None:

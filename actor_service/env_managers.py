@@ -16,6 +16,7 @@ from typing import Any, Literal
 from actor_service.envs.env_manager import (
     BaseEnvManager,
     EnvManagerConfig,
+    EnvManagerInterrupted,
     SubprocessEnvManager,
     SubprocessEnvManagerConfig,
 )
@@ -53,6 +54,7 @@ class EnvManagers:
         self._launching: BaseEnvManager | None = None
         self._key: tuple[str, str, int] | None = None
         self._bots_seated = False  # the envs of the current manager hold reference bots from the last job
+        self._interrupted = False
 
     @property
     def current(self) -> BaseEnvManager | None:
@@ -63,6 +65,15 @@ class EnvManagers:
         without the manager ending it (BaseEnvManager.stalled_s); 0 if none. Safe from any thread."""
         manager = self._launching or self._manager
         return manager.stalled_s() if manager is not None else 0.0
+
+    def interrupt(self) -> None:
+        """The actor is stopping: cut short the env manager's call under way (a launch of envs that take long
+        to build, a reset, a step that hangs) and every later one, with EnvManagerInterrupted; later
+        `acquire` calls raise it too. Safe from a signal handler (BaseEnvManager.interrupt)."""
+        self._interrupted = True
+        manager = self._launching or self._manager
+        if manager is not None:
+            manager.interrupt()
 
     def acquire(
         self, env_name: str, env_kwargs: Mapping[str, Any], env_num: int, seed: int,
@@ -78,6 +89,7 @@ class EnvManagers:
             raise ValueError(f"seat_bots: {len(seat_bots)} entries for {env_num} envs")
         bot_params = ({i: {"bots": {str(seat): bot for seat, bot in bots.items()}} for i, bots in enumerate(seat_bots)}
                       if seat_bots else None)
+        self._check_interrupted()
         manager = self._manager
         if manager is not None and key == self._key and not manager.closed:
             reset_params = bot_params
@@ -86,8 +98,9 @@ class EnvManagers:
             manager.seed(seed)
             try:
                 manager.reset(reset_params)
-            except BaseException:
-                if reset_params:  # its envs would keep the reset params that failed: start afresh next time
+            except BaseException as err:
+                # Its envs would keep the reset params that failed, or were left mid-reset: start afresh next time.
+                if reset_params or isinstance(err, EnvManagerInterrupted):
                     self.discard()
                 raise
             self._bots_seated = bool(seat_bots)
@@ -110,6 +123,7 @@ class EnvManagers:
         manager.seed(seed)
         self._launching = manager
         try:
+            self._check_interrupted()  # an interrupt that came before `_launching` was set
             manager.launch(bot_params)  # closes itself if launching fails
         finally:
             self._launching = None
@@ -117,6 +131,10 @@ class EnvManagers:
         log.info("launched %s env manager: %d x %s", self.kind, env_num, env_name)
         self._manager, self._key = manager, key
         return manager
+
+    def _check_interrupted(self) -> None:
+        if self._interrupted:
+            raise EnvManagerInterrupted("the actor is stopping: no env manager is launched or reset any more")
 
     def discard(self) -> None:
         """Close the current manager (after a failure its state is unknown; or at shutdown)."""

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from actor_service.envs.env_manager.base import BaseEnvManager
+from actor_service.envs.env_manager.failure import EnvManagerInterrupted
 from actor_service.job import JobError
 from actor_service.policy_pool import Policy
 from actor_service.stop import StopSignal
@@ -251,7 +252,16 @@ class Rollout:
                 break
             if self._reload is not None:
                 self._reload()
-            timesteps = self._manager.step(self._act(self._manager.next_obs))
+            actions = self._act(self._manager.next_obs)
+            try:
+                timesteps = self._manager.step(actions)
+            except EnvManagerInterrupted:
+                if not self._stop.is_set():
+                    raise
+                # The actor stopped while envs were stepping (a slow or hung env): those steps are dropped,
+                # like a stop's other unfinished transitions (`cut` below); what finished before stands.
+                end = RolloutEnd.STOPPED
+                break
             self._observe(timesteps)
             self._write_rows(final=False)
         if end is not RolloutEnd.REVOKED and self._sink is not None:

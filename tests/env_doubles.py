@@ -67,7 +67,9 @@ class FlakyEnv(Env):
 
     `hang_kind`: "wait" blocks in a lock wait (like an env waiting on a socket: the serial manager interrupts
     it only in the main thread), "spin" loops in Python code (interruptible in any thread). The subprocess
-    manager kills the worker of either after `step_timeout`.
+    manager kills the worker of either after `step_timeout`. `hang_marker`: a file created as a hang begins
+    (for tests in another process). `build_s`: seconds the env takes to build (a wait, like an env loading its
+    assets).
 
     A league config names it like any env, e.g. `env: {name: "python:tests.env_doubles:FlakyEnv", kwargs:
     {inner: CartPole-v1, crash_every: 50}}`; every env worker process builds it by that name.
@@ -76,9 +78,12 @@ class FlakyEnv(Env):
     _process_steps = 0  # steps taken by the FlakyEnvs of this process
 
     def __init__(self, inner: str = "CartPole-v1", crash_every: int = 0, hang_every: int = 0,
-                 inner_kwargs: dict | None = None, hang_kind: str = "wait") -> None:
+                 inner_kwargs: dict | None = None, hang_kind: str = "wait", build_s: float = 0.0,
+                 hang_marker: str = "") -> None:
         from common.envs.registry import make_env
 
+        if build_s:
+            threading.Event().wait(build_s)
         for name, value in (("crash_every", crash_every), ("hang_every", hang_every)):
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name}: must be an int >= 0, got {value!r}")
@@ -88,6 +93,7 @@ class FlakyEnv(Env):
         self._crash_every = crash_every
         self._hang_every = hang_every
         self._hang_kind = hang_kind
+        self._hang_marker = hang_marker
 
     def info(self) -> EnvInfo:
         return self._env.info()
@@ -111,6 +117,8 @@ class FlakyEnv(Env):
         self._env.close()
 
     def _hang(self) -> None:
+        if self._hang_marker:
+            open(self._hang_marker, "a").close()
         if self._hang_kind == "wait":
             HANGS_RELEASED.wait()
             return

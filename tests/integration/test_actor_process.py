@@ -1,5 +1,6 @@
 """`python -m actor_service.cli actor` as a real process: SIGTERM releases the job and leaves no env process
-behind; a lease that expired while the actor was frozen (SIGSTOP) makes it abandon the job without FinishJob."""
+behind, also while its envs take long to build or hang; a lease that expired while the actor was frozen
+(SIGSTOP) makes it abandon the job without FinishJob."""
 
 from __future__ import annotations
 
@@ -30,13 +31,16 @@ PLAYER = "solo_active_player_default_0"
 POLICY = {"algorithm": "ppo"}
 
 
-def long_solo_config():
+def long_solo_config(env_name: str = "CartPole-v1", env_kwargs: dict | None = None):
     """A solo CartPole league whose jobs last far longer than the test (so they are cut short)."""
     cfg = config_from_dict({
         "league": {"league_type": "solo", "active_players": {"solo_active_player": 1}, "max_active_player_job": 1},
-        "env": {"name": "CartPole-v1", "env_num": 2, "episode_num": MAX_EPISODES_PER_JOB},
+        "env": {"name": env_name, "kwargs": env_kwargs or {}, "env_num": 2, "episode_num": MAX_EPISODES_PER_JOB},
     })
     return dataclasses.replace(cfg, policy=POLICY)
+
+
+FLAKY = "python:tests.env_doubles:FlakyEnv"  # CartPole inside, so the CartPole checkpoint plays it
 
 
 def publish_first_checkpoint(root: Path, policy=POLICY) -> None:
@@ -113,6 +117,84 @@ def test_sigterm_releases_the_job_and_leaves_no_env_process(tmp_path):
     assert status.players[0].episodes == int(released.group(1))  # the episodes so far were counted
     assert not [j for j in status.jobs if j.job_id == job.job_id]
     wait_until("env workers to be gone", lambda: not any(alive(pid) for pid in workers), 10)
+
+
+def finished_job(stub, log: Path, job_id: str) -> tuple[int, int]:
+    """(episodes the actor says it released the job with, episodes the coordinator counted); the job is done."""
+    text = log.read_text()
+    released = re.search(rf"job {job_id} released: (\d+) episodes", text)
+    assert released, text
+    status = stub.GetStatus(pb.GetStatusRequest())
+    assert status.counters.jobs_finished == 1 and status.counters.jobs_expired == 0, text
+    assert not [j for j in status.jobs if j.job_id == job_id]
+    return int(released.group(1)), status.players[0].episodes
+
+
+def test_sigterm_during_a_slow_env_start_up_releases_the_job_at_once(tmp_path):
+    """Envs that take ten minutes to build: the stop cuts the launch short (it waited for the build before)."""
+    log = tmp_path / "actor.log"
+    publish_first_checkpoint(tmp_path)
+    config = long_solo_config(FLAKY, {"build_s": 600.0})
+    with running_coordinator(config, tmp_path, needs_learner=False) as server:
+        channel, stub = league_stub(server.address)
+        try:
+            with actor_process(server.address, tmp_path, log, "--manager", "subprocess", "--worker-id", "actor-s") as proc:
+                job = wait_until("the actor's job", lambda: job_of(stub, "actor-s"), 60)
+                # The env worker (and multiprocessing's resource tracker): the envs are being built.
+                workers = wait_until("the env worker", lambda: (found := children(proc.pid)) and len(found) >= 2 and found,
+                                     60, log.read_text)
+                proc.send_signal(signal.SIGTERM)
+                assert proc.wait(60) == 0, log.read_text()
+            assert finished_job(stub, log, job.job_id) == (0, 0)
+        finally:
+            channel.close()
+    assert "broke while stopping (EnvManagerInterrupted" in log.read_text()
+    wait_until("env workers to be gone", lambda: not any(alive(pid) for pid in workers), 10)
+
+
+def test_sigterm_cuts_short_an_in_process_env_hanging_in_python_code(tmp_path):
+    log, marker = tmp_path / "actor.log", tmp_path / "hung"
+    publish_first_checkpoint(tmp_path)
+    config = long_solo_config(FLAKY, {"hang_every": 50, "hang_kind": "spin", "hang_marker": str(marker)})
+    with running_coordinator(config, tmp_path, needs_learner=False) as server:
+        channel, stub = league_stub(server.address)
+        try:
+            with actor_process(server.address, tmp_path, log, "--manager", "base", "--worker-id", "actor-h") as proc:
+                job = wait_until("the actor's job", lambda: job_of(stub, "actor-h"), 60)
+                wait_until("the env to hang", marker.exists, 60, log.read_text)
+                proc.send_signal(signal.SIGTERM)
+                assert proc.wait(60) == 0, log.read_text()
+            released, counted = finished_job(stub, log, job.job_id)
+            assert released == counted
+        finally:
+            channel.close()
+    assert "cut short (the manager was interrupted)" in log.read_text()
+
+
+def test_sigterm_with_an_in_process_env_stuck_where_no_interrupt_gets_in_releases_the_job_and_exits(tmp_path):
+    """A lock wait outside the main thread (as C code would be): the job thread cannot be got back, so the process
+    releases the job from its main thread and exits 1; before, it waited for the env for ever."""
+    log, marker = tmp_path / "actor.log", tmp_path / "hung"
+    publish_first_checkpoint(tmp_path)
+    config = long_solo_config(FLAKY, {"hang_every": 50, "hang_kind": "wait", "hang_marker": str(marker)})
+    with running_coordinator(config, tmp_path, needs_learner=False) as server:
+        channel, stub = league_stub(server.address)
+        try:
+            with actor_process(server.address, tmp_path, log, "--manager", "base", "--worker-id", "actor-c",
+                               "--env-step-timeout", "1") as proc:
+                job = wait_until("the actor's job", lambda: job_of(stub, "actor-c"), 60)
+                # The watchdog's own report that its interrupt (at the 1 s timeout) did not get in.
+                wait_until("the env to be stuck", lambda: "blocked where no interrupt gets in" in log.read_text(), 60,
+                           log.read_text)
+                proc.send_signal(signal.SIGTERM)
+                assert proc.wait(60) == 1, log.read_text()
+            text = log.read_text()
+            assert "still in an env call" in text and "releasing it from outside its stuck thread" in text, text
+            status = stub.GetStatus(pb.GetStatusRequest())
+            assert status.counters.jobs_finished == 1 and status.counters.jobs_expired == 0, text
+            assert not [j for j in status.jobs if j.job_id == job.job_id]
+        finally:
+            channel.close()
 
 
 def test_revoked_lease_abandons_the_job_without_finishing_it(tmp_path):

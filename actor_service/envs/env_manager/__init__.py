@@ -1,7 +1,7 @@
 """Env managers: many envs behind one `step({env_id: action})`, serially or in worker processes."""
 
 from actor_service.envs.env_manager.base import BaseEnvManager, EnvManagerConfig, EnvState
-from actor_service.envs.env_manager.failure import EnvError, EnvManagerClosedError
+from actor_service.envs.env_manager.failure import EnvError, EnvManagerClosedError, EnvManagerInterrupted
 from actor_service.envs.env_manager.subprocess import SubprocessEnvManager, SubprocessEnvManagerConfig
 
 __all__ = [
@@ -9,6 +9,7 @@ __all__ = [
     "EnvError",
     "EnvManagerClosedError",
     "EnvManagerConfig",
+    "EnvManagerInterrupted",
     "EnvState",
     "SubprocessEnvManager",
     "SubprocessEnvManagerConfig",

@@ -25,7 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from actor_service.envs.env_manager.failure import EnvError, EnvFailure, EnvManagerClosedError
+from actor_service.envs.env_manager.failure import (
+    EnvError,
+    EnvFailure,
+    EnvManagerClosedError,
+    EnvManagerInterrupted,
+)
 from actor_service.envs.env_manager.watchdog import EnvHangInterrupt, Watchdog
 from common.envs.base import Env, EnvInfo, StepInfo, TimeStep
 
@@ -105,6 +110,7 @@ class BaseEnvManager:
         self._env_info: EnvInfo | None = None
         self._envs: list[Env | None] = [None] * n
         self._watchdog: Watchdog | None = None  # the serial manager's, from launch to close
+        self._interrupted = False  # by `interrupt()`, from any thread: only `close` is left
 
     # ---- read-only views -------------------------------------------------------------------------------
     @property
@@ -278,6 +284,21 @@ class BaseEnvManager:
         results, self._results = self._results, {}
         return results
 
+    def interrupt(self) -> None:
+        """Cut short the call under way (launch, reset, step) and refuse every later one but `close`, each with
+        EnvManagerInterrupted: for a caller that is stopping and must not wait for its envs (one that takes a
+        minute to build, or hangs). Safe from any thread and from a signal handler: it only sets a flag and
+        wakes a watcher.
+
+        The serial manager stops between env calls, and its watchdog interrupts an env call under way as it
+        would a hung one: in Python code, and in blocking waits when the manager runs in the main thread; an
+        env stuck in C code keeps the call going, and `stalled_s` then counts from this interrupt. The
+        subprocess manager stops waiting for its workers within `_INTERRUPT_CHECK_S`; `close` kills them."""
+        self._interrupted = True
+        watchdog = self._watchdog
+        if watchdog is not None:
+            watchdog.cut_short()
+
     def close(self) -> None:
         """Close every env. Idempotent; afterwards every call but `close` raises EnvManagerClosedError."""
         if self._lifecycle is _Lifecycle.CLOSED:
@@ -320,6 +341,7 @@ class BaseEnvManager:
         seeds = self._take_seeds(env_ids)
         self._start_reset(env_ids)
         for env_id in env_ids:
+            self._check_interrupted()
             try:
                 self._start_episode(env_id, seeds[env_id], "reset")
             except (Exception, EnvHangInterrupt) as exc:
@@ -402,6 +424,12 @@ class BaseEnvManager:
         self._check_not_closed()
         if self._lifecycle is _Lifecycle.NEW:
             raise RuntimeError(f"{type(self).__name__}: call launch() first")
+        self._check_interrupted()
+
+    def _check_interrupted(self) -> None:
+        if self._interrupted:
+            raise EnvManagerInterrupted(f"{type(self).__name__} was interrupted (its caller is stopping); only "
+                                        "close() is left")
 
     def _check_ready(self, actions: Mapping[int, Any]) -> None:
         next_obs = self._next_obs
@@ -488,7 +516,9 @@ class BaseEnvManager:
 
     def _count_failure(self, env_id: int, failure: EnvFailure) -> None:
         """Record a failure of `env_id`; an episode it was playing ends here with a truncated timestep.
-        Closes the manager and raises EnvError when the env has failed more than `max_retry` times."""
+        Closes the manager and raises EnvError when the env has failed more than `max_retry` times. After
+        `interrupt()` raises EnvManagerInterrupted instead: the failure is most likely the interrupt itself."""
+        self._check_interrupted()
         self._failures[env_id] += 1
         self._in_flight.discard(env_id)
         if self._state[env_id] is EnvState.RUN:
@@ -520,7 +550,8 @@ class BaseEnvManager:
         return np.zeros(spec.shape, spec.dtype)
 
 
-__all__ = ["BaseEnvManager", "EnvError", "EnvManagerClosedError", "EnvManagerConfig", "EnvState"]
+__all__ = ["BaseEnvManager", "EnvError", "EnvManagerClosedError", "EnvManagerConfig", "EnvManagerInterrupted",
+           "EnvState"]
 
 
 def _integer(value: Any, what: str) -> int:

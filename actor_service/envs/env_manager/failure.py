@@ -23,6 +23,11 @@ class EnvManagerClosedError(RuntimeError):
     """A call on a manager that was closed (by `close()` or after an `EnvError`)."""
 
 
+class EnvManagerInterrupted(RuntimeError):
+    """`interrupt()` cut a manager's call short (the actor is stopping): the envs are left mid-operation, so the
+    manager is good only for `close()`."""
+
+
 class RemoteTraceback(Exception):
     """The traceback of an exception raised in another process, as text (as concurrent.futures does)."""
 

@@ -78,6 +78,9 @@ _POLL_EVENTS = select.POLLIN | select.POLLHUP | select.POLLERR
 # no doorbell: without this, a worker killed while the others kept answering stayed an unreaped zombie, its envs
 # in flight, until a reset (an actor's next job) had to wait for it.
 _SWEEP_S = 0.05
+# The longest a wait for replies sleeps before it looks at `interrupt()`'s flag again (a caller stopping while a
+# worker builds a slow env, or hangs until its deadline a minute away, waits no longer than this).
+_INTERRUPT_CHECK_S = 0.1
 
 # Held strongly until `close`: a manager dropped without `close` must still be closed at exit (its workers
 # ignore SIGTERM, and one stuck in an env, or started with `fork`, never reads EOF: multiprocessing's exit hook
@@ -334,7 +337,7 @@ class SubprocessEnvManager(BaseEnvManager):
         """Send the actions, then return the timesteps of at least `wait_num` envs in flight (or whatever
         arrived within `timeout`, at least one); the other envs stay in flight and come back from a later
         call. `step({})` just collects envs still in flight."""
-        if self._lifecycle is not _Lifecycle.RUNNING:
+        if self._lifecycle is not _Lifecycle.RUNNING or self._interrupted:
             self._check_running()
         batches: dict[int, list[tuple[int, Any, bool, int]]] = {}
         split_of = self._split_of
@@ -539,6 +542,7 @@ class SubprocessEnvManager(BaseEnvManager):
     def _pump_until(self, satisfied: Callable[[], bool], end: float) -> bool:
         workers = self._workers
         while not satisfied():
+            self._check_interrupted()
             busy = [w for w in workers if w is not None and w.pending]
             if not busy:
                 return False
@@ -559,7 +563,7 @@ class SubprocessEnvManager(BaseEnvManager):
                 if self._sweep(now):
                     continue
             self._waiting_until = first_deadline
-            limit = first_deadline if first_deadline < end else end
+            limit = min(first_deadline, end, now + _INTERRUPT_CHECK_S)
             budget = self._spin_budget
             if budget is not None:
                 started = now

@@ -142,6 +142,7 @@ class Watchdog:
         self._interrupted: _Op | None = None  # the last operation the watchdog interrupted ...
         self._settled: _Op | None = None  # ... once its thread has dealt with that
         self._reported: _Op | None = None  # ... once the watchdog has said that the interrupt did not get in
+        self._cut: tuple[_Op, float] | None = None  # the operation `cut_short` asked to interrupt, and when
         self._signal = _MainThreadSignal.acquire()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -207,14 +208,36 @@ class Watchdog:
         op = self._interrupted
         return ("step", math.nan) if op is None else (op[_STAGE], op[_TIMEOUT])
 
-    def overdue_s(self) -> float:
-        """How long the operation under way has run past its deadline without its thread getting back from
-        the env (0 if none): stays near 0 while interrupts get in, grows while an env hangs where none does.
-        Safe to call from any thread."""
+    def cut_short(self) -> None:
+        """Interrupt the operation under way now, as if its timeout had passed (the manager's caller is
+        stopping); its deadline, for `overdue_s`, is now. Safe from any thread and from a signal handler: the
+        watchdog thread sends the interrupt."""
         op = self.current
-        if op is None or self._settled is op or not (op[_CLAIM] or self._interrupted is op) or op is not self._seen:
+        if op is not None and op[_CLAIM]:
+            self._cut = (op, time.monotonic())
+            self._wake.put(None)
+
+    def overdue_s(self) -> float:
+        """How long the operation under way has run past its deadline (its timeout, or a `cut_short`) without
+        its thread getting back from the env (0 if none): stays near 0 while interrupts get in, grows while an
+        env hangs where none does. Safe to call from any thread."""
+        op = self.current
+        if op is None or self._settled is op or not (op[_CLAIM] or self._interrupted is op):
             return 0.0
-        return max(0.0, time.monotonic() - self._seen_at - op[_TIMEOUT])
+        return max(0.0, time.monotonic() - self._deadline(op))
+
+    def _deadline(self, op: _Op) -> float:
+        """When `op` was due: its timeout after the poll that first saw it, or when it was cut short (inf: not
+        seen yet, not cut)."""
+        deadline = self._seen_at + op[_TIMEOUT] if op is self._seen else math.inf
+        cut = self._cut
+        return min(deadline, cut[1]) if cut is not None and cut[0] is op else deadline
+
+    def _describe(self, op: _Op) -> str:
+        cut = self._cut
+        if cut is not None and cut[0] is op:
+            return f"env {op[_ENV_ID]} {op[_STAGE]} was cut short (the manager was interrupted)"
+        return _describe(op)
 
     def close(self) -> None:
         """Stop the watchdog thread and release the signal handler. Idempotent."""
@@ -240,6 +263,10 @@ class Watchdog:
             now = time.monotonic()
             until = math.inf
             if op is not None and op[_CLAIM]:  # running
+                cut = self._cut
+                if cut is not None and cut[0] is op:
+                    self._interrupt(op)
+                    continue
                 if op is not self._seen:  # it began since the last poll
                     self._seen, self._seen_at = op, now
                 elif now - self._seen_at >= op[_TIMEOUT]:
@@ -248,7 +275,8 @@ class Watchdog:
             if self.polling_for < math.inf:
                 until = now + self.polling_for / POLLS_PER_TIMEOUT
             if op is not None and op is self._interrupted and self._settled is not op and self._reported is not op:
-                report_at = self._seen_at + op[_TIMEOUT] + min(max(_STUCK_REPORT_MIN_S, op[_TIMEOUT]), 60.0)
+                due = self._deadline(op)
+                report_at = due + min(max(_STUCK_REPORT_MIN_S, op[_TIMEOUT]), 60.0)
                 if now < report_at:
                     until = min(until, report_at)
                 else:
@@ -257,7 +285,7 @@ class Watchdog:
                         "%s and is still in it %.1f s after the interrupt: it is blocked where no interrupt gets "
                         "in (C code, or a system call outside the main thread); it counts as failed if it ever "
                         "returns. Envs that can hang like this belong in a SubprocessEnvManager.",
-                        _describe(op), now - self._seen_at - op[_TIMEOUT],
+                        self._describe(op), now - due,
                     )
                     continue
             try:
@@ -279,4 +307,4 @@ class Watchdog:
             else:
                 _set_async_exc(ctypes.c_ulong(op[_THREAD]), ctypes.py_object(EnvHangInterrupt))
                 how = f"raised EnvHangInterrupt in thread {op[_THREAD]}"
-        logger.warning("%s: %s", _describe(op), how)
+        logger.warning("%s: %s", self._describe(op), how)

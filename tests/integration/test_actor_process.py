@@ -130,71 +130,63 @@ def finished_job(stub, log: Path, job_id: str) -> tuple[int, int]:
     return int(released.group(1)), status.players[0].episodes
 
 
-def test_sigterm_during_a_slow_env_start_up_releases_the_job_at_once(tmp_path):
-    """Envs that take ten minutes to build: the stop cuts the launch short (it waited for the build before)."""
+@contextlib.contextmanager
+def actor_playing_flaky_envs(tmp_path: Path, env_kwargs: dict, worker_id: str, *args: str):
+    """A coordinator of a long solo league on FlakyEnv(**env_kwargs) and an actor process that took its job;
+    yields (coordinator stub, actor process, job, actor log)."""
     log = tmp_path / "actor.log"
     publish_first_checkpoint(tmp_path)
-    config = long_solo_config(FLAKY, {"build_s": 600.0})
-    with running_coordinator(config, tmp_path, needs_learner=False) as server:
+    with running_coordinator(long_solo_config(FLAKY, env_kwargs), tmp_path, needs_learner=False) as server:
         channel, stub = league_stub(server.address)
         try:
-            with actor_process(server.address, tmp_path, log, "--manager", "subprocess", "--worker-id", "actor-s") as proc:
-                job = wait_until("the actor's job", lambda: job_of(stub, "actor-s"), 60)
-                # The env worker (and multiprocessing's resource tracker): the envs are being built.
-                workers = wait_until("the env worker", lambda: (found := children(proc.pid)) and len(found) >= 2 and found,
-                                     60, log.read_text)
-                proc.send_signal(signal.SIGTERM)
-                assert proc.wait(60) == 0, log.read_text()
-            assert finished_job(stub, log, job.job_id) == (0, 0)
+            with actor_process(server.address, tmp_path, log, "--worker-id", worker_id, *args) as proc:
+                yield stub, proc, wait_until("the actor's job", lambda: job_of(stub, worker_id), 60), log
         finally:
             channel.close()
+
+
+def test_sigterm_during_a_slow_env_start_up_releases_the_job_at_once(tmp_path):
+    """Envs that take ten minutes to build: the stop cuts the launch short (it waited for the build before)."""
+    with actor_playing_flaky_envs(tmp_path, {"build_s": 600.0}, "actor-s", "--manager", "subprocess") as (
+            stub, proc, job, log):
+        # The env worker (and multiprocessing's resource tracker): the envs are being built.
+        workers = wait_until("the env worker", lambda: (found := children(proc.pid)) and len(found) >= 2 and found,
+                             60, log.read_text)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, log.read_text()
+        assert finished_job(stub, log, job.job_id) == (0, 0)
     assert "broke while stopping (EnvManagerInterrupted" in log.read_text()
     wait_until("env workers to be gone", lambda: not any(alive(pid) for pid in workers), 10)
 
 
 def test_sigterm_cuts_short_an_in_process_env_hanging_in_python_code(tmp_path):
-    log, marker = tmp_path / "actor.log", tmp_path / "hung"
-    publish_first_checkpoint(tmp_path)
-    config = long_solo_config(FLAKY, {"hang_every": 50, "hang_kind": "spin", "hang_marker": str(marker)})
-    with running_coordinator(config, tmp_path, needs_learner=False) as server:
-        channel, stub = league_stub(server.address)
-        try:
-            with actor_process(server.address, tmp_path, log, "--manager", "base", "--worker-id", "actor-h") as proc:
-                job = wait_until("the actor's job", lambda: job_of(stub, "actor-h"), 60)
-                wait_until("the env to hang", marker.exists, 60, log.read_text)
-                proc.send_signal(signal.SIGTERM)
-                assert proc.wait(60) == 0, log.read_text()
-            released, counted = finished_job(stub, log, job.job_id)
-            assert released == counted
-        finally:
-            channel.close()
+    marker = tmp_path / "hung"
+    flaky = {"hang_every": 50, "hang_kind": "spin", "hang_marker": str(marker)}
+    with actor_playing_flaky_envs(tmp_path, flaky, "actor-h", "--manager", "base") as (stub, proc, job, log):
+        wait_until("the env to hang", marker.exists, 60, log.read_text)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, log.read_text()
+        released, counted = finished_job(stub, log, job.job_id)
+        assert released == counted
     assert "cut short (the manager was interrupted)" in log.read_text()
 
 
 def test_sigterm_with_an_in_process_env_stuck_where_no_interrupt_gets_in_releases_the_job_and_exits(tmp_path):
     """A lock wait outside the main thread (as C code would be): the job thread cannot be got back, so the process
     releases the job from its main thread and exits 1; before, it waited for the env for ever."""
-    log, marker = tmp_path / "actor.log", tmp_path / "hung"
-    publish_first_checkpoint(tmp_path)
-    config = long_solo_config(FLAKY, {"hang_every": 50, "hang_kind": "wait", "hang_marker": str(marker)})
-    with running_coordinator(config, tmp_path, needs_learner=False) as server:
-        channel, stub = league_stub(server.address)
-        try:
-            with actor_process(server.address, tmp_path, log, "--manager", "base", "--worker-id", "actor-c",
-                               "--env-step-timeout", "1") as proc:
-                job = wait_until("the actor's job", lambda: job_of(stub, "actor-c"), 60)
-                # The watchdog's own report that its interrupt (at the 1 s timeout) did not get in.
-                wait_until("the env to be stuck", lambda: "blocked where no interrupt gets in" in log.read_text(), 60,
-                           log.read_text)
-                proc.send_signal(signal.SIGTERM)
-                assert proc.wait(60) == 1, log.read_text()
-            text = log.read_text()
-            assert "still in an env call" in text and "releasing it from outside its stuck thread" in text, text
-            status = stub.GetStatus(pb.GetStatusRequest())
-            assert status.counters.jobs_finished == 1 and status.counters.jobs_expired == 0, text
-            assert not [j for j in status.jobs if j.job_id == job.job_id]
-        finally:
-            channel.close()
+    flaky = {"hang_every": 50, "hang_kind": "wait", "hang_marker": str(tmp_path / "hung")}
+    with actor_playing_flaky_envs(tmp_path, flaky, "actor-c", "--manager", "base", "--env-step-timeout", "1") as (
+            stub, proc, job, log):
+        # The watchdog's own report that its interrupt (at the 1 s timeout) did not get in.
+        wait_until("the env to be stuck", lambda: "blocked where no interrupt gets in" in log.read_text(), 60,
+                   log.read_text)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 1, log.read_text()
+        text = log.read_text()
+        assert "still in an env call" in text and "releasing it from outside its stuck thread" in text, text
+        status = stub.GetStatus(pb.GetStatusRequest())
+        assert status.counters.jobs_finished == 1 and status.counters.jobs_expired == 0, text
+        assert not [j for j in status.jobs if j.job_id == job.job_id]
 
 
 def test_revoked_lease_abandons_the_job_without_finishing_it(tmp_path):

@@ -95,11 +95,8 @@ def test_serial_launch_in_the_main_thread_is_cut_short_in_a_blocking_wait():
     assert not [t for t in threading.enumerate() if t.name.startswith("env-watchdog")]
 
 
-def test_serial_step_spinning_in_python_code_is_cut_short_outside_the_main_thread(tmp_path):
-    marker = tmp_path / "hung"
-    env = partial(FlakyEnv, inner="python:tests.env_doubles:CountingEnv", hang_every=5, hang_kind="spin",
-                  hang_marker=str(marker))
-    manager = BaseEnvManager([env] * 2, EnvManagerConfig(**NO_TIMEOUTS))
+def playing_in_a_thread(manager: BaseEnvManager) -> tuple[threading.Thread, list[BaseException]]:
+    """A thread (not the main one) that launches `manager` and steps it; the list gets what it raised."""
     raised: list[BaseException] = []
 
     def drive() -> None:
@@ -112,6 +109,15 @@ def test_serial_step_spinning_in_python_code_is_cut_short_outside_the_main_threa
 
     driver = threading.Thread(target=drive)
     driver.start()
+    return driver, raised
+
+
+def test_serial_step_spinning_in_python_code_is_cut_short_outside_the_main_thread(tmp_path):
+    marker = tmp_path / "hung"
+    env = partial(FlakyEnv, inner="python:tests.env_doubles:CountingEnv", hang_every=5, hang_kind="spin",
+                  hang_marker=str(marker))
+    manager = BaseEnvManager([env] * 2, EnvManagerConfig(**NO_TIMEOUTS))
+    driver, raised = playing_in_a_thread(manager)
     try:
         wait_until("a step to hang", marker.exists, 60)
         manager.interrupt()
@@ -139,18 +145,7 @@ def test_serial_step_blocked_where_no_interrupt_gets_in_shows_as_stalled_from_th
     marker = tmp_path / "hung"
     env = partial(FlakyEnv, inner="python:tests.env_doubles:CountingEnv", hang_every=5, hang_marker=str(marker))
     manager = BaseEnvManager([env] * 2, EnvManagerConfig(**NO_TIMEOUTS))
-    raised: list[BaseException] = []
-
-    def drive() -> None:
-        try:
-            manager.launch()
-            for _ in range(10):
-                manager.step(dict.fromkeys(manager.ready_env, 0))
-        except BaseException as err:
-            raised.append(err)
-
-    driver = threading.Thread(target=drive)
-    driver.start()
+    driver, raised = playing_in_a_thread(manager)
     try:
         wait_until("a step to hang", marker.exists, 60)
         # Between the marker and the lock wait the env runs a few lines of Python, where the interrupt would get in.

@@ -11,7 +11,7 @@ Seats alternate game by game; the policy acts greedily (its most likely legal mo
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -106,8 +106,10 @@ def play_against_bot(
     games: int,
     seed: int = 0,
     greedy: bool = True,
+    on_game: Callable[[int, int], None] | None = None,
 ) -> EvalResult:
-    """`games` games of `task` against the bot `opponent` ("random", "mcts:N"), the agent's seat alternating."""
+    """`games` games of `task` against the bot `opponent` ("random", "mcts:N"), the agent's seat alternating.
+    `on_game(games played, games won)` after each game (progress: a strong bot takes seconds a game)."""
     if games < 1:
         raise ValueError(f"games must be >= 1, got {games}")
     env = make_env(env_name, **env_kwargs)
@@ -142,6 +144,8 @@ def play_against_bot(
             tally[0] += 1
             tally[{Outcome.WIN: 1, Outcome.DRAW: 2, Outcome.LOSS: 3}[outcome]] += 1
             lengths.append(length)
+            if on_game is not None:
+                on_game(game + 1, sum(t[1] for t in tallies.values()))
     finally:
         env.close()
     return EvalResult(
@@ -173,8 +177,10 @@ def play_episodes(
     episodes: int,
     seed: int = 0,
     greedy: bool = True,
+    on_episode: Callable[[int], None] | None = None,
 ) -> ReturnResult:
-    """`episodes` episodes of `task` alone in a single-player env (seeds seed, seed + 1, ...)."""
+    """`episodes` episodes of `task` alone in a single-player env (seeds seed, seed + 1, ...); `on_episode(episodes
+    played)` after each."""
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     env = make_env(env_name, **env_kwargs)
@@ -199,6 +205,8 @@ def play_episodes(
                     break
             returns.append(total)
             lengths.append(length)
+            if on_episode is not None:
+                on_episode(episode + 1)
     finally:
         env.close()
     values = np.asarray(returns)

@@ -10,8 +10,10 @@ ladder of bots (league_cli/progression.py): how the player's strength grew over 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -94,7 +96,9 @@ def main(args: argparse.Namespace) -> int:
             if opponent_given:
                 return _refuse(f"--opponent: {env_name} is a single-player env; eval plays --games episodes of it "
                                "alone and reports their returns")
-            returns = play_episodes(task, env_name, env_kwargs, args.games, seed=args.seed)
+            with _games_progress(f"{env_name} alone", args.games) as on_episode:
+                returns = play_episodes(task, env_name, env_kwargs, args.games, seed=args.seed,
+                                        on_episode=on_episode)
             if args.json:
                 print(json.dumps({"checkpoint": ref.path, "version": ref.version, "env": env_name,
                                   **returns.to_dict()}))
@@ -102,7 +106,9 @@ def main(args: argparse.Namespace) -> int:
                 _print_returns(ref, env_name, returns)
             return 0
         for opponent in opponents:
-            result = play_against_bot(task, env_name, env_kwargs, opponent, args.games, seed=args.seed)
+            with _games_progress(f"vs {opponent}", args.games) as on_game:
+                result = play_against_bot(task, env_name, env_kwargs, opponent, args.games, seed=args.seed,
+                                          on_game=on_game)
             if args.json:  # one line per opponent
                 print(json.dumps({"checkpoint": ref.path, "version": ref.version, "env": env_name,
                                   **result.to_dict()}), flush=True)
@@ -117,6 +123,28 @@ def main(args: argparse.Namespace) -> int:
                     "league the checkpoint comes from, e.g. its run directory's config.yaml)")
         return _refuse(f"{err}{hint}")
     return 0
+
+
+@contextlib.contextmanager
+def _games_progress(description: str, total: int) -> Iterator[Callable[..., None]]:
+    """A progress bar on stderr while games are played (a strong bot takes seconds a game: 1,000 games against
+    mcts:5000 take minutes), gone once they are done; shown on a terminal only. Yields the callback to call with
+    (games played[, games won])."""
+    if not sys.stderr.isatty():
+        yield lambda *_: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[won]}"),
+               TimeRemainingColumn())
+    with Progress(*columns, console=Console(stderr=True, emoji=False), transient=True) as progress:
+        task = progress.add_task(description, total=total, won="")
+
+        def update(played: int, won: int | None = None) -> None:
+            progress.update(task, completed=played, won="" if won is None else f"won {won / played:.0%}")
+
+        yield update
 
 
 def _run_dir_config(checkpoint: Path) -> Path | None:
@@ -191,7 +219,9 @@ def _progression_main(args: argparse.Namespace) -> int:
 
         def play(point: LineagePoint, opponent: str) -> dict[str, Any]:
             task, _ = load_policy(store, point.checkpoint_path, policy, info, seed=args.seed)
-            return play_against_bot(task, env_name, env_kwargs, opponent, args.games, seed=args.seed).to_dict()
+            with _games_progress(f"v{point.checkpoint_version} vs {opponent}", args.games) as on_game:
+                return play_against_bot(task, env_name, env_kwargs, opponent, args.games, seed=args.seed,
+                                        on_game=on_game).to_dict()
 
         def progress(result: PointResult, opponent: str) -> None:
             console.print(f"{result.point.checkpoint_path} ({result.point.agent_steps:,} steps) vs {opponent}: "

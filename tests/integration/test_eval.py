@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +26,7 @@ PPO = {"algorithm": "ppo", "model": CONV}
 # A league file for the CLI. Its algorithm differs from the embedded default's, so the default `policy` section
 # is replaced rather than merged into.
 DQN = {"algorithm": "dqn", "model": CONV}
+REPO = Path(__file__).resolve().parents[2]
 
 
 def publish(root, policy, player="p", version=1, seed=0, tweak=None, env="connect_four") -> str:
@@ -225,3 +231,42 @@ def test_run_dir_reads_the_runs_shared_root_not_the_environments(tmp_path, capsy
     assert eval_cli.main(parse("--checkpoint", "main", "--config", str(run / "config.yaml"))) == 2
     err = capsys.readouterr().err
     assert "a folder with no published checkpoint in it" in err and f"(shared root {other.resolve()})" in err, err
+
+
+def run_with_stderr_on_a_terminal(argv: list[str]) -> tuple[int, str, str]:
+    """`league eval ARGV` as a process whose stderr is a pseudo-terminal (stdout a pipe): (exit code, stdout,
+    what the terminal showed, control codes included)."""
+    main_fd, terminal_fd = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "league_cli", "eval", *argv], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=terminal_fd, text=True, env={**os.environ, "TERM": "xterm", "COLUMNS": "120"})
+    os.close(terminal_fd)
+    shown = bytearray()
+    while True:
+        try:
+            chunk = os.read(main_fd, 4096)
+        except OSError:  # EIO: the process closed its end
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(main_fd)
+    out = proc.stdout.read()
+    return proc.wait(60), out, shown.decode(errors="replace")
+
+
+def test_games_show_progress_on_a_terminal_and_nothing_elsewhere(tmp_path, capsys):
+    """A strong bot takes seconds a game: a terminal gets a progress bar (gone once the table is printed);
+    a pipe or file gets only the results."""
+    path = publish(tmp_path, DQN)
+    config = tmp_path / "league.yaml"
+    config.write_text(json.dumps({"policy": DQN}))
+    argv = ["--checkpoint", path, "--shared-root", str(tmp_path), "--config", str(config), "--games", "6",
+            "--opponent", "random,mcts:2"]
+    code, out, shown = run_with_stderr_on_a_terminal(argv)
+    assert code == 0, shown
+    assert "vs random" in shown and "vs mcts:2" in shown and "6/6" in shown and "won " in shown, shown
+    assert "wins" in out and "mcts:2" in out  # the tables, on stdout as always
+
+    assert eval_cli.main(parse(*argv)) == 0  # stderr is pytest's capture here, not a terminal
+    captured = capsys.readouterr()
+    assert "wins" in captured.out and "vs random" not in captured.err

@@ -20,6 +20,9 @@ from tests.polling import wait_until
 
 SLOW_BUILD = {"inner": "python:tests.env_doubles:CountingEnv", "build_s": 600.0}
 NO_TIMEOUTS = {"step_timeout": 600.0, "reset_timeout": 600.0}
+# The serial manager's timeouts: far away, or none at all (its watchdog still takes the interrupt).
+SERIAL_TIMEOUTS = pytest.mark.parametrize("timeouts", [NO_TIMEOUTS, {"step_timeout": None, "reset_timeout": None}],
+                                          ids=["600s", "none"])
 
 
 @pytest.fixture(autouse=True)
@@ -81,9 +84,10 @@ def test_subprocess_step_that_hangs_is_cut_short(tmp_path):
     assert alive(pids) == []
 
 
-def test_serial_launch_in_the_main_thread_is_cut_short_in_a_blocking_wait():
+@SERIAL_TIMEOUTS
+def test_serial_launch_in_the_main_thread_is_cut_short_in_a_blocking_wait(timeouts):
     """The watchdog gets into a wait of the main thread (a signal), as it does for a hung env."""
-    manager = BaseEnvManager([partial(FlakyEnv, **SLOW_BUILD)] * 3, EnvManagerConfig(**NO_TIMEOUTS))
+    manager = BaseEnvManager([partial(FlakyEnv, **SLOW_BUILD)] * 3, EnvManagerConfig(**timeouts))
     timer = threading.Timer(0.5, manager.interrupt)
     timer.start()
     try:
@@ -112,11 +116,12 @@ def playing_in_a_thread(manager: BaseEnvManager) -> tuple[threading.Thread, list
     return driver, raised
 
 
-def test_serial_step_spinning_in_python_code_is_cut_short_outside_the_main_thread(tmp_path):
+@SERIAL_TIMEOUTS
+def test_serial_step_spinning_in_python_code_is_cut_short_outside_the_main_thread(tmp_path, timeouts):
     marker = tmp_path / "hung"
     env = partial(FlakyEnv, inner="python:tests.env_doubles:CountingEnv", hang_every=5, hang_kind="spin",
                   hang_marker=str(marker))
-    manager = BaseEnvManager([env] * 2, EnvManagerConfig(**NO_TIMEOUTS))
+    manager = BaseEnvManager([env] * 2, EnvManagerConfig(**timeouts))
     driver, raised = playing_in_a_thread(manager)
     try:
         wait_until("a step to hang", marker.exists, 60)
@@ -139,12 +144,13 @@ def blocked_in_lock_wait(thread: threading.Thread) -> bool:
         frame.f_code.co_filename, frame.f_lineno)
 
 
-def test_serial_step_blocked_where_no_interrupt_gets_in_shows_as_stalled_from_the_interrupt(tmp_path):
+@SERIAL_TIMEOUTS
+def test_serial_step_blocked_where_no_interrupt_gets_in_shows_as_stalled_from_the_interrupt(tmp_path, timeouts):
     """A blocking wait outside the main thread: the call goes on, but `stalled_s` counts from the interrupt, not
     from the step's timeout ten minutes away (the actor's process gives up on it: actor_service/cli.py)."""
     marker = tmp_path / "hung"
     env = partial(FlakyEnv, inner="python:tests.env_doubles:CountingEnv", hang_every=5, hang_marker=str(marker))
-    manager = BaseEnvManager([env] * 2, EnvManagerConfig(**NO_TIMEOUTS))
+    manager = BaseEnvManager([env] * 2, EnvManagerConfig(**timeouts))
     driver, raised = playing_in_a_thread(manager)
     try:
         wait_until("a step to hang", marker.exists, 60)

@@ -241,7 +241,7 @@ class BaseEnvManager:
         watch = self._watchdog
         step_timeout = self._config.step_timeout
         if step_timeout is None:
-            watch = None
+            step_timeout = math.inf  # watched all the same, so that `interrupt` can cut a step short
         thread = threading.get_ident()
         for env_id, action in actions.items():
             env = envs[env_id]
@@ -333,8 +333,8 @@ class BaseEnvManager:
     # ---- serial machinery ------------------------------------------------------------------------------
     def _launch(self, reset_params: Mapping[int, Mapping[str, Any]] | None) -> None:
         self._set_reset_params(self._reset_map(reset_params))
-        if self._config.step_timeout is not None or self._config.reset_timeout is not None:
-            self._watchdog = Watchdog(f"env-watchdog-{id(self):x}")
+        # Also without timeouts: `interrupt` cuts env calls short through it (its thread then sleeps until then).
+        self._watchdog = Watchdog(f"env-watchdog-{id(self):x}")
         self._reset_envs(range(self.env_num))
 
     def _reset_envs(self, env_ids: Sequence[int]) -> None:
@@ -387,9 +387,9 @@ class BaseEnvManager:
         reset); raises EnvHangInterrupt when it ran past it (then call `_failure` or `_settle_hang`)."""
         watch = self._watchdog
         timeout = self._config.step_timeout if stage == "step" else self._config.reset_timeout
-        if watch is None or timeout is None:
+        if watch is None:  # (before launch, or closed)
             return fn(*args, **kwargs)
-        op = watch.begin(env_id, stage, timeout)
+        op = watch.begin(env_id, stage, math.inf if timeout is None else timeout)
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:

@@ -101,7 +101,7 @@ def main(args: argparse.Namespace) -> int:
         except BaseException as err:  # handed to the main thread, which reports it and exits non-zero
             failure.append(err)
 
-    worker = threading.Thread(target=serve, name="actor-jobs", daemon=True)
+    worker = threading.Thread(target=serve, name="actor-jobs")
     previous = {sig: signal.signal(sig, lambda signum, _frame: _on_signal(actor, signum))
                 for sig in (signal.SIGTERM, signal.SIGINT)}
     try:

@@ -239,28 +239,26 @@ class BaseEnvManager:
         results = self._results
         next_obs = self._next_obs
         watch = self._watchdog
+        assert watch is not None  # from launch to close
         step_timeout = self._config.step_timeout
         if step_timeout is None:
             step_timeout = math.inf  # watched all the same, so that `interrupt` can cut a step short
         thread = threading.get_ident()
         for env_id, action in actions.items():
             env = envs[env_id]
-            try:
-                if watch is None:
+            try:  # watch.begin / watch.end inlined (Watchdog's doc): this runs for every env step
+                op = (env_id, "step", step_timeout, thread, [True])
+                watch.current = op
+                if step_timeout < watch.polling_for:
+                    watch.poll_for(step_timeout)
+                try:
                     ts = env.step(action)
-                else:  # watch.begin / watch.end inlined (Watchdog's doc): this runs for every env step
-                    op = (env_id, "step", step_timeout, thread, [True])
-                    watch.current = op
-                    if step_timeout < watch.polling_for:
-                        watch.poll_for(step_timeout)
-                    try:
-                        ts = env.step(action)
-                    except BaseException as exc:
-                        raise watch.raised(op, exc)  # noqa: B904 - `exc` itself, or the hang it was part of
-                    try:
-                        op[-1].pop()
-                    except IndexError:
-                        raise watch.late(op) from None
+                except BaseException as exc:
+                    raise watch.raised(op, exc)  # noqa: B904 - `exc` itself, or the hang it was part of
+                try:
+                    op[-1].pop()
+                except IndexError:
+                    raise watch.late(op) from None
             except EnvHangInterrupt as exc:
                 self._recover(env_id, self._hang_failure(env_id, exc))
                 continue

@@ -4,7 +4,8 @@ Each subcommand is a pair `add_*_arguments(parser)` / `*_main(args) -> int` that
 `python -m league_service.cli coordinator ...` runs the same without the `league` entry point.
 
 The coordinator process: bind, print one parseable line (`LISTENING service=coordinator address=HOST:PORT`,
-and the port to `--port-file` atomically), serve until SIGTERM/SIGINT, then health NOT_SERVING, in-flight
+and the port to `--port-file` atomically), serve until SIGTERM/SIGINT, then health NOT_SERVING (for `--drain`
+seconds still answering: probes see it, workers' finishes are acknowledged, no job is handed out), in-flight
 calls finish within the grace period, state is already durable, exit 0.
 """
 
@@ -53,6 +54,7 @@ log = logging.getLogger("league.coordinator")
 
 DEFAULT_STATUS_ADDR = "127.0.0.1:50051"
 FAILURE_POLL_S = 0.5  # how soon a failed background thread ends the process
+DEFAULT_DRAIN_S = 1.0  # long enough for a health probe or a worker's finish in flight, short for `league run`
 
 
 # ---- league coordinator -------------------------------------------------------------------------------------
@@ -77,6 +79,9 @@ def add_coordinator_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=cli_args.non_negative_int, default=None, help="seed of the league's opponent choice")
     parser.add_argument("--fsync", action="store_true", help="flush every commit to disk (survive power loss)")
     parser.add_argument("--grace", type=cli_args.non_negative_seconds, default=5.0, help="seconds in-flight calls get at shutdown")
+    parser.add_argument("--drain", type=cli_args.non_negative_seconds, default=DEFAULT_DRAIN_S,
+                        help="seconds between SIGTERM and closing the port, answering with health NOT_SERVING "
+                             f"(default {DEFAULT_DRAIN_S:g})")
     parser.add_argument("--log-level", default="INFO")
 
 
@@ -170,12 +175,13 @@ def coordinator_main(args: argparse.Namespace) -> int:
         )
         failure = _wait_for_stop_or_failure(stop, server.coordinator)
         if failure is None:
-            log.info("shutting down (grace %.1fs)", args.grace)
+            log.info("shutting down (drain %.1fs, grace %.1fs)", args.drain, args.grace)
         else:
             log.error("the coordinator cannot go on (%r); exiting: restarted on the same state, it continues from "
                       "everything it acknowledged", failure)
     finally:
-        closed = _stop_server(server, args.grace, failure)
+        # No drain after a failure: a coordinator that cannot keep its books must stop answering at once.
+        closed = _stop_server(server, args.grace, 0.0 if failure is not None else args.drain, failure)
         if args.port_file is not None:
             _remove_port_file(args.port_file, server.port)
     return 0 if failure is None and closed else FAILURE_EXIT
@@ -189,11 +195,11 @@ def _remove_port_file(path: Path, port: int) -> None:
             Path(path).unlink()
 
 
-def _stop_server(server: CoordinatorServer, grace_s: float, failure: BaseException | None) -> bool:
+def _stop_server(server: CoordinatorServer, grace_s: float, drain_s: float, failure: BaseException | None) -> bool:
     """Stop serving and close the coordinator; False when closing raised (a background failure, re-raised by
     close(): logged once, here or where it was found)."""
     try:
-        server.stop(grace_s)
+        server.stop(grace_s, drain_s)
     except Exception as err:
         if failure is None:
             log.exception("the coordinator failed while shutting down")

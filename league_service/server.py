@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TypeVar
@@ -270,10 +271,17 @@ class CoordinatorServer:
     def port(self) -> int:
         return self.serving.port
 
-    def stop(self, grace_s: float = 5.0) -> None:
-        """Health NOT_SERVING, long polls answered, in-flight calls finish within `grace_s`, then close."""
+    def stop(self, grace_s: float = 5.0, drain_s: float = 0.0) -> None:
+        """Health NOT_SERVING, long polls answered, in-flight calls finish within `grace_s`, then close.
+
+        For `drain_s` first the server still answers while saying NOT_SERVING: health `Check` probes (and load
+        balancers) see NOT_SERVING rather than a refused connection, GetJob answers "shutting down", and
+        workers' finishes, updates and heartbeats are still acknowledged. Without a drain only `Watch`ers see it.
+        """
         self.serving.set_serving(False)
         self.coordinator.begin_shutdown()
+        if drain_s > 0:
+            time.sleep(drain_s)
         try:
             self.serving.stop(grace_s)
             if self.metrics is not None:

@@ -16,6 +16,7 @@ from league_service.coordinator_testing import (
     coordinator_command,
     coordinator_process,
     league_stub,
+    outcomes_for,
     server_process,
 )
 
@@ -63,6 +64,45 @@ def test_sigterm_drains_and_exits_zero(tmp_path):
             assert ended.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
             assert health_pb2.HealthCheckResponse.NOT_SERVING in statuses
         assert "shutting down" in proc.log_tail()
+
+
+def test_during_the_drain_probes_see_not_serving_and_finishes_are_still_acknowledged(tmp_path):
+    """Without a drain the port closed at SIGTERM, so a health `Check` (a load balancer's, `league health`)
+    met a refused connection instead of NOT_SERVING, and an actor's FinishJob sent that moment had to wait for
+    the restart. During `--drain` the coordinator answers: NOT_SERVING, no new jobs, the finish counted."""
+    state = tmp_path / "state.sqlite"
+    argv = ["--shared-root", str(tmp_path), "--state", str(state), "--port", "0", "--without-learners",
+            "--grace", "1"]
+    with coordinator_process([*argv, "--drain", "6"], tmp_path / "coordinator.log") as proc:
+        channel, stub = league_stub(proc.address, default_deadline_s=30)
+        with channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            stub.RegisterWorker(pb.RegisterWorkerRequest(worker_id="a", role=pb.WORKER_ROLE_ACTOR))
+            job = stub.GetJob(pb.GetJobRequest(worker_id="a", role=pb.WORKER_ROLE_ACTOR, wait_s=10)).job
+            assert job.job_id
+            os.kill(proc.popen.pid, signal.SIGTERM)
+            deadline = time.monotonic() + 15
+            while health.Check(health_pb2.HealthCheckRequest(service="")).status == \
+                    health_pb2.HealthCheckResponse.SERVING:
+                assert time.monotonic() < deadline, "health still SERVING 15 s after SIGTERM"
+                time.sleep(0.02)
+            assert health.Check(health_pb2.HealthCheckRequest(service="")).status == \
+                health_pb2.HealthCheckResponse.NOT_SERVING
+            assert proc.popen.poll() is None  # still draining
+
+            stub.Heartbeat(pb.HeartbeatRequest(worker_id="a", job_ids=[job.job_id]))
+            ack = stub.FinishJob(pb.FinishJobRequest(
+                worker_id="a", job_id=job.job_id, status=pb.FINISH_STATUS_COMPLETED,
+                episodes=outcomes_for(job, [True, False]), env_steps=14))
+            assert ack.episodes_counted == 2 and not ack.duplicate
+            reply = stub.GetJob(pb.GetJobRequest(worker_id="a", role=pb.WORKER_ROLE_ACTOR, wait_s=5))
+            assert not reply.HasField("job") and "shutting down" in reply.reason
+        assert proc.popen.wait(60) == 0
+    with coordinator_process(argv, tmp_path / "restarted.log") as proc:
+        channel, stub = league_stub(proc.address, default_deadline_s=30)
+        with channel:
+            counters = stub.GetStatus(pb.GetStatusRequest()).counters
+            assert counters.jobs_finished == 1 and counters.matches == 2
 
 
 def test_a_burst_of_signals_still_ends_in_a_clean_exit(tmp_path):

@@ -42,6 +42,7 @@ import queue
 import re
 import secrets
 import shutil
+import stat
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -599,16 +600,47 @@ def _load_verified(where: str, resolved: Path, digest: str, size: int) -> Any:
         raise CorruptCheckpointError(f"{where}: not a plain-tensor checkpoint ({type(e).__name__}: {e})") from e
 
 
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+"""How every file of the store is opened for reading: never through a symlink, and without blocking, so a FIFO
+put where a file should be (whose plain open waits for a writer for ever) opens at once and `_open_regular`
+refuses it. On a regular file O_NONBLOCK changes nothing."""
+
+
+def _open_regular(path: Path) -> int:
+    """A read descriptor of `path`; OSError(EINVAL) when it is no regular file (a FIFO, a device, a directory):
+    nothing of the store is, and reading one could block or never end."""
+    fd = os.open(path, _READ_FLAGS)
+    try:
+        mode = os.fstat(fd).st_mode
+    except BaseException:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, f"not a regular file ({_file_kind(mode)})", str(path))
+    return fd
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a plain file"
+
+
 @contextlib.contextmanager
 def _opened(where: str, resolved: Path, size: int) -> Iterator[int]:
-    """The file's descriptor (never through a symlink), once its size is the manifest's."""
+    """The file's descriptor (never through a symlink, never a FIFO or device), once its size is the manifest's."""
     try:
-        fd = os.open(resolved, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        fd = _open_regular(resolved)
     except FileNotFoundError as e:
         raise CheckpointNotFoundError(f"{where}: file missing") from e
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise CorruptCheckpointError(f"{where}: is a symlink") from e
+        if e.errno in (errno.EINVAL, errno.EISDIR):
+            raise CorruptCheckpointError(f"{where}: {e.strerror}") from e
         raise
     try:
         on_disk = os.fstat(fd).st_size
@@ -713,7 +745,7 @@ def _read_small(path: Path) -> bytes:
     read (a symlink, a directory, no permission, an I/O error): CorruptCheckpointError, so that readers skip
     it as a damaged version instead of failing on a raw OSError."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        fd = _open_regular(path)
         with os.fdopen(fd, "rb") as f:
             data = f.read(_MAX_MANIFEST_BYTES + 1)
     except (FileNotFoundError, NotADirectoryError) as err:

@@ -97,3 +97,46 @@ def test_a_version_removed_on_another_machine_while_read_over_nfs_is_not_found(t
     monkeypatch.setattr(checkpoint_store.os, "preadv", stale)
     with pytest.raises(CheckpointNotFoundError, match="removed while being read"):
         store.load("p/v0000000003.pt")
+
+
+def _in_thread(fn, timeout_s: float = 20.0):
+    """fn() in a daemon thread: (finished, result or exception). A plain open of a FIFO waits for a writer for
+    ever, so the test must not run it on its own thread."""
+    import threading
+    box: list = []
+
+    def run():
+        try:
+            box.append(fn())
+        except BaseException as err:  # noqa: BLE001 (handed back to the test)
+            box.append(err)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    return (not thread.is_alive()), (box[0] if box else None)
+
+
+def test_a_fifo_where_the_weights_should_be_is_refused_at_once_not_waited_on(tmp_path):
+    """An actor or learner reading it waited for a writer for ever (a hung job the heartbeat kept alive)."""
+    store = _store(tmp_path)
+    weights = tmp_path / "p" / "v0000000003.pt"
+    weights.unlink()
+    os.mkfifo(weights)
+    finished, result = _in_thread(lambda: store.load("p/v0000000003.pt", 3))
+    assert finished, "the load blocked on the FIFO"
+    assert isinstance(result, CheckpointError) and "FIFO" in str(result), result
+    finished, result = _in_thread(lambda: store.verify("p/v0000000003.pt"))
+    assert finished and isinstance(result, CheckpointError), result
+
+
+def test_a_fifo_for_a_manifest_is_a_damaged_version(tmp_path):
+    store = _store(tmp_path)
+    latest = tmp_path / "p" / "latest.json"
+    manifest = tmp_path / "p" / "v0000000002.pt.json"
+    for path in (latest, manifest):
+        path.unlink()
+        os.mkfifo(path)
+    finished, result = _in_thread(lambda: (store.latest("p").version, [r.version for r in store.versions("p")]))
+    assert finished, "reading a manifest blocked on the FIFO"
+    assert result == (3, [1, 3]), result

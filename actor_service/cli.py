@@ -7,7 +7,9 @@ The process: the job loop runs on a worker thread; the main thread only waits fo
 into `Actor.request_stop()` — the current step finishes (or is cut short, if its envs are slow), the job is
 released with the episodes so far, the env workers are closed, and the process exits 0. An env stuck in C code
 in this process (`--manager base`) can hold the job thread where no interrupt gets in: once it has been stuck
-for `STUCK_AFTER_STOP_S` since the stop, the main thread releases the job itself and the process exits 1.
+for `STUCK_AFTER_STOP_S` since the stop, the main thread releases the job itself and the process exits 1. The
+same happens, with the job thread's stack in the log, when the job thread is still busy `--stop-timeout` seconds
+after the stop anywhere else (a checkpoint read from a hung network filesystem, say): no stop waits for ever.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import os
 import signal
 import sys
 import threading
+import time
+import traceback
 from pathlib import Path
 
 from common import cli_args
@@ -29,7 +33,11 @@ log = logging.getLogger("league.actor")
 STUCK_AFTER_STOP_S = 3.0
 """How long after a stop the env manager's call may stay stuck (cut short, and its env not back) before the
 process gives up on the job thread. A stop that is not stuck in an env has its own bounds (Actor)."""
+DEFAULT_STOP_TIMEOUT_S = 12.0
+"""The stop's own bounds add up to 11 s (the last trajectories 5 s, the heartbeat's end 3 s, the release 3 s,
+Actor); inside `league run`'s 15 s of grace with the main thread's release of 3 s more."""
 JOIN_SLICE_S = 0.2
+STACK_LINES = 12
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,6 +63,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "worker is killed; base: interrupted in process); 'none': no limit")
     parser.add_argument("--env-reset-timeout", type=_seconds_or_none, default=300.0, metavar="SECONDS",
                         help="the same for building and resetting envs")
+    parser.add_argument("--stop-timeout", type=cli_args.positive_seconds, default=DEFAULT_STOP_TIMEOUT_S,
+                        metavar="SECONDS",
+                        help="after SIGTERM, give up on a job thread still busy this long: release its job from the "
+                             f"main thread and exit 1 (default {DEFAULT_STOP_TIMEOUT_S:g})")
     parser.add_argument("--log-level", default="INFO")
 
 
@@ -106,14 +118,12 @@ def main(args: argparse.Namespace) -> int:
                 for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         worker.start()
-        stuck = _wait_for_jobs(worker, actor)  # signal handlers run in this thread while it waits
+        stuck = _wait_for_jobs(worker, actor, args.stop_timeout)  # signal handlers run here while it waits
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if stuck:
-        log.error("the job thread is still in an env call %.1f s after the stop, which could not interrupt it (an "
-                  "env stuck in C code: use --manager subprocess for such envs); exiting without it",
-                  actor.env_stalled_s())
+    if stuck is not None:
+        log.error("the job thread is %s; exiting without it", stuck)
         try:
             actor.release_stuck_job()
         finally:
@@ -130,14 +140,32 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _wait_for_jobs(worker: threading.Thread, actor) -> bool:
-    """Wait for the job thread to end; True if it is stuck in an env call after a stop instead."""
+def _wait_for_jobs(worker: threading.Thread, actor, stop_timeout_s: float) -> str | None:
+    """Wait for the job thread to end; if it is stuck after a stop instead, where and how (for the log)."""
+    stopped_at: float | None = None
     while True:
         worker.join(JOIN_SLICE_S)
         if not worker.is_alive():
-            return False
-        if actor.stopping and actor.env_stalled_s() > STUCK_AFTER_STOP_S:
-            return True
+            return None
+        if not actor.stopping:
+            continue
+        if stopped_at is None:
+            stopped_at = time.monotonic()  # within JOIN_SLICE_S of the signal
+        stalled = actor.env_stalled_s()
+        if stalled > STUCK_AFTER_STOP_S:
+            return (f"still in an env call {stalled:.1f} s after the stop, which could not interrupt it (an env "
+                    "stuck in C code: use --manager subprocess for such envs)")
+        waited = time.monotonic() - stopped_at
+        if waited > stop_timeout_s:
+            return f"still busy {waited:.1f} s after the stop (--stop-timeout), at:\n{_stack_of(worker)}"
+
+
+def _stack_of(thread: threading.Thread) -> str:
+    """The innermost frames of `thread` (where it is stuck), as a traceback shows them."""
+    frame = sys._current_frames().get(thread.ident) if thread.ident is not None else None
+    if frame is None:
+        return "  (its stack is gone)"
+    return "".join(traceback.format_stack(frame)[-STACK_LINES:]).rstrip()
 
 
 def _on_signal(actor, signum: int) -> None:

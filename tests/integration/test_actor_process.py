@@ -1,5 +1,5 @@
 """`python -m actor_service.cli actor` as a real process: SIGTERM releases the job and leaves no env process
-behind, also while its envs take long to build or hang; a lease that expired while the actor was frozen
+behind, also while its envs take long to build or hang, or its job thread is stuck elsewhere; a lease that expired while the actor was frozen
 (SIGSTOP) makes it abandon the job without FinishJob."""
 
 from __future__ import annotations
@@ -74,11 +74,14 @@ def alive(pid: int) -> bool:
 
 
 @contextlib.contextmanager
-def actor_process(address: str, root: Path, log: Path, *args: str):
-    command = [sys.executable, "-m", "actor_service.cli", "actor", "--coordinator", address, "--shared-root",
-               str(root), *args]
+def actor_process(address: str, root: Path, log: Path, *args: str, script: str | None = None,
+                  env: dict[str, str] | None = None):
+    """`python -m actor_service.cli actor ...`; `script`: Python code that runs the same CLI (`python -c`)."""
+    launch = ["-m", "actor_service.cli", "actor"] if script is None else ["-c", script]
+    command = [sys.executable, *launch, "--coordinator", address, "--shared-root", str(root), *args]
     with open(log, "w") as out:
-        proc = subprocess.Popen(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                env=None if env is None else {**os.environ, **env})
     try:
         yield proc
     finally:
@@ -187,6 +190,55 @@ def test_sigterm_with_an_in_process_env_stuck_where_no_interrupt_gets_in_release
         status = stub.GetStatus(pb.GetStatusRequest())
         assert status.counters.jobs_finished == 1 and status.counters.jobs_expired == 0, text
         assert not [j for j in status.jobs if j.job_id == job.job_id]
+
+
+HUNG_FILESYSTEM = """
+import os, sys, threading
+marker, stuck = os.environ["HANG_MARKER"], os.environ["HANG_STUCK"]
+real_open = os.open
+def hung_open(path, *args, **kwargs):
+    # Once the marker exists, a read of a checkpoint's latest.json never returns, as on an NFS mount whose
+    # server went away (hard mount): the thread waits in the kernel, where no interrupt gets in.
+    if str(path).endswith("latest.json") and os.path.exists(marker):
+        os.close(real_open(stuck, os.O_WRONLY | os.O_CREAT, 0o644))
+        threading.Event().wait()
+    return real_open(path, *args, **kwargs)
+os.open = hung_open
+import argparse
+from actor_service.cli import add_arguments, main
+parser = argparse.ArgumentParser()
+add_arguments(parser)
+sys.exit(main(parser.parse_args(sys.argv[1:])))
+"""
+
+
+def test_sigterm_with_the_job_thread_stuck_in_a_checkpoint_read_gives_up_after_the_stop_timeout(tmp_path):
+    """A stop that is stuck outside any env call (here the launch policy's reload check reading from a hung
+    filesystem) used to keep the actor alive until its supervisor's SIGKILL, and its job until its lease ran
+    out. After --stop-timeout the main thread releases the job, logs where the job thread is, and exits 1."""
+    log = tmp_path / "actor.log"
+    marker, stuck = tmp_path / "hang", tmp_path / "stuck"
+    publish_first_checkpoint(tmp_path)
+    with running_coordinator(long_solo_config(), tmp_path, needs_learner=False) as server:
+        channel, stub = league_stub(server.address)
+        try:
+            with actor_process(server.address, tmp_path, log, "--manager", "base", "--worker-id", "actor-n",
+                               "--stop-timeout", "2", script=HUNG_FILESYSTEM,
+                               env={"HANG_MARKER": str(marker), "HANG_STUCK": str(stuck)}) as proc:
+                job = wait_until("the actor's job", lambda: job_of(stub, "actor-n"), 60)
+                wait_until("the job to play", lambda: playing(log, job.job_id), 60, log.read_text)
+                marker.touch()
+                wait_until("the reload check to hang", stuck.exists, 60, log.read_text)
+                proc.send_signal(signal.SIGTERM)
+                assert proc.wait(60) == 1, log.read_text()
+            text = log.read_text()
+            assert "still busy" in text and "--stop-timeout" in text and "maybe_reload" in text, text
+            assert "releasing it from outside its stuck thread" in text, text
+            status = stub.GetStatus(pb.GetStatusRequest())
+            assert status.counters.jobs_finished == 1 and status.counters.jobs_expired == 0, text
+            assert not [j for j in status.jobs if j.job_id == job.job_id]
+        finally:
+            channel.close()
 
 
 def test_revoked_lease_abandons_the_job_without_finishing_it(tmp_path):

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import os
 import socket
 import traceback
@@ -51,6 +50,7 @@ from actor_service.trajectory_sender import SenderSettings, SenderStats, Traject
 from common.checkpoint_store import CheckpointStore
 from common.envs.base import EnvInfo, Outcome
 from common.proto.league.v1 import league_pb2
+from common.rpc import job_heartbeat_interval
 from common.tensor_codec import ChunkHeader
 
 log = logging.getLogger(__name__)
@@ -393,15 +393,6 @@ class Actor:
 
 KEPT_REPORTS = 1000
 """Job reports an actor keeps (~0.6 KB each)."""
-
-
-def job_heartbeat_interval(registered_s: float, lease_timeout_s: float) -> float:
-    """How often a job's heartbeat goes out: as registration said, and at least three times per the job's own
-    lease. The actor registers once, so a coordinator restarted with a shorter lease (which still knows the
-    worker) would otherwise see every lease expire between two heartbeats."""
-    if math.isfinite(lease_timeout_s) and lease_timeout_s > 0:
-        return min(registered_s, lease_timeout_s / 3)
-    return registered_s
 
 
 STOP_FINISH_S = 3.0

@@ -203,6 +203,16 @@ def check_registration(address: str, heartbeat_interval_s: float, lease_timeout_
         )
 
 
+def job_heartbeat_interval(registered_s: float, lease_timeout_s: float) -> float:
+    """How often a job's heartbeat goes out: as registration said, and at least three times per the job's own
+    lease. A worker registers once, so a coordinator restarted with a shorter lease (which still knows the
+    worker), or one whose lease is barely longer than its heartbeat interval, would otherwise see a lease
+    expire between two heartbeats."""
+    if math.isfinite(lease_timeout_s) and lease_timeout_s > 0:
+        return min(registered_s, lease_timeout_s / 3)
+    return registered_s
+
+
 def join_host_port(host: str, port: int) -> str:
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"

@@ -26,6 +26,7 @@ import grpc
 from common.checkpoint_store import CheckpointRef
 from common.learner_config import LearnerConfig
 from common.proto.league.v1 import league_pb2
+from common.rpc import job_heartbeat_interval
 from learner_service.chunks import PreparedChunk
 from learner_service.intake import ChunkQueue
 from learner_service.league_client import RETRYABLE, BindingLost, LeagueClient, LearnJob, Registration
@@ -87,9 +88,9 @@ class LeaseKeeper:
     def __init__(self, client: LeagueClient, job: LearnJob, registration: Registration) -> None:
         self._client = client
         self._job = job
-        self._interval = max(registration.heartbeat_interval_s, 0.05)
-        self._call_timeout = min(10.0, max(1.0, 3 * self._interval))
         lease_s = job.lease_timeout_s if job.lease_timeout_s > 0 else registration.lease_timeout_s
+        self._interval = max(job_heartbeat_interval(registration.heartbeat_interval_s, lease_s), 0.05)
+        self._call_timeout = min(10.0, max(1.0, 3 * self._interval))
         self._lease_s = lease_s * (1 - LEASE_MARGIN) if lease_s > 0 else math.inf
         self._confirmed_at = job.requested_at  # time.monotonic() of the last renewal the coordinator confirmed
         self._closed = threading.Event()

@@ -32,9 +32,11 @@ from league_service.coordinator import Coordinator, CoordinatorSettings
 from league_service.coordinator_testing import league_stub, running_coordinator
 from league_service.server import serve_coordinator
 from learner_service.config import LearnerSettings
+from learner_service.league_client import LeagueClient, Registration
 from learner_service.learner import JobSetupError, Learner
 from learner_service.learner_testing import Rollout, RunningLearner, running_learner, synthetic_chunk
 from learner_service.servicer import RESERVED_SERVER_THREADS
+from learner_service.session import LeaseKeeper
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYER = "solo_active_player_default_0"
@@ -500,3 +502,27 @@ def test_an_active_player_starts_from_its_categorys_pretrained_checkpoint(tmp_pa
     assert set(start) == set(pretrained)
     for name, array in pretrained.items():
         np.testing.assert_array_equal(start[name], array)
+
+
+def test_a_learn_job_is_heartbeaten_by_its_own_lease_not_only_by_registration(tmp_path):
+    """A learner keeps the registration of the coordinator it first met. One restarted with a shorter lease
+    grants learn jobs that an interval from that registration (here 5 s against a lease of 1.5 s) cannot keep:
+    the learner stopped publishing between two heartbeats, and the coordinator let the lease go. As for the
+    actors' jobs, the heartbeat now goes out at least three times per the job's own lease."""
+    with running_coordinator(solo_config(), tmp_path, lease_timeout_s=1.5) as coordinator:
+        client = LeagueClient(coordinator.address, "learner-slow")
+        try:
+            client.register("127.0.0.1:1")
+            job = client.next_learn_job("127.0.0.1:1", wait_s=10)
+            assert job.lease_timeout_s == 1.5
+            lease = LeaseKeeper(client, job, Registration(heartbeat_interval_s=5.0, lease_timeout_s=30.0)).start()
+            try:
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline:
+                    assert lease.held, "the lease lapsed between two heartbeats"
+                    time.sleep(0.02)
+            finally:
+                lease.close()
+            assert player_status(coordinator.address).learner_worker_id == "learner-slow"
+        finally:
+            client.close()

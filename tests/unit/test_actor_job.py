@@ -3,13 +3,14 @@
 import pytest
 from google.protobuf import struct_pb2
 
-from actor_service.actor import episode_result, job_heartbeat_interval, job_seed
+from actor_service.actor import episode_result, job_seed
 from actor_service.job import JobError, JobKind, JobPlan
 from actor_service.rollout import EpisodeRecord
 from actor_service.trajectory_sender import SenderSettings
 from common.adder_config import DEFAULT_UNROLL_LEN
 from common.envs.base import Outcome
 from common.proto.league.v1 import league_pb2 as pb
+from common.rpc import job_heartbeat_interval
 
 
 def struct(data: dict) -> struct_pb2.Struct:

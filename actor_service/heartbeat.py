@@ -23,6 +23,7 @@ import grpc
 
 from actor_service.backoff import status_code
 from actor_service.coordinator_client import CoordinatorClient
+from common.rpc import job_heartbeat_interval
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ class JobHeartbeat:
             raise ValueError(f"stall_limit_s must be >= 0 s or None, got {stall_limit_s}")
         self._client = client
         self._job_id = job_id
+        self._base_interval_s = interval_s
         self._interval_s = interval_s
         self._on_revoked = on_revoked
         self._stalled = stalled
@@ -111,6 +113,12 @@ class JobHeartbeat:
             if self._job_id in reply.revoked_job_ids:
                 self._on_revoked("the coordinator revoked the lease (it expired and the job was issued again)")
                 return
+            # A coordinator restarted with a shorter lease says so here: keep to three beats per lease.
+            interval_s = job_heartbeat_interval(self._base_interval_s, reply.lease_timeout_s)
+            if interval_s != self._interval_s:
+                log.info("job %s: the coordinator's lease is %.1f s; heartbeating every %.2f s", self._job_id,
+                         reply.lease_timeout_s, interval_s)
+                self._interval_s = interval_s
 
     def _stuck(self) -> bool:
         if self._stalled is None or self._stall_limit_s is None:

@@ -109,6 +109,7 @@ class PendingJob(Generic[P]):
 class HeartbeatResult:
     revoked_job_ids: tuple[str, ...]
     lease_deadline: float
+    lease_timeout_s: float
 
 
 class LeaseTable(Generic[P]):
@@ -350,7 +351,7 @@ class LeaseTable(Generic[P]):
                 revoked.append(job_id)
                 continue
             self._grant(dataclasses.replace(lease, deadline=deadline))
-        return HeartbeatResult(tuple(revoked), deadline)
+        return HeartbeatResult(tuple(revoked), deadline, self.lease_timeout_s)
 
     def check_finish(self, worker_id: str, job_id: str, now: float) -> Lease[P] | JobEnd:
         """The lease a finish applies to, or the JobEnd of an already finished job (a duplicate). No change.

@@ -234,7 +234,8 @@ def registration_reply(r: Registration) -> league_pb2.RegisterWorkerResponse:
 
 
 def heartbeat_reply(r: HeartbeatResult) -> league_pb2.HeartbeatResponse:
-    return league_pb2.HeartbeatResponse(revoked_job_ids=r.revoked_job_ids, lease_deadline=r.lease_deadline)
+    return league_pb2.HeartbeatResponse(revoked_job_ids=r.revoked_job_ids, lease_deadline=r.lease_deadline,
+                                        lease_timeout_s=r.lease_timeout_s)
 
 
 def get_job_reply(result: JobGrant | NoJob) -> league_pb2.GetJobResponse:

@@ -11,6 +11,7 @@ jitter, capped); the channel itself reconnects on gRPC's own backoff schedule.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import socket
 import threading
@@ -47,6 +48,14 @@ class BindingLost(Exception):
 class Registration:
     heartbeat_interval_s: float
     lease_timeout_s: float
+
+
+@dataclass(frozen=True)
+class Renewal:
+    """A heartbeat's answer for a lease still held."""
+
+    lease_timeout_s: float | None
+    """The lease the renewal granted; None from a coordinator that does not say (older than the field)."""
 
 
 @dataclass(frozen=True)
@@ -173,16 +182,19 @@ class LeagueClient:
             self._wait(max(reply.retry_after_s, 0.05))
 
     # ---- session calls --------------------------------------------------------------------------------
-    def heartbeat(self, job_id: str, timeout: float) -> bool:
-        """True while the lease is held; False when the coordinator revoked it (or forgot this worker)."""
+    def heartbeat(self, job_id: str, timeout: float) -> Renewal | None:
+        """The renewal of the job's lease; None when the coordinator revoked it (or forgot this worker)."""
         request = league_pb2.HeartbeatRequest(worker_id=self.worker_id, job_ids=[job_id])
         try:
             reply = self._stub.Heartbeat(request, timeout=timeout)
         except grpc.RpcError as err:
             if err.code() == grpc.StatusCode.NOT_FOUND:
-                return False
+                return None
             raise
-        return job_id not in reply.revoked_job_ids
+        if job_id in reply.revoked_job_ids:
+            return None
+        lease_s = reply.lease_timeout_s
+        return Renewal(lease_s if math.isfinite(lease_s) and lease_s > 0 else None)
 
     def update_player(
         self, player_id: str, progress: Progress, checkpoint_path: str, checkpoint_version: int

@@ -88,10 +88,8 @@ class LeaseKeeper:
     def __init__(self, client: LeagueClient, job: LearnJob, registration: Registration) -> None:
         self._client = client
         self._job = job
-        lease_s = job.lease_timeout_s if job.lease_timeout_s > 0 else registration.lease_timeout_s
-        self._interval = max(job_heartbeat_interval(registration.heartbeat_interval_s, lease_s), 0.05)
-        self._call_timeout = min(10.0, max(1.0, 3 * self._interval))
-        self._lease_s = lease_s * (1 - LEASE_MARGIN) if lease_s > 0 else math.inf
+        self._registered_interval = registration.heartbeat_interval_s
+        self._pace(job.lease_timeout_s if job.lease_timeout_s > 0 else registration.lease_timeout_s)
         self._confirmed_at = job.requested_at  # time.monotonic() of the last renewal the coordinator confirmed
         self._closed = threading.Event()
         self._lock = threading.Lock()
@@ -103,10 +101,23 @@ class LeaseKeeper:
         self._thread.start()
         return self
 
+    def _pace(self, lease_s: float) -> None:
+        """Heartbeat at least three times per lease, and count the lease as held for `lease_s` less the margin
+        (the lease the coordinator grants now: a restarted one may grant a shorter lease than at first)."""
+        self._granted_s = lease_s
+        self._interval = max(job_heartbeat_interval(self._registered_interval, lease_s), 0.05)
+        self._call_timeout = min(10.0, max(1.0, 3 * self._interval))
+        self._lease_s = lease_s * (1 - LEASE_MARGIN) if lease_s > 0 else math.inf
+
     def close(self) -> None:
         self._closed.set()
         if self._thread.is_alive():
             self._thread.join()
+
+    @property
+    def lease_timeout_s(self) -> float:
+        """The lease the coordinator grants, as its newest answer said (at first: as the job said)."""
+        return self._granted_s
 
     def attach(self, on_lost: Callable[[SessionEnd], None]) -> None:
         """Call ``on_lost`` when the lease is lost (at once if it already was)."""
@@ -144,7 +155,7 @@ class LeaseKeeper:
                 return
             sent = time.monotonic()
             try:
-                held = self._client.heartbeat(self._job.job_id, self._call_timeout)
+                renewal = self._client.heartbeat(self._job.job_id, self._call_timeout)
             except grpc.RpcError as err:
                 if err.code() in RETRYABLE:
                     log.info("heartbeat: %s (coordinator away?)", err.code().name)
@@ -152,10 +163,14 @@ class LeaseKeeper:
                 log.error("heartbeat refused: %s: %s; asking for a job again", err.code().name, err.details())
                 self._lose(SessionEnd.LOST)
                 return
-            if not held:
+            if renewal is None:
                 log.warning("the coordinator revoked learn job %s (%s)", self._job.job_id, self._job.player_id)
                 self._lose(SessionEnd.REVOKED)
                 return
+            if renewal.lease_timeout_s is not None and renewal.lease_timeout_s != self._granted_s:
+                log.info("learn job %s: the coordinator's lease is %.1f s (was %.1f s)", self._job.job_id,
+                         renewal.lease_timeout_s, self._granted_s)
+                self._pace(renewal.lease_timeout_s)
             self._confirmed_at = sent
             if lapsed:
                 lapsed = False

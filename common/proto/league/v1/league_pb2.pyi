@@ -83,12 +83,14 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., job_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("revoked_job_ids", "lease_deadline")
+    __slots__ = ("revoked_job_ids", "lease_deadline", "lease_timeout_s")
     REVOKED_JOB_IDS_FIELD_NUMBER: _ClassVar[int]
     LEASE_DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     revoked_job_ids: _containers.RepeatedScalarFieldContainer[str]
     lease_deadline: float
-    def __init__(self, revoked_job_ids: _Optional[_Iterable[str]] = ..., lease_deadline: _Optional[float] = ...) -> None: ...
+    lease_timeout_s: float
+    def __init__(self, revoked_job_ids: _Optional[_Iterable[str]] = ..., lease_deadline: _Optional[float] = ..., lease_timeout_s: _Optional[float] = ...) -> None: ...
 
 class PlayerRef(_message.Message):
     __slots__ = ("player_id", "checkpoint_path", "checkpoint_version", "active", "bot")

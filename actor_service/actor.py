@@ -35,7 +35,7 @@ import grpc
 from actor_service.coordinator_client import CoordinatorClient
 from actor_service.env_managers import EnvManagers, ManagerKind
 from actor_service.envs import EnvError
-from actor_service.heartbeat import JobHeartbeat
+from actor_service.heartbeat import JobHeartbeat, StallWatch
 from actor_service.job import JobError, JobKind, JobPlan
 from actor_service.policy_pool import (
     Policy,
@@ -46,6 +46,7 @@ from actor_service.policy_pool import (
 )
 from actor_service.rollout import EpisodeRecord, Rollout, RolloutEnd, RolloutResult, RolloutTarget, seat_bots
 from actor_service.stop import StopSignal
+from actor_service.timed_store import TimedStore
 from actor_service.trajectory_sender import SenderSettings, SenderStats, TrajectorySender
 from common.checkpoint_store import CheckpointStore
 from common.envs.base import EnvInfo, Outcome
@@ -95,6 +96,10 @@ class ActorSettings:
     and is issued again elsewhere."""
     env_reset_timeout_s: float | None = 300.0
     """The same for building and resetting envs."""
+    checkpoint_read_timeout_s: float | None = 120.0
+    """A checkpoint read (manifest or weights) still under way after this long is stuck (a network filesystem
+    whose server went away): the heartbeat stops renewing the job's lease, so the job is issued again elsewhere.
+    Generous: a large checkpoint on a slow share legitimately takes seconds."""
     shutdown_flush_s: float = 5.0
     """On SIGTERM, how long queued trajectories may take to reach the learner before the job is released."""
     policies: PolicySettings = PolicySettings()
@@ -111,7 +116,7 @@ class ActorSettings:
             raise ValueError("worker_id is empty")
         if self.env_max_retry < 0:
             raise ValueError(f"env_max_retry must be >= 0, got {self.env_max_retry}")
-        for name in ("env_step_timeout_s", "env_reset_timeout_s"):
+        for name in ("env_step_timeout_s", "env_reset_timeout_s", "checkpoint_read_timeout_s"):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be > 0 seconds or None, got {value}")
@@ -142,7 +147,7 @@ class Actor:
     def __init__(self, settings: ActorSettings) -> None:
         self.settings = settings
         self._stop = StopSignal()
-        self._store = CheckpointStore(settings.shared_root)
+        self._store = TimedStore(CheckpointStore(settings.shared_root))
         self._client = CoordinatorClient(
             settings.coordinator, settings.worker_id, stop=self._stop, token=settings.token, tls_ca=settings.tls_ca
         )
@@ -233,9 +238,7 @@ class Actor:
 
         interval = job_heartbeat_interval(heartbeat_interval_s, plan.lease_timeout_s)
         heartbeat = self._heartbeat = JobHeartbeat(
-            self._client, plan.job_id, interval, on_revoked, stalled=self._managers.stalled_s,
-            stall_limit_s=self.settings.env_step_timeout_s,
-        ).start()
+            self._client, plan.job_id, interval, on_revoked, self._stall_watches()).start()
         sender: TrajectorySender | None = None
         rollout: Rollout | None = None
         self._job = plan
@@ -256,6 +259,18 @@ class Actor:
             self._heartbeat = None
             if sender is not None:
                 sender.close()
+
+    def _stall_watches(self) -> list[StallWatch]:
+        """What the job thread may be stuck in where no timeout breaks it off: the job's heartbeat lets the
+        lease go past these limits, so that the league issues the job to another actor."""
+        watches = []
+        if self.settings.env_step_timeout_s is not None:
+            watches.append(StallWatch("its env has been stuck past its timeout", self._managers.stalled_s,
+                                      self.settings.env_step_timeout_s))
+        if self.settings.checkpoint_read_timeout_s is not None:
+            watches.append(StallWatch("a checkpoint read has taken", self._store.reading_s,
+                                      self.settings.checkpoint_read_timeout_s))
+        return watches
 
     def _sender(self, plan: JobPlan) -> TrajectorySender | None:
         if plan.kind is not JobKind.COLLECT:

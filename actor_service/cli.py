@@ -63,6 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "worker is killed; base: interrupted in process); 'none': no limit")
     parser.add_argument("--env-reset-timeout", type=_seconds_or_none, default=300.0, metavar="SECONDS",
                         help="the same for building and resetting envs")
+    parser.add_argument("--checkpoint-read-timeout", type=_seconds_or_none, default=120.0, metavar="SECONDS",
+                        help="a checkpoint read still under way after this long (a hung network filesystem) lets "
+                             "the job's lease expire, so the job goes to another actor; 'none': no limit")
     parser.add_argument("--stop-timeout", type=cli_args.positive_seconds, default=DEFAULT_STOP_TIMEOUT_S,
                         metavar="SECONDS",
                         help="after SIGTERM, give up on a job thread still busy this long: release its job from the "
@@ -99,6 +102,7 @@ def main(args: argparse.Namespace) -> int:
             env_max_retry=args.env_max_retry,
             env_step_timeout_s=args.env_step_timeout,
             env_reset_timeout_s=args.env_reset_timeout,
+            checkpoint_read_timeout_s=args.checkpoint_read_timeout,
         )
     except (ValueError, OSError) as err:
         return _refuse(str(err))

@@ -5,11 +5,12 @@ meanwhile; the coordinator then says so once reachable). A heartbeat answer that
 the lease expired and the job was issued again — calls `on_revoked`: the actor abandons the job without
 FinishJob, since its results would not be counted.
 
-A heartbeat thread runs even when the job is stuck. So it also asks the env manager how long its current
-env operation has overrun its timeout (`stalled`): past `stall_limit_s`, the manager has failed to break a
-hang (a serial manager cannot interrupt an env stuck in C code), and the heartbeat stops renewing the lease:
-the lease expires and the coordinator issues the job again, to a working actor. Renewals resume if the env
-comes back; the coordinator's answer then says whether the job is still this actor's.
+A heartbeat thread runs even when the job is stuck. So it also asks what the job thread may be stuck in
+(`StallWatch`es): how long the env manager's current operation has overrun its timeout (past the limit, the
+manager has failed to break a hang: a serial manager cannot interrupt an env stuck in C code), and how long the
+checkpoint read under way has taken (a hung network filesystem). Past a watch's limit the heartbeat stops
+renewing the lease: the lease expires and the coordinator issues the job again, to a working actor. Renewals
+resume if the job thread comes back; the coordinator's answer then says whether the job is still this actor's.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import grpc
 
@@ -31,6 +33,22 @@ log = logging.getLogger(__name__)
 _RETRY_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED})
 
 
+@dataclass(frozen=True)
+class StallWatch:
+    """Something the job thread may be stuck in where nothing breaks it off, and when to give the job up."""
+
+    what: str
+    """For the log: "its env has been stuck past its timeout", "a checkpoint read has taken"."""
+    seconds: Callable[[], float]
+    """How long it has been stuck so far (0: not stuck); called from the heartbeat thread."""
+    limit_s: float
+    """Past this, renewals stop."""
+
+    def __post_init__(self) -> None:
+        if not self.limit_s >= 0:
+            raise ValueError(f"StallWatch {self.what!r}: limit_s must be >= 0 s, got {self.limit_s}")
+
+
 class JobHeartbeat:
     def __init__(
         self,
@@ -38,27 +56,22 @@ class JobHeartbeat:
         job_id: str,
         interval_s: float,
         on_revoked: Callable[[str], None],
-        stalled: Callable[[], float] | None = None,
-        stall_limit_s: float | None = None,
+        watches: Sequence[StallWatch] = (),
     ) -> None:
-        """`stalled`: seconds the job's env operation has run past its timeout (EnvManagers.stalled_s);
-        `stall_limit_s`: past this, renewals stop (None: never)."""
+        """`watches`: past any of their limits, renewals stop (until it is over)."""
         if not interval_s > 0:
             raise ValueError(f"heartbeat interval must be > 0 s, got {interval_s}")
-        if stall_limit_s is not None and not stall_limit_s >= 0:
-            raise ValueError(f"stall_limit_s must be >= 0 s or None, got {stall_limit_s}")
         self._client = client
         self._job_id = job_id
         self._base_interval_s = interval_s
         self._interval_s = interval_s
         self._on_revoked = on_revoked
-        self._stalled = stalled
-        self._stall_limit_s = stall_limit_s
+        self._watches = tuple(watches)
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{job_id}", daemon=True)
         self.beats = 0
         self.withheld = 0
-        """Renewals skipped because the job's env was stuck."""
+        """Renewals skipped because the job thread was stuck (past a watch's limit)."""
 
     def start(self) -> JobHeartbeat:
         self._thread.start()
@@ -85,18 +98,18 @@ class JobHeartbeat:
             self._thread.join(0.1 if deadline is None else min(0.1, deadline - now))
 
     def _run(self) -> None:
-        stuck = False
+        stuck: StallWatch | None = None
         while not self._closed.wait(self._interval_s):  # the interval is a timer, not a poll for a state
             was_stuck, stuck = stuck, self._stuck()
-            if stuck:
+            if stuck is not None:
                 self.withheld += 1
-                if not was_stuck:
-                    log.error("job %s: its env has been stuck past its timeout for over %g s (a hang the env "
-                              "manager cannot break); no longer renewing the lease, so that the job expires and "
-                              "is issued again", self._job_id, self._stall_limit_s)
+                if was_stuck is None:
+                    log.error("job %s: %s over %g s (a hang nothing breaks off); no longer renewing the lease, so "
+                              "that the job expires and is issued again", self._job_id, stuck.what, stuck.limit_s)
                 continue
-            if was_stuck:
-                log.warning("job %s: the env is back; renewing the lease again", self._job_id)
+            if was_stuck is not None:
+                log.warning("job %s: the job thread is back (%s no more); renewing the lease again", self._job_id,
+                            was_stuck.what)
             try:
                 reply = self._client.heartbeat([self._job_id])
             except grpc.RpcError as err:
@@ -120,7 +133,5 @@ class JobHeartbeat:
                          reply.lease_timeout_s, interval_s)
                 self._interval_s = interval_s
 
-    def _stuck(self) -> bool:
-        if self._stalled is None or self._stall_limit_s is None:
-            return False
-        return self._stalled() > self._stall_limit_s
+    def _stuck(self) -> StallWatch | None:
+        return next((w for w in self._watches if w.seconds() > w.limit_s), None)

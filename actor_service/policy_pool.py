@@ -30,6 +30,7 @@ import numpy as np
 
 from actor_service.job import PlayerSlot
 from actor_service.stop import StopSignal
+from actor_service.timed_store import TimedStore
 from common.algorithms.registry import make_computation_task
 from common.checkpoint_store import (
     CheckpointError,
@@ -108,7 +109,7 @@ def model_signature(policy_config: Mapping[str, Any], info: EnvInfo) -> str:
 class PolicyPool:
     def __init__(
         self,
-        store: CheckpointStore,
+        store: CheckpointStore | TimedStore,
         policy_config: Mapping[str, Any],
         info: EnvInfo,
         settings: PolicySettings,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 
 from actor_service.coordinator_client import CoordinatorClient
-from actor_service.heartbeat import JobHeartbeat
+from actor_service.heartbeat import JobHeartbeat, StallWatch
 from actor_service.stop import StopSignal
 from common.proto.league.v1 import league_pb2 as pb
 from league_service.coordinator_testing import league_stub, running_coordinator, small_league_config
@@ -35,8 +35,9 @@ def test_a_stalled_env_lets_the_lease_expire_and_renewals_resume_with_the_revoca
             assert registration is not None
             job = client.next_job(wait_s=1.0)
             assert job is not None
+            watch = StallWatch("its env has been stuck past its timeout", lambda: stalled["s"], 1.0)
             heartbeat = JobHeartbeat(client, job.job_id, registration.heartbeat_interval_s, on_revoked,
-                                     stalled=lambda: stalled["s"], stall_limit_s=1.0).start()
+                                     [watch]).start()
 
             # Renewed: the job outlives several leases.
             wait_until("a few renewals", lambda: heartbeat.beats >= 4, 30)

@@ -241,6 +241,32 @@ def test_sigterm_with_the_job_thread_stuck_in_a_checkpoint_read_gives_up_after_t
             channel.close()
 
 
+def test_a_job_stuck_in_a_checkpoint_read_lets_its_lease_expire_so_it_is_issued_again(tmp_path):
+    """Before, the heartbeat thread renewed the lease of a job whose thread waited for a hung filesystem, so the
+    job (and its player's launch slot) was held for as long as the mount stayed hung."""
+    log = tmp_path / "actor.log"
+    marker, stuck = tmp_path / "hang", tmp_path / "stuck"
+    publish_first_checkpoint(tmp_path)
+    with running_coordinator(long_solo_config(), tmp_path, needs_learner=False, lease_timeout_s=3.0) as server:
+        channel, stub = league_stub(server.address)
+        try:
+            with actor_process(server.address, tmp_path, log, "--manager", "base", "--worker-id", "actor-r",
+                               "--checkpoint-read-timeout", "1", script=HUNG_FILESYSTEM,
+                               env={"HANG_MARKER": str(marker), "HANG_STUCK": str(stuck)}) as proc:
+                job = wait_until("the actor's job", lambda: job_of(stub, "actor-r"), 60)
+                wait_until("the job to play", lambda: playing(log, job.job_id), 60, log.read_text)
+                marker.touch()
+                wait_until("the reload check to hang", stuck.exists, 60, log.read_text)
+                wait_until("the lease to expire",
+                           lambda: stub.GetStatus(pb.GetStatusRequest()).counters.jobs_expired == 1, 60,
+                           log.read_text)
+                assert proc.poll() is None  # still stuck: only its job went back to the league
+                assert "a checkpoint read has taken over 1 s" in log.read_text()
+                assert not [j for j in stub.GetStatus(pb.GetStatusRequest()).jobs if j.job_id == job.job_id]
+        finally:
+            channel.close()
+
+
 def test_revoked_lease_abandons_the_job_without_finishing_it(tmp_path):
     log = tmp_path / "actor.log"
     publish_first_checkpoint(tmp_path)

@@ -50,12 +50,16 @@ MAX_REPLAY_CAPACITY = 10_000_000
 """The most transitions DQN's replay holds (Ape-X kept 2M): its priority tree and counters are allocated whole
 when the learner starts, its storage (observations twice: each transition's and the next one's) at the first
 transition, so a huge capacity failed at allocation or swapped the machine."""
+MAX_LEARNING_RATE = 1e30
+"""Far above any useful rate (Adam's are 1e-5 to 1e-2), and low enough that Adam's step (the rate over its bias
+correction, at least a tenth) fits a float32: at 1e38 the optimizer raised an overflow error that failed the
+learner, where a rate that merely diverges has its updates rolled back."""
 MAX_N_STEP = 100
 """The longest n-step return (Rainbow uses 3, R2D2 5): each transition's window is summed step by step when the
 learner takes a chunk in, so the cost grows with unroll_len x n_step."""
 
 
-def _check_at_most(name: str, value: int, maximum: int) -> None:
+def _check_at_most(name: str, value: float, maximum: float) -> None:
     if value > maximum:
         raise ValueError(f"{name} must be at most {maximum}, got {value}")
 
@@ -179,6 +183,7 @@ class PPOConfig:
         # Written as `not (finite and > 0)`: a NaN passes `x <= 0`.
         for name in ("learning_rate", "adam_eps", "clip_coef", "max_grad_norm", "vtrace_rho_clip", "vtrace_c_clip"):
             _check_finite(f"ppo.{name}", getattr(self, name), minimum=0.0, inclusive=False)
+        _check_at_most("ppo.learning_rate", self.learning_rate, MAX_LEARNING_RATE)
         for name in ("value_coef", "entropy_coef"):
             _check_finite(f"ppo.{name}", getattr(self, name), minimum=0.0, inclusive=True)
         if self.target_kl is not None:  # None: never stop early (0 would stop after the first minibatch)
@@ -241,6 +246,7 @@ class DQNConfig:
     def __post_init__(self) -> None:
         for name in ("learning_rate", "adam_eps", "max_grad_norm", "target_update_tau", "priority_eps"):
             _check_finite(f"dqn.{name}", getattr(self, name), minimum=0.0, inclusive=False)
+        _check_at_most("dqn.learning_rate", self.learning_rate, MAX_LEARNING_RATE)
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"dqn.gamma must be in [0, 1], got {self.gamma}")
         if self.target_update_tau > 1.0:

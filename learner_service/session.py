@@ -33,7 +33,7 @@ from learner_service.league_client import RETRYABLE, BindingLost, LeagueClient, 
 from learner_service.publisher import CheckpointPublisher
 from learner_service.servicer import DataPlane, Intake
 from learner_service.telemetry import Telemetry
-from learner_service.trainer import IterationReport, Trainer, build_trainer
+from learner_service.trainer import IterationReport, Trainer, build_task, build_trainer
 
 log = logging.getLogger(__name__)
 
@@ -339,16 +339,17 @@ class LearnSession:
 
     def _roll_back(self, report: IterationReport) -> None:
         """The update made the weights NaN/inf: never publish them; continue from the last published weights
-        with a fresh optimizer (the data of that batch is gone), numbering on from the current version."""
+        with a fresh optimizer (the data of that batch is gone; rows held for the next batch, and a DQN
+        player's replay, are kept), numbering on from the current version."""
         ref = self._current_ref()
         log.error("%s: train iteration %d diverged (non-finite weights; stats %s): back to the weights of version "
                   "%d with a fresh optimizer (%d roll-backs before)", self.job.player_id, report.train_iteration,
                   report.stats, ref.version, self.rollbacks)
         updates = self.trainer.algorithm_updates
-        self.trainer = build_trainer(
-            self.trainer.spec, self.config, self.trainer.progress, seed=self.seed, device=self._context.device,
+        self.trainer.replace_task(build_task(
+            self.trainer.spec, seed=self.seed, device=self._context.device,
             weights=self.publisher.store.load(ref.path).tensors, version=self.trainer.version,
-        )
+        ))
         self.trainer.restore_algorithm_updates(updates)
         self.rollbacks += 1
 

@@ -107,6 +107,15 @@ class Trainer:
         """The algorithm's own update counter (learning-rate annealing, target-network period)."""
         return int(getattr(self.task.algorithm, "updates", 0))
 
+    def replace_task(self, task: ComputationTask) -> None:
+        """Go on with ``task`` (a fresh network and optimizer of the same model, from `build_task`) and the data
+        held so far: a roll-back of a diverged update keeps the rows and the replay, which are the actors'
+        transitions and as good as before (a reset of the player, which starts over, builds a new trainer)."""
+        if (task.input_specs, task.learn_specs, task.state_specs) != (
+                self.task.input_specs, self.task.learn_specs, self.task.state_specs):
+            raise ValueError("replace_task: the new task's specs differ from the trainer's")
+        self.task = task
+
     def restore_algorithm_updates(self, updates: int) -> None:
         if hasattr(self.task.algorithm, "updates"):
             self.task.algorithm.updates = int(updates)
@@ -269,6 +278,14 @@ def build_trainer(
 
     A fresh task every time, so a reset player also gets a fresh optimizer and empty buffers.
     """
+    return Trainer(build_task(spec, seed=seed, device=device, weights=weights, version=version), spec, config,
+                   progress, seed)
+
+
+def build_task(
+    spec: ModelSpec, *, seed: int, device: str, weights: Mapping[str, np.ndarray] | None, version: int
+) -> ComputationTask:
+    """A fresh task (network and optimizer) holding ``weights`` (None: the seeded initialisation) at ``version``."""
     task = make_computation_task(spec.policy, dict(spec.obs_specs), spec.action_spec, device=device, seed=seed)
     task.set_weights(task.get_weights() if weights is None else weights, version)
-    return Trainer(task, spec, config, progress, seed)
+    return task

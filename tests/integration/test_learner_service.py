@@ -450,6 +450,18 @@ def test_diverged_updates_are_rolled_back_and_never_published(tmp_path):
     _assert_every_version_finite(CheckpointStore(tmp_path))
 
 
+def test_a_roll_back_keeps_the_dqn_replay(tmp_path):
+    """A roll-back rebuilt the whole trainer, so a DQN player lost its replay (the actors' transitions, as good
+    as before) with each diverged update, and waited for `learning_starts` new ones before learning again."""
+    cfg = _dqn_config(learning_rate=1e20, loss="mse")  # squared TD errors overflow: NaN weights
+    with _fed_learner(cfg, tmp_path, chunks=8, env_num=4) as learner:
+        session = learner.learner.session
+        eventually(lambda: session.rollbacks >= 2 and session.trainer.progress.agent_steps == 8 * 4 * 16)
+        assert session.trainer.buffered_samples == 8 * 4 * 16  # every transition pushed is still in the replay
+        assert session.trainer.weights_finite()
+    _assert_every_version_finite(CheckpointStore(tmp_path))
+
+
 def _assert_every_version_finite(store: CheckpointStore) -> None:
     for ref in store.versions(PLAYER):
         assert all(np.isfinite(v).all() for v in store.load(ref.path).tensors.values()), ref.path

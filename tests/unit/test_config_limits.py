@@ -398,6 +398,10 @@ def test_run_intervals_are_checked(section, message):
         ({"algorithm": "dqn", "dqn": {"replay_capacity": 10**12, "learning_starts": 0}}, "policy.dqn",
          f"dqn.replay_capacity must be at most {MAX_REPLAY_CAPACITY}"),
         ({"algorithm": "dqn", "dqn": {"n_step": 10**6}}, "policy.dqn", f"dqn.n_step must be at most {MAX_N_STEP}"),
+        # Adam's step overflowed a float32 and the optimizer failed the learner (a rate that merely diverges is
+        # rolled back).
+        ({"ppo": {"learning_rate": 1e38}}, "policy.ppo", "ppo.learning_rate must be at most 1e+30, got 1e+38"),
+        ({"algorithm": "dqn", "dqn": {"learning_rate": 1e38}}, "policy.dqn", "dqn.learning_rate must be at most"),
         ({"model": {"hidden": [100_000_000]}}, "policy.model",
          f"model.hidden: widths must be within [1, {MAX_LAYER_WIDTH}], got (100000000,)"),
         ({"model": {"hidden": [64] * (MAX_LAYERS + 1)}}, "policy.model",

@@ -458,7 +458,6 @@ def test_a_roll_back_keeps_the_dqn_replay(tmp_path):
         session = learner.learner.session
         eventually(lambda: session.rollbacks >= 2 and session.trainer.progress.agent_steps == 8 * 4 * 16)
         assert session.trainer.buffered_samples == 8 * 4 * 16  # every transition pushed is still in the replay
-        assert session.trainer.weights_finite()
     _assert_every_version_finite(CheckpointStore(tmp_path))
 
 

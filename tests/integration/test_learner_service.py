@@ -456,8 +456,8 @@ def test_a_roll_back_keeps_the_dqn_replay(tmp_path):
     cfg = _dqn_config(learning_rate=1e20, loss="mse")  # squared TD errors overflow: NaN weights
     with _fed_learner(cfg, tmp_path, chunks=8, env_num=4) as learner:
         session = learner.learner.session
-        eventually(lambda: session.rollbacks >= 2 and session.trainer.progress.agent_steps == 8 * 4 * 16)
-        assert session.trainer.buffered_samples == 8 * 4 * 16  # every transition pushed is still in the replay
+        # Every transition pushed is in the replay once the last has come in, roll-backs or not.
+        eventually(lambda: session.rollbacks >= 2 and session.trainer.buffered_samples == 8 * 4 * 16)
     _assert_every_version_finite(CheckpointStore(tmp_path))
 
 

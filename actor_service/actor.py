@@ -158,6 +158,7 @@ class Actor:
         self._heartbeat: JobHeartbeat | None = None
         self._job: JobPlan | None = None  # the job being played, and its rollout once it has one ...
         self._rollout: Rollout | None = None  # ... for `release_stuck_job`, from another thread
+        self._playing = False  # the job thread is setting up or playing a job (not yet winding it down)
         self.reports: deque[JobReport] = deque(maxlen=KEPT_REPORTS)
         """The newest jobs' reports (an actor runs for weeks: all of them would grow without bound)."""
         self.jobs_run = 0
@@ -173,6 +174,13 @@ class Actor:
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
+
+    @property
+    def playing(self) -> bool:
+        """The job thread is setting up or playing a job: a stop ends that within an env step (or cuts the env
+        call short). What follows, the job's wind-down (its last trajectories, the heartbeat's end, the
+        release), is bounded by its own timeouts (~11 s in all). Safe from any thread."""
+        return self._playing
 
     def env_stalled_s(self) -> float:
         """How long the env manager's call under way has run past its deadline (its timeout, or the stop's
@@ -242,18 +250,22 @@ class Actor:
         sender: TrajectorySender | None = None
         rollout: Rollout | None = None
         self._job = plan
+        self._playing = True
         try:
             sender = self._sender(plan)
             if sender is not None:
                 revoked.add_listener(sender.abort)  # a writer blocked on a full queue must not wait for the learner
             rollout = self._rollout = self._new_rollout(plan, sender, revoked)
             result = rollout.run()
+            self._playing = False
             if result.end is RolloutEnd.REVOKED:
                 return self._abandoned(plan, result, sender)
             return self._report(plan, result, sender, revoked)
         except Exception as err:  # whatever broke the job fails the job, not the actor
+            self._playing = False
             return self._after_error(plan, rollout, sender, revoked, err)
         finally:
+            self._playing = False
             self._job = self._rollout = None
             heartbeat.close(STOP_FINISH_S if self._stop.is_set() else None)
             self._heartbeat = None

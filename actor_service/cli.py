@@ -8,8 +8,9 @@ into `Actor.request_stop()` — the current step finishes (or is cut short, if i
 released with the episodes so far, the env workers are closed, and the process exits 0. An env stuck in C code
 in this process (`--manager base`) can hold the job thread where no interrupt gets in: once it has been stuck
 for `STUCK_AFTER_STOP_S` since the stop, the main thread releases the job itself and the process exits 1. The
-same happens, with the job thread's stack in the log, when the job thread is still busy `--stop-timeout` seconds
-after the stop anywhere else (a checkpoint read from a hung network filesystem, say): no stop waits for ever.
+same happens, with the job thread's stack in the log, when the job thread is still setting up or playing its job
+`--stop-timeout` seconds after the stop (stuck in a checkpoint read from a hung network filesystem, say): no
+stop waits for ever.
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ log = logging.getLogger("league.actor")
 STUCK_AFTER_STOP_S = 3.0
 """How long after a stop the env manager's call may stay stuck (cut short, and its env not back) before the
 process gives up on the job thread. A stop that is not stuck in an env has its own bounds (Actor)."""
-DEFAULT_STOP_TIMEOUT_S = 12.0
-"""The stop's own bounds add up to 11 s (the last trajectories 5 s, the heartbeat's end 3 s, the release 3 s,
-Actor); inside `league run`'s 15 s of grace with the main thread's release of 3 s more."""
+DEFAULT_STOP_TIMEOUT_S = 10.0
+"""How long after a stop the job thread may still be setting up or playing its job (a stop ends that within an
+env step): inside `league run`'s 15 s of grace with the main thread's release (3 s at most). The job's
+wind-down that follows (its last trajectories, the heartbeat's end, the release: ~11 s at most) has bounds of
+its own and is not cut short."""
 JOIN_SLICE_S = 0.2
 STACK_LINES = 12
 
@@ -68,8 +71,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the job's lease expire, so the job goes to another actor; 'none': no limit")
     parser.add_argument("--stop-timeout", type=cli_args.positive_seconds, default=DEFAULT_STOP_TIMEOUT_S,
                         metavar="SECONDS",
-                        help="after SIGTERM, give up on a job thread still busy this long: release its job from the "
-                             f"main thread and exit 1 (default {DEFAULT_STOP_TIMEOUT_S:g})")
+                        help="after SIGTERM, give up on a job thread still setting up or playing its job this long "
+                             "(stuck): release the job from the main thread and exit 1 "
+                             f"(default {DEFAULT_STOP_TIMEOUT_S:g})")
     parser.add_argument("--log-level", default="INFO")
 
 
@@ -160,8 +164,9 @@ def _wait_for_jobs(worker: threading.Thread, actor, stop_timeout_s: float) -> st
             return (f"still in an env call {stalled:.1f} s after the stop, which could not interrupt it (an env "
                     "stuck in C code: use --manager subprocess for such envs)")
         waited = time.monotonic() - stopped_at
-        if waited > stop_timeout_s:
-            return f"still busy {waited:.1f} s after the stop (--stop-timeout), at:\n{_stack_of(worker)}"
+        if waited > stop_timeout_s and actor.playing:  # a job's wind-down has bounds of its own
+            return (f"still setting up or playing its job {waited:.1f} s after the stop (--stop-timeout), "
+                    f"at:\n{_stack_of(worker)}")
 
 
 def _stack_of(thread: threading.Thread) -> str:

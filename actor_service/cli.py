@@ -61,12 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-jobs", type=int, default=None, help="exit after this many jobs")
     parser.add_argument("--env-max-retry", type=int, default=2,
                         help="failures each env may have per job (it is rebuilt each time) before the job fails")
-    parser.add_argument("--env-step-timeout", type=_seconds_or_none, default=60.0, metavar="SECONDS",
+    parser.add_argument("--env-step-timeout", type=cli_args.positive_seconds_or_none, default=60.0, metavar="SECONDS",
                         help="an env step taking longer is a hung env and is rebuilt (subprocess manager: its "
                              "worker is killed; base: interrupted in process); 'none': no limit")
-    parser.add_argument("--env-reset-timeout", type=_seconds_or_none, default=300.0, metavar="SECONDS",
+    parser.add_argument("--env-reset-timeout", type=cli_args.positive_seconds_or_none, default=300.0, metavar="SECONDS",
                         help="the same for building and resetting envs")
-    parser.add_argument("--checkpoint-read-timeout", type=_seconds_or_none, default=120.0, metavar="SECONDS",
+    parser.add_argument("--checkpoint-read-timeout", type=cli_args.positive_seconds_or_none, default=120.0, metavar="SECONDS",
                         help="a checkpoint read still under way after this long (a hung network filesystem) lets "
                              "the job's lease expire, so the job goes to another actor; 'none': no limit")
     parser.add_argument("--stop-timeout", type=cli_args.positive_seconds, default=DEFAULT_STOP_TIMEOUT_S,
@@ -182,10 +182,6 @@ def _on_signal(actor, signum: int) -> None:
         return
     log.info("%s: finishing the current step, then releasing the job", signal.Signals(signum).name)
     actor.request_stop()
-
-
-def _seconds_or_none(text: str) -> float | None:
-    return None if text.lower() == "none" else float(text)
 
 
 def _refuse(message: str) -> int:

@@ -64,6 +64,16 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def positive_seconds_or_none(text: str) -> float | None:
+    """A timeout that may be switched off: seconds > 0, or `none`."""
+    if text.strip().lower() == "none":
+        return None
+    value = _float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, or 'none', got {text}")
+    return value
+
+
 def timeout_seconds(text: str) -> float:
     """A client call's deadline: finite, > 0 and at most MAX_TIMEOUT_S."""
     value = positive_seconds(text)

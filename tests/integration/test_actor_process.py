@@ -318,9 +318,19 @@ def test_sigterm_is_quick_while_the_coordinator_does_not_answer(tmp_path):
     assert f"FinishJob of {job.job_id} failed" in text and f"job {job.job_id} unreported" in text, text
 
 
-@pytest.mark.parametrize("argv", [["--coordinator", ""], ["--coordinator", "127.0.0.1:99999"], ["--coordinator", "127.0.0.1:1", "--shared-root", "/nonexistent"]])
+@pytest.mark.parametrize("argv", [
+    ["--coordinator", ""], ["--coordinator", "127.0.0.1:99999"],
+    ["--coordinator", "127.0.0.1:1", "--shared-root", "/nonexistent"],
+    ["--coordinator", "127.0.0.1:1", "--env-step-timeout", "-1"],
+    ["--coordinator", "127.0.0.1:1", "--checkpoint-read-timeout", "0"],
+    ["--coordinator", "127.0.0.1:1", "--stop-timeout", "nan"],
+])
 def test_bad_arguments_exit_with_a_message(argv, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "actor_service.cli", "actor", *argv], cwd=REPO, capture_output=True,
                           text=True, timeout=120, env={**os.environ, "LEAGUE_SHARED_ROOT": str(tmp_path)})
     assert proc.returncode == 2
-    assert "league actor:" in proc.stderr
+    flag = next((a for a in argv if a.endswith("timeout")), None)
+    if flag is None:
+        assert "league actor:" in proc.stderr
+    else:  # argparse's usage error, naming the flag as the user wrote it (not a settings field)
+        assert f"actor: error: argument {flag}:" in proc.stderr, proc.stderr

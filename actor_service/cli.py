@@ -48,18 +48,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"coordinator HOST:PORT (default: ${COORDINATOR_ENV_VAR})")
     parser.add_argument("--shared-root", type=Path, default=env_path(SHARED_ROOT_ENV_VAR),
                         help=f"directory of checkpoints shared with the learners (default: ${SHARED_ROOT_ENV_VAR})")
-    parser.add_argument("--env-num", type=int, default=None, help="environments per job (overrides the job's env_num)")
+    parser.add_argument("--env-num", type=cli_args.positive_int, default=None, help="environments per job (overrides the job's env_num)")
     parser.add_argument("--manager", choices=("subprocess", "base"), default="subprocess",
                         help="run envs in worker processes (subprocess) or in the actor process (base)")
-    parser.add_argument("--env-cpus", type=int, default=None, metavar="N",
+    parser.add_argument("--env-cpus", type=cli_args.positive_int, default=None, metavar="N",
                         help="CPUs the subprocess manager sizes itself for: its worker processes, and whether they "
                              "busy-wait (default: every CPU this process may run on). Give this actor's share "
                              "where other busy processes share the machine, or a container's CPU quota")
     parser.add_argument("--worker-id", default=None, help="worker id (default: actor-<hostname>-<pid>)")
     parser.add_argument("--token-file", type=Path, default=None, help="bearer token (else $LEAGUE_TOKEN)")
     parser.add_argument("--tls-ca", type=Path, default=None, help="PEM CA certificate: connect with TLS")
-    parser.add_argument("--max-jobs", type=int, default=None, help="exit after this many jobs")
-    parser.add_argument("--env-max-retry", type=int, default=2,
+    parser.add_argument("--max-jobs", type=cli_args.positive_int, default=None, help="exit after this many jobs")
+    parser.add_argument("--env-max-retry", type=cli_args.non_negative_int, default=2,
                         help="failures each env may have per job (it is rebuilt each time) before the job fails")
     parser.add_argument("--env-step-timeout", type=cli_args.positive_seconds_or_none, default=60.0, metavar="SECONDS",
                         help="an env step taking longer is a hung env and is rebuilt (subprocess manager: its "

@@ -38,7 +38,10 @@ def test_ctrl_c_while_a_command_starts_up_exits_130_without_a_traceback(tmp_path
     assert not (tmp_path / "run").exists()  # nothing was started
 
 
-def test_actor_refuses_a_cpu_share_below_one(tmp_path, capsys):
-    code = main(["actor", "--coordinator", "127.0.0.1:1", "--shared-root", str(tmp_path), "--env-cpus", "0"])
-    assert code == 2
-    assert "env_cpus must be >= 1, got 0" in capsys.readouterr().err
+@pytest.mark.parametrize("flag, value", [("--env-cpus", "0"), ("--env-num", "0"), ("--max-jobs", "-3"),
+                                         ("--env-max-retry", "-1")])
+def test_actor_refuses_a_count_out_of_range_naming_the_flag(tmp_path, capsys, flag, value):
+    with pytest.raises(SystemExit) as exited:
+        main(["actor", "--coordinator", "127.0.0.1:1", "--shared-root", str(tmp_path), flag, value])
+    assert exited.value.code == 2
+    assert f"argument {flag}: must be >= " in capsys.readouterr().err

@@ -277,7 +277,7 @@ class Actor:
         lease go past these limits, so that the league issues the job to another actor."""
         watches = []
         if self.settings.env_step_timeout_s is not None:
-            watches.append(StallWatch("its env has been stuck past its timeout", self._managers.stalled_s,
+            watches.append(StallWatch("its env has been stuck past its timeout for", self._managers.stalled_s,
                                       self.settings.env_step_timeout_s))
         if self.settings.checkpoint_read_timeout_s is not None:
             watches.append(StallWatch("a checkpoint read has taken", self._store.reading_s,

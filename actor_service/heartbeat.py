@@ -38,7 +38,7 @@ class StallWatch:
     """Something the job thread may be stuck in where nothing breaks it off, and when to give the job up."""
 
     what: str
-    """For the log: "its env has been stuck past its timeout", "a checkpoint read has taken"."""
+    """For the log, before "over N s": "its env has been stuck past its timeout for", "a checkpoint read has taken"."""
     seconds: Callable[[], float]
     """How long it has been stuck so far (0: not stuck); called from the heartbeat thread."""
     limit_s: float

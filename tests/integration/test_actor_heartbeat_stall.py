@@ -35,7 +35,7 @@ def test_a_stalled_env_lets_the_lease_expire_and_renewals_resume_with_the_revoca
             assert registration is not None
             job = client.next_job(wait_s=1.0)
             assert job is not None
-            watch = StallWatch("its env has been stuck past its timeout", lambda: stalled["s"], 1.0)
+            watch = StallWatch("its env has been stuck past its timeout for", lambda: stalled["s"], 1.0)
             heartbeat = JobHeartbeat(client, job.job_id, registration.heartbeat_interval_s, on_revoked,
                                      [watch]).start()
 

@@ -61,6 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="PEM certificate chain of the trajectory server (with --tls-key; needed with --tls-ca)")
     parser.add_argument("--tls-key", type=Path, default=None, help="PEM private key (with --tls-cert)")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="where to train")
+    parser.add_argument("--publish-timeout", type=cli_args.positive_seconds_or_none, default=300.0,
+                        metavar="SECONDS",
+                        help="a checkpoint publish still under way after this long (a hung network filesystem) "
+                             "lets the learn job's lease expire, so the player can go to another learner; 'none': "
+                             "no limit")
     parser.add_argument("--log-level", default="INFO")
 
 
@@ -96,6 +101,7 @@ def main(args: argparse.Namespace) -> int:
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
             device=args.device,
+            publish_timeout_s=args.publish_timeout,
         )
         learner = Learner(settings)
     except (ValueError, OSError) as err:

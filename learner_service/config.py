@@ -7,6 +7,7 @@ error naming ``learner.<field>``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,12 +40,19 @@ class LearnerSettings:
     """Long-poll of one GetJob call."""
     max_backoff_s: float = 10.0
     """Cap of the exponential backoff while the coordinator is away."""
+    publish_timeout_s: float | None = 300.0
+    """A checkpoint publish still under way after this long is stuck (a network filesystem whose server went
+    away): the heartbeat stops renewing the learn job's lease, so the league can bind the player to another
+    learner. Generous: a large checkpoint on a slow share legitimately takes seconds (None: no limit)."""
 
     def __post_init__(self) -> None:
         if not self.coordinator:
             raise ValueError("coordinator: HOST:PORT is required (--coordinator or $LEAGUE_COORDINATOR)")
         if not self.worker_id:
             raise ValueError("worker_id: must not be empty")
+        if self.publish_timeout_s is not None and not (math.isfinite(self.publish_timeout_s)
+                                                       and self.publish_timeout_s > 0):
+            raise ValueError(f"publish_timeout_s: must be > 0 seconds or None, got {self.publish_timeout_s}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port: must be within [0, 65535], got {self.port}")
         if (self.tls_cert is None) != (self.tls_key is None):

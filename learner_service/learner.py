@@ -21,6 +21,7 @@ from pathlib import Path
 
 import grpc
 
+from common.busy_clock import BusyClock
 from common.checkpoint_store import CheckpointError, CheckpointRef, CheckpointStore
 from common.envs import make_env
 from common.envs.policy_view import policy_specs
@@ -98,6 +99,7 @@ class Learner:
         self._kept: _Kept | None = None
         self._published_cond = threading.Condition()
         self._published: dict[str, CheckpointRef] = {}
+        self._publishing = BusyClock()  # the session's publish under way, watched by the lease keeper
 
     @property
     def stopping(self) -> bool:
@@ -161,7 +163,8 @@ class Learner:
                 break
             log.info("bound to %s (learn job %s, checkpoint %r v%d)", job.player_id, job.job_id,
                      job.checkpoint_path, job.checkpoint_version)
-            lease = LeaseKeeper(self.client, job, registration).start()
+            lease = LeaseKeeper(self.client, job, registration, publishing=self._publishing,
+                                publish_timeout_s=self.settings.publish_timeout_s).start()
             try:
                 self._serve_job(job, lease, store_root)
             finally:
@@ -230,7 +233,7 @@ class Learner:
     ) -> LearnSession:
         seed = config.seed if config.seed is not None else player_seed(job.player_id)
         publisher = CheckpointPublisher(CheckpointStore(store_root, keep_last=config.keep_last), job.player_id,
-                                        self.settings.worker_id)
+                                        self.settings.worker_id, busy=self._publishing)
         kept, self._kept = self._kept, None
         if (
             kept is not None and kept.player_id == job.player_id and kept.trainer.spec == spec

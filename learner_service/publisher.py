@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from common.busy_clock import BusyClock
 from common.checkpoint_store import (
     CheckpointError,
     CheckpointNotFoundError,
@@ -103,9 +104,12 @@ class CheckpointPublisher:
     """Publishes one player's versions (the player's only writer while the learner holds its learn job)."""
 
     def __init__(
-        self, store: CheckpointStore, player_id: str, worker_id: str, clock: Callable[[], float] = time.monotonic
+        self, store: CheckpointStore, player_id: str, worker_id: str, clock: Callable[[], float] = time.monotonic,
+        busy: BusyClock | None = None,
     ) -> None:
+        """`busy`: times each publish, for the lease keeper's watch on a publish that hangs."""
         self.store = store
+        self._busy = busy or BusyClock()
         self.player_id = player_id
         self.worker_id = worker_id
         try:
@@ -154,7 +158,8 @@ class CheckpointPublisher:
             "algorithm": trainer.spec.policy.algorithm,
         }
         try:
-            ref = trainer.publish(self.store, self.player_id, metadata)  # weights + training state
+            with self._busy.timed():
+                ref = trainer.publish(self.store, self.player_id, metadata)  # weights + training state
         except VersionConflictError as err:
             # Another learner published this player meanwhile (a late publish of the learner before us, which
             # started within its lease): the player is not ours to write any more.

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import grpc
 
+from common.busy_clock import BusyClock
 from common.checkpoint_store import CheckpointRef
 from common.learner_config import LearnerConfig
 from common.proto.league.v1 import league_pb2
@@ -85,9 +86,16 @@ class LeaseKeeper:
     reached again (revoked), and only then does the session end.
     """
 
-    def __init__(self, client: LeagueClient, job: LearnJob, registration: Registration) -> None:
+    def __init__(
+        self, client: LeagueClient, job: LearnJob, registration: Registration, *,
+        publishing: BusyClock | None = None, publish_timeout_s: float | None = None,
+    ) -> None:
+        """`publishing` timed past `publish_timeout_s` (a publish stuck on a hung filesystem): renewals stop, so
+        the lease expires and the league may bind the player to another learner (None: never)."""
         self._client = client
         self._job = job
+        self._publishing = publishing
+        self._publish_timeout_s = publish_timeout_s
         self._registered_interval = registration.heartbeat_interval_s
         self._pace(job.lease_timeout_s if job.lease_timeout_s > 0 else registration.lease_timeout_s)
         self._confirmed_at = job.requested_at  # time.monotonic() of the last renewal the coordinator confirmed
@@ -95,6 +103,7 @@ class LeaseKeeper:
         self._lock = threading.Lock()
         self._lost: SessionEnd | None = None
         self._on_lost: Callable[[SessionEnd], None] | None = None
+        self._withholding = False
         self._thread = threading.Thread(target=self._run, name="learner-heartbeat", daemon=True)
 
     def start(self) -> LeaseKeeper:
@@ -134,6 +143,21 @@ class LeaseKeeper:
             lost = self._lost
         return lost is None and time.monotonic() < self._confirmed_at + self._lease_s
 
+    def _publish_stuck(self) -> bool:
+        """A publish has run past `publish_timeout_s` (logged when it starts and ends being so)."""
+        stuck = (self._publishing is not None and self._publish_timeout_s is not None
+                 and self._publishing.busy_s() > self._publish_timeout_s)
+        if stuck != self._withholding:
+            self._withholding = stuck
+            if stuck:
+                log.error("learn job %s (%s): a checkpoint publish has taken over %g s (a hung filesystem?); no "
+                          "longer renewing the lease, so that the league can bind the player to another learner",
+                          self._job.job_id, self._job.player_id, self._publish_timeout_s)
+            else:
+                log.warning("learn job %s (%s): the publish is over; renewing the lease again", self._job.job_id,
+                            self._job.player_id)
+        return stuck
+
     def _lose(self, reason: SessionEnd) -> None:
         with self._lock:
             self._lost = reason
@@ -153,6 +177,8 @@ class LeaseKeeper:
                           time.monotonic() - self._confirmed_at)
             if self._closed.wait(self._interval if lapsed else min(self._interval, remaining)):
                 return
+            if self._publish_stuck():
+                continue
             sent = time.monotonic()
             try:
                 renewal = self._client.heartbeat(self._job.job_id, self._call_timeout)

@@ -3,6 +3,8 @@ resumes it. The coordinator runs in process (a real one, port 0)."""
 
 from __future__ import annotations
 
+import sys
+
 from common.checkpoint_store import CheckpointStore
 from common.proto.league.v1 import league_pb2
 from league_service.coordinator_testing import league_stub, running_coordinator, server_process
@@ -77,5 +79,46 @@ def test_a_killed_learner_restarted_with_its_worker_id_resumes_without_going_bac
                 assert proc.terminate() == 0, proc.log_tail()
             status = player_status(coordinator.address)
             assert (status.agent_steps, status.train_iteration, status.checkpoint_version) == (640, 5, 5)
+    finally:
+        rollout.close()
+
+
+HUNG_WRITES = """
+import os, sys, threading
+root = sys.argv.pop(1)
+real_open = os.open
+def hung_open(path, flags, *args, **kwargs):
+    # Once the marker exists, a file created under the shared root never opens, as on an NFS mount whose server
+    # went away (hard mount): the thread waits in the kernel, where no interrupt gets in.
+    if flags & os.O_CREAT and str(path).startswith(root) and os.path.exists(os.path.join(root, "hang")):
+        threading.Event().wait()
+    return real_open(path, flags, *args, **kwargs)
+os.open = hung_open
+import argparse
+from learner_service.cli import add_arguments, main
+parser = argparse.ArgumentParser()
+add_arguments(parser)
+sys.exit(main(parser.parse_args(sys.argv[1:])))
+"""
+
+
+def test_a_publish_that_hangs_lets_the_learn_lease_expire_so_the_player_can_go_to_another_learner(tmp_path):
+    """Before, the lease keeper renewed the lease of a learner stuck in a publish for as long as the share hung,
+    so no other learner could take the player. After --publish-timeout the renewals stop."""
+    cfg = solo_config(batch_size=128, publish_every=1)
+    rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)
+    command = [sys.executable, "-c", HUNG_WRITES, str(tmp_path), "--coordinator", "", "--shared-root", str(tmp_path),
+               "--worker-id", "learner-h", "--device", "cpu", "--publish-timeout", "1"]
+    try:
+        with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
+            command[command.index("--coordinator") + 1] = coordinator.address
+            with server_process(command, tmp_path / "learner.log") as proc:
+                eventually(lambda: player_status(coordinator.address).checkpoint_path)  # v0 published
+                (tmp_path / "hang").touch()
+                push(proc.address, rollout.chunks(acting_task(cfg, tmp_path), 1, policy_version=0))  # one batch
+                eventually(lambda: _status(coordinator.address).counters.jobs_expired == 1, timeout_s=60)
+                assert player_status(coordinator.address).learner_worker_id == ""  # free for another learner
+                assert proc.popen.poll() is None  # still stuck in its publish
+                assert "a checkpoint publish has taken over 1 s" in proc.log_tail(60)
     finally:
         rollout.close()

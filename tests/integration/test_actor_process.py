@@ -212,60 +212,55 @@ sys.exit(main(parser.parse_args(sys.argv[1:])))
 """
 
 
+@contextlib.contextmanager
+def actor_stuck_in_a_checkpoint_read(tmp_path: Path, worker_id: str, *args: str, lease_timeout_s: float = 30.0):
+    """A coordinator of a long solo league and an actor process (`HUNG_FILESYSTEM`) whose job thread is stuck in
+    its reload check's read of latest.json; yields (coordinator stub, actor process, job, actor log)."""
+    log = tmp_path / "actor.log"
+    marker, stuck = tmp_path / "hang", tmp_path / "stuck"
+    publish_first_checkpoint(tmp_path)
+    with running_coordinator(long_solo_config(), tmp_path, needs_learner=False,
+                             lease_timeout_s=lease_timeout_s) as server:
+        channel, stub = league_stub(server.address)
+        try:
+            with actor_process(server.address, tmp_path, log, "--manager", "base", "--worker-id", worker_id, *args,
+                               script=HUNG_FILESYSTEM,
+                               env={"HANG_MARKER": str(marker), "HANG_STUCK": str(stuck)}) as proc:
+                job = wait_until("the actor's job", lambda: job_of(stub, worker_id), 60)
+                wait_until("the job to play", lambda: playing(log, job.job_id), 60, log.read_text)
+                marker.touch()
+                wait_until("the reload check to hang", stuck.exists, 60, log.read_text)
+                yield stub, proc, job, log
+        finally:
+            channel.close()
+
+
 def test_sigterm_with_the_job_thread_stuck_in_a_checkpoint_read_gives_up_after_the_stop_timeout(tmp_path):
     """A stop that is stuck outside any env call (here the launch policy's reload check reading from a hung
     filesystem) used to keep the actor alive until its supervisor's SIGKILL, and its job until its lease ran
     out. After --stop-timeout the main thread releases the job, logs where the job thread is, and exits 1."""
-    log = tmp_path / "actor.log"
-    marker, stuck = tmp_path / "hang", tmp_path / "stuck"
-    publish_first_checkpoint(tmp_path)
-    with running_coordinator(long_solo_config(), tmp_path, needs_learner=False) as server:
-        channel, stub = league_stub(server.address)
-        try:
-            with actor_process(server.address, tmp_path, log, "--manager", "base", "--worker-id", "actor-n",
-                               "--stop-timeout", "2", script=HUNG_FILESYSTEM,
-                               env={"HANG_MARKER": str(marker), "HANG_STUCK": str(stuck)}) as proc:
-                job = wait_until("the actor's job", lambda: job_of(stub, "actor-n"), 60)
-                wait_until("the job to play", lambda: playing(log, job.job_id), 60, log.read_text)
-                marker.touch()
-                wait_until("the reload check to hang", stuck.exists, 60, log.read_text)
-                proc.send_signal(signal.SIGTERM)
-                assert proc.wait(60) == 1, log.read_text()
-            text = log.read_text()
-            assert "still setting up or playing its job" in text and "--stop-timeout" in text, text
-            assert "maybe_reload" in text, text
-            assert "releasing it from outside its stuck thread" in text, text
-            status = stub.GetStatus(pb.GetStatusRequest())
-            assert status.counters.jobs_finished == 1 and status.counters.jobs_expired == 0, text
-            assert not [j for j in status.jobs if j.job_id == job.job_id]
-        finally:
-            channel.close()
+    with actor_stuck_in_a_checkpoint_read(tmp_path, "actor-n", "--stop-timeout", "2") as (stub, proc, job, log):
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 1, log.read_text()
+        text = log.read_text()
+        assert "still setting up or playing its job" in text and "--stop-timeout" in text, text
+        assert "maybe_reload" in text, text
+        assert "releasing it from outside its stuck thread" in text, text
+        status = stub.GetStatus(pb.GetStatusRequest())
+        assert status.counters.jobs_finished == 1 and status.counters.jobs_expired == 0, text
+        assert not [j for j in status.jobs if j.job_id == job.job_id]
 
 
 def test_a_job_stuck_in_a_checkpoint_read_lets_its_lease_expire_so_it_is_issued_again(tmp_path):
     """Before, the heartbeat thread renewed the lease of a job whose thread waited for a hung filesystem, so the
     job (and its player's launch slot) was held for as long as the mount stayed hung."""
-    log = tmp_path / "actor.log"
-    marker, stuck = tmp_path / "hang", tmp_path / "stuck"
-    publish_first_checkpoint(tmp_path)
-    with running_coordinator(long_solo_config(), tmp_path, needs_learner=False, lease_timeout_s=3.0) as server:
-        channel, stub = league_stub(server.address)
-        try:
-            with actor_process(server.address, tmp_path, log, "--manager", "base", "--worker-id", "actor-r",
-                               "--checkpoint-read-timeout", "1", script=HUNG_FILESYSTEM,
-                               env={"HANG_MARKER": str(marker), "HANG_STUCK": str(stuck)}) as proc:
-                job = wait_until("the actor's job", lambda: job_of(stub, "actor-r"), 60)
-                wait_until("the job to play", lambda: playing(log, job.job_id), 60, log.read_text)
-                marker.touch()
-                wait_until("the reload check to hang", stuck.exists, 60, log.read_text)
-                wait_until("the lease to expire",
-                           lambda: stub.GetStatus(pb.GetStatusRequest()).counters.jobs_expired == 1, 60,
-                           log.read_text)
-                assert proc.poll() is None  # still stuck: only its job went back to the league
-                assert "a checkpoint read has taken over 1 s" in log.read_text()
-                assert not [j for j in stub.GetStatus(pb.GetStatusRequest()).jobs if j.job_id == job.job_id]
-        finally:
-            channel.close()
+    with actor_stuck_in_a_checkpoint_read(tmp_path, "actor-r", "--checkpoint-read-timeout", "1",
+                                          lease_timeout_s=3.0) as (stub, proc, job, log):
+        wait_until("the lease to expire", lambda: stub.GetStatus(pb.GetStatusRequest()).counters.jobs_expired == 1,
+                   60, log.read_text)
+        assert proc.poll() is None  # still stuck: only its job went back to the league
+        assert "a checkpoint read has taken over 1 s" in log.read_text()
+        assert not [j for j in stub.GetStatus(pb.GetStatusRequest()).jobs if j.job_id == job.job_id]
 
 
 def test_revoked_lease_abandons_the_job_without_finishing_it(tmp_path):

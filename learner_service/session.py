@@ -24,7 +24,7 @@ from pathlib import Path
 import grpc
 
 from common.busy_clock import BusyClock
-from common.checkpoint_store import CheckpointRef
+from common.checkpoint_store import CheckpointError, CheckpointRef
 from common.learner_config import LearnerConfig
 from common.proto.league.v1 import league_pb2
 from common.rpc import job_heartbeat_interval
@@ -227,6 +227,7 @@ class LearnSession:
         self.end_reason: SessionEnd | None = None
         self.rollbacks = 0
         """Updates undone because they made the weights non-finite."""
+        self._unloadable_reset: str | None = None  # the reset checkpoint last found unloadable (logged once)
         self._last_log = time.monotonic()
 
     @property
@@ -398,16 +399,32 @@ class LearnSession:
             reply = self.client.update_player(self.job.player_id, self.trainer.progress, ref.path, ref.version)
             if reply is None or not reply.mutated:
                 return
-            ref = self.apply_reset(reply.reset_checkpoint_path, reply.reset_checkpoint_version)
+            try:
+                ref = self.apply_reset(reply.reset_checkpoint_path, reply.reset_checkpoint_version)
+            except CheckpointError as err:
+                self._reset_unloadable(reply.reset_checkpoint_path, err)
+                return
             if ref is None:  # not published (storage failed): the league keeps naming the reset checkpoint
                 return
         log.error("%s: the league reset the player %d times in a row; carrying on", self.job.player_id,
                   MAX_RESETS_PER_REPORT)
 
+    def _reset_unloadable(self, path: str, err: CheckpointError) -> None:
+        """The league's reset checkpoint cannot be loaded (deleted or damaged since the league checked it at
+        start). Failing the session would not help: a restarted learner gets the same reset. Training goes on
+        with the weights held; the league repeats the reset in every reply until a learner applies it (once the
+        file is back). Logged as an error once per checkpoint, not at every report."""
+        if self._unloadable_reset != path:
+            self._unloadable_reset = path
+            log.error("%s: the league reset the player to %s, which cannot be loaded (%s); training goes on with "
+                      "the weights held, and the reset applies once the checkpoint is readable again",
+                      self.job.player_id, path, err)
+
     def apply_reset(self, path: str, version: int) -> CheckpointRef | None:
         """Continue from the league's reset checkpoint (``""``: the seeded fresh initialisation) with a fresh
         optimizer and empty buffers, numbered at least ``version`` and above everything published; publish it."""
         weights = self.publisher.load_reset(path)
+        self._unloadable_reset = None
         new_version = self.publisher.next_version(version)
         self.trainer = build_trainer(
             self.trainer.spec, self.config, self.trainer.progress, seed=self.seed,

@@ -537,3 +537,50 @@ def test_a_learn_job_is_heartbeaten_by_its_own_lease_not_only_by_registration(tm
             assert player_status(coordinator.address).learner_worker_id == "learner-slow"
         finally:
             client.close()
+
+
+def test_a_reset_to_a_pretrained_checkpoint_that_was_lost_does_not_fail_the_learner(tmp_path, caplog):
+    """The league resets a player to its pretrained checkpoint, which someone deleted after the coordinator
+    started (it checks it then). The learner failed on the missing file, was restarted, got the same reset
+    repeated and failed again. Now it says which checkpoint is missing and trains on; the league repeats the
+    reset until a learner applies it, which it does once the file is back."""
+    cfg = config_from_dict({
+        "league": {
+            "active_players": {"league_exploiter": 1},
+            "league_exploiter": {"one_phase_step": 80, "strong_win_rate": None, "mutate_prob": 1.0},
+            "pretrain_checkpoint_path": {"default": "pretrained/v0000000001.pt"},
+        },
+        "policy": {"model": {"hidden": [16], "conv": [[4, 3, 1]]}},
+        "learner": {"batch_size": 32},
+    })
+    player = "league_exploiter_default_0"
+    env = make_env("connect_four")
+    obs, action = policy_specs(env.info())
+    env.close()
+    pretrained = make_computation_task(cfg.policy, obs, action, "cpu", seed=7).get_weights()
+    store = CheckpointStore(tmp_path)
+    store.publish("pretrained", pretrained, 1)
+    chunks = [synthetic_chunk(obs, action.num_actions, player_id=player, batch=2, steps=16, seq=s, seed=s)
+              for s in range(8)]
+    with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
+        with running_learner(coordinator.address, tmp_path) as learner:
+            learner.learner.wait_published(player, 0, 60)
+            hidden = tmp_path / "pretrained.away"
+            (tmp_path / "pretrained").rename(hidden)  # lost while the league runs
+            push(learner.address, chunks[:3])  # over one phase: a snapshot and a mutation
+            eventually(lambda: player_status(coordinator.address, player).mutations >= 1)
+            version = learner.learner.wait_published(player, 3, 60).version
+            push(learner.address, chunks[3:6])  # its reports are answered "mutated" and the reset cannot load
+            eventually(lambda: learner.failure or player_status(coordinator.address, player).checkpoint_version
+                       >= version + 2)  # reported twice since: it trains, publishes and reports on
+            assert not learner.failure and learner.thread.is_alive()
+            assert caplog.text.count("which cannot be loaded") == 1  # said once, not at every report
+            hidden.rename(tmp_path / "pretrained")  # back: the next report applies the reset
+
+            def reset_published():
+                latest = store.load_latest(player)
+                return all(np.array_equal(v, pretrained[k]) for k, v in latest.tensors.items()) and latest
+
+            push(learner.address, chunks[6:7])
+            reset = eventually(reset_published)
+            eventually(lambda: player_status(coordinator.address, player).checkpoint_version == reset.ref.version)

@@ -20,7 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from common.algorithms.registry import make_computation_task
 from common.checkpoint_store import CheckpointStore
-from common.computation import TensorSpec
+from common.computation import DiscreteActionSpec, TensorSpec
 from common.config import ConfigError, load_yaml
 from common.envs import make_env
 from common.envs.policy_view import policy_specs
@@ -249,20 +249,31 @@ def test_restart_resumes_where_it_left_off(tmp_path):
         rollout.close()
 
 
-def test_a_mutated_player_is_reset_and_keeps_counting_up(tmp_path):
-    """A league exploiter that mutates at every snapshot (every 80 agent steps) back to a fresh start."""
+MUTATING_PLAYER = "league_exploiter_default_0"
+
+
+def _mutating_league(**league) -> tuple[Config, dict[str, TensorSpec], DiscreteActionSpec]:
+    """A connect-four league of one league exploiter that mutates at every snapshot (every 80 agent steps),
+    with a small model; `league` adds to its league section. Also the env's observation and action specs."""
     cfg = config_from_dict({
         "league": {
             "active_players": {"league_exploiter": 1},
             "league_exploiter": {"one_phase_step": 80, "strong_win_rate": None, "mutate_prob": 1.0},
+            **league,
         },
         "policy": {"model": {"hidden": [16], "conv": [[4, 3, 1]]}},
         "learner": {"batch_size": 32},
     })
-    player = "league_exploiter_default_0"
     env = make_env("connect_four")
     obs, action = policy_specs(env.info())
     env.close()
+    return cfg, obs, action
+
+
+def test_a_mutated_player_is_reset_and_keeps_counting_up(tmp_path):
+    """A league exploiter that mutates at every snapshot (every 80 agent steps) back to a fresh start."""
+    cfg, obs, action = _mutating_league()
+    player = MUTATING_PLAYER
     with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
         with running_learner(coordinator.address, tmp_path) as learner:
             fresh = CheckpointStore(tmp_path).load(learner.learner.wait_published(player, 0, 60).path)
@@ -544,19 +555,8 @@ def test_a_reset_to_a_pretrained_checkpoint_that_was_lost_does_not_fail_the_lear
     started (it checks it then). The learner failed on the missing file, was restarted, got the same reset
     repeated and failed again. Now it says which checkpoint is missing and trains on; the league repeats the
     reset until a learner applies it, which it does once the file is back."""
-    cfg = config_from_dict({
-        "league": {
-            "active_players": {"league_exploiter": 1},
-            "league_exploiter": {"one_phase_step": 80, "strong_win_rate": None, "mutate_prob": 1.0},
-            "pretrain_checkpoint_path": {"default": "pretrained/v0000000001.pt"},
-        },
-        "policy": {"model": {"hidden": [16], "conv": [[4, 3, 1]]}},
-        "learner": {"batch_size": 32},
-    })
-    player = "league_exploiter_default_0"
-    env = make_env("connect_four")
-    obs, action = policy_specs(env.info())
-    env.close()
+    cfg, obs, action = _mutating_league(pretrain_checkpoint_path={"default": "pretrained/v0000000001.pt"})
+    player = MUTATING_PLAYER
     pretrained = make_computation_task(cfg.policy, obs, action, "cpu", seed=7).get_weights()
     store = CheckpointStore(tmp_path)
     store.publish("pretrained", pretrained, 1)

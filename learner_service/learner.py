@@ -42,7 +42,7 @@ from learner_service.config import MAX_CHUNK_BYTES, LearnerSettings
 from learner_service.league_client import RETRYABLE, BindingLost, Interrupted, LeagueClient, LearnJob
 from learner_service.publisher import CheckpointPublisher
 from learner_service.servicer import RESERVED_SERVER_THREADS, SERVICE, DataPlane, LearnerServicer
-from learner_service.session import LearnSession, LeaseKeeper, SessionContext, SessionEnd
+from learner_service.session import LearnSession, LeaseKeeper, SessionContext, SessionEnd, UpdatesDiverge
 from learner_service.trainer import ModelSpec, Trainer, build_trainer
 
 log = logging.getLogger(__name__)
@@ -189,6 +189,9 @@ class Learner:
             self._session = session
         try:
             end = session.run()
+        except UpdatesDiverge as err:  # the league's settings for the player, not a bug: a setup error
+            self.client.finish(job.job_id, league_pb2.FINISH_STATUS_FAILED, str(err))
+            raise JobSetupError(str(err)) from err
         except BaseException as err:
             self.client.finish(job.job_id, league_pb2.FINISH_STATUS_FAILED, f"{type(err).__name__}: {err}")
             raise

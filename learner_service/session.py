@@ -17,6 +17,7 @@ import logging
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,9 +47,19 @@ version actors act with, then waits for a publish to work. Without a bound a ful
 on data ever more versions old (1,000+ in a CartPole run, which collapsed to the worst return and stayed there
 after space came back); waiting holds the actors back instead (their pushes wait on the full queue)."""
 WAIT_TO_PUBLISH_MIN_S = 1.0
+DIVERGED_WINDOW = 40
+"""When half of the last this many updates (or more) were rolled back, the session gives up with
+`UpdatesDiverge`: a learning rate far too high, or rewards too large for float32 losses, diverge at most updates
+(the others keep absurd but finite weights), and rolling back for ever trained nothing while the player's status
+just stood still. A rare diverged update is rolled back and forgotten."""
 LEASE_MARGIN = 0.1
 """A session stops publishing this fraction of a lease before the coordinator may expire it (LeaseKeeper): time
 for a checkpoint being written to land, and for clocks that run at slightly different rates."""
+
+
+class UpdatesDiverge(Exception):
+    """Half of the last `DIVERGED_WINDOW` updates made the weights non-finite: the player's settings (or its
+    env's rewards) cannot be trained as they are."""
 
 
 class SessionEnd(enum.Enum):
@@ -227,6 +238,7 @@ class LearnSession:
         self.end_reason: SessionEnd | None = None
         self.rollbacks = 0
         """Updates undone because they made the weights non-finite."""
+        self._recent_rollbacks: deque[bool] = deque(maxlen=DIVERGED_WINDOW)  # per update: rolled back?
         self._unloadable_reset: str | None = None  # the reset checkpoint last found unloadable (logged once)
         self._last_log = time.monotonic()
 
@@ -320,6 +332,7 @@ class LearnSession:
             if not self.trainer.weights_finite():
                 self._roll_back(report)
                 continue
+            self._recent_rollbacks.append(False)
             scalars = self.telemetry.iteration(report, self.trainer.progress, self.trainer.buffered_samples)
             if publish and self.publisher.due(report.train_iteration, self._publish_every):
                 if self.lease.held:  # else the player may be another learner's by now: never two writers
@@ -379,6 +392,14 @@ class LearnSession:
         ))
         self.trainer.restore_algorithm_updates(updates)
         self.rollbacks += 1
+        self._recent_rollbacks.append(True)
+        diverged = sum(self._recent_rollbacks)
+        if 2 * diverged >= DIVERGED_WINDOW:
+            raise UpdatesDiverge(
+                f"{self.job.player_id}: {diverged} of the last {len(self._recent_rollbacks)} updates made the weights "
+                f"non-finite and were rolled back (stats of the last: {report.stats}); lower the learning rate "
+                f"(policy.{self.trainer.spec.policy.algorithm}.learning_rate), or check the scale of the env's "
+                "rewards")
 
     # ---- reporting and resets -------------------------------------------------------------------------
     def _publish(self) -> CheckpointRef | None:

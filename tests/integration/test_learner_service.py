@@ -36,7 +36,7 @@ from learner_service.league_client import LeagueClient, Registration
 from learner_service.learner import JobSetupError, Learner
 from learner_service.learner_testing import Rollout, RunningLearner, running_learner, synthetic_chunk
 from learner_service.servicer import RESERVED_SERVER_THREADS
-from learner_service.session import LeaseKeeper
+from learner_service.session import DIVERGED_WINDOW, LeaseKeeper
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYER = "solo_active_player_default_0"
@@ -470,6 +470,55 @@ def test_a_roll_back_keeps_the_dqn_replay(tmp_path):
         # Every transition pushed is in the replay once the last has come in, roll-backs or not.
         eventually(lambda: session.rollbacks >= 2 and session.trainer.buffered_samples == 8 * 4 * 16)
     _assert_every_version_finite(CheckpointStore(tmp_path))
+
+
+def test_updates_that_always_diverge_fail_the_job_as_a_setup_error(tmp_path):
+    """Rolled back for ever, a learner trained nothing while its player's status just stood still. Once half of
+    its last DIVERGED_WINDOW updates were rolled back it hands the job back as failed, naming the learning rate
+    (as a setup error: `league learner` exits 2, and `league run` says the league cannot run as configured)."""
+    data = load_yaml(REPO / "configs" / "solo_cartpole.yaml")
+    data["policy"]["ppo"].update(learning_rate=1e20, target_kl=None)  # every update turns the weights into NaN
+    data["learner"]["batch_size"] = 128
+    cfg = config_from_dict(data)
+    rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)
+    try:
+        with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
+            learner = Learner(LearnerSettings(coordinator=coordinator.address, shared_root=tmp_path,
+                                              worker_id="l", device="cpu", get_job_wait_s=1.0))
+            address = learner.start()
+            failed: list[BaseException] = []
+
+            def run() -> None:
+                try:
+                    learner.run()
+                except BaseException as err:  # noqa: BLE001 (handed to the test)
+                    failed.append(err)
+
+            thread = threading.Thread(target=run, daemon=True)
+            thread.start()
+            try:
+                learner.wait_published(PLAYER, 0, 60)
+                task = acting_task(cfg, tmp_path)
+                for _ in range(2 * DIVERGED_WINDOW // 8):  # one batch per chunk, 8 chunks a push
+                    try:
+                        push(address, rollout.chunks(task, 8, policy_version=0))
+                    except grpc.RpcError as err:  # the learner gave up meanwhile and takes no more data
+                        assert err.code() == grpc.StatusCode.UNAVAILABLE, err
+                        break
+                thread.join(60)
+                assert not thread.is_alive()
+            finally:
+                learner.request_stop()
+                learner.close()
+            assert len(failed) == 1 and isinstance(failed[0], JobSetupError), failed
+            assert "policy.ppo.learning_rate" in str(failed[0])
+            channel, stub = league_stub(coordinator.address)
+            with channel:
+                counters = stub.GetStatus(league_pb2.GetStatusRequest()).counters
+            assert counters.jobs_failed == 1
+        _assert_every_version_finite(CheckpointStore(tmp_path))
+    finally:
+        rollout.close()
 
 
 def _assert_every_version_finite(store: CheckpointStore) -> None:

@@ -35,7 +35,7 @@ import grpc
 from actor_service.coordinator_client import CoordinatorClient
 from actor_service.env_managers import EnvManagers, ManagerKind
 from actor_service.envs import EnvError
-from actor_service.heartbeat import JobHeartbeat, StallWatch
+from actor_service.heartbeat import JobHeartbeat
 from actor_service.job import JobError, JobKind, JobPlan
 from actor_service.policy_pool import (
     Policy,
@@ -48,6 +48,7 @@ from actor_service.rollout import EpisodeRecord, Rollout, RolloutEnd, RolloutRes
 from actor_service.stop import StopSignal
 from actor_service.timed_store import TimedStore
 from actor_service.trajectory_sender import SenderSettings, SenderStats, TrajectorySender
+from common.busy_clock import StallWatch
 from common.checkpoint_store import CheckpointStore
 from common.envs.base import EnvInfo, Outcome
 from common.proto.league.v1 import league_pb2

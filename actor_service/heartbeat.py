@@ -19,34 +19,18 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import grpc
 
 from actor_service.backoff import status_code
 from actor_service.coordinator_client import CoordinatorClient
+from common.busy_clock import StallGate, StallWatch
 from common.rpc import job_heartbeat_interval
 
 log = logging.getLogger(__name__)
 
 # Heartbeat failures that mean "try again at the next interval".
 _RETRY_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED})
-
-
-@dataclass(frozen=True)
-class StallWatch:
-    """Something the job thread may be stuck in where nothing breaks it off, and when to give the job up."""
-
-    what: str
-    """For the log, before "over N s": "its env has been stuck past its timeout for", "a checkpoint read has taken"."""
-    seconds: Callable[[], float]
-    """How long it has been stuck so far (0: not stuck); called from the heartbeat thread."""
-    limit_s: float
-    """Past this, renewals stop."""
-
-    def __post_init__(self) -> None:
-        if not self.limit_s >= 0:
-            raise ValueError(f"StallWatch {self.what!r}: limit_s must be >= 0 s, got {self.limit_s}")
 
 
 class JobHeartbeat:
@@ -66,7 +50,7 @@ class JobHeartbeat:
         self._base_interval_s = interval_s
         self._interval_s = interval_s
         self._on_revoked = on_revoked
-        self._watches = tuple(watches)
+        self._gate = StallGate(watches, f"job {job_id}", "the job expires and is issued again", log)
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{job_id}", daemon=True)
         self.beats = 0
@@ -98,18 +82,10 @@ class JobHeartbeat:
             self._thread.join(0.1 if deadline is None else min(0.1, deadline - now))
 
     def _run(self) -> None:
-        stuck: StallWatch | None = None
         while not self._closed.wait(self._interval_s):  # the interval is a timer, not a poll for a state
-            was_stuck, stuck = stuck, self._stuck()
-            if stuck is not None:
+            if self._gate.stuck() is not None:
                 self.withheld += 1
-                if was_stuck is None:
-                    log.error("job %s: %s over %g s (a hang nothing breaks off); no longer renewing the lease, so "
-                              "that the job expires and is issued again", self._job_id, stuck.what, stuck.limit_s)
                 continue
-            if was_stuck is not None:
-                log.warning("job %s: the job thread is back (%s no more); renewing the lease again", self._job_id,
-                            was_stuck.what)
             try:
                 reply = self._client.heartbeat([self._job_id])
             except grpc.RpcError as err:
@@ -132,6 +108,3 @@ class JobHeartbeat:
                 log.info("job %s: the coordinator's lease is %.1f s; heartbeating every %.2f s", self._job_id,
                          reply.lease_timeout_s, interval_s)
                 self._interval_s = interval_s
-
-    def _stuck(self) -> StallWatch | None:
-        return next((w for w in self._watches if w.seconds() > w.limit_s), None)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import grpc
 
-from common.busy_clock import BusyClock
+from common.busy_clock import BusyClock, StallWatch
 from common.checkpoint_store import CheckpointError, CheckpointRef, CheckpointStore
 from common.envs import make_env
 from common.envs.policy_view import policy_specs
@@ -163,12 +163,18 @@ class Learner:
                 break
             log.info("bound to %s (learn job %s, checkpoint %r v%d)", job.player_id, job.job_id,
                      job.checkpoint_path, job.checkpoint_version)
-            lease = LeaseKeeper(self.client, job, registration, publishing=self._publishing,
-                                publish_timeout_s=self.settings.publish_timeout_s).start()
+            lease = LeaseKeeper(self.client, job, registration, self._stall_watches()).start()
             try:
                 self._serve_job(job, lease, store_root)
             finally:
                 lease.close()
+
+    def _stall_watches(self) -> list[StallWatch]:
+        """What the session may be stuck in where nothing breaks it off: the lease keeper lets the lease go past
+        these limits, so that the league can bind the player to another learner."""
+        if self.settings.publish_timeout_s is None:
+            return []
+        return [StallWatch("a checkpoint publish has taken", self._publishing.busy_s, self.settings.publish_timeout_s)]
 
     def _serve_job(self, job: LearnJob, lease: LeaseKeeper, store_root: Path) -> None:
         try:

@@ -18,13 +18,13 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
-from common.busy_clock import BusyClock
+from common.busy_clock import StallGate, StallWatch
 from common.checkpoint_store import CheckpointError, CheckpointRef
 from common.learner_config import LearnerConfig
 from common.proto.league.v1 import league_pb2
@@ -98,15 +98,14 @@ class LeaseKeeper:
     """
 
     def __init__(
-        self, client: LeagueClient, job: LearnJob, registration: Registration, *,
-        publishing: BusyClock | None = None, publish_timeout_s: float | None = None,
+        self, client: LeagueClient, job: LearnJob, registration: Registration, watches: Sequence[StallWatch] = (),
     ) -> None:
-        """`publishing` timed past `publish_timeout_s` (a publish stuck on a hung filesystem): renewals stop, so
-        the lease expires and the league may bind the player to another learner (None: never)."""
+        """`watches` (a publish stuck on a hung filesystem): past any of their limits renewals stop, so the lease
+        expires and the league may bind the player to another learner."""
         self._client = client
         self._job = job
-        self._publishing = publishing
-        self._publish_timeout_s = publish_timeout_s
+        self._gate = StallGate(watches, f"learn job {job.job_id} ({job.player_id})",
+                               "the league can bind the player to another learner", log)
         self._registered_interval = registration.heartbeat_interval_s
         self._pace(job.lease_timeout_s if job.lease_timeout_s > 0 else registration.lease_timeout_s)
         self._confirmed_at = job.requested_at  # time.monotonic() of the last renewal the coordinator confirmed
@@ -114,7 +113,6 @@ class LeaseKeeper:
         self._lock = threading.Lock()
         self._lost: SessionEnd | None = None
         self._on_lost: Callable[[SessionEnd], None] | None = None
-        self._withholding = False
         self._thread = threading.Thread(target=self._run, name="learner-heartbeat", daemon=True)
 
     def start(self) -> LeaseKeeper:
@@ -154,21 +152,6 @@ class LeaseKeeper:
             lost = self._lost
         return lost is None and time.monotonic() < self._confirmed_at + self._lease_s
 
-    def _publish_stuck(self) -> bool:
-        """A publish has run past `publish_timeout_s` (logged when it starts and ends being so)."""
-        stuck = (self._publishing is not None and self._publish_timeout_s is not None
-                 and self._publishing.busy_s() > self._publish_timeout_s)
-        if stuck != self._withholding:
-            self._withholding = stuck
-            if stuck:
-                log.error("learn job %s (%s): a checkpoint publish has taken over %g s (a hung filesystem?); no "
-                          "longer renewing the lease, so that the league can bind the player to another learner",
-                          self._job.job_id, self._job.player_id, self._publish_timeout_s)
-            else:
-                log.warning("learn job %s (%s): the publish is over; renewing the lease again", self._job.job_id,
-                            self._job.player_id)
-        return stuck
-
     def _lose(self, reason: SessionEnd) -> None:
         with self._lock:
             self._lost = reason
@@ -188,7 +171,7 @@ class LeaseKeeper:
                           time.monotonic() - self._confirmed_at)
             if self._closed.wait(self._interval if lapsed else min(self._interval, remaining)):
                 return
-            if self._publish_stuck():
+            if self._gate.stuck() is not None:
                 continue
             sent = time.monotonic()
             try:

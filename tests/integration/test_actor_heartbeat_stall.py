@@ -8,8 +8,9 @@ from __future__ import annotations
 import threading
 
 from actor_service.coordinator_client import CoordinatorClient
-from actor_service.heartbeat import JobHeartbeat, StallWatch
+from actor_service.heartbeat import JobHeartbeat
 from actor_service.stop import StopSignal
+from common.busy_clock import StallWatch
 from common.proto.league.v1 import league_pb2 as pb
 from league_service.coordinator_testing import league_stub, running_coordinator, small_league_config
 from tests.polling import wait_until

@@ -22,12 +22,12 @@ import signal
 import sys
 import threading
 import time
-import traceback
 from pathlib import Path
 
 from common import cli_args
 from common.exit_codes import FAILURE_EXIT, SETUP_ERROR_EXIT
 from common.rpc import COORDINATOR_ENV_VAR, SHARED_ROOT_ENV_VAR, env_path
+from common.thread_stack import stack_of
 
 log = logging.getLogger("league.actor")
 
@@ -40,7 +40,6 @@ env step): inside `league run`'s 15 s of grace with the main thread's release (3
 wind-down that follows (its last trajectories, the heartbeat's end, the release: ~11 s at most) has bounds of
 its own and is not cut short."""
 JOIN_SLICE_S = 0.2
-STACK_LINES = 12
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -166,15 +165,7 @@ def _wait_for_jobs(worker: threading.Thread, actor, stop_timeout_s: float) -> st
         waited = time.monotonic() - stopped_at
         if waited > stop_timeout_s and actor.playing:  # a job's wind-down has bounds of its own
             return (f"still setting up or playing its job {waited:.1f} s after the stop (--stop-timeout), "
-                    f"at:\n{_stack_of(worker)}")
-
-
-def _stack_of(thread: threading.Thread) -> str:
-    """The innermost frames of `thread` (where it is stuck), as a traceback shows them."""
-    frame = sys._current_frames().get(thread.ident) if thread.ident is not None else None
-    if frame is None:
-        return "  (its stack is gone)"
-    return "".join(traceback.format_stack(frame)[-STACK_LINES:]).rstrip()
+                    f"at:\n{stack_of(worker)}")
 
 
 def _on_signal(actor, signum: int) -> None:

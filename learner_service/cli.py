@@ -6,7 +6,9 @@
 The process prints one parseable line once its server is bound (`LISTENING service=learner address=HOST:PORT`),
 then trains until SIGTERM/SIGINT: stop accepting data, publish a final checkpoint, UpdatePlayer,
 FinishJob(RELEASED), health NOT_SERVING, exit 0. Exit 2: bad arguments or a learn job it cannot train;
-exit 1: a failure while training.
+exit 1: a failure while training, or a stop the learner thread did not finish within `--stop-timeout` (a
+final checkpoint stuck on a hung network filesystem, say): the main thread then logs where the learner thread
+is, hands the learn job back itself and exits without it, so no stop waits for ever.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 
 from common import cli_args
@@ -33,9 +36,15 @@ from common.rpc import (
     load_token,
 )
 from common.signal_flag import SignalFlag
+from common.thread_stack import stack_of
 
 log = logging.getLogger("league.learner")
 
+DEFAULT_STOP_TIMEOUT_S = 20.0
+"""How long after a stop the learner thread may take to train on what it accepted, publish its final checkpoint,
+report and release: a second or two on a healthy share. Inside the 30 s of grace the deploy manifests give
+learners, so that a stuck learner hands its player back before the supervisor's SIGKILL."""
+JOIN_SLICE_S = 0.2
 
 
 def default_worker_id() -> str:
@@ -66,6 +75,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a checkpoint publish still under way after this long (a hung network filesystem) "
                              "lets the learn job's lease expire, so the player can go to another learner; 'none': "
                              "no limit")
+    parser.add_argument("--stop-timeout", type=cli_args.positive_seconds, default=DEFAULT_STOP_TIMEOUT_S,
+                        metavar="SECONDS",
+                        help="after SIGTERM, give up on a learner thread that has not finished its final "
+                             "checkpoint, report and release this long (stuck): release the learn job from the "
+                             f"main thread and exit 1 (default {DEFAULT_STOP_TIMEOUT_S:g})")
     parser.add_argument("--log-level", default="INFO")
 
 
@@ -139,7 +153,16 @@ def main(args: argparse.Namespace) -> int:
         if not failure:
             log.info("stopping: final checkpoint, report, release")
         learner.request_stop()
-        worker.join()
+        if (stuck := _join_within(worker, args.stop_timeout)) is not None:
+            log.error("the learner thread is still at its stop %.1f s after it (--stop-timeout), at:\n%s\n"
+                      "exiting without it", args.stop_timeout, stuck)
+            try:
+                learner.release_stuck_job()
+            finally:
+                logging.shutdown()
+                # Not a normal exit: the interpreter would wait for the stuck thread, and the learner thread
+                # must not publish once its job is handed back.
+                os._exit(FAILURE_EXIT)
     finally:
         learner.close()
     if failure:
@@ -151,6 +174,17 @@ def main(args: argparse.Namespace) -> int:
         log.error("learner failed", exc_info=err)
         return FAILURE_EXIT
     return 0
+
+
+def _join_within(worker: threading.Thread, timeout_s: float) -> str | None:
+    """Wait up to `timeout_s` for the learner thread; None once it ended, else where it is stuck. Joined in
+    slices so that the signal handlers run meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    while (left := deadline - time.monotonic()) > 0:
+        worker.join(min(JOIN_SLICE_S, left))
+        if not worker.is_alive():
+            return None
+    return None if not worker.is_alive() else stack_of(worker)
 
 
 def _refuse(message: str) -> int:

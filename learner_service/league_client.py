@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED})
 # UpdatePlayer / FinishJob: a few quick retries; if the coordinator stays away the next report catches up.
 REPORT_RETRY = RetryPolicy(attempts=4, initial_backoff_s=0.2, max_backoff_s=2.0, retry_codes=RETRYABLE)
+LAST_WORD_TIMEOUT_S = 3.0
+"""Deadline of the one FinishJob a learner exiting without its stuck learner thread sends."""
 
 
 class Interrupted(Exception):
@@ -228,11 +230,13 @@ class LeagueClient:
             self._resets_handed_out[player_id] = max(latest, reply.reset_checkpoint_version)
         return reply
 
-    def finish(self, job_id: str, status: int, error: str = "") -> bool:
-        """FinishJob (idempotent by job id); False if the coordinator was unreachable or refused it."""
+    def finish(self, job_id: str, status: int, error: str = "", *, patient: bool = True) -> bool:
+        """FinishJob (idempotent by job id); False if the coordinator was unreachable or refused it. Not
+        `patient`: one short attempt (a process about to exit without its learner thread)."""
         request = league_pb2.FinishJobRequest(worker_id=self.worker_id, job_id=job_id, status=status, error=error)
+        timeout_s, policy = (10.0, REPORT_RETRY) if patient else (LAST_WORD_TIMEOUT_S, RetryPolicy(attempts=1))
         try:
-            call_idempotent(self._stub.FinishJob, request, timeout=10.0, policy=REPORT_RETRY)
+            call_idempotent(self._stub.FinishJob, request, timeout=timeout_s, policy=policy)
             return True
         except grpc.RpcError as err:
             log.warning("FinishJob %s: %s: %s (its lease will expire instead)", job_id, err.code().name, err.details())

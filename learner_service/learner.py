@@ -96,6 +96,7 @@ class Learner:
         self._lock = threading.Lock()
         self._stopping = False
         self._session: LearnSession | None = None
+        self._job: LearnJob | None = None  # the learn job being served, from binding to its FinishJob
         self._kept: _Kept | None = None
         self._published_cond = threading.Condition()
         self._published: dict[str, CheckpointRef] = {}
@@ -164,9 +165,13 @@ class Learner:
             log.info("bound to %s (learn job %s, checkpoint %r v%d)", job.player_id, job.job_id,
                      job.checkpoint_path, job.checkpoint_version)
             lease = LeaseKeeper(self.client, job, registration, self._stall_watches()).start()
+            with self._lock:
+                self._job = job
             try:
                 self._serve_job(job, lease, store_root)
             finally:
+                with self._lock:
+                    self._job = None
                 lease.close()
 
     def _stall_watches(self) -> list[StallWatch]:
@@ -220,6 +225,20 @@ class Learner:
             self.server.set_serving(False)
         self.client.interrupt()
         self.plane.close()
+
+    def release_stuck_job(self) -> bool | None:
+        """For the process shell, when the learner thread did not get back within the stop timeout (a final
+        checkpoint stuck on a hung share, say): hand the learn job back from the calling thread, so that the
+        league can bind the player to another learner now rather than when the lease expires. One short attempt;
+        None without a job. The process must exit right after: the learner thread must not publish again."""
+        with self._lock:
+            job = self._job
+        if job is None:
+            return None
+        log.warning("learn job %s (%s): releasing it from outside the stuck learner thread; what was trained "
+                    "since version %d is lost", job.job_id, job.player_id, self.plane.learner_version)
+        return self.client.finish(job.job_id, league_pb2.FINISH_STATUS_RELEASED,
+                                  "the learner gave up on its stuck learner thread at stop", patient=False)
 
     def close(self, grace_s: float = 2.0) -> None:
         """Stop the server (health NOT_SERVING, in-flight streams get ``grace_s``) and the client."""

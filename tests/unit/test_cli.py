@@ -45,3 +45,12 @@ def test_actor_refuses_a_count_out_of_range_naming_the_flag(tmp_path, capsys, fl
         main(["actor", "--coordinator", "127.0.0.1:1", "--shared-root", str(tmp_path), flag, value])
     assert exited.value.code == 2
     assert f"argument {flag}: must be >= " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, value", [("--stop-timeout", "0"), ("--stop-timeout", "inf"),
+                                         ("--publish-timeout", "-1")])
+def test_learner_refuses_a_timeout_out_of_range_naming_the_flag(tmp_path, capsys, flag, value):
+    with pytest.raises(SystemExit) as exited:
+        main(["learner", "--coordinator", "127.0.0.1:1", "--shared-root", str(tmp_path), flag, value])
+    assert exited.value.code == 2
+    assert f"argument {flag}:" in capsys.readouterr().err

@@ -3,6 +3,7 @@ resumes it. The coordinator runs in process (a real one, port 0)."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 from common.checkpoint_store import CheckpointStore
@@ -103,52 +104,47 @@ sys.exit(main(parser.parse_args(sys.argv[1:])))
 """
 
 
-def test_a_publish_that_hangs_lets_the_learn_lease_expire_so_the_player_can_go_to_another_learner(tmp_path):
-    """Before, the lease keeper renewed the lease of a learner stuck in a publish for as long as the share hung,
-    so no other learner could take the player. After --publish-timeout the renewals stop."""
+@contextlib.contextmanager
+def _learner_stuck_in_a_publish(tmp_path, lease_timeout_s: float, *flags: str):
+    """A learner (HUNG_WRITES) bound to the solo player, whose publish of v1 hangs; yields (coordinator, learner)."""
     cfg = solo_config(batch_size=128, publish_every=1)
     rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)
-    command = [sys.executable, "-c", HUNG_WRITES, str(tmp_path), "--coordinator", "", "--shared-root", str(tmp_path),
-               "--worker-id", "learner-h", "--device", "cpu", "--publish-timeout", "1"]
     try:
-        with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
-            command[command.index("--coordinator") + 1] = coordinator.address
+        with running_coordinator(cfg, tmp_path, lease_timeout_s=lease_timeout_s) as coordinator:
+            command = [sys.executable, "-c", HUNG_WRITES, str(tmp_path), "--coordinator", coordinator.address,
+                       "--shared-root", str(tmp_path), "--worker-id", "learner-h", "--device", "cpu", *flags]
             with server_process(command, tmp_path / "learner.log") as proc:
                 eventually(lambda: player_status(coordinator.address).checkpoint_path)  # v0 published
                 (tmp_path / "hang").touch()
                 push(proc.address, rollout.chunks(acting_task(cfg, tmp_path), 1, policy_version=0))  # one batch
-                eventually(lambda: _status(coordinator.address).counters.jobs_expired == 1, timeout_s=60)
-                assert player_status(coordinator.address).learner_worker_id == ""  # free for another learner
-                assert proc.popen.poll() is None  # still stuck in its publish
-                assert "a checkpoint publish has taken over 1 s" in proc.log_tail(60)
+                eventually(lambda: (tmp_path / "hung").exists(), timeout_s=30)  # its publish of v1 hangs
+                yield coordinator, proc
     finally:
         rollout.close()
+
+
+def test_a_publish_that_hangs_lets_the_learn_lease_expire_so_the_player_can_go_to_another_learner(tmp_path):
+    """Before, the lease keeper renewed the lease of a learner stuck in a publish for as long as the share hung,
+    so no other learner could take the player. After --publish-timeout the renewals stop."""
+    with _learner_stuck_in_a_publish(tmp_path, 3.0, "--publish-timeout", "1") as (coordinator, proc):
+        eventually(lambda: _status(coordinator.address).counters.jobs_expired == 1, timeout_s=60)
+        assert player_status(coordinator.address).learner_worker_id == ""  # free for another learner
+        assert proc.popen.poll() is None  # still stuck in its publish
+        assert "a checkpoint publish has taken over 1 s" in proc.log_tail(60)
 
 
 def test_a_stop_stuck_in_a_publish_hands_the_player_back_and_exits_1_after_the_stop_timeout(tmp_path):
     """Before, a learner stopped while its publish hung on the share waited for ever (or for a SIGKILL, after
     which the player stayed bound until its lease expired). With --publish-timeout off, only the stop's own
     backstop ends it."""
-    cfg = solo_config(batch_size=128, publish_every=1)
-    rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)
-    command = [sys.executable, "-c", HUNG_WRITES, str(tmp_path), "--coordinator", "", "--shared-root", str(tmp_path),
-               "--worker-id", "learner-s", "--device", "cpu", "--publish-timeout", "none", "--stop-timeout", "2"]
-    try:
-        with running_coordinator(cfg, tmp_path, lease_timeout_s=60.0) as coordinator:
-            command[command.index("--coordinator") + 1] = coordinator.address
-            with server_process(command, tmp_path / "learner.log") as proc:
-                eventually(lambda: player_status(coordinator.address).checkpoint_path)  # v0 published
-                (tmp_path / "hang").touch()
-                push(proc.address, rollout.chunks(acting_task(cfg, tmp_path), 1, policy_version=0))  # one batch
-                eventually(lambda: (tmp_path / "hung").exists(), timeout_s=30)  # its publish of v1 hangs
-                assert proc.terminate(timeout_s=30) == 1, proc.log_tail()
-                log = proc.log_tail(80)
-                assert "still at its stop 2.0 s after it (--stop-timeout)" in log
-                assert "hung_open" in log  # where it is stuck
-            status = _status(coordinator.address)
-            player = next(p for p in status.players if p.player_id == PLAYER)
-            assert player.learner_worker_id == ""  # handed back at once, not after the 60 s lease
-            assert player.checkpoint_version == 0
-            assert status.counters.jobs_finished == 1 and status.counters.jobs_expired == 0
-    finally:
-        rollout.close()
+    flags = ("--publish-timeout", "none", "--stop-timeout", "2")
+    with _learner_stuck_in_a_publish(tmp_path, 60.0, *flags) as (coordinator, proc):
+        assert proc.terminate(timeout_s=30) == 1, proc.log_tail()
+        log = proc.log_tail(80)
+        assert "still at its stop 2.0 s after it (--stop-timeout)" in log
+        assert "hung_open" in log  # where it is stuck
+        status = _status(coordinator.address)
+    player = next(p for p in status.players if p.player_id == PLAYER)
+    assert player.learner_worker_id == ""  # handed back at once, not after the 60 s lease
+    assert player.checkpoint_version == 0
+    assert status.counters.jobs_finished == 1 and status.counters.jobs_expired == 0

@@ -38,19 +38,13 @@ def test_ctrl_c_while_a_command_starts_up_exits_130_without_a_traceback(tmp_path
     assert not (tmp_path / "run").exists()  # nothing was started
 
 
-@pytest.mark.parametrize("flag, value", [("--env-cpus", "0"), ("--env-num", "0"), ("--max-jobs", "-3"),
-                                         ("--env-max-retry", "-1")])
-def test_actor_refuses_a_count_out_of_range_naming_the_flag(tmp_path, capsys, flag, value):
+@pytest.mark.parametrize("command, flag, value", [
+    ("actor", "--env-cpus", "0"), ("actor", "--env-num", "0"), ("actor", "--max-jobs", "-3"),
+    ("actor", "--env-max-retry", "-1"),
+    ("learner", "--stop-timeout", "0"), ("learner", "--stop-timeout", "inf"), ("learner", "--publish-timeout", "-1"),
+])
+def test_workers_refuse_a_number_out_of_range_naming_the_flag(tmp_path, capsys, command, flag, value):
     with pytest.raises(SystemExit) as exited:
-        main(["actor", "--coordinator", "127.0.0.1:1", "--shared-root", str(tmp_path), flag, value])
+        main([command, "--coordinator", "127.0.0.1:1", "--shared-root", str(tmp_path), flag, value])
     assert exited.value.code == 2
-    assert f"argument {flag}: must be >= " in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("flag, value", [("--stop-timeout", "0"), ("--stop-timeout", "inf"),
-                                         ("--publish-timeout", "-1")])
-def test_learner_refuses_a_timeout_out_of_range_naming_the_flag(tmp_path, capsys, flag, value):
-    with pytest.raises(SystemExit) as exited:
-        main(["learner", "--coordinator", "127.0.0.1:1", "--shared-root", str(tmp_path), flag, value])
-    assert exited.value.code == 2
-    assert f"argument {flag}:" in capsys.readouterr().err
+    assert f"argument {flag}: must be " in capsys.readouterr().err

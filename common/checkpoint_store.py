@@ -22,25 +22,19 @@ publish, `CheckpointStore.close` and interpreter exit wait for it.
 Snapshots (frozen copies for historical players) are hard links, or copies where linking fails.
 One writer per player is assumed (its learner); any number of readers may load concurrently.
 
-Digest: BLAKE3-256 (manifest format ``league-checkpoint/2``, ``"digest": "blake3:<hex>"``), a cryptographic
-hash like sha256 but ~3x faster here (single thread ~4.7 GB/s with AVX2/AVX-512 against sha256's ~1.7 GB/s
-with SHA-NI): every load hashes every byte, so the hash is most of a load's cost. Manifests of format
-``league-checkpoint/1`` (``"sha256": "<hex>"``) still load and are verified with sha256.
+Digest: BLAKE3-256 (manifest format ``league-checkpoint/2``, ``"digest": "blake3:<hex>"``; why BLAKE3:
+`common.checkpoint_hashing`). Manifests of format ``league-checkpoint/1`` (``"sha256": "<hex>"``) still load
+and are verified with sha256. Files are written the way of `common.durable_files`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
-import hashlib
-import io
 import json
 import logging
 import os
-import queue
 import re
-import secrets
 import shutil
 import stat
 import threading
@@ -50,10 +44,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import blake3
 import numpy as np
 
 from common.checkpoint_buffers import LoadBuffers
+from common.checkpoint_hashing import FileDigest, Hasher, save_hashed
+from common.durable_files import (
+    atomic_write,
+    fsync_dir,
+    fsync_file,
+    temp_name,
+    unlink_quietly,
+    write_new_file,
+)
 from common.paths import SharedRoot, UnsafePathError, check_component, check_relative
 from common.trajectory import ALLOWED_DTYPES
 
@@ -68,7 +70,6 @@ LEGACY_MANIFEST_FORMAT = "league-checkpoint/1"
 FORMAT = "league-checkpoint/1"
 """The ``format`` of the dict inside a weights file (unchanged by the manifest's move to BLAKE3)."""
 TRAINING_STATE_FORMAT = "league-training-state/1"
-DIGEST_ALGORITHM = "blake3"
 LATEST = "latest.json"
 MANIFEST_SUFFIX = ".json"
 PIN_SUFFIX = ".pin"
@@ -76,7 +77,6 @@ TRAINING_STATE_SUFFIX = ".train"
 _VERSION_FILE = re.compile(r"^v(\d{10})\.pt$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _DIGEST = re.compile(r"^(blake3|sha256):[0-9a-f]{64}$")
-_HASHES: dict[str, Callable[[], Any]] = {"blake3": blake3.blake3, "sha256": hashlib.sha256}
 _MAX_MANIFEST_BYTES = 64 * 1024
 _STALE_TEMP_S = 3600.0
 _RETIRED_SUFFIX = ".retired"
@@ -85,8 +85,6 @@ _CHUNK = 4 << 20
 """Read size of a load (the hash of one chunk overlaps the read of the next)."""
 _LOAD_BUFFERS = LoadBuffers(keep=2)
 """Loads read into memory that earlier loads' dropped arrays left (see `common.checkpoint_buffers`)."""
-_SMALL_WRITE = 64 << 10
-"""torch.save's headers and small records are gathered up to `_CHUNK` before one write (fewer syscalls)."""
 
 
 class CheckpointError(Exception):
@@ -104,15 +102,6 @@ class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
 class VersionConflictError(ValueError):
     """A publish numbered at or below the player's latest version: someone else published it meanwhile (the
     store has one writer per player, the learner bound to it)."""
-
-
-@dataclass(frozen=True)
-class FileDigest:
-    """What a published companion file must hash to."""
-
-    digest: str
-    """``"<algorithm>:<hex>"``, e.g. ``"blake3:…"``."""
-    size: int
 
 
 @dataclass(frozen=True)
@@ -221,32 +210,32 @@ class CheckpointStore:
         manifest_path = path.with_name(path.name + MANIFEST_SUFFIX)
         temps: list[Path] = []
         try:
-            weights_tmp = _temp_name(path)
+            weights_tmp = temp_name(path)
             temps.append(weights_tmp)
-            weights = _save(payload, weights_tmp)
+            weights = save_hashed(payload, weights_tmp)
             state = None
             if state_payload is not None:
-                state_tmp = _temp_name(state_path)
+                state_tmp = temp_name(state_path)
                 temps.append(state_tmp)
-                state = _save(state_payload, state_tmp)
+                state = save_hashed(state_payload, state_tmp)
                 temps.append(state_path)  # from here on a failure also removes the renamed state file
                 os.replace(state_tmp, state_path)
             os.replace(weights_tmp, path)
         except BaseException:
             for tmp in temps:
-                _unlink_quietly(tmp)
+                unlink_quietly(tmp)
             raise
         ref = CheckpointRef(relative, int(version), weights.digest, weights.size, metadata, state)
         try:
-            _fsync_dir(path.parent)  # the files are durable under their names before any manifest names them
+            fsync_dir(path.parent)  # the files are durable under their names before any manifest names them
             _publish_manifest(_manifest_bytes(ref), manifest_path, path.parent / LATEST)
         except BaseException:
             # Not published after all (a full disk, say): leave no files or manifest behind that latest.json
             # does not name (they would hold space and count as versions for retention).
             for victim in (manifest_path, path, state_path):
-                _unlink_quietly(victim)
+                unlink_quietly(victim)
             raise
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
         # Retention: the versions now beyond keep_last are unpublished and their files renamed out of the way
         # here; deleting those files (which waits for the disk: ext4 discards their blocks) goes on in the
         # background while the caller moves on.
@@ -399,18 +388,18 @@ class CheckpointStore:
         except OSError as e:
             if e.errno not in (errno.EXDEV, errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EACCES):
                 raise
-            tmp = _temp_name(dest_path)
+            tmp = temp_name(dest_path)
             shutil.copyfile(src_path, tmp, follow_symlinks=False)
-            _fsync_file(tmp)
+            fsync_file(tmp)
             os.replace(tmp, dest_path)
         # Weights only: a snapshot is a frozen opponent, never resumed as a learner.
         snap = CheckpointRef(dest, ref.version, ref.digest, ref.size, {**ref.metadata, "snapshot_of": source})
         try:
-            _fsync_dir(dest_path.parent)
-            _atomic_write(dest_manifest, _manifest_bytes(snap))
+            fsync_dir(dest_path.parent)
+            atomic_write(dest_manifest, _manifest_bytes(snap))
         except BaseException:
             if not dest_manifest.exists():  # no weights left that no manifest publishes (a hard link keeps space);
-                _unlink_quietly(dest_path)  # a manifest renamed in place before a later step failed keeps them
+                unlink_quietly(dest_path)  # a manifest renamed in place before a later step failed keeps them
             raise
         return snap
 
@@ -418,7 +407,7 @@ class CheckpointStore:
         """Keep ``path`` through retention (a marker file, so every process sees it)."""
         self.manifest(path)
         resolved = self.root.resolve(path)
-        _atomic_write(resolved.with_name(resolved.name + PIN_SUFFIX), b"")
+        atomic_write(resolved.with_name(resolved.name + PIN_SUFFIX), b"")
 
     def unpin(self, path: str) -> None:
         resolved = self.root.resolve(path)
@@ -426,7 +415,7 @@ class CheckpointStore:
             os.unlink(resolved.with_name(resolved.name + PIN_SUFFIX))
         except FileNotFoundError:
             return
-        _fsync_dir(resolved.parent)
+        fsync_dir(resolved.parent)
 
     def prune(self, player_id: str, keep_last: int | None = None, pinned: Collection[str] = ()) -> list[str]:
         """Remove published versions beyond the newest ``keep_last``, except pinned ones; returns removed paths.
@@ -470,9 +459,9 @@ class CheckpointStore:
             if relative in pinned or (directory / (name + PIN_SUFFIX)).exists():
                 continue
             # Manifest first: from then on the version is unpublished, so readers never see a half-removal.
-            _unlink_quietly(directory / (name + MANIFEST_SUFFIX))
+            unlink_quietly(directory / (name + MANIFEST_SUFFIX))
             for victim in (directory / name, directory / (name + TRAINING_STATE_SUFFIX)):
-                hidden = _temp_name(victim, _RETIRED_SUFFIX)
+                hidden = temp_name(victim, _RETIRED_SUFFIX)
                 try:
                     os.rename(victim, hidden)
                 except FileNotFoundError:
@@ -656,7 +645,7 @@ def _read_hashed(fd: int, where: str, digest: str, size: int, keep: bool) -> np.
     hashes chunk i while chunk i + 1 is read), else through one reused chunk (only the check is wanted)."""
     buffer = _LOAD_BUFFERS.take(size) if keep else np.empty(min(size, _CHUNK), dtype=np.uint8)
     view = memoryview(buffer)
-    hasher = _Hasher(digest.split(":", 1)[0], background=keep and size > _CHUNK)
+    hasher = Hasher(digest.split(":", 1)[0], background=keep and size > _CHUNK)
     try:
         offset = 0
         while offset < size:
@@ -758,10 +747,6 @@ def _read_small(path: Path) -> bytes:
     return data
 
 
-def _temp_name(path: Path, suffix: str = ".tmp") -> Path:
-    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}{suffix}")
-
-
 def _drop_page_cache(path: Path) -> None:
     """Ask the kernel to drop the file's cached pages (clean ones go; nothing changes for readers)."""
     if not hasattr(os, "posix_fadvise"):
@@ -786,71 +771,33 @@ def _drop_page_cache(path: Path) -> None:
 def _delete_retired(directory: Path, retired: list[Path]) -> None:
     """Delete files `CheckpointStore._retire_beyond` renamed away, then make their removal durable."""
     for path in retired:
-        _unlink_quietly(path)
-    _fsync_dir(directory)
-
-
-_CRC32_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def _without_zip_crc32() -> Iterator[None]:
-    """torch.save's per-record CRC32 costs ~40% of a save and the digest already covers every byte: skip it.
-
-    The switch is process-wide in torch, so it is flipped under a lock and restored; a torch.save elsewhere
-    running meanwhile merely writes a file without CRCs, which torch.load reads the same.
-    """
-    import torch
-
-    with _CRC32_LOCK:
-        previous = torch.serialization.get_crc32_options()
-        torch.serialization.set_crc32_options(False)
-        try:
-            yield
-        finally:
-            torch.serialization.set_crc32_options(previous)
-
-
-def _unlink_quietly(path: Path) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _save(payload: dict[str, Any], tmp: Path) -> FileDigest:
-    """torch.save ``payload`` into the new file ``tmp`` (fsynced), hashing the bytes on their way out."""
-    import torch
-
-    with _HashingWriter(tmp, _storage_ranges(payload)) as writer:
-        with _without_zip_crc32():
-            torch.save(payload, writer)
-        return writer.finish()
+        unlink_quietly(path)
+    fsync_dir(directory)
 
 
 def _publish_manifest(manifest: bytes, manifest_path: Path, latest_path: Path) -> None:
     """The version's manifest, then latest.json: one file written and fsynced, hard-linked under the first
     name and renamed to the second (a second write where the filesystem has no hard links). Raises only
     before latest.json is renamed; the caller fsyncs the directory."""
-    tmp = _temp_name(latest_path)
+    tmp = temp_name(latest_path)
     try:
-        _write_new_file(tmp, manifest)
-        linked = _temp_name(manifest_path)
+        write_new_file(tmp, manifest)
+        linked = temp_name(manifest_path)
         try:
             os.link(tmp, linked, follow_symlinks=False)
         except OSError as e:
             if e.errno not in (errno.EXDEV, errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EACCES):
                 raise
-            _atomic_write(manifest_path, manifest, sync_dir=False)
+            atomic_write(manifest_path, manifest, sync_dir=False)
         else:
             try:
                 os.replace(linked, manifest_path)  # over a leftover of a crashed publish of this version
             except BaseException:
-                _unlink_quietly(linked)
+                unlink_quietly(linked)
                 raise
         os.replace(tmp, latest_path)
     except BaseException:
-        _unlink_quietly(tmp)
+        unlink_quietly(tmp)
         raise
 
 
@@ -875,201 +822,3 @@ class _InThread:
         self._thread.join()
         if self._error is not None:
             raise self._error
-
-
-class _Hasher:
-    """One digest (``"<algorithm>:<hex>"``), computed on a helper thread when ``background`` (both hashes
-    release the GIL), so hashing overlaps disk I/O; chunks are hashed in the order given. Every chunk must stay
-    unchanged until `digest` returns."""
-
-    def __init__(self, algorithm: str = DIGEST_ALGORITHM, background: bool = True) -> None:
-        if algorithm not in _HASHES:
-            raise ValueError(f"unknown digest algorithm {algorithm!r}")
-        self._algorithm = algorithm
-        self._hash = _HASHES[algorithm]()
-        self._error: BaseException | None = None
-        self._work: queue.SimpleQueue[memoryview | bytes | None] | None = None
-        self._thread: threading.Thread | None = None
-        if background:
-            self._work = queue.SimpleQueue()
-            self._thread = threading.Thread(target=self._run, name="ckpt-hash", daemon=True)
-            self._thread.start()
-
-    def _run(self) -> None:
-        assert self._work is not None
-        while (chunk := self._work.get()) is not None:
-            if self._error is None:
-                try:
-                    self._hash.update(chunk)
-                except BaseException as e:  # handed to the caller by digest()
-                    self._error = e
-
-    def update(self, chunk: memoryview | bytes) -> None:
-        if self._work is None:
-            self._hash.update(chunk)
-        else:
-            self._work.put(chunk)
-
-    def digest(self) -> str:
-        """Wait for every chunk given so far; the helper thread is then gone."""
-        self.close()
-        if self._error is not None:
-            raise self._error
-        return f"{self._algorithm}:{self._hash.hexdigest()}"
-
-    def close(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
-            assert self._work is not None
-            self._work.put(None)
-            self._thread.join()
-
-
-def _storage_ranges(payload: Any) -> list[tuple[int, int]]:
-    """Address ranges of the tensors' memory in ``payload``: bytes torch.save hands over from inside them stay
-    unchanged while the payload lives, so they are hashed in place instead of copied."""
-    import torch
-
-    ranges = []
-    stack = [payload]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, torch.Tensor):
-            storage = value.untyped_storage()
-            ranges.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
-        elif isinstance(value, Mapping):
-            stack.extend(value.values())
-        elif isinstance(value, list | tuple):
-            stack.extend(value)
-    return ranges
-
-
-class _HashingWriter(io.RawIOBase):
-    """The write end torch.save streams into: a new temp file, hashed as it is written, fsynced by `finish`.
-
-    Records from inside the payload's tensors are written straight from the tensor and hashed in place on the
-    helper thread; torch's small headers are gathered into one buffer first (fewer syscalls; torch reuses its
-    own buffers once ``write`` returns, so those bytes are hashed from the gathered copy).
-    """
-
-    def __init__(self, path: Path, stable: list[tuple[int, int]]) -> None:
-        super().__init__()
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
-        self._file = os.fdopen(fd, "wb", buffering=0)
-        self._stable = stable
-        self._hash = _Hasher()
-        self._pending = bytearray()
-        self._writeback = _SYNC_FILE_RANGE is not None
-        self.size = 0
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: bytes | memoryview) -> int:  # type: ignore[override]
-        view = memoryview(data).cast("B")
-        n = len(view)
-        if n < _SMALL_WRITE:
-            self._pending += view
-            if len(self._pending) >= _CHUNK:
-                self._flush_pending()
-            return n
-        self._flush_pending()
-        self._hash.update(view if self._is_stable(view) else bytes(view))
-        self._write(view)
-        return n
-
-    def _write(self, view: memoryview) -> None:
-        _write_all(self._file, view)
-        if self._writeback:  # start writing these pages to disk now, so the final fsync has little left to do
-            self._writeback = _start_writeback(self._file.fileno(), self.size, len(view))
-        self.size += len(view)
-
-    def _is_stable(self, view: memoryview) -> bool:
-        start = np.frombuffer(view, dtype=np.uint8).__array_interface__["data"][0]
-        end = start + len(view)
-        return any(low <= start and end <= high for low, high in self._stable)
-
-    def _flush_pending(self) -> None:
-        if self._pending:
-            block = bytes(self._pending)
-            self._pending.clear()
-            self._hash.update(block)
-            self._write(memoryview(block))
-
-    def finish(self) -> FileDigest:
-        """Everything written: flush it to disk and return its digest."""
-        self._flush_pending()
-        os.fsync(self._file.fileno())  # the helper thread finishes hashing meanwhile
-        return FileDigest(self._hash.digest(), self.size)
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        try:
-            self._hash.close()
-            self._file.close()
-        finally:
-            super().close()
-
-
-def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:
-    try:
-        function = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):  # not Linux
-        return None
-    function.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    function.restype = ctypes.c_int
-    return function
-
-
-_SYNC_FILE_RANGE = _load_sync_file_range()
-_SYNC_FILE_RANGE_WRITE = 2
-
-
-def _start_writeback(fd: int, offset: int, length: int) -> bool:
-    """Ask the kernel to start writing a just-written range to disk (Linux ``sync_file_range``, a hint that
-    does not wait; the fsync at the end still guarantees durability). False where the filesystem refuses,
-    so the caller stops asking; a real I/O error surfaces at that fsync."""
-    assert _SYNC_FILE_RANGE is not None
-    return _SYNC_FILE_RANGE(fd, offset, length, _SYNC_FILE_RANGE_WRITE) == 0
-
-
-def _write_all(file: io.FileIO, view: memoryview) -> None:
-    while view:
-        view = view[file.write(view):]
-
-
-def _write_new_file(path: Path, data: bytes | memoryview) -> None:
-    """Create ``path`` (it must not exist), write ``data`` and fsync it."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
-    with os.fdopen(fd, "wb", buffering=0) as f:
-        _write_all(f, memoryview(data))
-        os.fsync(f.fileno())
-
-
-def _atomic_write(path: Path, data: bytes | memoryview, sync_dir: bool = True) -> None:
-    """Temp file in the same directory, fsync, rename over ``path``, fsync the directory."""
-    tmp = _temp_name(path)
-    try:
-        _write_new_file(tmp, data)
-        os.replace(tmp, path)
-    except BaseException:
-        _unlink_quietly(tmp)
-        raise
-    if sync_dir:
-        _fsync_dir(path.parent)
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -24,7 +24,6 @@ import os
 import random
 import socket
 import ssl
-import tempfile
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent import futures
@@ -36,6 +35,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from common.durable_files import atomic_write
 from common.ports import bind_error
 
 log = logging.getLogger(__name__)
@@ -235,19 +235,10 @@ def parse_listen_line(line: str) -> tuple[str, str] | None:
 
 
 def write_port_file(path: str | os.PathLike[str], port: int) -> None:
-    """Write the port atomically (temp file + rename) so a reader never sees a half-written number."""
+    """Write the port atomically (`common.durable_files`) so a reader never sees a half-written number."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(f"{port}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, f"{port}\n".encode())
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -1,0 +1,100 @@
+"""Files that other processes read, written so that a reader finds them whole or not at all.
+
+The pattern: write a temporary name in the same directory, fsync it, rename it over the final name, fsync the
+directory (so the rename itself survives a power loss). Used by the checkpoint store and for small files that
+tools poll (port files).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import io
+import os
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def temp_name(path: Path, suffix: str = ".tmp") -> Path:
+    """A hidden name beside `path`, unique to this process and call."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}{suffix}")
+
+
+def create_new(path: Path) -> io.FileIO:
+    """Open `path` for writing; it must not exist (O_EXCL: never writes through someone else's file or link)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC, 0o644)
+    return os.fdopen(fd, "wb", buffering=0)
+
+
+def write_all(file: io.FileIO, view: memoryview) -> None:
+    while view:
+        view = view[file.write(view):]
+
+
+def write_new_file(path: Path, data: bytes | memoryview) -> None:
+    """Create `path` (it must not exist), write `data` and fsync it."""
+    with create_new(path) as f:
+        write_all(f, memoryview(data))
+        os.fsync(f.fileno())
+
+
+def atomic_write(path: Path, data: bytes | memoryview, sync_dir: bool = True) -> None:
+    """Temp file in the same directory, fsync, rename over `path`, fsync the directory."""
+    tmp = temp_name(path)
+    try:
+        write_new_file(tmp, data)
+        os.replace(tmp, path)
+    except BaseException:
+        unlink_quietly(tmp)
+        raise
+    if sync_dir:
+        fsync_dir(path.parent)
+
+
+def unlink_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | _CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    try:
+        function = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):  # not Linux
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+_SYNC_FILE_RANGE = _load_sync_file_range()
+_SYNC_FILE_RANGE_WRITE = 2
+CAN_START_WRITEBACK = _SYNC_FILE_RANGE is not None
+
+
+def start_writeback(fd: int, offset: int, length: int) -> bool:
+    """Ask the kernel to start writing a just-written range to disk (Linux ``sync_file_range``, a hint that
+    does not wait; the fsync at the end still guarantees durability). False where the filesystem refuses (or
+    the platform has no such call), so the caller stops asking; a real I/O error surfaces at that fsync."""
+    if _SYNC_FILE_RANGE is None:
+        return False
+    return _SYNC_FILE_RANGE(fd, offset, length, _SYNC_FILE_RANGE_WRITE) == 0

@@ -72,9 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="where to train")
     parser.add_argument("--publish-timeout", type=cli_args.positive_seconds_or_none, default=300.0,
                         metavar="SECONDS",
-                        help="a checkpoint publish still under way after this long (a hung network filesystem) "
-                             "lets the learn job's lease expire, so the player can go to another learner; 'none': "
-                             "no limit")
+                        help="a checkpoint publish or read still under way after this long (a hung network "
+                             "filesystem) lets the learn job's lease expire, so the player can go to another "
+                             "learner; 'none': no limit")
     parser.add_argument("--stop-timeout", type=cli_args.positive_seconds, default=DEFAULT_STOP_TIMEOUT_S,
                         metavar="SECONDS",
                         help="after SIGTERM, give up on a learner thread that has not finished its final "

@@ -41,8 +41,8 @@ class LearnerSettings:
     max_backoff_s: float = 10.0
     """Cap of the exponential backoff while the coordinator is away."""
     publish_timeout_s: float | None = 300.0
-    """A checkpoint publish still under way after this long is stuck (a network filesystem whose server went
-    away): the heartbeat stops renewing the learn job's lease, so the league can bind the player to another
+    """A checkpoint publish or read still under way after this long is stuck (a network filesystem whose server
+    went away): the heartbeat stops renewing the learn job's lease, so the league can bind the player to another
     learner. Generous: a large checkpoint on a slow share legitimately takes seconds (None: no limit)."""
 
     def __post_init__(self) -> None:

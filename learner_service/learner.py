@@ -100,7 +100,7 @@ class Learner:
         self._kept: _Kept | None = None
         self._published_cond = threading.Condition()
         self._published: dict[str, CheckpointRef] = {}
-        self._publishing = BusyClock()  # the session's publish under way, watched by the lease keeper
+        self._publishing = BusyClock()  # the session's checkpoint publish or read under way (lease keeper)
 
     @property
     def stopping(self) -> bool:
@@ -179,7 +179,7 @@ class Learner:
         these limits, so that the league can bind the player to another learner."""
         if self.settings.publish_timeout_s is None:
             return []
-        return [StallWatch("a checkpoint publish has taken", self._publishing.busy_s, self.settings.publish_timeout_s)]
+        return [StallWatch("a checkpoint publish or read has taken", self._publishing.busy_s, self.settings.publish_timeout_s)]
 
     def _serve_job(self, job: LearnJob, lease: LeaseKeeper, store_root: Path) -> None:
         try:
@@ -281,7 +281,8 @@ class Learner:
                 raise JobSetupError(f"job {job.job_id} ({job.player_id}): {err}") from err
             trainer.restore_algorithm_updates(start.algorithm_updates)
             if start.published is not None:  # the player's own latest version: resume its optimizer state too
-                trainer.resume_training_state(publisher.store, start.published)
+                with publisher.timed():
+                    trainer.resume_training_state(publisher.store, start.published)
             if start.published is None:
                 publisher.try_publish(trainer)  # a full disk is logged; the session retries on a backoff
             log.info("%s: starting from %s at version %d (%d agent steps, %d train iterations)", job.player_id,

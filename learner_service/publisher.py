@@ -22,6 +22,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,13 +108,14 @@ class CheckpointPublisher:
         self, store: CheckpointStore, player_id: str, worker_id: str, clock: Callable[[], float] = time.monotonic,
         busy: BusyClock | None = None,
     ) -> None:
-        """`busy`: times each publish, for the lease keeper's watch on a publish that hangs."""
+        """`busy`: times each publish and read, for the lease keeper's watch on checkpoint I/O that hangs."""
         self.store = store
         self._busy = busy or BusyClock()
         self.player_id = player_id
         self.worker_id = worker_id
         try:
-            latest = store.latest(player_id)
+            with self._busy.timed():
+                latest = store.latest(player_id)
         except CorruptCheckpointError as err:  # no readable manifest left: `choose_start` decides what follows
             log.error("%s: %s", player_id, err)
             latest = None
@@ -195,9 +197,17 @@ class CheckpointPublisher:
                       self.failures, " - the shared filesystem is full" if err.disk_full else "")
             return None
 
+    def timed(self) -> AbstractContextManager[None]:
+        """Times a read of the store made outside this class (the lease keeper watches it as a publish)."""
+        return self._busy.timed()
+
     # ---- where to start -------------------------------------------------------------------------------
     def choose_start(self, job_path: str, job_version: int, league_progress: Progress) -> StartPoint:
         """The start point of a session (see the module docstring)."""
+        with self._busy.timed():
+            return self._choose_start(job_path, job_version, league_progress)
+
+    def _choose_start(self, job_path: str, job_version: int, league_progress: Progress) -> StartPoint:
         own, own_weights = self._newest_readable()
         progress = Progress(league_progress.agent_steps, league_progress.train_iteration)
         updates = 0
@@ -253,4 +263,7 @@ class CheckpointPublisher:
 
     def load_reset(self, path: str) -> Mapping[str, np.ndarray] | None:
         """The weights a mutation resets to: the checkpoint at ``path``, or None (fresh) for an empty path."""
-        return self.store.load(path).tensors if path else None
+        if not path:
+            return None
+        with self._busy.timed():
+            return self.store.load(path).tensors

@@ -84,14 +84,16 @@ def test_a_killed_learner_restarted_with_its_worker_id_resumes_without_going_bac
         rollout.close()
 
 
-HUNG_WRITES = """
+HUNG_SHARE = """
 import os, sys, threading
 root = sys.argv.pop(1)
 real_open = os.open
 def hung_open(path, flags, *args, **kwargs):
-    # Once the marker exists, a file created under the shared root never opens, as on an NFS mount whose server
-    # went away (hard mount): the thread waits in the kernel, where no interrupt gets in.
-    if flags & os.O_CREAT and str(path).startswith(root) and os.path.exists(os.path.join(root, "hang")):
+    # Once a marker exists, a file created ("hang") or read ("hang-reads") under the shared root never opens, as
+    # on an NFS mount whose server went away (hard mount): the thread waits in the kernel, where no interrupt
+    # gets in.
+    marker = "hang" if flags & os.O_CREAT else "hang-reads"
+    if str(path).startswith(root) and os.path.exists(os.path.join(root, marker)):
         os.close(real_open(os.path.join(root, "hung"), os.O_WRONLY | os.O_CREAT))  # for the test: it hangs now
         threading.Event().wait()
     return real_open(path, flags, *args, **kwargs)
@@ -106,12 +108,12 @@ sys.exit(main(parser.parse_args(sys.argv[1:])))
 
 @contextlib.contextmanager
 def _learner_stuck_in_a_publish(tmp_path, lease_timeout_s: float, *flags: str):
-    """A learner (HUNG_WRITES) bound to the solo player, whose publish of v1 hangs; yields (coordinator, learner)."""
+    """A learner (HUNG_SHARE) bound to the solo player, whose publish of v1 hangs; yields (coordinator, learner)."""
     cfg = solo_config(batch_size=128, publish_every=1)
     rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)
     try:
         with running_coordinator(cfg, tmp_path, lease_timeout_s=lease_timeout_s) as coordinator:
-            command = [sys.executable, "-c", HUNG_WRITES, str(tmp_path), "--coordinator", coordinator.address,
+            command = [sys.executable, "-c", HUNG_SHARE, str(tmp_path), "--coordinator", coordinator.address,
                        "--shared-root", str(tmp_path), "--worker-id", "learner-h", "--device", "cpu", *flags]
             with server_process(command, tmp_path / "learner.log") as proc:
                 eventually(lambda: player_status(coordinator.address).checkpoint_path)  # v0 published
@@ -130,7 +132,7 @@ def test_a_publish_that_hangs_lets_the_learn_lease_expire_so_the_player_can_go_t
         eventually(lambda: _status(coordinator.address).counters.jobs_expired == 1, timeout_s=60)
         assert player_status(coordinator.address).learner_worker_id == ""  # free for another learner
         assert proc.popen.poll() is None  # still stuck in its publish
-        assert "a checkpoint publish has taken over 1 s" in proc.log_tail(60)
+        assert "a checkpoint publish or read has taken over 1 s" in proc.log_tail(60)
 
 
 def test_a_stop_stuck_in_a_publish_hands_the_player_back_and_exits_1_after_the_stop_timeout(tmp_path):
@@ -148,3 +150,21 @@ def test_a_stop_stuck_in_a_publish_hands_the_player_back_and_exits_1_after_the_s
     assert player.learner_worker_id == ""  # handed back at once, not after the 60 s lease
     assert player.checkpoint_version == 0
     assert status.counters.jobs_finished == 1 and status.counters.jobs_expired == 0
+
+
+def test_a_checkpoint_read_that_hangs_at_binding_lets_the_learn_lease_expire_and_the_stop_ends(tmp_path):
+    """Before, only publishes were watched: a learner whose first read of the player's checkpoints hung (the
+    share hung before it bound) kept the lease renewed, and so the player, for as long as the share hung."""
+    cfg = solo_config(batch_size=128, publish_every=1)
+    (tmp_path / "hang-reads").touch()
+    with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
+        command = [sys.executable, "-c", HUNG_SHARE, str(tmp_path), "--coordinator", coordinator.address,
+                   "--shared-root", str(tmp_path), "--worker-id", "learner-r", "--device", "cpu",
+                   "--publish-timeout", "1", "--stop-timeout", "2"]
+        with server_process(command, tmp_path / "learner.log") as proc:
+            eventually(lambda: (tmp_path / "hung").exists(), timeout_s=30)  # its first read hangs
+            eventually(lambda: _status(coordinator.address).counters.jobs_expired == 1, timeout_s=60)
+            assert player_status(coordinator.address).learner_worker_id == ""  # free for another learner
+            assert "a checkpoint publish or read has taken over 1 s" in proc.log_tail(60)
+            assert proc.terminate(timeout_s=30) == 1, proc.log_tail()
+            assert "(--stop-timeout)" in proc.log_tail(80)

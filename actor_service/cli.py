@@ -68,11 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint-read-timeout", type=cli_args.positive_seconds_or_none, default=120.0, metavar="SECONDS",
                         help="a checkpoint read still under way after this long (a hung network filesystem) lets "
                              "the job's lease expire, so the job goes to another actor; 'none': no limit")
-    parser.add_argument("--stop-timeout", type=cli_args.positive_seconds, default=DEFAULT_STOP_TIMEOUT_S,
-                        metavar="SECONDS",
-                        help="after SIGTERM, give up on a job thread still setting up or playing its job this long "
-                             "(stuck): release the job from the main thread and exit 1 "
-                             f"(default {DEFAULT_STOP_TIMEOUT_S:g})")
+    cli_args.add_stop_timeout(parser, DEFAULT_STOP_TIMEOUT_S, "a job thread still setting up or playing its job")
     parser.add_argument("--log-level", default="INFO")
 
 

@@ -89,6 +89,13 @@ def non_negative_seconds(text: str) -> float:
     return value
 
 
+def add_stop_timeout(parser: argparse.ArgumentParser, default_s: float, gives_up_on: str) -> None:
+    """A worker's `--stop-timeout`: the backstop of its stop, after which its main thread hands the job back."""
+    parser.add_argument("--stop-timeout", type=positive_seconds, default=default_s, metavar="SECONDS",
+                        help=f"after SIGTERM, give up on {gives_up_on} this long (stuck): release the job from the "
+                             f"main thread and exit 1 (default {default_s:g})")
+
+
 def _int(text: str) -> int:
     try:
         return int(text)

@@ -75,11 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a checkpoint publish or read still under way after this long (a hung network "
                              "filesystem) lets the learn job's lease expire, so the player can go to another "
                              "learner; 'none': no limit")
-    parser.add_argument("--stop-timeout", type=cli_args.positive_seconds, default=DEFAULT_STOP_TIMEOUT_S,
-                        metavar="SECONDS",
-                        help="after SIGTERM, give up on a learner thread that has not finished its final "
-                             "checkpoint, report and release this long (stuck): release the learn job from the "
-                             f"main thread and exit 1 (default {DEFAULT_STOP_TIMEOUT_S:g})")
+    cli_args.add_stop_timeout(parser, DEFAULT_STOP_TIMEOUT_S,
+                              "a learner thread that has not finished its final checkpoint, report and release")
     parser.add_argument("--log-level", default="INFO")
 
 

@@ -22,6 +22,7 @@ import logging
 import math
 import os
 import random
+import secrets
 import socket
 import ssl
 import threading
@@ -49,6 +50,20 @@ TOKEN_ENV_VAR = "LEAGUE_TOKEN"
 COORDINATOR_ENV_VAR = "LEAGUE_COORDINATOR"
 SHARED_ROOT_ENV_VAR = "LEAGUE_SHARED_ROOT"
 AUTH_METADATA_KEY = "authorization"
+PROCESS_METADATA_KEY = "league-process"
+"""Metadata every call of this project's clients carries: which process sent it. The coordinator lets one
+process at a time use a worker id (two processes started with the same --worker-id would both hold its jobs)."""
+_process_id: tuple[int, str] = (-1, "")
+
+
+def process_id() -> str:
+    """This process, for PROCESS_METADATA_KEY: readable in an error message, unique even where pids repeat
+    (containers); made anew in a forked child."""
+    global _process_id
+    pid = os.getpid()
+    if _process_id[0] != pid:
+        _process_id = (pid, f"{socket.gethostname()}/pid {pid}/{secrets.token_hex(4)}")
+    return _process_id[1]
 # Health checks stay open so load balancers and `grpc_health_probe` work without a secret.
 OPEN_METHOD_PREFIXES: tuple[str, ...] = ("/grpc.health.v1.Health/",)
 # Printed by servers once bound, so parents (tests, `league run`) can find the port.
@@ -450,13 +465,13 @@ class _ClientDefaultsInterceptor(
     grpc.StreamUnaryClientInterceptor,
     grpc.StreamStreamClientInterceptor,
 ):
-    """Gives every call a deadline and, when there is a token, the authorization metadata."""
+    """Gives every call a deadline, the process metadata and, when there is a token, the authorization."""
 
     def __init__(self, default_deadline_s: float, token: str | None) -> None:
         if not default_deadline_s > 0:
             raise ValueError(f"default_deadline_s: must be > 0, got {default_deadline_s}")
         self._deadline = default_deadline_s
-        self._auth = ((AUTH_METADATA_KEY, f"Bearer {token}"),) if token else ()
+        self._auth = ((PROCESS_METADATA_KEY, process_id()),) + (((AUTH_METADATA_KEY, f"Bearer {token}"),) if token else ())
 
     def _details(self, d: grpc.ClientCallDetails) -> _CallDetails:
         metadata = tuple(d.metadata or ()) + self._auth

@@ -262,17 +262,32 @@ class Coordinator:
 
     # ---- RPCs --------------------------------------------------------------------------------------------
 
-    def register_worker(self, worker_id: str, role: WorkerRole, hostname: str, data_endpoint: str) -> Registration:
+    def register_worker(
+        self, worker_id: str, role: WorkerRole, hostname: str, data_endpoint: str, process: str = ""
+    ) -> Registration:
+        """`process` (every call's PROCESS_METADATA_KEY; "" from clients that send none): one process per
+        worker id, the newest registration's (`LeaseTable.take_over`)."""
         with self._lock:
+            known = self._table.workers.get(worker_id)
+            if known is not None and known.role is not role:  # refused before the process takes over the id
+                raise FailedPreconditionError("role", f"worker {worker_id!r} is registered as {known.role.value}, "
+                                                      f"not {role.value}")
+            previous = self._table.take_over(worker_id, process)
+            if previous is not None:
+                log.warning("worker id %s registered by process %s; the process that used it before (%s) is "
+                            "refused from now on (a restart, or two processes started with the same "
+                            "--worker-id)", worker_id, process, previous)
             self._table.register(WorkerInfo(worker_id, role, hostname, data_endpoint, self._clock()))
             self._persist(workers=(self._table.worker(worker_id),))
             self._reply_waits_locked()
         return Registration(worker_id, self.heartbeat_interval_s, self.lease_timeout_s, self.league_id)
 
-    def heartbeat(self, worker_id: str, job_ids: Iterable[str]) -> HeartbeatResult:
+    def heartbeat(self, worker_id: str, job_ids: Iterable[str], process: str = "") -> HeartbeatResult:
         with self._lock:
             now = self._clock()
             self._expire_locked(now)
+            self._table.worker(worker_id)
+            self._table.claim(worker_id, process)
             result = self._table.heartbeat(worker_id, job_ids, now)
             self._commits.note_lazy()
             self._reply_waits_locked()
@@ -284,13 +299,15 @@ class Coordinator:
             raise InvalidArgumentError("wait_s", f"must be a finite number >= 0, got {wait_s}")
         return min(wait_s, self._settings.max_wait_s)
 
-    def get_job(self, worker_id: str, role: WorkerRole, data_endpoint: str, wait_s: float) -> JobGrant | NoJob:
+    def get_job(
+        self, worker_id: str, role: WorkerRole, data_endpoint: str, wait_s: float, process: str = ""
+    ) -> JobGrant | NoJob:
         """A job under a lease, or NoJob once nothing was ready for `wait_s` (capped by max_wait_s); blocks the
         calling thread while it waits (`poll_job` is the same without blocking)."""
         give_up = time.monotonic() + self.job_wait_s(wait_s)
         ready = self._collect_ready if role is WorkerRole.ACTOR else self._learn_ready
         with self._lock:
-            info = self._job_seeker_locked(worker_id, role, data_endpoint)
+            info = self._job_seeker_locked(worker_id, role, data_endpoint, process)
             while True:
                 found = self._try_lease_locked(info)
                 if isinstance(found, NoJob):
@@ -315,14 +332,16 @@ class Coordinator:
         self._reply_waits(ticket)
         return self._grant(lease)
 
-    def poll_job(self, worker_id: str, role: WorkerRole, data_endpoint: str, *, last: bool) -> JobGrant | NoJob | JobWait:
+    def poll_job(
+        self, worker_id: str, role: WorkerRole, data_endpoint: str, *, last: bool, process: str = ""
+    ) -> JobGrant | NoJob | JobWait:
         """One look for a job without blocking, for servers that wait without a thread each (grpc.aio).
 
         JobWait: nothing yet; look again when the ready listener (`set_ready_listener`) fires for `role`, or
         after `recheck_in_s`. With `last` (the caller's wait is over) the answer is NoJob instead.
         """
         with self._lock:
-            info = self._job_seeker_locked(worker_id, role, data_endpoint)
+            info = self._job_seeker_locked(worker_id, role, data_endpoint, process)
             found = self._try_lease_locked(info)
             if isinstance(found, NoJob):
                 return found
@@ -370,10 +389,11 @@ class Coordinator:
         with self._lock:
             self._ready_listener = listener
 
-    def _job_seeker_locked(self, worker_id: str, role: WorkerRole, data_endpoint: str) -> WorkerInfo:
+    def _job_seeker_locked(self, worker_id: str, role: WorkerRole, data_endpoint: str, process: str) -> WorkerInfo:
         info = self._table.worker(worker_id)
         if info.role is not role:
             raise FailedPreconditionError("role", f"worker {worker_id!r} is registered as {info.role.value}")
+        self._table.claim(worker_id, process)
         if role is WorkerRole.LEARNER and data_endpoint and data_endpoint != info.data_endpoint:
             info = replace(info, data_endpoint=data_endpoint)
             self._table.register(info)
@@ -412,7 +432,7 @@ class Coordinator:
         if self._ready_listener is not None:
             self._ready_listener(role)
 
-    def finish_job(self, report: FinishReport) -> FinishAck:
+    def finish_job(self, report: FinishReport, process: str = "") -> FinishAck:
         """Count a job's results exactly once: a retried finish is a duplicate, a late one is refused."""
         if report.status is JobEndStatus.EXPIRED:
             raise InvalidArgumentError("status", "a worker finishes a job as completed, released or failed")
@@ -420,6 +440,8 @@ class Coordinator:
         with self._lock:
             now = self._clock()
             self._expire_locked(now)
+            self._table.worker(report.worker_id)
+            self._table.claim(report.worker_id, process)
             found = self._table.check_finish(report.worker_id, report.job_id, now)
             if isinstance(found, JobEnd):
                 self._reply_waits_locked()  # the original finish may still be on its way to disk
@@ -461,7 +483,7 @@ class Coordinator:
         self._reply_waits(ticket)  # without the lock (hot path): the reply needs nothing more of it
         return FinishAck(duplicate=False, episodes_counted=counted)
 
-    def update_player(self, request: PlayerUpdateRequest) -> UpdateOutcome:
+    def update_player(self, request: PlayerUpdateRequest, process: str = "") -> UpdateOutcome:
         """A learner's progress for the player it is bound to; the snapshot thread takes it from there."""
         update = request.update
         if update.checkpoint_path:
@@ -482,6 +504,7 @@ class Coordinator:
             now = self._clock()
             self._expire_locked(now)
             self._table.worker(request.worker_id)
+            self._table.claim(request.worker_id, process)
             player = self._league.get_player(update.player_id)
             if not player.is_active:
                 raise NotActivePlayerError("player_id", f"{update.player_id!r} is a historical (frozen) player")

@@ -26,6 +26,11 @@ class FailedPreconditionError(RequestError):
     """A well-formed request the league's state does not allow now (an expired lease, a job of another worker)."""
 
 
+class WorkerIdInUseError(RequestError):
+    """The worker id belongs to another process now: two processes were started with the same --worker-id
+    (ALREADY_EXISTS; the one refused stops, naming the other)."""
+
+
 class StateWriteError(RequestError, RuntimeError):
     """The coordinator could not commit its state, so it acknowledges nothing more: UNAVAILABLE (worth
     retrying), since the process exits and its restart on the durable state serves the retry."""

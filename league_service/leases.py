@@ -25,10 +25,17 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from league_service.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from league_service.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    WorkerIdInUseError,
+)
 
 P = TypeVar("P")
 
+MAX_SUPERSEDED = 10_000
+"""Processes remembered as having lost their worker id to a newer one (the oldest are forgotten first)."""
 RECONNECT_GRACE_S = 5.0
 """Added to the deadline of a lease restored after a restart: a worker's channel retries a server it lost at
 most every 5 s (``grpc.max_reconnect_backoff_ms`` in common/rpc.py), so it may reach the restarted coordinator
@@ -138,6 +145,8 @@ class LeaseTable(Generic[P]):
         self._workers: dict[str, WorkerInfo] = {}
         self._last_seen: dict[str, float] = {}
         self._seen_since_taken: set[str] = set()  # workers whose last-seen time changed (take_seen)
+        self._process_of: dict[str, str] = {}  # worker id -> the process using it (`claim`; not stored)
+        self._superseded: dict[str, str] = {}  # process -> the worker id a newer process took from it
         self._pending: dict[str, PendingJob[P]] = {}  # insertion order = FIFO
         self._leases: dict[str, Lease[P]] = {}
         if remember_ends < 1:
@@ -222,6 +231,38 @@ class LeaseTable(Generic[P]):
         self._workers[info.worker_id] = info
         self._last_seen[info.worker_id] = seen
 
+    def take_over(self, worker_id: str, process: str) -> str | None:
+        """A registration: `process` (the caller's PROCESS_METADATA_KEY, "" when it sent none) uses the worker
+        id from now on; returns the process it took it from, if another. The newest registration wins, since a
+        restarted worker registers again while its old process may look alive for up to a lease; a process
+        that lost its id stays refused (registering again would take it back, and two processes started with
+        the same --worker-id would trade it for ever)."""
+        if not process:
+            return None
+        if self._superseded.get(process) == worker_id:
+            raise WorkerIdInUseError("worker_id", self._in_use(worker_id, process))
+        previous = self._process_of.get(worker_id)
+        self._process_of[worker_id] = process
+        if previous is None or previous == process:
+            return None
+        self._superseded[previous] = worker_id
+        while len(self._superseded) > MAX_SUPERSEDED:
+            del self._superseded[next(iter(self._superseded))]
+        return previous
+
+    def claim(self, worker_id: str, process: str) -> None:
+        """Any other call naming the worker: refused unless `process` is the one using the id (the first caller
+        after a coordinator restart, which does not store processes, becomes it)."""
+        if not process:
+            return
+        known = self._process_of.setdefault(worker_id, process)
+        if known != process:
+            raise WorkerIdInUseError("worker_id", self._in_use(worker_id, process))
+
+    def _in_use(self, worker_id: str, process: str) -> str:
+        return (f"worker id {worker_id!r} is used by another process now ({self._process_of.get(worker_id)}); "
+                f"this one ({process}) was superseded: give every worker process its own --worker-id")
+
     def worker(self, worker_id: str) -> WorkerInfo:
         info = self._workers.get(worker_id)
         if info is None:
@@ -240,6 +281,7 @@ class LeaseTable(Generic[P]):
             del self._workers[worker_id]
             del self._last_seen[worker_id]
             self._seen_since_taken.discard(worker_id)
+            self._process_of.pop(worker_id, None)
         return gone
 
     def take_seen(self) -> list[tuple[WorkerInfo, float]]:

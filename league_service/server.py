@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from common.aio_server import AioServingServer, make_aio_server
 from common.proto.league.v1 import league_pb2, league_pb2_grpc
-from common.rpc import ServerOptions
+from common.rpc import PROCESS_METADATA_KEY, ServerOptions
 from common.rpc_services import add_service
 from league_service import wire
 from league_service.coordinator import Coordinator
@@ -37,6 +37,7 @@ from league_service.errors import (
     NotFoundError,
     RequestError,
     StateWriteError,
+    WorkerIdInUseError,
 )
 from league_service.leases import JobEndStatus, WorkerRole
 from league_service.metrics import LeagueCollector, MetricsServer, RpcMetricsInterceptor
@@ -50,11 +51,13 @@ SERVICE = league_pb2.DESCRIPTOR.services_by_name["LeagueService"]
 SERVICE_NAME = SERVICE.full_name
 # A long-polling GetJob answers this long before the caller's deadline, so the reply still arrives in time.
 DEADLINE_MARGIN_S = 0.2
+MAX_PROCESS_CHARS = 256
 
 _STATUS_CODES: tuple[tuple[type[RequestError], grpc.StatusCode], ...] = (
     (NotFoundError, grpc.StatusCode.NOT_FOUND),
     (InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
     (FailedPreconditionError, grpc.StatusCode.FAILED_PRECONDITION),
+    (WorkerIdInUseError, grpc.StatusCode.ALREADY_EXISTS),
     (StateWriteError, grpc.StatusCode.UNAVAILABLE),
 )
 
@@ -72,6 +75,15 @@ async def _refuse(context: grpc.aio.ServicerContext, err: RequestError) -> None:
     code = next((c for cls, c in _STATUS_CODES if isinstance(err, cls)), grpc.StatusCode.INVALID_ARGUMENT)
     log.debug("refused with %s: %s", code.name, err)
     await context.abort(code, str(err))
+
+
+def _process_of(context: grpc.aio.ServicerContext) -> str:
+    """The calling process (PROCESS_METADATA_KEY, sent by every client of this project); "" when absent or not
+    a short printable text (grpcurl, other clients: no one-process-per-worker-id check for them)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == PROCESS_METADATA_KEY:
+            return value if isinstance(value, str) and len(value) <= MAX_PROCESS_CHARS and value.isprintable() else ""
+    return ""
 
 
 class JobsReady:
@@ -195,17 +207,20 @@ class LeagueServicer(league_pb2_grpc.LeagueServiceServicer):
             raise
 
     async def RegisterWorker(self, request, context):
-        return await self._answer_durably(
-            context, lambda: wire.registration_reply(self._c.register_worker(*wire.parse_register(request))))
+        process = _process_of(context)
+        return await self._answer_durably(context, lambda: wire.registration_reply(
+            self._c.register_worker(*wire.parse_register(request), process=process)))
 
     async def Heartbeat(self, request, context):
+        process = _process_of(context)
         return await self._answer_durably(
-            context, lambda: wire.heartbeat_reply(self._c.heartbeat(*wire.parse_heartbeat(request))))
+            context, lambda: wire.heartbeat_reply(self._c.heartbeat(*wire.parse_heartbeat(request), process=process)))
 
     async def GetJob(self, request, context):
         loop = asyncio.get_running_loop()
         try:
             worker_id, role, endpoint, wait_s = wire.parse_get_job(request)
+            process = _process_of(context)
             remaining = context.time_remaining()
             if remaining is not None:
                 wait_s = max(0.0, min(wait_s, remaining - DEADLINE_MARGIN_S))
@@ -213,7 +228,7 @@ class LeagueServicer(league_pb2_grpc.LeagueServiceServicer):
             with self._ready.waiting(role):
                 while True:
                     event = self._ready.event(role)  # before looking: an offer made after the look wakes us
-                    found = self._c.poll_job(worker_id, role, endpoint, last=loop.time() >= give_up)
+                    found = self._c.poll_job(worker_id, role, endpoint, last=loop.time() >= give_up, process=process)
                     if not isinstance(found, JobWait):
                         break
                     timeout = give_up - loop.time()
@@ -239,12 +254,15 @@ class LeagueServicer(league_pb2_grpc.LeagueServiceServicer):
             raise
 
     async def FinishJob(self, request, context):
+        process = _process_of(context)
         return await self._answer_durably(
-            context, lambda: wire.finish_reply(self._c.finish_job(wire.parse_finish(request))))
+            context, lambda: wire.finish_reply(self._c.finish_job(wire.parse_finish(request), process)))
 
     async def UpdatePlayer(self, request, context):
+        process = _process_of(context)
         try:
-            reply = await asyncio.to_thread(lambda: wire.update_reply(self._c.update_player(wire.parse_update(request))))
+            reply = await asyncio.to_thread(
+                lambda: wire.update_reply(self._c.update_player(wire.parse_update(request), process)))
         except RequestError as err:
             await _refuse(context, err)
             raise

@@ -84,7 +84,7 @@ def main(args: argparse.Namespace) -> int:
     # Imported here so that `league --help` does not pay for torch.
     from common.computation.computation_task import resolve_device
     from learner_service.config import LearnerSettings
-    from learner_service.learner import JobSetupError, Learner
+    from learner_service.learner import JobSetupError, Learner, WorkerIdTaken
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if (refusal := cli_args.coordinator_refusal(args.coordinator)) is not None:
@@ -167,6 +167,9 @@ def main(args: argparse.Namespace) -> int:
         if isinstance(err, JobSetupError):  # the league's config, not a bug: its reason, on one line
             log.debug("the job's setup failed", exc_info=err)
             log.error("learner cannot run this league: %s", err)
+            return SETUP_ERROR_EXIT
+        if isinstance(err, WorkerIdTaken):
+            log.error("learner stops: %s", err)
             return SETUP_ERROR_EXIT
         log.error("learner failed", exc_info=err)
         return FAILURE_EXIT

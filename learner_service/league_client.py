@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED})
 # UpdatePlayer / FinishJob: a few quick retries; if the coordinator stays away the next report catches up.
 REPORT_RETRY = RetryPolicy(attempts=4, initial_backoff_s=0.2, max_backoff_s=2.0, retry_codes=RETRYABLE)
+BINDING_REFUSED = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.ALREADY_EXISTS)
+"""The coordinator says the player is not ours (any more): the lease went, or another process has our worker id."""
 LAST_WORD_TIMEOUT_S = 3.0
 """Deadline of the one FinishJob a learner exiting without its stuck learner thread sends."""
 
@@ -222,7 +224,7 @@ class LeagueClient:
                 log.warning("UpdatePlayer %s v%d: coordinator unreachable (%s); will report again",
                             player_id, checkpoint_version, err.code().name)
                 return None
-            if err.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
+            if err.code() in BINDING_REFUSED:
                 raise BindingLost(f"UpdatePlayer refused: {err.details()}") from err
             raise
         if reply.mutated:

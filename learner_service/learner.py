@@ -52,6 +52,11 @@ class JobSetupError(Exception):
     """A learn job the learner cannot train (a bad policy/learner section, an unknown env)."""
 
 
+class WorkerIdTaken(Exception):
+    """Another process registered this learner's worker id after it (the same --worker-id given twice): the
+    coordinator refuses this one from now on, so it stops."""
+
+
 def model_spec(job: LearnJob) -> ModelSpec:
     """The model of the job's player: policy section + the env's policy view (what actors build too)."""
     try:
@@ -162,6 +167,10 @@ class Learner:
                 job = self.client.next_learn_job(self.data_endpoint, self.settings.get_job_wait_s)
             except Interrupted:
                 break
+            except grpc.RpcError as err:
+                if err.code() is grpc.StatusCode.ALREADY_EXISTS:
+                    raise WorkerIdTaken(err.details()) from None
+                raise
             log.info("bound to %s (learn job %s, checkpoint %r v%d)", job.player_id, job.job_id,
                      job.checkpoint_path, job.checkpoint_version)
             lease = LeaseKeeper(self.client, job, registration, self._stall_watches()).start()

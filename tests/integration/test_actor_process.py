@@ -329,3 +329,25 @@ def test_bad_arguments_exit_with_a_message(argv, tmp_path):
         assert "league actor:" in proc.stderr
     else:  # argparse's usage error, naming the flag as the user wrote it (not a settings field)
         assert f"actor: error: argument {flag}:" in proc.stderr, proc.stderr
+
+
+def test_a_second_actor_with_the_same_worker_id_makes_the_first_stop_naming_it(tmp_path):
+    """Two processes given one --worker-id: the newer registration owns it, the older one stops (exit 2) with
+    a message that says so, rather than both heartbeating, finishing and releasing each other's jobs."""
+    publish_first_checkpoint(tmp_path)
+    with running_coordinator(long_solo_config(), tmp_path, needs_learner=False, lease_timeout_s=5.0) as server:
+        channel, stub = league_stub(server.address)
+        try:
+            with actor_process(server.address, tmp_path, tmp_path / "actor-1.log", "--manager", "base",
+                               "--worker-id", "actor-d") as first:
+                job = wait_until("the first actor's job", lambda: job_of(stub, "actor-d"), 60)
+                with actor_process(server.address, tmp_path, tmp_path / "actor-2.log", "--manager", "base",
+                                   "--worker-id", "actor-d") as second:
+                    assert first.wait(60) == 2, (tmp_path / "actor-1.log").read_text()
+                    text = (tmp_path / "actor-1.log").read_text()
+                    assert "is used by another process now" in text and "--worker-id" in text, text
+                    wait_until("the second actor's job", lambda: (j := job_of(stub, "actor-d")) and
+                               j.job_id != job.job_id and j, 60)
+                    assert second.poll() is None
+        finally:
+            channel.close()

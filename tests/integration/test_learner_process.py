@@ -168,3 +168,20 @@ def test_a_checkpoint_read_that_hangs_at_binding_lets_the_learn_lease_expire_and
             assert "a checkpoint publish or read has taken over 1 s" in proc.log_tail(60)
             assert proc.terminate(timeout_s=30) == 1, proc.log_tail()
             assert "(--stop-timeout)" in proc.log_tail(80)
+
+
+def test_a_second_learner_with_the_same_worker_id_takes_the_player_and_the_first_stops_naming_it(tmp_path):
+    """Before, two processes given the same --worker-id (one .env copied to two hosts) both held the player's
+    learn job: the coordinator took the second for a restart of the first, and both published the player."""
+    cfg = solo_config(batch_size=128)
+    with running_coordinator(cfg, tmp_path, lease_timeout_s=5.0) as coordinator:
+        with _learner(coordinator.address, tmp_path, tmp_path / "learner-1.log", "learner-d") as first:
+            eventually(lambda: player_status(coordinator.address).checkpoint_path)  # bound, v0 published
+            with _learner(coordinator.address, tmp_path, tmp_path / "learner-2.log", "learner-d") as second:
+                assert first.popen.wait(30) == 2, first.log_tail()
+                assert "is used by another process now" in first.log_tail() and "--worker-id" in first.log_tail()
+                eventually(lambda: "taking trajectories" in second.log_tail(100))
+                learner = next(w for w in _status(coordinator.address).workers if w.worker_id == "learner-d")
+                assert learner.data_endpoint == second.address  # the player's data goes to the second
+                assert player_status(coordinator.address).learner_worker_id == "learner-d"
+                assert second.terminate() == 0, second.log_tail()

@@ -3,7 +3,12 @@ import itertools
 import pytest
 
 from common.rpc import _KEEPALIVE_CLIENT_OPTIONS
-from league_service.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from league_service.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    WorkerIdInUseError,
+)
 from league_service.leases import RECONNECT_GRACE_S, JobEndStatus, JobKind, LeaseTable, WorkerInfo, WorkerRole
 
 TIMEOUT = 1.0
@@ -178,3 +183,29 @@ def test_old_ends_are_forgotten_in_memory_and_asked_of_the_store():
 def test_the_restart_grace_covers_the_longest_reconnect_backoff_of_a_workers_channel():
     options = dict(_KEEPALIVE_CLIENT_OPTIONS)  # what every channel of the project is made with (make_channel)
     assert options["grpc.max_reconnect_backoff_ms"] <= RECONNECT_GRACE_S * 1000
+
+
+def test_one_process_per_worker_id_the_newest_registration_wins_for_good():
+    table = make_table()
+    assert table.take_over("learner-1", "host/pid 1/a") is None
+    table.claim("learner-1", "host/pid 1/a")
+    # A restart (or a second process given the same --worker-id) registers: it takes the id over.
+    assert table.take_over("learner-1", "host/pid 2/b") == "host/pid 1/a"
+    table.claim("learner-1", "host/pid 2/b")
+    with pytest.raises(WorkerIdInUseError, match=r"used by another process now \(host/pid 2/b\)"):
+        table.claim("learner-1", "host/pid 1/a")
+    with pytest.raises(WorkerIdInUseError):  # registering again does not take it back
+        table.take_over("learner-1", "host/pid 1/a")
+    assert table.take_over("learner-1", "host/pid 2/b") is None  # the owner registering again: no change
+    table.claim("learner-1", "")  # a client that sends no process (grpcurl): not checked
+    table.claim("actor-1", "host/pid 1/a")  # another worker id: the superseded process may hold others
+
+
+def test_after_a_coordinator_restart_the_first_caller_of_a_worker_id_owns_it():
+    table = make_table()  # processes are not stored: a restored table knows none
+    table.claim("actor-1", "host/pid 7/c")
+    with pytest.raises(WorkerIdInUseError):
+        table.claim("actor-1", "host/pid 8/d")
+    assert table.forget_idle(seen_before=1.0) == ["actor-1", "actor-2", "learner-1"]
+    table.register(WorkerInfo("actor-1", WorkerRole.ACTOR, "h", "", 2.0))
+    table.claim("actor-1", "host/pid 8/d")  # forgotten with the worker: a new process may use the id

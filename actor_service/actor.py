@@ -188,6 +188,22 @@ class Actor:
         interrupt) without getting back from the env; 0 if none. Safe from any thread."""
         return self._managers.stalled_s()
 
+    def stuck_read(self) -> str | None:
+        """Whether the job thread's checkpoint read has hung so long that its job went back to the league (the
+        heartbeat stopped renewing it at --checkpoint-read-timeout, and two leases have passed since): the
+        actor is of no use until the filesystem answers, and waiting in silence hides it. Says how long, else
+        None. Safe from any thread."""
+        limit = self.settings.checkpoint_read_timeout_s
+        reading = self._store.reading_s()
+        if limit is None or not reading:
+            return None
+        plan = self._job
+        lease_s = plan.lease_timeout_s if plan is not None else 0.0
+        if reading <= limit + 2 * lease_s:
+            return None
+        return (f"stuck in a checkpoint read for {reading:.0f} s (--checkpoint-read-timeout {limit:g} s; its job "
+                "went back to the league): a hung network filesystem?")
+
     def release_stuck_job(self) -> str | None:
         """For the process shell, when a stop could not get the job thread back from an env call (an env stuck
         in C code in this process): release the job from the calling thread with the episodes finished so far,

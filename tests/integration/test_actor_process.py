@@ -251,16 +251,21 @@ def test_sigterm_with_the_job_thread_stuck_in_a_checkpoint_read_gives_up_after_t
         assert not [j for j in status.jobs if j.job_id == job.job_id]
 
 
-def test_a_job_stuck_in_a_checkpoint_read_lets_its_lease_expire_so_it_is_issued_again(tmp_path):
+def test_a_job_stuck_in_a_checkpoint_read_lets_its_lease_expire_then_the_actor_exits(tmp_path):
     """Before, the heartbeat thread renewed the lease of a job whose thread waited for a hung filesystem, so the
-    job (and its player's launch slot) was held for as long as the mount stayed hung."""
+    job (and its player's launch slot) was held for as long as the mount stayed hung; then (session 21) the job
+    went back, but the actor waited on in silence, of no use. Two leases later it now exits 1."""
     with actor_stuck_in_a_checkpoint_read(tmp_path, "actor-r", "--checkpoint-read-timeout", "1",
                                           lease_timeout_s=3.0) as (stub, proc, job, log):
         wait_until("the lease to expire", lambda: stub.GetStatus(pb.GetStatusRequest()).counters.jobs_expired == 1,
                    60, log.read_text)
-        assert proc.poll() is None  # still stuck: only its job went back to the league
         assert "a checkpoint read has taken over 1 s" in log.read_text()
-        assert not [j for j in stub.GetStatus(pb.GetStatusRequest()).jobs if j.job_id == job.job_id]
+        assert proc.wait(60) == 1, log.read_text()  # 1 s + two leases of 3 s into the read
+        text = log.read_text()
+        assert "stuck in a checkpoint read for" in text and "maybe_reload" in text, text
+        status = stub.GetStatus(pb.GetStatusRequest())
+        assert status.counters.jobs_expired == 1 and status.counters.jobs_finished == 0  # released too late
+        assert not [j for j in status.jobs if j.job_id == job.job_id]
 
 
 def test_revoked_lease_abandons_the_job_without_finishing_it(tmp_path):

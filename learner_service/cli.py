@@ -5,7 +5,8 @@
 
 The process prints one parseable line once its server is bound (`LISTENING service=learner address=HOST:PORT`),
 then trains until SIGTERM/SIGINT: stop accepting data, publish a final checkpoint, UpdatePlayer,
-FinishJob(RELEASED), health NOT_SERVING, exit 0. Exit 2: bad arguments or a learn job it cannot train;
+FinishJob(RELEASED) (one short try each: a coordinator that does not answer does not hold up the stop), health
+NOT_SERVING, exit 0. Exit 2: bad arguments or a learn job it cannot train;
 exit 1: a failure while training, or a stop the learner thread did not finish within `--stop-timeout` (a
 final checkpoint stuck on a hung network filesystem, say): the main thread then logs where the learner thread
 is, hands the learn job back itself and exits without it, so no stop waits for ever.
@@ -42,7 +43,7 @@ log = logging.getLogger("league.learner")
 
 DEFAULT_STOP_TIMEOUT_S = 20.0
 """How long after a stop the learner thread may take to train on what it accepted, publish its final checkpoint,
-report and release: a second or two on a healthy share. Inside the 30 s of grace the deploy manifests give
+report and release: a second or two on a healthy share, ~10 s against a coordinator that does not answer. Inside the 30 s of grace the deploy manifests give
 learners, so that a stuck learner hands its player back before the supervisor's SIGKILL."""
 JOIN_SLICE_S = 0.2
 

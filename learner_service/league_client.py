@@ -37,7 +37,15 @@ REPORT_RETRY = RetryPolicy(attempts=4, initial_backoff_s=0.2, max_backoff_s=2.0,
 BINDING_REFUSED = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.ALREADY_EXISTS)
 """The coordinator says the player is not ours (any more): the lease went, or another process has our worker id."""
 LAST_WORD_TIMEOUT_S = 3.0
-"""Deadline of the one FinishJob a learner exiting without its stuck learner thread sends."""
+"""Deadline of the one UpdatePlayer and FinishJob a stopping learner sends (and of the FinishJob of one that
+exits without its stuck learner thread): a coordinator that does not answer must not hold up a stop."""
+
+
+def _attempts(patient: bool) -> dict[str, Any]:
+    """call_idempotent's deadline and retries for a report: a few tries of 10 s, or one short one."""
+    if patient:
+        return {"timeout": 10.0, "policy": REPORT_RETRY}
+    return {"timeout": LAST_WORD_TIMEOUT_S, "policy": RetryPolicy(attempts=1)}
 
 
 class Interrupted(Exception):
@@ -201,7 +209,8 @@ class LeagueClient:
         return Renewal(lease_s if math.isfinite(lease_s) and lease_s > 0 else None)
 
     def update_player(
-        self, player_id: str, progress: Progress, checkpoint_path: str, checkpoint_version: int
+        self, player_id: str, progress: Progress, checkpoint_path: str, checkpoint_version: int, *,
+        patient: bool = True,
     ) -> league_pb2.UpdatePlayerResponse | None:
         """UpdatePlayer with a few retries; None if the coordinator stayed unreachable (report again later).
 
@@ -211,6 +220,8 @@ class LeagueClient:
         lost here, or a learner that dies before it reloads, does not lose the reset.
 
         Raises `BindingLost` when the coordinator refuses it as not ours (FAILED_PRECONDITION, NOT_FOUND).
+        Not `patient`: one short attempt (a stopping learner: its final checkpoint is published, and the next
+        learner of the player resumes from it even if the league never heard of it).
         """
         request = league_pb2.UpdatePlayerRequest(
             worker_id=self.worker_id, player_id=player_id, train_iteration=progress.train_iteration,
@@ -218,11 +229,12 @@ class LeagueClient:
             reset_applied_version=self._resets_handed_out.get(player_id, 0),
         )
         try:
-            reply = call_idempotent(self._stub.UpdatePlayer, request, timeout=10.0, policy=REPORT_RETRY)
+            reply = call_idempotent(self._stub.UpdatePlayer, request, **_attempts(patient))
         except grpc.RpcError as err:
             if err.code() in RETRYABLE:
-                log.warning("UpdatePlayer %s v%d: coordinator unreachable (%s); will report again",
-                            player_id, checkpoint_version, err.code().name)
+                log.warning("UpdatePlayer %s v%d: coordinator unreachable (%s); %s", player_id, checkpoint_version,
+                            err.code().name, "will report again" if patient else
+                            "not reported (the player's next learner resumes from this checkpoint)")
                 return None
             if err.code() in BINDING_REFUSED:
                 raise BindingLost(f"UpdatePlayer refused: {err.details()}") from err
@@ -234,11 +246,10 @@ class LeagueClient:
 
     def finish(self, job_id: str, status: int, error: str = "", *, patient: bool = True) -> bool:
         """FinishJob (idempotent by job id); False if the coordinator was unreachable or refused it. Not
-        `patient`: one short attempt (a process about to exit without its learner thread)."""
+        `patient`: one short attempt (a stopping learner; its lease expiring is the fallback)."""
         request = league_pb2.FinishJobRequest(worker_id=self.worker_id, job_id=job_id, status=status, error=error)
-        timeout_s, policy = (10.0, REPORT_RETRY) if patient else (LAST_WORD_TIMEOUT_S, RetryPolicy(attempts=1))
         try:
-            call_idempotent(self._stub.FinishJob, request, timeout=timeout_s, policy=policy)
+            call_idempotent(self._stub.FinishJob, request, **_attempts(patient))
             return True
         except grpc.RpcError as err:
             log.warning("FinishJob %s: %s: %s (its lease will expire instead)", job_id, err.code().name, err.details())

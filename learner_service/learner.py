@@ -39,7 +39,14 @@ from common.rpc import (
 )
 from common.rpc_services import add_service
 from learner_service.config import MAX_CHUNK_BYTES, LearnerSettings
-from learner_service.league_client import RETRYABLE, BindingLost, Interrupted, LeagueClient, LearnJob
+from learner_service.league_client import (
+    LAST_WORD_TIMEOUT_S,
+    RETRYABLE,
+    BindingLost,
+    Interrupted,
+    LeagueClient,
+    LearnJob,
+)
 from learner_service.publisher import CheckpointPublisher
 from learner_service.servicer import RESERVED_SERVER_THREADS, SERVICE, DataPlane, LearnerServicer
 from learner_service.session import LearnSession, LeaseKeeper, SessionContext, SessionEnd, UpdatesDiverge
@@ -181,7 +188,7 @@ class Learner:
             finally:
                 with self._lock:
                     self._job = None
-                lease.close()
+                lease.close(LAST_WORD_TIMEOUT_S if self.stopping else None)
 
     def _stall_watches(self) -> list[StallWatch]:
         """What the session may be stuck in where nothing breaks it off: the lease keeper lets the lease go past

@@ -127,10 +127,12 @@ class LeaseKeeper:
         self._call_timeout = min(10.0, max(1.0, 3 * self._interval))
         self._lease_s = lease_s * (1 - LEASE_MARGIN) if lease_s > 0 else math.inf
 
-    def close(self) -> None:
+    def close(self, wait_s: float | None = None) -> None:
+        """Stop heartbeating. `wait_s`: wait at most this long for a heartbeat call under way (a stopping
+        learner must not wait out a call to a coordinator that does not answer; the thread ends after it)."""
         self._closed.set()
         if self._thread.is_alive():
-            self._thread.join()
+            self._thread.join(wait_s)
 
     @property
     def lease_timeout_s(self) -> float:
@@ -155,7 +157,7 @@ class LeaseKeeper:
     def _lose(self, reason: SessionEnd) -> None:
         with self._lock:
             self._lost = reason
-            on_lost = self._on_lost
+            on_lost = None if self._closed.is_set() else self._on_lost  # a late answer after close: nobody's
         if on_lost is not None:
             on_lost(reason)
 
@@ -177,6 +179,8 @@ class LeaseKeeper:
             try:
                 renewal = self._client.heartbeat(self._job.job_id, self._call_timeout)
             except grpc.RpcError as err:
+                if self._closed.is_set():
+                    return
                 if err.code() in RETRYABLE:
                     log.info("heartbeat: %s (coordinator away?)", err.code().name)
                     continue
@@ -284,12 +288,12 @@ class LearnSession:
             else:
                 ref = self._publish() if self.trainer.version > self.publisher.last_version else None
                 if ref is not None or not self.publisher.failing:  # a failed final publish leaves the league's view
-                    self._report(ref or self._current_ref())
+                    self._report(ref or self._current_ref(), patient=False)
         except BindingLost as err:
             log.warning("%s: final report refused (%s); releasing anyway", self.job.player_id, err)
         finally:
             self.telemetry.close()
-        self.client.finish(self.job.job_id, league_pb2.FINISH_STATUS_RELEASED)
+        self.client.finish(self.job.job_id, league_pb2.FINISH_STATUS_RELEASED, patient=False)
         log.info("released %s at version %d (%d agent steps, %d train iterations)", self.job.player_id,
                  self.publisher.last_version, self.trainer.progress.agent_steps, self.trainer.progress.train_iteration)
 
@@ -399,10 +403,12 @@ class LearnSession:
             raise RuntimeError(f"{self.job.player_id}: nothing published yet")
         return self.publisher.last
 
-    def _report(self, ref: CheckpointRef) -> None:
-        """UpdatePlayer for ``ref``; when the league reset the player, reload and report the reset weights."""
+    def _report(self, ref: CheckpointRef, patient: bool = True) -> None:
+        """UpdatePlayer for ``ref``; when the league reset the player, reload and report the reset weights.
+        Not `patient`: one short try per call (the learner is stopping)."""
         for _ in range(MAX_RESETS_PER_REPORT):
-            reply = self.client.update_player(self.job.player_id, self.trainer.progress, ref.path, ref.version)
+            reply = self.client.update_player(self.job.player_id, self.trainer.progress, ref.path, ref.version,
+                                              patient=patient)
             if reply is None or not reply.mutated:
                 return
             try:

@@ -4,11 +4,21 @@ resumes it. The coordinator runs in process (a real one, port 0)."""
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import sys
+
+import yaml
 
 from common.checkpoint_store import CheckpointStore
 from common.proto.league.v1 import league_pb2
-from league_service.coordinator_testing import league_stub, running_coordinator, server_process
+from league_service.config import config_to_dict
+from league_service.coordinator_testing import (
+    coordinator_process,
+    league_stub,
+    running_coordinator,
+    server_process,
+)
 from learner_service.learner_testing import Rollout, learner_command
 from tests.integration.test_learner_service import (
     PLAYER,
@@ -185,3 +195,29 @@ def test_a_second_learner_with_the_same_worker_id_takes_the_player_and_the_first
                 assert learner.data_endpoint == second.address  # the player's data goes to the second
                 assert player_status(coordinator.address).learner_worker_id == "learner-d"
                 assert second.terminate() == 0, second.log_tail()
+
+
+def test_sigterm_while_the_coordinator_is_frozen_publishes_and_exits_0_within_seconds(tmp_path):
+    """A frozen coordinator (or a partition that drops packets): the stopping learner publishes its final
+    checkpoint, tries its report and its release once, briefly, and exits 0. Before, UpdatePlayer and FinishJob
+    were retried for ~40 s each, past any stop grace period (and past --stop-timeout, which then exited 1)."""
+    cfg = solo_config(batch_size=128, publish_every=100)  # only the final checkpoint is published after v0
+    config = tmp_path / "league.yaml"
+    config.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)
+    argv = ["--config", str(config), "--shared-root", str(tmp_path), "--port", "0"]
+    try:
+        with coordinator_process(argv, tmp_path / "coordinator.log") as coordinator:
+            with _learner(coordinator.address, tmp_path, tmp_path / "learner.log", "learner-f") as proc:
+                eventually(lambda: player_status(coordinator.address).checkpoint_path)  # bound, v0 published
+                push(proc.address, rollout.chunks(acting_task(cfg, tmp_path), 2, policy_version=0))
+                os.kill(coordinator.popen.pid, signal.SIGSTOP)
+                try:
+                    assert proc.terminate(timeout_s=15) == 0, proc.log_tail()
+                finally:
+                    os.kill(coordinator.popen.pid, signal.SIGCONT)
+                assert "not reported (the player's next learner resumes from this checkpoint)" in proc.log_tail(60)
+        latest = CheckpointStore(tmp_path).latest(PLAYER)
+        assert latest.version == 2 and latest.metadata["agent_steps"] == 256  # the final checkpoint (2 iterations)
+    finally:
+        rollout.close()

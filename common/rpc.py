@@ -64,6 +64,8 @@ def process_id() -> str:
     if _process_id[0] != pid:
         _process_id = (pid, f"{socket.gethostname()}/pid {pid}/{secrets.token_hex(4)}")
     return _process_id[1]
+
+
 # Health checks stay open so load balancers and `grpc_health_probe` work without a secret.
 OPEN_METHOD_PREFIXES: tuple[str, ...] = ("/grpc.health.v1.Health/",)
 # Printed by servers once bound, so parents (tests, `league run`) can find the port.
@@ -471,7 +473,9 @@ class _ClientDefaultsInterceptor(
         if not default_deadline_s > 0:
             raise ValueError(f"default_deadline_s: must be > 0, got {default_deadline_s}")
         self._deadline = default_deadline_s
-        self._auth = ((PROCESS_METADATA_KEY, process_id()),) + (((AUTH_METADATA_KEY, f"Bearer {token}"),) if token else ())
+        self._auth: tuple[tuple[str, str], ...] = ((PROCESS_METADATA_KEY, process_id()),)
+        if token:
+            self._auth += ((AUTH_METADATA_KEY, f"Bearer {token}"),)
 
     def _details(self, d: grpc.ClientCallDetails) -> _CallDetails:
         metadata = tuple(d.metadata or ()) + self._auth

@@ -273,10 +273,9 @@ class Coordinator:
                 raise FailedPreconditionError("role", f"worker {worker_id!r} is registered as {known.role.value}, "
                                                       f"not {role.value}")
             previous = self._table.take_over(worker_id, process)
-            if previous is not None:
-                log.warning("worker id %s registered by process %s; the process that used it before (%s) is "
-                            "refused from now on (a restart, or two processes started with the same "
-                            "--worker-id)", worker_id, process, previous)
+            if previous is not None:  # usually a restart (a second process with the same id is told when it calls)
+                log.info("worker id %s is used by process %s now, no longer by %s, which is refused from now on",
+                         worker_id, process, previous)
             self._table.register(WorkerInfo(worker_id, role, hostname, data_endpoint, self._clock()))
             self._persist(workers=(self._table.worker(worker_id),))
             self._reply_waits_locked()
@@ -286,7 +285,6 @@ class Coordinator:
         with self._lock:
             now = self._clock()
             self._expire_locked(now)
-            self._table.worker(worker_id)
             self._table.claim(worker_id, process)
             result = self._table.heartbeat(worker_id, job_ids, now)
             self._commits.note_lazy()
@@ -390,10 +388,9 @@ class Coordinator:
             self._ready_listener = listener
 
     def _job_seeker_locked(self, worker_id: str, role: WorkerRole, data_endpoint: str, process: str) -> WorkerInfo:
-        info = self._table.worker(worker_id)
+        info = self._table.claim(worker_id, process)
         if info.role is not role:
             raise FailedPreconditionError("role", f"worker {worker_id!r} is registered as {info.role.value}")
-        self._table.claim(worker_id, process)
         if role is WorkerRole.LEARNER and data_endpoint and data_endpoint != info.data_endpoint:
             info = replace(info, data_endpoint=data_endpoint)
             self._table.register(info)
@@ -440,7 +437,6 @@ class Coordinator:
         with self._lock:
             now = self._clock()
             self._expire_locked(now)
-            self._table.worker(report.worker_id)
             self._table.claim(report.worker_id, process)
             found = self._table.check_finish(report.worker_id, report.job_id, now)
             if isinstance(found, JobEnd):
@@ -503,7 +499,6 @@ class Coordinator:
         with self._lock:
             now = self._clock()
             self._expire_locked(now)
-            self._table.worker(request.worker_id)
             self._table.claim(request.worker_id, process)
             player = self._league.get_player(update.player_id)
             if not player.is_active:

@@ -250,14 +250,14 @@ class LeaseTable(Generic[P]):
             del self._superseded[next(iter(self._superseded))]
         return previous
 
-    def claim(self, worker_id: str, process: str) -> None:
-        """Any other call naming the worker: refused unless `process` is the one using the id (the first caller
-        after a coordinator restart, which does not store processes, becomes it)."""
-        if not process:
-            return
-        known = self._process_of.setdefault(worker_id, process)
-        if known != process:
+    def claim(self, worker_id: str, process: str) -> WorkerInfo:
+        """Any other call naming the worker: its registration (NotFoundError if none), refused unless `process`
+        is the one using the id (the first caller after a coordinator restart, which does not store processes,
+        becomes it)."""
+        info = self.worker(worker_id)
+        if process and self._process_of.setdefault(worker_id, process) != process:
             raise WorkerIdInUseError("worker_id", self._in_use(worker_id, process))
+        return info
 
     def _in_use(self, worker_id: str, process: str) -> str:
         return (f"worker id {worker_id!r} is used by another process now ({self._process_of.get(worker_id)}); "

@@ -43,8 +43,9 @@ log = logging.getLogger("league.learner")
 
 DEFAULT_STOP_TIMEOUT_S = 20.0
 """How long after a stop the learner thread may take to train on what it accepted, publish its final checkpoint,
-report and release: a second or two on a healthy share, ~10 s against a coordinator that does not answer. Inside the 30 s of grace the deploy manifests give
-learners, so that a stuck learner hands its player back before the supervisor's SIGKILL."""
+report and release: a second or two on a healthy share, ~10 s against a coordinator that does not answer.
+Inside the 30 s of grace the deploy manifests give learners, so that a stuck learner hands its player back
+before the supervisor's SIGKILL."""
 JOIN_SLICE_S = 0.2
 
 

@@ -46,14 +46,13 @@ from actor_service.policy_pool import (
 )
 from actor_service.rollout import EpisodeRecord, Rollout, RolloutEnd, RolloutResult, RolloutTarget, seat_bots
 from actor_service.stop import StopSignal
-from actor_service.timed_store import TimedStore
 from actor_service.trajectory_sender import SenderSettings, SenderStats, TrajectorySender
 from common.busy_clock import StallWatch
-from common.checkpoint_store import CheckpointStore
 from common.envs.base import EnvInfo, Outcome
 from common.proto.league.v1 import league_pb2
 from common.rpc import job_heartbeat_interval
 from common.tensor_codec import ChunkHeader
+from common.timed_store import TimedCheckpointStore
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +147,7 @@ class Actor:
     def __init__(self, settings: ActorSettings) -> None:
         self.settings = settings
         self._stop = StopSignal()
-        self._store = TimedStore(CheckpointStore(settings.shared_root))
+        self._store = TimedCheckpointStore(settings.shared_root)
         self._client = CoordinatorClient(
             settings.coordinator, settings.worker_id, stop=self._stop, token=settings.token, tls_ca=settings.tls_ca
         )
@@ -194,7 +193,7 @@ class Actor:
         actor is of no use until the filesystem answers, and waiting in silence hides it. Says how long, else
         None. Safe from any thread."""
         limit = self.settings.checkpoint_read_timeout_s
-        reading = self._store.reading_s()
+        reading = self._store.busy_s()
         if limit is None or not reading:
             return None
         plan = self._job
@@ -297,7 +296,7 @@ class Actor:
             watches.append(StallWatch("its env has been stuck past its timeout for", self._managers.stalled_s,
                                       self.settings.env_step_timeout_s))
         if self.settings.checkpoint_read_timeout_s is not None:
-            watches.append(StallWatch("a checkpoint read has taken", self._store.reading_s,
+            watches.append(StallWatch("a checkpoint read has taken", self._store.busy_s,
                                       self.settings.checkpoint_read_timeout_s))
         return watches
 

@@ -30,7 +30,6 @@ import numpy as np
 
 from actor_service.job import PlayerSlot
 from actor_service.stop import StopSignal
-from actor_service.timed_store import TimedStore
 from common.algorithms.registry import make_computation_task
 from common.checkpoint_store import (
     CheckpointError,
@@ -109,7 +108,7 @@ def model_signature(policy_config: Mapping[str, Any], info: EnvInfo) -> str:
 class PolicyPool:
     def __init__(
         self,
-        store: CheckpointStore | TimedStore,
+        store: CheckpointStore,
         policy_config: Mapping[str, Any],
         info: EnvInfo,
         settings: PolicySettings,

@@ -22,7 +22,7 @@ from pathlib import Path
 import grpc
 
 from common.busy_clock import BusyClock, StallWatch
-from common.checkpoint_store import CheckpointError, CheckpointRef, CheckpointStore
+from common.checkpoint_store import CheckpointError, CheckpointRef
 from common.envs import make_env
 from common.envs.policy_view import policy_specs
 from common.learner_config import LearnerConfig
@@ -38,6 +38,7 @@ from common.rpc import (
     make_server,
 )
 from common.rpc_services import add_service
+from common.timed_store import TimedCheckpointStore
 from learner_service.config import MAX_CHUNK_BYTES, LearnerSettings
 from learner_service.league_client import (
     LAST_WORD_TIMEOUT_S,
@@ -276,8 +277,8 @@ class Learner:
         self, job: LearnJob, lease: LeaseKeeper, store_root: Path, spec: ModelSpec, config: LearnerConfig
     ) -> LearnSession:
         seed = config.seed if config.seed is not None else player_seed(job.player_id)
-        publisher = CheckpointPublisher(CheckpointStore(store_root, keep_last=config.keep_last), job.player_id,
-                                        self.settings.worker_id, busy=self._publishing)
+        store = TimedCheckpointStore(store_root, keep_last=config.keep_last, clock=self._publishing)
+        publisher = CheckpointPublisher(store, job.player_id, self.settings.worker_id)
         kept, self._kept = self._kept, None
         if (
             kept is not None and kept.player_id == job.player_id and kept.trainer.spec == spec
@@ -297,8 +298,7 @@ class Learner:
                 raise JobSetupError(f"job {job.job_id} ({job.player_id}): {err}") from err
             trainer.restore_algorithm_updates(start.algorithm_updates)
             if start.published is not None:  # the player's own latest version: resume its optimizer state too
-                with publisher.timed():
-                    trainer.resume_training_state(publisher.store, start.published)
+                trainer.resume_training_state(publisher.store, start.published)
             if start.published is None:
                 publisher.try_publish(trainer)  # a full disk is logged; the session retries on a backoff
             log.info("%s: starting from %s at version %d (%d agent steps, %d train iterations)", job.player_id,

@@ -22,13 +22,11 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from common.busy_clock import BusyClock
 from common.checkpoint_store import (
     CheckpointError,
     CheckpointNotFoundError,
@@ -106,16 +104,14 @@ class CheckpointPublisher:
 
     def __init__(
         self, store: CheckpointStore, player_id: str, worker_id: str, clock: Callable[[], float] = time.monotonic,
-        busy: BusyClock | None = None,
     ) -> None:
-        """`busy`: times each publish and read, for the lease keeper's watch on checkpoint I/O that hangs."""
+        """``store``: a `TimedCheckpointStore` in a learner, whose clock the lease keeper watches for checkpoint
+        I/O that hangs."""
         self.store = store
-        self._busy = busy or BusyClock()
         self.player_id = player_id
         self.worker_id = worker_id
         try:
-            with self._busy.timed():
-                latest = store.latest(player_id)
+            latest = store.latest(player_id)
         except CorruptCheckpointError as err:  # no readable manifest left: `choose_start` decides what follows
             log.error("%s: %s", player_id, err)
             latest = None
@@ -160,8 +156,7 @@ class CheckpointPublisher:
             "algorithm": trainer.spec.policy.algorithm,
         }
         try:
-            with self._busy.timed():
-                ref = trainer.publish(self.store, self.player_id, metadata)  # weights + training state
+            ref = trainer.publish(self.store, self.player_id, metadata)  # weights + training state
         except VersionConflictError as err:
             # Another learner published this player meanwhile (a late publish of the learner before us, which
             # started within its lease): the player is not ours to write any more.
@@ -197,17 +192,9 @@ class CheckpointPublisher:
                       self.failures, " - the shared filesystem is full" if err.disk_full else "")
             return None
 
-    def timed(self) -> AbstractContextManager[None]:
-        """Times a read of the store made outside this class (the lease keeper watches it as a publish)."""
-        return self._busy.timed()
-
     # ---- where to start -------------------------------------------------------------------------------
     def choose_start(self, job_path: str, job_version: int, league_progress: Progress) -> StartPoint:
         """The start point of a session (see the module docstring)."""
-        with self._busy.timed():
-            return self._choose_start(job_path, job_version, league_progress)
-
-    def _choose_start(self, job_path: str, job_version: int, league_progress: Progress) -> StartPoint:
         own, own_weights = self._newest_readable()
         progress = Progress(league_progress.agent_steps, league_progress.train_iteration)
         updates = 0
@@ -265,5 +252,4 @@ class CheckpointPublisher:
         """The weights a mutation resets to: the checkpoint at ``path``, or None (fresh) for an empty path."""
         if not path:
             return None
-        with self._busy.timed():
-            return self.store.load(path).tensors
+        return self.store.load(path).tensors

@@ -373,8 +373,7 @@ class LearnSession:
                   "%d with a fresh optimizer (%d roll-backs before)", self.job.player_id, report.train_iteration,
                   report.stats, ref.version, self.rollbacks)
         updates = self.trainer.algorithm_updates
-        with self.publisher.timed():
-            weights = self.publisher.store.load(ref.path).tensors
+        weights = self.publisher.store.load(ref.path).tensors
         self.trainer.replace_task(build_task(
             self.trainer.spec, seed=self.seed, device=self._context.device, weights=weights,
             version=self.trainer.version,

@@ -150,6 +150,12 @@ class ActivePlayerConfig:
 class SoloActivePlayerConfig(ActivePlayerConfig):
     """A player that acts alone in its environment (Atari, MuJoCo, CartPole): no opponent."""
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.strong_win_rate is not None:  # its first early snapshot would ask the payoff for win rates
+            raise ConfigError("strong_win_rate", "a solo player has no opponents to win against: leave it unset "
+                              "(a snapshot then follows every one_phase_step)")
+
 
 @dataclass(frozen=True)
 class NaiveSpPlayerConfig(ActivePlayerConfig):
@@ -270,6 +276,11 @@ class EloConfig:
             raise ConfigError("k_factor", f"must be within (0, {MAX_ELO_K_FACTOR:g}], got {self.k_factor}")
 
 
+MIN_DRAW_PROBABILITY = 1e-9
+"""TrueSkill's smallest draw probability: the draw margin it gives still separates the two ends of a draw's
+interval in float64 (at 1e-17 it is 0, and the update of a drawn game divided by zero)."""
+
+
 @dataclass(frozen=True)
 class TrueSkillConfig:
     mu: float = 25.0
@@ -283,8 +294,10 @@ class TrueSkillConfig:
             if getattr(self, name) <= 0:
                 raise ConfigError(name, f"must be > 0, got {getattr(self, name)}")
         _check_at_least(self.tau, 0, "tau")
-        if not 0.0 < self.draw_probability < 1.0:
-            raise ConfigError("draw_probability", f"must be within (0, 1), got {self.draw_probability}")
+        if not MIN_DRAW_PROBABILITY <= self.draw_probability < 1.0:
+            raise ConfigError("draw_probability", f"must be within [{MIN_DRAW_PROBABILITY:g}, 1), got "
+                              f"{self.draw_probability} (below, the draw margin is too thin for float64 and every "
+                              "draw's rating update divides by zero)")
 
 
 @dataclass(frozen=True)

@@ -949,9 +949,10 @@ class Coordinator:
             c, jobs_issued=max(c.jobs_issued, c.jobs_finished + c.jobs_expired + c.jobs_failed + len(stored.leases))
         )
         self._job_failures = {r.player_id: r for r in stored.job_failures if r.player_id in self._active_ids}
+        _, active, historical = self._league.sizes()
         log.info(
             "restored league %s: %d players, %d jobs in flight, %d workers",
-            self.league_id, len(self._league.status().players), len(stored.leases), len(stored.workers),
+            self.league_id, active + historical, len(stored.leases), len(stored.workers),
         )
 
 

@@ -322,7 +322,7 @@ class ActivePlayer(Player):
             )
         pending = self._pending_reset
         if pending is not None and update.reset_applied_version >= pending.version:
-            self._pending_reset = pending = None
+            pending = None  # acknowledged; cleared below, once nothing can refuse the update any more
         if (
             pending is None
             and update.checkpoint_path
@@ -333,6 +333,7 @@ class ActivePlayer(Player):
                 f"{update.checkpoint_version} is below the player's {self._checkpoint_version} "
                 "(versions never go back)",
             )
+        self._pending_reset = pending
         self._total_agent_step = update.agent_steps
         self._train_iteration = update.train_iteration
         if pending is not None:

@@ -220,6 +220,13 @@ def test_another_algorithm_drops_the_default_policy_and_learner():
         ({"league": {"pretrain_checkpoint_path": {"default": "/sl/x.pt"}}},
          "league.pretrain_checkpoint_path.default: path '/sl/x.pt' is absolute"),
         ({"league": {"trueskill": {"draw_probability": 0.0}}}, "league.trueskill.draw_probability"),
+        # Below 1e-9 the draw margin vanished in float64: every drawn game's update divided by zero.
+        ({"league": {"trueskill": {"draw_probability": 1e-17}}}, "league.trueskill.draw_probability: must be "
+                                                                   "within [1e-09, 1)"),
+        # A solo player has no win rates: its first early snapshot killed the snapshot thread.
+        ({"league": {"league_type": "solo", "active_players": {"solo_active_player": 1},
+                     "solo_active_player": {"strong_win_rate": 0.7}}, "env": {"name": "CartPole-v1"}},
+         "league.solo_active_player.strong_win_rate: a solo player has no opponents"),
         ({"league": {"main_player": {"job": {"env_kwargs": 3}}}}, "league.main_player.job.env_kwargs"),
         ({"env": {"env_num": "4"}}, "env.env_num: expected int, got str"),
         ({"env": {"episode_num": 0, "env_steps": 0}}, "env.episode_num:"),

@@ -221,6 +221,18 @@ def test_solo_payoff_keeps_a_bounded_record_of_returns():
     assert restored.recent_returns("s") == [3.0, 4.0, 5.0] and restored.episodes("s") == 5
 
 
+def test_the_mean_of_returns_near_the_float_limit_is_finite():
+    """Returns are any finite floats; their sum overflowed, and every status (and a restart) failed on it."""
+    payoff = SoloSharedPayoff(PayoffConfig(solo_buffer_size=3))
+    payoff.add_player(
+        SoloActivePlayer(player_id="s", category="default", payoff=payoff, cfg=ActivePlayerConfig())
+    )
+    payoff.update(solo_result("s", [1e308, 1e308, 1.7e308]))
+    assert payoff.mean_return("s") == pytest.approx(1.2333333e308)
+    payoff.update(solo_result("s", [-1.7e308, -1.7e308, -1.7e308]))
+    assert payoff.mean_return("s") == pytest.approx(-1.7e308)
+
+
 def test_create_payoff_by_league_type():
     assert isinstance(create_payoff("one_vs_one", PayoffConfig()), BattleSharedPayoff)
     assert isinstance(create_payoff("solo", PayoffConfig()), SoloSharedPayoff)

@@ -398,6 +398,22 @@ def test_reset_checkpoint_is_handed_to_the_learner_until_it_acknowledges_it():
     assert not _update(player, 400, "le/v6.pt", 6, reset_applied=4).mutated
 
 
+def test_a_refused_update_leaves_the_pending_reset_alone():
+    """An update that acknowledges the reset but is refused (an older checkpoint version) changes nothing: the
+    reset is still repeated, as the store (which never saw the refused update) still holds it."""
+    payoff = _payoff()
+    player = _active(payoff, LeagueExploiter, "le")
+    _update(player, 100, "le/v3.pt", 3)
+    ref = player.reset_checkpoint("pretrained.pt")
+    with pytest.raises(StaleUpdateError, match="checkpoint_version"):
+        _update(player, 200, "le/v2.pt", 2, reset_applied=ref.version)
+    assert player.pending_reset == ref and player.total_agent_step == 100
+    again = _update(player, 200, "le/v4.pt", 4)
+    assert again.mutated and again.reset_checkpoint_version == ref.version
+    assert not _update(player, 300, "le/v5.pt", 5, reset_applied=ref.version).mutated
+    assert player.pending_reset is None
+
+
 def test_updates_never_go_backwards():
     payoff = _payoff()
     player = _active(payoff, MainPlayer, "main")

@@ -281,7 +281,9 @@ class LearnSession:
                 self.telemetry.observe(chunk, self.trainer.version)
                 self.trainer.add(chunk)
                 self._train_ready(publish=False)
-            self._train_ready(publish=False)  # batches the session had ready when it was told to stop
+            # Batches the session had ready when it was told to stop, then what is held short of a batch: the
+            # actors were told it arrived, and will not send it again.
+            self._train_ready(publish=False, rest=True)
             if not self.lease.held:
                 log.warning("%s: no final checkpoint: no heartbeat was confirmed within the lease, so the player may "
                             "be another learner's by now", self.job.player_id)
@@ -313,9 +315,10 @@ class LearnSession:
         self.trainer.add(chunk)
         self._train_ready(publish=True)
 
-    def _train_ready(self, publish: bool) -> None:
-        """Train while a batch is ready; publish + report every ``publish_every`` iterations when ``publish``."""
-        while not (publish and self._held_back()) and (report := self.trainer.train_ready()) is not None:
+    def _train_ready(self, publish: bool, rest: bool = False) -> None:
+        """Train while a batch is ready; publish + report every ``publish_every`` iterations when ``publish``.
+        ``rest``: then what is held short of a batch too, as a last, smaller one."""
+        while not (publish and self._held_back()) and (report := self.trainer.train_ready(rest)) is not None:
             if not self.trainer.weights_finite():
                 self._roll_back(report)
                 continue

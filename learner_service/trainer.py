@@ -190,14 +190,15 @@ class Trainer:
             self._owed_updates += count * self.config.replay_ratio / dqn.batch_size
 
     # ---- training -------------------------------------------------------------------------------------
-    def train_ready(self) -> IterationReport | None:
-        """One train iteration if enough data is held, else None."""
+    def train_ready(self, rest: bool = False) -> IterationReport | None:
+        """One train iteration if enough data is held, else None. ``rest``: samples held short of a batch train
+        as a last, smaller batch (a stopping learner: the actors will not send what it accepted again)."""
         if self._replay is not None:
             return self._train_replay()
         if self._short_batches:
             batch, samples = self._short_batches.pop(0)
         else:
-            if self._held_samples < self.config.batch_size:
+            if self._held_samples < self.config.batch_size and not (rest and self._held_samples):
                 return None
             batch = self._online.take(min_rows=1, timeout=0)
             if batch is None:

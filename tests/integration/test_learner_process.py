@@ -58,11 +58,12 @@ def test_sigterm_publishes_a_final_checkpoint_reports_and_releases_the_player(tm
                 assert summary.chunks_accepted == 5
                 assert proc.terminate() == 0, proc.log_tail()
             latest = CheckpointStore(tmp_path).latest(PLAYER)
-            assert latest.version == 2 and latest.metadata["agent_steps"] == 640  # 2 iterations of 256 + 128 left
+            # 2 iterations of 256, then the 128 left as a last, smaller batch: the actor will not resend them.
+            assert latest.version == 3 and latest.metadata["agent_steps"] == 640
             status = _status(coordinator.address)
             player = next(p for p in status.players if p.player_id == PLAYER)
             assert player.learner_worker_id == ""  # released: the next learner can take it at once
-            assert (player.checkpoint_version, player.agent_steps, player.train_iteration) == (2, 640, 2)
+            assert (player.checkpoint_version, player.agent_steps, player.train_iteration) == (3, 640, 3)
             assert not [j for j in status.jobs if j.kind == league_pb2.JOB_KIND_LEARN]
             assert status.counters.jobs_finished == 1 and status.counters.jobs_expired == 0
     finally:

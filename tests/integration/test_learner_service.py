@@ -249,6 +249,26 @@ def test_restart_resumes_where_it_left_off(tmp_path):
         rollout.close()
 
 
+def test_a_stopping_learner_trains_on_what_is_held_short_of_a_batch(tmp_path):
+    """The actors were told the chunks arrived and will not send them again: a stop trains the rest as a last,
+    smaller batch before the final checkpoint (it was dropped, with no log line)."""
+    cfg = solo_config(batch_size=256)
+    rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)
+    try:
+        with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
+            with running_learner(coordinator.address, tmp_path, worker_id="learner-a") as learner:
+                learner.learner.wait_published(PLAYER, 0, 60)
+                summary = push(learner.address, rollout.chunks(acting_task(cfg, tmp_path), 3, policy_version=0))
+                assert summary.samples_accepted == 384
+                learner.learner.wait_published(PLAYER, 1, 60)  # one full batch; 128 samples held
+            final = CheckpointStore(tmp_path).latest(PLAYER)
+            assert final.version == 2 and final.metadata["train_iteration"] == 2
+            assert final.metadata["agent_steps"] == 384
+            assert player_status(coordinator.address).checkpoint_version == 2
+    finally:
+        rollout.close()
+
+
 MUTATING_PLAYER = "league_exploiter_default_0"
 
 

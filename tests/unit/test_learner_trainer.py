@@ -48,6 +48,16 @@ def test_ppo_trains_once_a_batch_of_samples_is_held():
     assert trainer.progress == Progress(agent_steps=32, train_iteration=1)
 
 
+def test_ppo_trains_what_is_held_short_of_a_batch_when_asked_for_the_rest():
+    trainer = _trainer(batch_size=64)
+    trainer.add(_prepared(trainer, seq=0, batch=1, steps=3))  # 3 samples, one row: less than a minibatch each
+    assert trainer.train_ready() is None
+    report = trainer.train_ready(rest=True)
+    assert report is not None and report.samples == 3 and trainer.buffered_samples == 0
+    assert trainer.train_ready(rest=True) is None  # nothing held: no empty batch
+    assert trainer.weights_finite()
+
+
 def test_ppo_batches_rows_of_any_length_together():
     trainer = _trainer(batch_size=32)
     trainer.add(_prepared(trainer, steps=4, seq=0, batch=2))  # short rows first: padded later

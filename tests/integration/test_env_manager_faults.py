@@ -82,6 +82,13 @@ def unbuildable() -> Env:
     raise OSError("no such game")
 
 
+def built_after_failures(budget_file: pathlib.Path, failures: int) -> Env:
+    """A FaultyEnv whose construction fails the first `failures` times (counted in `budget_file`)."""
+    if FaultyEnv(budget_file=budget_file, failures=failures)._spend_failure():
+        raise OSError("the game server is not up yet")
+    return FaultyEnv()
+
+
 @pytest.fixture
 def launched():
     """Launches managers (lockstep: each step returns every env stepped); closes them at the end and checks that
@@ -294,3 +301,17 @@ def test_env_that_cannot_be_built_fails_launch(launched):
     with pytest.raises(EnvError, match="no such game") as raised:
         launched([FaultyEnv, unbuildable], num_workers=2)
     assert isinstance(raised.value.__cause__, OSError)
+
+
+def test_an_env_that_fails_to_build_is_the_only_one_charged(launched, tmp_path):
+    """Its worker gives up and is replaced, but the siblings never ran in it: charging them too (as for a worker
+    that dies) used up their max_retry, so one later failure of their own ended the run."""
+    manager = launched(
+        [partial(built_after_failures, tmp_path / "build", 1),
+         partial(FaultyEnv, "raise", tmp_path / "step", failures=1, fail_at=2)],
+        num_workers=1, max_retry=1,
+    )
+    assert manager.failure_counts == {0: 1, 1: 0}
+    for _ in range(6):
+        _step_all(manager)  # env 1 fails once: its one retry
+    assert manager.failure_counts == {0: 1, 1: 1} and not manager.closed

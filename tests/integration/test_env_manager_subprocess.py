@@ -16,7 +16,7 @@ from actor_service.envs import (
     SubprocessEnvManager,
     SubprocessEnvManagerConfig,
 )
-from common.envs import EnvSpec
+from common.envs import NO_INFO, ArraySpec, DiscreteSpec, EnvInfo, EnvSpec, TimeStep
 from tests.env_doubles import CountingEnv
 
 
@@ -133,6 +133,51 @@ def test_async_step_returns_ready_envs_and_keeps_the_rest_in_flight(managers):
     assert manager.ready_env == [0, 1]
     assert manager.episode_counts == {0: 0, 1: 0}
     assert {int(obs[0]) for obs in manager.next_obs.values()} == {0}
+
+
+def test_a_step_that_lands_during_a_partial_reset_is_returned_not_overwritten(managers):
+    """A reset of env 0 lets env 1's step in flight land first. Its timestep is the caller's until `step`
+    returns it: env 1 is not ready before then (stepping it again overwrote that timestep, and an episode's
+    end or reward with it)."""
+    manager = managers(SubprocessEnvManager, [CountingEnv, SlowEnv], num_workers=2, wait_num=1)
+    manager.launch()
+    managers.record(manager)
+    assert list(manager.step({0: 0, 1: 2})) == [0]  # env 1 is slow: still in flight
+    manager.reset({0: {}})
+    assert manager.ready_env == [0] and list(manager.next_obs) == [0]
+    with pytest.raises(ValueError, match=r"not returned yet: step\(\{\}\) returns it"):
+        manager.step({1: 0})
+    landed = manager.step({})
+    assert list(landed) == [1] and landed[1].obs[0] == 1.0 and landed[1].reward >= 2.0
+    assert manager.ready_env == [0, 1]
+
+
+def test_numpy_scalar_actions_reach_the_env_as_in_the_serial_manager(managers):
+    """Integers travel as Python ints (cheaper to pickle, the same value); floats keep their numpy type, whose
+    arithmetic differs from a Python float's (float32 + a Python float is float64, not float32)."""
+    got = {}
+    for cls in (BaseEnvManager, SubprocessEnvManager):
+        manager = managers(cls, [ActionEchoEnv], **({"num_workers": 1} if cls is SubprocessEnvManager else {}))
+        manager.launch()
+        obs = [manager.step({0: action})[0].obs.tolist() for action in (np.float32(0.1), np.int64(2), 3)]
+        got[cls] = obs
+        manager.close()
+    assert got[BaseEnvManager] == got[SubprocessEnvManager]
+    assert got[SubprocessEnvManager][0] == [np.float32(0.1) + np.float32(1.0), 1.0]  # float32 kept as float32
+
+
+class ActionEchoEnv(CountingEnv):
+    """Observation [action + 1 (in the action's own arithmetic), whether the action was a float32]."""
+
+    def info(self):
+        return EnvInfo("echo", ArraySpec((2,), np.float64), DiscreteSpec(4))
+
+    def reset(self, length=None):
+        return np.zeros(2)
+
+    def step(self, action):
+        return TimeStep(np.array([action + np.float32(1.0), isinstance(action, np.float32)]), 0.0, False, False,
+                        NO_INFO)
 
 
 def test_envs_and_workers_are_described(managers):

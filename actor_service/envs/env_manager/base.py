@@ -133,22 +133,25 @@ class BaseEnvManager:
 
     @property
     def ready_env(self) -> list[int]:
-        """Envs waiting for an action."""
+        """Envs waiting for an action. Not an env whose last timestep `step` has not returned yet (one that
+        landed during a partial `reset`): stepping it again would overwrite that timestep; `step({})` returns it."""
         if self._lifecycle is not _Lifecycle.RUNNING:
             self._check_running()
         in_flight = self._in_flight
-        if not in_flight:
+        results = self._results
+        if not in_flight and not results:
             return sorted(self._next_obs)
-        return [i for i in sorted(self._next_obs) if i not in in_flight]
+        return [i for i in sorted(self._next_obs) if i not in in_flight and i not in results]
 
     @property
     def next_obs(self) -> dict[int, Any]:
-        """Observations of the envs waiting for an action, by env id."""
+        """Observations of the envs waiting for an action (`ready_env`), by env id."""
         if self._lifecycle is not _Lifecycle.RUNNING:
             self._check_running()
         next_obs = self._next_obs
         in_flight = self._in_flight
-        return {i: next_obs[i] for i in sorted(next_obs) if i not in in_flight}
+        results = self._results
+        return {i: next_obs[i] for i in sorted(next_obs) if i not in in_flight and i not in results}
 
     @property
     def env_states(self) -> dict[int, EnvState]:
@@ -432,14 +435,20 @@ class BaseEnvManager:
     def _check_ready(self, actions: Mapping[int, Any]) -> None:
         next_obs = self._next_obs
         in_flight = self._in_flight
+        results = self._results
         for env_id in actions:
-            if env_id not in next_obs or env_id in in_flight:
+            if env_id not in next_obs or env_id in in_flight or env_id in results:
                 raise ValueError(self._not_ready_message(env_id))
 
     def _not_ready_message(self, env_id: Any) -> str:
         if not isinstance(env_id, int) or not 0 <= env_id < self.env_num:
             return f"step: env id {env_id!r} is not in range(0, {self.env_num})"
-        state = "a step in flight" if env_id in self._in_flight else f"state {self._state[env_id].name}"
+        if env_id in self._in_flight:
+            state = "a step in flight"
+        elif env_id in self._results:
+            state = "its last timestep is not returned yet: step({}) returns it"
+        else:
+            state = f"state {self._state[env_id].name}"
         return f"step: env {env_id} is not waiting for an action ({state}); act only on ready_env / next_obs"
 
     def _reset_map(self, reset_params: Any) -> dict[int, Mapping[str, Any]] | None:

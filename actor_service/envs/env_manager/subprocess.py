@@ -347,11 +347,15 @@ class SubprocessEnvManager(BaseEnvManager):
         buffer = self._buffer
         pooled = buffer is not None and bool(buffer.pool_slots)
         step_slot = self._step_slot
+        undelivered = self._results  # timesteps not returned yet (landed during a partial reset)
         for env_id, action in actions.items():
-            if env_id not in next_obs or env_id in in_flight:
+            if env_id not in next_obs or env_id in in_flight or env_id in undelivered:
                 raise ValueError(self._not_ready_message(env_id))
-            if isinstance(action, np.generic):
-                action = action.item()  # a numpy scalar pickles ~20x slower than a Python number
+            if isinstance(action, np.integer):
+                # A numpy integer pickles ~20x slower than a Python int, and an env sees the same value. Other
+                # numpy scalars go as they are: float32 arithmetic differs from a Python float's, and the
+                # serial manager hands the env what the caller gave.
+                action = int(action)
             slot = step_slot[env_id] = buffer.free_slot(env_id) if pooled else STEP_SLOT
             batch = batches.get(split_of[env_id])
             if batch is None:
@@ -499,7 +503,8 @@ class SubprocessEnvManager(BaseEnvManager):
 
     def _worker_failed(self, worker: _Worker, reason: str | None, failure: EnvFailure | None = None) -> None:
         """Replace a dead or hung worker; each of its envs counts one failure (and may raise). `reason` None:
-        the process died (its exit code says how). `failure`: the env exception that made it give up."""
+        the process died (its exit code says how). `failure`: the env exception that made it give up (building
+        that env, before any env of the worker ran): only that env is charged, as in the serial manager."""
         code = self._stop(worker)
         if reason is None:
             reason = f"exited with code {code}" + (f" (killed by signal {-code})" if code is not None and code < 0 else "")
@@ -513,7 +518,7 @@ class SubprocessEnvManager(BaseEnvManager):
         for env_id in active:
             if failure is not None and failure.env_id == env_id:
                 self._count_failure(env_id, failure)
-            else:
+            elif failure is None or self._state[env_id] is EnvState.RUN:
                 self._count_failure(env_id, EnvFailure(env_id, "worker", f"{worker.describe()} {reason}"))
             if env_id not in restart_reset:
                 self._state[env_id] = EnvState.INIT

@@ -217,7 +217,10 @@ class Actor:
         agent_steps = rollout.agent_steps if rollout is not None else 0
         log.warning("job %s: releasing it from outside its stuck thread with %d episode(s)", plan.job_id,
                     len(episodes))
-        return self._finish(plan.job_id, league_pb2.FINISH_STATUS_RELEASED, episodes, env_steps, agent_steps)
+        # One try: the process exits right after, and a coordinator away (often the same outage as a hung
+        # share) must not keep it retrying for ever; the lease expires then.
+        return self._finish(plan.job_id, league_pb2.FINISH_STATUS_RELEASED, episodes, env_steps, agent_steps,
+                            once=True)
 
     def run(self) -> list[JobReport]:
         """Serve jobs until stopped (or `max_jobs` are done); returns the reports of the last `KEPT_REPORTS` jobs
@@ -407,11 +410,12 @@ class Actor:
 
     def _finish(
         self, job_id: str, status: int, episodes: tuple[EpisodeRecord, ...], env_steps: int, agent_steps: int,
-        error: str = "", unloadable_player_ids: tuple[str, ...] = (),
+        error: str = "", unloadable_player_ids: tuple[str, ...] = (), once: bool = False,
     ) -> str:
         """FinishJob; returns "counted", "refused" (the coordinator no longer holds the job for us) or
         "unreported" (the coordinator did not answer: the lease expires and the job is issued again). A
-        stopping actor tries once, within STOP_FINISH_S, so that a stop is quick whatever the coordinator does."""
+        stopping actor (or ``once``) tries once, within STOP_FINISH_S, so that a stop is quick whatever the
+        coordinator does."""
         if self._heartbeat is not None:
             # The job ends here: no heartbeat may name it afterwards (one still in flight is answered as revoked,
             # which changes nothing once stopping). A stop during this wait bounds it too.
@@ -423,7 +427,7 @@ class Actor:
             unloadable_player_ids=unloadable_player_ids,
         )
         try:
-            reply = self._client.finish_job(request, once_within_s=STOP_FINISH_S if stopping else None,
+            reply = self._client.finish_job(request, once_within_s=STOP_FINISH_S if stopping or once else None,
                                             stop_grace_s=STOP_FINISH_S)
         except grpc.RpcError as err:  # the coordinator away past the retries: expected, no traceback needed
             code = err.code().name if isinstance(err, grpc.Call) else type(err).__name__

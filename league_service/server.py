@@ -16,9 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import grpc
@@ -280,6 +281,8 @@ class CoordinatorServer:
     coordinator: Coordinator
     serving: AioServingServer
     metrics: MetricsServer | None
+    _stopping: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _stopped: bool = field(default=False, repr=False)
 
     @property
     def address(self) -> str:
@@ -295,7 +298,15 @@ class CoordinatorServer:
         For `drain_s` first the server still answers while saying NOT_SERVING: health `Check` probes (and load
         balancers) see NOT_SERVING rather than a refused connection, GetJob answers "shutting down", and
         workers' finishes, updates and heartbeats are still acknowledged. Without a drain only `Watch`ers see it.
+        A second call (a signal handler's, then a `finally`'s) returns once the first one has stopped it all.
         """
+        with self._stopping:
+            if self._stopped:
+                return
+            self._stopped = True
+            self._stop(grace_s, drain_s)
+
+    def _stop(self, grace_s: float, drain_s: float) -> None:
         self.serving.set_serving(False)
         self.coordinator.begin_shutdown()
         if drain_s > 0:

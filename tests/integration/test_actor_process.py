@@ -213,9 +213,11 @@ sys.exit(main(parser.parse_args(sys.argv[1:])))
 
 
 @contextlib.contextmanager
-def actor_stuck_in_a_checkpoint_read(tmp_path: Path, worker_id: str, *args: str, lease_timeout_s: float = 30.0):
+def actor_stuck_in_a_checkpoint_read(tmp_path: Path, worker_id: str, *args: str, lease_timeout_s: float = 30.0,
+                                     coordinator_leaves: bool = False):
     """A coordinator of a long solo league and an actor process (`HUNG_FILESYSTEM`) whose job thread is stuck in
-    its reload check's read of latest.json; yields (coordinator stub, actor process, job, actor log)."""
+    its reload check's read of latest.json; yields (coordinator stub, actor process, job, actor log).
+    `coordinator_leaves`: the coordinator is stopped once the read hangs (the same outage, say)."""
     log = tmp_path / "actor.log"
     marker, stuck = tmp_path / "hang", tmp_path / "stuck"
     publish_first_checkpoint(tmp_path)
@@ -230,6 +232,8 @@ def actor_stuck_in_a_checkpoint_read(tmp_path: Path, worker_id: str, *args: str,
                 wait_until("the job to play", lambda: playing(log, job.job_id), 60, log.read_text)
                 marker.touch()
                 wait_until("the reload check to hang", stuck.exists, 60, log.read_text)
+                if coordinator_leaves:
+                    server.stop(grace_s=0.5)
                 yield stub, proc, job, log
         finally:
             channel.close()
@@ -266,6 +270,17 @@ def test_a_job_stuck_in_a_checkpoint_read_lets_its_lease_expire_then_the_actor_e
         status = stub.GetStatus(pb.GetStatusRequest())
         assert status.counters.jobs_expired == 1 and status.counters.jobs_finished == 0  # released too late
         assert not [j for j in status.jobs if j.job_id == job.job_id]
+
+
+def test_a_job_stuck_in_a_checkpoint_read_with_the_coordinator_away_still_ends_the_actor(tmp_path):
+    """The release from outside the stuck thread retried its FinishJob for as long as the coordinator stayed
+    away (no stop is set on that path), so the actor never exited. It now tries once and exits 1."""
+    with actor_stuck_in_a_checkpoint_read(tmp_path, "actor-g", "--checkpoint-read-timeout", "1",
+                                          lease_timeout_s=3.0, coordinator_leaves=True) as (_, proc, _, log):
+        assert proc.wait(60) == 1, log.read_text()  # 1 s + two leases of 3 s into the read, + one try
+        text = log.read_text()
+        assert "stuck in a checkpoint read for" in text and "releasing it from outside its stuck thread" in text
+        assert "its lease will expire" in text, text
 
 
 def test_revoked_lease_abandons_the_job_without_finishing_it(tmp_path):

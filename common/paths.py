@@ -68,7 +68,8 @@ class SharedRoot:
     def resolve(self, relative: str) -> Path:
         """The absolute path of ``relative`` after symlinks, guaranteed to lie inside the root.
 
-        The target need not exist. Symlinks inside the root that stay inside it are allowed.
+        The target need not exist. Symlinks inside the root that stay inside it are allowed; one to the root
+        itself is not (a checkpoint named by it had the league's snapshot copy the root into itself, for ever).
         """
         pure = check_relative(relative)
         try:
@@ -77,6 +78,8 @@ class SharedRoot:
             raise UnsafePathError(f"path {relative!r} cannot be resolved: {err}") from None
         if not candidate.is_relative_to(self._root):
             raise UnsafePathError(f"path {relative!r} resolves outside the shared root (symlink?)")
+        if candidate == self._root:
+            raise UnsafePathError(f"path {relative!r} resolves to the shared root itself (symlink?)")
         return candidate
 
     def relative(self, path: str | os.PathLike[str]) -> str:

@@ -433,7 +433,9 @@ class Coordinator:
         """Count a job's results exactly once: a retried finish is a duplicate, a late one is refused."""
         if report.status is JobEndStatus.EXPIRED:
             raise InvalidArgumentError("status", "a worker finishes a job as completed, released or failed")
-        loads_here = self._loadable_here(report.unloadable_player_ids)  # reads files: before the lock
+        loads_here = set()
+        if report.unloadable_player_ids and self._unloadable_to_verify(report, process):
+            loads_here = self._loadable_here(report.unloadable_player_ids)  # reads files: outside the lock
         with self._lock:
             now = self._clock()
             self._expire_locked(now)
@@ -749,10 +751,27 @@ class Coordinator:
                           list(lease.players), lease.attempt, books.failures_in_a_row, wait, books.last_error)
         self._persist(job_failures=(books,))
 
+    def _unloadable_to_verify(self, report: FinishReport, process: str) -> bool:
+        """Whether the finish's unloadable players are worth reading their checkpoints for: the worker, its job
+        and the ids are checked first (raises as `finish_job` would), so a request of anyone's, naming a player
+        thousands of times, no longer had the coordinator hash a checkpoint once per id. False for a duplicate
+        finish or a learn job (answered without any file read)."""
+        with self._lock:
+            now = self._clock()
+            self._expire_locked(now)
+            self._table.claim(report.worker_id, process)
+            found = self._table.check_finish(report.worker_id, report.job_id, now)
+            if isinstance(found, JobEnd) or found.kind is JobKind.LEARN:
+                return False
+            self._check_unloadable(report, found.players)
+            return True
+
     def _check_unloadable(self, report: FinishReport, players: tuple[str, ...]) -> None:
         """Before anything changes: the named players are this job's frozen opponents with checkpoints."""
         if report.status is not JobEndStatus.FAILED:
             raise InvalidArgumentError("unloadable_player_ids", "only a FAILED job names unloadable players")
+        if len(set(report.unloadable_player_ids)) < len(report.unloadable_player_ids):
+            raise InvalidArgumentError("unloadable_player_ids", "names a player more than once")
         for i, pid in enumerate(report.unloadable_player_ids):
             if pid not in players[1:]:
                 raise InvalidArgumentError(f"unloadable_player_ids[{i}]", f"{pid!r} is not an opponent in this job")

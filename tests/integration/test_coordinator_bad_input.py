@@ -37,6 +37,7 @@ def _serve(root):
     (root / "main_player_default_0").mkdir()
     (root / "main_player_default_0" / "ckpt.pt").write_bytes(b"w")
     (root / "loop").symlink_to(root / "loop")
+    (root / "rootlink").symlink_to(root)
     with running_coordinator(small_league_config(), root, lease_timeout_s=60.0, needs_learner=False) as server:
         channel, stub = league_stub(server.address)
         try:
@@ -91,6 +92,9 @@ def test_unknown_ids_are_not_found(served):
                                                 checkpoint_path="main_player_default_0/" + "x" * 300), "checkpoint_path"),
         ("UpdatePlayer", pb.UpdatePlayerRequest(worker_id="actor", player_id="main_player_default_0",
                                                 checkpoint_path="loop/ckpt.pt"), "checkpoint_path"),
+        # The shared root itself (a symlink to it) was accepted, and the snapshot copied the root into itself.
+        ("UpdatePlayer", pb.UpdatePlayerRequest(worker_id="actor", player_id="main_player_default_0",
+                                                checkpoint_path="rootlink"), "checkpoint_path"),
         ("UpdatePlayer", pb.UpdatePlayerRequest(worker_id="actor", agent_steps=1), "player_id"),
         ("UpdatePlayer", pb.UpdatePlayerRequest(worker_id="actor", player_id="main_player_default_0",
                                                 checkpoint_path="a/../../x"), "checkpoint_path"),

@@ -293,6 +293,14 @@ def test_symlinks_escaping_the_root_are_rejected(store, tmp_path):
     assert SharedRoot(store.root.root).resolve("alias/v0000000001.pt").name == "v0000000001.pt"
 
 
+def test_a_symlink_to_the_root_itself_is_refused(tmp_path):
+    """Named as a checkpoint, the shared root was copied into itself by the league's snapshot, for ever."""
+    (tmp_path / "rootlink").symlink_to(tmp_path)
+    with pytest.raises(UnsafePathError, match="the shared root itself"):
+        SharedRoot(tmp_path).resolve("rootlink")
+    assert SharedRoot(tmp_path).resolve("rootlink/p/v1.pt") == tmp_path.resolve() / "p" / "v1.pt"
+
+
 def test_shared_root_relative_paths(tmp_path):
     root = SharedRoot(tmp_path)
     assert root.relative(tmp_path / "a" / "b.pt") == "a/b.pt"

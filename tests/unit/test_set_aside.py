@@ -13,7 +13,7 @@ from common.checkpoint_store import CheckpointStore
 from league_service.coordinator import Coordinator, CoordinatorSettings
 from league_service.coordinator_messages import FinishReport, JobGrant
 from league_service.coordinator_testing import FakeClock, small_league_config
-from league_service.errors import InvalidArgumentError
+from league_service.errors import InvalidArgumentError, NotFoundError
 from league_service.leases import JobEndStatus, WorkerRole
 from league_service.messages import EpisodeOutcome, Outcome, PlayerOutcome
 from league_service.status_view import render_status
@@ -136,6 +136,30 @@ def test_only_a_failed_jobs_historical_opponents_can_be_named_unloadable(tmp_pat
                 coord.finish_job(FinishReport("actor", grant.job_id, status, (), 0, 0, "x", ids))
         assert all(not p.set_aside for p in coord.status().league.players)
         _complete(coord, grant)  # the refusals changed nothing: the job is still this actor's
+    finally:
+        coord.close()
+
+
+def test_no_checkpoint_is_read_before_the_worker_its_job_and_the_ids_are_checked(tmp_path, monkeypatch):
+    """A finish naming a player with a checkpoint 300 times, from no registered worker, had the coordinator hash
+    that checkpoint 300 times on its event loop before refusing it (10 s per 300 ids of a 64 MiB file)."""
+    coord = _open(tmp_path, published=True)
+    verified = []
+    real_verify = CheckpointStore.verify
+    monkeypatch.setattr(CheckpointStore, "verify", lambda self, path: verified.append(path) or real_verify(self, path))
+    try:
+        frozen = _historical(coord)
+        with pytest.raises(NotFoundError, match="worker_id"):
+            coord.finish_job(FinishReport("nobody", "no-job", JobEndStatus.FAILED, (), 0, 0, "x", (frozen,) * 300))
+        with pytest.raises(NotFoundError, match="job_id"):
+            coord.finish_job(FinishReport("actor", "no-job", JobEndStatus.FAILED, (), 0, 0, "x", (frozen,) * 300))
+        grant = _job_against(coord, frozen)
+        with pytest.raises(InvalidArgumentError, match="more than once"):
+            coord.finish_job(FinishReport("actor", grant.job_id, JobEndStatus.FAILED, (), 0, 0, "x", (frozen,) * 2))
+        assert verified == []
+        coord.finish_job(FinishReport("actor", grant.job_id, JobEndStatus.FAILED, (), 0, 0, "x", (frozen,)))
+        assert verified == [PRETRAINED]  # a valid report: its one player is verified (and stays in play)
+        assert all(not p.set_aside for p in coord.status().league.players)
     finally:
         coord.close()
 

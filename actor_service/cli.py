@@ -71,15 +71,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a checkpoint read still under way after this long (a hung network filesystem) lets "
                              "the job's lease expire, so the job goes to another actor; 'none': no limit")
     cli_args.add_stop_timeout(parser, DEFAULT_STOP_TIMEOUT_S, "a job thread still setting up or playing its job")
-    parser.add_argument("--log-level", default="INFO")
+    cli_args.add_log_level(parser)
 
 
 def main(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if (refusal := cli_args.coordinator_refusal(args.coordinator)) is not None:
         return _refuse(refusal)
-    if args.shared_root is None or not args.shared_root.is_dir():
-        return _refuse(f"--shared-root {args.shared_root} is not a directory (or set ${SHARED_ROOT_ENV_VAR})")
+    if args.shared_root is None:
+        return _refuse(f"--shared-root (or ${SHARED_ROOT_ENV_VAR}) is required")
+    if not args.shared_root.is_dir():
+        return _refuse(f"--shared-root {args.shared_root} is not a directory")
     # Imported only now, so `league --help` and argument errors do not pay for torch.
     import torch
 

@@ -96,6 +96,15 @@ def add_stop_timeout(parser: argparse.ArgumentParser, default_s: float, gives_up
                              f"main thread and exit 1 (default {default_s:g})")
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def add_log_level(parser: argparse.ArgumentParser) -> None:
+    """`--log-level`, any case; another value is a usage error (it was a traceback from `logging`)."""
+    parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO",
+                        help="log lines at this level and above (default INFO)")
+
+
 def _int(text: str) -> int:
     try:
         return int(text)

@@ -392,11 +392,18 @@ class AddressInUseError(OSError):
     """Another process holds the port: worth telling apart from a bad address, since trying again later or
     on another port can work (`league run` restarts a learner whose old port was taken on a free one)."""
 
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()  # the message, without "[Errno 98] " before it
+
 
 def bind_port(server: grpc.Server | grpc.aio.Server, options: ServerOptions) -> int:
     """Bind per `options` (TLS when given); the port bound (the free one picked for port 0). Raises
     AddressInUseError when another process holds the port, OSError for any other failure."""
     bind = join_host_port(options.host, options.port)
+    if options.port:  # a port in use is told before gRPC tries it: gRPC logs its own line to stderr first
+        err = bind_error(options.host.strip("[]"), options.port)
+        if isinstance(err, OSError) and err.errno == errno.EADDRINUSE:
+            raise AddressInUseError(err.errno, f"port: {bind} is in use by another process")
     try:
         if options.tls is not None:
             port = server.add_secure_port(bind, options.tls.credentials())

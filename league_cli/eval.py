@@ -21,6 +21,9 @@ from common import cli_args
 from common.rpc import SHARED_ROOT_ENV_VAR, env_path
 from league_cli.progression import DEFAULT_LADDER  # light: no torch
 
+DEFAULT_POINTS = 6
+"""Checkpoints along a run that `--run-dir` evaluates, evenly spaced, ending at the latest."""
+
 if TYPE_CHECKING:
     from actor_service.evaluation import EvalResult, ReturnResult
     from common.checkpoint_store import CheckpointRef
@@ -39,8 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default: random; with --run-dir {','.join(DEFAULT_LADDER)})")
     parser.add_argument("--player", default=None,
                         help="with --run-dir: the active player whose snapshots to evaluate (default: the main player)")
-    parser.add_argument("--points", type=cli_args.positive_int, default=6,
-                        help="with --run-dir: how many of the player's checkpoints, evenly spaced, ending at its latest")
+    parser.add_argument("--points", type=cli_args.positive_int, default=None,
+                        help="with --run-dir: how many of the player's checkpoints, evenly spaced, ending at its "
+                             f"latest (default {DEFAULT_POINTS})")
     parser.add_argument("--games", type=cli_args.positive_int, default=20,
                         help="games to play (seats alternate); episodes, in a single-player env")
     parser.add_argument("--config", type=Path, default=None,
@@ -56,6 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.run_dir is not None:
         return _progression_main(args)
+    for flag, value in (("--player", args.player), ("--points", args.points)):
+        if value is not None:  # they choose along a run's snapshots: with a checkpoint they went unheard
+            return _refuse(f"{flag} goes with --run-dir (--checkpoint evaluates the one checkpoint it names)")
     if args.shared_root is None:  # the variable only where no --run-dir names the root (the image sets it)
         args.shared_root = env_path(SHARED_ROOT_ENV_VAR)
     import torch
@@ -201,7 +208,7 @@ def _progression_main(args: argparse.Namespace) -> int:
         policy, env_name, env_kwargs = _league_policy_and_env(config if config.exists() else None)
         status = last_status(args.run_dir / "status_history.jsonl")
         player_id = choose_player(status, args.player)
-        line = lineage(status, player_id, args.points)
+        line = lineage(status, player_id, args.points or DEFAULT_POINTS)
         store = CheckpointStore(shared_root)
         latest = store.latest(player_id)
         if latest is not None:

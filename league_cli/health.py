@@ -32,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """0 when SERVING; 1 (with the reason on stderr) when not serving, unreachable or unknown."""
+    """0 when SERVING; 1 (with the reason on stderr) when not serving, unreachable or unknown, and for a bad
+    flag or file too: Docker reserves a healthcheck's exit 2 ("do not use"), so this probe never exits 2."""
     if not 0 < args.timeout <= cli_args.MAX_TIMEOUT_S:
         raise SystemExit(f"league health: --timeout must be > 0 and at most {cli_args.MAX_TIMEOUT_S:g} seconds, got {args.timeout}")
     if args.tls_ca is not None:

@@ -228,7 +228,7 @@ def write_plots(history_path: Path, out_dir: Path, notes: list[str] | None = Non
         ax.set_xticks(range(0, len(names), step), names[::step], rotation=60, ha="right", fontsize="x-small")
         ax.set_yticks(range(len(rows)), rows, fontsize="x-small")
         whose = "row" if rows is names else "active player (row)"
-        ax.set(title=f"win rate of {whose} against column (games)", xlabel="opponent", ylabel="player")
+        ax.set(title=f"win rate of {whose} against column (games, decayed)", xlabel="opponent", ylabel="player")
         if len(names) <= 20:
             for i in range(len(rows)):
                 for j in range(len(names)):

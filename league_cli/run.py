@@ -128,6 +128,10 @@ def _load(args: argparse.Namespace) -> tuple[Any, RunConfig, dict[str, Any]]:
 
     cfg = load_config(args.config)
     run_dict = dict(cfg.run)
+    try:  # the file's own section first: it is saved in the run directory, and a resume reads it with no flags
+        from_dict(RunConfig, run_dict, "run")
+    except ConfigError as err:
+        raise ConfigError(err.path, f"{err.message} (in {args.config})" if args.config else err.message) from None
     for key, value in (("actors", args.actors), ("seconds", args.seconds), ("env_steps", args.env_steps)):
         if value is not None:
             run_dict[key] = value
@@ -427,7 +431,7 @@ def _saved_league_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str 
     if saved is None or saved == given:
         return None
     own = run_dir / CONFIG_FILE
-    hint = (f"{own} is the run directory's own: `league run --run-dir {run_dir}` with no CONFIG resumes with it"
+    hint = (f"`league run --run-dir {run_dir}` and no CONFIG (it resumes with its own {own})"
             if own.is_file() and config != own else "the config the league was made with")
     return (f"league.league_type: the saved league is {saved!r} (in {state}), the config "
             f"({config or 'the embedded default'}) says {given!r}: resume it with {hint}, or start another league "

@@ -82,7 +82,7 @@ def add_coordinator_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drain", type=cli_args.non_negative_seconds, default=DEFAULT_DRAIN_S,
                         help="seconds between SIGTERM and closing the port, answering with health NOT_SERVING "
                              f"(default {DEFAULT_DRAIN_S:g})")
-    parser.add_argument("--log-level", default="INFO")
+    cli_args.add_log_level(parser)
 
 
 def coordinator_main(args: argparse.Namespace) -> int:
@@ -94,7 +94,7 @@ def coordinator_main(args: argparse.Namespace) -> int:
     from league_service.league_errors import LeagueStateError
     from league_service.server import serve_coordinator
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if (args.tls_cert is None) != (args.tls_key is None):
         return _refuse("--tls-cert and --tls-key go together")
     if not args.shared_root.is_dir():

@@ -166,13 +166,14 @@ def _ratings(p: league_pb2.PlayerStatus) -> tuple[str, str]:
 
 
 def _win_rates(status: league_pb2.LeagueStatus) -> Table:
-    """Rows are home players, columns away players; a cell is the home win rate and the (decayed) games."""
+    """Rows are home players, columns away players; a cell is the home win rate and the games, decayed as the
+    payoff decays them (`payoff.decay` per game: with 0.99 a pair that has played often shows ~100)."""
     if len({e.home for e in status.payoff} | {e.away for e in status.payoff}) > MATRIX_MAX_PLAYERS:
         return _win_rates_of_active_players(status)
     homes = sorted({e.home for e in status.payoff})
     aways = sorted({e.away for e in status.payoff})
     cells = {(e.home, e.away): e for e in status.payoff}
-    table = Table(title="win rate (games)", title_justify="left")
+    table = Table(title="win rate (games, decayed: recent ones weigh most)", title_justify="left")
     table.add_column("home \\ away")
     for away in aways:
         table.add_column(away, justify="right")
@@ -191,7 +192,7 @@ def _win_rates_of_active_players(status: league_pb2.LeagueStatus) -> Table:
     active = sorted(p.player_id for p in status.players if p.active)
     historical = {p.player_id for p in status.players if not p.active}
     cells = {(e.home, e.away): e for e in status.payoff if e.games > 0}
-    table = Table(title=f"win rate (games) of the active players; the whole matrix of {len(status.players)} players: "
+    table = Table(title=f"win rate (games, decayed) of the active players; the whole matrix of {len(status.players)} players: "
                   "--json or league plot", title_justify="left")
     table.add_column("player", no_wrap=True)
     opponents = [a for a in active if any((home, a) in cells for home in active)]

@@ -79,7 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "learner; 'none': no limit")
     cli_args.add_stop_timeout(parser, DEFAULT_STOP_TIMEOUT_S,
                               "a learner thread that has not finished its final checkpoint, report and release")
-    parser.add_argument("--log-level", default="INFO")
+    cli_args.add_log_level(parser)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -88,7 +88,7 @@ def main(args: argparse.Namespace) -> int:
     from learner_service.config import LearnerSettings
     from learner_service.learner import JobSetupError, Learner, WorkerIdTaken
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if (refusal := cli_args.coordinator_refusal(args.coordinator)) is not None:
         return _refuse(refusal)
     if args.shared_root is None:

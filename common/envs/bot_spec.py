@@ -12,6 +12,11 @@ from dataclasses import dataclass
 BOT_KINDS = ("random", "mcts")
 
 
+MAX_SIMULATIONS = 100_000
+"""The most MCTS simulations per move a spec takes: seconds a move on connect four. One move of mcts:100000000
+searched for over ten minutes, and no Ctrl-C gets into pyspiel's search."""
+
+
 @dataclass(frozen=True)
 class BotSpec:
     """A reference bot: uniform random, or pyspiel's MCTS with random-rollout evaluation."""
@@ -26,8 +31,9 @@ class BotSpec:
     def __post_init__(self) -> None:
         if self.kind not in BOT_KINDS:
             raise ValueError(f"BotSpec.kind must be one of {BOT_KINDS}, got {self.kind!r}")
-        if self.num_simulations < 1:
-            raise ValueError(f"BotSpec.num_simulations must be >= 1, got {self.num_simulations}")
+        if not 1 <= self.num_simulations <= MAX_SIMULATIONS:
+            raise ValueError(f"BotSpec.num_simulations must be within [1, {MAX_SIMULATIONS:,}], got "
+                             f"{self.num_simulations:,}")
         if self.rollouts < 1:
             raise ValueError(f"BotSpec.rollouts must be >= 1, got {self.rollouts}")
 

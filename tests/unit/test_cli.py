@@ -25,6 +25,8 @@ def test_ctrl_c_while_a_command_starts_up_exits_130_without_a_traceback(tmp_path
     # sends it at a fixed import, so the test does not depend on timing.
     child = (
         "import os, signal, sys\n"
+        # A shell's background job starts with SIGINT ignored, and Python keeps it so: the test's own setting.
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "def hook(event, args):\n"
         "    if event == 'import' and args[0] == 'rich.markup':\n"
         "        os.kill(os.getpid(), signal.SIGINT)\n"
@@ -48,3 +50,27 @@ def test_workers_refuse_a_number_out_of_range_naming_the_flag(tmp_path, capsys, 
         main([command, "--coordinator", "127.0.0.1:1", "--shared-root", str(tmp_path), flag, value])
     assert exited.value.code == 2
     assert f"argument {flag}: must be " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["coordinator", "actor", "learner"])
+def test_a_log_level_that_does_not_exist_is_a_usage_error(tmp_path, capsys, command):
+    """It was a traceback from `logging` (ValueError: Unknown level), exit 1."""
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--coordinator", "127.0.0.1:1", "--shared-root", str(tmp_path), "--log-level", "bogus"]
+             if command != "coordinator" else [command, "--shared-root", str(tmp_path), "--log-level", "bogus"])
+    assert exited.value.code == 2
+    assert "argument --log-level: invalid choice: 'BOGUS'" in capsys.readouterr().err
+
+
+def test_an_actor_without_a_shared_root_says_it_needs_one(capsys, monkeypatch):
+    monkeypatch.delenv("LEAGUE_SHARED_ROOT", raising=False)
+    assert main(["actor", "--coordinator", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert "--shared-root (or $LEAGUE_SHARED_ROOT) is required" in err and "None" not in err
+
+
+@pytest.mark.parametrize("flag, value", [("--points", "3"), ("--player", "main_player_default_0")])
+def test_eval_options_of_a_run_directory_are_refused_with_a_checkpoint(tmp_path, capsys, flag, value):
+    """They choose along a run's snapshots; with --checkpoint they were ignored without a word."""
+    assert main(["eval", "--checkpoint", str(tmp_path / "x.pt"), flag, value]) == 2
+    assert f"{flag} goes with --run-dir" in capsys.readouterr().err

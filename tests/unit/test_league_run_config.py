@@ -43,6 +43,21 @@ def test_run_section_values_are_checked_with_the_keys_path(section, message):
     assert str(info.value).startswith(message)  # once: not "run.run.actors"
 
 
+def test_a_bad_run_section_in_the_file_is_refused_even_when_a_flag_overrides_it(tmp_path):
+    """The file's section is saved in the run directory, and a resume (no flags) failed on it."""
+    import argparse
+
+    from league_cli.run import _load
+
+    path = tmp_path / "league.yaml"
+    path.write_text(yaml.safe_dump({"run": {"seconds": -10}}))
+    with pytest.raises(ConfigError) as info:
+        _load(argparse.Namespace(config=path, actors=None, seconds=15.0, env_steps=None))
+    assert str(info.value) == f"run.seconds: must be > 0, got -10.0 (in {path})"
+    path.write_text(yaml.safe_dump({"run": {"seconds": 10}}))
+    assert _load(argparse.Namespace(config=path, actors=None, seconds=15.0, env_steps=None))[1].seconds == 15.0
+
+
 def test_step_rate_starts_from_the_first_poll_not_from_zero():
     """A run resumed in an existing --run-dir starts with the steps its league already counted."""
     rate = StepRate()

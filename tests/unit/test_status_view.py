@@ -46,7 +46,7 @@ def test_a_league_with_many_historical_players_gets_a_row_per_active_player():
     text = _text(status)
     assert "home \\ away" not in text and "…" not in text.split("win rate")[1].split("jobs in flight")[0]
     assert "whole matrix of 63 players" in text and "vs 60 historical" in text
-    win_rates = text.split("win rate (games)")[1]
+    win_rates = text.split("win rate (games, decayed")[1]
     (main_row,) = [line for line in win_rates.splitlines() if line.startswith("│ main_player_default_0 ")]
     assert "90% (10)" in main_row  # against the main exploiter
     assert "main_exploiter_default_0_2000 30%" in main_row  # the historical player it beats least

@@ -58,6 +58,22 @@ def test_a_bad_run_section_in_the_file_is_refused_even_when_a_flag_overrides_it(
     assert _load(argparse.Namespace(config=path, actors=None, seconds=15.0, env_steps=None))[1].seconds == 15.0
 
 
+def test_the_refusal_to_resume_another_league_type_says_how_to_resume_it(tmp_path):
+    """Its hint was pasted after "resume it with" and read as garbage."""
+    from league_cli.run import _saved_league_mismatch
+    from league_service.coordinator import Coordinator, CoordinatorSettings
+
+    run_dir = tmp_path / "run"
+    (run_dir / "shared").mkdir(parents=True)
+    solo = ROOT / "configs" / "solo_cartpole.yaml"
+    Coordinator(load_config(solo), CoordinatorSettings(shared_root=run_dir / "shared",
+                                                       state_path=run_dir / "league_state.sqlite")).close()
+    (run_dir / "config.yaml").write_text(solo.read_text())
+    message = _saved_league_mismatch(run_dir, None, load_config(None))
+    assert f"says 'one_vs_one': resume it with `league run --run-dir {run_dir}` and no CONFIG (it resumes with its " \
+           f"own {run_dir / 'config.yaml'}), or start another league in a new --run-dir" in message, message
+
+
 def test_step_rate_starts_from_the_first_poll_not_from_zero():
     """A run resumed in an existing --run-dir starts with the steps its league already counted."""
     rate = StepRate()

@@ -254,30 +254,26 @@ class LeagueServicer(league_pb2_grpc.LeagueServiceServicer):
             await context.abort(grpc.StatusCode.INTERNAL, reason)
             raise
 
-    async def FinishJob(self, request, context):
-        process = _process_of(context)
-        if request.unloadable_player_ids:  # the coordinator verifies their checkpoints: file reads, off the loop
-            try:
-                reply = await asyncio.to_thread(
-                    lambda: wire.finish_reply(self._c.finish_job(wire.parse_finish(request), process)))
-            except RequestError as err:
-                await _refuse(context, err)
-                raise
-            await self._wait_durable(context)
-            return reply
-        return await self._answer_durably(
-            context, lambda: wire.finish_reply(self._c.finish_job(wire.parse_finish(request), process)))
-
-    async def UpdatePlayer(self, request, context):
-        process = _process_of(context)
+    async def _answer_durably_in_thread(self, context: grpc.aio.ServicerContext, call: Callable[[], T]) -> T:
+        """`_answer_durably` for a call that reads files or takes long: in a thread, not on the event loop."""
         try:
-            reply = await asyncio.to_thread(
-                lambda: wire.update_reply(self._c.update_player(wire.parse_update(request), process)))
+            reply = await asyncio.to_thread(call)
         except RequestError as err:
             await _refuse(context, err)
             raise
         await self._wait_durable(context)
         return reply
+
+    async def FinishJob(self, request, context):
+        process = _process_of(context)
+        answer = (self._answer_durably_in_thread if request.unloadable_player_ids  # their checkpoints are read
+                  else self._answer_durably)
+        return await answer(context, lambda: wire.finish_reply(self._c.finish_job(wire.parse_finish(request), process)))
+
+    async def UpdatePlayer(self, request, context):
+        process = _process_of(context)
+        return await self._answer_durably_in_thread(
+            context, lambda: wire.update_reply(self._c.update_player(wire.parse_update(request), process)))
 
     async def GetStatus(self, request, context):
         return await asyncio.to_thread(lambda: wire.status_reply(self._c.status()))

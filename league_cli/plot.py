@@ -91,6 +91,15 @@ MAX_FIGURE_INCHES = 30.0
 MAX_TICK_LABELS = 60
 
 
+def _games_played(row: dict[str, Any]) -> float:
+    """The games a payoff row's pair played (JSON writes int64 as a string); a history from before the count
+    was kept has only the decayed `games`."""
+    try:
+        return float(row["games_played"]) if "games_played" in row else float(row.get("games", 0))
+    except (TypeError, ValueError):
+        return 0.0
+
+
 def _ordered_names(record: dict[str, Any], payoff: list[dict[str, Any]]) -> list[str]:
     """Active players first, then historical ones by parent in the order they were taken (by steps)."""
     players = {p["player_id"]: p for p in _players(record)}
@@ -218,7 +227,7 @@ def write_plots(history_path: Path, out_dir: Path, notes: list[str] | None = Non
             i, j = row_index.get(row["home"]), index[row["away"]]
             if i is not None:
                 rate[i, j] = row.get("win_rate", np.nan)
-                games[i, j] = row.get("games", 0)
+                games[i, j] = _games_played(row)
         per_column = 0.6 if rows is names else 0.3  # a strip of a few rows reads fine with narrower cells
         width = min(MAX_FIGURE_INCHES, max(5.0, per_column * len(names) + 2))
         height = min(MAX_FIGURE_INCHES, max(3.0, 0.6 * len(rows) + 2))
@@ -228,7 +237,7 @@ def write_plots(history_path: Path, out_dir: Path, notes: list[str] | None = Non
         ax.set_xticks(range(0, len(names), step), names[::step], rotation=60, ha="right", fontsize="x-small")
         ax.set_yticks(range(len(rows)), rows, fontsize="x-small")
         whose = "row" if rows is names else "active player (row)"
-        ax.set(title=f"win rate of {whose} against column (games, decayed)", xlabel="opponent", ylabel="player")
+        ax.set(title=f"win rate of {whose} against column (games played)", xlabel="opponent", ylabel="player")
         if len(names) <= 20:
             for i in range(len(rows)):
                 for j in range(len(names)):

@@ -25,20 +25,22 @@ if TYPE_CHECKING:
 
 
 class BattleRecordDict(dict):
-    """Games between two players from the first one's side: wins, draws, losses, games (floats, they decay).
+    """Games between two players from the first one's side: wins, draws, losses, games (floats, they decay),
+    and the games actually played (an int, never decayed: what a status shows as the pair's game count).
 
-    Multiplying by a factor scales every count, which is how records decay.
+    Multiplying by a factor scales every decayed count, which is how records decay.
     """
 
     data_keys = ("wins", "draws", "losses", "games")
 
     def __init__(
-        self, wins: float = 0.0, draws: float = 0.0, losses: float = 0.0, games: float = 0.0
+        self, wins: float = 0.0, draws: float = 0.0, losses: float = 0.0, games: float = 0.0, played: int = 0
     ) -> None:
-        super().__init__(wins=float(wins), draws=float(draws), losses=float(losses), games=float(games))
+        super().__init__(wins=float(wins), draws=float(draws), losses=float(losses), games=float(games),
+                         played=int(played))
 
     def __mul__(self, factor: float) -> BattleRecordDict:
-        return BattleRecordDict(*(self[k] * factor for k in self.data_keys))
+        return BattleRecordDict(*(self[k] * factor for k in self.data_keys), played=self["played"])
 
     __rmul__ = __mul__
 
@@ -49,7 +51,7 @@ class BattleRecordDict(dict):
 
     def reversed(self) -> BattleRecordDict:
         """The same games seen from the other player's side."""
-        return BattleRecordDict(self["losses"], self["draws"], self["wins"], self["games"])
+        return BattleRecordDict(self["losses"], self["draws"], self["wins"], self["games"], self["played"])
 
 
 class PayoffDict(defaultdict):
@@ -59,8 +61,8 @@ class PayoffDict(defaultdict):
         super().__init__(factory)
 
 
-# (home, away, wins, draws, losses, games) of each pair that has played, from home's side (`counts()`).
-PayoffCounts = list[tuple[str, str, float, float, float, float]]
+# (home, away, wins, draws, losses, games, played) of each pair that has played, from home's side (`counts()`).
+PayoffCounts = list[tuple[str, str, float, float, float, float, int]]
 
 _OUTCOME_KEY = {Outcome.WIN: "wins", Outcome.DRAW: "draws", Outcome.LOSS: "losses"}
 _CONSISTENT = {(Outcome.WIN, Outcome.LOSS), (Outcome.LOSS, Outcome.WIN), (Outcome.DRAW, Outcome.DRAW)}
@@ -166,6 +168,7 @@ class BattleSharedPayoff(_SharedPayoff):
                 record = self._data[key]
                 record *= self._cfg.decay
                 record["games"] += 1.0
+                record["played"] += 1
                 record[_OUTCOME_KEY[outcome.reverse() if reverse else outcome]] += 1.0
             return len(matches)
 
@@ -203,15 +206,15 @@ class BattleSharedPayoff(_SharedPayoff):
         The coordinator's status copies them under the locks every RPC takes: 12,000 rows built there, with a
         `win_rate` call each that locked and copied the record again, held up every RPC 0.1-0.35 s."""
         with self._lock:
-            return [(a, b, rec["wins"], rec["draws"], rec["losses"], rec["games"])
+            return [(a, b, rec["wins"], rec["draws"], rec["losses"], rec["games"], rec["played"])
                     for (a, b), rec in self._data.items()]
 
     def rows_of(self, counts: PayoffCounts) -> list[PayoffRow]:
         """The rows of `counts()`: both sides of every pair, sorted by (home, away)."""
         rows = []
-        for a, b, wins, draws, losses, games in counts:
-            rows.append(PayoffRow(a, b, wins, draws, losses, games, self._rate(wins, draws, games)))
-            rows.append(PayoffRow(b, a, losses, draws, wins, games, self._rate(losses, draws, games)))
+        for a, b, wins, draws, losses, games, played in counts:
+            rows.append(PayoffRow(a, b, wins, draws, losses, games, self._rate(wins, draws, games), played))
+            rows.append(PayoffRow(b, a, losses, draws, wins, games, self._rate(losses, draws, games), played))
         rows.sort(key=lambda r: (r.home, r.away))
         return rows
 
@@ -236,6 +239,9 @@ class BattleSharedPayoff(_SharedPayoff):
             try:
                 home, away = str(row["home"]), str(row["away"])
                 values = [float(row[k]) for k in BattleRecordDict.data_keys]
+                played = row.get("played", 0)  # absent from records saved before it was counted
+                if isinstance(played, bool) or not isinstance(played, int) or played < 0:
+                    raise ValueError(f"played must be an integer >= 0, got {played!r}")
             except (KeyError, TypeError, ValueError) as exc:
                 raise LeagueStateError(f"payoff.records[{i}]", f"malformed record: {exc}") from None
             for pid in (home, away):
@@ -244,7 +250,7 @@ class BattleSharedPayoff(_SharedPayoff):
             if home == away:  # never written (self-play is not recorded); its rows would contradict each other
                 raise LeagueStateError(f"payoff.records[{i}]", f"a record of {home!r} against itself")
             key, reverse = self._key(home, away)
-            record = BattleRecordDict(*values)
+            record = BattleRecordDict(*values, played=played)
             data[key] = record.reversed() if reverse else record
         with self._lock:
             self._data, self._changed = data, set()

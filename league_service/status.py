@@ -42,7 +42,8 @@ class PlayerStatus:
 
 @dataclass(frozen=True)
 class PayoffRow:
-    """The record of `home` against `away` (decayed counts) and home's win rate (draws count half)."""
+    """The record of `home` against `away` (decayed counts), home's win rate (draws count half) and the games
+    the two have actually played."""
 
     home: str
     away: str
@@ -51,6 +52,7 @@ class PayoffRow:
     losses: float
     games: float
     win_rate: float
+    played: int = 0
 
 
 @dataclass(frozen=True)

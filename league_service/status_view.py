@@ -166,14 +166,14 @@ def _ratings(p: league_pb2.PlayerStatus) -> tuple[str, str]:
 
 
 def _win_rates(status: league_pb2.LeagueStatus) -> Table:
-    """Rows are home players, columns away players; a cell is the home win rate and the games, decayed as the
-    payoff decays them (`payoff.decay` per game: with 0.99 a pair that has played often shows ~100)."""
+    """Rows are home players, columns away players; a cell is the home win rate (over the decayed counts, as
+    PFSP sees it) and the games the two have played."""
     if len({e.home for e in status.payoff} | {e.away for e in status.payoff}) > MATRIX_MAX_PLAYERS:
         return _win_rates_of_active_players(status)
     homes = sorted({e.home for e in status.payoff})
     aways = sorted({e.away for e in status.payoff})
     cells = {(e.home, e.away): e for e in status.payoff}
-    table = Table(title="win rate (games, decayed: recent ones weigh most)", title_justify="left")
+    table = Table(title="win rate, recent games weighing most (games played)", title_justify="left")
     table.add_column("home \\ away")
     for away in aways:
         table.add_column(away, justify="right")
@@ -181,7 +181,7 @@ def _win_rates(status: league_pb2.LeagueStatus) -> Table:
         row = [home]
         for away in aways:
             e = cells.get((home, away))
-            row.append(f"{e.win_rate:.0%} ({e.games:.0f})" if e is not None and e.games > 0 else "-")
+            row.append(f"{e.win_rate:.0%} ({e.games_played:,})" if e is not None and e.games > 0 else "-")
         table.add_row(*row)
     return table
 
@@ -192,7 +192,7 @@ def _win_rates_of_active_players(status: league_pb2.LeagueStatus) -> Table:
     active = sorted(p.player_id for p in status.players if p.active)
     historical = {p.player_id for p in status.players if not p.active}
     cells = {(e.home, e.away): e for e in status.payoff if e.games > 0}
-    table = Table(title=f"win rate (games, decayed) of the active players; the whole matrix of {len(status.players)} players: "
+    table = Table(title=f"win rate (games played) of the active players; the whole matrix of {len(status.players)} players: "
                   "--json or league plot", title_justify="left")
     table.add_column("player", no_wrap=True)
     opponents = [a for a in active if any((home, a) in cells for home in active)]
@@ -204,12 +204,13 @@ def _win_rates_of_active_players(status: league_pb2.LeagueStatus) -> Table:
         row = [home]
         for away in opponents:
             e = cells.get((home, away))
-            row.append(f"{e.win_rate:.0%} ({e.games:.0f})" if e is not None else "-")
+            row.append(f"{e.win_rate:.0%} ({e.games_played:,})" if e is not None else "-")
         past = [e for (h, a), e in cells.items() if h == home and a in historical]
-        games = sum(e.games for e in past)
-        row.append(f"{sum(e.win_rate * e.games for e in past) / games:.0%} ({games:.0f})" if past else "-")
+        games = sum(e.games for e in past)  # the rate is weighted as PFSP weighs the games: decayed
+        played = sum(e.games_played for e in past)
+        row.append(f"{sum(e.win_rate * e.games for e in past) / games:.0%} ({played:,})" if past else "-")
         least = min(past, key=lambda e: (e.win_rate, -e.games), default=None)
-        row.append(f"{least.away} {least.win_rate:.0%} ({least.games:.0f})" if least is not None else "-")
+        row.append(f"{least.away} {least.win_rate:.0%} ({least.games_played:,})" if least is not None else "-")
         table.add_row(*row)
     return table
 

@@ -333,7 +333,7 @@ def status_reply(s: CoordinatorStatus) -> league_pb2.LeagueStatus:
         payoff=[
             league_pb2.PayoffEntry(
                 home=r.home, away=r.away, wins=r.wins, draws=r.draws, losses=r.losses, games=r.games,
-                win_rate=r.win_rate,
+                win_rate=r.win_rate, games_played=r.played,
             )
             for r in league.payoff
         ],

@@ -161,6 +161,7 @@ def test_connect_four_battle_league_reports_what_it_played(tmp_path, recording_l
             played[(away, home)] += report.episodes
     payoff = {(e.home, e.away): e for e in status.payoff if e.games}
     assert {k: int(e.games) for k, e in payoff.items()} == dict(played)
+    assert {k: e.games_played for k, e in payoff.items()} == dict(played)  # the count, through the wire
     for (home, away), entry in payoff.items():
         assert entry.wins == payoff[(away, home)].losses and entry.draws == payoff[(away, home)].draws
 

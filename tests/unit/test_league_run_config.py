@@ -74,6 +74,14 @@ def test_the_refusal_to_resume_another_league_type_says_how_to_resume_it(tmp_pat
            f"own {run_dir / 'config.yaml'}), or start another league in a new --run-dir" in message, message
 
 
+def test_the_win_rate_plot_shows_the_games_played():
+    from league_cli.plot import _games_played
+
+    assert _games_played({"games": 99.99, "games_played": "1024"}) == 1024  # JSON writes int64 as a string
+    assert _games_played({"games": 12.5}) == 12.5  # a history from before the count: the decayed one
+    assert _games_played({"games_played": "x"}) == 0
+
+
 def test_step_rate_starts_from_the_first_poll_not_from_zero():
     """A run resumed in an existing --run-dir starts with the steps its league already counted."""
     rate = StepRate()

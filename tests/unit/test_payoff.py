@@ -35,14 +35,14 @@ def _battle_payoff(ids=("a", "b", "c"), **cfg) -> BattleSharedPayoff:
 
 def test_battle_record_dict_counts_and_decays_by_multiplication():
     record = BattleRecordDict()
-    assert record == {"wins": 0.0, "draws": 0.0, "losses": 0.0, "games": 0.0}
-    record = BattleRecordDict(4, 2, 2, 8)
+    assert record == {"wins": 0.0, "draws": 0.0, "losses": 0.0, "games": 0.0, "played": 0}
+    record = BattleRecordDict(4, 2, 2, 8, played=9)
     half = record * 0.5
-    assert half == {"wins": 2.0, "draws": 1.0, "losses": 1.0, "games": 4.0}
+    assert half == {"wins": 2.0, "draws": 1.0, "losses": 1.0, "games": 4.0, "played": 9}  # played never decays
     assert record["wins"] == 4.0  # * makes a new record
     record *= 0.25
-    assert record == {"wins": 1.0, "draws": 0.5, "losses": 0.5, "games": 2.0}
-    assert record.reversed() == {"wins": 0.5, "draws": 0.5, "losses": 1.0, "games": 2.0}
+    assert record == {"wins": 1.0, "draws": 0.5, "losses": 0.5, "games": 2.0, "played": 9}
+    assert record.reversed() == {"wins": 0.5, "draws": 0.5, "losses": 1.0, "games": 2.0, "played": 9}
 
 
 def test_payoff_dict_makes_records_on_first_use():
@@ -57,8 +57,8 @@ def test_payoff_dict_makes_records_on_first_use():
 def test_update_counts_both_sides_and_win_rate_counts_draws_half():
     payoff = _battle_payoff()
     assert payoff.update(battle_result(("b", "a"), [W, W, D, L])) == 4
-    assert payoff.record("b", "a") == {"wins": 2.0, "draws": 1.0, "losses": 1.0, "games": 4.0}
-    assert payoff.record("a", "b") == {"wins": 1.0, "draws": 1.0, "losses": 2.0, "games": 4.0}
+    assert payoff.record("b", "a") == {"wins": 2.0, "draws": 1.0, "losses": 1.0, "games": 4.0, "played": 4}
+    assert payoff.record("a", "b") == {"wins": 1.0, "draws": 1.0, "losses": 2.0, "games": 4.0, "played": 4}
     assert payoff.win_rate("b", "a") == pytest.approx(2.5 / 4)
     assert payoff.win_rate("a", "b") == pytest.approx(1.5 / 4)
     players = {p.player_id: p for p in payoff.players}
@@ -86,8 +86,26 @@ def test_decay_applies_before_each_new_game():
     payoff = _battle_payoff(decay=0.5)
     payoff.update(battle_result(("a", "b"), [W, L]))
     # after W: wins 1, games 1; after L: everything * 0.5, then losses +1, games +1
-    assert payoff.record("a", "b") == {"wins": 0.5, "draws": 0.0, "losses": 1.0, "games": 1.5}
+    assert payoff.record("a", "b") == {"wins": 0.5, "draws": 0.0, "losses": 1.0, "games": 1.5, "played": 2}
     assert payoff.win_rate("a", "b") == pytest.approx(0.5 / 1.5)
+
+
+def test_the_games_played_are_counted_beside_the_decayed_counts_and_saved():
+    """With decay 0.99 every pair that had played often showed ~100 "games" in a status: the decayed weight.
+    The games played are counted too, never decayed, in the rows and the saved state."""
+    payoff = _battle_payoff(decay=0.99)
+    payoff.update(battle_result(("a", "b"), [W] * 600 + [L] * 400))
+    (ab, ba) = [r for r in payoff.rows() if {r.home, r.away} == {"a", "b"}]
+    assert ab.played == ba.played == 1000 and ab.games == pytest.approx(100 * (1 - 0.99**1000))
+    restored = _battle_payoff(decay=0.99)
+    restored.load_records(json.loads(json.dumps(payoff.state_dict())))
+    assert restored.record("b", "a")["played"] == 1000
+    old = {"records": [{"home": "a", "away": "b", "wins": 1.0, "draws": 0.0, "losses": 0.0, "games": 1.0}]}
+    restored.load_records(old)  # saved before games were counted: from 0 on
+    assert restored.record("a", "b")["played"] == 0
+    for bad in (-1, 1.5, "7", True):
+        with pytest.raises(LeagueStateError, match="played"):
+            restored.load_records({"records": [{**old["records"][0], "played": bad}]})
 
 
 def test_self_play_is_not_recorded():
@@ -185,7 +203,7 @@ def test_concurrent_updates_are_all_counted():
         t.start()
     for t in threads:
         t.join()
-    assert payoff.record("a", "b") == {"wins": 800.0, "draws": 0.0, "losses": 800.0, "games": 1600.0}
+    assert payoff.record("a", "b") == {"wins": 800.0, "draws": 0.0, "losses": 800.0, "games": 1600.0, "played": 1600}
 
 
 def test_players_keep_the_order_they_joined():

@@ -20,12 +20,13 @@ def _status(snapshots_per_parent: int) -> league_pb2.LeagueStatus:
             status.players.add(player_id=f"{parent}_{k * 1000}", player_type="historical_player",
                                parent_id=parent, agent_steps=k * 1000, active=False)
     historical = [p for p in status.players if not p.active]
-    status.payoff.add(home=ACTIVE[0], away=ACTIVE[1], wins=9, losses=1, games=10, win_rate=0.9)
-    status.payoff.add(home=ACTIVE[1], away=ACTIVE[0], wins=1, losses=9, games=10, win_rate=0.1)
+    # Decayed counts of 10 from 1,500 games played: the table shows the games played.
+    status.payoff.add(home=ACTIVE[0], away=ACTIVE[1], wins=9, losses=1, games=10, win_rate=0.9, games_played=1500)
+    status.payoff.add(home=ACTIVE[1], away=ACTIVE[0], wins=1, losses=9, games=10, win_rate=0.1, games_played=1500)
     for i, past in enumerate(historical):
         rate = 0.3 if past.player_id == f"{ACTIVE[1]}_2000" else 0.8  # the one main player beats least
         status.payoff.add(home=ACTIVE[0], away=past.player_id, wins=rate * (10 + i), losses=(1 - rate) * (10 + i),
-                          games=10 + i, win_rate=rate)
+                          games=10 + i, win_rate=rate, games_played=100 + i)
     return status
 
 
@@ -38,7 +39,7 @@ def _text(status: league_pb2.LeagueStatus) -> str:
 def test_a_small_league_gets_the_whole_matrix():
     text = _text(_status(snapshots_per_parent=1))  # 6 players
     assert "home \\ away" in text and "main_exploiter_default_0_1000" in text
-    assert "90% (10)" in text and "10% (10)" in text
+    assert "90% (1,500)" in text and "10% (1,500)" in text
 
 
 def test_a_league_with_many_historical_players_gets_a_row_per_active_player():
@@ -46,12 +47,12 @@ def test_a_league_with_many_historical_players_gets_a_row_per_active_player():
     text = _text(status)
     assert "home \\ away" not in text and "…" not in text.split("win rate")[1].split("jobs in flight")[0]
     assert "whole matrix of 63 players" in text and "vs 60 historical" in text
-    win_rates = text.split("win rate (games, decayed")[1]
+    win_rates = text.split("win rate (games played) of the active players")[1]
     (main_row,) = [line for line in win_rates.splitlines() if line.startswith("│ main_player_default_0 ")]
-    assert "90% (10)" in main_row  # against the main exploiter
+    assert "90% (1,500)" in main_row  # against the main exploiter
     assert "main_exploiter_default_0_2000 30%" in main_row  # the historical player it beats least
-    games = sum(e.games for e in status.payoff if e.away.endswith("000"))
-    assert f"({games:.0f})" in main_row
+    played = sum(e.games_played for e in status.payoff if e.away.endswith("000"))
+    assert f"({played:,})" in main_row
 
 
 def test_historical_players_are_listed_newest_per_parent_up_to_a_limit():

@@ -400,10 +400,9 @@ def bind_port(server: grpc.Server | grpc.aio.Server, options: ServerOptions) -> 
     """Bind per `options` (TLS when given); the port bound (the free one picked for port 0). Raises
     AddressInUseError when another process holds the port, OSError for any other failure."""
     bind = join_host_port(options.host, options.port)
-    if options.port:  # a port in use is told before gRPC tries it: gRPC logs its own line to stderr first
-        err = bind_error(options.host.strip("[]"), options.port)
-        if isinstance(err, OSError) and err.errno == errno.EADDRINUSE:
-            raise AddressInUseError(err.errno, f"port: {bind} is in use by another process")
+    # A port in use is told before gRPC tries it: gRPC logs a line of its own to stderr first.
+    if options.port and isinstance(in_use := _bind_problem(options, bind), AddressInUseError):
+        raise in_use
     try:
         if options.tls is not None:
             port = server.add_secure_port(bind, options.tls.credentials())
@@ -417,10 +416,15 @@ def bind_port(server: grpc.Server | grpc.aio.Server, options: ServerOptions) -> 
 
 
 def _bind_failure(options: ServerOptions, bind: str) -> OSError:
-    """Why gRPC could not bind (it names no reason), found by binding a plain socket as gRPC does."""
+    """Why gRPC could not bind (it names no reason)."""
+    return _bind_problem(options, bind) or OSError(f"port: could not bind {bind}")
+
+
+def _bind_problem(options: ServerOptions, bind: str) -> OSError | None:
+    """Why a server cannot listen on `bind`, found by binding a plain socket as gRPC does; None if it can."""
     err = bind_error(options.host.strip("[]"), options.port)
     if err is None:
-        return OSError(f"port: could not bind {bind}")
+        return None
     if isinstance(err, socket.gaierror):
         return OSError(f"port: could not bind {bind}: {err}")
     if err.errno == errno.EADDRINUSE:

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from common.busy_clock import BusyClock
 from common.checkpoint_store import Checkpoint, CheckpointRef, CheckpointStore
+
+if TYPE_CHECKING:
+    import torch
 
 
 class TimedCheckpointStore(CheckpointStore):
@@ -34,10 +37,16 @@ class TimedCheckpointStore(CheckpointStore):
         """How long the read or publish under way has taken so far; 0 if none."""
         return self.clock.busy_s()
 
-    def publish(self, player_id: str, tensors: Mapping[str, np.ndarray], version: int, *args: Any,
-                **kwargs: Any) -> CheckpointRef:
+    def publish(
+        self,
+        player_id: str,
+        tensors: Mapping[str, np.ndarray | torch.Tensor],
+        version: int,
+        metadata: Mapping[str, Any] | None = None,
+        training_state: Mapping[str, Any] | None = None,
+    ) -> CheckpointRef:
         with self.clock.timed():
-            return super().publish(player_id, tensors, version, *args, **kwargs)
+            return super().publish(player_id, tensors, version, metadata, training_state)
 
     def latest(self, player_id: str) -> CheckpointRef | None:
         with self.clock.timed():

@@ -437,10 +437,7 @@ class Coordinator:
         if report.unloadable_player_ids and self._unloadable_to_verify(report, process):
             loads_here = self._loadable_here(report.unloadable_player_ids)  # reads files: outside the lock
         with self._lock:
-            now = self._clock()
-            self._expire_locked(now)
-            self._table.claim(report.worker_id, process)
-            found = self._table.check_finish(report.worker_id, report.job_id, now)
+            now, found = self._check_finish_locked(report, process)
             if isinstance(found, JobEnd):
                 self._reply_waits_locked()  # the original finish may still be on its way to disk
                 return FinishAck(duplicate=True, episodes_counted=found.episodes_counted)
@@ -757,14 +754,19 @@ class Coordinator:
         thousands of times, no longer had the coordinator hash a checkpoint once per id. False for a duplicate
         finish or a learn job (answered without any file read)."""
         with self._lock:
-            now = self._clock()
-            self._expire_locked(now)
-            self._table.claim(report.worker_id, process)
-            found = self._table.check_finish(report.worker_id, report.job_id, now)
+            _, found = self._check_finish_locked(report, process)
             if isinstance(found, JobEnd) or found.kind is JobKind.LEARN:
                 return False
             self._check_unloadable(report, found.players)
             return True
+
+    def _check_finish_locked(self, report: FinishReport, process: str) -> tuple[float, Lease[JobSpec] | JobEnd]:
+        """Now, and the lease the finish ends (or the end of a job finished before: a retry): leases expired
+        first, the worker's process checked. Raises as `finish_job` refuses."""
+        now = self._clock()
+        self._expire_locked(now)
+        self._table.claim(report.worker_id, process)
+        return now, self._table.check_finish(report.worker_id, report.job_id, now)
 
     def _check_unloadable(self, report: FinishReport, players: tuple[str, ...]) -> None:
         """Before anything changes: the named players are this job's frozen opponents with checkpoints."""

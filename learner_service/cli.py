@@ -77,6 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a checkpoint publish or read still under way after this long (a hung network "
                              "filesystem) lets the learn job's lease expire, so the player can go to another "
                              "learner; 'none': no limit")
+    parser.add_argument("--stream-idle-timeout", type=cli_args.positive_seconds, default=60.0, metavar="SECONDS",
+                        help="cancel a trajectory stream whose client sent nothing for this long, so frozen or "
+                             "stray clients cannot hold the learner's stream slots (actors send again)")
     cli_args.add_stop_timeout(parser, DEFAULT_STOP_TIMEOUT_S,
                               "a learner thread that has not finished its final checkpoint, report and release")
     cli_args.add_log_level(parser)
@@ -115,6 +118,7 @@ def main(args: argparse.Namespace) -> int:
             tls_key=args.tls_key,
             device=args.device,
             publish_timeout_s=args.publish_timeout,
+            stream_idle_timeout_s=args.stream_idle_timeout,
         )
         learner = Learner(settings)
     except (ValueError, OSError) as err:

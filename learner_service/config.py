@@ -45,6 +45,10 @@ class LearnerSettings:
     went away): the heartbeat stops renewing the learn job's lease, so the league can bind the player to another
     learner. Generous: a large checkpoint on a slow share legitimately takes seconds (None: no limit)."""
 
+    stream_idle_timeout_s: float = 60.0
+    """A trajectory stream whose client sent nothing for this long is cancelled, so that frozen or stray
+    clients cannot hold the learner's stream slots (our actors end a stream after 0.05 s of quiet)."""
+
     def __post_init__(self) -> None:
         if not self.coordinator:
             raise ValueError("coordinator: HOST:PORT is required (--coordinator or $LEAGUE_COORDINATOR)")
@@ -53,6 +57,8 @@ class LearnerSettings:
         if self.publish_timeout_s is not None and not (math.isfinite(self.publish_timeout_s)
                                                        and self.publish_timeout_s > 0):
             raise ValueError(f"publish_timeout_s: must be > 0 seconds or None, got {self.publish_timeout_s}")
+        if not (math.isfinite(self.stream_idle_timeout_s) and self.stream_idle_timeout_s > 0):
+            raise ValueError(f"stream_idle_timeout_s: must be > 0 seconds, got {self.stream_idle_timeout_s}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port: must be within [0, 65535], got {self.port}")
         if (self.tls_cert is None) != (self.tls_key is None):

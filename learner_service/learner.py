@@ -151,7 +151,8 @@ class Learner:
         check_exposure(s.host, s.token, insecure=s.insecure)
         options = ServerOptions(host=s.host, port=s.port, token=s.token, max_receive_bytes=MAX_CHUNK_BYTES,
                                 tls=ServerTls(s.tls_cert, s.tls_key) if s.tls_cert and s.tls_key else None)
-        self.servicer = LearnerServicer(self.plane, max_streams=options.max_workers - RESERVED_SERVER_THREADS)
+        self.servicer = LearnerServicer(self.plane, max_streams=options.max_workers - RESERVED_SERVER_THREADS,
+                                        stream_idle_timeout_s=s.stream_idle_timeout_s)
         self.server = make_server(
             options, lambda server: add_service(server, self.servicer, SERVICE), [SERVICE.full_name],
         )

@@ -25,6 +25,7 @@ import grpc
 from common.proto.league.v1 import league_pb2, league_pb2_grpc
 from common.tensor_codec import CodecError, decode_chunk
 from learner_service.chunks import ChunkPreparer, InvalidChunkError, PreparedChunk
+from learner_service.idle_streams import IdleStreamGuard
 from learner_service.intake import ChunkQueue, IntakeClosedError, SeqDeduper
 
 log = logging.getLogger(__name__)
@@ -167,13 +168,16 @@ stream waits (on a full queue behind a slow trainer, or on an actor that sends n
 
 
 class LearnerServicer(league_pb2_grpc.LearnerServiceServicer):
-    def __init__(self, plane: DataPlane, max_streams: int) -> None:
+    def __init__(self, plane: DataPlane, max_streams: int, stream_idle_timeout_s: float = 60.0) -> None:
         """``max_streams``: trajectory streams served at once; more are refused with RESOURCE_EXHAUSTED (actors
         retry with backoff). Each stream holds one of the sync server's threads while it waits for chunks or
-        for room in the queue; past the pool's size every call, health included, would hang instead."""
+        for room in the queue; past the pool's size every call, health included, would hang instead.
+        ``stream_idle_timeout_s``: a stream whose client sends nothing for this long is cancelled
+        (`IdleStreamGuard`), so quiet clients cannot hold the slots."""
         if max_streams < 1:
             raise ValueError(f"max_streams must be >= 1, got {max_streams}")
         self._plane = plane
+        self.idle_streams = IdleStreamGuard(stream_idle_timeout_s)
         self.max_streams = max_streams
         self._lock = threading.Lock()
         self._streams = 0
@@ -205,7 +209,7 @@ class LearnerServicer(league_pb2_grpc.LearnerServiceServicer):
 
         context.add_callback(on_done)
         accepted = duplicates = samples = 0
-        for chunk in request_iterator:
+        for chunk in self.idle_streams.watch(request_iterator, context.cancel, context.peer()):
             try:
                 result = self._plane.accept(chunk, cancelled.is_set)
             except ChunkRefused as refused:

@@ -184,6 +184,36 @@ def test_streams_beyond_the_limit_are_refused_and_health_and_other_pushes_still_
                     channel.close()
 
 
+def test_a_stream_whose_client_goes_quiet_is_cancelled_and_frees_its_slot(tmp_path):
+    # A client that opened a stream, sent a chunk and then nothing (a frozen actor, a stray tool, no deadline)
+    # held its stream slot for ever; enough of them refused every actor. Now a quiet stream is cancelled.
+    cfg = solo_config(batch_size=1024)
+    release = threading.Event()
+
+    def one_then_quiet():
+        yield synthetic_chunk(_cartpole_specs(), 2, player_id=PLAYER, seq=0)
+        release.wait(60)
+
+    with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
+        with running_learner(coordinator.address, tmp_path, stream_idle_timeout_s=0.5) as learner:
+            learner.learner.wait_published(PLAYER, 0, 60)
+            channel = make_channel(learner.address)
+            try:
+                stub = league_pb2_grpc.LearnerServiceStub(channel)
+                quiet = stub.PushTrajectories.future(one_then_quiet())  # no deadline
+                with pytest.raises(grpc.RpcError) as err:
+                    quiet.result(timeout=30)
+                assert err.value.code() == grpc.StatusCode.CANCELLED
+                assert learner.learner.servicer.streams_in_use == 0
+                assert learner.learner.servicer.idle_streams.streams_ended == 1
+                # The chunk it did send was accepted: sent again, it is a duplicate, not lost or counted twice.
+                again = push(learner.address, [synthetic_chunk(_cartpole_specs(), 2, player_id=PLAYER, seq=0)])
+                assert (again.chunks_accepted, again.chunks_duplicate) == (0, 1)
+            finally:
+                release.set()
+                channel.close()
+
+
 def test_an_action_mask_the_env_does_not_have_is_refused_and_training_goes_on(tmp_path):
     """CartPole declares no action mask, so the model takes one only optionally; a chunk that carries one anyway
     (a misbehaving actor) is refused, naming the key. Taken, it would have been batched with chunks without one

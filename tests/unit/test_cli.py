@@ -44,6 +44,7 @@ def test_ctrl_c_while_a_command_starts_up_exits_130_without_a_traceback(tmp_path
     ("actor", "--env-cpus", "0"), ("actor", "--env-num", "0"), ("actor", "--max-jobs", "-3"),
     ("actor", "--env-max-retry", "-1"),
     ("learner", "--stop-timeout", "0"), ("learner", "--stop-timeout", "inf"), ("learner", "--publish-timeout", "-1"),
+    ("learner", "--stream-idle-timeout", "0"),
 ])
 def test_workers_refuse_a_number_out_of_range_naming_the_flag(tmp_path, capsys, command, flag, value):
     with pytest.raises(SystemExit) as exited:

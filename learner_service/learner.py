@@ -231,6 +231,10 @@ class Learner:
             session.release()
         else:
             self._kept = _Kept(job.player_id, session.trainer, session.publisher.last_version)
+            if untrained := session.trainer.untrained_samples:
+                log.info("%s: %d received samples not trained on stay with this learner's trainer: trained if the "
+                         "league binds %s here again, dropped if it binds another player", job.player_id,
+                         untrained, job.player_id)
 
     def request_stop(self) -> None:
         """Stop taking data and end the current session (safe from any thread)."""
@@ -281,10 +285,15 @@ class Learner:
         store = TimedCheckpointStore(store_root, keep_last=config.keep_last, clock=self._publishing)
         publisher = CheckpointPublisher(store, job.player_id, self.settings.worker_id)
         kept, self._kept = self._kept, None
-        if (
+        reuse = (
             kept is not None and kept.player_id == job.player_id and kept.trainer.spec == spec
             and publisher.last_version <= kept.published_version and job.checkpoint_version <= kept.published_version
-        ):
+        )
+        if kept is not None and not reuse and (untrained := kept.trainer.untrained_samples):
+            log.info("%s: dropping %d received samples not trained on: %s", kept.player_id, untrained,
+                     f"this learner now trains {job.player_id}" if kept.player_id != job.player_id
+                     else "the player's checkpoints moved on without this learner")
+        if reuse:
             log.info("%s: continuing with the trainer kept in memory (version %d)", job.player_id, kept.trainer.version)
             trainer = kept.trainer
             trainer.config = config

@@ -158,6 +158,11 @@ class Trainer:
             return len(self._replay)
         return self._held_samples + sum(samples for _, samples in self._short_batches)
 
+    @property
+    def untrained_samples(self) -> int:
+        """Samples received and never trained on (PPO's held rows; a DQN replay's samples have been sampled)."""
+        return 0 if self._replay is not None else self.buffered_samples
+
     # ---- data -----------------------------------------------------------------------------------------
     def add(self, chunk: PreparedChunk) -> None:
         self.progress.agent_steps += chunk.agent_steps

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -364,31 +365,38 @@ def _coordinator_on(port: int, cfg: Config, shared_root: Path, state: Path, leas
         server.stop(grace_s=0.5)
 
 
-def test_waits_for_an_absent_coordinator_and_rebinds_after_it_lost_its_state(tmp_path):
+def test_waits_for_an_absent_coordinator_and_rebinds_after_it_lost_its_state(tmp_path, caplog):
     """The learner starts first (registers with backoff); later its coordinator is replaced by one that never
     heard of it (another state file): heartbeats say so, the learner registers again, gets the player back and
-    goes on with the trainer it kept (the store has nothing newer), steps and versions never going back."""
+    goes on with the trainer it kept (the store has nothing newer), steps and versions never going back. The
+    samples it held short of a batch when the lease went are said to be kept, and trained after the rebind."""
     cfg = solo_config(batch_size=128)
     port = _free_port()
     address = f"127.0.0.1:{port}"
     rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)
+    short = Rollout(player_id=PLAYER, env_num=4, unroll_len=16, job_id="job-short")
+    caplog.set_level(logging.INFO, logger="learner_service.learner")
     try:
         with running_learner(address, tmp_path, worker_id="learner-w") as learner:
             with _coordinator_on(port, cfg, tmp_path, tmp_path / "a.sqlite"):
                 learner.learner.wait_published(PLAYER, 0, 60)
                 push(learner.address, rollout.chunks(acting_task(cfg, tmp_path), 2, policy_version=0))
                 learner.learner.wait_published(PLAYER, 2, 60)
+                push(learner.address, short.chunks(acting_task(cfg, tmp_path), 1, policy_version=2))  # 64 held
+                eventually(lambda: learner.learner.session.trainer.untrained_samples == 64)
                 first = learner.learner.session
             with _coordinator_on(port, cfg, tmp_path, tmp_path / "b.sqlite") as fresh:
                 status = eventually(lambda: (s := player_status(fresh.address)).learner_worker_id and s)
                 status = eventually(lambda: (s := player_status(fresh.address)).checkpoint_version == 2 and s)
-                assert status.agent_steps == 256 and status.train_iteration == 2
+                assert status.agent_steps == 256 + 64 and status.train_iteration == 2  # steps count what arrived
                 session = learner.learner.session
                 assert session is not first and session.trainer is first.trainer  # kept, not reloaded
+                assert "64 received samples not trained on stay with this learner's trainer" in caplog.text
                 push(learner.address, rollout.chunks(acting_task(cfg, tmp_path), 1, policy_version=2))
-                assert learner.learner.wait_published(PLAYER, 3, 60).metadata["agent_steps"] == 384
+                assert learner.learner.wait_published(PLAYER, 3, 60).metadata["agent_steps"] == 384 + 64
     finally:
         rollout.close()
+        short.close()
 
 
 def test_cut_off_from_its_coordinator_it_publishes_nothing_once_the_lease_may_have_expired(tmp_path):

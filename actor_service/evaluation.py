@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from common.algorithms.registry import make_computation_task
-from common.checkpoint_store import CheckpointRef, CheckpointStore
+from common.checkpoint_store import CheckpointError, CheckpointRef, CheckpointStore
 from common.computation.algorithm import ForwardKwargs
 from common.computation.computation_task import ComputationTask
 from common.envs.base import EnvInfo, Outcome
@@ -224,25 +224,37 @@ def _decide(
 
 def resolve_checkpoint(checkpoint: str, shared_root: Path | None) -> tuple[CheckpointStore, str]:
     """The store and root-relative path of `checkpoint` (see the module docstring). A player's folder
-    (`<root>/<player_id>`) stands for that player's newest published version."""
+    (`<root>/<player_id>`) stands for that player's newest published version. The version's manifest is read
+    here, so that a path that is no published checkpoint is refused with the root it was looked for in."""
     path = Path(checkpoint)
+    guessed = ""
     if path.is_absolute():
-        root = shared_root if shared_root is not None else (path.parent if path.is_dir() else path.parent.parent)
+        if shared_root is not None:
+            root = shared_root
+        else:
+            root = path.parent if path.is_dir() else path.parent.parent
+            guessed = (f" (no shared root given, so it was taken to be {root}, the "
+                       f"{'folder' if path.is_dir() else 'file'}'s {'parent' if path.is_dir() else 'grandparent'}: "
+                       "a checkpoint is <shared root>/<player id>/v<version>.pt; give --shared-root if it lies "
+                       "elsewhere)")
         store = CheckpointStore(root)
-        relative = store.root.relative(path)  # UnsafePathError when outside the root
     else:
         if shared_root is None:
             raise ValueError(f"checkpoint {checkpoint!r} is relative: give the shared root it is relative to")
-        store, relative = CheckpointStore(shared_root), checkpoint
-    target = store.root.resolve(relative)
-    if target.is_dir():
-        latest = store.latest(relative)
-        if latest is None:
-            raise ValueError(f"checkpoint {checkpoint!r}: a folder with no published checkpoint in it "
-                             f"(shared root {store.root.root})")
-        return store, latest.path
-    if not target.exists():
-        raise ValueError(f"checkpoint {checkpoint!r} does not exist")
+        store = CheckpointStore(shared_root)
+    try:
+        relative = store.root.relative(path) if path.is_absolute() else checkpoint  # UnsafePathError outside it
+        target = store.root.resolve(relative)
+        if target.is_dir():
+            latest = store.latest(relative)
+            if latest is None:
+                raise ValueError(f"checkpoint {checkpoint!r}: a folder with no published checkpoint in it")
+            return store, latest.path
+        if not target.exists():
+            raise ValueError(f"checkpoint {checkpoint!r} does not exist")
+        store.manifest(relative)
+    except (ValueError, CheckpointError) as err:
+        raise ValueError(f"{err}{guessed or f' (shared root {store.root.root})'}") from err
     return store, relative
 
 

@@ -128,6 +128,21 @@ def test_an_absolute_path_outside_the_shared_root_is_refused(tmp_path):
         resolve_checkpoint(str(outside / path), inside)
 
 
+def test_a_path_that_is_no_checkpoint_is_refused_naming_the_root_it_was_looked_for_in(tmp_path):
+    """Without --shared-root the root is guessed from the path; a wrong guess said only "no manifest, in shared
+    root /tmp", which read as if the user had named /tmp."""
+    stray = tmp_path / "weights" / "model.pt"
+    stray.parent.mkdir()
+    stray.write_bytes(b"not a published checkpoint")
+    with pytest.raises(ValueError, match=f"no shared root given, so it was taken to be {tmp_path}.*give --shared-root"):
+        resolve_checkpoint(str(stray), None)
+    with pytest.raises(ValueError, match=rf"no manifest.*\(shared root {tmp_path / 'weights'}\)"):
+        resolve_checkpoint("model.pt", tmp_path / "weights")
+    (tmp_path / "other").mkdir()
+    with pytest.raises(ValueError, match=f"outside the shared root .shared root {tmp_path / 'other'}"):
+        resolve_checkpoint(str(stray), tmp_path / "other")
+
+
 def test_a_single_player_checkpoint_is_judged_by_its_episode_returns(tmp_path, capsys):
     """CartPole has no opponent: eval plays --games episodes and reports returns (a solo run's checkpoints)."""
     mlp = {"algorithm": "ppo", "model": {"conv": [], "hidden": [16], "shared_torso": True}}  # as merged

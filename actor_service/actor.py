@@ -37,6 +37,7 @@ from actor_service.env_managers import EnvManagers, ManagerKind
 from actor_service.envs import EnvError
 from actor_service.heartbeat import JobHeartbeat
 from actor_service.job import JobError, JobKind, JobPlan
+from actor_service.job_tally import JobTally
 from actor_service.policy_pool import (
     Policy,
     PolicyPool,
@@ -225,6 +226,7 @@ class Actor:
     def run(self) -> list[JobReport]:
         """Serve jobs until stopped (or `max_jobs` are done); returns the reports of the last `KEPT_REPORTS` jobs
         (`jobs_run` counts them all)."""
+        tally = JobTally()
         try:
             registration = self._client.register()
             if registration is None:
@@ -236,12 +238,18 @@ class Actor:
                 if job is None:
                     break
                 report = self._run_job(job, registration.heartbeat_interval_s)
-                log.info("job %s %s: %d episodes, %d env steps, %d agent steps, %d chunks%s", report.job_id,
-                         report.status, report.episodes, report.env_steps, report.agent_steps, report.chunks_sent,
-                         f" ({report.error})" if report.error else "")
+                usual = report.status == "completed" and not report.error and not report.env_failures
+                log.log(logging.DEBUG if usual else logging.INFO,
+                        "job %s %s: %d episodes, %d env steps, %d agent steps, %d chunks%s", report.job_id,
+                        report.status, report.episodes, report.env_steps, report.agent_steps, report.chunks_sent,
+                        f" ({report.error})" if report.error else "")
                 self.reports.append(report)
                 self.jobs_run += 1
+                if summary := tally.add(report.status, report.episodes, report.env_steps, report.agent_steps):
+                    log.info("%s", summary)
         finally:
+            if summary := tally.take():
+                log.info("%s", summary)
             try:
                 self._managers.close()
             finally:
@@ -328,7 +336,7 @@ class Actor:
         ]
         opponents = [f"{slot.player_id} ({slot.bot})" if policy is None else f"{slot.player_id} v{policy.version}"
                      for slot, policy in zip(plan.players[1:], policies[1:], strict=True)]
-        log.info("job %s: %s v%d vs %s on %d x %s", plan.job_id, plan.launch_player, launch.version,
+        log.debug("job %s: %s v%d vs %s on %d x %s", plan.job_id, plan.launch_player, launch.version,
                  opponents or "nobody", env_num, plan.env_name)
         target = RolloutTarget(tuple(s.player_id for s in plan.players), plan.episode_num, plan.env_steps,
                                plan.forward_kwargs, plan.adder.unroll_len)

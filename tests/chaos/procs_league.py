@@ -110,7 +110,8 @@ class KillableLeague:
                                               "--port", str(lport), "--device", "cpu"))
         for i in range(self.layout.actors):
             name = f"actor-{i}"
-            self._launch(name, league_command("actor", *common, "--worker-id", name, "--manager", "base"))
+            self._launch(name, league_command("actor", *common, "--worker-id", name, "--manager", "base",
+                                              "--log-level", "DEBUG"))  # every job's end: actor_reports
         return self
 
     def _launch(self, name: str, argv: list[str]) -> ManagedProcess:
@@ -247,7 +248,7 @@ class KillableLeague:
         return ledger
 
 
-# actor_service/actor.py logs "job <id> <how>: <n> episodes, ..." when a job ends.
+# actor_service/actor.py logs "job <id> <how>: <n> episodes, ..." when a job ends (at DEBUG when it completed as usual).
 _REPORT_LINE = re.compile(r"job ([0-9a-f]+) (completed|released): (\d+) episodes")
 
 

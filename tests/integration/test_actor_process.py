@@ -76,9 +76,11 @@ def alive(pid: int) -> bool:
 @contextlib.contextmanager
 def actor_process(address: str, root: Path, log: Path, *args: str, script: str | None = None,
                   env: dict[str, str] | None = None):
-    """`python -m actor_service.cli actor ...`; `script`: Python code that runs the same CLI (`python -c`)."""
+    """`python -m actor_service.cli actor ...`; `script`: Python code that runs the same CLI (`python -c`).
+    At DEBUG, so that the log has every job's start and end (the tests wait for them)."""
     launch = ["-m", "actor_service.cli", "actor"] if script is None else ["-c", script]
-    command = [sys.executable, *launch, "--coordinator", address, "--shared-root", str(root), *args]
+    command = [sys.executable, *launch, "--coordinator", address, "--shared-root", str(root), "--log-level", "DEBUG",
+               *args]
     with open(log, "w") as out:
         proc = subprocess.Popen(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                 env=None if env is None else {**os.environ, **env})

@@ -20,7 +20,11 @@ Retention runs at the end of a publish: the versions beyond ``keep_last`` lose t
 hidden ``.retired`` names, and deleting those (which waits for the disk) finishes in the background; the next
 publish, `CheckpointStore.close` and interpreter exit wait for it.
 Snapshots (frozen copies for historical players) are hard links, or copies where linking fails.
-One writer per player is assumed (its learner); any number of readers may load concurrently.
+One writer per player is intended (its learner). Should a second one write (a learner frozen mid-publish past its
+lease, then thawed), each commit (the check that the version is above the latest, the renames, the manifest,
+latest.json and retention) runs under the player's ``.publish.lock``, so nothing is published over a newer
+version and latest.json never goes back; the writer's `publish_guard` can withdraw the publish at that point.
+Any number of readers may load concurrently.
 
 Digest: BLAKE3-256 (manifest format ``league-checkpoint/2``, ``"digest": "blake3:<hex>"``; why BLAKE3:
 `common.checkpoint_hashing`). Manifests of format ``league-checkpoint/1`` (``"sha256": "<hex>"``) still load
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import logging
 import os
@@ -104,6 +109,10 @@ class VersionConflictError(ValueError):
     store has one writer per player, the learner bound to it)."""
 
 
+class PublishWithdrawn(CheckpointError):
+    """The store's `publish_guard` said no at the moment of committing: nothing was published."""
+
+
 @dataclass(frozen=True)
 class CheckpointRef:
     """A published checkpoint: where it is (relative to the shared root) and what it must hash to."""
@@ -133,13 +142,21 @@ def snapshot_path(checkpoint_path: str, step: int) -> str:
 
 
 class CheckpointStore:
-    def __init__(self, shared_root: str | os.PathLike[str], keep_last: int = 5) -> None:
+    def __init__(
+        self, shared_root: str | os.PathLike[str], keep_last: int = 5,
+        publish_guard: Callable[[], bool] | None = None,
+    ) -> None:
         """``keep_last``: published versions retention keeps per player (besides pinned ones); >= 2 is
-        advisable so a reader that just read ``latest.json`` still finds the file it names."""
+        advisable so a reader that just read ``latest.json`` still finds the file it names.
+        ``publish_guard``: asked under the player's commit lock, after the files are written and before
+        anything becomes visible; False withdraws the publish (`PublishWithdrawn`). A learner passes "my lease
+        on the player still holds": a learner frozen mid-publish (SIGSTOP, a paused VM, a slow share) past its
+        lease must not publish over the learner that took the player over."""
         if keep_last < 1:
             raise ValueError(f"keep_last must be >= 1, got {keep_last}")
         self.root = SharedRoot(shared_root)
         self.keep_last = keep_last
+        self.publish_guard = publish_guard
         self._retiring: list[_InThread] = []
         self._retiring_lock = threading.Lock()
 
@@ -204,35 +221,63 @@ class CheckpointStore:
                              "state": _training_state_to_cpu(training_state, "training_state")}
         path = self.root.resolve(relative)
         path.parent.mkdir(parents=True, exist_ok=True)
-        if latest is not None:
-            self._drop_cache_of_retiring(player_id, latest.version)
         state_path = path.with_name(path.name + TRAINING_STATE_SUFFIX)
-        manifest_path = path.with_name(path.name + MANIFEST_SUFFIX)
         temps: list[Path] = []
         try:
+            # The slow part (serialising, hashing, fsyncing the weights) outside the lock.
             weights_tmp = temp_name(path)
             temps.append(weights_tmp)
             weights = save_hashed(payload, weights_tmp)
-            state = None
+            state = state_tmp = None
             if state_payload is not None:
                 state_tmp = temp_name(state_path)
                 temps.append(state_tmp)
                 state = save_hashed(state_payload, state_tmp)
-                temps.append(state_path)  # from here on a failure also removes the renamed state file
-                os.replace(state_tmp, state_path)
-            os.replace(weights_tmp, path)
-        except BaseException:
+            ref = CheckpointRef(relative, int(version), weights.digest, weights.size, metadata, state)
+            with _commit_lock(path.parent, player_id):
+                self._commit(ref, weights_tmp, state_tmp)
+        finally:
             for tmp in temps:
                 unlink_quietly(tmp)
-            raise
-        ref = CheckpointRef(relative, int(version), weights.digest, weights.size, metadata, state)
+        return ref
+
+    def _commit(self, ref: CheckpointRef, weights_tmp: Path, state_tmp: Path | None) -> None:
+        """Under the player's commit lock: check again that the version is above the latest (another writer may
+        have committed since the check before writing) and ask the guard; then rename the files into place,
+        publish the manifest and latest.json, and retire what is beyond ``keep_last``. The lock makes the
+        check and the commit one step for every writer of the player, so nothing is ever published over a
+        newer version, and latest.json never goes back."""
+        player_id = ref.path.split("/", 1)[0]
+        path = self.root.resolve(ref.path)
+        state_path = path.with_name(path.name + TRAINING_STATE_SUFFIX)
+        manifest_path = path.with_name(path.name + MANIFEST_SUFFIX)
         try:
+            latest = self.latest(player_id)
+        except CorruptCheckpointError:  # logged by the check before writing
+            latest = None
+        if latest is not None and ref.version <= latest.version:
+            raise VersionConflictError(
+                f"version {ref.version} of {player_id!r} must exceed the latest published {latest.version} "
+                f"(published by {latest.metadata.get('worker_id', 'another writer')} meanwhile)")
+        if self.publish_guard is not None and not self.publish_guard():
+            raise PublishWithdrawn(f"version {ref.version} of {player_id!r} withdrawn before it became visible: "
+                                   "its writer may no longer publish this player")
+        if latest is not None:
+            self._drop_cache_of_retiring(player_id, latest.version)
+        renamed: list[Path] = []
+        try:
+            if state_tmp is not None:
+                os.replace(state_tmp, state_path)
+                renamed.append(state_path)
+            os.replace(weights_tmp, path)
+            renamed.append(path)
             fsync_dir(path.parent)  # the files are durable under their names before any manifest names them
             _publish_manifest(_manifest_bytes(ref), manifest_path, path.parent / LATEST)
         except BaseException:
             # Not published after all (a full disk, say): leave no files or manifest behind that latest.json
-            # does not name (they would hold space and count as versions for retention).
-            for victim in (manifest_path, path, state_path):
+            # does not name (they would hold space and count as versions for retention). Still under the
+            # lock, so these are this publish's own files.
+            for victim in (manifest_path, *renamed):
                 unlink_quietly(victim)
             raise
         fsync_dir(path.parent)
@@ -243,7 +288,6 @@ class CheckpointStore:
         if retired:
             with self._retiring_lock:
                 self._retiring.append(_InThread(_delete_retired, path.parent, retired))
-        return ref
 
     # ---- read -------------------------------------------------------------------------------------------
     def latest(self, player_id: str) -> CheckpointRef | None:
@@ -773,6 +817,37 @@ def _delete_retired(directory: Path, retired: list[Path]) -> None:
     for path in retired:
         unlink_quietly(path)
     fsync_dir(directory)
+
+
+COMMIT_LOCK_WAIT_S = 30.0
+"""How long a publish waits for another writer's commit of the same player (a commit takes milliseconds; one
+held longer belongs to a frozen process). Then it fails as storage does, and the learner retries later."""
+COMMIT_LOCK = ".publish.lock"
+
+
+@contextlib.contextmanager
+def _commit_lock(directory: Path, player_id: str) -> Iterator[None]:
+    """An exclusive `flock` on the player's ``.publish.lock`` for one commit. The kernel releases it when its
+    holder dies; on NFS, Linux clients take it as a lock on the server (unless mounted with ``local_lock``)."""
+    fd = os.open(directory / COMMIT_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    wait_s = COMMIT_LOCK_WAIT_S
+    try:
+        deadline = time.monotonic() + wait_s
+        pause = 0.002
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(errno.ETIMEDOUT, f"another writer of {player_id!r} held its commit lock "
+                                       f"for over {wait_s:.0f} s (a frozen process?)",
+                                       str(directory / COMMIT_LOCK)) from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _publish_manifest(manifest: bytes, manifest_path: Path, latest_path: Path) -> None:

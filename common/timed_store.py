@@ -10,7 +10,7 @@ resume all go through it.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,10 +27,12 @@ class TimedCheckpointStore(CheckpointStore):
     outermost). One thread at a time uses it (the worker's job thread); `busy_s` is safe from any thread."""
 
     def __init__(
-        self, shared_root: str | os.PathLike[str], keep_last: int = 5, clock: BusyClock | None = None
+        self, shared_root: str | os.PathLike[str], keep_last: int = 5, clock: BusyClock | None = None,
+        publish_guard: Callable[[], bool] | None = None,
     ) -> None:
-        """``clock``: shared with the lease keeper's watch, and with the stores of later jobs of the same worker."""
-        super().__init__(shared_root, keep_last)
+        """``clock``: shared with the lease keeper's watch, and with the stores of later jobs of the same worker.
+        ``publish_guard``: as `CheckpointStore`'s."""
+        super().__init__(shared_root, keep_last, publish_guard)
         self.clock = clock or BusyClock()
 
     def busy_s(self) -> float:

@@ -481,8 +481,10 @@ class Coordinator:
     def update_player(self, request: PlayerUpdateRequest, process: str = "") -> UpdateOutcome:
         """A learner's progress for the player it is bound to; the snapshot thread takes it from there."""
         update = request.update
+        missing: InvalidArgumentError | None = None
         if update.checkpoint_path:
-            # The snapshot thread will copy this file: it must be there, inside the shared root.
+            # The snapshot thread will copy this file: it must be there, inside the shared root. (Looked at
+            # before the lock: no file I/O under it.)
             try:
                 path = self._root.resolve(update.checkpoint_path)
             except UnsafePathError as err:
@@ -492,7 +494,9 @@ class Coordinator:
             except OSError as err:  # a name too long, say: a path no learner published
                 raise InvalidArgumentError("checkpoint_path", f"{update.checkpoint_path!r}: {err.strerror}") from None
             if not exists:
-                raise InvalidArgumentError(
+                # Raised after the binding check: a learner that lost the player (its old versions retired by
+                # the player's next learner) is told it is not bound, which it handles, not that its path is bad.
+                missing = InvalidArgumentError(
                     "checkpoint_path", f"{update.checkpoint_path!r} does not exist under the shared root"
                 )
         with self._lock:
@@ -508,6 +512,8 @@ class Coordinator:
                     raise FailedPreconditionError(
                         "worker_id", f"worker {request.worker_id!r} holds no learn job of player {update.player_id!r}"
                     )
+            if missing is not None:
+                raise missing
             outcome = self._league.update_active_player(update)
             self._persist(league_state=True)
             self._reply_waits_locked()

@@ -282,7 +282,10 @@ class Learner:
         self, job: LearnJob, lease: LeaseKeeper, store_root: Path, spec: ModelSpec, config: LearnerConfig
     ) -> LearnSession:
         seed = config.seed if config.seed is not None else player_seed(job.player_id)
-        store = TimedCheckpointStore(store_root, keep_last=config.keep_last, clock=self._publishing)
+        # Asked again under the commit lock, after the files are written: a learner frozen mid-publish past its
+        # lease (SIGSTOP, a paused VM, a slow share) must not publish over the learner that took the player over.
+        store = TimedCheckpointStore(store_root, keep_last=config.keep_last, clock=self._publishing,
+                                     publish_guard=None if lease is None else (lambda: lease.held))
         publisher = CheckpointPublisher(store, job.player_id, self.settings.worker_id)
         kept, self._kept = self._kept, None
         reuse = (

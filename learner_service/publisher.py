@@ -33,6 +33,7 @@ from common.checkpoint_store import (
     CheckpointRef,
     CheckpointStore,
     CorruptCheckpointError,
+    PublishWithdrawn,
     VersionConflictError,
 )
 from learner_service.league_client import BindingLost
@@ -182,9 +183,14 @@ class CheckpointPublisher:
         return ref
 
     def try_publish(self, trainer: Trainer) -> CheckpointRef | None:
-        """`publish`, but a storage failure is logged (an ERROR line) and gives None: training goes on."""
+        """`publish`, but a storage failure is logged (an ERROR line) and gives None: training goes on. So does a
+        publish the lease withdrew at its commit (a warning): the next one is tried when the lease is confirmed."""
         try:
             return self.publish(trainer)
+        except PublishWithdrawn as err:
+            log.warning("%s: %s (no heartbeat was confirmed within the lease while it was written: the player may "
+                        "be another learner's by now)", self.player_id, err)
+            return None
         except PublishError as err:
             delay = max(0.0, self._retry_at - self._clock())
             log.error("%s; nothing of it is visible, actors keep version %s; training goes on, next attempt in "

@@ -218,6 +218,12 @@ def test_update_player_refusals(league):
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "checkpoint_path" in err.details()
     err = update(worker_id=other)
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "worker_id" in err.details()
+    err = update(checkpoint_path="main_player_default_0/v0000000009.pt")  # not there
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "does not exist" in err.details()
+    # A learner that lost the player, reporting a version its successor's retention removed, is told it is not
+    # bound (which it handles by leaving the player), not that its path is bad (which stopped it with an error).
+    err = update(worker_id=other, checkpoint_path="main_player_default_0/v0000000009.pt")
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "holds no learn job" in err.details()
     err = update(player_id="nobody")
     assert err.code() == grpc.StatusCode.NOT_FOUND and "player_id" in err.details()
     err = update(worker_id="ghost")

@@ -51,7 +51,7 @@ def test_publish_then_load_round_trip(store):
         np.testing.assert_array_equal(checkpoint.tensors[key], value)
         assert checkpoint.tensors[key].dtype == value.dtype
     files = sorted(os.listdir(store.root.root / "p0"))
-    assert files == ["latest.json", "v0000000007.pt", "v0000000007.pt.json"]  # no temp files left behind
+    assert files == [".publish.lock", "latest.json", "v0000000007.pt", "v0000000007.pt.json"]  # no temp files
     with pytest.raises(CorruptCheckpointError, match="expected 8"):
         store.load(ref.path, expected_version=8)
 

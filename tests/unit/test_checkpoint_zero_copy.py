@@ -113,12 +113,13 @@ def test_retention_unpublishes_at_once_and_deletes_the_files_in_the_background(s
         store.load("p/v0000000001.pt")
     assert not (directory / "v0000000001.pt").exists()
     store.close()
-    published = ["latest.json"] + [f"v000000000{v}.pt{s}" for v in (2, 3) for s in ("", ".json", ".train")]
+    published = [".publish.lock", "latest.json"] + [f"v000000000{v}.pt{s}" for v in (2, 3)
+                                                    for s in ("", ".json", ".train")]
     assert sorted(os.listdir(directory)) == sorted(published)
     (directory / ".v0000000000.pt.99.0badf00d.retired").write_bytes(b"left by a process that exited")
     store.publish("p", big_weights(4), 4)
     store.close()
     assert sorted(os.listdir(directory)) == sorted(
-        ["latest.json", "v0000000003.pt", "v0000000003.pt.json", "v0000000003.pt.train", "v0000000004.pt",
-         "v0000000004.pt.json"])
+        [".publish.lock", "latest.json", "v0000000003.pt", "v0000000003.pt.json", "v0000000003.pt.train",
+         "v0000000004.pt", "v0000000004.pt.json"])
     np.testing.assert_array_equal(store.load_latest("p").tensors["a"], big_weights(4)["a"])

@@ -361,3 +361,18 @@ def test_a_training_state_that_does_not_fit_leaves_a_fresh_optimizer(tmp_path, c
     (tmp_path / (ref.path + ".train")).write_bytes(b"tampered")
     assert not _trainer(batch_size=16).resume_training_state(store, ref)
     assert "training state unusable" in caplog.text
+
+
+def test_a_publish_withdrawn_at_its_commit_is_a_warning_not_a_storage_failure(tmp_path, caplog):
+    """The learner's store asks "does my lease still hold?" at the commit: a learner frozen past its lease while
+    it wrote the files publishes nothing over the player's next learner, and is not put on a storage backoff."""
+    held = [True]
+    publisher = CheckpointPublisher(CheckpointStore(tmp_path, publish_guard=lambda: held[0]), "p", "w")
+    trainer = _trainer()
+    first = publisher.try_publish(trainer)
+    assert first is not None and first.version == 0
+    held[0] = False
+    trainer.task.set_weights(trainer.task.get_weights(), 1)
+    assert publisher.try_publish(trainer) is None
+    assert "withdrawn before it became visible" in caplog.text and "another learner's by now" in caplog.text
+    assert not publisher.failing and publisher.last == first and publisher.store.latest("p") == first

@@ -11,6 +11,7 @@ The newest record is always written at the end, so readers see the final state.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -22,37 +23,59 @@ HISTORY_BYTES_PER_S = 16 * 1024
 
 
 class HistoryLog:
+    """A write that fails (the run directory's disk is full) costs that record, never the run: `error` says
+    what failed until a write works again, the line is not left torn in the file, and the newest record is
+    tried again at the next offer and at `close`."""
+
     def __init__(self, path: Path, bytes_per_s: float = HISTORY_BYTES_PER_S) -> None:
         if not bytes_per_s > 0:
             raise ValueError(f"bytes_per_s must be > 0, got {bytes_per_s}")
         _drop_torn_tail(path)
-        self._file = open(path, "a")  # a resumed run appends to the league's history
+        self.path = path
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         self._bytes_per_s = bytes_per_s
         self._next_due = -math.inf
-        self._unwritten: str | None = None
+        self._unwritten: bytes | None = None
+        self.error: str | None = None
+        """Why the last write failed; None once one works (or none failed)."""
 
     def offer(self, record: dict[str, Any], now: float) -> bool:
-        """Write `record` (taken at monotonic time `now`) if it is due; else keep it as the newest unwritten one."""
-        line = json.dumps(record) + "\n"
+        """Write `record` (taken at monotonic time `now`) if it is due; else keep it as the newest unwritten one.
+        False also when the write failed (see `error`)."""
+        line = (json.dumps(record) + "\n").encode()
         if now < self._next_due:
             self._unwritten = line
             return False
-        self._write(line)
+        if not self._write(line):
+            return False
         self._next_due = now + len(line) / self._bytes_per_s
         return True
 
     def close(self) -> None:
         """Write the newest record if it was held back, then close (idempotent)."""
-        if self._file.closed:
+        if self._fd is None:
             return
         if self._unwritten is not None:
             self._write(self._unwritten)
-        self._file.close()
+        fd, self._fd = self._fd, None
+        os.close(fd)
 
-    def _write(self, line: str) -> None:
-        self._file.write(line)
-        self._file.flush()
+    def _write(self, line: bytes) -> bool:
+        assert self._fd is not None
+        size = os.fstat(self._fd).st_size
+        try:
+            written = os.write(self._fd, line)
+            if written != len(line):  # a full disk takes part of the line
+                raise OSError(f"only {written} of {len(line)} bytes written")
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, size)  # no torn line in the middle of the history
+            self._unwritten = line
+            self.error = f"{self.path}: a status record was not written: {err.strerror or err}"
+            return False
         self._unwritten = None
+        self.error = None
+        return True
 
     def __enter__(self) -> HistoryLog:
         return self

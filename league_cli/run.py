@@ -555,7 +555,13 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
                     status_error = ""
                     now = time.monotonic()
                     rate = step_rate.update(status.counters.env_steps, now)
+                    history_error = history.error
                     history.offer(_history_record(status, now - start), now)
+                    if history.error != history_error:  # once when writes start failing, once when they work
+                        note = history.error or f"{history_path}: status records are written again"
+                        events.append(note)
+                        if quiet:
+                            console.print(f"[yellow]league run: {escape(note)}[/yellow]")
                     league_steps = status.counters.env_steps
                     view = _progress_table(status, now - start, run_cfg, step_budget.steps(league_steps), rate,
                                            events)

@@ -57,3 +57,38 @@ def test_a_torn_last_record_is_cut_off_before_a_resumed_run_appends(tmp_path):
     path.write_text('{"torn')
     HistoryLog(path).close()
     assert path.read_text() == ""
+
+
+def test_a_full_disk_costs_records_not_the_run_and_leaves_no_torn_line(tmp_path, monkeypatch):
+    """A reviewer filled the run directory's disk: `league run` died on the history's ENOSPC (and again in its
+    close), before its summary, plots and the coordinator's restart. Now a failed write is dropped (its part
+    cut off again), `error` says so, and the newest record is tried again."""
+    import errno
+    import os
+
+    import league_cli.history as history
+
+    path = tmp_path / "h.jsonl"
+    real_write = os.write
+    full = [False]
+
+    def write(fd, data):
+        if full[0]:  # as a disk that fills up mid-line: part of it lands, then ENOSPC
+            real_write(fd, data[: len(data) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(history.os, "write", write)
+    with HistoryLog(path, bytes_per_s=1e9) as log:
+        assert log.offer({"t": 0}, now=0.0) and log.error is None
+        full[0] = True
+        assert not log.offer({"t": 1}, now=1.0)
+        assert "a status record was not written: No space left on device" in log.error
+        assert not log.offer({"t": 2}, now=2.0)
+        assert [r["t"] for r in _lines(path)] == [0]  # no torn line
+        full[0] = False
+        assert log.offer({"t": 3}, now=3.0) and log.error is None
+        full[0] = True
+        assert not log.offer({"t": 4}, now=4.0)
+    # close() tried the newest record once more, failed, and did not raise
+    assert [r["t"] for r in _lines(path)] == [0, 3]

@@ -9,9 +9,11 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable, Sequence
 
 from google.protobuf import json_format
-from rich.console import Console, Group
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -66,7 +68,8 @@ def render_status(status: league_pb2.LeagueStatus, workers: bool = True) -> Grou
     their heartbeats are a lease old."""
     parts = [_header(status), *_players(status)]
     if status.payoff:
-        parts.append(_win_rates(status))
+        parts.append(_FirstThatFits([lambda: _win_rates(status), lambda: _win_rates_of_active_players(status),
+                                     lambda: _win_rates_of_active_players(status, least=False)]))
     parts.append(_jobs(status))
     if workers:
         parts.append(_workers(status))
@@ -92,14 +95,13 @@ def _players(status: league_pb2.LeagueStatus) -> list[Table]:
     historical = [p for p in status.players if not p.active]
     solo = status.league_type == "solo"
     # A solo player has no opponents, so no ratings; a battle league keeps no returns (its payoff counts wins).
-    table = _table("active players", active, ["type", "steps", "iter", "checkpoint",
-                                              *(["mean return", "episodes"] if solo else ["elo", "trueskill"]),
-                                              "slots", "learner"])
-    for p in active:
-        table.add_row(p.player_id, p.player_type, f"{p.agent_steps:,}", str(p.train_iteration), _checkpoint(p),
-                      *([f"{p.mean_return:.2f}", str(p.episodes)] if solo else _ratings(p)),
-                      f"{p.slots_used}/{p.slots_limit}", p.learner_worker_id or "-")
-    tables = [table]
+    columns = ["type", "steps", "iter", "checkpoint", *(["mean return", "episodes"] if solo else ["elo", "trueskill"]),
+               "slots", "learner"]
+    rows = [[p.player_id, p.player_type, f"{p.agent_steps:,}", str(p.train_iteration), _checkpoint(p),
+             *([f"{p.mean_return:.2f}", str(p.episodes)] if solo else _ratings(p)),
+             f"{p.slots_used}/{p.slots_limit}", p.learner_worker_id or "-"] for p in active]
+    tables: list[RenderableType] = [_fitted("active players", active, columns, rows,
+                                            ["checkpoint", "trueskill", "learner", "type", "slots", "iter"])]
     failing = [p for p in active if p.failed_attempts_in_a_row or p.jobs_given_up]
     if failing:
         table = Table(title="failing jobs (LEASES.md: failing jobs)", title_justify="left")
@@ -116,11 +118,10 @@ def _players(status: league_pb2.LeagueStatus) -> list[Table]:
         shown = _newest_per_parent(historical, HISTORICAL_ROWS)
         title = f"historical players ({len(historical)}" + (
             f"; the newest {len(shown)}, all with --json)" if len(shown) < len(historical) else ")")
-        table = _table(title, shown, ["parent", "steps", "checkpoint", "elo", "trueskill"])
-        for p in shown:
-            parent = "(reference bot)" if p.player_type == REFERENCE_BOT_TYPE else p.parent_id or "-"
-            table.add_row(p.player_id, parent, f"{p.agent_steps:,}", _checkpoint(p), *_ratings(p))
-        tables.append(table)
+        rows = [[p.player_id, "(reference bot)" if p.player_type == REFERENCE_BOT_TYPE else p.parent_id or "-",
+                 f"{p.agent_steps:,}", _checkpoint(p), *_ratings(p)] for p in shown]
+        tables.append(_fitted(title, shown, ["parent", "steps", "checkpoint", "elo", "trueskill"], rows,
+                              ["checkpoint", "trueskill", "parent"]))
     set_aside = [p for p in historical if p.set_aside]
     if set_aside:
         table = Table(title="set aside from matchmaking: their checkpoints cannot be loaded", title_justify="left")
@@ -145,16 +146,61 @@ def _newest_per_parent(players: list[league_pb2.PlayerStatus], rows: int) -> lis
     return [p for group in by_parent.values() for p in group[-each:]]
 
 
+_NUMERIC = frozenset({"steps", "iter", "elo", "slots", "mean return", "episodes"})
+
+
+def _fitted(title: str, players: list[league_pb2.PlayerStatus], columns: list[str], rows: list[list[str]],
+            drop_order: list[str]) -> _FirstThatFits:
+    """The players' table with every column if it fits the width it is printed at; else without the columns
+    of `drop_order`, one at a time in that order, and a caption naming what was left out."""
+    def build(dropped: tuple[str, ...]) -> Callable[[], Table]:
+        def table() -> Table:
+            kept = [i for i, name in enumerate(columns) if name not in dropped]
+            t = _table(title, players, [columns[i] for i in kept])
+            if dropped:
+                t.caption = f"left out at this width: {', '.join(dropped)} (a wider terminal or --json has them)"
+                t.caption_justify = "left"
+            for row in rows:
+                t.add_row(row[0], *(row[1 + i] for i in kept))
+            return t
+        return table
+
+    return _FirstThatFits([build(tuple(drop_order[:n])) for n in range(len(drop_order) + 1)])
+
+
 def _table(title: str, players: list[league_pb2.PlayerStatus], columns: list[str]) -> Table:
     table = Table(title=title, title_justify="left")
     # Ids are what people search for: never cut short; the other columns give way instead.
     table.add_column("player", no_wrap=True, min_width=max((len(p.player_id) for p in players), default=6))
     for name in columns:
-        numeric = name in ("steps", "iter", "elo", "slots", "mean return", "episodes")
+        numeric = name in _NUMERIC
         # Long checkpoint paths are cut short rather than squeezing the numbers out of a narrow terminal.
         width = {"max_width": 36} if name == "checkpoint" else {"min_width": max(4, len(name))}
         table.add_column(name, justify="right" if numeric else "left", overflow="ellipsis", no_wrap=True, **width)
     return table
+
+
+_UNBOUNDED = 100_000
+
+
+class _FirstThatFits:
+    """The first of `tables` (functions building them, widest first) whose natural width fits the width it is
+    rendered at; the last if none does. Rich fits a table wider than the terminal by cutting every column short,
+    numbers included (a step count of 28,880 read "28,8…" at 100 columns)."""
+
+    def __init__(self, tables: Sequence[Callable[[], RenderableType]]) -> None:
+        self._tables = tables
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        unbounded = options.update(max_width=_UNBOUNDED)  # a measure is clamped to the width it is given
+        for build in self._tables:
+            table = build()
+            if Measurement.get(console, unbounded, table).maximum <= options.max_width:
+                break
+        yield table
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self._tables[-1]())
 
 
 def _checkpoint(p: league_pb2.PlayerStatus) -> str:
@@ -186,20 +232,24 @@ def _win_rates(status: league_pb2.LeagueStatus) -> Table:
     return table
 
 
-def _win_rates_of_active_players(status: league_pb2.LeagueStatus) -> Table:
+def _win_rates_of_active_players(status: league_pb2.LeagueStatus, least: bool = True) -> Table:
     """One row per active player: its win rate against each active player, against all historical players
-    (games-weighted) and against the historical player it beats least."""
+    (games-weighted) and (`least`) against the historical player it beats least."""
     active = sorted(p.player_id for p in status.players if p.active)
     historical = {p.player_id for p in status.players if not p.active}
     cells = {(e.home, e.away): e for e in status.payoff if e.games > 0}
     table = Table(title=f"win rate (games played) of the active players; the whole matrix of {len(status.players)} players: "
                   "--json or league plot", title_justify="left")
-    table.add_column("player", no_wrap=True)
+    table.add_column("player", no_wrap=True, min_width=max(map(len, active), default=6))
     opponents = [a for a in active if any((home, a) in cells for home in active)]
-    for away in opponents:
-        table.add_column(away, justify="right", no_wrap=True)
-    table.add_column(f"vs {len(historical)} historical", justify="right", no_wrap=True)
-    table.add_column("historical it beats least", no_wrap=True, overflow="ellipsis", max_width=60)
+    for away in opponents:  # narrow: a rate and its count wrap onto two lines, a long id folds; nothing is cut
+        table.add_column(away, justify="right", overflow="fold")
+    table.add_column(f"vs {len(historical)} historical", justify="right", overflow="fold")
+    if least:
+        table.add_column("historical it beats least", no_wrap=True, overflow="ellipsis", max_width=60)
+    else:
+        table.caption = "left out at this width: the historical player each beats least (--json has it)"
+        table.caption_justify = "left"
     for home in active:
         row = [home]
         for away in opponents:
@@ -209,8 +259,9 @@ def _win_rates_of_active_players(status: league_pb2.LeagueStatus) -> Table:
         games = sum(e.games for e in past)  # the rate is weighted as PFSP weighs the games: decayed
         played = sum(e.games_played for e in past)
         row.append(f"{sum(e.win_rate * e.games for e in past) / games:.0%} ({played:,})" if past else "-")
-        least = min(past, key=lambda e: (e.win_rate, -e.games), default=None)
-        row.append(f"{least.away} {least.win_rate:.0%} ({least.games_played:,})" if least is not None else "-")
+        if least:
+            worst = min(past, key=lambda e: (e.win_rate, -e.games), default=None)
+            row.append(f"{worst.away} {worst.win_rate:.0%} ({worst.games_played:,})" if worst is not None else "-")
         table.add_row(*row)
     return table
 

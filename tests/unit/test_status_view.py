@@ -99,3 +99,25 @@ def test_league_runs_final_status_leaves_out_the_workers_it_stopped():
     text = console.export_text()
     assert "workers (" not in text and "actor-0" not in text and "active players" in text
     assert "workers (1, 1 alive)" in _text(status)
+
+
+def test_a_narrow_terminal_leaves_columns_out_instead_of_cutting_numbers_short():
+    """At 80 or 100 columns rich cut every column short: steps read "28,8…" and "iter" vanished. Now the least
+    needed columns are left out, in order, the caption says which, and every number is whole."""
+    status = _status(snapshots_per_parent=2)
+    for i, p in enumerate(status.players):
+        p.agent_steps = 2_888_000 * (i + 1)
+        p.checkpoint_path, p.checkpoint_version = f"{p.player_id}/v0000000217.pt", 217
+    for width in (80, 100):
+        console = Console(width=width, record=True, file=open("/dev/null", "w"))
+        console.print(render_status(status))
+        text = console.export_text()
+        assert "…" not in "".join(line for line in text.splitlines() if "default_0" in line and "│" in line
+                                  and "_0 " in line.split("│")[1]), text
+        for p in status.players:
+            assert f"{p.agent_steps:,}" in text, (width, p.agent_steps, text)
+        assert "left out at this width: checkpoint" in text
+        assert "90% (1,500)" in text  # the win rates whole, too
+        assert max(map(len, text.splitlines())) <= width
+    wide = _text(status)
+    assert "left out" not in wide and "/v0000000217" in wide

@@ -66,6 +66,8 @@ class ManagedProcess:
     log_path: Path
     popen: subprocess.Popen
     started_at: float = field(default_factory=time.monotonic)
+    log_offset: int = 0
+    """Where this process's lines begin in its log: a resumed run appends to the same file."""
 
     @property
     def pid(self) -> int:
@@ -87,10 +89,14 @@ class ManagedProcess:
             pass
 
     def log_tail(self, lines: int = 20) -> str:
+        """The last `lines` lines this process wrote (none of an earlier run's, which the file also holds)."""
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+            with open(self.log_path, "rb") as log:
+                log.seek(self.log_offset)
+                text = log.read().decode(errors="replace")
         except OSError:
             return ""
+        return "\n".join(text.splitlines()[-lines:])
 
 
 class ProcessGroup:
@@ -109,6 +115,11 @@ class ProcessGroup:
             raise ValueError(f"a process named {name!r} was already started")
         log_path = self.log_dir / f"{name}.log"
         with open(log_path, "ab") as log:
+            if log.tell():  # a resumed run or a restart: say where this process's lines begin
+                stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+                log.write(f"---- {stamp}: {name} started again; the lines above are from before ----\n".encode())
+                log.flush()
+            offset = log.tell()
             popen = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
@@ -118,7 +129,7 @@ class ProcessGroup:
                 start_new_session=True,
                 pass_fds=self._pass_fds,
             )
-        proc = ManagedProcess(name, argv, log_path, popen)
+        proc = ManagedProcess(name, argv, log_path, popen, log_offset=offset)
         self.processes.append(proc)
         return proc
 

@@ -440,7 +440,8 @@ def _saved_league_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str 
 
 def _saved_model_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str | None:
     """Why the league saved in `run_dir` cannot go on with `cfg` (read from `config`, another file than the
-    directory's own config.yaml): another env, or a model its checkpoints do not fit. Only the learners found
+    directory's own config.yaml): another env, other active players, a reference bot gone, or a model its
+    checkpoints do not fit. Only the learners found
     out, after the coordinator had accepted the config and the directory's config.yaml had been replaced by it,
     so running the directory again failed the same way. Settings that shape no weights (activation, obs_scale,
     value_bound, the algorithm's hyperparameters) may change."""
@@ -464,6 +465,17 @@ def _saved_model_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str |
     if old_env != new_env:
         return (f"env.name: the league in {run_dir} was trained on {saved.env.name!r}, the config ({config}) says "
                 f"{cfg.env.name!r}: {resume}")
+    old_league, new_league = saved.league, cfg.league
+    for key in ("player_category", "active_players"):  # which active players exist: fixed when a league starts
+        old, new = getattr(old_league, key), getattr(new_league, key)
+        if (sorted(old) if key == "player_category" else dict(old)) != (
+                sorted(new) if key == "player_category" else dict(new)):
+            return (f"league.{key}: the league in {run_dir} has {old!r}, the config ({config}) says {new!r}; a "
+                    f"league's active players are fixed when it starts: {resume}")
+    dropped = [bot for bot in old_league.reference_bots if bot not in new_league.reference_bots]
+    if dropped:
+        return (f"league.reference_bots: {dropped} play in the league in {run_dir} but not in the config "
+                f"({config}); a league member cannot leave (bots may be added): {resume}")
     shaping = [("policy.algorithm", saved_policy.algorithm, policy.algorithm)]
     shaping += [(f"policy.model.{name}", getattr(saved_policy.model, name), getattr(policy.model, name))
                 for name in _WEIGHT_SHAPING_MODEL_KEYS]

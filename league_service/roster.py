@@ -152,7 +152,9 @@ class Roster:
             raise LeagueStateError(
                 "players",
                 f"active players {sorted(map(str, saved_active))} "
-                f"are not the configured {sorted(roster.active)}",
+                f"are not the configured {sorted(roster.active)} (a league's active players are fixed when it "
+                "starts: configure them as saved (league.active_players, league.player_category), or start a new "
+                "league)",
             )
         # Re-add every player in the saved order.
         for entry in saved:

@@ -296,3 +296,10 @@ def test_a_resume_may_change_what_shapes_no_weights_but_not_the_env_or_the_netwo
     assert refused is not None and refused.startswith("policy.model.hidden:") and "do not fit" in refused
     refused = mismatch(lambda d: d["env"].update(name="openspiel:tic_tac_toe"))
     assert refused is not None and refused.startswith("env.name: the league in")
+    # Which players the league has: refused before the coordinator (which said only "active players [...] are
+    # not the configured [...]", with no word of how to resume), with the same advice.
+    refused = mismatch(lambda d: d["league"]["active_players"].update(main_player=2))
+    assert refused is not None and refused.startswith("league.active_players:") and "league run --run-dir" in refused
+    refused = mismatch(lambda d: d["league"].update(reference_bots=["random"]))
+    assert refused is not None and refused.startswith("league.reference_bots: ['mcts:10', 'mcts:25'] play in")
+    assert mismatch(lambda d: d["league"].update(reference_bots=["random", "mcts:10", "mcts:25", "mcts:50"])) is None

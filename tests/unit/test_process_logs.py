@@ -1,0 +1,26 @@
+"""`league run` tells why a process stopped with the last lines of its log: only that process's lines, though
+a resumed run appends to the same file (a reviewer saw errors of two earlier runs above the real one)."""
+
+from __future__ import annotations
+
+import sys
+
+from league_cli.processes import ProcessGroup
+
+
+def _run(group: ProcessGroup, name: str, text: str):
+    proc = group.start(name, [sys.executable, "-c", f"print({text!r})"])
+    proc.popen.wait(30)
+    group.forget(proc)
+    return proc
+
+
+def test_the_log_tail_holds_only_this_process_and_the_file_marks_where_it_began(tmp_path):
+    group = ProcessGroup(tmp_path / "logs")
+    first = _run(group, "coordinator", "error of an earlier run")
+    assert first.log_tail() == "error of an earlier run"
+    second = _run(group, "coordinator", "error of this run")
+    assert second.log_tail() == "error of this run"
+    lines = (tmp_path / "logs" / "coordinator.log").read_text().splitlines()
+    assert lines[0] == "error of an earlier run" and lines[-1] == "error of this run"
+    assert "coordinator started again; the lines above are from before" in lines[1]

@@ -54,7 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"the checkpoints' shared root (default: with --run-dir RUN/shared, else "
                              f"${SHARED_ROOT_ENV_VAR})")
     parser.add_argument("--seed", type=int, default=0, help="seed of the games (bots, env)")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
+    parser.add_argument("--json", action="store_true",
+                        help="print JSON instead of a table: with --checkpoint, one line of JSON per opponent "
+                             "(JSON Lines: several opponents give several lines); with --run-dir, one document")
 
 
 def main(args: argparse.Namespace) -> int:

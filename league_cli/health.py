@@ -50,7 +50,9 @@ def main(args: argparse.Namespace) -> int:
             health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
         )
     except grpc.RpcError as err:
-        print(f"league health: {args.addr}: {err.code().name}: {err.details()}", file=sys.stderr)
+        details = err.details() or (f"the server has no health status for service {args.service!r}"
+                                    if err.code() == grpc.StatusCode.NOT_FOUND else "no details")
+        print(f"league health: {args.addr}: {err.code().name}: {details}", file=sys.stderr)
         return 1
     finally:
         channel.close()

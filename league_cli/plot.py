@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from common.exit_codes import SETUP_ERROR_EXIT
+from league_service.status import REFERENCE_BOT_TYPE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -167,6 +168,16 @@ def _plot_returns(plt: Any, records: list[dict[str, Any]], out_dir: Path) -> Pat
     return path
 
 
+def rating_line(player: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """Legend label and line style of a player's rating curve: active players bold and named, reference bots
+    (the fixed yardsticks the ratings are read against) dashed and named, snapshots thin and unnamed."""
+    if player.get("active", False):
+        return player["player_id"], {"linewidth": 2.0}
+    if player.get("player_type") == REFERENCE_BOT_TYPE:
+        return player["player_id"], {"linewidth": 1.2, "linestyle": "--"}
+    return None, {"linewidth": 0.8, "alpha": 0.6}
+
+
 def write_plots(history_path: Path, out_dir: Path, notes: list[str] | None = None) -> list[Path]:
     """Write the plots of the history into `out_dir`; returns their paths. `notes`: where to add what the
     reader should know about plots not drawn (a solo league's ratings and win rates: SOLO_NOTE)."""
@@ -196,10 +207,9 @@ def write_plots(history_path: Path, out_dir: Path, notes: list[str] | None = Non
             mu.append(p.get("trueskill_mu", 0.0))
     last_players = {p["player_id"]: p for p in _players(records[-1])}
     for pid, (xs, elo, mu) in series.items():
-        active = last_players.get(pid, {}).get("active", False)
-        style = dict(linewidth=2.0) if active else dict(linewidth=0.8, alpha=0.6)
-        ax_elo.plot(xs, elo, label=pid if active else None, **style)
-        ax_mu.plot(xs, mu, label=pid if active else None, **style)
+        label, style = rating_line(last_players.get(pid, {"player_id": pid}))
+        ax_elo.plot(xs, elo, label=label, **style)
+        ax_mu.plot(xs, mu, label=label, **style)
     ax_elo.set(title="Elo", xlabel="seconds of league run")
     ax_mu.set(title="TrueSkill mu", xlabel="seconds of league run")
     ax_elo.legend(fontsize="small")

@@ -632,8 +632,10 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
     except Exception as err:  # plotting must not hide where the results are
         console.print(f"[yellow]plots: not written ({err})[/yellow]")
         written = []
-    console.print(f"checkpoints: {sup.shared_root}\nlogs:        {sup.group.log_dir}\n"
-                  f"state:       {sup.state_path}\nhistory:     {history_path}")
+    where = [("checkpoints", sup.shared_root), ("logs", sup.group.log_dir), ("state", sup.state_path),
+             ("history", history_path)]
+    for label, path in where:  # a league stopped at start-up may not have made them all
+        console.print(f"{label + ':':<12} {path}" + ("" if Path(path).exists() else " (not created)"))
     if written:
         console.print(f"plots:       {plots} ({', '.join(p.name for p in written)})")
     return exit_code

@@ -34,6 +34,11 @@ def test_not_serving_server_fails(server, capsys):
     assert "NOT_SERVING" in capsys.readouterr().err
 
 
+def test_a_service_the_server_does_not_know_is_named_in_the_failure(server, capsys):
+    assert health.cli(["--addr", server.address, "--service", "bogus"]) == 1
+    assert "NOT_FOUND: the server has no health status for service 'bogus'" in capsys.readouterr().err
+
+
 def test_unreachable_server_fails_within_the_timeout(server, capsys):
     address = server.address
     server.stop(0)

@@ -129,6 +129,16 @@ def test_plots_are_written_from_history(tmp_path):
     assert all(p.stat().st_size > 1000 for p in written)
 
 
+def test_the_ratings_plot_names_the_reference_bots_it_is_read_against():
+    """Only the active players had a legend entry: the bots, sold as the ratings' yardsticks, were unnamed lines."""
+    from league_cli.plot import rating_line
+
+    assert rating_line({"player_id": "main", "active": True})[0] == "main"
+    label, style = rating_line({"player_id": "bot_mcts_25", "active": False, "player_type": "reference_bot"})
+    assert label == "bot_mcts_25" and style["linestyle"] == "--"
+    assert rating_line({"player_id": "main_1000", "active": False, "player_type": "historical_player"})[0] is None
+
+
 def _solo_record(t, agent_steps, episodes, mean_return):
     """A solo league's status record as `league run` writes it: ratings stay at their start values."""
     player = {"player_id": "solo_active_player_default_0", "player_type": "solo_active_player", "active": True,

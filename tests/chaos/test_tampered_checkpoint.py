@@ -253,7 +253,7 @@ def _publisher(share: Path, staging: Path) -> Callable[[int, bool], str]:
 @contextlib.contextmanager
 def _actor(address: str, share: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
     command = [sys.executable, "-m", "actor_service.cli", "actor", "--coordinator", address, "--shared-root",
-               str(share), "--manager", "base", "--worker-id", "actor-t", "--log-level", "INFO"]
+               str(share), "--manager", "base", "--worker-id", "actor-t", "--log-level", "DEBUG"]  # job starts: _acts_with
     with open(log, "wb") as out:
         proc = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                 env={**os.environ, "OMP_NUM_THREADS": "1"})

@@ -253,6 +253,7 @@ class Actor:
             try:
                 self._managers.close()
             finally:
+                self._client.leave()  # its jobs are finished or released by now (else their leases stay)
                 self._client.close()
         return list(self.reports)
 

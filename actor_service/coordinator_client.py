@@ -36,6 +36,8 @@ job's results were lost to a restart that took longer (a crash loop, a reschedul
 coordinator that stops cancels the calls it had received but not yet begun (idempotent by job id: a retry of
 one it did count is answered as a duplicate)."""
 FINISH_WARN_EVERY = 4
+LEAVE_TIMEOUT_S = 2.0
+"""The one try of a leaving worker's last Heartbeat: a stop must not wait for a coordinator that is away."""
 """A FinishJob's first failed attempt is a warning, and then every this many (attempts 1, 4, 8, ...): the
 retries can go on for minutes, which must not pass in silence, nor fill the log when many jobs finish at once."""
 
@@ -183,6 +185,17 @@ class CoordinatorClient:
                 log.warning("FinishJob of %s refused, results not counted: %s", request.job_id, err.details())
                 return None
             raise
+
+    def leave(self, timeout_s: float = LEAVE_TIMEOUT_S) -> None:
+        """Tell the coordinator this worker exits (one short Heartbeat(leaving), no retry): the status stops
+        counting it alive at once. A coordinator away misses it; the worker's silence says the same later."""
+        if self.registration is None:
+            return
+        request = league_pb2.HeartbeatRequest(worker_id=self.worker_id, leaving=True)
+        try:
+            self._stub_now().Heartbeat(request, timeout=min(timeout_s, self._call_timeout_s))
+        except grpc.RpcError as err:
+            log.debug("leaving: Heartbeat %s (the coordinator finds out from the silence)", err.code().name)
 
     def close(self) -> None:
         with self._lock:

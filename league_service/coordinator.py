@@ -281,13 +281,21 @@ class Coordinator:
             self._reply_waits_locked()
         return Registration(worker_id, self.heartbeat_interval_s, self.lease_timeout_s, self.league_id)
 
-    def heartbeat(self, worker_id: str, job_ids: Iterable[str], process: str = "") -> HeartbeatResult:
+    def heartbeat(
+        self, worker_id: str, job_ids: Iterable[str], process: str = "", leaving: bool = False
+    ) -> HeartbeatResult:
+        """Renew the named leases. `leaving`: the worker's last call before a clean exit; it leaves the registry
+        now (unless it still holds a lease), not when its silence passes forget_workers_after_s."""
         with self._lock:
             now = self._clock()
             self._expire_locked(now)
             self._table.claim(worker_id, process)
             result = self._table.heartbeat(worker_id, job_ids, now)
-            self._commits.note_lazy()
+            if leaving and self._table.forget(worker_id):
+                self._commits.record(forgotten_workers=[worker_id])
+                log.info("worker %s left", worker_id)
+            else:
+                self._commits.note_lazy()
             self._reply_waits_locked()
             return result
 

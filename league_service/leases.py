@@ -278,11 +278,21 @@ class LeaseTable(Generic[P]):
         busy = {lease.worker_id for lease in self._leases.values()}
         gone = [w for w, seen in self._last_seen.items() if seen < seen_before and w not in busy]
         for worker_id in gone:
-            del self._workers[worker_id]
-            del self._last_seen[worker_id]
-            self._seen_since_taken.discard(worker_id)
-            self._process_of.pop(worker_id, None)
+            self._drop_worker(worker_id)
         return gone
+
+    def forget(self, worker_id: str) -> bool:
+        """Drop a worker that says it is leaving, unless it holds a lease (which then ends or expires as usual)."""
+        if worker_id not in self._workers or any(lease.worker_id == worker_id for lease in self._leases.values()):
+            return False
+        self._drop_worker(worker_id)
+        return True
+
+    def _drop_worker(self, worker_id: str) -> None:
+        del self._workers[worker_id]
+        del self._last_seen[worker_id]
+        self._seen_since_taken.discard(worker_id)
+        self._process_of.pop(worker_id, None)
 
     def take_seen(self) -> list[tuple[WorkerInfo, float]]:
         """(worker, last seen) of every worker seen since the last call (which forgets them)."""

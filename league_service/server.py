@@ -214,8 +214,12 @@ class LeagueServicer(league_pb2_grpc.LeagueServiceServicer):
 
     async def Heartbeat(self, request, context):
         process = _process_of(context)
-        return await self._answer_durably(
-            context, lambda: wire.heartbeat_reply(self._c.heartbeat(*wire.parse_heartbeat(request), process=process)))
+
+        def answer():
+            worker_id, job_ids, leaving = wire.parse_heartbeat(request)
+            return wire.heartbeat_reply(self._c.heartbeat(worker_id, job_ids, process=process, leaving=leaving))
+
+        return await self._answer_durably(context, answer)
 
     async def GetJob(self, request, context):
         loop = asyncio.get_running_loop()

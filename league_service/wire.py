@@ -113,10 +113,10 @@ def parse_register(req: league_pb2.RegisterWorkerRequest) -> tuple[str, WorkerRo
     return worker_id, role, optional_text(req.hostname, "hostname"), data_endpoint(req.data_endpoint, role)
 
 
-def parse_heartbeat(req: league_pb2.HeartbeatRequest) -> tuple[str, tuple[str, ...]]:
+def parse_heartbeat(req: league_pb2.HeartbeatRequest) -> tuple[str, tuple[str, ...], bool]:
     return require_id(req.worker_id, "worker_id"), tuple(
         require_id(job_id, f"job_ids[{i}]") for i, job_id in enumerate(req.job_ids)
-    )
+    ), req.leaving
 
 
 def parse_get_job(req: league_pb2.GetJobRequest) -> tuple[str, WorkerRole, str, float]:

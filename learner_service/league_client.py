@@ -140,6 +140,15 @@ class LeagueClient:
         # player id -> reset_checkpoint_version of the latest reset handed to the caller (see update_player).
         self._resets_handed_out: dict[str, int] = {}
 
+    def leave(self) -> None:
+        """Tell the coordinator this learner exits (one short Heartbeat(leaving), no retry): the status stops
+        counting it alive at once. A coordinator away misses it; the learner's silence says the same later."""
+        request = league_pb2.HeartbeatRequest(worker_id=self.worker_id, leaving=True)
+        try:
+            self._stub.Heartbeat(request, timeout=LAST_WORD_TIMEOUT_S)
+        except grpc.RpcError as err:
+            log.debug("leaving: Heartbeat %s (the coordinator finds out from the silence)", err.code().name)
+
     def close(self) -> None:
         self._channel.close()
 

@@ -118,6 +118,8 @@ def test_solo_cartpole_jobs_stream_trainable_trajectories(tmp_path, recording_le
             channel.close()
 
     assert [r.status for r in reports] == ["completed", "completed"]
+    # The actor said it was leaving: the status no longer lists it (it showed it alive for a lease more).
+    assert [w.worker_id for w in status.workers if w.role == pb.WORKER_ROLE_ACTOR] == []
     (player_status,) = status.players
     assert player_status.episodes == 8
     assert status.counters.env_steps == sum(r.env_steps for r in reports)

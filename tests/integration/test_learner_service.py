@@ -69,13 +69,16 @@ def push(address: str, chunks, timeout_s: float = 30.0) -> league_pb2.PushSummar
         channel.close()
 
 
-def player_status(address: str, player_id: str = PLAYER) -> league_pb2.PlayerStatus:
+def _status(address: str) -> league_pb2.LeagueStatus:
     channel, stub = league_stub(address)
     try:
-        status = stub.GetStatus(league_pb2.GetStatusRequest())
+        return stub.GetStatus(league_pb2.GetStatusRequest(), timeout=10)
     finally:
         channel.close()
-    return next(p for p in status.players if p.player_id == player_id)
+
+
+def player_status(address: str, player_id: str = PLAYER) -> league_pb2.PlayerStatus:
+    return next(p for p in _status(address).players if p.player_id == player_id)
 
 
 def eventually(check, timeout_s: float = 30.0):
@@ -117,6 +120,8 @@ def test_binds_publishes_version_zero_and_trains_on_pushed_chunks(tmp_path):
             assert status.agent_steps == 512 and status.checkpoint_version == ref.version
             scalars = learner.learner.session.telemetry.last
             assert scalars["staleness/max"] >= 1 and "train/value_loss" in scalars
+        # Stopped, it released its player and said it was leaving: no longer listed as a worker.
+        assert not [w.worker_id for w in _status(coordinator.address).workers]
     assert list((tmp_path / "tensorboard" / PLAYER).glob("events.out.tfevents.*"))
 
 

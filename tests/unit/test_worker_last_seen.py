@@ -165,3 +165,30 @@ def test_forget_workers_after_s_is_checked():
     with pytest.raises(ValueError, match="forget_workers_after_s"):
         small_league_config({"coordinator": {"forget_workers_after_s": 10.0}})  # below the 30 s lease
     small_league_config({"coordinator": {"forget_workers_after_s": 0}})  # never
+
+
+def test_a_worker_that_says_it_is_leaving_leaves_the_registry_at_once_unless_it_holds_a_lease(tmp_path):
+    """A worker that exited cleanly stayed listed as alive for a lease more (a reviewer's actor after
+    --max-jobs). Its last Heartbeat now says it is leaving; one still holding a lease stays until it ends."""
+    clock = _Clock()
+    settings = CoordinatorSettings(shared_root=tmp_path, lease_timeout_s=300.0, needs_learner=False, rng_seed=0)
+    first = Coordinator(small_league_config(), settings, clock=clock, expiry_thread=False)
+    first.start()
+    try:
+        for worker in ("done", "busy"):
+            first.register_worker(worker, WorkerRole.ACTOR, "host", "")
+        job = first.get_job("busy", WorkerRole.ACTOR, "", 5.0)
+        first.heartbeat("done", (), leaving=True)
+        first.heartbeat("busy", (job.job_id,), leaving=True)
+        assert {w.worker_id for w in first.status().workers} == {"busy"}
+        assert not first.heartbeat("busy", (job.job_id,)).revoked_job_ids  # its lease goes on
+        wait_until("the leaving worker's row to leave the store",
+                   lambda: set(_stored_last_seen(settings.resolved_state_path)) <= {"busy"}, timeout_s=30)
+    finally:
+        first.close()
+    second = Coordinator(small_league_config(), settings, clock=clock, expiry_thread=False)
+    second.start()
+    try:
+        assert {w.worker_id for w in second.status().workers} == {"busy"}
+    finally:
+        second.close()

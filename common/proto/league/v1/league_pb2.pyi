@@ -75,12 +75,14 @@ class RegisterWorkerResponse(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., heartbeat_interval_s: _Optional[float] = ..., lease_timeout_s: _Optional[float] = ..., league_id: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("worker_id", "job_ids")
+    __slots__ = ("worker_id", "job_ids", "leaving")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+    LEAVING_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     job_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, worker_id: _Optional[str] = ..., job_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    leaving: bool
+    def __init__(self, worker_id: _Optional[str] = ..., job_ids: _Optional[_Iterable[str]] = ..., leaving: _Optional[bool] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("revoked_job_ids", "lease_deadline", "lease_timeout_s")

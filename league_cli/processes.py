@@ -12,6 +12,7 @@ Each child also follows its supervisor (`follow_supervisor`): if the supervisor 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -115,11 +116,12 @@ class ProcessGroup:
             raise ValueError(f"a process named {name!r} was already started")
         log_path = self.log_dir / f"{name}.log"
         with open(log_path, "ab") as log:
-            if log.tell():  # a resumed run or a restart: say where this process's lines begin
+            if os.fstat(log.fileno()).st_size:  # a resumed run or a restart: say where this process's lines begin
                 stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-                log.write(f"---- {stamp}: {name} started again; the lines above are from before ----\n".encode())
-                log.flush()
-            offset = log.tell()
+                with contextlib.suppress(OSError):  # a full disk (what the process may have died of) costs the mark
+                    os.write(log.fileno(),
+                             f"---- {stamp}: {name} started again; the lines above are from before ----\n".encode())
+            offset = os.fstat(log.fileno()).st_size
             popen = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,

@@ -101,7 +101,8 @@ def _players(status: league_pb2.LeagueStatus) -> list[Table]:
              *([f"{p.mean_return:.2f}", str(p.episodes)] if solo else _ratings(p)),
              f"{p.slots_used}/{p.slots_limit}", p.learner_worker_id or "-"] for p in active]
     tables: list[RenderableType] = [_fitted("active players", active, columns, rows,
-                                            ["checkpoint", "trueskill", "learner", "type", "slots", "iter"])]
+                                            ["checkpoint", "trueskill", "learner", "type", "slots", "iter",
+                                             "episodes"])]
     failing = [p for p in active if p.failed_attempts_in_a_row or p.jobs_given_up]
     if failing:
         table = Table(title="failing jobs (LEASES.md: failing jobs)", title_justify="left")
@@ -165,6 +166,7 @@ def _fitted(title: str, players: list[league_pb2.PlayerStatus], columns: list[st
             return t
         return table
 
+    drop_order = [name for name in drop_order if name in columns]
     return _FirstThatFits([build(tuple(drop_order[:n])) for n in range(len(drop_order) + 1)])
 
 

@@ -289,8 +289,10 @@ class LearnSession:
                             "be another learner's by now", self.job.player_id)
             else:
                 ref = self._publish() if self.trainer.version > self.publisher.last_version else None
-                if ref is not None or not self.publisher.failing:  # a failed final publish leaves the league's view
-                    self._report(ref or self._current_ref(), patient=False)
+                current = ref or self.publisher.last  # None: nothing of the player was ever published
+                # A failed or withdrawn final publish leaves the league's view as it is.
+                if current is not None and (ref is not None or not self.publisher.failing):
+                    self._report(current, patient=False)
         except BindingLost as err:
             log.warning("%s: final report refused (%s); releasing anyway", self.job.player_id, err)
         finally:

@@ -24,3 +24,21 @@ def test_the_log_tail_holds_only_this_process_and_the_file_marks_where_it_began(
     lines = (tmp_path / "logs" / "coordinator.log").read_text().splitlines()
     assert lines[0] == "error of an earlier run" and lines[-1] == "error of this run"
     assert "coordinator started again; the lines above are from before" in lines[1]
+
+
+def test_a_full_disk_costs_the_mark_not_the_restart(tmp_path, monkeypatch):
+    """A process that died of a full disk filled its log: the mark before its restart failed with ENOSPC, and
+    `league run` died with it (a reviewer's find)."""
+    import errno
+
+    import league_cli.processes as processes
+
+    group = ProcessGroup(tmp_path / "logs")
+    _run(group, "coordinator", "before the disk filled")
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(processes.os, "write", full)
+    proc = _run(group, "coordinator", "after")
+    assert proc.log_tail() == "after"

@@ -121,3 +121,14 @@ def test_a_narrow_terminal_leaves_columns_out_instead_of_cutting_numbers_short()
         assert max(map(len, text.splitlines())) <= width
     wide = _text(status)
     assert "left out" not in wide and "/v0000000217" in wide
+
+
+def test_a_narrow_solo_table_names_only_columns_it_has():
+    status = league_pb2.LeagueStatus(league_id="L", league_type="solo")
+    status.players.add(player_id="solo_active_player_default_0", player_type="solo_active_player", active=True,
+                       agent_steps=123_456_789, checkpoint_path="solo_active_player_default_0/v0000000012.pt",
+                       checkpoint_version=12, learner_worker_id="learner-0", episodes=4_321)
+    console = Console(width=60, record=True, file=open("/dev/null", "w"))
+    console.print(render_status(status))
+    text = console.export_text()
+    assert "123,456,789" in text and "left out at this width: checkpoint" in text and "trueskill" not in text

@@ -845,9 +845,29 @@ def _commit_lock(directory: Path, player_id: str) -> Iterator[None]:
                                        str(directory / COMMIT_LOCK)) from None
                 time.sleep(pause)
                 pause = min(pause * 2, 0.05)
+            except OSError as err:
+                if err.errno not in _NO_LOCKS:
+                    raise
+                # A filesystem without locks (some FUSE and SMB mounts): publishing must go on. The version
+                # check and the guard still run; only their atomicity against a second writer is lost.
+                _warn_no_locks(directory, err)
+                break
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+_NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EINVAL})
+_warned_no_locks: set[str] = set()
+
+
+def _warn_no_locks(directory: Path, err: OSError) -> None:
+    where = str(directory.parent)
+    if where not in _warned_no_locks:
+        _warned_no_locks.add(where)
+        log.warning("the shared root %s takes no file locks (%s): checkpoints are published without the commit "
+                    "lock that keeps a second writer of a player (a learner frozen past its lease) from "
+                    "publishing over the first", where, err.strerror or err)
 
 
 def _publish_manifest(manifest: bytes, manifest_path: Path, latest_path: Path) -> None:

@@ -74,3 +74,18 @@ def test_a_commit_lock_held_too_long_fails_the_publish_as_storage_does(tmp_path,
         os.close(fd)
     assert store.latest("p").version == 1 and not [n for n in files(store) if n.endswith(".tmp")]
     assert store.publish("p", weights(2.0), 2).version == 2  # released: publishing goes on
+
+
+def test_a_filesystem_without_locks_still_publishes_and_says_so_once(tmp_path, monkeypatch, caplog):
+    import errno
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(checkpoint_store.fcntl, "flock", no_locks)
+    store = CheckpointStore(tmp_path)
+    assert store.publish("p", weights(1.0), 1).version == 1
+    assert store.publish("p", weights(2.0), 2).version == 2
+    assert caplog.text.count("takes no file locks") == 1
+    with pytest.raises(VersionConflictError):  # the version check still runs
+        store.publish("p", weights(3.0), 2)

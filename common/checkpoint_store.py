@@ -204,14 +204,7 @@ class CheckpointStore:
         relative = self.version_path(player_id, version)
         metadata = _check_metadata(metadata)
         self.wait_for_retention()
-        try:
-            latest = self.latest(player_id)
-        except CorruptCheckpointError as err:  # no manifest of the player reads: this publish writes good ones
-            log.error("%s; publishing version %d over it", err, version)
-            latest = None
-        if latest is not None and version <= latest.version:
-            raise VersionConflictError(
-                f"version {version} of {player_id!r} must exceed the latest published {latest.version}")
+        self._latest_below(player_id, version, log_corrupt=True)  # before the slow writes; again in the commit
         payload = {"format": FORMAT, "version": int(version), "tensors": _to_torch(tensors)}
         state_payload = None
         if training_state is not None:
@@ -251,14 +244,7 @@ class CheckpointStore:
         path = self.root.resolve(ref.path)
         state_path = path.with_name(path.name + TRAINING_STATE_SUFFIX)
         manifest_path = path.with_name(path.name + MANIFEST_SUFFIX)
-        try:
-            latest = self.latest(player_id)
-        except CorruptCheckpointError:  # logged by the check before writing
-            latest = None
-        if latest is not None and ref.version <= latest.version:
-            raise VersionConflictError(
-                f"version {ref.version} of {player_id!r} must exceed the latest published {latest.version} "
-                f"(published by {latest.metadata.get('worker_id', 'another writer')} meanwhile)")
+        latest = self._latest_below(player_id, ref.version, log_corrupt=False)  # logged by the check before
         if self.publish_guard is not None and not self.publish_guard():
             raise PublishWithdrawn(f"version {ref.version} of {player_id!r} withdrawn before it became visible: "
                                    "its writer may no longer publish this player")
@@ -288,6 +274,21 @@ class CheckpointStore:
         if retired:
             with self._retiring_lock:
                 self._retiring.append(_InThread(_delete_retired, path.parent, retired))
+
+    def _latest_below(self, player_id: str, version: int, *, log_corrupt: bool) -> CheckpointRef | None:
+        """The player's latest version, which `version` must exceed (else `VersionConflictError`); None when
+        there is none, or when no manifest of the player reads (this publish writes good ones)."""
+        try:
+            latest = self.latest(player_id)
+        except CorruptCheckpointError as err:
+            if log_corrupt:
+                log.error("%s; publishing version %d over it", err, version)
+            return None
+        if latest is not None and version <= latest.version:
+            raise VersionConflictError(
+                f"version {version} of {player_id!r} must exceed the latest published {latest.version} "
+                f"(published by {latest.metadata.get('worker_id', 'another writer')})")
+        return latest
 
     # ---- read -------------------------------------------------------------------------------------------
     def latest(self, player_id: str) -> CheckpointRef | None:

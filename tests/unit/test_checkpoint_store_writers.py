@@ -40,7 +40,7 @@ def test_a_version_published_by_another_writer_while_this_one_wrote_its_files_is
         return digest
 
     monkeypatch.setattr(checkpoint_store, "save_hashed", save_then_let_the_owner_publish)
-    with pytest.raises(VersionConflictError, match="must exceed the latest published 6 .published by owner"):
+    with pytest.raises(VersionConflictError, match="must exceed the latest published 6 .published by owner.$"):
         stale.publish("p", weights(-1.0), 5, metadata={"worker_id": "stale"})
     assert owner.latest("p").version == 6  # latest.json did not go back
     np.testing.assert_array_equal(owner.load("p/v0000000005.pt").tensors["w"], weights(5.0)["w"])

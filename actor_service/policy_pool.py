@@ -165,7 +165,7 @@ class PolicyPool:
         except CorruptCheckpointError as err:
             self._reject(latest, err)  # keep acting with the version held
             return False
-        log.info("reloaded %s at version %d", policy.player_id, policy.version)
+        log.debug("reloaded %s at version %d", policy.player_id, policy.version)  # routine: once per publish
         return True
 
     # ---- other players -----------------------------------------------------------------------------------

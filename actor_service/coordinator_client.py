@@ -36,8 +36,9 @@ job's results were lost to a restart that took longer (a crash loop, a reschedul
 coordinator that stops cancels the calls it had received but not yet begun (idempotent by job id: a retry of
 one it did count is answered as a duplicate)."""
 FINISH_WARN_EVERY = 4
-LEAVE_TIMEOUT_S = 2.0
-"""The one try of a leaving worker's last Heartbeat: a stop must not wait for a coordinator that is away."""
+LEAVE_TIMEOUT_S = 1.0
+"""The one try of a leaving worker's last Heartbeat: a stop must not wait for a coordinator that is away (a frozen
+one answers nothing; the README's stop bounds leave room for this second)."""
 """A FinishJob's first failed attempt is a warning, and then every this many (attempts 1, 4, 8, ...): the
 retries can go on for minutes, which must not pass in silence, nor fill the log when many jobs finish at once."""
 

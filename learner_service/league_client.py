@@ -39,6 +39,9 @@ BINDING_REFUSED = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUN
 LAST_WORD_TIMEOUT_S = 3.0
 """Deadline of the one UpdatePlayer and FinishJob a stopping learner sends (and of the FinishJob of one that
 exits without its stuck learner thread): a coordinator that does not answer must not hold up a stop."""
+LEAVE_TIMEOUT_S = 1.0
+"""The one try of a stopping learner's last Heartbeat(leaving): best effort, after its release (its own try of
+LAST_WORD_TIMEOUT_S); a coordinator that is away finds out from the silence."""
 
 
 def _attempts(patient: bool) -> dict[str, Any]:
@@ -145,7 +148,7 @@ class LeagueClient:
         counting it alive at once. A coordinator away misses it; the learner's silence says the same later."""
         request = league_pb2.HeartbeatRequest(worker_id=self.worker_id, leaving=True)
         try:
-            self._stub.Heartbeat(request, timeout=LAST_WORD_TIMEOUT_S)
+            self._stub.Heartbeat(request, timeout=LEAVE_TIMEOUT_S)
         except grpc.RpcError as err:
             log.debug("leaving: Heartbeat %s (the coordinator finds out from the silence)", err.code().name)
 

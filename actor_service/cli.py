@@ -24,7 +24,6 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 
 from common import cli_args
 from common.exit_codes import FAILURE_EXIT, SETUP_ERROR_EXIT
@@ -47,7 +46,7 @@ JOIN_SLICE_S = 0.2
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--coordinator", default=os.environ.get(COORDINATOR_ENV_VAR),
                         help=f"coordinator HOST:PORT (default: ${COORDINATOR_ENV_VAR})")
-    parser.add_argument("--shared-root", type=Path, default=env_path(SHARED_ROOT_ENV_VAR),
+    parser.add_argument("--shared-root", type=cli_args.path, default=env_path(SHARED_ROOT_ENV_VAR),
                         help=f"directory of checkpoints shared with the learners (default: ${SHARED_ROOT_ENV_VAR})")
     parser.add_argument("--env-num", type=cli_args.positive_int, default=None, help="environments per job (overrides the job's env_num)")
     parser.add_argument("--manager", choices=("subprocess", "base"), default="subprocess",
@@ -57,8 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "busy-wait (default: every CPU this process may run on). Give this actor's share "
                              "where other busy processes share the machine, or a container's CPU quota")
     parser.add_argument("--worker-id", default=None, help="worker id (default: actor-<hostname>-<pid>)")
-    parser.add_argument("--token-file", type=Path, default=None, help="bearer token (else $LEAGUE_TOKEN)")
-    parser.add_argument("--tls-ca", type=Path, default=None, help="PEM CA certificate: connect with TLS")
+    parser.add_argument("--token-file", type=cli_args.path, default=None, help="bearer token (else $LEAGUE_TOKEN)")
+    parser.add_argument("--tls-ca", type=cli_args.path, default=None, help="PEM CA certificate: connect with TLS")
     parser.add_argument("--max-jobs", type=cli_args.positive_int, default=None, help="exit after this many jobs")
     parser.add_argument("--env-max-retry", type=cli_args.non_negative_int, default=2,
                         help="failures each env may have per job (it is rebuilt each time) before the job fails")

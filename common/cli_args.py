@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 
+from common.config import MAX_DURATION_S
 from common.ports import check_host_port, check_target
 from common.rpc import COORDINATOR_ENV_VAR
 
@@ -43,6 +45,25 @@ def host_port(text: str) -> str:
     return text
 
 
+def path(text: str) -> Path:
+    """A file or directory flag. An empty value is refused: Path("") is the current directory, so
+    `--run-dir ""` ran the league in (and `--shared-root ""` published into) wherever the command was started."""
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty (give a path; . for the current directory)")
+    return Path(text)
+
+
+MAX_SEED = 2**32 - 1
+
+
+def seed(text: str) -> int:
+    """A seed, 0 to 2**32 - 1: numpy refuses a negative one, and a huge one failed only once games began."""
+    value = _int(text)
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be from 0 to {MAX_SEED}, got {value}")
+    return value
+
+
 def non_negative_int(text: str) -> int:
     value = _int(text)
     if value < 0:
@@ -61,6 +82,12 @@ def positive_seconds(text: str) -> float:
     value = _float(text)
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
+    return _at_most_max_duration(value, text)
+
+
+def _at_most_max_duration(value: float, text: str) -> float:
+    if value > MAX_DURATION_S:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_DURATION_S:g} seconds, got {text}")
     return value
 
 
@@ -71,7 +98,7 @@ def positive_seconds_or_none(text: str) -> float | None:
     value = _float(text)
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, or 'none', got {text}")
-    return value
+    return _at_most_max_duration(value, text)
 
 
 def timeout_seconds(text: str) -> float:
@@ -86,7 +113,7 @@ def non_negative_seconds(text: str) -> float:
     value = _float(text)
     if not (math.isfinite(value) and value >= 0):
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text}")
-    return value
+    return _at_most_max_duration(value, text)
 
 
 def add_stop_timeout(parser: argparse.ArgumentParser, default_s: float, gives_up_on: str) -> None:

@@ -102,6 +102,11 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return parse_yaml(text, source=str(path))
 
 
+MAX_DURATION_S = 1e7
+"""The longest time any setting or flag takes, in seconds (about 116 days, far above any useful lease, timeout or
+backoff). Python's waits and sleeps refuse more than threading.TIMEOUT_MAX (9.2e9 s): past it a heartbeat
+thread died on its first wait, and `--drain 1e10` ended the coordinator's stop in an OverflowError."""
+
 MAX_CONFIG_VALUES = 100_000
 """The most values a config file may hold once YAML aliases are expanded (the default league has a few
 hundred). Aliases and merges (`&defaults`, `<<: *defaults`) are fine; a chain of them (a "billion laughs":
@@ -159,6 +164,11 @@ def parse_yaml(text: str, source: str = "<string>") -> dict[str, Any]:
         raise ConfigError("", f"{source}: cannot read a value: {exc}") from None
     except RecursionError:
         raise ConfigError("", f"{source}: nested too deeply") from None
+    except (KeyError, IndexError, AttributeError, TypeError, OverflowError) as exc:
+        # SafeLoader's constructors assume a tagged scalar is well formed: `!!bool maybe`, `!!int ""` or
+        # `!!timestamp soon` fail inside them with a bare KeyError/IndexError/AttributeError and no position.
+        raise ConfigError("", f"{source}: a value's explicit YAML tag (!!bool, !!int, !!float, !!timestamp, "
+                              f"!!set ...) does not fit the value: {type(exc).__name__}: {exc}") from None
     try:
         _count_values(data, {}, set(), source)
     except RecursionError:
@@ -180,7 +190,8 @@ def from_dict(cls: type[T], data: Any, path: str = "") -> T:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     for key in data:
         if not isinstance(key, str):
-            raise ConfigError(join_path(path, str(key)), f"keys must be strings, got {_type_name(key)}")
+            raise ConfigError(join_path(path, _printable(str(key))), f"keys must be strings, got {_type_name(key)}")
+        _check_key(key, path)
         if key not in fields:
             raise ConfigError(
                 join_path(path, key), f"unknown key (expected one of: {', '.join(sorted(fields))})"
@@ -276,7 +287,7 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
     if tp is str:
         if not isinstance(value, str):
             raise ConfigError(path, f"expected str, got {_describe(value)}")
-        return value
+        return _check_text(value, path)
     if tp is dict or origin is dict or tp is Mapping or origin is Mapping:
         return _convert_dict(tp, value, path)
     if origin in (list, tuple) or tp in (list, tuple):
@@ -298,15 +309,17 @@ def _plain_data(value: Any, path: str) -> Any:
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > sys.float_info.max:
         raise ConfigError(path, f"must be within ±{sys.float_info.max:.4g} (sent as a double), got an integer of "
                                 f"{value.bit_length()} bits")
-    if value is None or isinstance(value, bool | int | float | str):
+    if isinstance(value, str):
+        return _check_text(value, path)
+    if value is None or isinstance(value, bool | int | float):
         return value
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for key, item in value.items():
             if isinstance(key, bool) or not isinstance(key, str | int):
-                raise ConfigError(join_path(path, str(key)),
+                raise ConfigError(join_path(path, _printable(str(key))),
                                   f"keys must be strings (integers are sent as strings), got {_describe(key)}")
-            name = str(key)
+            name = _check_key(str(key), path)
             if name in out:
                 raise ConfigError(join_path(path, name), "the key is given twice (as an integer and as a string)")
             out[name] = _plain_data(item, join_path(path, name))
@@ -315,6 +328,31 @@ def _plain_data(value: Any, path: str) -> Any:
         return [_plain_data(item, f"{path}[{i}]") for i, item in enumerate(value)]
     raise ConfigError(path, f"expected a string, number, boolean, null, list or mapping, got "
                             f"{type(value).__name__} ({str(value)[:40]})")
+
+
+def _printable(text: str) -> str:
+    """`text` with anything UTF-8 cannot encode (a lone surrogate) escaped, so an error naming it can be printed."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _check_text(value: str, path: str) -> str:
+    """Refuse a string UTF-8 cannot encode. YAML's `"\\ud800"` escape makes one; it then failed every job that
+    carried it (protobuf strings are UTF-8) while the run itself went on."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(path, f"not valid text: {_printable(value)[:60]!r} holds a lone surrogate "
+                                "(an escape such as \\ud800 that is not half of a pair)") from None
+    return value
+
+
+def _check_key(key: str, path: str) -> str:
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(join_path(path, _printable(key)),
+                          "the key is not valid text: it holds a lone surrogate (an escape such as \\ud800)") from None
+    return key
 
 
 def _convert_int(value: Any, path: str) -> int:
@@ -351,7 +389,7 @@ def _convert_dict(tp: Any, value: Any, path: str) -> dict[Any, Any]:
     key_tp, value_tp = args if args else (str, Any)
     result = {}
     for key, item in value.items():
-        key_path = join_path(path, str(key))
+        key_path = join_path(path, _printable(str(key)))
         result[_convert(key_tp, key, key_path)] = _convert(value_tp, item, key_path)
     return result
 

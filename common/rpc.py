@@ -36,6 +36,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from common.config import MAX_DURATION_S
 from common.durable_files import atomic_write
 from common.ports import bind_error
 
@@ -211,12 +212,11 @@ class RegistrationError(RuntimeError):
 def check_registration(address: str, heartbeat_interval_s: float, lease_timeout_s: float) -> None:
     """The heartbeat interval and lease of a RegisterWorker reply, checked: workers time their heartbeats and
     leases by them, and a zero or NaN would fail them later, far from the cause."""
-    if not (math.isfinite(heartbeat_interval_s) and math.isfinite(lease_timeout_s)
-            and 0 < heartbeat_interval_s < lease_timeout_s):
+    if not 0 < heartbeat_interval_s < lease_timeout_s <= MAX_DURATION_S:  # False for a NaN
         raise RegistrationError(
             f"the coordinator at {address} answered RegisterWorker with heartbeat_interval_s={heartbeat_interval_s} "
-            f"and lease_timeout_s={lease_timeout_s} (expected 0 < heartbeat interval < lease): is it a league "
-            "coordinator of this version?"
+            f"and lease_timeout_s={lease_timeout_s} (expected 0 < heartbeat interval < lease <= "
+            f"{MAX_DURATION_S:g}): is it a league coordinator of this version?"
         )
 
 

@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--checkpoint",
                         help="checkpoint path relative to --shared-root, or an absolute path inside a shared root; "
                              "a player's folder stands for its newest version")
-    target.add_argument("--run-dir", type=Path,
+    target.add_argument("--run-dir", type=cli_args.path,
                         help="a `league run` directory: evaluate a player's snapshots along the run (progression)")
     parser.add_argument("--opponent", default=None,
                         help="reference bot: random or mcts:N (N simulations), or a comma-separated list of them "
@@ -47,13 +47,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"latest (default {DEFAULT_POINTS})")
     parser.add_argument("--games", type=cli_args.positive_int, default=20,
                         help="games to play (seats alternate); episodes, in a single-player env")
-    parser.add_argument("--config", type=Path, default=None,
+    parser.add_argument("--config", type=cli_args.path, default=None,
                         help="league YAML whose policy and env to use (default: the config.yaml of the league run "
                              "directory the checkpoint lies in, else the embedded league)")
-    parser.add_argument("--shared-root", type=Path, default=None,
+    parser.add_argument("--shared-root", type=cli_args.path, default=None,
                         help=f"the checkpoints' shared root (default: with --run-dir RUN/shared, else "
                              f"${SHARED_ROOT_ENV_VAR})")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the games (bots, env)")
+    parser.add_argument("--seed", type=cli_args.seed, default=0, help="seed of the games (bots, env)")
     parser.add_argument("--json", action="store_true",
                         help="print JSON instead of a table: with --checkpoint, one line of JSON per opponent "
                              "(JSON Lines: several opponents give several lines); with --run-dir, one document")
@@ -74,9 +74,7 @@ def main(args: argparse.Namespace) -> int:
     from common.envs.registry import make_env
 
     torch.set_num_threads(1)
-    opponents = _opponents(args.opponent or "random")
-    if not opponents:
-        return _refuse("--opponent names no bot")
+    opponents = _opponents("random" if args.opponent is None else args.opponent)
     if (bad := _bad_opponent(opponents)) is not None:
         return _refuse(bad)
     opponent_given = args.opponent is not None
@@ -169,6 +167,10 @@ def _bad_opponent(opponents: tuple[str, ...]) -> str | None:
     """What is wrong with the first --opponent that names no bot, or None."""
     from common.envs.bot_spec import BotSpec
 
+    if not any(opponents):
+        return "--opponent names no bot"
+    if "" in opponents:  # "random,,mcts:50" or a trailing comma: an item left out, or a typo
+        return f"--opponent {','.join(opponents)!r}: an empty item in the list"
     for opponent in opponents:
         try:
             BotSpec.parse(opponent)
@@ -178,7 +180,7 @@ def _bad_opponent(opponents: tuple[str, ...]) -> str | None:
 
 
 def _opponents(text: str) -> tuple[str, ...]:
-    return tuple(o.strip() for o in text.split(",") if o.strip())
+    return tuple(o.strip() for o in text.split(","))
 
 
 def _progression_main(args: argparse.Namespace) -> int:
@@ -201,7 +203,7 @@ def _progression_main(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(1)
     console = Console(stderr=args.json, emoji=False)  # "mcts:100:" is no emoji code
-    ladder = _opponents(args.opponent or ",".join(DEFAULT_LADDER))
+    ladder = _opponents(",".join(DEFAULT_LADDER) if args.opponent is None else args.opponent)
     if (bad := _bad_opponent(ladder)) is not None:
         return _refuse(bad)
     shared_root = args.shared_root or args.run_dir / "shared"  # not $LEAGUE_SHARED_ROOT: the run's own root
@@ -234,7 +236,7 @@ def _progression_main(args: argparse.Namespace) -> int:
 
         def progress(result: PointResult, opponent: str) -> None:
             console.print(f"{result.point.checkpoint_path} ({result.point.agent_steps:,} steps) vs {opponent}: "
-                          f"{result.results[opponent]['win_rate']:.0%}")
+                          f"{result.results[opponent]['win_rate']:.0%}", markup=False)
 
         results = evaluate_lineage(line, ladder, play, on_result=progress)
     except CheckpointNotFoundError as err:  # the status names it, the root lacks it: which root was searched
@@ -252,9 +254,10 @@ def _progression_main(args: argparse.Namespace) -> int:
 
 def _print_progression(report: dict[str, Any], ladder: tuple[str, ...]) -> None:
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table(title=f"{report['player_id']}: win rate over {report['games']} games per cell, along the run")
+    from league_service.plain_table import PlainTable
+
+    table = PlainTable(title=f"{report['player_id']}: win rate over {report['games']} games per cell, along the run")
     for column in ("version", "agent steps", *ladder, "strongest beaten > 50%"):
         table.add_column(column, justify="left" if column == "version" else "right")
     for point in report["points"]:
@@ -278,9 +281,10 @@ def _interval(bounds: tuple[float, float]) -> str:
 
 def _print_table(ref: CheckpointRef, env_name: str, result: EvalResult) -> None:
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table(title=f"{ref.path} (v{ref.version}) vs {result.opponent} on {env_name}")
+    from league_service.plain_table import PlainTable
+
+    table = PlainTable(title=f"{ref.path} (v{ref.version}) vs {result.opponent} on {env_name}")
     for column in ("seat", "games", "wins", "draws", "losses", "win rate", "95% interval"):
         table.add_column(column, justify="left" if column == "seat" else "right")
     for s in result.seats:
@@ -296,9 +300,10 @@ def _print_table(ref: CheckpointRef, env_name: str, result: EvalResult) -> None:
 
 def _print_returns(ref: CheckpointRef, env_name: str, result: ReturnResult) -> None:
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table(title=f"{ref.path} (v{ref.version}) on {env_name}, greedy")
+    from league_service.plain_table import PlainTable
+
+    table = PlainTable(title=f"{ref.path} (v{ref.version}) on {env_name}, greedy")
     for column in ("episodes", "mean return", "std", "min", "max", "mean length"):
         table.add_column(column, justify="right")
     table.add_row(str(result.episodes), f"{result.mean_return:.2f}", f"{result.std_return:.2f}",

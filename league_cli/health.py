@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -28,7 +29,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="deadline of the check, seconds"
     )
-    parser.add_argument("--tls-ca", type=Path, default=None, help="CA certificate to verify the server (TLS)")
+    parser.add_argument("--tls-ca", type=cli_args.path, default=None, help="CA certificate to verify the server (TLS)")
+
+    def usage_error(message: str) -> NoReturn:  # argparse's own exits 2, which Docker reserves (see main)
+        parser.print_usage(sys.stderr)
+        parser.exit(1, f"{parser.prog}: error: {message}\n")
+
+    parser.error = usage_error  # type: ignore[method-assign]
 
 
 def main(args: argparse.Namespace) -> int:

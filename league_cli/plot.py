@@ -14,15 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from common import cli_args
 from common.exit_codes import SETUP_ERROR_EXIT
 from league_service.status import REFERENCE_BOT_TYPE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--history", type=Path, required=True,
+    parser.add_argument("--history", type=cli_args.path, required=True,
                         help="status_history.jsonl written by `league run`, or the JSON lines of "
                              "`league status --watch N --json`")
-    parser.add_argument("--out", type=Path, required=True, help="directory for the PNG files")
+    parser.add_argument("--out", type=cli_args.path, required=True, help="directory for the PNG files")
 
 
 def read_history(path: Path) -> list[dict[str, Any]]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import os
 import signal
 import threading
@@ -22,7 +21,8 @@ from typing import Any
 
 import yaml
 
-from common.config import ConfigError, from_dict
+from common import cli_args
+from common.config import MAX_DURATION_S, ConfigError, from_dict
 from common.exclusive_lock import ExclusiveLock, LockedError
 from common.exit_codes import ADDRESS_IN_USE_EXIT, INTERRUPTED_EXIT, SETUP_ERROR_EXIT
 from common.ports import restartable_port
@@ -102,17 +102,18 @@ class RunConfig:
         if self.env_steps < 0:
             raise ConfigError("env_steps", f"must be >= 0, got {self.env_steps}")
         # The poll loop waits status_interval_s between polls (0: a busy loop) and stop_grace_s per process.
-        if not (math.isfinite(self.status_interval_s) and self.status_interval_s > 0):
-            raise ConfigError("status_interval_s", f"must be a finite number > 0, got {self.status_interval_s}")
-        if not (math.isfinite(self.stop_grace_s) and self.stop_grace_s >= 0):
-            raise ConfigError("stop_grace_s", f"must be a finite number >= 0, got {self.stop_grace_s}")
+        if not 0 < self.status_interval_s <= MAX_DURATION_S:
+            raise ConfigError("status_interval_s", f"must be > 0 and at most {MAX_DURATION_S:g}, "
+                                                   f"got {self.status_interval_s}")
+        if not 0 <= self.stop_grace_s <= MAX_DURATION_S:
+            raise ConfigError("stop_grace_s", f"must be >= 0 and at most {MAX_DURATION_S:g}, got {self.stop_grace_s}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", nargs="?", type=Path, default=None,
+    parser.add_argument("config", nargs="?", type=cli_args.path, default=None,
                         help="league YAML (default: the run directory's own config.yaml when it has one, i.e. "
                              "when resuming; else the embedded connect-four league)")
-    parser.add_argument("--run-dir", type=Path, default=None, help="where checkpoints, logs and state go "
+    parser.add_argument("--run-dir", type=cli_args.path, default=None, help="where checkpoints, logs and state go "
                         "(default: runs/<timestamp>); an existing run directory resumes its league")
     parser.add_argument("--actors", type=int, default=None, help="number of actor processes (overrides run.actors)")
     parser.add_argument("--seconds", type=float, default=None,
@@ -337,8 +338,9 @@ def _history_record(status: Any, elapsed_s: float) -> dict[str, Any]:
 def _progress_table(status: Any, elapsed: float, run_cfg: RunConfig, run_steps: int, steps_per_s: float,
                     events: list[str]):
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
+
+    from league_service.plain_table import PlainTable
 
     c = status.counters
     budget = f"{elapsed:,.0f}/{run_cfg.seconds:,.0f} s"
@@ -349,7 +351,7 @@ def _progress_table(status: Any, elapsed: float, run_cfg: RunConfig, run_steps: 
         f"jobs {c.jobs_finished:,} done, {c.jobs_expired:,} expired · snapshots {c.snapshots} · "
         f"mutations {c.mutations}"
     )
-    table = Table(expand=False)
+    table = PlainTable(expand=False)
     solo = status.league_type == "solo"  # no opponents, no ratings; a battle league keeps no returns
     for col in ("player", "type", "steps", "iter", "ckpt v", *(("return",) if solo else ("elo", "mu±sigma"))):
         table.add_column(col, justify="left" if col in ("player", "type") else "right")
@@ -367,7 +369,6 @@ def _progress_table(status: Any, elapsed: float, run_cfg: RunConfig, run_steps: 
 
 
 def run_main(args: argparse.Namespace) -> int:
-    from rich.markup import escape
 
     from league_service.status_view import status_console
 
@@ -380,36 +381,36 @@ def run_main(args: argparse.Namespace) -> int:
         try:
             loaded = _load(args)
         except ConfigError as err:
-            console.print(f"[red]league run: config error: {err}[/red]")
+            console.print(f"league run: config error: {err}", style="red", markup=False)
             return 2
     try:
         (run_dir / "shared").mkdir(parents=True, exist_ok=True)
         # One run per directory: a second would overwrite this one's config, checkpoints and history.
         run_lock = ExclusiveLock(run_dir / "league_run.lock", f"run directory {run_dir}")
     except LockedError as err:
-        console.print(f"[red]league run: {escape(str(err))} (or, if that `league run` is gone, the processes it "
-                      f"started are still stopping: try again in a few seconds; `fuser -v {escape(str(run_dir))}"
-                      "/league_run.lock` lists them)[/red]")
+        console.print(f"league run: {err} (or, if that `league run` is gone, the processes it "
+                      f"started are still stopping: try again in a few seconds; `fuser -v {run_dir}"
+                      "/league_run.lock` lists them)", style="red", markup=False)
         return 2
     except OSError as err:
-        console.print(f"[red]league run: --run-dir {escape(str(run_dir))}: {escape(str(err))}[/red]")
+        console.print(f"league run: --run-dir {run_dir}: {err}", style="red", markup=False)
         return 2
     with run_lock:
         saved = run_dir / CONFIG_FILE
         if args.config is None and saved.is_file():
             args.config = saved  # resuming: the league this directory holds, not the embedded default
-            console.print(f"league run: resuming with {saved}")
+            console.print(f"league run: resuming with {saved}", markup=False)
             loaded = None
         if loaded is None:
             try:
                 loaded = _load(args)
             except ConfigError as err:
-                console.print(f"[red]league run: config error: {err}[/red]")
+                console.print(f"league run: config error: {err}", style="red", markup=False)
                 return 2
         mismatch = (_saved_league_mismatch(run_dir, args.config, loaded[0])
                     or _saved_model_mismatch(run_dir, args.config, loaded[0]))
         if mismatch is not None:
-            console.print(f"[red]league run: config error: {escape(mismatch)}[/red]")
+            console.print(f"league run: config error: {mismatch}", style="red", markup=False)
             return 2
         return _run(args, console, *loaded, run_dir, run_lock)
 
@@ -494,7 +495,6 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
          run_dir: Path, run_lock: ExclusiveLock) -> int:
     import grpc
     from rich.live import Live
-    from rich.markup import escape
 
     from common.proto.league.v1 import league_pb2, league_pb2_grpc
     from common.rpc import load_token, make_channel
@@ -531,13 +531,13 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
     exit_code = 0
     try:
         console.print(f"league run: {run_dir} · {sup.learners} learner(s), {run_cfg.actors} actor(s), "
-                      f"budget {run_cfg.seconds:.0f} s" + (f" / {run_cfg.env_steps:,} env steps" if run_cfg.env_steps else ""))
+                      f"budget {run_cfg.seconds:.0f} s" + (f" / {run_cfg.env_steps:,} env steps" if run_cfg.env_steps else ""), markup=False)
         launched = time.monotonic()  # the budget counts start-up too
         address = sup.start_coordinator()
         os.replace(pending_path, config_path)
         sup.config_path = config_path
         start = launched  # (None until the coordinator is up: then there is a final status to record)
-        console.print(f"coordinator listening on {address} (league status --run-dir {run_dir})")
+        console.print(f"coordinator listening on {address} (league status --run-dir {run_dir})", markup=False)
         sup.start_workers(stop)
         channel = make_channel(address, token=token, max_message_bytes=STATUS_MAX_BYTES)
         stub = league_pb2_grpc.LeagueServiceStub(channel)
@@ -554,14 +554,14 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
                 events += new_events
                 if quiet:
                     for event in new_events:
-                        console.print(event)
+                        console.print(event, markup=False)
                 try:
                     status = stub.GetStatus(league_pb2.GetStatusRequest(), timeout=5.0)
                 except grpc.RpcError as err:
                     error = f"status: {err.code().name}: {err.details()}"
                     events.append(error)
                     if quiet and error != status_error:  # once per kind of failure, not at every poll
-                        console.print(f"[yellow]league run: {escape(error)}[/yellow]")
+                        console.print(f"league run: {error}", style="yellow", markup=False)
                     status_error = error
                 else:
                     status_error = ""
@@ -573,14 +573,14 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
                         note = history.error or f"{history_path}: status records are written again"
                         events.append(note)
                         if quiet:
-                            console.print(f"[yellow]league run: {escape(note)}[/yellow]")
+                            console.print(f"league run: {note}", style="yellow", markup=False)
                     league_steps = status.counters.env_steps
                     view = _progress_table(status, now - start, run_cfg, step_budget.steps(league_steps), rate,
                                            events)
                     if quiet:
                         c = status.counters
                         console.print(f"[{now - start:6.0f}s] env steps {c.env_steps:,} ({rate:,.0f}/s) "
-                                      f"matches {c.matches:,} snapshots {c.snapshots}")
+                                      f"matches {c.matches:,} snapshots {c.snapshots}", markup=False)
                     else:
                         live.update(view, refresh=True)
                     if step_budget.spent(league_steps):
@@ -588,7 +588,7 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
                     failing = failing_jobs.check(status)
                     if failing is not None:
                         events += sup.wait_for_setup_errors(WORKER_EXIT_GRACE_S, stop)
-                        console.print(f"[red]league run: {escape(failing)}[/red]")
+                        console.print(f"league run: {failing}", style="red", markup=False)
                         reason[0] = "collect jobs keep failing"
                         exit_code = 1
                         break
@@ -601,7 +601,7 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
         reason[0] += " during start-up"
         exit_code = 128 + signals[0] if signals else INTERRUPTED_EXIT  # 130 for Ctrl-C, 143 for SIGTERM
     except RuntimeError as err:
-        console.print(f"[red]league run: {escape(str(err))}[/red]")  # (log lines may hold [brackets])
+        console.print(f"league run: {err}", style="red", markup=False)  # (log lines may hold [brackets])
         setup_error = isinstance(err, CannotRunLeague)
         reason[0] = "the league cannot run as configured" if setup_error else "a process failed"
         exit_code = 2 if setup_error else 1
@@ -611,7 +611,7 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
             if start is not None:  # the league's state once every worker stopped: the history's last record
                 status = _final_status(sup.address, token, history_path, start, status)
         except Exception as err:  # (a full disk, say) it must not keep the coordinator from stopping
-            console.print(f"[yellow]league run: the final status was not recorded: {escape(str(err))}[/yellow]")
+            console.print(f"league run: the final status was not recorded: {err}", style="yellow", markup=False)
         codes.update(sup.stop())
         pending_path.unlink(missing_ok=True)  # a config the coordinator never accepted
         # `league status --run-dir` then says no run is going on, instead of dialling a port another program
@@ -620,9 +620,9 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
         for s, handler in previous.items():
             signal.signal(s, handler)
     console.print(f"\nleague run: {reason[0]}; every process stopped "
-                  f"({', '.join(f'{k}={v}' for k, v in sorted(codes.items()))})")
+                  f"({', '.join(f'{k}={v}' for k, v in sorted(codes.items()))})", markup=False)
     if status is not None:
-        console.print("the league's last status before it stopped:")
+        console.print("the league's last status before it stopped:", markup=False)
         console.print(render_status(status, workers=False))  # (all stopped, whatever their last heartbeat says)
     plots = run_dir / "plots"
     try:
@@ -630,12 +630,12 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
 
         written = write_plots(history_path, plots) if history_path.exists() else []
     except Exception as err:  # plotting must not hide where the results are
-        console.print(f"[yellow]plots: not written ({err})[/yellow]")
+        console.print(f"plots: not written ({err})", style="yellow", markup=False)
         written = []
     where = [("checkpoints", sup.shared_root), ("logs", sup.group.log_dir), ("state", sup.state_path),
              ("history", history_path)]
     for label, path in where:  # a league stopped at start-up may not have made them all
-        console.print(f"{label + ':':<12} {path}" + ("" if Path(path).exists() else " (not created)"))
+        console.print(f"{label + ':':<12} {path}" + ("" if Path(path).exists() else " (not created)"), markup=False)
     if written:
-        console.print(f"plots:       {plots} ({', '.join(p.name for p in written)})")
+        console.print(f"plots:       {plots} ({', '.join(p.name for p in written)})", markup=False)
     return exit_code

@@ -61,18 +61,18 @@ DEFAULT_DRAIN_S = 1.0  # long enough for a health probe or a worker's finish in 
 
 
 def add_coordinator_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, default=None, help="league YAML (default: the embedded league)")
+    parser.add_argument("--config", type=cli_args.path, default=None, help="league YAML (default: the embedded league)")
     shared_root = env_path(SHARED_ROOT_ENV_VAR)
-    parser.add_argument("--shared-root", type=Path, default=shared_root, required=shared_root is None,
+    parser.add_argument("--shared-root", type=cli_args.path, default=shared_root, required=shared_root is None,
                         help=f"directory of checkpoints (and state) (default: ${SHARED_ROOT_ENV_VAR})")
-    parser.add_argument("--state", type=Path, default=None, help="SQLite state file (default: SHARED_ROOT/league_state.sqlite)")
+    parser.add_argument("--state", type=cli_args.path, default=None, help="SQLite state file (default: SHARED_ROOT/league_state.sqlite)")
     parser.add_argument("--host", default=None, help="address to listen on (default: from coordinator.bind_address)")
     parser.add_argument("--port", type=cli_args.port, default=None, help="port; 0 picks a free one (default: from config)")
-    parser.add_argument("--port-file", type=Path, default=None, help="write the bound port here (atomically)")
-    parser.add_argument("--token-file", type=Path, default=None, help="bearer token clients must send (else $LEAGUE_TOKEN)")
+    parser.add_argument("--port-file", type=cli_args.path, default=None, help="write the bound port here (atomically)")
+    parser.add_argument("--token-file", type=cli_args.path, default=None, help="bearer token clients must send (else $LEAGUE_TOKEN)")
     parser.add_argument("--insecure", action="store_true", help="allow a non-loopback address without a token")
-    parser.add_argument("--tls-cert", type=Path, default=None, help="PEM certificate chain (with --tls-key)")
-    parser.add_argument("--tls-key", type=Path, default=None, help="PEM private key (with --tls-cert)")
+    parser.add_argument("--tls-cert", type=cli_args.path, default=None, help="PEM certificate chain (with --tls-key)")
+    parser.add_argument("--tls-key", type=cli_args.path, default=None, help="PEM private key (with --tls-cert)")
     parser.add_argument("--metrics-port", type=cli_args.port, default=None, help="serve Prometheus /metrics on this port")
     parser.add_argument("--lease-timeout", type=cli_args.positive_seconds, default=None, help="seconds (default: coordinator.lease_timeout_s)")
     parser.add_argument("--without-learners", action="store_true", help="hand out collect jobs with no learner bound")
@@ -232,10 +232,10 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--addr", type=cli_args.address, default=None,
                        help=f"coordinator HOST:PORT (default: ${COORDINATOR_ENV_VAR}, else {DEFAULT_STATUS_ADDR})")
-    where.add_argument("--run-dir", type=Path, default=None,
+    where.add_argument("--run-dir", type=cli_args.path, default=None,
                        help="the coordinator of the `league run` going on in this directory")
-    parser.add_argument("--token-file", type=Path, default=None, help="bearer token (else $LEAGUE_TOKEN)")
-    parser.add_argument("--tls-ca", type=Path, default=None, help="CA certificate to verify the coordinator (TLS)")
+    parser.add_argument("--token-file", type=cli_args.path, default=None, help="bearer token (else $LEAGUE_TOKEN)")
+    parser.add_argument("--tls-ca", type=cli_args.path, default=None, help="CA certificate to verify the coordinator (TLS)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument(
         "--watch", type=cli_args.positive_seconds, nargs="?", const=2.0, default=None, metavar="SECONDS",

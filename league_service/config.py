@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from common.config import (
+    MAX_DURATION_S,
     REPLACE,
     ConfigError,
     deep_merge,
@@ -239,6 +240,11 @@ class LeagueExploiterConfig(ActivePlayerConfig):
         _check_probability(self.mutate_prob, "mutate_prob")
 
 
+MAX_SOLO_BUFFER_SIZE = 1_000_000
+"""The most recent episodes a solo league keeps per player (the default keeps 100). They are held in memory and
+saved with the league's state; at 2**63 the buffer could not even be made, and every FinishJob failed."""
+
+
 @dataclass(frozen=True)
 class PayoffConfig:
     # Every record decays by this factor before each new game is added (1.0: no decay).
@@ -259,11 +265,26 @@ class PayoffConfig:
             raise ConfigError("min_win_rate_games", f"must be below 1 / (1 - decay) = {1.0 / (1.0 - self.decay):g} "
                               f"(the most decayed games a pair can have), got {self.min_win_rate_games}")
         _check_probability(self.default_win_rate, "default_win_rate")
-        _check_at_least(self.solo_buffer_size, 1, "solo_buffer_size")
+        _check_within(self.solo_buffer_size, 1, MAX_SOLO_BUFFER_SIZE, "solo_buffer_size")
 
 
 MAX_ELO_K_FACTOR = 1000.0
 """Chess uses 10-40; with thousands a single game moves a rating by more than the whole spread of a league."""
+
+
+MAX_RATING_SCALE = 1e9
+"""The largest magnitude of a rating setting (Elo's initial rating; TrueSkill's mu, sigma, beta, tau). Far above
+any useful value; at 1e154 and up TrueSkill's squared sigmas overflow to inf, the ratings became NaN, and the
+coordinator's state store refused to save them (a crash-restart on every finished job)."""
+
+MIN_TRUESKILL_BETA = 1e-6
+"""TrueSkill's smallest beta: c^2 = 2 beta^2 + sigma1^2 + sigma2^2 must stay a positive float64 as the sigmas
+shrink over many games (at 1e-160 and tau 0 it reached 0, and the next update divided by zero)."""
+
+
+def _check_rating_scale(value: float, name: str) -> None:
+    if abs(value) > MAX_RATING_SCALE:
+        raise ConfigError(name, f"must be within ±{MAX_RATING_SCALE:g}, got {value:g}")
 
 
 @dataclass(frozen=True)
@@ -272,6 +293,7 @@ class EloConfig:
     k_factor: float = 16.0
 
     def __post_init__(self) -> None:
+        _check_rating_scale(self.initial, "initial")
         if not 0 < self.k_factor <= MAX_ELO_K_FACTOR:
             raise ConfigError("k_factor", f"must be within (0, {MAX_ELO_K_FACTOR:g}], got {self.k_factor}")
 
@@ -290,10 +312,12 @@ class TrueSkillConfig:
     draw_probability: float = 0.1
 
     def __post_init__(self) -> None:
-        for name in ("sigma", "beta"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(name, f"must be > 0, got {getattr(self, name)}")
+        if self.sigma <= 0:
+            raise ConfigError("sigma", f"must be > 0, got {self.sigma}")
+        _check_at_least(self.beta, MIN_TRUESKILL_BETA, "beta")
         _check_at_least(self.tau, 0, "tau")
+        for name in ("mu", "sigma", "beta", "tau"):
+            _check_rating_scale(getattr(self, name), name)
         if not MIN_DRAW_PROBABILITY <= self.draw_probability < 1.0:
             raise ConfigError("draw_probability", f"must be within [{MIN_DRAW_PROBABILITY:g}, 1), got "
                               f"{self.draw_probability} (below, the draw margin is too thin for float64 and every "
@@ -468,8 +492,8 @@ class CoordinatorConfig:
             split_host_port(self.bind_address)
         except ValueError as err:
             raise ConfigError("bind_address", str(err)) from None
-        if self.lease_timeout_s <= 0:
-            raise ConfigError("lease_timeout_s", f"must be > 0, got {self.lease_timeout_s}")
+        if not 0 < self.lease_timeout_s <= MAX_DURATION_S:
+            raise ConfigError("lease_timeout_s", f"must be > 0 and at most {MAX_DURATION_S:g}, got {self.lease_timeout_s}")
         if not 0 < self.heartbeat_interval_s < self.lease_timeout_s:
             raise ConfigError(
                 "heartbeat_interval_s",
@@ -477,16 +501,17 @@ class CoordinatorConfig:
                 f"got {self.heartbeat_interval_s}",
             )
         _check_at_least(self.max_job_attempts, 1, "max_job_attempts")
-        if not (math.isfinite(self.forget_workers_after_s)
+        if not (self.forget_workers_after_s <= MAX_DURATION_S
                 and (self.forget_workers_after_s == 0 or self.forget_workers_after_s > self.lease_timeout_s)):
             raise ConfigError("forget_workers_after_s", f"must be 0 (never) or above lease_timeout_s "
-                              f"({self.lease_timeout_s}), got {self.forget_workers_after_s}")
+                              f"({self.lease_timeout_s}) and at most {MAX_DURATION_S:g}, "
+                              f"got {self.forget_workers_after_s}")
         if not (math.isfinite(self.job_retry_backoff_s) and self.job_retry_backoff_s >= 0):
             raise ConfigError("job_retry_backoff_s", f"must be a finite number >= 0, got {self.job_retry_backoff_s}")
-        if not (math.isfinite(self.max_job_retry_backoff_s)
-                and self.max_job_retry_backoff_s >= self.job_retry_backoff_s):
-            raise ConfigError("max_job_retry_backoff_s", f"must be finite and >= job_retry_backoff_s "
-                              f"({self.job_retry_backoff_s}), got {self.max_job_retry_backoff_s}")
+        if not self.job_retry_backoff_s <= self.max_job_retry_backoff_s <= MAX_DURATION_S:
+            raise ConfigError("max_job_retry_backoff_s", f"must be >= job_retry_backoff_s "
+                              f"({self.job_retry_backoff_s}) and at most {MAX_DURATION_S:g}, "
+                              f"got {self.max_job_retry_backoff_s}")
 
 
 @dataclass(frozen=True)

@@ -73,13 +73,17 @@ def _vw_draw(t: float, eps: float) -> tuple[float, float]:
     if a < -_TAIL:
         r = math.exp(0.5 * (a * a - b * b))  # phi(b) / phi(a)
         denom = _mills(-a) - r * _mills(-b)  # (Phi(a) - Phi(b)) / phi(a)
-        v = (r - 1.0) / denom
-        w = v * v + (a - b * r) / denom
+        top, spread = r - 1.0, a - b * r
     else:
         pa, pb = _pdf(a), _pdf(b)
         denom = _cdf(a) - _cdf(b)
-        v = (pb - pa) / denom
-        w = v * v + (a * pa - b * pb) / denom
+        top, spread = pb - pa, a * pa - b * pb
+    if not denom > 0.0:
+        # [b, a] is too narrow for float64 (a draw margin far below c): the truncated normal is the interval's
+        # midpoint -|t|, with no variance left. Dividing by the 0 here took the coordinator down.
+        return -t, 1.0
+    v = top / denom
+    w = v * v + spread / denom
     return (-v if t < 0 else v), w
 
 

@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from common.proto.league.v1 import league_pb2
+from league_service.plain_table import PlainTable
 from league_service.status import REFERENCE_BOT_TYPE
 
 _ROLE_NAMES = {league_pb2.WORKER_ROLE_ACTOR: "actor", league_pb2.WORKER_ROLE_LEARNER: "learner"}
@@ -43,9 +44,10 @@ def status_console() -> Console:
     """A console for the status tables on stdout. Rich lays out a pipe or a file 80 columns wide, which
     squeezed the active-player table's steps, iteration and rating columns to nothing in `league status |
     less` and in the summary `league run` leaves in its log; a terminal keeps its own width."""
+    # No emoji codes either: ":ok:" in a worker's id or an error message is text, not a picture.
     if sys.stdout.isatty() or "COLUMNS" in os.environ:
-        return Console()
-    return Console(width=PIPED_WIDTH)
+        return Console(emoji=False)
+    return Console(width=PIPED_WIDTH, emoji=False)
 
 
 def status_to_json(status: league_pb2.LeagueStatus, *, compact: bool = False) -> str:
@@ -105,7 +107,7 @@ def _players(status: league_pb2.LeagueStatus) -> list[Table]:
                                              "episodes"])]
     failing = [p for p in active if p.failed_attempts_in_a_row or p.jobs_given_up]
     if failing:
-        table = Table(title="failing jobs (LEASES.md: failing jobs)", title_justify="left")
+        table = PlainTable(title="failing jobs (LEASES.md: failing jobs)", title_justify="left")
         for name in ("player", "failed in a row", "given up", "held for", "last error"):
             table.add_column(name, no_wrap=True, overflow="ellipsis",
                              **({"max_width": 60} if name == "last error" else {}))
@@ -125,7 +127,7 @@ def _players(status: league_pb2.LeagueStatus) -> list[Table]:
                               ["checkpoint", "trueskill", "parent"]))
     set_aside = [p for p in historical if p.set_aside]
     if set_aside:
-        table = Table(title="set aside from matchmaking: their checkpoints cannot be loaded", title_justify="left")
+        table = PlainTable(title="set aside from matchmaking: their checkpoints cannot be loaded", title_justify="left")
         for name in ("player", "checkpoint", "why"):
             table.add_column(name, no_wrap=True, overflow="ellipsis", **({"max_width": 60} if name == "why" else {}))
         for p in set_aside:  # the reason is one line (the exception the actor raised), often naming the file
@@ -171,7 +173,7 @@ def _fitted(title: str, players: list[league_pb2.PlayerStatus], columns: list[st
 
 
 def _table(title: str, players: list[league_pb2.PlayerStatus], columns: list[str]) -> Table:
-    table = Table(title=title, title_justify="left")
+    table = PlainTable(title=title, title_justify="left")
     # Ids are what people search for: never cut short; the other columns give way instead.
     table.add_column("player", no_wrap=True, min_width=max((len(p.player_id) for p in players), default=6))
     for name in columns:
@@ -221,7 +223,7 @@ def _win_rates(status: league_pb2.LeagueStatus) -> Table:
     homes = sorted({e.home for e in status.payoff})
     aways = sorted({e.away for e in status.payoff})
     cells = {(e.home, e.away): e for e in status.payoff}
-    table = Table(title="win rate, recent games weighing most (games played)", title_justify="left")
+    table = PlainTable(title="win rate, recent games weighing most (games played)", title_justify="left")
     table.add_column("home \\ away")
     for away in aways:
         table.add_column(away, justify="right")
@@ -240,7 +242,7 @@ def _win_rates_of_active_players(status: league_pb2.LeagueStatus, least: bool = 
     active = sorted(p.player_id for p in status.players if p.active)
     historical = {p.player_id for p in status.players if not p.active}
     cells = {(e.home, e.away): e for e in status.payoff if e.games > 0}
-    table = Table(title=f"win rate (games played) of the active players; the whole matrix of {len(status.players)} players: "
+    table = PlainTable(title=f"win rate (games played) of the active players; the whole matrix of {len(status.players)} players: "
                   "--json or league plot", title_justify="left")
     table.add_column("player", no_wrap=True, min_width=max(map(len, active), default=6))
     opponents = [a for a in active if any((home, a) in cells for home in active)]
@@ -269,7 +271,7 @@ def _win_rates_of_active_players(status: league_pb2.LeagueStatus, least: bool = 
 
 
 def _jobs(status: league_pb2.LeagueStatus) -> Table:
-    table = Table(title=f"jobs in flight ({len(status.jobs)})", title_justify="left")
+    table = PlainTable(title=f"jobs in flight ({len(status.jobs)})", title_justify="left")
     for name in ("job", "kind", "launch player", "players", "worker", "lease left", "age"):
         width = {"max_width": 36} if name == "players" else {"min_width": max(4, min(len(name), 8))}
         table.add_column(name, no_wrap=True, overflow="ellipsis", **width)
@@ -291,7 +293,7 @@ def _jobs(status: league_pb2.LeagueStatus) -> Table:
 
 def _workers(status: league_pb2.LeagueStatus) -> Table:
     alive = sum(w.alive for w in status.workers)
-    table = Table(title=f"workers ({len(status.workers)}, {alive} alive)", title_justify="left")
+    table = PlainTable(title=f"workers ({len(status.workers)}, {alive} alive)", title_justify="left")
     for name in ("worker", "role", "host", "endpoint", "last heartbeat", "jobs", "alive"):
         table.add_column(name)
     learner = league_pb2.WORKER_ROLE_LEARNER

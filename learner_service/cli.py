@@ -22,7 +22,6 @@ import socket
 import sys
 import threading
 import time
-from pathlib import Path
 
 from common import cli_args
 from common.exit_codes import ADDRESS_IN_USE_EXIT, FAILURE_EXIT, SETUP_ERROR_EXIT
@@ -56,7 +55,7 @@ def default_worker_id() -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--coordinator", default=os.environ.get(COORDINATOR_ENV_VAR),
                         help=f"coordinator HOST:PORT (default ${COORDINATOR_ENV_VAR})")
-    parser.add_argument("--shared-root", type=Path, default=env_path(SHARED_ROOT_ENV_VAR),
+    parser.add_argument("--shared-root", type=cli_args.path, default=env_path(SHARED_ROOT_ENV_VAR),
                         help=f"directory of checkpoints and TensorBoard logs (default ${SHARED_ROOT_ENV_VAR})")
     parser.add_argument("--host", default="127.0.0.1", help="address the trajectory server listens on")
     parser.add_argument("--port", type=cli_args.port, default=0, help="port of the trajectory server; 0 picks a free one")
@@ -64,13 +63,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="HOST:PORT actors stream to (default: host:bound port)")
     parser.add_argument("--worker-id", default=None,
                         help="keep it across restarts to get the same player back (default learner-<host>-<pid>)")
-    parser.add_argument("--token-file", type=Path, default=None, help="bearer token (else $LEAGUE_TOKEN)")
+    parser.add_argument("--token-file", type=cli_args.path, default=None, help="bearer token (else $LEAGUE_TOKEN)")
     parser.add_argument("--insecure", action="store_true",
                         help="allow a non-loopback --host without a token (trajectories then arrive unauthenticated)")
-    parser.add_argument("--tls-ca", type=Path, default=None, help="CA certificate to verify the coordinator (TLS)")
-    parser.add_argument("--tls-cert", type=Path, default=None,
+    parser.add_argument("--tls-ca", type=cli_args.path, default=None, help="CA certificate to verify the coordinator (TLS)")
+    parser.add_argument("--tls-cert", type=cli_args.path, default=None,
                         help="PEM certificate chain of the trajectory server (with --tls-key; needed with --tls-ca)")
-    parser.add_argument("--tls-key", type=Path, default=None, help="PEM private key (with --tls-cert)")
+    parser.add_argument("--tls-key", type=cli_args.path, default=None, help="PEM private key (with --tls-cert)")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="where to train")
     parser.add_argument("--publish-timeout", type=cli_args.positive_seconds_or_none, default=300.0,
                         metavar="SECONDS",

@@ -45,11 +45,11 @@ class BotSpec:
     @classmethod
     def parse(cls, text: str) -> BotSpec:
         """`"random"`, `"mcts"` or `"mcts:<num_simulations>"` (the form job configs carry)."""
-        kind, _, sims = text.partition(":")
-        if kind == "mcts" and sims:
-            if not sims.isdigit():
+        kind, colon, sims = text.partition(":")
+        if kind == "mcts" and colon:  # "mcts:" too: a number left out is a typo, not a wish for the default
+            if not (sims.isascii() and sims.isdigit()):  # ("²" is a digit to str.isdigit, not to int)
                 raise ValueError(f"bot spec {text!r}: simulations must be an integer, as in 'mcts:200'")
             return cls("mcts", num_simulations=int(sims))
-        if sims:
+        if colon:
             raise ValueError(f"bot spec {text!r}: only mcts takes ':<num_simulations>'")
         return cls(kind)

@@ -371,10 +371,13 @@ def test_good_status_flags_parse():
 @pytest.mark.parametrize(
     ("section", "message"),
     [
-        ({"status_interval_s": 0}, "run.status_interval_s: must be a finite number > 0"),
-        ({"status_interval_s": -1}, "run.status_interval_s: must be a finite number > 0"),
+        ({"status_interval_s": 0}, "run.status_interval_s: must be > 0 and at most 1e+07"),
+        ({"status_interval_s": -1}, "run.status_interval_s: must be > 0 and at most 1e+07"),
         ({"status_interval_s": math.inf}, "run.status_interval_s: expected a finite float"),
-        ({"stop_grace_s": -1}, "run.stop_grace_s: must be a finite number >= 0"),
+        # Past threading.TIMEOUT_MAX the run's waits raise OverflowError.
+        ({"status_interval_s": 1e10}, "run.status_interval_s: must be > 0 and at most 1e+07"),
+        ({"stop_grace_s": -1}, "run.stop_grace_s: must be >= 0 and at most 1e+07"),
+        ({"stop_grace_s": 1e10}, "run.stop_grace_s: must be >= 0 and at most 1e+07"),
     ],
 )
 def test_run_intervals_are_checked(section, message):
@@ -477,3 +480,96 @@ def test_the_limits_hold_for_sections_built_from_a_job_struct_too():
         ModelConfig(hidden=(MAX_LAYER_WIDTH + 1,))
     with pytest.raises(ValueError, match="learner.keep_last must be at most"):
         LearnerConfig.from_mapping({"keep_last": float(MAX_KEEP_LAST + 1)})
+
+
+# -- 10. YAML tags, text, ratings, durations and paths (session 25's fuzz review) -----------------------------
+
+
+@pytest.mark.parametrize("value", ["!!bool maybe", '!!int ""', '!!float ""', "!!timestamp soon", "!!set [1]"])
+def test_an_explicit_yaml_tag_that_does_not_fit_its_value_is_a_config_error(tmp_path, value):
+    """SafeLoader's constructors failed on these with a bare KeyError/IndexError/AttributeError (a traceback)."""
+    config = tmp_path / "league.yaml"
+    config.write_text(f"league:\n  max_active_player_job: {value}\n")
+    with pytest.raises(ConfigError, match=r"league\.yaml: a value's explicit YAML tag .* does not fit the value"):
+        load_config(config)
+
+
+@pytest.mark.parametrize(("text", "path"), [
+    ('env:\n  name: "openspiel:connect_four\\ud800"\n', "env.name"),
+    ('env:\n  kwargs:\n    note: "\\udfff"\n', "env.kwargs.note"),
+    ('env:\n  kwargs:\n    "k\\ud800": 1\n', "env.kwargs.k\\ud800"),
+    ('league:\n  "x\\ud800": 1\n', "league.x\\ud800"),
+])
+def test_a_lone_surrogate_in_a_config_string_is_refused_naming_the_key(text, path):
+    """A lone surrogate cannot be encoded as UTF-8: every job that carried it failed, and the run went on."""
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(parse_yaml(text))
+    assert info.value.path == path
+    assert "lone surrogate" in str(info.value)
+    str(info.value).encode("utf-8")  # the error itself can be printed
+
+
+@pytest.mark.parametrize(("section", "path"), [
+    ({"trueskill": {"sigma": 1e200}}, "league.trueskill.sigma"),  # its square is inf: NaN ratings
+    ({"trueskill": {"mu": -1e10}}, "league.trueskill.mu"),
+    ({"trueskill": {"beta": 1e-15}}, "league.trueskill.beta"),
+    ({"trueskill": {"tau": 1e160}}, "league.trueskill.tau"),
+    ({"elo": {"initial": 1e300}}, "league.elo.initial"),
+    ({"payoff": {"solo_buffer_size": 2**63}}, "league.payoff.solo_buffer_size"),  # deque(maxlen=) overflowed
+])
+def test_rating_scales_and_the_solo_buffer_are_bounded(section, path):
+    _refused({"league": section}, path)
+
+
+@pytest.mark.parametrize(("section", "path"), [
+    ({"lease_timeout_s": 1e10, "heartbeat_interval_s": 5.0}, "coordinator.lease_timeout_s"),
+    ({"forget_workers_after_s": 1e10}, "coordinator.forget_workers_after_s"),
+    ({"max_job_retry_backoff_s": 1e10}, "coordinator.max_job_retry_backoff_s"),
+])
+def test_coordinator_durations_past_what_a_wait_takes_are_refused(section, path):
+    """A heartbeat thread waiting longer than threading.TIMEOUT_MAX died with OverflowError."""
+    _refused({"coordinator": section}, path, "at most 1e+07")
+
+
+@pytest.mark.parametrize("argv", [
+    ["coordinator", "--shared-root", "/tmp", "--drain", "1e10"],
+    ["coordinator", "--shared-root", "/tmp", "--grace", "1e10"],
+    ["coordinator", "--shared-root", "/tmp", "--lease-timeout", "1e10"],
+    ["learner", "--coordinator", "127.0.0.1:1", "--shared-root", "/tmp", "--stream-idle-timeout", "1e10"],
+    ["actor", "--coordinator", "127.0.0.1:1", "--env-step-timeout", "1e10"],
+    ["status", "--watch", "1e10"],
+])
+def test_duration_flags_past_what_a_wait_takes_are_usage_errors(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(argv)
+    assert info.value.code == 2
+    assert "must be at most 1e+07 seconds" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--run-dir", ""],
+    ["coordinator", "--shared-root", ""],
+    ["learner", "--coordinator", "127.0.0.1:1", "--shared-root", ""],
+    ["eval", "--checkpoint", "x", "--shared-root", ""],
+    ["plot", "--history", "", "--out", "x"],
+])
+def test_an_empty_path_flag_is_a_usage_error_not_the_current_directory(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(argv)
+    assert info.value.code == 2
+    assert "must not be empty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**32), "1e3"])
+def test_evals_seed_is_checked_by_argparse(seed, capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["eval", "--checkpoint", "x", "--seed", seed])
+    assert "argument --seed" in capsys.readouterr().err
+
+
+def test_a_registration_with_a_lease_past_what_a_wait_takes_is_refused():
+    from common.rpc import RegistrationError, check_registration
+
+    with pytest.raises(RegistrationError, match="lease <= 1e"):
+        check_registration("127.0.0.1:1", 5.0, 1e300)
+    check_registration("127.0.0.1:1", 5.0, 30.0)

@@ -52,6 +52,15 @@ def test_bad_timeout_is_refused():
         health.cli(["--addr", "127.0.0.1:1", "--timeout", "0"])
 
 
+@pytest.mark.parametrize("argv", [["--addr", "127.0.0.1:99999"], ["--addr", "127.0.0.1:1", "--tls-ca", ""],
+                                  ["--addr", "127.0.0.1:1", "--bogus"]])
+def test_a_bad_flag_exits_1_not_the_exit_2_docker_reserves(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        health.cli(argv)
+    assert info.value.code == 1
+    assert "league health: error: " in capsys.readouterr().err
+
+
 def test_module_runs_as_the_compose_healthcheck_does_without_importing_torch(server):
     code = (
         "import runpy, sys; sys.argv = ['league_cli.health', '--addr', sys.argv[1]];"

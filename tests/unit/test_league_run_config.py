@@ -313,3 +313,20 @@ def test_a_resume_may_change_what_shapes_no_weights_but_not_the_env_or_the_netwo
     refused = mismatch(lambda d: d["league"].update(reference_bots=["random"]))
     assert refused is not None and refused.startswith("league.reference_bots: ['mcts:10', 'mcts:25'] play in")
     assert mismatch(lambda d: d["league"].update(reference_bots=["random", "mcts:10", "mcts:25", "mcts:50"])) is None
+
+
+def test_a_config_error_naming_brackets_is_printed_as_it_is(tmp_path, capsys):
+    """rich read the message as markup: a key "[/x]" ended `league run` in a MarkupError traceback, and a key
+    "[bold]secret" was named as "secret"."""
+    from league_cli.main import build_parser
+    from league_cli.run import run_main
+
+    for key in ("[/x]", "[bold]secret"):
+        config = tmp_path / "c[old].yaml"
+        config.write_text(yaml.safe_dump({"league": {key: 1}}))
+        args = build_parser().parse_args(["run", str(config), "--run-dir", str(tmp_path / "r[/x]")])
+        assert run_main(args) == 2
+        out = capsys.readouterr().out
+        assert f"league.{key}: unknown key" in out
+        assert str(config) in out
+        assert not (tmp_path / "r[/x]").exists()

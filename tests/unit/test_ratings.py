@@ -88,3 +88,20 @@ def test_state_round_trips_through_json_and_is_validated():
     assert restored.state_dict() == book.state_dict()
     with pytest.raises(LeagueStateError, match="ratings"):
         restored.load_state_dict(book.state_dict(), ["a", "b", "c"])
+
+
+def test_a_draw_whose_margin_is_too_thin_for_float64_moves_the_two_together_without_dividing_by_zero():
+    """beta 1e-15 against sigma 8 (and sigmas near 1e154) divided by zero on the first draw and took the
+    coordinator down; the limit of a vanishing draw margin is both ratings meeting at the truncation point."""
+    import math
+
+    from league_service.ratings import TrueSkill1vs1, trueskill_1vs1
+
+    params = TrueSkill1vs1(beta=1e-15, tau=0.0, draw_margin=1e-24)
+    (mu1, s1), (mu2, s2) = trueskill_1vs1(params, (30.0, 8.0), (20.0, 8.0), drawn=True)
+    assert all(math.isfinite(x) for x in (mu1, s1, mu2, s2))
+    assert mu1 == pytest.approx(mu2) and mu1 == pytest.approx(25.0)
+    # Near the edge the exact formula tends to the same limit: each mean moves by its share s^2 / c^2 of the gap.
+    wide = TrueSkill1vs1(beta=1.0, tau=0.0, draw_margin=1e-6)
+    (a, _), (b, _) = trueskill_1vs1(wide, (30.0, 8.0), (20.0, 8.0), drawn=True)
+    assert a == pytest.approx(30.0 - 10.0 * 64 / 130, abs=1e-4) and b == pytest.approx(20.0 + 10.0 * 64 / 130, abs=1e-4)

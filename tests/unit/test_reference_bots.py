@@ -76,6 +76,10 @@ def test_the_default_league_has_bots_and_a_config_for_another_game_does_not_inhe
         # Searched for over ten minutes a move, and no Ctrl-C gets into pyspiel's search.
         ({"league": {"reference_bots": ["mcts:100000000"]}}, "league.reference_bots[0]", r"within \[1, 100,000\]"),
         ({"league": {"reference_bots": ["mcts", "mcts:100"]}}, "league.reference_bots[1]", "same bot"),
+        # A colon with nothing after it was taken as the default 100 simulations (and "random:" as random).
+        ({"league": {"reference_bots": ["mcts:"]}}, "league.reference_bots[0]", "must be an integer"),
+        ({"league": {"reference_bots": ["random:"]}}, "league.reference_bots[0]", "only mcts takes"),
+        ({"league": {"reference_bots": ["mcts:²"]}}, "league.reference_bots[0]", "must be an integer"),
         ({"league": {"reference_bots": ["random"]}, "env": {"kwargs": {"bots": {1: "random"}}}}, "env.kwargs.bots",
          "cannot be combined"),
         ({"league": {"reference_bots": ["random"], "league_exploiter": {"job": {"env_kwargs": {"bots": {1: "random"}}}}}},

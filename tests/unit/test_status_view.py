@@ -132,3 +132,23 @@ def test_a_narrow_solo_table_names_only_columns_it_has():
     console.print(render_status(status))
     text = console.export_text()
     assert "123,456,789" in text and "left out at this width: checkpoint" in text and "trueskill" not in text
+
+
+def test_text_from_workers_and_errors_is_shown_as_it_is_not_read_as_markup():
+    """A worker id, an actor's error or a path holding "[/x]" took `league status` down with a MarkupError;
+    "[bold]" vanished, and ":ok:" became an emoji."""
+    s = league_pb2.LeagueStatus(league_id="[/l]", league_type="one_vs_one")
+    s.players.add(player_id="main_player_default_0", player_type="main_player", active=True,
+                  checkpoint_path="/r/[/y]/v1.pt", learner_worker_id="learner[/z]",
+                  last_job_error="KeyError: '[bold]x'", failed_attempts_in_a_row=1)
+    s.players.add(player_id="h", player_type="main_player", active=False, checkpoint_path="/r/[/y]/v1.pt",
+                  set_aside="/r/[/y]/v1.pt: damaged [red]")
+    s.workers.add(worker_id="actor[/w]:ok:", hostname="[/h]")
+    s.jobs.add(job_id="[/j]", worker_id="actor[/w]:ok:", players=["main_player_default_0", "h"])
+    s.payoff.add(home="main_player_default_0", away="h", games=3, win_rate=0.5, games_played=3)
+    console = Console(width=250, record=True, emoji=False)
+    console.print(render_status(s))
+    text = console.export_text()
+    for literal in ("[/l]", "/r/[/y]/v1.pt", "learner[/z]", "KeyError: '[bold]x'", "damaged [red]", "actor[/w]:ok:",
+                    "[/h]", "[/j]"):
+        assert literal in text, literal

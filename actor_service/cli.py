@@ -63,7 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="failures each env may have per job (it is rebuilt each time) before the job fails")
     parser.add_argument("--env-step-timeout", type=cli_args.positive_seconds_or_none, default=60.0, metavar="SECONDS",
                         help="an env step taking longer is a hung env and is rebuilt (subprocess manager: its "
-                             "worker is killed; base: interrupted in process); 'none': no limit")
+                             "worker is killed, and the automatic reset after an episode's last step counts as part "
+                             "of that step; base: interrupted in process); 'none': no limit")
     parser.add_argument("--env-reset-timeout", type=cli_args.positive_seconds_or_none, default=300.0, metavar="SECONDS",
                         help="the same for building and resetting envs")
     parser.add_argument("--checkpoint-read-timeout", type=cli_args.positive_seconds_or_none, default=120.0, metavar="SECONDS",

@@ -198,13 +198,16 @@ class OpenSpielEnv(Env):
 
     def reset(self, *, bots: Mapping[Any, BotSpec | str] | None = None) -> dict[str, np.ndarray]:
         """Start a game; `bots` (seat -> bot) replaces the reference bots from this game on."""
+        if bots is not None:
+            self._bot_specs = parse_bots(bots, self._num_players)
         if self._pending_seed is not None:
             self._rng = np.random.default_rng(self._pending_seed)
             self._pending_seed = None
             self._build_bots()
-        if bots is not None:
-            self._bot_specs = parse_bots(bots, self._num_players)
+        elif bots is not None:
             self._build_bots()
+        # (The new bots are built once, after the seed: building the previous ones first drew from the seeded
+        # generator as many times as the env had bots before, so a reused env's games depended on its last job.)
         for bot in self._bots.values():
             bot.restart()
         self._state = self._game.new_initial_state()

@@ -152,6 +152,29 @@ def test_a_step_that_lands_during_a_partial_reset_is_returned_not_overwritten(ma
     assert manager.ready_env == [0, 1]
 
 
+def OneStepEnv() -> CountingEnv:  # noqa: N802
+    return CountingEnv(length=1)
+
+
+def SlowOneStepEnv() -> CountingEnv:  # noqa: N802
+    return CountingEnv(length=1, step_delay=0.4)
+
+
+def test_the_manager_is_not_done_while_a_final_timestep_is_not_returned(managers):
+    """Env 1's last step landed during a reset of env 0 (both envs then DONE): `done` said True, and a
+    `while not done` loop dropped env 1's final timestep."""
+    manager = managers(SubprocessEnvManager, [OneStepEnv, SlowOneStepEnv], num_workers=2, wait_num=1,
+                       episode_num=1)
+    manager.launch()
+    managers.record(manager)
+    assert list(manager.step({0: 0, 1: 0})) == [0]  # env 0 ended its one episode; env 1 still in flight
+    manager.reset({})  # resets nothing, but waits out the steps in flight
+    assert not manager.done
+    last = manager.step({})
+    assert list(last) == [1] and last[1].terminated
+    assert manager.done
+
+
 def test_numpy_scalar_actions_reach_the_env_as_in_the_serial_manager(managers):
     """Integers travel as Python ints (cheaper to pickle, the same value); floats keep their numpy type, whose
     arithmetic differs from a Python float's (float32 + a Python float is float64, not float32)."""

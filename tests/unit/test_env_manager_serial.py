@@ -186,3 +186,30 @@ def test_a_factory_that_cannot_build_fails_launch(managers):
     with pytest.raises(EnvError, match="no such game"):
         manager.launch()
     assert manager.closed
+
+
+def test_a_bool_env_id_is_refused_and_counts_are_ints_not_bools():
+    """True == 1 as a dict key: step({True: 0}) stepped env 1 and returned its timestep keyed True."""
+    manager = BaseEnvManager([CountingEnv, CountingEnv], EnvManagerConfig())
+    manager.launch()
+    try:
+        with pytest.raises(ValueError, match=r"env id True is not in range\(0, 2\)"):
+            manager.step({True: 0})
+        assert manager.ready_env == [0, 1]
+    finally:
+        manager.close()
+    for bad in ({"episode_num": True}, {"max_retry": True}, {"max_retry": -1}, {"episode_num": 2.5}):
+        with pytest.raises(ValueError):
+            EnvManagerConfig(**bad)
+    config = EnvManagerConfig(episode_num=np.int64(3), max_retry=np.int64(2))
+    assert (config.episode_num, config.max_retry) == (3, 2) and type(config.max_retry) is int
+
+
+def test_the_counters_stay_readable_after_close():
+    manager = BaseEnvManager([CountingEnv], EnvManagerConfig(episode_num=1))
+    manager.launch()
+    manager.step({0: 0})
+    manager.close()
+    assert manager.failure_counts == {0: 0} and manager.episode_counts[0] >= 0
+    with pytest.raises(EnvManagerClosedError):
+        _ = manager.env_states

@@ -175,6 +175,37 @@ def test_seeded_games_repeat():
     assert games(5) == games(5)
 
 
+@pytest.mark.parametrize(("game", "before", "after"), [
+    ("connect_four", {0: "random"}, {1: "random"}),
+    ("connect_four", {}, {0: "mcts:5"}),
+    ("leduc_poker", {1: "random"}, {}),  # chance nodes (the deals) draw from the seeded generator too
+])
+def test_a_reused_env_seeded_again_repeats_a_fresh_ones_games(game, before, after):
+    """The actor reuses its envs from job to job: seed(s) and reset(bots=...) must play what a fresh env seeded
+    s plays with those bots. Before, the previous job's bots were built first from the new seed's generator."""
+    def games(env: OpenSpielEnv) -> list:
+        env.seed(11)
+        obs = env.reset(bots=after)
+        rng = np.random.default_rng(3)
+        out = [env.state.history()]
+        for _ in range(3):
+            while True:
+                legal = np.flatnonzero(obs["action_mask"][int(obs["to_play"])])
+                ts = env.step(int(rng.choice(legal)))
+                if ts.done:
+                    break
+                obs = ts.obs
+            out.append(env.state.history())
+            obs = env.reset()
+        return out
+
+    fresh = games(OpenSpielEnv(game))
+    reused = OpenSpielEnv(game, bots=before)
+    reused.seed(5)
+    reused.reset()
+    assert games(reused) == fresh
+
+
 def test_bot_seats_are_played_inside_the_env():
     env = OpenSpielEnv("connect_four", bots={0: "random"})
     env.seed(0)

@@ -47,12 +47,21 @@ class EnvState(enum.Enum):
     ERROR = "error"  # failed; being rebuilt
 
 
+def _is_int(value: object) -> bool:
+    """An integer count, numpy's included, and not a bool (True is an int to Python)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class EnvManagerConfig:
     """`episode_num`: episodes per env before it is DONE (`math.inf`: never).
     `max_retry`: how many times each env may fail and be rebuilt before the manager raises `EnvError`.
     `step_timeout`: seconds an env step may take before the env counts as hung (a failure: it is rebuilt).
     `reset_timeout`: the same for building, seeding and resetting an env. None: no limit.
+    The automatic reset after an episode ends: the serial manager times it with `reset_timeout`; the subprocess
+    manager runs it inside the step command that ended the episode, so there `step_timeout` must cover a step
+    plus a reset, and a reset that outlasts it loses the finished episode's last timestep (the env is rebuilt
+    and the episode reported as failed).
     The serial manager interrupts a hung env in process, which works for hangs in Python code and, in the
     main thread, in blocking waits, but not for a hang inside C code (watchdog.py); the subprocess manager
     kills the hung env's worker process."""
@@ -63,10 +72,13 @@ class EnvManagerConfig:
     reset_timeout: float | None = 300.0
 
     def __post_init__(self) -> None:
-        if not (self.episode_num == math.inf or (isinstance(self.episode_num, int) and self.episode_num >= 1)):
+        if not (self.episode_num == math.inf or (_is_int(self.episode_num) and self.episode_num >= 1)):
             raise ValueError(f"episode_num must be an int >= 1 or math.inf, got {self.episode_num!r}")
-        if not isinstance(self.max_retry, int) or self.max_retry < 0:
+        if not _is_int(self.max_retry) or self.max_retry < 0:
             raise ValueError(f"max_retry must be an int >= 0, got {self.max_retry!r}")
+        object.__setattr__(self, "max_retry", int(self.max_retry))  # a numpy integer as the int it stands for
+        if self.episode_num != math.inf:
+            object.__setattr__(self, "episode_num", int(self.episode_num))
         for name in ("step_timeout", "reset_timeout"):
             value = getattr(self, name)
             if value is not None and not value > 0:
@@ -127,9 +139,10 @@ class BaseEnvManager:
 
     @property
     def done(self) -> bool:
-        """Every env has played its `episode_num` episodes."""
+        """Every env has played its `episode_num` episodes, and `step` has returned every timestep (a final one
+        that landed during a partial `reset` is returned by the next `step`: a `while not done` loop got it)."""
         self._check_not_closed()  # a closed manager is not done: a `while not done` loop must not spin on it
-        return all(state is EnvState.DONE for state in self._state)
+        return not self._results and all(state is EnvState.DONE for state in self._state)
 
     @property
     def ready_env(self) -> list[int]:
@@ -301,7 +314,9 @@ class BaseEnvManager:
             watchdog.cut_short()
 
     def close(self) -> None:
-        """Close every env. Idempotent; afterwards every call but `close` raises EnvManagerClosedError."""
+        """Close every env. Idempotent; afterwards every call but `close` raises EnvManagerClosedError, except the
+        counters `episode_counts` and `failure_counts`, which stay readable to say how the envs fared (after
+        max_retry is exhausted the manager has closed itself)."""
         if self._lifecycle is _Lifecycle.CLOSED:
             return
         self._lifecycle = _Lifecycle.CLOSED
@@ -437,11 +452,12 @@ class BaseEnvManager:
         in_flight = self._in_flight
         results = self._results
         for env_id in actions:
-            if env_id not in next_obs or env_id in in_flight or env_id in results:
+            # (True == 1 as a dict key: a bool id stepped env 1 and came back keyed True.)
+            if env_id not in next_obs or env_id in in_flight or env_id in results or isinstance(env_id, bool):
                 raise ValueError(self._not_ready_message(env_id))
 
     def _not_ready_message(self, env_id: Any) -> str:
-        if not isinstance(env_id, int) or not 0 <= env_id < self.env_num:
+        if isinstance(env_id, bool) or not isinstance(env_id, int) or not 0 <= env_id < self.env_num:
             return f"step: env id {env_id!r} is not in range(0, {self.env_num})"
         if env_id in self._in_flight:
             state = "a step in flight"

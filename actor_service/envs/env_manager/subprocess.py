@@ -349,7 +349,7 @@ class SubprocessEnvManager(BaseEnvManager):
         step_slot = self._step_slot
         undelivered = self._results  # timesteps not returned yet (landed during a partial reset)
         for env_id, action in actions.items():
-            if env_id not in next_obs or env_id in in_flight or env_id in undelivered:
+            if env_id not in next_obs or env_id in in_flight or env_id in undelivered or isinstance(env_id, bool):
                 raise ValueError(self._not_ready_message(env_id))
             if isinstance(action, np.integer):
                 # A numpy integer pickles ~20x slower than a Python int, and an env sees the same value. Other

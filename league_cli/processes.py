@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,8 @@ from pathlib import Path
 from common.pids import pid_alive
 
 SUPERVISOR_ENV_VAR = "LEAGUE_SUPERVISOR_PID"
+HURRY_POLL_S = 0.1
+"""How often a stop waiting out a process's grace looks whether it is asked to hurry (a second Ctrl-C)."""
 """Set by ProcessGroup in its children: the pid of the process that supervises them."""
 _PR_SET_PDEATHSIG = 1
 
@@ -150,17 +153,23 @@ class ProcessGroup:
     def dead(self) -> list[ManagedProcess]:
         return [p for p in self.processes if not p.alive()]
 
-    def stop(self, procs: list[ManagedProcess] | None = None, grace_s: float = 10.0) -> dict[str, int]:
-        """SIGTERM, wait up to `grace_s`, then SIGKILL; returns each process's exit code."""
+    def stop(self, procs: list[ManagedProcess] | None = None, grace_s: float = 10.0,
+             hurry: threading.Event | None = None) -> dict[str, int]:
+        """SIGTERM, wait up to `grace_s` (or until `hurry` is set: a second Ctrl-C), then SIGKILL; returns each
+        process's exit code."""
         targets = list(self.processes if procs is None else procs)
         for p in targets:
             p.terminate()
         deadline = time.monotonic() + grace_s
         for p in targets:
-            try:
-                p.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
+            while not (hurry is not None and hurry.is_set()):
+                left = deadline - time.monotonic()
+                try:
+                    p.popen.wait(timeout=max(0.0, min(left, HURRY_POLL_S)))
+                    break
+                except subprocess.TimeoutExpired:
+                    if left <= HURRY_POLL_S:
+                        break
         for p in targets:
             # Whether the leader exited or not, its group may still hold env subprocesses.
             p.kill_group()

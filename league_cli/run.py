@@ -29,11 +29,12 @@ from common.ports import restartable_port
 from common.signal_flag import SignalFlag
 from league_cli.history import HistoryLog
 from league_cli.processes import ManagedProcess, ProcessGroup, league_command
-from league_cli.run_watch import FailingJobsWatch, StepBudget, StepRate
+from league_cli.run_watch import FailingJobsWatch, StallWatch, StepBudget, StepRate
 from league_service.cli import RUN_PORT_FILE
 
 PORT_WAIT_S = 90.0
 CONFIG_FILE = "config.yaml"  # the league a run directory holds (what resuming it uses)
+PENDING_CONFIG_FILE = "config.pending.yaml"  # the config of a run whose coordinator has not accepted it yet
 STATE_FILE = "league_state.sqlite"  # the coordinator's state: the league itself
 MAX_WORKER_RESTARTS = 5
 FRESH_PORT_ATTEMPTS = 3  # free ports tried for the coordinator's first start (one can be taken before the bind)
@@ -149,7 +150,7 @@ class Supervisor:
     """Starts the processes of one local league and keeps the workers running until told to stop."""
 
     def __init__(self, run_dir: Path, config_path: Path, run_cfg: RunConfig, learners: int,
-                 run_lock: ExclusiveLock | None = None) -> None:
+                 run_lock: ExclusiveLock | None = None, stop: SignalFlag | threading.Event | None = None) -> None:
         """`run_lock`: the run directory's lock, which every process started shares, so that it is held until
         the last of them has exited: `league run` killed (its children then stop by themselves, which takes
         seconds) must not let a resumed run start beside them, or two learners publish to one player."""
@@ -166,6 +167,10 @@ class Supervisor:
         self.address = ""
         self.restarts: dict[str, int] = {}
         self.learner_ports: dict[str, int] = {}
+        self.stop_requested = stop
+        """Set by Ctrl-C or SIGTERM: a coordinator still starting is not waited for."""
+        self.hurry = threading.Event()
+        """Set by a second Ctrl-C while stopping: processes are killed instead of waited for."""
 
     def start_coordinator(self, port: int | None = None) -> str:
         """Start the coordinator and wait until it listens; returns its address. On `port` (a restart: the
@@ -190,6 +195,8 @@ class Supervisor:
             str(port_file)))
         deadline = time.monotonic() + PORT_WAIT_S
         while time.monotonic() < deadline:
+            if self.stop_requested is not None and self.stop_requested.is_set():
+                raise StartupInterrupted("stopped while the coordinator was starting")
             if port_file.exists() and port_file.read_text().strip():
                 self.address = f"127.0.0.1:{int(port_file.read_text().strip())}"
                 return self.address
@@ -291,7 +298,7 @@ class Supervisor:
         codes: dict[str, int] = {}
         for kind in ("actor", "learner"):
             procs = [p for p in self.group.processes if p.name.split("-")[0] == kind]
-            codes.update(self.group.stop(procs, self.run_cfg.stop_grace_s))
+            codes.update(self.group.stop(procs, self.run_cfg.stop_grace_s, self.hurry))
             for p in procs:
                 self.group.forget(p)
         return codes
@@ -299,7 +306,7 @@ class Supervisor:
     def stop(self) -> dict[str, int]:
         """Stop everything: the workers, then the coordinator."""
         codes = self.stop_workers()
-        codes.update(self.group.stop(grace_s=self.run_cfg.stop_grace_s))
+        codes.update(self.group.stop(grace_s=self.run_cfg.stop_grace_s, hurry=self.hurry))
         return codes
 
 
@@ -375,6 +382,13 @@ def run_main(args: argparse.Namespace) -> int:
     console = status_console()
     loaded = None
     run_dir = args.run_dir or Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    pending = run_dir / PENDING_CONFIG_FILE
+    if args.config is None and not (run_dir / CONFIG_FILE).is_file() and pending.is_file():
+        # The first run in this directory was killed (kill -9, a power cut) before its coordinator came up: its
+        # config is still pending. Going on without it started the embedded league in its place, unsaid.
+        args.config = pending
+        console.print(f"league run: {run_dir} has no {CONFIG_FILE} yet; starting with {pending}, the config of the "
+                      "run that created it (it stopped before its coordinator was up)", markup=False)
     if args.config is not None or not (run_dir / CONFIG_FILE).is_file():
         # Checked before anything is created: a typo (in the file or a flag) makes no run directory. A directory
         # that holds a league is resumed with its own config, read below under its lock.
@@ -499,7 +513,6 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
     from common.proto.league.v1 import league_pb2, league_pb2_grpc
     from common.rpc import load_token, make_channel
     from league_service.status import STATUS_MAX_BYTES
-    from league_service.status_view import render_status
 
     # The processes inherit the environment: with $LEAGUE_TOKEN set the coordinator checks it, so this
     # process's own status calls carry it too (without it every poll was refused and the run went blind: no
@@ -509,7 +522,7 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
     # The run directory's config.yaml is replaced only once the coordinator has accepted this config: one it
     # refuses (another league type than the saved state's) must not make the directory describe another league.
     config_path = run_dir / CONFIG_FILE
-    pending_path = run_dir / "config.pending.yaml"
+    pending_path = run_dir / PENDING_CONFIG_FILE
     pending_path.write_text(yaml.safe_dump(cfg_dict, sort_keys=False))
     history_path = run_dir / "status_history.jsonl"
     quiet = args.quiet or not console.is_terminal  # a live table piped to a file shows only at the end
@@ -518,14 +531,21 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
     reason = ["budget spent"]
 
     signals: list[int] = []
+    stopping = [False]
 
     def on_signal(signum: int, _frame: object) -> None:
+        if stopping[0]:  # a second Ctrl-C while the processes stop: kill them instead of waiting
+            sup.hurry.set()
+            return
         reason[0] = f"stopped by {signal.Signals(signum).name}"
         signals.append(signum)
         stop.set()
 
+    sup = Supervisor(run_dir, pending_path, run_cfg, learners=active_player_count(cfg), run_lock=run_lock,
+                     stop=stop)
+    # (Put back only once the summary is printed: a Ctrl-C during it ended the run with exit 130, no plots and
+    # no lines saying where the results are.)
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    sup = Supervisor(run_dir, pending_path, run_cfg, learners=active_player_count(cfg), run_lock=run_lock)
     status = None
     start: float | None = None
     exit_code = 0
@@ -545,6 +565,7 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
         step_rate = StepRate()
         step_budget = StepBudget(run_cfg.env_steps)
         failing_jobs = FailingJobsWatch()
+        stall = StallWatch()
         wait_s = run_cfg.status_interval_s
         events: list[str] = []
         with HistoryLog(history_path) as history, Live(console=console, auto_refresh=False,
@@ -575,6 +596,10 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
                         if quiet:
                             console.print(f"league run: {note}", style="yellow", markup=False)
                     league_steps = status.counters.env_steps
+                    if (note := stall.check(league_steps, now)) is not None:
+                        events.append(note)
+                        if quiet:
+                            console.print(f"league run: {note}", style="yellow", markup=False)
                     view = _progress_table(status, now - start, run_cfg, step_budget.steps(league_steps), rate,
                                            events)
                     if quiet:
@@ -598,14 +623,21 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
                 stop.wait(min(wait_s, max(0.0, run_cfg.seconds - (time.monotonic() - start))))
         channel.close()
     except StartupInterrupted:
-        reason[0] += " during start-up"
-        exit_code = 128 + signals[0] if signals else INTERRUPTED_EXIT  # 130 for Ctrl-C, 143 for SIGTERM
+        if start is None:
+            reason[0] += " during start-up"
+            exit_code = 128 + signals[0] if signals else INTERRUPTED_EXIT  # 130 for Ctrl-C, 143 for SIGTERM
+        else:  # while a crashed coordinator was restarted: a stop like any other once the league ran
+            reason[0] += " while the coordinator restarted"
     except RuntimeError as err:
         console.print(f"league run: {err}", style="red", markup=False)  # (log lines may hold [brackets])
         setup_error = isinstance(err, CannotRunLeague)
         reason[0] = "the league cannot run as configured" if setup_error else "a process failed"
         exit_code = 2 if setup_error else 1
     finally:
+        stopping[0] = True
+        if sup.group.processes:  # (each stage can take up to its grace: say what is going on)
+            console.print(f"league run: {reason[0]}; stopping the actors, then the learners, then the coordinator "
+                          f"(each up to {run_cfg.stop_grace_s:g} s; Ctrl-C again kills them at once)", markup=False)
         codes = sup.stop_workers()
         try:
             if start is not None:  # the league's state once every worker stopped: the history's last record
@@ -617,14 +649,33 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
         # `league status --run-dir` then says no run is going on, instead of dialling a port another program
         # may have taken since.
         (run_dir / RUN_PORT_FILE).unlink(missing_ok=True)
+    try:
+        return _summary(console, reason[0], exit_code, codes, status, sup, history_path)
+    finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    console.print(f"\nleague run: {reason[0]}; every process stopped "
+
+
+def _summary(console: Any, reason: str, exit_code: int, codes: dict[str, int], status: Any, sup: Supervisor,
+             history_path: Path) -> int:
+    """What the run ends with: how the processes stopped, the league's last status, plots, and where the results
+    are. Returns the run's exit code: 1 when a process exited non-zero at the stop (the coordinator failing to
+    write its state on a full disk, a process killed past its grace), whose last results may be lost."""
+    if sup.hurry.is_set():
+        reason += "; the processes still stopping were killed at the second Ctrl-C"
+    console.print(f"\nleague run: {reason}; every process stopped "
                   f"({', '.join(f'{k}={v}' for k, v in sorted(codes.items()))})", markup=False)
+    failed = sorted(name for name, code in codes.items() if code != 0)
+    if failed and exit_code == 0:
+        exit_code = 1
+        console.print(f"league run: {', '.join(failed)} did not exit cleanly at the stop: their last results may "
+                      f"not be saved (their logs in {sup.group.log_dir} say why)", style="red", markup=False)
     if status is not None:
+        from league_service.status_view import render_status
+
         console.print("the league's last status before it stopped:", markup=False)
         console.print(render_status(status, workers=False))  # (all stopped, whatever their last heartbeat says)
-    plots = run_dir / "plots"
+    plots = sup.run_dir / "plots"
     try:
         from league_cli.plot import write_plots
 

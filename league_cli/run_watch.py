@@ -84,3 +84,33 @@ class FailingJobsWatch:
 
 def _last_line(text: str) -> str:
     return text.strip().splitlines()[-1]
+
+
+STALL_WARN_S = 60.0
+"""Env steps standing still this long (from the first poll) are said in the run's output."""
+
+
+class StallWatch:
+    """Says so when the league's env steps stop growing, and again when they resume.
+
+    The supervisor restarts processes that die, but a league can stall with every process alive: a full disk
+    (the learners' publishes fail and retry), a coordinator that cannot write its state. The run's output then
+    only showed "0/s" while the reason was in a process's log.
+    """
+
+    def __init__(self, after_s: float = STALL_WARN_S) -> None:
+        self.after_s = after_s
+        self._steps: int | None = None
+        self._since = 0.0
+        self._warned = False
+
+    def check(self, env_steps: int, now: float) -> str | None:
+        if self._steps is None or env_steps != self._steps:
+            resumed = self._warned and self._steps is not None
+            self._steps, self._since, self._warned = env_steps, now, False
+            return "env steps go on again" if resumed else None
+        if not self._warned and now - self._since >= self.after_s:
+            self._warned = True
+            return (f"no env steps for {now - self._since:.0f} s, every process running: the processes' logs say "
+                    "why (a full disk, a learner failing to publish, ...)")
+        return None

@@ -273,6 +273,7 @@ def _status_address(args: argparse.Namespace) -> str:
 
 def status_main(args: argparse.Namespace) -> int:
     from rich.live import Live
+    from rich.text import Text
 
     from common.proto.league.v1 import league_pb2, league_pb2_grpc
     from league_service.status import STATUS_MAX_BYTES
@@ -303,7 +304,11 @@ def status_main(args: argparse.Namespace) -> int:
             try:
                 status = fetch()
             except grpc.RpcError as err:
-                print(f"league status: {address}: {err.code().name}: {err.details()}", file=sys.stderr)
+                hint = ""
+                if args.run_dir is not None and err.code() == grpc.StatusCode.UNAVAILABLE:
+                    hint = (f" (is a `league run` going on there? {args.run_dir / RUN_PORT_FILE} may be left from "
+                            "one that was killed)")
+                print(f"league status: {address}: {err.code().name}: {err.details()}{hint}", file=sys.stderr)
                 return 1
             if args.json:
                 print(status_to_json(status))
@@ -314,8 +319,8 @@ def status_main(args: argparse.Namespace) -> int:
         def frame():
             try:
                 status = fetch()
-            except grpc.RpcError as err:
-                return f"{address}: {err.code().name}: {err.details()} (retrying)"
+            except grpc.RpcError as err:  # (as text: the details may hold [brackets] rich would read as markup)
+                return Text(f"{address}: {err.code().name}: {err.details()} (retrying)")
             return render_status(status)
 
         # Ctrl-C (or SIGTERM) sets `stop` instead of raising KeyboardInterrupt wherever the main thread is:

@@ -2,6 +2,7 @@
 
 import sys
 import threading
+import time
 
 import pytest
 
@@ -72,3 +73,56 @@ def test_servers_get_ports_no_outgoing_connection_can_take(supervisor):
     supervisor.config_path.write_text("{}\n")  # the embedded league
     address = supervisor.start_coordinator()
     assert 0 < int(address.rpartition(":")[2]) < low
+
+
+IGNORES_SIGTERM = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
+
+
+def test_a_second_ctrl_c_kills_what_is_still_stopping_instead_of_waiting_out_its_grace(tmp_path):
+    sup = Supervisor(tmp_path, tmp_path / "league.yaml", RunConfig(stop_grace_s=30.0), learners=1)
+    proc = sup.group.start("actor-0", [sys.executable, "-c", IGNORES_SIGTERM])
+    deadline = time.monotonic() + 30
+    while "up" not in proc.log_tail() and time.monotonic() < deadline:  # its handler is in place
+        time.sleep(0.05)
+    threading.Timer(0.5, sup.hurry.set).start()
+    began = time.monotonic()
+    codes = sup.stop()
+    assert codes == {"actor-0": -9}
+    assert time.monotonic() - began < 10  # not the 30 s grace
+
+
+def test_a_stop_requested_while_the_coordinator_starts_is_not_kept_waiting(tmp_path):
+    """The wait for the coordinator's port (up to 90 s) did not look at Ctrl-C: a coordinator slow to start
+    (or frozen) kept the run deaf to it."""
+    from league_cli.run import StartupInterrupted
+
+    stop = threading.Event()
+    stop.set()
+    sup = Supervisor(tmp_path, tmp_path / "league.yaml", RunConfig(), learners=1, stop=stop)
+    try:
+        began = time.monotonic()
+        with pytest.raises(StartupInterrupted):
+            sup.start_coordinator()
+        assert time.monotonic() - began < 5
+    finally:
+        sup.stop()
+
+
+def test_a_process_that_exits_non_zero_at_the_stop_fails_the_run(tmp_path):
+    """A coordinator that could not write its state at the stop (a full disk) exited 1, and the run said exit 0
+    ("everything saved")."""
+    import io
+
+    from rich.console import Console
+
+    from league_cli.run import _summary
+
+    sup = Supervisor(tmp_path, tmp_path / "league.yaml", RunConfig(), learners=1)
+    out = io.StringIO()
+    console = Console(file=out, width=200)
+    code = _summary(console, "budget spent", 0, {"actor-0": 0, "coordinator": 1}, None, sup,
+                    tmp_path / "status_history.jsonl")
+    assert code == 1
+    assert "coordinator did not exit cleanly at the stop" in out.getvalue()
+    assert _summary(Console(file=io.StringIO()), "budget spent", 0, {"actor-0": 0, "coordinator": 0}, None, sup,
+                    tmp_path / "status_history.jsonl") == 0

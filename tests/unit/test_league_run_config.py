@@ -330,3 +330,30 @@ def test_a_config_error_naming_brackets_is_printed_as_it_is(tmp_path, capsys):
         assert f"league.{key}: unknown key" in out
         assert str(config) in out
         assert not (tmp_path / "r[/x]").exists()
+
+
+def test_the_league_run_watch_says_when_env_steps_stand_still_and_when_they_go_on():
+    from league_cli.run_watch import StallWatch
+
+    watch = StallWatch(after_s=60.0)
+    assert watch.check(100, 0.0) is None
+    assert watch.check(100, 59.0) is None
+    assert "no env steps for 60 s" in watch.check(100, 60.0)
+    assert watch.check(100, 90.0) is None  # once
+    assert watch.check(150, 92.0) == "env steps go on again"
+    assert watch.check(200, 200.0) is None
+
+
+def test_a_run_dir_left_with_only_a_pending_config_starts_that_config_not_the_embedded_league(tmp_path, capsys):
+    """`league run` killed before its coordinator came up leaves config.pending.yaml and no config.yaml: running
+    it again in that directory started the embedded connect-four league instead, unsaid."""
+    from league_cli.main import build_parser
+    from league_cli.run import run_main
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.pending.yaml").write_text("league:\n  no_such_key: 1\n")  # refused: nothing starts
+    assert run_main(build_parser().parse_args(["run", "--run-dir", str(run_dir)])) == 2
+    out = capsys.readouterr().out
+    assert "starting with" in out and "config.pending.yaml" in out
+    assert "league.no_such_key: unknown key" in out

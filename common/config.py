@@ -335,24 +335,36 @@ def _printable(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def _check_text(value: str, path: str) -> str:
-    """Refuse a string UTF-8 cannot encode. YAML's `"\\ud800"` escape makes one; it then failed every job that
-    carried it (protobuf strings are UTF-8) while the run itself went on."""
+def _as_text(value: str) -> str | None:
+    """`value` as text UTF-8 can encode, or None. A pair of surrogate escapes (`"\\ud83d\\ude00"`, as json.dumps
+    writes a character beyond the BMP) is joined into the one character it stands for; a lone surrogate
+    (`"\\ud800"`) cannot be: it failed every job that carried it (protobuf strings are UTF-8) while the run
+    itself went on."""
     try:
         value.encode("utf-8")
+        return value
     except UnicodeEncodeError:
+        pass
+    try:
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+    except UnicodeDecodeError:
+        return None
+
+
+def _check_text(value: str, path: str) -> str:
+    text = _as_text(value)
+    if text is None:
         raise ConfigError(path, f"not valid text: {_printable(value)[:60]!r} holds a lone surrogate "
-                                "(an escape such as \\ud800 that is not half of a pair)") from None
-    return value
+                                "(an escape such as \\ud800 that is not half of a pair)")
+    return text
 
 
 def _check_key(key: str, path: str) -> str:
-    try:
-        key.encode("utf-8")
-    except UnicodeEncodeError:
+    text = _as_text(key)
+    if text is None:
         raise ConfigError(join_path(path, _printable(key)),
-                          "the key is not valid text: it holds a lone surrogate (an escape such as \\ud800)") from None
-    return key
+                          "the key is not valid text: it holds a lone surrogate (an escape such as \\ud800)")
+    return text
 
 
 def _convert_int(value: Any, path: str) -> int:

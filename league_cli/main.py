@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
         if cmd.add_arguments is not None:
             _resolve(cmd.add_arguments)(p)
-        p.set_defaults(_subcommand=cmd)
+        p.set_defaults(_subcommand=cmd, _parser=p)
     return parser
 
 
@@ -69,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     follow_supervisor()
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # the subcommand's parser reports it: its usage, and `league health`'s exit 1 (see health.py)
+            args._parser.error(f"unrecognized arguments: {' '.join(extra)}")
         cmd: Subcommand = args._subcommand
         if cmd.entry is None:
             print(f"league {cmd.name}: not built yet in this version of the package.", file=sys.stderr)

@@ -383,12 +383,9 @@ def run_main(args: argparse.Namespace) -> int:
     loaded = None
     run_dir = args.run_dir or Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     pending = run_dir / PENDING_CONFIG_FILE
-    if args.config is None and not (run_dir / CONFIG_FILE).is_file() and pending.is_file():
-        # The first run in this directory was killed (kill -9, a power cut) before its coordinator came up: its
-        # config is still pending. Going on without it started the embedded league in its place, unsaid.
+    from_pending = _uses_pending_config(args, run_dir)
+    if from_pending:
         args.config = pending
-        console.print(f"league run: {run_dir} has no {CONFIG_FILE} yet; starting with {pending}, the config of the "
-                      "run that created it (it stopped before its coordinator was up)", markup=False)
     if args.config is not None or not (run_dir / CONFIG_FILE).is_file():
         # Checked before anything is created: a typo (in the file or a flag) makes no run directory. A directory
         # that holds a league is resumed with its own config, read below under its lock.
@@ -410,6 +407,9 @@ def run_main(args: argparse.Namespace) -> int:
         console.print(f"league run: --run-dir {run_dir}: {err}", style="red", markup=False)
         return 2
     with run_lock:
+        if from_pending:
+            console.print(f"league run: {run_dir} holds no league yet; starting with {pending}, the config of the "
+                          "run that created the directory (it stopped before its coordinator was up)", markup=False)
         saved = run_dir / CONFIG_FILE
         if args.config is None and saved.is_file():
             args.config = saved  # resuming: the league this directory holds, not the embedded default
@@ -427,6 +427,15 @@ def run_main(args: argparse.Namespace) -> int:
             console.print(f"league run: config error: {mismatch}", style="red", markup=False)
             return 2
         return _run(args, console, *loaded, run_dir, run_lock)
+
+
+def _uses_pending_config(args: argparse.Namespace, run_dir: Path) -> bool:
+    """Whether `run_dir` is to start with its pending config: its first run was killed (kill -9, a power cut)
+    before its coordinator came up, so no league was made and the config is still pending. Going on without it
+    started the embedded league in its place, unsaid. With a state there, the saved league decides, as for any
+    resume (the pending file may be another league's)."""
+    return (args.config is None and (run_dir / PENDING_CONFIG_FILE).is_file()
+            and not (run_dir / CONFIG_FILE).is_file() and not (run_dir / STATE_FILE).exists())
 
 
 def _saved_league_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str | None:
@@ -534,10 +543,10 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
     stopping = [False]
 
     def on_signal(signum: int, _frame: object) -> None:
-        if stopping[0]:  # a second Ctrl-C while the processes stop: kill them instead of waiting
+        if signals:  # a second Ctrl-C (or SIGTERM): what is still stopping is killed instead of waited for
             sup.hurry.set()
-            return
-        reason[0] = f"stopped by {signal.Signals(signum).name}"
+        elif not stopping[0]:  # (one during a stop for the budget or an error leaves the reason as it is)
+            reason[0] = f"stopped by {signal.Signals(signum).name}"
         signals.append(signum)
         stop.set()
 
@@ -546,110 +555,113 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
     # (Put back only once the summary is printed: a Ctrl-C during it ended the run with exit 130, no plots and
     # no lines saying where the results are.)
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    status = None
-    start: float | None = None
-    exit_code = 0
     try:
-        console.print(f"league run: {run_dir} · {sup.learners} learner(s), {run_cfg.actors} actor(s), "
-                      f"budget {run_cfg.seconds:.0f} s" + (f" / {run_cfg.env_steps:,} env steps" if run_cfg.env_steps else ""), markup=False)
-        launched = time.monotonic()  # the budget counts start-up too
-        address = sup.start_coordinator()
-        os.replace(pending_path, config_path)
-        sup.config_path = config_path
-        start = launched  # (None until the coordinator is up: then there is a final status to record)
-        console.print(f"coordinator listening on {address} (league status --run-dir {run_dir})", markup=False)
-        sup.start_workers(stop)
-        channel = make_channel(address, token=token, max_message_bytes=STATUS_MAX_BYTES)
-        stub = league_pb2_grpc.LeagueServiceStub(channel)
-        status_error = ""
-        step_rate = StepRate()
-        step_budget = StepBudget(run_cfg.env_steps)
-        failing_jobs = FailingJobsWatch()
-        stall = StallWatch()
-        wait_s = run_cfg.status_interval_s
-        events: list[str] = []
-        with HistoryLog(history_path) as history, Live(console=console, auto_refresh=False,
-                                                         transient=False, redirect_stdout=False) as live:
-            while not stop.is_set():
-                new_events = sup.check()
-                events += new_events
-                if quiet:
-                    for event in new_events:
-                        console.print(event, markup=False)
-                try:
-                    status = stub.GetStatus(league_pb2.GetStatusRequest(), timeout=5.0)
-                except grpc.RpcError as err:
-                    error = f"status: {err.code().name}: {err.details()}"
-                    events.append(error)
-                    if quiet and error != status_error:  # once per kind of failure, not at every poll
-                        console.print(f"league run: {error}", style="yellow", markup=False)
-                    status_error = error
-                else:
-                    status_error = ""
-                    now = time.monotonic()
-                    rate = step_rate.update(status.counters.env_steps, now)
-                    history_error = history.error
-                    history.offer(_history_record(status, now - start), now)
-                    if history.error != history_error:  # once when writes start failing, once when they work
-                        note = history.error or f"{history_path}: status records are written again"
-                        events.append(note)
-                        if quiet:
-                            console.print(f"league run: {note}", style="yellow", markup=False)
-                    league_steps = status.counters.env_steps
-                    if (note := stall.check(league_steps, now)) is not None:
-                        events.append(note)
-                        if quiet:
-                            console.print(f"league run: {note}", style="yellow", markup=False)
-                    view = _progress_table(status, now - start, run_cfg, step_budget.steps(league_steps), rate,
-                                           events)
-                    if quiet:
-                        c = status.counters
-                        console.print(f"[{now - start:6.0f}s] env steps {c.env_steps:,} ({rate:,.0f}/s) "
-                                      f"matches {c.matches:,} snapshots {c.snapshots}", markup=False)
-                    else:
-                        live.update(view, refresh=True)
-                    if step_budget.spent(league_steps):
-                        break
-                    failing = failing_jobs.check(status)
-                    if failing is not None:
-                        events += sup.wait_for_setup_errors(WORKER_EXIT_GRACE_S, stop)
-                        console.print(f"league run: {failing}", style="red", markup=False)
-                        reason[0] = "collect jobs keep failing"
-                        exit_code = 1
-                        break
-                    wait_s = step_budget.wait_s(league_steps, rate, run_cfg.status_interval_s)
-                if time.monotonic() - start >= run_cfg.seconds:
-                    break
-                stop.wait(min(wait_s, max(0.0, run_cfg.seconds - (time.monotonic() - start))))
-        channel.close()
-    except StartupInterrupted:
-        if start is None:
-            reason[0] += " during start-up"
-            exit_code = 128 + signals[0] if signals else INTERRUPTED_EXIT  # 130 for Ctrl-C, 143 for SIGTERM
-        else:  # while a crashed coordinator was restarted: a stop like any other once the league ran
-            reason[0] += " while the coordinator restarted"
-    except RuntimeError as err:
-        console.print(f"league run: {err}", style="red", markup=False)  # (log lines may hold [brackets])
-        setup_error = isinstance(err, CannotRunLeague)
-        reason[0] = "the league cannot run as configured" if setup_error else "a process failed"
-        exit_code = 2 if setup_error else 1
-    finally:
-        stopping[0] = True
-        if sup.group.processes:  # (each stage can take up to its grace: say what is going on)
-            console.print(f"league run: {reason[0]}; stopping the actors, then the learners, then the coordinator "
-                          f"(each up to {run_cfg.stop_grace_s:g} s; Ctrl-C again kills them at once)", markup=False)
-        codes = sup.stop_workers()
+        status = None
+        start: float | None = None
+        started_all = False  # every process started once: from then on a stop is a stop, not an interrupted start
+        exit_code = 0
         try:
-            if start is not None:  # the league's state once every worker stopped: the history's last record
-                status = _final_status(sup.address, token, history_path, start, status)
-        except Exception as err:  # (a full disk, say) it must not keep the coordinator from stopping
-            console.print(f"league run: the final status was not recorded: {err}", style="yellow", markup=False)
-        codes.update(sup.stop())
-        pending_path.unlink(missing_ok=True)  # a config the coordinator never accepted
-        # `league status --run-dir` then says no run is going on, instead of dialling a port another program
-        # may have taken since.
-        (run_dir / RUN_PORT_FILE).unlink(missing_ok=True)
-    try:
+            console.print(f"league run: {run_dir} · {sup.learners} learner(s), {run_cfg.actors} actor(s), "
+                          f"budget {run_cfg.seconds:.0f} s" + (f" / {run_cfg.env_steps:,} env steps" if run_cfg.env_steps else ""), markup=False)
+            launched = time.monotonic()  # the budget counts start-up too
+            address = sup.start_coordinator()
+            os.replace(pending_path, config_path)
+            sup.config_path = config_path
+            start = launched  # (None until the coordinator is up: then there is a final status to record)
+            console.print(f"coordinator listening on {address} (league status --run-dir {run_dir})", markup=False)
+            sup.start_workers(stop)
+            started_all = True
+            channel = make_channel(address, token=token, max_message_bytes=STATUS_MAX_BYTES)
+            stub = league_pb2_grpc.LeagueServiceStub(channel)
+            status_error = ""
+            step_rate = StepRate()
+            step_budget = StepBudget(run_cfg.env_steps)
+            failing_jobs = FailingJobsWatch()
+            stall = StallWatch()
+            wait_s = run_cfg.status_interval_s
+            events: list[str] = []
+            with HistoryLog(history_path) as history, Live(console=console, auto_refresh=False,
+                                                             transient=False, redirect_stdout=False) as live:
+                while not stop.is_set():
+                    new_events = sup.check()
+                    events += new_events
+                    if quiet:
+                        for event in new_events:
+                            console.print(event, markup=False)
+                    try:
+                        status = stub.GetStatus(league_pb2.GetStatusRequest(), timeout=5.0)
+                    except grpc.RpcError as err:
+                        error = f"status: {err.code().name}: {err.details()}"
+                        events.append(error)
+                        if quiet and error != status_error:  # once per kind of failure, not at every poll
+                            console.print(f"league run: {error}", style="yellow", markup=False)
+                        status_error = error
+                    else:
+                        status_error = ""
+                        now = time.monotonic()
+                        rate = step_rate.update(status.counters.env_steps, now)
+                        history_error = history.error
+                        history.offer(_history_record(status, now - start), now)
+                        if history.error != history_error:  # once when writes start failing, once when they work
+                            note = history.error or f"{history_path}: status records are written again"
+                            events.append(note)
+                            if quiet:
+                                console.print(f"league run: {note}", style="yellow", markup=False)
+                        league_steps = status.counters.env_steps
+                        if (note := stall.check(league_steps, now)) is not None:
+                            events.append(note)
+                            if quiet:
+                                console.print(f"league run: {note}", style="yellow", markup=False)
+                        view = _progress_table(status, now - start, run_cfg, step_budget.steps(league_steps), rate,
+                                               events)
+                        if quiet:
+                            c = status.counters
+                            console.print(f"[{now - start:6.0f}s] env steps {c.env_steps:,} ({rate:,.0f}/s) "
+                                          f"matches {c.matches:,} snapshots {c.snapshots}", markup=False)
+                        else:
+                            live.update(view, refresh=True)
+                        if step_budget.spent(league_steps):
+                            break
+                        failing = failing_jobs.check(status)
+                        if failing is not None:
+                            events += sup.wait_for_setup_errors(WORKER_EXIT_GRACE_S, stop)
+                            console.print(f"league run: {failing}", style="red", markup=False)
+                            reason[0] = "collect jobs keep failing"
+                            exit_code = 1
+                            break
+                        wait_s = step_budget.wait_s(league_steps, rate, run_cfg.status_interval_s)
+                    if time.monotonic() - start >= run_cfg.seconds:
+                        break
+                    stop.wait(min(wait_s, max(0.0, run_cfg.seconds - (time.monotonic() - start))))
+            channel.close()
+        except StartupInterrupted:
+            if not started_all:
+                reason[0] += " during start-up"
+                exit_code = 128 + signals[0] if signals else INTERRUPTED_EXIT  # 130 for Ctrl-C, 143 for SIGTERM
+            else:  # while a crashed coordinator was restarted: a stop like any other once the league ran
+                reason[0] += " while the coordinator restarted"
+        except RuntimeError as err:
+            console.print(f"league run: {err}", style="red", markup=False)  # (log lines may hold [brackets])
+            setup_error = isinstance(err, CannotRunLeague)
+            reason[0] = "the league cannot run as configured" if setup_error else "a process failed"
+            exit_code = 2 if setup_error else 1
+        finally:
+            stopping[0] = True
+            if sup.group.processes:  # (each stage can take up to its grace: say what is going on)
+                kill = "Ctrl-C again kills them at once" if signals else "Ctrl-C twice kills them at once"
+                console.print(f"league run: {reason[0]}; stopping the actors, then the learners, then the coordinator "
+                              f"(each up to {run_cfg.stop_grace_s:g} s; {kill})", markup=False)
+            codes = sup.stop_workers()
+            try:
+                if start is not None:  # the league's state once every worker stopped: the history's last record
+                    status = _final_status(sup.address, token, history_path, start, status)
+            except Exception as err:  # (a full disk, say) it must not keep the coordinator from stopping
+                console.print(f"league run: the final status was not recorded: {err}", style="yellow", markup=False)
+            codes.update(sup.stop())
+            pending_path.unlink(missing_ok=True)  # a config the coordinator never accepted
+            # `league status --run-dir` then says no run is going on, instead of dialling a port another program
+            # may have taken since.
+            (run_dir / RUN_PORT_FILE).unlink(missing_ok=True)
         return _summary(console, reason[0], exit_code, codes, status, sup, history_path)
     finally:
         for s, handler in previous.items():
@@ -661,11 +673,13 @@ def _summary(console: Any, reason: str, exit_code: int, codes: dict[str, int], s
     """What the run ends with: how the processes stopped, the league's last status, plots, and where the results
     are. Returns the run's exit code: 1 when a process exited non-zero at the stop (the coordinator failing to
     write its state on a full disk, a process killed past its grace), whose last results may be lost."""
-    if sup.hurry.is_set():
+    if sup.hurry.is_set() and -signal.SIGKILL in codes.values():
         reason += "; the processes still stopping were killed at the second Ctrl-C"
     console.print(f"\nleague run: {reason}; every process stopped "
                   f"({', '.join(f'{k}={v}' for k, v in sorted(codes.items()))})", markup=False)
-    failed = sorted(name for name, code in codes.items() if code != 0)
+    # A worker ended by SIGTERM itself (-15) was still starting (importing) and had no handler yet: nothing of it
+    # to lose. (A short run ended that way in exit 1.)
+    failed = sorted(name for name, code in codes.items() if code not in (0, -signal.SIGTERM))
     if failed and exit_code == 0:
         exit_code = 1
         console.print(f"league run: {', '.join(failed)} did not exit cleanly at the stop: their last results may "

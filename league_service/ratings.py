@@ -28,6 +28,8 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 # Beyond this many standard deviations into a tail, Phi is computed from the Mills ratio's asymptotic series
 # (math.erfc underflows near 37, and the quotients below lose precision well before that).
 _TAIL = 30.0
+_THIN_DRAW_MARGIN = 1e-5
+"""Below this draw margin (divided by c) a draw's v and w come from the narrow-interval expansion."""
 _MAX_ELO_EXPONENT = 300.0  # 10**300 is still a float; 10**309 overflows
 
 
@@ -69,6 +71,13 @@ def _vw_draw(t: float, eps: float) -> tuple[float, float]:
     v is the mean and 1 - w the variance of a standard normal truncated to [-eps - |t|, eps - |t|] (v signed
     like t); far in the tail both are computed relative to phi(a), which would underflow.
     """
+    if eps < _THIN_DRAW_MARGIN:
+        # [b, a] is so narrow that Phi(a) - Phi(b) loses most of its digits to cancellation (v and w came out
+        # wrong long before the difference reached 0, which divided by zero and took the coordinator down). The
+        # truncated normal of a narrow interval is nearly uniform on it: its mean is the midpoint -|t| moved
+        # towards 0 by eps^2 / 3 of itself, its variance eps^2 / 3 (error O(eps^4)).
+        shrink = 1.0 - eps * eps / 3.0
+        return -t * shrink, shrink
     a, b = eps - abs(t), -eps - abs(t)
     if a < -_TAIL:
         r = math.exp(0.5 * (a * a - b * b))  # phi(b) / phi(a)
@@ -78,9 +87,7 @@ def _vw_draw(t: float, eps: float) -> tuple[float, float]:
         pa, pb = _pdf(a), _pdf(b)
         denom = _cdf(a) - _cdf(b)
         top, spread = pb - pa, a * pa - b * pb
-    if not denom > 0.0:
-        # [b, a] is too narrow for float64 (a draw margin far below c): the truncated normal is the interval's
-        # midpoint -|t|, with no variance left. Dividing by the 0 here took the coordinator down.
+    if not denom > 0.0:  # (not reached above _THIN_DRAW_MARGIN; kept so that no input divides by zero)
         return -t, 1.0
     v = top / denom
     w = v * v + spread / denom

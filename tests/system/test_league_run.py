@@ -182,7 +182,14 @@ def test_solo_league_runs_publishes_and_exits_cleanly(league_run):
     run = league_run(seconds=45)
     run.wait_for(lambda r: _counter(r, "jobs_finished") >= 2 and _active(r)["checkpoint_version"] >= 2,
                  timeout_s=120, what="finished jobs and published checkpoints")
+    # One Ctrl-C while the budget's stop is under way is not the second Ctrl-C that kills: the stop goes on.
+    deadline = time.monotonic() + 120
+    while "league run: budget spent; stopping the actors" not in run.output(tail=None):
+        assert time.monotonic() < deadline and run.proc.poll() is None, run.output()
+        time.sleep(0.05)
+    run.proc.send_signal(signal.SIGINT)
     _assert_clean_end(run)
+    assert "killed" not in run.output(tail=None) and "=-9" not in run.output(tail=None)
     history = _history(run.run_dir)
     steps = [_counter(r, "env_steps") for r in history]
     assert steps == sorted(steps) and steps[-1] > 0

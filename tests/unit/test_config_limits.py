@@ -573,3 +573,23 @@ def test_a_registration_with_a_lease_past_what_a_wait_takes_is_refused():
     with pytest.raises(RegistrationError, match="lease <= 1e"):
         check_registration("127.0.0.1:1", 5.0, 1e300)
     check_registration("127.0.0.1:1", 5.0, 30.0)
+
+
+def test_a_surrogate_pair_as_json_writes_it_is_the_character_it_stands_for():
+    """json.dumps writes a character beyond the BMP as two escapes ("\\ud83d\\ude00"): valid JSON and YAML."""
+    cfg = config_from_dict(parse_yaml('env:\n  kwargs:\n    note: "\\ud83d\\ude00"\n'))
+    assert cfg.env.kwargs["note"] == "\U0001F600"
+    with pytest.raises(ConfigError, match="lone surrogate"):
+        config_from_dict(parse_yaml('env:\n  kwargs:\n    note: "\\ude00\\ud83d"\n'))  # the wrong way round
+
+
+def test_league_health_reports_an_unknown_argument_with_exit_1_through_the_league_command(capsys):
+    from league_cli.main import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["health", "--addr", "127.0.0.1:1", "--bogus"])
+    assert info.value.code == 1
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:  # other commands keep argparse's usual exit 2
+        main(["status", "--bogus"])
+    assert info.value.code == 2

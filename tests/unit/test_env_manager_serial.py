@@ -213,3 +213,19 @@ def test_the_counters_stay_readable_after_close():
     assert manager.failure_counts == {0: 0} and manager.episode_counts[0] >= 0
     with pytest.raises(EnvManagerClosedError):
         _ = manager.env_states
+
+
+def test_numpy_bool_ids_and_bool_worker_counts_are_refused_too():
+    from actor_service.envs import SubprocessEnvManagerConfig
+
+    manager = BaseEnvManager([CountingEnv, CountingEnv], EnvManagerConfig())
+    manager.launch()
+    try:
+        with pytest.raises(ValueError, match="is not in range"):
+            manager.step({np.True_: 0})
+    finally:
+        manager.close()
+    for name in ("num_workers", "cpus", "wait_num"):
+        with pytest.raises(ValueError):
+            SubprocessEnvManagerConfig(**{name: True})
+    assert SubprocessEnvManagerConfig(num_workers=np.int64(2)).num_workers == 2

@@ -355,5 +355,9 @@ def test_a_run_dir_left_with_only_a_pending_config_starts_that_config_not_the_em
     (run_dir / "config.pending.yaml").write_text("league:\n  no_such_key: 1\n")  # refused: nothing starts
     assert run_main(build_parser().parse_args(["run", "--run-dir", str(run_dir)])) == 2
     out = capsys.readouterr().out
-    assert "starting with" in out and "config.pending.yaml" in out
-    assert "league.no_such_key: unknown key" in out
+    assert "league.no_such_key: unknown key" in out and "config.pending.yaml" in out
+    # With a league's state there, the saved league decides (the pending file may be another league's).
+    (run_dir / "league_state.sqlite").write_bytes(b"")
+    from league_cli import run as run_module
+
+    assert not run_module._uses_pending_config(build_parser().parse_args(["run", "--run-dir", str(run_dir)]), run_dir)

@@ -105,3 +105,16 @@ def test_a_draw_whose_margin_is_too_thin_for_float64_moves_the_two_together_with
     wide = TrueSkill1vs1(beta=1.0, tau=0.0, draw_margin=1e-6)
     (a, _), (b, _) = trueskill_1vs1(wide, (30.0, 8.0), (20.0, 8.0), drawn=True)
     assert a == pytest.approx(30.0 - 10.0 * 64 / 130, abs=1e-4) and b == pytest.approx(20.0 + 10.0 * 64 / 130, abs=1e-4)
+
+
+@pytest.mark.parametrize(("first", "second"), [((25.5, 8.333), (25.0, 8.333)), ((60.0, 8.333), (25.0, 8.333))])
+def test_a_draw_with_a_margin_just_above_what_float64_can_tell_apart_is_still_right(first, second):
+    """beta 1e-5 and draw_probability 1e-9 (both accepted) make eps ~1.5e-15: Phi(a) - Phi(b) kept a few
+    digits, and a draw swapped the two means (25.5 and 25.0 became 24.96 and 25.54) or left the gap open."""
+    from league_service.ratings import TrueSkill1vs1, trueskill_1vs1
+
+    params = TrueSkill1vs1.from_config(TrueSkillConfig(beta=1e-5, draw_probability=1e-9))
+    (mu1, s1), (mu2, s2) = trueskill_1vs1(params, first, second, drawn=True)
+    assert mu1 >= mu2 and mu1 - mu2 < 1e-6  # the draw says they are equal; the order is kept
+    assert mu1 == pytest.approx((first[0] + second[0]) / 2)  # equal sigmas: they meet halfway
+    assert s1 < first[1] and s2 < second[1]

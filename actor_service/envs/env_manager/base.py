@@ -47,7 +47,10 @@ class EnvState(enum.Enum):
     ERROR = "error"  # failed; being rebuilt
 
 
-def _is_int(value: object) -> bool:
+_BOOLS = (bool, np.bool_)  # True == 1 as a dict key: a bool env id would step env 1
+
+
+def is_int_count(value: object) -> bool:
     """An integer count, numpy's included, and not a bool (True is an int to Python)."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
@@ -72,9 +75,9 @@ class EnvManagerConfig:
     reset_timeout: float | None = 300.0
 
     def __post_init__(self) -> None:
-        if not (self.episode_num == math.inf or (_is_int(self.episode_num) and self.episode_num >= 1)):
+        if not (self.episode_num == math.inf or (is_int_count(self.episode_num) and self.episode_num >= 1)):
             raise ValueError(f"episode_num must be an int >= 1 or math.inf, got {self.episode_num!r}")
-        if not _is_int(self.max_retry) or self.max_retry < 0:
+        if not is_int_count(self.max_retry) or self.max_retry < 0:
             raise ValueError(f"max_retry must be an int >= 0, got {self.max_retry!r}")
         object.__setattr__(self, "max_retry", int(self.max_retry))  # a numpy integer as the int it stands for
         if self.episode_num != math.inf:
@@ -453,11 +456,11 @@ class BaseEnvManager:
         results = self._results
         for env_id in actions:
             # (True == 1 as a dict key: a bool id stepped env 1 and came back keyed True.)
-            if env_id not in next_obs or env_id in in_flight or env_id in results or isinstance(env_id, bool):
+            if env_id not in next_obs or env_id in in_flight or env_id in results or isinstance(env_id, _BOOLS):
                 raise ValueError(self._not_ready_message(env_id))
 
     def _not_ready_message(self, env_id: Any) -> str:
-        if isinstance(env_id, bool) or not isinstance(env_id, int) or not 0 <= env_id < self.env_num:
+        if isinstance(env_id, _BOOLS) or not isinstance(env_id, numbers.Integral) or not 0 <= env_id < self.env_num:
             return f"step: env id {env_id!r} is not in range(0, {self.env_num})"
         if env_id in self._in_flight:
             state = "a step in flight"

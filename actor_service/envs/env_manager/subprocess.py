@@ -46,11 +46,13 @@ import numpy as np
 
 from actor_service.envs.env_manager import shared_memory
 from actor_service.envs.env_manager.base import (
+    _BOOLS,
     BaseEnvManager,
     EnvFactory,
     EnvManagerConfig,
     EnvState,
     _Lifecycle,
+    is_int_count,
 )
 from actor_service.envs.env_manager.doorbell import Doorbells, SpinBudget
 from actor_service.envs.env_manager.failure import EnvFailure
@@ -213,8 +215,10 @@ class SubprocessEnvManagerConfig(EnvManagerConfig):
         super().__post_init__()
         for name in ("num_workers", "num_splits", "wait_num", "cpus"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
+            if value is not None and (not is_int_count(value) or value < 1):
                 raise ValueError(f"{name} must be an int >= 1 or None, got {value!r}")
+            if value is not None:
+                object.__setattr__(self, name, int(value))  # a numpy integer as the int it stands for
         if self.timeout is not None and not self.timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds or None, got {self.timeout!r}")
         if not self.spin_s >= 0:
@@ -349,7 +353,7 @@ class SubprocessEnvManager(BaseEnvManager):
         step_slot = self._step_slot
         undelivered = self._results  # timesteps not returned yet (landed during a partial reset)
         for env_id, action in actions.items():
-            if env_id not in next_obs or env_id in in_flight or env_id in undelivered or isinstance(env_id, bool):
+            if env_id not in next_obs or env_id in in_flight or env_id in undelivered or isinstance(env_id, _BOOLS):
                 raise ValueError(self._not_ready_message(env_id))
             if isinstance(action, np.integer):
                 # A numpy integer pickles ~20x slower than a Python int, and an env sees the same value. Other

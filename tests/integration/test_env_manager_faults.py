@@ -252,6 +252,55 @@ def test_a_caller_pausing_longer_than_the_step_timeout_kills_no_worker_that_answ
     assert manager.failure_counts == {0: 0, 1: 0, 2: 0, 3: 0} and manager.worker_pids == pids
 
 
+class SlowResetEnv(FaultyEnv):
+    """Episodes of 2 steps whose reset takes 10 ms (a level to load: slow enough for its worker to reset it
+    after the step's reply), and `reset_s` seconds after an episode while `budget_file` holds fewer than
+    `failures` marks (each such reset spends one)."""
+
+    def __init__(self, reset_s: float, budget_file: pathlib.Path, failures: int) -> None:
+        super().__init__(budget_file=budget_file, failures=failures)
+        self._reset_s = reset_s
+        self._resets = 0
+
+    def reset(self) -> np.ndarray:
+        self._resets += 1
+        time.sleep(self._reset_s if self._resets > 1 and self._spend_failure() else 0.01)
+        return super().reset()
+
+    def step(self, action: int) -> TimeStep:
+        ts = super().step(action)
+        return TimeStep(ts.obs, 1.0, self._t >= 2, False, NO_INFO)
+
+
+def test_the_automatic_reset_is_timed_by_the_reset_timeout_not_the_step_timeout(launched, tmp_path):
+    """An env whose reset takes longer than a step may (a level to load) plays on: the reset after an episode
+    ends runs after the step's reply, under `reset_timeout`. It used to run inside the step command, so a
+    worker whose reset outlasted `step_timeout` was killed as hung and the episode's last timestep lost."""
+    manager = launched([partial(SlowResetEnv, 1.5, tmp_path / "budget", 2), FaultyEnv], num_workers=1,
+                       step_timeout=0.5, reset_timeout=30.0, max_retry=0)
+    pids = manager.worker_pids
+    for _episode in range(3):
+        assert not _step_all(manager)[0].done
+        last = _step_all(manager)  # env 0's episode ends; its (slow) reset follows the reply
+        assert last[0].terminated and last[0].info.failure is None and last[0].obs[0] == 2.0
+        _until_ready(manager)
+        assert manager.next_obs[0][0] == 0.0  # a new episode
+    assert manager.failure_counts == {0: 0, 1: 0} and manager.worker_pids == pids
+    assert manager.episode_counts[0] == 3
+
+
+def test_a_hung_automatic_reset_keeps_the_finished_episode_and_rebuilds(launched, tmp_path):
+    manager = launched([partial(SlowResetEnv, 3600.0, tmp_path / "budget", 1)], step_timeout=30.0,
+                       reset_timeout=1.0, max_retry=1)
+    old = manager.worker_pids
+    _step_all(manager)
+    last = _step_all(manager)
+    assert last[0].terminated and last[0].obs[0] == 2.0 and last[0].info.failure is None  # returned before the reset
+    _until_ready(manager)  # the reset hangs: its worker is killed after reset_timeout, and the env rebuilt
+    assert manager.failure_counts == {0: 1} and alive(old) == [] and manager.worker_pids != old
+    assert manager.next_obs[0][0] == 0.0 and manager.env_states[0] is EnvState.RUN
+
+
 def test_retries_spent_on_a_hang_raise_and_clean_up(launched, tmp_path):
     manager = launched([partial(FaultyEnv, "hang", tmp_path / "budget", 5)], step_timeout=1.0, max_retry=0)
     pids = manager.worker_pids

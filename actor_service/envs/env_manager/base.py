@@ -61,10 +61,10 @@ class EnvManagerConfig:
     `max_retry`: how many times each env may fail and be rebuilt before the manager raises `EnvError`.
     `step_timeout`: seconds an env step may take before the env counts as hung (a failure: it is rebuilt).
     `reset_timeout`: the same for building, seeding and resetting an env. None: no limit.
-    The automatic reset after an episode ends: the serial manager times it with `reset_timeout`; the subprocess
-    manager runs it inside the step command that ended the episode, so there `step_timeout` must cover a step
-    plus a reset, and a reset that outlasts it loses the finished episode's last timestep (the env is rebuilt
-    and the episode reported as failed).
+    The automatic reset after an episode ends is timed with `reset_timeout`, and the finished episode's last
+    timestep is kept whatever the reset does (a reset that fails or hangs costs the env a failure, as any
+    reset does). The subprocess manager does so for an env whose last reset took over 1 ms (it resets it after
+    the step's reply); a faster one it resets inside the step command, under `step_timeout` (worker.py).
     The serial manager interrupts a hung env in process, which works for hangs in Python code and, in the
     main thread, in blocking waits, but not for a hang inside C code (watchdog.py); the subprocess manager
     kills the hung env's worker process."""
@@ -536,7 +536,7 @@ class BaseEnvManager:
             del self._next_obs[env_id]
         elif was_reset:
             self._next_obs[env_id] = reset_obs
-        else:  # the automatic reset failed; recovery follows
+        else:  # the automatic reset is under way (subprocess manager) or failed (recovery follows)
             self._state[env_id] = EnvState.RESET
             del self._next_obs[env_id]
 

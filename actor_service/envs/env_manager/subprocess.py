@@ -60,6 +60,8 @@ from actor_service.envs.env_manager.pipe import MessagePipe
 from actor_service.envs.env_manager.shared_memory import RESET_SLOT, STEP_SLOT, ObsBuffer, pool_size_for
 from actor_service.envs.env_manager.shm_blocks import remove_orphaned_blocks
 from actor_service.envs.env_manager.worker import (
+    RESET_DONE,
+    RESET_FOLLOWS,
     STEP,
     AckReply,
     AttachCommand,
@@ -165,9 +167,11 @@ class SubprocessEnvManagerConfig(EnvManagerConfig):
     - `timeout`: seconds after which `step` returns with whatever has arrived (at least one env), if
       `wait_num` envs are not ready by then (default: no limit).
     - `step_timeout` (from EnvManagerConfig): here, seconds a worker may take for one step command (all its
-      envs in it, plus the automatic reset of an env whose episode ended) before it is deemed hung and
-      killed. None: no limit.
-    - `reset_timeout` (from EnvManagerConfig): the same for starting a worker process and resetting its envs.
+      envs in it) before it is deemed hung and killed. None: no limit.
+    - `reset_timeout` (from EnvManagerConfig): the same for starting a worker process and resetting its envs,
+      and for the automatic reset after an episode ended of an env whose last reset took over 1 ms (it
+      follows the step's reply, worker.py). A faster one runs inside the step command (no extra message),
+      under `step_timeout`: one that suddenly hangs there is a hung step.
     - `shared_memory`: observations through shared memory when they are numpy arrays.
     - `close_timeout`: seconds `close` lets workers exit on their own before killing them.
     - `start_method`: multiprocessing start method; `spawn` because gRPC does not survive `fork`.
@@ -258,6 +262,12 @@ class _Worker:
         else:
             self.deadline = math.inf
 
+    def resetting(self, timeout: float | None) -> None:
+        """The step reply just answered said an automatic reset follows: the worker sends its reply before it
+        starts on the commands pending, and has `timeout` (the reset timeout) from now for it."""
+        self.pending.appendleft(("automatic reset", timeout))
+        self.deadline = math.inf if timeout is None else time.monotonic() + timeout
+
     def describe(self) -> str:
         return f"env worker {self.index} (pid {self.pid}, envs {list(self.env_ids)})"
 
@@ -340,7 +350,10 @@ class SubprocessEnvManager(BaseEnvManager):
     def step(self, actions: Mapping[int, Any]) -> dict[int, TimeStep]:
         """Send the actions, then return the timesteps of at least `wait_num` envs in flight (or whatever
         arrived within `timeout`, at least one); the other envs stay in flight and come back from a later
-        call. `step({})` just collects envs still in flight."""
+        call. An env whose episode ended and whose reset is slow (over 1 ms) is reset in its worker after it
+        has returned its last timestep, so it is back in `ready_env` once that reset has landed (during this
+        call or a later one). `step({})` collects envs still in flight; with none, it waits until an env
+        being reset is ready (returning {}), and returns at once if nothing is under way."""
         if self._lifecycle is not _Lifecycle.RUNNING or self._interrupted:
             self._check_running()
         batches: dict[int, list[tuple[int, Any, bool, int]]] = {}
@@ -374,8 +387,9 @@ class SubprocessEnvManager(BaseEnvManager):
         if want:
             if not self._pump(lambda: len(results) >= want, self._sconfig.timeout):
                 self._pump(lambda: bool(results) or not self._in_flight, None)
-        elif not self.ready_env:  # nothing stepping, nothing ready: wait for an env being (re)built
-            self._pump(lambda: bool(results) or bool(self.ready_env), None)
+        else:  # `step({})` with nothing stepping: wait for an env being reset or rebuilt, if any
+            ready = len(self.ready_env)
+            self._pump(lambda: bool(results) or len(self.ready_env) > ready, None)
         self._results = {}
         return results
 
@@ -661,7 +675,7 @@ class SubprocessEnvManager(BaseEnvManager):
             return
         if type(reply) is tuple:  # a step reply: the hot path, without _on_reply's dispatch
             worker.answered()
-            self._on_step_reply(reply[1], reply[2], reply[3])
+            self._on_step_reply(worker, reply[1], reply[2], reply[3])
             return
         self._on_reply(worker, reply)
 
@@ -680,7 +694,7 @@ class SubprocessEnvManager(BaseEnvManager):
     def _on_reply(self, worker: _Worker, reply: Any) -> None:
         worker.answered()
         if type(reply) is tuple:
-            self._on_step_reply(reply[1], reply[2], reply[3])
+            self._on_step_reply(worker, reply[1], reply[2], reply[3])
         elif type(reply) is ResetReply:
             for env_id, obs in reply.observations:
                 self._on_reset(env_id, self._buffer.read(env_id, RESET_SLOT) if self._buffer is not None else obs)
@@ -696,7 +710,7 @@ class SubprocessEnvManager(BaseEnvManager):
         elif type(reply) is not AckReply:
             raise TypeError(f"{worker.describe()} sent an unknown reply {reply!r}")
 
-    def _on_step_reply(self, plain: tuple, results: tuple, failures: tuple) -> None:
+    def _on_step_reply(self, worker: _Worker, plain: tuple, results: tuple, failures: tuple) -> None:
         """`plain`: (env_id, reward, ...) of the steps that ended no episode, had no info and left their
         observation in shared memory (worker.py); `results`: the other steps, in full."""
         buffer = self._buffer
@@ -716,7 +730,8 @@ class SubprocessEnvManager(BaseEnvManager):
                     obs = buffer.read(env_id, slot)
                 timesteps[env_id] = TimeStep(obs, reward, False, False, NO_INFO)
                 next_obs[env_id] = obs
-        for env_id, reward, terminated, truncated, info, obs, was_reset, reset_obs in results:
+        resetting = False
+        for env_id, reward, terminated, truncated, info, obs, reset, reset_obs in results:
             in_flight.discard(env_id)
             if views:  # the usual case: the observation is one array; pool slots are handed out as they are
                 slot = step_slot[env_id]
@@ -725,11 +740,15 @@ class SubprocessEnvManager(BaseEnvManager):
                 obs = buffer.read(env_id, step_slot[env_id])
             ts = timesteps[env_id] = TimeStep(obs, reward, terminated, truncated, NO_INFO if info is None else info)
             if terminated or truncated:
-                if was_reset and buffer is not None:
+                if reset == RESET_DONE and buffer is not None:
                     reset_obs = buffer.read(env_id, RESET_SLOT)
-                self._after_step(env_id, ts, was_reset, reset_obs)
+                # RESET_FOLLOWS: the env is RESET until the worker's reset reply
+                self._after_step(env_id, ts, reset == RESET_DONE, reset_obs)
+                resetting = resetting or reset == RESET_FOLLOWS
             else:
                 next_obs[env_id] = obs
+        if resetting:
+            worker.resetting(self._sconfig.reset_timeout)
         for failure in failures:
             self._rebuild(self._workers[self._worker_of[failure.env_id]], failure)
 

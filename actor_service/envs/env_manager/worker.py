@@ -6,7 +6,7 @@ order, with exactly one reply each. The step command and its reply are the hot p
 
     step command:  (STEP, ((env_id, action, reset_on_done, obs_slot), ...))
     step reply:    (STEP, (env_id, reward, env_id, reward, ...), (StepResult, ...), (EnvFailure, ...))
-    StepResult:    (env_id, reward, terminated, truncated, info or None, obs, was_reset, reset_obs)
+    StepResult:    (env_id, reward, terminated, truncated, info or None, obs, reset, reset_obs)
 
 The flat (env_id, reward) pairs are the usual steps: no episode end, no info, the observation written to
 shared memory. They cost a quarter of a StepResult to pickle and unpickle, per message and side. Without
@@ -14,8 +14,16 @@ shared memory every step is a StepResult, so an observation that is None is sent
 
 `info` None stands for NO_INFO; `obs`/`reset_obs` are None when they were written to shared memory (`obs` to
 the command's `obs_slot`, `reset_obs` to RESET_SLOT), which the parent knows from having a buffer.
-A finished episode is reset in the worker right after its last step when `reset_on_done` says so, so the
-reset runs in parallel with the other workers and with the parent's own work.
+A finished episode is reset in the worker when `reset_on_done` says so; `reset` says how:
+- RESET_DONE: the env's last reset took under SLOW_RESET_S (a board game's: microseconds), so it was reset
+  within the step command and `reset_obs` is its first observation: no extra message per episode.
+- RESET_FOLLOWS: its last reset was slower (a level to load), so it is reset right after the step reply has
+  gone, and its observation follows in a ResetReply of its own, the one reply that answers no command. The
+  parent then holds the episode's last timestep before the reset starts and times the reset with
+  `reset_timeout`, as every other reset: a slow reset is not taken for a hung step, and a hung one costs no
+  finished episode.
+- RESET_NONE: no reset (the episode count is reached), or the inline reset failed (its failure is sent).
+The reset then runs in parallel with the other workers and with the parent's own work.
 
 An env's own error anywhere in the worker is that env's failure, sent back with its traceback: in `info()`
 too, or in pickling what it returned (a lock in an info dict): the reply then goes with that env's entry
@@ -54,6 +62,9 @@ from common.envs.base import NO_INFO, Env, EnvInfo
 logger = logging.getLogger(__name__)
 
 STEP = "step"
+RESET_NONE, RESET_DONE, RESET_FOLLOWS = 0, 1, 2
+SLOW_RESET_S = 1e-3
+"""A reset slower than this (the env's last) runs after the step's reply, not inside the step command."""
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -113,6 +124,8 @@ class _Worker:
         self.buffer: ObsBuffer | None = None
         self.envs: dict[int, Env] = {}
         self.params: dict[int, Mapping[str, Any]] = {env_id: {} for env_id in env_ids}
+        self.resets_due: list[int] = []  # envs whose episode the last step command ended, to reset after its reply
+        self.reset_s: dict[int, float] = dict.fromkeys(env_ids, 0.0)  # how long each env's last reset took
 
     def serve(self, factories_blob: bytes, layout: ObsLayout | None) -> None:
         env_id = self.env_ids[0]  # whom a failure to unpickle the factories is charged to
@@ -155,12 +168,22 @@ class _Worker:
                 return
             else:
                 raise TypeError(f"env worker: unknown command {command!r}")
-            try:
-                self.conn.send(reply)
-            except OSError:  # the pipe: the parent is gone
-                raise
-            except Exception as exc:  # an env returned something that cannot be pickled
-                self.conn.send(_without_unpicklable(reply, exc))
+            self._reply(reply)
+            if self.resets_due:
+                due, self.resets_due = self.resets_due, []
+                self._reply(self.reset_envs(due))
+
+    def _reply(self, reply: Any) -> None:
+        try:
+            self.conn.send(reply)
+        except OSError:  # the pipe: the parent is gone
+            raise
+        except Exception as exc:  # an env returned something that cannot be pickled
+            reply = _without_unpicklable(reply, exc)
+            if type(reply) is tuple:  # an env whose step is now a failure is rebuilt, not reset
+                failed = {failure.env_id for failure in reply[3]}
+                self.resets_due = [env_id for env_id in self.resets_due if env_id not in failed]
+            self.conn.send(reply)
 
     def step(self, items: tuple[tuple[int, Any, bool, int], ...]) -> tuple:
         plain: list[Any] = []
@@ -193,22 +216,44 @@ class _Worker:
                 if shared and info is NO_INFO:
                     plain += (env_id, ts.reward)
                 else:
-                    results.append((env_id, ts.reward, False, False, None if info is NO_INFO else info, obs, False,
-                                    None))
+                    results.append((env_id, ts.reward, False, False, None if info is NO_INFO else info, obs,
+                                    RESET_NONE, None))
                 continue
-            was_reset = False
+            reset = RESET_NONE
             reset_obs = None
             if reset_on_done:
-                try:
-                    reset_obs = env.reset(**self.params[env_id])
-                    if buffer is not None:
-                        buffer.write(env_id, RESET_SLOT, reset_obs)
-                        reset_obs = None
-                    was_reset = True
-                except Exception as exc:
-                    failures.append(EnvFailure.capture(env_id, "reset", exc, for_pickling=True))
-            results.append((env_id, ts.reward, terminated, truncated, info, obs, was_reset, reset_obs))
+                if self.reset_s[env_id] >= SLOW_RESET_S:
+                    self.resets_due.append(env_id)
+                    reset = RESET_FOLLOWS
+                else:
+                    try:
+                        reset_obs = self._reset_env(env_id)
+                        reset = RESET_DONE
+                    except Exception as exc:
+                        failures.append(EnvFailure.capture(env_id, "reset", exc, for_pickling=True))
+            results.append((env_id, ts.reward, terminated, truncated, info, obs, reset, reset_obs))
         return (STEP, tuple(plain), tuple(results), tuple(failures))
+
+    def _reset_env(self, env_id: int) -> Any:
+        """Reset an env with its reset parameters and time it; its observation (None: in shared memory)."""
+        start = time.perf_counter()
+        obs = self.envs[env_id].reset(**self.params[env_id])
+        self.reset_s[env_id] = time.perf_counter() - start
+        if self.buffer is not None:
+            self.buffer.write(env_id, RESET_SLOT, obs)
+            return None
+        return obs
+
+    def reset_envs(self, env_ids: list[int]) -> ResetReply:
+        """The automatic reset of envs whose episode ended (RESET_FOLLOWS), after the step's reply."""
+        observations = []
+        failures = []
+        for env_id in env_ids:
+            try:
+                observations.append((env_id, self._reset_env(env_id)))
+            except Exception as exc:
+                failures.append(EnvFailure.capture(env_id, "reset", exc, for_pickling=True))
+        return ResetReply(tuple(observations), tuple(failures))
 
     def reset(self, command: ResetCommand) -> ResetReply:
         observations = []
@@ -222,10 +267,7 @@ class _Worker:
                 if seed is not None:
                     env.seed(seed)
                 self.params[env_id] = params
-                obs = env.reset(**params)
-                if self.buffer is not None:
-                    self.buffer.write(env_id, RESET_SLOT, obs)
-                    obs = None
+                obs = self._reset_env(env_id)
             except Exception as exc:
                 failures.append(EnvFailure.capture(env_id, stage, exc, for_pickling=True))
                 continue

@@ -28,6 +28,7 @@ from common.exit_codes import ADDRESS_IN_USE_EXIT, INTERRUPTED_EXIT, SETUP_ERROR
 from common.ports import restartable_port
 from common.signal_flag import SignalFlag
 from league_cli.history import HistoryLog
+from league_cli.log_errors import LogErrors
 from league_cli.processes import ManagedProcess, ProcessGroup, league_command
 from league_cli.run_watch import FailingJobsWatch, StallWatch, StepBudget, StepRate
 from league_service.cli import RUN_PORT_FILE
@@ -559,6 +560,7 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
         status = None
         start: float | None = None
         started_all = False  # every process started once: from then on a stop is a stop, not an interrupted start
+        log_errors = LogErrors()
         exit_code = 0
         try:
             console.print(f"league run: {run_dir} · {sup.learners} learner(s), {run_cfg.actors} actor(s), "
@@ -588,6 +590,8 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
                     if quiet:
                         for event in new_events:
                             console.print(event, markup=False)
+                    for line in log_errors.check(sup.group.processes):  # (above the live table, where it stays)
+                        console.print(line, style="red", markup=False, soft_wrap=True)  # (one line: grep finds it)
                     try:
                         status = stub.GetStatus(league_pb2.GetStatusRequest(), timeout=5.0)
                     except grpc.RpcError as err:
@@ -658,6 +662,9 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
             except Exception as err:  # (a full disk, say) it must not keep the coordinator from stopping
                 console.print(f"league run: the final status was not recorded: {err}", style="yellow", markup=False)
             codes.update(sup.stop())
+            if started_all:  # what they said while they stopped (a failed start's error quotes its log)
+                for line in log_errors.check(sup.group.processes):
+                    console.print(line, style="red", markup=False, soft_wrap=True)
             pending_path.unlink(missing_ok=True)  # a config the coordinator never accepted
             # `league status --run-dir` then says no run is going on, instead of dialling a port another program
             # may have taken since.

@@ -291,7 +291,11 @@ def test_league_run_survives_the_share_filling_up_twice(tmp_path):
             versions = [_active(r)["checkpoint_version"] for r in history]
             assert steps == sorted(steps) and versions == sorted(versions)
             assert "publishing works again" in learner_log()
-            assert "learner-0 exited" not in run.output(tail=None), "the learner crashed on the full share"
+            out = run.output(tail=None)
+            assert "learner-0 exited" not in out, "the learner crashed on the full share"
+            # The run's own output says why publishing stopped, as it happens (not only the learner's log).
+            assert any(line.startswith("learner-0: ERROR") and "the shared filesystem is full" in line
+                       for line in out.splitlines()), out[-6000:]
             assert_share_consistent(share, player)
         finally:
             run.close()

@@ -41,13 +41,16 @@ class LogErrors:
 
     def check(self, processes: Iterable[ManagedProcess]) -> list[str]:
         """New ERROR lines of `processes` as "name: LEVEL logger: message", oldest first per process. A process
-        restarted under its name is read on from where its predecessor's lines were left (its last words)."""
-        lines: list[str] = []
+        restarted under its name is read on from where its predecessor's lines were left (its last words), and
+        one followed before but no longer among `processes` (a supervisor forgets the workers it has stopped) is
+        read to its end all the same: what it said while it stopped is the most likely ERROR of all."""
         for proc in processes:
             follow = self._follows.get(proc.name)
             if follow is None or follow.path != proc.log_path:
-                follow = self._follows[proc.name] = _Follow(proc.log_path, proc.log_offset)
-            lines += self._new_errors(proc.name, follow)
+                self._follows[proc.name] = _Follow(proc.log_path, proc.log_offset)
+        lines: list[str] = []
+        for name, follow in self._follows.items():
+            lines += self._new_errors(name, follow)
         return lines
 
     def _new_errors(self, name: str, follow: _Follow) -> list[str]:

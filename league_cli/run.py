@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import signal
 import threading
@@ -30,7 +29,7 @@ from common.signal_flag import SignalFlag
 from league_cli.history import HistoryLog
 from league_cli.log_errors import LogErrors
 from league_cli.processes import ManagedProcess, ProcessGroup, league_command
-from league_cli.run_watch import FailingJobsWatch, StallWatch, StepBudget, StepRate
+from league_cli.run_monitor import RunMonitor, history_record
 from league_service.cli import RUN_PORT_FILE
 
 PORT_WAIT_S = 90.0
@@ -61,12 +60,6 @@ _COORDINATOR_START_ERRORS: dict[int, type[RuntimeError]] = {
     ADDRESS_IN_USE_EXIT: PortTakenError,
     SETUP_ERROR_EXIT: CannotRunLeague,
 }
-
-# A job that fails in every actor often fails in its learner too (an env that does not exist). The learner's
-# setup-error exit names the cause more directly than the given-up jobs, but it may land a moment after the
-# poll that sees them given up: the run waits this long for it before stopping on the failing jobs.
-WORKER_EXIT_GRACE_S = 3.0
-
 
 MAX_RUN_ACTORS = 256
 """`league run` starts its processes on this one machine: 100,000 actors (accepted before) spawned one by one
@@ -330,50 +323,8 @@ def _final_status(address: str, token: str | None, history_path: Path, start: fl
         channel.close()
     now = time.monotonic()
     with HistoryLog(history_path) as history:
-        history.offer(_history_record(status, now - start), now)
+        history.offer(history_record(status, now - start), now)
     return status
-
-
-def _history_record(status: Any, elapsed_s: float) -> dict[str, Any]:
-    """A status history line: the GetStatus reply as `league status --json` prints it, and the run's seconds."""
-    from league_service.status_view import status_to_json
-
-    record = json.loads(status_to_json(status))
-    record["elapsed_s"] = elapsed_s
-    return record
-
-
-def _progress_table(status: Any, elapsed: float, run_cfg: RunConfig, run_steps: int, steps_per_s: float,
-                    events: list[str]):
-    from rich.console import Group
-    from rich.text import Text
-
-    from league_service.plain_table import PlainTable
-
-    c = status.counters
-    budget = f"{elapsed:,.0f}/{run_cfg.seconds:,.0f} s"
-    if run_cfg.env_steps:
-        budget += f", {run_steps:,}/{run_cfg.env_steps:,} env steps"
-    header = Text(
-        f"league run · {budget} · env steps {c.env_steps:,} ({steps_per_s:,.0f}/s) · matches {c.matches:,} · "
-        f"jobs {c.jobs_finished:,} done, {c.jobs_expired:,} expired · snapshots {c.snapshots} · "
-        f"mutations {c.mutations}"
-    )
-    table = PlainTable(expand=False)
-    solo = status.league_type == "solo"  # no opponents, no ratings; a battle league keeps no returns
-    for col in ("player", "type", "steps", "iter", "ckpt v", *(("return",) if solo else ("elo", "mu±sigma"))):
-        table.add_column(col, justify="left" if col in ("player", "type") else "right")
-    for p in status.players:
-        if not p.active:
-            continue
-        table.add_row(p.player_id, p.player_type, f"{p.agent_steps:,}", f"{p.train_iteration:,}",
-                      str(p.checkpoint_version),
-                      *((f"{p.mean_return:.1f}" if p.episodes else "-",) if solo
-                        else (f"{p.elo:.0f}", f"{p.trueskill_mu:.1f}±{p.trueskill_sigma:.1f}")))
-    historical = sum(1 for p in status.players if not p.active)
-    parts = [header, table, Text(f"historical players: {historical}")]
-    parts += [Text(e, style="yellow") for e in events[-3:]]
-    return Group(*parts)
 
 
 def run_main(args: argparse.Namespace) -> int:
@@ -517,10 +468,7 @@ _WEIGHT_SHAPING_MODEL_KEYS = ("hidden", "conv", "conv_padding", "shared_torso", 
 
 def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, cfg_dict: dict[str, Any],
          run_dir: Path, run_lock: ExclusiveLock) -> int:
-    import grpc
-    from rich.live import Live
-
-    from common.proto.league.v1 import league_pb2, league_pb2_grpc
+    from common.proto.league.v1 import league_pb2_grpc
     from common.rpc import load_token, make_channel
     from league_service.status import STATUS_MAX_BYTES
 
@@ -574,70 +522,15 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
             sup.start_workers(stop)
             started_all = True
             channel = make_channel(address, token=token, max_message_bytes=STATUS_MAX_BYTES)
-            stub = league_pb2_grpc.LeagueServiceStub(channel)
-            status_error = ""
-            step_rate = StepRate()
-            step_budget = StepBudget(run_cfg.env_steps)
-            failing_jobs = FailingJobsWatch()
-            stall = StallWatch()
-            wait_s = run_cfg.status_interval_s
-            events: list[str] = []
-            with HistoryLog(history_path) as history, Live(console=console, auto_refresh=False,
-                                                             transient=False, redirect_stdout=False) as live:
-                while not stop.is_set():
-                    new_events = sup.check()
-                    events += new_events
-                    if quiet:
-                        for event in new_events:
-                            console.print(event, markup=False)
-                    for line in log_errors.check(sup.group.processes):  # (above the live table, where it stays)
-                        console.print(line, style="red", markup=False, soft_wrap=True)  # (one line: grep finds it)
-                    try:
-                        status = stub.GetStatus(league_pb2.GetStatusRequest(), timeout=5.0)
-                    except grpc.RpcError as err:
-                        error = f"status: {err.code().name}: {err.details()}"
-                        events.append(error)
-                        if quiet and error != status_error:  # once per kind of failure, not at every poll
-                            console.print(f"league run: {error}", style="yellow", markup=False)
-                        status_error = error
-                    else:
-                        status_error = ""
-                        now = time.monotonic()
-                        rate = step_rate.update(status.counters.env_steps, now)
-                        history_error = history.error
-                        history.offer(_history_record(status, now - start), now)
-                        if history.error != history_error:  # once when writes start failing, once when they work
-                            note = history.error or f"{history_path}: status records are written again"
-                            events.append(note)
-                            if quiet:
-                                console.print(f"league run: {note}", style="yellow", markup=False)
-                        league_steps = status.counters.env_steps
-                        if (note := stall.check(league_steps, now)) is not None:
-                            events.append(note)
-                            if quiet:
-                                console.print(f"league run: {note}", style="yellow", markup=False)
-                        view = _progress_table(status, now - start, run_cfg, step_budget.steps(league_steps), rate,
-                                               events)
-                        if quiet:
-                            c = status.counters
-                            console.print(f"[{now - start:6.0f}s] env steps {c.env_steps:,} ({rate:,.0f}/s) "
-                                          f"matches {c.matches:,} snapshots {c.snapshots}", markup=False)
-                        else:
-                            live.update(view, refresh=True)
-                        if step_budget.spent(league_steps):
-                            break
-                        failing = failing_jobs.check(status)
-                        if failing is not None:
-                            events += sup.wait_for_setup_errors(WORKER_EXIT_GRACE_S, stop)
-                            console.print(f"league run: {failing}", style="red", markup=False)
-                            reason[0] = "collect jobs keep failing"
-                            exit_code = 1
-                            break
-                        wait_s = step_budget.wait_s(league_steps, rate, run_cfg.status_interval_s)
-                    if time.monotonic() - start >= run_cfg.seconds:
-                        break
-                    stop.wait(min(wait_s, max(0.0, run_cfg.seconds - (time.monotonic() - start))))
-            channel.close()
+            monitor = RunMonitor(sup, league_pb2_grpc.LeagueServiceStub(channel), console, run_cfg, history_path,
+                                 start, quiet, log_errors)
+            try:
+                early = monitor.run(stop)
+            finally:
+                status = monitor.status
+                channel.close()
+            if early is not None:
+                reason[0], exit_code = early.reason, early.exit_code
         except StartupInterrupted:
             if not started_all:
                 reason[0] += " during start-up"
@@ -655,6 +548,7 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
                 kill = "Ctrl-C again kills them at once" if signals else "Ctrl-C twice kills them at once"
                 console.print(f"league run: {reason[0]}; stopping the actors, then the learners, then the coordinator "
                               f"(each up to {run_cfg.stop_grace_s:g} s; {kill})", markup=False)
+            stopped = list(sup.group.processes)  # (stop_workers forgets the actors and learners it stops)
             codes = sup.stop_workers()
             try:
                 if start is not None:  # the league's state once every worker stopped: the history's last record
@@ -663,7 +557,7 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
                 console.print(f"league run: the final status was not recorded: {err}", style="yellow", markup=False)
             codes.update(sup.stop())
             if started_all:  # what they said while they stopped (a failed start's error quotes its log)
-                for line in log_errors.check(sup.group.processes):
+                for line in log_errors.check(stopped):
                     console.print(line, style="red", markup=False, soft_wrap=True)
             pending_path.unlink(missing_ok=True)  # a config the coordinator never accepted
             # `league status --run-dir` then says no run is going on, instead of dialling a port another program

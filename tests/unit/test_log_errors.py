@@ -85,3 +85,18 @@ def test_a_missing_or_truncated_log_is_no_error(tmp_path):
     assert watch.check([proc]) == []
     log.write_text(_line("ERROR", "after a truncation"))  # shorter than where the watch was
     assert watch.check([proc]) == ["actor-1: ERROR learner_service.publisher: after a truncation"]
+
+
+def test_a_process_no_longer_listed_is_still_read_to_its_end(tmp_path):
+    """`league run` stops its workers and forgets them, then looks for what they logged while stopping: the
+    final check named only the coordinator, and a learner's last ERROR (its final checkpoint on a full disk)
+    never reached the run's output."""
+    log = tmp_path / "learner-0.log"
+    log.write_text(_line("INFO", "up"))
+    watch = LogErrors()
+    assert watch.check([_proc(log)]) == []
+    with log.open("a") as f:
+        f.write(_line("ERROR", "final checkpoint not written: [Errno 28] No space left on device"))
+    assert watch.check([]) == [
+        "learner-0: ERROR learner_service.publisher: final checkpoint not written: [Errno 28] No space left on device"
+    ]

@@ -92,8 +92,8 @@ class RunConfig:
             raise ConfigError("env_num_per_actor", f"must be >= 0 (0: env.env_num), got {self.env_num_per_actor}")
         if self.manager not in ("subprocess", "base"):
             raise ConfigError("manager", f"must be 'subprocess' or 'base', got {self.manager!r}")
-        if not self.seconds > 0:
-            raise ConfigError("seconds", f"must be > 0, got {self.seconds}")
+        if not 0 < self.seconds <= MAX_DURATION_S:
+            raise ConfigError("seconds", f"must be > 0 and at most {MAX_DURATION_S:g}, got {self.seconds}")
         if self.env_steps < 0:
             raise ConfigError("env_steps", f"must be >= 0, got {self.env_steps}")
         # The poll loop waits status_interval_s between polls (0: a busy loop) and stop_grace_s per process.
@@ -111,7 +111,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-dir", type=cli_args.path, default=None, help="where checkpoints, logs and state go "
                         "(default: runs/<timestamp>); an existing run directory resumes its league")
     parser.add_argument("--actors", type=int, default=None, help="number of actor processes (overrides run.actors)")
-    parser.add_argument("--seconds", type=float, default=None,
+    parser.add_argument("--seconds", type=cli_args.positive_seconds, default=None,
                         help="time budget, start-up included (overrides run.seconds; the default league's: 300)")
     parser.add_argument("--env-steps", type=int, default=None, help="env-step budget (overrides run.env_steps)")
     parser.add_argument("--quiet", action="store_true",

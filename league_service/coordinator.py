@@ -272,7 +272,7 @@ class Coordinator:
             if known is not None and known.role is not role:  # refused before the process takes over the id
                 raise FailedPreconditionError("role", f"worker {worker_id!r} is registered as {known.role.value}, "
                                                       f"not {role.value}")
-            previous = self._table.take_over(worker_id, process)
+            previous = self._table.take_over(worker_id, process, self._clock())
             if previous is not None:  # usually a restart (a second process with the same id is told when it calls)
                 log.info("worker id %s is used by process %s now, no longer by %s, which is refused from now on",
                          worker_id, process, previous)

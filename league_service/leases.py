@@ -231,17 +231,31 @@ class LeaseTable(Generic[P]):
         self._workers[info.worker_id] = info
         self._last_seen[info.worker_id] = seen
 
-    def take_over(self, worker_id: str, process: str) -> str | None:
+    def take_over(self, worker_id: str, process: str, now: float) -> str | None:
         """A registration: `process` (the caller's PROCESS_METADATA_KEY, "" when it sent none) uses the worker
-        id from now on; returns the process it took it from, if another. The newest registration wins, since a
-        restarted worker registers again while its old process may look alive for up to a lease; a process
-        that lost its id stays refused (registering again would take it back, and two processes started with
-        the same --worker-id would trade it for ever)."""
+        id from now on; returns the process it took it from, if another. The newest registration wins on the
+        same host, since a restarted worker registers again while its old process may look alive for up to a
+        lease; a process that lost its id stays refused (registering again would take it back, and two
+        processes started with the same --worker-id would trade it for ever).
+
+        From another host, the id is taken over only once its process has been silent for a lease: two hosts
+        given the same id (one `.env` copied to both) under a restart policy (compose's `unless-stopped`)
+        would otherwise knock each other out for ever, each restart taking the id back; now the newcomer is
+        refused (and restarted, and refused) while the first one works on."""
         if not process:
             return None
         if self._superseded.get(process) == worker_id:
             raise WorkerIdInUseError("worker_id", self._in_use(worker_id, process))
         previous = self._process_of.get(worker_id)
+        if previous is not None and previous != process and process_host(previous) != process_host(process):
+            silent_s = now - self._last_seen.get(worker_id, -math.inf)
+            if silent_s < self.lease_timeout_s:
+                raise WorkerIdInUseError(
+                    "worker_id",
+                    f"worker id {worker_id!r} is used by a live process on another host ({previous}, heard from "
+                    f"{silent_s:.0f} s ago); this one ({process}) is refused: give every worker process its own "
+                    f"--worker-id (a worker moved to another host takes its id over once the old process has been "
+                    f"silent for the lease timeout, {self.lease_timeout_s:g} s)")
         self._process_of[worker_id] = process
         if previous is None or previous == process:
             return None
@@ -493,3 +507,10 @@ class LeaseTable(Generic[P]):
         if job_id in self._pending or job_id in self._leases or job_id in self._ended:
             raise RuntimeError(f"job id factory repeated {job_id!r}")
         return job_id
+
+
+def process_host(process: str) -> str:
+    """The host part of a PROCESS_METADATA_KEY value (`common.rpc.process_id`: "host/pid N/token"); a value of
+    another shape is its own host."""
+    host, sep, _ = process.rpartition("/pid ")
+    return host if sep else process

@@ -194,6 +194,43 @@ def test_sigterm_with_an_in_process_env_stuck_where_no_interrupt_gets_in_release
         assert not [j for j in status.jobs if j.job_id == job.job_id]
 
 
+ON_ANOTHER_HOST = """
+import socket, sys
+socket.gethostname = lambda: "another-host"  # what names this process to the coordinator (common.rpc.process_id)
+import argparse
+from actor_service.cli import add_arguments, main
+parser = argparse.ArgumentParser()
+add_arguments(parser)
+sys.exit(main(parser.parse_args(sys.argv[1:])))
+"""
+
+
+def test_an_actor_on_another_host_with_a_live_workers_id_is_refused_and_the_first_works_on(tmp_path):
+    """One .env copied to two hosts under compose's restart policy: the newest registration used to win, so
+    each restart of the refused container took the id back and the two knocked each other out for ever. From
+    another host, a live worker's id is not taken over: the newcomer stops (exit 2) saying so, the first keeps
+    its job."""
+    publish_first_checkpoint(tmp_path)
+    with running_coordinator(long_solo_config(), tmp_path, needs_learner=False, lease_timeout_s=5.0) as server:
+        channel, stub = league_stub(server.address)
+        try:
+            with actor_process(server.address, tmp_path, tmp_path / "actor-1.log", "--manager", "base",
+                               "--worker-id", "actor-d") as first:
+                wait_until("the first actor's job", lambda: job_of(stub, "actor-d"), 60)
+                for attempt in range(2):  # refused again when restarted
+                    log = tmp_path / f"actor-2-{attempt}.log"
+                    with actor_process(server.address, tmp_path, log, "--manager", "base", "--worker-id", "actor-d",
+                                       script=ON_ANOTHER_HOST) as second:
+                        assert second.wait(60) == 2, log.read_text()
+                    text = log.read_text()
+                    assert "used by a live process on another host" in text and "--worker-id" in text, text
+                assert first.poll() is None, (tmp_path / "actor-1.log").read_text()
+                assert "used by another process" not in (tmp_path / "actor-1.log").read_text()
+                assert job_of(stub, "actor-d") is not None  # (its job, or its next one: it plays on)
+        finally:
+            channel.close()
+
+
 HUNG_FILESYSTEM = """
 import os, sys, threading
 marker, stuck = os.environ["HANG_MARKER"], os.environ["HANG_STUCK"]

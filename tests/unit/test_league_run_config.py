@@ -34,6 +34,8 @@ def test_run_section_is_typed_and_errors_name_the_key():
         ({"env_num_per_actor": -1}, "run.env_num_per_actor: must be >= 0"),
         ({"manager": "threads"}, "run.manager: must be 'subprocess' or 'base'"),
         ({"seconds": 0}, "run.seconds: must be > 0"),
+        ({"seconds": 5e7}, "run.seconds: must be > 0 and at most 1e+07"),  # as every duration (README)
+        ({"seconds": float("inf")}, "run.seconds: expected a finite float"),
         ({"env_steps": -5}, "run.env_steps: must be >= 0"),
     ],
 )
@@ -53,7 +55,7 @@ def test_a_bad_run_section_in_the_file_is_refused_even_when_a_flag_overrides_it(
     path.write_text(yaml.safe_dump({"run": {"seconds": -10}}))
     with pytest.raises(ConfigError) as info:
         _load(argparse.Namespace(config=path, actors=None, seconds=15.0, env_steps=None))
-    assert str(info.value) == f"run.seconds: must be > 0, got -10.0 (in {path})"
+    assert str(info.value) == f"run.seconds: must be > 0 and at most 1e+07, got -10.0 (in {path})"
     path.write_text(yaml.safe_dump({"run": {"seconds": 10}}))
     assert _load(argparse.Namespace(config=path, actors=None, seconds=15.0, env_steps=None))[1].seconds == 15.0
 

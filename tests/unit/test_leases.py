@@ -9,7 +9,15 @@ from league_service.errors import (
     NotFoundError,
     WorkerIdInUseError,
 )
-from league_service.leases import RECONNECT_GRACE_S, JobEndStatus, JobKind, LeaseTable, WorkerInfo, WorkerRole
+from league_service.leases import (
+    RECONNECT_GRACE_S,
+    JobEndStatus,
+    JobKind,
+    LeaseTable,
+    WorkerInfo,
+    WorkerRole,
+    process_host,
+)
 
 TIMEOUT = 1.0
 
@@ -187,18 +195,38 @@ def test_the_restart_grace_covers_the_longest_reconnect_backoff_of_a_workers_cha
 
 def test_one_process_per_worker_id_the_newest_registration_wins_for_good():
     table = make_table()
-    assert table.take_over("learner-1", "host/pid 1/a") is None
+    assert table.take_over("learner-1", "host/pid 1/a", 0.0) is None
     table.claim("learner-1", "host/pid 1/a")
     # A restart (or a second process given the same --worker-id) registers: it takes the id over.
-    assert table.take_over("learner-1", "host/pid 2/b") == "host/pid 1/a"
+    assert table.take_over("learner-1", "host/pid 2/b", 1.0) == "host/pid 1/a"
     table.claim("learner-1", "host/pid 2/b")
     with pytest.raises(WorkerIdInUseError, match=r"used by another process now \(host/pid 2/b\)"):
         table.claim("learner-1", "host/pid 1/a")
     with pytest.raises(WorkerIdInUseError):  # registering again does not take it back
-        table.take_over("learner-1", "host/pid 1/a")
-    assert table.take_over("learner-1", "host/pid 2/b") is None  # the owner registering again: no change
+        table.take_over("learner-1", "host/pid 1/a", 2.0)
+    assert table.take_over("learner-1", "host/pid 2/b", 3.0) is None  # the owner registering again: no change
     table.claim("learner-1", "")  # a client that sends no process (grpcurl): not checked
     table.claim("actor-1", "host/pid 1/a")  # another worker id: the superseded process may hold others
+
+
+def test_a_live_worker_id_is_not_taken_over_from_another_host():
+    """One `.env` copied to two hosts under a restart policy: the second host's process is refused while the
+    first one is heard from (each of its restarts too), instead of the two taking the id from each other for
+    ever. Once the first has been silent for a lease, a process on another host takes the id over (a worker
+    moved to a new machine); on the same host a restart takes it over at once."""
+    table = make_table()
+    assert process_host("node-a/pid 7/x") == "node-a" and process_host("grpcurl") == "grpcurl"
+    table.take_over("learner-1", "node-a/pid 1/a", 0.0)
+    table.heartbeat("learner-1", [], 10.0)
+    for attempt, now in enumerate((10.0, 10.5, 10.0 + TIMEOUT * 0.99)):
+        with pytest.raises(WorkerIdInUseError, match=r"live process on another host \(node-a/pid 1/a, heard from"):
+            table.take_over("learner-1", f"node-b/pid {attempt}/b", now)
+        table.claim("learner-1", "node-a/pid 1/a")  # the first one works on
+    assert table.take_over("learner-1", "node-a/pid 2/c", 10.5) == "node-a/pid 1/a"  # a restart on its host
+    table.claim("learner-1", "node-a/pid 2/c")
+    assert table.take_over("learner-1", "node-b/pid 9/d", 10.0 + TIMEOUT) == "node-a/pid 2/c"  # silent a lease
+    with pytest.raises(WorkerIdInUseError):
+        table.claim("learner-1", "node-a/pid 2/c")
 
 
 def test_after_a_coordinator_restart_the_first_caller_of_a_worker_id_owns_it():

@@ -205,32 +205,6 @@ sys.exit(main(parser.parse_args(sys.argv[1:])))
 """
 
 
-def test_an_actor_on_another_host_with_a_live_workers_id_is_refused_and_the_first_works_on(tmp_path):
-    """One .env copied to two hosts under compose's restart policy: the newest registration used to win, so
-    each restart of the refused container took the id back and the two knocked each other out for ever. From
-    another host, a live worker's id is not taken over: the newcomer stops (exit 2) saying so, the first keeps
-    its job."""
-    publish_first_checkpoint(tmp_path)
-    with running_coordinator(long_solo_config(), tmp_path, needs_learner=False, lease_timeout_s=5.0) as server:
-        channel, stub = league_stub(server.address)
-        try:
-            with actor_process(server.address, tmp_path, tmp_path / "actor-1.log", "--manager", "base",
-                               "--worker-id", "actor-d") as first:
-                wait_until("the first actor's job", lambda: job_of(stub, "actor-d"), 60)
-                for attempt in range(2):  # refused again when restarted
-                    log = tmp_path / f"actor-2-{attempt}.log"
-                    with actor_process(server.address, tmp_path, log, "--manager", "base", "--worker-id", "actor-d",
-                                       script=ON_ANOTHER_HOST) as second:
-                        assert second.wait(60) == 2, log.read_text()
-                    text = log.read_text()
-                    assert "used by a live process on another host" in text and "--worker-id" in text, text
-                assert first.poll() is None, (tmp_path / "actor-1.log").read_text()
-                assert "used by another process" not in (tmp_path / "actor-1.log").read_text()
-                assert job_of(stub, "actor-d") is not None  # (its job, or its next one: it plays on)
-        finally:
-            channel.close()
-
-
 HUNG_FILESYSTEM = """
 import os, sys, threading
 marker, stuck = os.environ["HANG_MARKER"], os.environ["HANG_STUCK"]
@@ -390,23 +364,50 @@ def test_bad_arguments_exit_with_a_message(argv, tmp_path):
         assert f"actor: error: argument {flag}:" in proc.stderr, proc.stderr
 
 
-def test_a_second_actor_with_the_same_worker_id_makes_the_first_stop_naming_it(tmp_path):
-    """Two processes given one --worker-id: the newer registration owns it, the older one stops (exit 2) with
-    a message that says so, rather than both heartbeating, finishing and releasing each other's jobs."""
+@contextlib.contextmanager
+def _an_actor_with_a_job(tmp_path: Path, worker_id: str):
+    """A coordinator of a long solo league and an actor process holding a job as `worker_id`; yields (coordinator
+    address, stub, the actor process, its job)."""
     publish_first_checkpoint(tmp_path)
     with running_coordinator(long_solo_config(), tmp_path, needs_learner=False, lease_timeout_s=5.0) as server:
         channel, stub = league_stub(server.address)
         try:
             with actor_process(server.address, tmp_path, tmp_path / "actor-1.log", "--manager", "base",
-                               "--worker-id", "actor-d") as first:
-                job = wait_until("the first actor's job", lambda: job_of(stub, "actor-d"), 60)
-                with actor_process(server.address, tmp_path, tmp_path / "actor-2.log", "--manager", "base",
-                                   "--worker-id", "actor-d") as second:
-                    assert first.wait(60) == 2, (tmp_path / "actor-1.log").read_text()
-                    text = (tmp_path / "actor-1.log").read_text()
-                    assert "is used by another process now" in text and "--worker-id" in text, text
-                    wait_until("the second actor's job", lambda: (j := job_of(stub, "actor-d")) and
-                               j.job_id != job.job_id and j, 60)
-                    assert second.poll() is None
+                               "--worker-id", worker_id) as first:
+                job = wait_until("the first actor's job", lambda: job_of(stub, worker_id), 60)
+                yield server.address, stub, first, job
         finally:
             channel.close()
+
+
+def test_a_second_actor_with_the_same_worker_id_makes_the_first_stop_naming_it(tmp_path):
+    """Two processes given one --worker-id on one host (a restart, or a mistake): the newer registration owns it,
+    the older one stops (exit 2) with a message that says so, rather than both heartbeating, finishing and
+    releasing each other's jobs."""
+    with _an_actor_with_a_job(tmp_path, "actor-d") as (address, stub, first, job):
+        with actor_process(address, tmp_path, tmp_path / "actor-2.log", "--manager", "base",
+                           "--worker-id", "actor-d") as second:
+            assert first.wait(60) == 2, (tmp_path / "actor-1.log").read_text()
+            text = (tmp_path / "actor-1.log").read_text()
+            assert "is used by another process now" in text and "--worker-id" in text, text
+            wait_until("the second actor's job", lambda: (j := job_of(stub, "actor-d")) and
+                       j.job_id != job.job_id and j, 60)
+            assert second.poll() is None
+
+
+def test_an_actor_on_another_host_with_a_live_workers_id_is_refused_and_the_first_works_on(tmp_path):
+    """One .env copied to two hosts under compose's restart policy: the newest registration used to win, so
+    each restart of the refused container took the id back and the two knocked each other out for ever. From
+    another host, a live worker's id is not taken over: the newcomer stops (exit 2) saying so, the first plays
+    on."""
+    with _an_actor_with_a_job(tmp_path, "actor-d") as (address, stub, first, _job):
+        for attempt in range(2):  # refused again when restarted
+            log = tmp_path / f"actor-2-{attempt}.log"
+            with actor_process(address, tmp_path, log, "--manager", "base", "--worker-id", "actor-d",
+                               script=ON_ANOTHER_HOST) as second:
+                assert second.wait(60) == 2, log.read_text()
+            text = log.read_text()
+            assert "used by a live process on another host" in text and "--worker-id" in text, text
+        assert first.poll() is None, (tmp_path / "actor-1.log").read_text()
+        assert "used by another process" not in (tmp_path / "actor-1.log").read_text()
+        assert job_of(stub, "actor-d") is not None  # (its job, or its next one: it plays on)

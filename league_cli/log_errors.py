@@ -39,21 +39,36 @@ class LogErrors:
     def __init__(self) -> None:
         self._follows: dict[str, _Follow] = {}
 
-    def check(self, processes: Iterable[ManagedProcess]) -> list[str]:
+    def check(self, processes: Iterable[ManagedProcess], *, to_end: bool = False) -> list[str]:
         """New ERROR lines of `processes` as "name: LEVEL logger: message", oldest first per process. A process
         restarted under its name is read on from where its predecessor's lines were left (its last words), and
         one followed before but no longer among `processes` (a supervisor forgets the workers it has stopped) is
-        read to its end all the same: what it said while it stopped is the most likely ERROR of all."""
+        read on all the same: what it said while it stopped is the most likely ERROR of all. A poll reads up to
+        MAX_READ_BYTES of each log (the rest at the next); `to_end`, for the last check of a run, reads it all."""
         for proc in processes:
             follow = self._follows.get(proc.name)
             if follow is None or follow.path != proc.log_path:
                 self._follows[proc.name] = _Follow(proc.log_path, proc.log_offset)
         lines: list[str] = []
         for name, follow in self._follows.items():
-            lines += self._new_errors(name, follow)
+            lines += self._new_errors(name, follow, to_end)
         return lines
 
-    def _new_errors(self, name: str, follow: _Follow) -> list[str]:
+    def _new_errors(self, name: str, follow: _Follow, to_end: bool) -> list[str]:
+        errors: list[str] = []
+        while True:
+            read = self._read_on(name, follow, errors)
+            if not (to_end and read == MAX_READ_BYTES):
+                break
+        if len(errors) > MAX_LINES_PER_POLL:
+            more = len(errors) - MAX_LINES_PER_POLL
+            errors = errors[:MAX_LINES_PER_POLL] + [f"{name}: and {more} more ERROR line(s) in {follow.path}"]
+        return errors
+
+    @staticmethod
+    def _read_on(name: str, follow: _Follow, errors: list[str]) -> int:
+        """Read up to MAX_READ_BYTES of whole lines from where `follow` is, adding their ERROR lines to `errors`;
+        returns the bytes read (0: nothing new, or a line still being written)."""
         try:
             with open(follow.path, "rb") as log:
                 size = log.seek(0, 2)
@@ -62,14 +77,13 @@ class LogErrors:
                 log.seek(follow.position)
                 chunk = log.read(MAX_READ_BYTES)
         except OSError:
-            return []  # not written yet, or unreadable: nothing to show, and the run goes on
+            return 0  # not written yet, or unreadable: nothing to show, and the run goes on
         end = chunk.rfind(b"\n")
         if end < 0:
             if len(chunk) < MAX_READ_BYTES:
-                return []  # a line still being written: read it whole at a later poll
+                return 0  # a line still being written: read it whole at a later poll
             end = len(chunk) - 1  # one line longer than a read: take it in pieces
         follow.position += end + 1
-        errors = []
         for raw in chunk[: end + 1].splitlines():
             match = _ERROR_LINE.match(raw.decode(errors="replace"))
             if match is not None:
@@ -77,7 +91,4 @@ class LogErrors:
                 if len(message) > MAX_MESSAGE_CHARS:
                     message = message[: MAX_MESSAGE_CHARS - 1] + "…"
                 errors.append(f"{name}: {level} {logger}: {message}")
-        if len(errors) > MAX_LINES_PER_POLL:
-            more = len(errors) - MAX_LINES_PER_POLL
-            errors = errors[:MAX_LINES_PER_POLL] + [f"{name}: and {more} more ERROR line(s) in {follow.path}"]
-        return errors
+        return len(chunk)

@@ -557,7 +557,7 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
                 console.print(f"league run: the final status was not recorded: {err}", style="yellow", markup=False)
             codes.update(sup.stop())
             if started_all:  # what they said while they stopped (a failed start's error quotes its log)
-                for line in log_errors.check(stopped):
+                for line in log_errors.check(stopped, to_end=True):
                     console.print(line, style="red", markup=False, soft_wrap=True)
             pending_path.unlink(missing_ok=True)  # a config the coordinator never accepted
             # `league status --run-dir` then says no run is going on, instead of dialling a port another program

@@ -449,7 +449,8 @@ class LeaseTable(Generic[P]):
             del self._learner_of[lease.launch_player]
         end = JobEnd(job_id, status, episodes_counted, now)
         self._remember(end)
-        self._touch(lease.worker_id, now)
+        if status is not JobEndStatus.EXPIRED:  # an expiry is the worker's silence, not a word from it: a
+            self._touch(lease.worker_id, now)  # process gone for a lease looked heard from just then (take_over)
         return lease, end
 
     def expire_due(self, now: float) -> list[Lease[P]]:

@@ -229,6 +229,17 @@ def test_a_live_worker_id_is_not_taken_over_from_another_host():
         table.claim("learner-1", "node-a/pid 2/c")
 
 
+def test_a_lease_expiring_is_no_word_from_its_worker():
+    """The expiry of a silent learner's lease counted as hearing from it: a learner moved to another host was
+    refused for a second lease timeout ("heard from 0 s ago"), and the status showed it seen at the expiry."""
+    table = make_table()
+    table.take_over("learner-1", "node-a/pid 1/a", 0.0)
+    assert table.lease_learn("learner-1", "10.0.0.1:7000", 0.0) is not None
+    assert len(table.expire_due(TIMEOUT + 0.01)) == 1
+    assert table.last_seen("learner-1") == 0.0
+    assert table.take_over("learner-1", "node-b/pid 2/b", TIMEOUT + 0.02) == "node-a/pid 1/a"
+
+
 def test_after_a_coordinator_restart_the_first_caller_of_a_worker_id_owns_it():
     table = make_table()  # processes are not stored: a restored table knows none
     table.claim("actor-1", "host/pid 7/c")

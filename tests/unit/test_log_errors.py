@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from league_cli import log_errors
 from league_cli.log_errors import MAX_LINES_PER_POLL, MAX_MESSAGE_CHARS, LogErrors
 from league_cli.processes import ManagedProcess
 
@@ -100,3 +101,14 @@ def test_a_process_no_longer_listed_is_still_read_to_its_end(tmp_path):
     assert watch.check([]) == [
         "learner-0: ERROR learner_service.publisher: final checkpoint not written: [Errno 28] No space left on device"
     ]
+
+
+def test_the_last_check_reads_a_log_to_its_end(tmp_path, monkeypatch):
+    """A poll reads a bounded piece of each log; the run's last check (its processes stopped) reads them to their
+    end, so an ERROR after more than a piece of other lines still shows."""
+    monkeypatch.setattr(log_errors, "MAX_READ_BYTES", 256)
+    log = tmp_path / "learner-0.log"
+    log.write_text("".join(_line("INFO", f"line {i}") for i in range(40)) + _line("ERROR", "the last word"))
+    watch = LogErrors()
+    assert watch.check([_proc(log)]) == []  # the first 256 bytes
+    assert watch.check([], to_end=True) == ["learner-0: ERROR learner_service.publisher: the last word"]

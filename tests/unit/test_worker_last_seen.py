@@ -126,7 +126,7 @@ def test_workers_silent_past_forget_workers_after_s_and_holding_no_job_are_forgo
     registers again."""
     clock = _Clock()
     cfg = small_league_config({"coordinator": {"forget_workers_after_s": 600.0}})
-    settings = CoordinatorSettings(shared_root=tmp_path, lease_timeout_s=300.0, needs_learner=False, rng_seed=0)
+    settings = CoordinatorSettings(shared_root=tmp_path, lease_timeout_s=900.0, needs_learner=False, rng_seed=0)
     first = Coordinator(cfg, settings, clock=clock, expiry_thread=False)
     first.start()
     try:
@@ -135,13 +135,13 @@ def test_workers_silent_past_forget_workers_after_s_and_holding_no_job_are_forgo
         job = first.get_job("busy", WorkerRole.ACTOR, "", 5.0)
         assert not hasattr(job, "retry_after_s"), job  # a job: "busy" holds a lease
         for clock.now in (1_250.0, 1_500.0):
-            first.heartbeat("busy", (job.job_id,))  # keeps its lease (300 s), and is seen
+            first.heartbeat("busy", (job.job_id,))  # keeps its lease (900 s: until 2,400), and is seen
         clock.now = 1_590.0
         first.heartbeat("alive", ())
         clock.now = 1_700.0  # "gone" silent for 700 s (checks run at most once a minute)
         first.expire_due()
         assert {w.worker_id for w in first.status().workers} == {"busy", "alive"}
-        clock.now = 2_200.0  # "busy" went silent too, but its lease has to expire first: kept this time ...
+        clock.now = 2_200.0  # "busy" went silent too (700 s), but it holds a lease: kept this time ...
         first.expire_due()
         assert {w.worker_id for w in first.status().workers} == {"busy"}
         wait_until("the forgotten rows to leave the store",

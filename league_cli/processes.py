@@ -102,6 +102,18 @@ class ManagedProcess:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
+    def crash_line(self, max_chars: int = 200) -> str:
+        """The exception an uncaught traceback at the end of this process's log names ("RuntimeError: ..."),
+        or "" when its log does not end in one (killed by a signal, exited on purpose)."""
+        lines = self.log_tail(60).splitlines()
+        starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
+        if not starts:
+            return ""
+        for line in lines[starts[-1] + 1:]:
+            if line and not line[0].isspace():  # the frames are indented; the exception line is not
+                return line if len(line) <= max_chars else line[: max_chars - 1] + "…"
+        return ""
+
 
 class ProcessGroup:
     """A set of child processes stopped together; use as a context manager so stopping always happens."""

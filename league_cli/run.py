@@ -258,7 +258,9 @@ class Supervisor:
             proc.kill_group()  # env workers a crashed actor left behind
             self.group.forget(proc)
             self.group.start(proc.name, self._worker_argv(proc.name))
-            events.append(f"{proc.name} exited with {proc.popen.returncode}; restarted{moved} ({n + 1})")
+            crash = proc.crash_line()
+            died_of = f" ({crash})" if crash else ""
+            events.append(f"{proc.name} exited with {proc.popen.returncode}{died_of}; restarted{moved} ({n + 1})")
         return events
 
     def _restart_coordinator(self, proc: ManagedProcess) -> str:

@@ -47,6 +47,21 @@ def test_actors_with_env_processes_get_their_share_of_the_cpus(tmp_path, monkeyp
     assert "--env-cpus" not in in_process._worker_argv("actor-0")
 
 
+def test_a_worker_that_crashed_is_restarted_and_the_event_names_what_it_died_of(supervisor):
+    """An uncaught exception is written as a traceback, not as a logged ERROR line: the restart event names it,
+    so `league run`'s output says why, not only that, a process died."""
+    supervisor.address = "127.0.0.1:1"
+    supervisor.group.start("actor-0", [sys.executable, "-c", "print('starting'); import json; "
+                                       "json.loads('{broken')"])
+    supervisor.group.get("actor-0").popen.wait(30)
+    (event,) = supervisor.check()
+    assert event.startswith("actor-0 exited with 1 (json.decoder.JSONDecodeError: Expecting property name"), event
+    assert event.endswith("; restarted (1)")
+    supervisor.group.start("actor-1", [sys.executable, "-c", "print('bye'); import os; os.kill(os.getpid(), 9)"])
+    supervisor.group.get("actor-1").popen.wait(30)
+    assert supervisor.check() == ["actor-1 exited with -9; restarted (1)"]  # no traceback: nothing more to say
+
+
 def test_a_learner_whose_old_port_was_taken_is_restarted_on_a_free_one(supervisor):
     """A restarted learner keeps its port so that jobs already handed out reach it; when another process took
     the port meanwhile (exit 3), the run moves it to a free port instead of stopping."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,6 +31,10 @@ HURRY_POLL_S = 0.1
 """How often a stop waiting out a process's grace looks whether it is asked to hurry (a second Ctrl-C)."""
 """Set by ProcessGroup in its children: the pid of the process that supervises them."""
 _PR_SET_PDEATHSIG = 1
+_LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+"""A line of the league's logging format (`%(asctime)s ...`)."""
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(:|$)")
+"""The last line of a traceback: the exception's (dotted) class name, then its message."""
 
 
 def follow_supervisor() -> None:
@@ -104,13 +109,23 @@ class ManagedProcess:
 
     def crash_line(self, max_chars: int = 200) -> str:
         """The exception an uncaught traceback at the end of this process's log names ("RuntimeError: ..."),
-        or "" when its log does not end in one (killed by a signal, exited on purpose)."""
+        or "" when it did not die of one: an exit code other than Python's 1 for an uncaught exception (a
+        signal, an exit on purpose), or a log that does not end in a traceback. A traceback logged earlier by a
+        process that went on (a failed job, logged with its traceback) is followed by later log lines, and
+        is not what it died of."""
+        if self.popen.returncode != 1:
+            return ""
         lines = self.log_tail(60).splitlines()
         starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
         if not starts:
             return ""
-        for line in lines[starts[-1] + 1:]:
+        after = lines[starts[-1] + 1:]
+        if any(_LOG_LINE.match(line) for line in after):
+            return ""  # the process logged on after it: not the end of its life
+        for line in after:
             if line and not line[0].isspace():  # the frames are indented; the exception line is not
+                if not _EXCEPTION_LINE.match(line):
+                    return ""
                 return line if len(line) <= max_chars else line[: max_chars - 1] + "…"
         return ""
 

@@ -62,6 +62,25 @@ def test_a_worker_that_crashed_is_restarted_and_the_event_names_what_it_died_of(
     assert supervisor.check() == ["actor-1 exited with -9; restarted (1)"]  # no traceback: nothing more to say
 
 
+@pytest.mark.parametrize("end", ["os.kill(os.getpid(), 9)", "os._exit(1)"], ids=["killed", "exits-1"])
+def test_a_traceback_logged_by_a_process_that_went_on_is_not_what_it_died_of(supervisor, end):
+    """An actor logs a failed job with its traceback and plays on; killed later (the OOM killer), or exiting 1
+    on purpose, it did not die of that exception, and the restart line must not say it did."""
+    supervisor.address = "127.0.0.1:1"
+    script = ("import logging, os\n"
+              "logging.basicConfig(level='INFO', format='%(asctime)s %(levelname)s %(name)s: %(message)s')\n"
+              "log = logging.getLogger('actor_service.actor')\n"
+              "try:\n    raise ConnectionError('learner unreachable')\n"
+              "except ConnectionError as err:\n    log.error('job j-17 failed', exc_info=err)\n"
+              "log.info('job j-18: 1,000 env steps')\n" + end + "\n")
+    supervisor.group.start("actor-0", [sys.executable, "-c", script])
+    proc = supervisor.group.get("actor-0")
+    proc.popen.wait(30)
+    assert "ConnectionError" in proc.log_tail()
+    (event,) = supervisor.check()
+    assert event == f"actor-0 exited with {proc.popen.returncode}; restarted (1)"
+
+
 def test_a_learner_whose_old_port_was_taken_is_restarted_on_a_free_one(supervisor):
     """A restarted learner keeps its port so that jobs already handed out reach it; when another process took
     the port meanwhile (exit 3), the run moves it to a free port instead of stopping."""

@@ -31,6 +31,8 @@ HURRY_POLL_S = 0.1
 """How often a stop waiting out a process's grace looks whether it is asked to hurry (a second Ctrl-C)."""
 """Set by ProcessGroup in its children: the pid of the process that supervises them."""
 _PR_SET_PDEATHSIG = 1
+TAIL_READ_BYTES = 1 << 20
+"""How much of the end of a log `ManagedProcess.log_tail` reads."""
 _LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
 """A line of the league's logging format (`%(asctime)s ...`)."""
 _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(:|$)")
@@ -98,14 +100,19 @@ class ManagedProcess:
             pass
 
     def log_tail(self, lines: int = 20) -> str:
-        """The last `lines` lines this process wrote (none of an earlier run's, which the file also holds)."""
+        """The last `lines` lines this process wrote (none of an earlier run's, which the file also holds), from
+        at most the last TAIL_READ_BYTES of its log: a log of days read whole cost a restart a second and
+        hundreds of MB."""
         try:
             with open(self.log_path, "rb") as log:
-                log.seek(self.log_offset)
-                text = log.read().decode(errors="replace")
+                start = max(self.log_offset, log.seek(0, os.SEEK_END) - TAIL_READ_BYTES)
+                log.seek(start)
+                data = log.read()
         except OSError:
             return ""
-        return "\n".join(text.splitlines()[-lines:])
+        if start > self.log_offset:  # (the first line read may be the end of one cut short)
+            data = data[data.find(b"\n") + 1:] if b"\n" in data else b""
+        return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
 
     def crash_line(self, max_chars: int = 200) -> str:
         """The exception an uncaught traceback at the end of this process's log names ("RuntimeError: ..."),

@@ -42,3 +42,14 @@ def test_a_full_disk_costs_the_mark_not_the_restart(tmp_path, monkeypatch):
     monkeypatch.setattr(processes.os, "write", full)
     proc = _run(group, "coordinator", "after")
     assert proc.log_tail() == "after"
+
+
+def test_the_log_tail_reads_only_the_end_of_a_long_log(tmp_path, monkeypatch):
+    import league_cli.processes as processes
+
+    monkeypatch.setattr(processes, "TAIL_READ_BYTES", 100)
+    group = ProcessGroup(tmp_path / "logs")
+    proc = group.start("actor-0", [sys.executable, "-c", "for i in range(1000): print(f'line {i:04d} ' + 'x' * 20)"])
+    proc.popen.wait(30)
+    tail = proc.log_tail(lines=100).splitlines()
+    assert tail == [f"line {i:04d} " + "x" * 20 for i in range(997, 1000)]  # whole lines only, the last ones

@@ -233,6 +233,11 @@ class SubprocessEnvManagerConfig(EnvManagerConfig):
             raise ValueError(f"start_method {self.start_method!r} is not one of {multiprocessing.get_all_start_methods()}")
 
 
+def _deadline(timeout: float | None) -> float:
+    """When a reply due within `timeout` seconds from now is overdue (None: never)."""
+    return math.inf if timeout is None else time.monotonic() + timeout
+
+
 class _Worker:
     """Parent-side handle of one worker process and the commands it has not answered yet."""
 
@@ -250,23 +255,19 @@ class _Worker:
     def sent(self, what: str, timeout: float | None) -> None:
         """A command was sent: the worker starts on it at once if it had nothing pending."""
         if not self.pending:
-            self.deadline = math.inf if timeout is None else time.monotonic() + timeout
+            self.deadline = _deadline(timeout)
         self.pending.append((what, timeout))
 
     def answered(self) -> None:
         """The oldest pending command was answered: the worker starts on the next one now."""
         self.pending.popleft()
-        if self.pending:
-            timeout = self.pending[0][1]
-            self.deadline = math.inf if timeout is None else time.monotonic() + timeout
-        else:
-            self.deadline = math.inf
+        self.deadline = _deadline(self.pending[0][1]) if self.pending else math.inf
 
     def resetting(self, timeout: float | None) -> None:
         """The step reply just answered said an automatic reset follows: the worker sends its reply before it
         starts on the commands pending, and has `timeout` (the reset timeout) from now for it."""
         self.pending.appendleft(("automatic reset", timeout))
-        self.deadline = math.inf if timeout is None else time.monotonic() + timeout
+        self.deadline = _deadline(timeout)
 
     def describe(self) -> str:
         return f"env worker {self.index} (pid {self.pid}, envs {list(self.env_ids)})"

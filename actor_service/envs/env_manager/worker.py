@@ -245,15 +245,10 @@ class _Worker:
         return obs
 
     def reset_envs(self, env_ids: list[int]) -> ResetReply:
-        """The automatic reset of envs whose episode ended (RESET_FOLLOWS), after the step's reply."""
-        observations = []
-        failures = []
-        for env_id in env_ids:
-            try:
-                observations.append((env_id, self._reset_env(env_id)))
-            except Exception as exc:
-                failures.append(EnvFailure.capture(env_id, "reset", exc, for_pickling=True))
-        return ResetReply(tuple(observations), tuple(failures))
+        """The automatic reset of envs whose episode ended (RESET_FOLLOWS), after the step's reply: a reset
+        command's, with no seed and the reset parameters they were last given."""
+        ids = tuple(env_ids)
+        return self.reset(ResetCommand(ids, (None,) * len(ids), tuple(self.params[env_id] for env_id in ids)))
 
     def reset(self, command: ResetCommand) -> ResetReply:
         observations = []

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from league_cli.processes import ManagedProcess
+from league_cli.processes import LOG_LINE_START, ManagedProcess
 
 MAX_LINES_PER_POLL = 3
 """ERROR lines shown per process and poll; the rest are counted ("and N more")."""
@@ -24,7 +24,7 @@ MAX_READ_BYTES = 1 << 20
 """Log bytes read per process and poll: a process writing faster is read on at the next polls."""
 MAX_MESSAGE_CHARS = 400
 
-_ERROR_LINE = re.compile(r"^\S+ \S+ (ERROR|CRITICAL) (\S+): (.*)$")
+_ERROR_LINE = re.compile(LOG_LINE_START + r"\S* (ERROR|CRITICAL) (\S+): (.*)$")
 
 
 @dataclass

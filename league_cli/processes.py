@@ -33,8 +33,9 @@ HURRY_POLL_S = 0.1
 _PR_SET_PDEATHSIG = 1
 TAIL_READ_BYTES = 1 << 20
 """How much of the end of a log `ManagedProcess.log_tail` reads."""
-_LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
-"""A line of the league's logging format (`%(asctime)s ...`)."""
+LOG_LINE_START = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+"""How a line of the league's logging format begins (`%(asctime)s %(levelname)s %(name)s: %(message)s`)."""
+_LOG_LINE = re.compile(LOG_LINE_START)
 _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(:|$)")
 """The last line of a traceback: the exception's (dotted) class name, then its message."""
 
@@ -113,6 +114,11 @@ class ManagedProcess:
         if start > self.log_offset:  # (the first line read may be the end of one cut short)
             data = data[data.find(b"\n") + 1:] if b"\n" in data else b""
         return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
+
+    def exit_words(self) -> str:
+        """"exited with CODE", and what it died of when its log ends in an uncaught traceback (`crash_line`)."""
+        crash = self.crash_line()
+        return f"exited with {self.popen.returncode}" + (f" ({crash})" if crash else "")
 
     def crash_line(self, max_chars: int = 200) -> str:
         """The exception an uncaught traceback at the end of this process's log names ("RuntimeError: ..."),

@@ -255,12 +255,11 @@ class Supervisor:
                 old_port = self.learner_ports[proc.name]
                 self.learner_ports[proc.name] = restartable_port()
                 moved = f" on port {self.learner_ports[proc.name]} (its port {old_port} was taken)"
-            crash = proc.crash_line()  # (read before the restart writes its mark into the same log)
+            exited = proc.exit_words()  # (read before the restart writes its mark into the same log)
             proc.kill_group()  # env workers a crashed actor left behind
             self.group.forget(proc)
             self.group.start(proc.name, self._worker_argv(proc.name))
-            died_of = f" ({crash})" if crash else ""
-            events.append(f"{proc.name} exited with {proc.popen.returncode}{died_of}; restarted{moved} ({n + 1})")
+            events.append(f"{proc.name} {exited}; restarted{moved} ({n + 1})")
         return events
 
     def _restart_coordinator(self, proc: ManagedProcess) -> str:
@@ -273,12 +272,11 @@ class Supervisor:
         if n >= MAX_WORKER_RESTARTS:
             raise RuntimeError(f"the coordinator died {n + 1} times; last log lines:\n{proc.log_tail()}")
         self.restarts[proc.name] = n + 1
-        crash = proc.crash_line()  # (read before the restart writes its mark into the same log)
+        exited = proc.exit_words()  # (read before the restart writes its mark into the same log)
         proc.kill_group()
         self.group.forget(proc)
         self.start_coordinator(port=int(self.address.rpartition(":")[2]))
-        died_of = f" ({crash})" if crash else ""
-        return f"coordinator exited with {code}{died_of}; restarted on the same state and port ({n + 1})"
+        return f"coordinator {exited}; restarted on the same state and port ({n + 1})"
 
     def wait_for_setup_errors(self, grace_s: float, stop: SignalFlag | threading.Event) -> list[str]:
         """Keep checking the workers for up to `grace_s`, so a setup-error exit on its way raises from `check`."""

@@ -75,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cli_args.configure_logging(args.log_level)
     if (refusal := cli_args.coordinator_refusal(args.coordinator)) is not None:
         return _refuse(refusal)
     if args.shared_root is None:

@@ -7,6 +7,7 @@ ended in a traceback from deep inside the process.
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 from pathlib import Path
 
@@ -125,11 +126,20 @@ def add_stop_timeout(parser: argparse.ArgumentParser, default_s: float, gives_up
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+"""Every service's log line. `league run` reads its processes' logs by it (league_cli/processes.LOG_LINE_START):
+the ERROR lines it prints and the exception a restarted worker died of."""
+
 
 def add_log_level(parser: argparse.ArgumentParser) -> None:
     """`--log-level`, any case; another value is a usage error (it was a traceback from `logging`)."""
     parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO",
                         help="log lines at this level and above (default INFO)")
+
+
+def configure_logging(level: str) -> None:
+    """Log to stderr at `level` in LOG_FORMAT (the one format `league run` parses)."""
+    logging.basicConfig(level=level, format=LOG_FORMAT)
 
 
 def _int(text: str) -> int:

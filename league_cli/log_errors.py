@@ -5,7 +5,7 @@ cannot write its state keeps running, and the run's output showed nothing of it:
 file under the run directory, and the first sign in the output was a stall line a minute later. Healthy runs
 log no ERROR line (BENCHMARKS.md's end-to-end runs check it), so each one is worth a line of its own.
 
-Every process logs with `%(asctime)s %(levelname)s %(name)s: %(message)s`; a traceback's lines follow its
+Every process logs in `common.cli_args.LOG_FORMAT`; a traceback's lines follow its
 ERROR line and are left in the log (the run's output gets the message, the log the details).
 """
 

@@ -34,7 +34,7 @@ _PR_SET_PDEATHSIG = 1
 TAIL_READ_BYTES = 1 << 20
 """How much of the end of a log `ManagedProcess.log_tail` reads."""
 LOG_LINE_START = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
-"""How a line of the league's logging format begins (`%(asctime)s %(levelname)s %(name)s: %(message)s`)."""
+"""How a line in the league's log format (`common.cli_args.LOG_FORMAT`) begins."""
 _LOG_LINE = re.compile(LOG_LINE_START)
 _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(:|$)")
 """The last line of a traceback: the exception's (dotted) class name, then its message."""

@@ -94,7 +94,7 @@ def coordinator_main(args: argparse.Namespace) -> int:
     from league_service.league_errors import LeagueStateError
     from league_service.server import serve_coordinator
 
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cli_args.configure_logging(args.log_level)
     if (args.tls_cert is None) != (args.tls_key is None):
         return _refuse("--tls-cert and --tls-key go together")
     if not args.shared_root.is_dir():

@@ -90,7 +90,7 @@ def main(args: argparse.Namespace) -> int:
     from learner_service.config import LearnerSettings
     from learner_service.learner import JobSetupError, Learner, WorkerIdTaken
 
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cli_args.configure_logging(args.log_level)
     if (refusal := cli_args.coordinator_refusal(args.coordinator)) is not None:
         return _refuse(refusal)
     if args.shared_root is None:

@@ -112,3 +112,16 @@ def test_the_last_check_reads_a_log_to_its_end(tmp_path, monkeypatch):
     watch = LogErrors()
     assert watch.check([_proc(log)]) == []  # the first 256 bytes
     assert watch.check([], to_end=True) == ["learner-0: ERROR learner_service.publisher: the last word"]
+
+
+def test_the_services_log_format_is_the_one_read(tmp_path):
+    """The three service CLIs log through cli_args.configure_logging; a line in that format is what is parsed."""
+    import logging
+
+    from common.cli_args import LOG_FORMAT
+
+    record = logging.LogRecord("league.learner", logging.ERROR, __file__, 1, "publish failed: %s", ("disk full",),
+                               None)
+    log = tmp_path / "learner-0.log"
+    log.write_text(logging.Formatter(LOG_FORMAT).format(record) + "\n")
+    assert LogErrors().check([_proc(log)]) == ["learner-0: ERROR league.learner: publish failed: disk full"]

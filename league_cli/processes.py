@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,8 +37,21 @@ TAIL_READ_BYTES = 1 << 20
 LOG_LINE_START = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
 """How a line in the league's log format (`common.cli_args.LOG_FORMAT`) begins."""
 _LOG_LINE = re.compile(LOG_LINE_START)
+_TRACEBACK = "Traceback (most recent call last):"
+_GROUP_TRACEBACK = "  + Exception Group Traceback (most recent call last):"
+"""How Python begins the traceback of an uncaught ExceptionGroup (an asyncio TaskGroup's failure)."""
+_GROUP_MARGIN = "  | "
+_MEMBER_MARGIN = "    | "
 _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(:|$)")
 """The last line of a traceback: the exception's (dotted) class name, then its message."""
+
+
+def _exception_line(lines: Iterable[str]) -> str:
+    """A traceback's exception line: its first unindented line (the frames are indented), if exception-shaped."""
+    for line in lines:
+        if line and not line[0].isspace() and not line.startswith(_TRACEBACK):
+            return line if _EXCEPTION_LINE.match(line) else ""
+    return ""
 
 
 def follow_supervisor() -> None:
@@ -129,18 +143,21 @@ class ManagedProcess:
         if self.popen.returncode != 1:
             return ""
         lines = self.log_tail(60).splitlines()
-        starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
+        starts = [i for i, line in enumerate(lines)
+                  if line.startswith(_TRACEBACK) or line == _GROUP_TRACEBACK]
         if not starts:
             return ""
         after = lines[starts[-1] + 1:]
         if any(_LOG_LINE.match(line) for line in after):
             return ""  # the process logged on after it: not the end of its life
-        for line in after:
-            if line and not line[0].isspace():  # the frames are indented; the exception line is not
-                if not _EXCEPTION_LINE.match(line):
-                    return ""
-                return line if len(line) <= max_chars else line[: max_chars - 1] + "…"
-        return ""
+        if lines[starts[-1]] == _GROUP_TRACEBACK:  # the group is drawn behind "  | ", its members behind "    | "
+            line = _exception_line(line[len(_GROUP_MARGIN):] for line in after if line.startswith(_GROUP_MARGIN))
+            member = _exception_line(line[len(_MEMBER_MARGIN):] for line in after if line.startswith(_MEMBER_MARGIN))
+            if line and member:
+                line = f"{line}; the first: {member}"  # a TaskGroup's own message names none of its causes
+        else:
+            line = _exception_line(after)
+        return line if len(line) <= max_chars else line[: max_chars - 1] + "…"
 
 
 class ProcessGroup:

@@ -62,6 +62,20 @@ def test_a_worker_that_crashed_is_restarted_and_the_event_names_what_it_died_of(
     assert supervisor.check() == ["actor-1 exited with -9; restarted (1)"]  # no traceback: nothing more to say
 
 
+def test_a_worker_that_died_of_an_exception_group_is_named_by_the_group(supervisor):
+    """An asyncio TaskGroup's failure is an ExceptionGroup, whose traceback Python draws behind "  | " margins."""
+    supervisor.address = "127.0.0.1:1"
+    script = ("import asyncio\n"
+              "async def fail():\n    raise ConnectionError('learner unreachable')\n"
+              "async def main():\n    async with asyncio.TaskGroup() as tasks:\n        tasks.create_task(fail())\n"
+              "asyncio.run(main())\n")
+    supervisor.group.start("actor-0", [sys.executable, "-c", script])
+    supervisor.group.get("actor-0").popen.wait(30)
+    (event,) = supervisor.check()
+    assert event == ("actor-0 exited with 1 (ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception); "
+                     "the first: ConnectionError: learner unreachable); restarted (1)"), event
+
+
 @pytest.mark.parametrize("end", ["os.kill(os.getpid(), 9)", "os._exit(1)"], ids=["killed", "exits-1"])
 def test_a_traceback_logged_by_a_process_that_went_on_is_not_what_it_died_of(supervisor, end):
     """An actor logs a failed job with its traceback and plays on; killed later (the OOM killer), or exiting 1

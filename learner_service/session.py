@@ -219,7 +219,8 @@ class LearnSession:
         self._waiting_to_publish = False
         self.seed = seed
         self.queue = ChunkQueue(config.queue_chunks, config.queue_bytes)
-        self.telemetry = Telemetry(Path(context.shared_root) / "tensorboard" / job.player_id)
+        self.telemetry = Telemetry(Path(context.shared_root) / "tensorboard" / job.player_id,
+                                   every_s=config.tensorboard_every_s)
         self._ended = threading.Event()
         self._end_lock = threading.Lock()
         self.end_reason: SessionEnd | None = None

@@ -99,7 +99,7 @@ def eventually(check, timeout_s: float = 30.0):
 
 
 def test_binds_publishes_version_zero_and_trains_on_pushed_chunks(tmp_path):
-    cfg = solo_config(batch_size=128)
+    cfg = solo_config(batch_size=128, tensorboard_every_s=0.0)  # every iteration's scalars written
     with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
         with running_learner(coordinator.address, tmp_path, worker_id="learner-a") as learner:
             v0 = learner.learner.wait_published(PLAYER, 0, 60)

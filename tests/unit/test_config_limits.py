@@ -443,6 +443,8 @@ def test_a_replay_that_never_holds_learning_starts_transitions_is_refused():
         ({"queue_chunks": 10**12}, f"learner.queue_chunks must be at most {MAX_QUEUE_CHUNKS}"),
         ({"queue_bytes": 2**60}, f"learner.queue_bytes must be at most {MAX_QUEUE_BYTES}"),
         ({"replay_ratio": 1e30}, f"learner.replay_ratio must be a finite number in (0, {MAX_REPLAY_RATIO:g}]"),
+        ({"tensorboard_every_s": -1.0}, "learner.tensorboard_every_s must be a number of seconds in [0, 1e+07]"),
+        ({"tensorboard_every_s": 1e300}, "learner.tensorboard_every_s must be a number of seconds in [0, 1e+07]"),
     ],
 )
 def test_learner_integers_that_hang_a_learner_or_exhaust_its_memory_are_refused(learner, message):
@@ -466,7 +468,7 @@ def test_the_largest_allowed_values_load():
                    "ppo": {"update_epochs": MAX_UPDATE_EPOCHS, "num_minibatches": 4096}},
         "learner": {"batch_size": MAX_LEARNER_BATCH_SIZE, "publish_every": MAX_PUBLISH_EVERY,
                     "keep_last": MAX_KEEP_LAST, "queue_chunks": MAX_QUEUE_CHUNKS, "queue_bytes": MAX_QUEUE_BYTES,
-                    "replay_ratio": MAX_REPLAY_RATIO},
+                    "replay_ratio": MAX_REPLAY_RATIO, "tensorboard_every_s": 1e7},
     })
     config_from_dict({"policy": {"algorithm": "dqn", "dqn": {
         "batch_size": MAX_DQN_BATCH_SIZE, "replay_capacity": MAX_REPLAY_CAPACITY, "n_step": MAX_N_STEP}}})

@@ -281,6 +281,35 @@ def test_telemetry_writes_scalars_for_tensorboard(tmp_path):
     assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
 
 
+def _read_scalars(log_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (path,) = log_dir.glob("events.out.tfevents.*")
+    events = EventAccumulator(str(path), size_guidance={"scalars": 0})
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+def test_telemetry_writes_the_mean_of_the_iterations_between_writes(tmp_path):
+    """A DQN learner iterates ~90 times a second: one write per iteration grew its events ~200 MB an hour."""
+    from learner_service.trainer import IterationReport
+
+    now = [0.0]
+    telemetry = Telemetry(tmp_path / "tb", clock=lambda: now[0], every_s=5.0)
+    for i, (at, loss) in enumerate([(0.0, 9.0), (1.0, 1.0), (2.0, 2.0), (5.0, 3.0), (6.0, 7.0)], start=1):
+        now[0] = at
+        scalars = telemetry.iteration(IterationReport(i, i, samples=10 * i, stats={"loss": loss}),
+                                      Progress(agent_steps=100 * i, train_iteration=i), buffered=i)
+    assert scalars["train/loss"] == 2.0 and scalars["learner/version"] == 4  # iterations 2-4, written at 5 s
+    assert scalars["throughput/trained_samples"] == 30.0  # per iteration, over the three
+    now[0] = 7.0
+    telemetry.close()  # the fifth iteration is not lost
+    assert telemetry.last["train/loss"] == 7.0
+    written = _read_scalars(tmp_path / "tb")
+    assert written["train/loss"] == [(100, 9.0), (400, 2.0), (500, 7.0)]  # at the player's agent steps
+    assert [v for _, v in written["learner/train_iteration"]] == [1.0, 4.0, 5.0]
+
+
 @pytest.mark.parametrize("algorithm", ["ppo", "dqn"])
 def test_real_rollouts_train_both_algorithms(algorithm):
     trainer = _trainer(algorithm, batch_size=64, replay_ratio=1.0)

@@ -1,7 +1,11 @@
 """Bounds on a collect job that both ends must agree on: the coordinator checks configs against them, the
-actor checks jobs and plays within them."""
+actor checks jobs and plays within them; and on the ids every service takes from the network."""
 
 from __future__ import annotations
+
+MAX_ID_CHARS = 256
+"""The longest worker, job or player id a service accepts. The coordinator issues none longer; a learner keeps the
+(worker id, job id) of the streams it has seen (to drop resent chunks), and kept ids of megabytes before."""
 
 MAX_EPISODES_PER_JOB = 5_000
 """The most episodes one job reports. Every episode travels in the job's FinishJob (~80 bytes for two players

@@ -12,6 +12,7 @@ from typing import Any
 
 from google.protobuf import struct_pb2
 
+from common.job_limits import MAX_ID_CHARS
 from common.ports import check_host_port
 from common.proto.league.v1 import league_pb2
 from league_service.coordinator_messages import (
@@ -27,8 +28,6 @@ from league_service.errors import InvalidArgumentError
 from league_service.job_retries import PlayerJobFailures
 from league_service.leases import HeartbeatResult, JobEndStatus, JobKind, WorkerRole
 from league_service.messages import EpisodeOutcome, Outcome, PlayerOutcome, PlayerUpdate, UpdateOutcome
-
-MAX_ID_CHARS = 256
 
 _ROLES = {league_pb2.WORKER_ROLE_ACTOR: WorkerRole.ACTOR, league_pb2.WORKER_ROLE_LEARNER: WorkerRole.LEARNER}
 _ROLE_TO_PROTO = {v: k for k, v in _ROLES.items()}

@@ -115,6 +115,11 @@ class SeqDeduper:
         self._streams: OrderedDict[tuple[str, str], _StreamSeqs] = OrderedDict()
         self._lock = threading.Lock()
 
+    def __len__(self) -> int:
+        """Streams remembered."""
+        with self._lock:
+            return len(self._streams)
+
     def reserve(self, worker_id: str, job_id: str, seq: int) -> bool:
         """True if the seq is new (now recorded), False for a duplicate."""
         with self._lock:
@@ -151,3 +156,5 @@ class SeqDeduper:
                 # Inside the contiguous prefix: split it, keeping the seqs above as out-of-order ones.
                 stream.above = (stream.above or set()) | set(range(seq + 1, stream.below))
                 stream.below = seq
+            if stream.below == 0 and not stream.above:  # nothing of it accepted: a refused stream leaves nothing
+                del self._streams[(worker_id, job_id)]

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from common.job_limits import MAX_ID_CHARS
 from common.proto.league.v1 import league_pb2, league_pb2_grpc
 from common.tensor_codec import CodecError, decode_chunk
 from learner_service.chunks import ChunkPreparer, InvalidChunkError, PreparedChunk
@@ -113,6 +114,8 @@ class DataPlane:
         for name in ("worker_id", "job_id"):
             if not getattr(chunk, name):
                 raise ChunkRefused(grpc.StatusCode.INVALID_ARGUMENT, f"{name}: required (duplicates are keyed by it)")
+            if len(getattr(chunk, name)) > MAX_ID_CHARS:
+                raise ChunkRefused(grpc.StatusCode.INVALID_ARGUMENT, f"{name}: longer than {MAX_ID_CHARS} characters")
         if chunk.seq < 0:
             raise ChunkRefused(grpc.StatusCode.INVALID_ARGUMENT, f"seq: must be >= 0, got {chunk.seq}")
         key = (chunk.worker_id, chunk.job_id, chunk.seq)

@@ -8,6 +8,7 @@ import pytest
 
 from common.algorithms.registry import make_computation_task
 from common.computation.specs import TensorSpec
+from common.job_limits import MAX_ID_CHARS
 from common.policy_config import PolicyConfig
 from common.proto.league.v1 import league_pb2
 from common.tensor_codec import ChunkHeader
@@ -99,6 +100,18 @@ def test_deduper_counts_each_seq_once_in_any_order():
     assert dedup.reserve("w", "j", 1) and not dedup.reserve("w", "j", 2)
 
 
+def test_a_stream_with_nothing_accepted_is_not_remembered():
+    """Refused chunks (released seqs) used to leave their (worker id, job id) behind, up to 4,096 of them."""
+    dedup = SeqDeduper()
+    assert dedup.reserve("w", "j", 5) and dedup.reserve("w", "k", 0)
+    dedup.release("w", "j", 5)
+    dedup.release("w", "k", 0)
+    assert len(dedup) == 0
+    assert dedup.reserve("w", "k", 0) and dedup.reserve("w", "k", 1)
+    dedup.release("w", "k", 1)
+    assert len(dedup) == 1 and not dedup.reserve("w", "k", 0)
+
+
 def test_deduper_forgets_the_oldest_streams_beyond_its_bound():
     dedup = SeqDeduper(max_streams=2)
     for job in ("a", "b", "c"):
@@ -136,6 +149,12 @@ def test_data_plane_refusals_have_their_status_codes(plane):
     negative.seq = -1
     with pytest.raises(ChunkRefused, match="seq"):
         plane.accept(negative)
+    long_id = _chunk(0)
+    long_id.job_id = "j" * (MAX_ID_CHARS + 1)
+    with pytest.raises(ChunkRefused, match=f"job_id: longer than {MAX_ID_CHARS} characters") as refused:
+        plane.accept(long_id)
+    assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert len(plane._deduper) == 0  # refused chunks leave nothing behind
     assert plane.accept(_chunk(0)).status is Accepted.NEW  # the refused seq 0 was not remembered
     assert plane.accept(_chunk(0)).status is Accepted.DUPLICATE
     counts = plane.counts()

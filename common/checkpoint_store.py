@@ -266,11 +266,23 @@ class CheckpointStore:
             for victim in (manifest_path, *renamed):
                 unlink_quietly(victim)
             raise
-        fsync_dir(path.parent)
+        # latest.json names the version now: readers load it, so nothing below may report the publish as
+        # failed (the publisher would say "actors keep the version before", retry the same version and take
+        # the VersionConflictError for another learner's publish). What fails here is logged instead.
+        try:
+            fsync_dir(path.parent)
+        except OSError as err:
+            log.error("version %d of %r is published, but syncing its directory failed (%s): a crash of the "
+                      "machine now may lose it", ref.version, player_id, err)
         # Retention: the versions now beyond keep_last are unpublished and their files renamed out of the way
         # here; deleting those files (which waits for the disk: ext4 discards their blocks) goes on in the
         # background while the caller moves on.
-        retired = self._retire_beyond(player_id, self.keep_last, ())[1]
+        try:
+            retired = self._retire_beyond(player_id, self.keep_last, ())[1]
+        except OSError as err:
+            log.error("version %d of %r is published, but retiring the versions beyond keep_last=%d failed (%s); "
+                      "retried at the next publish", ref.version, player_id, self.keep_last, err)
+            return
         if retired:
             with self._retiring_lock:
                 self._retiring.append(_InThread(_delete_retired, path.parent, retired))

@@ -100,6 +100,29 @@ def test_retention_keeps_newest_and_pinned_versions(store):
         store.pin("p0/v0000000004.pt")
 
 
+def test_a_failure_after_latest_json_names_the_version_does_not_fail_the_publish(store, caplog, monkeypatch):
+    """Once latest.json names a version, readers load it: a failed cleanup or directory sync after that made the
+    publisher report it unpublished, retry the same version and take the conflict for another learner's."""
+    store.publish("p0", weights(), 1)
+    (store.root.root / "p0" / ".stray.retired").mkdir()  # not a file retention can delete
+    ref = store.publish("p0", weights(2.0), 2)
+    assert store.latest("p0") == ref and ref.version == 2
+    assert "version 2 of 'p0' is published, but retiring the versions beyond keep_last=3 failed" in caplog.text
+    import common.checkpoint_store as module
+
+    syncs = []
+
+    def fsync_dir(directory):
+        syncs.append(directory)
+        if len(syncs) == 2:  # the sync after latest.json's rename
+            raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(module, "fsync_dir", fsync_dir)
+    ref = store.publish("p0", weights(3.0), 3)
+    assert store.latest("p0") == ref and ref.version == 3
+    assert "version 3 of 'p0' is published, but syncing its directory failed" in caplog.text
+
+
 def test_snapshot_is_a_hard_link_that_survives_retention(store):
     ref = store.publish("p0", weights(1.0), 1)
     name = snapshot_path(ref.path, 5000)

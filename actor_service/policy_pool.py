@@ -41,6 +41,7 @@ from common.checkpoint_store import (
 from common.computation.computation_task import ComputationTask
 from common.envs.base import EnvInfo
 from common.envs.policy_view import policy_specs
+from common.paths import UnsafePathError
 from common.policy_config import player_seed
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ class UnloadableOpponentError(Exception):
     """A historical opponent's checkpoint cannot be loaded (corrupt, tampered or lost). A frozen player has no
     other version to fall back to: the job fails and names the player, and the league sets it aside."""
 
-    def __init__(self, player_id: str, cause: CheckpointError) -> None:
+    def __init__(self, player_id: str, cause: CheckpointError | UnsafePathError) -> None:
         super().__init__(f"historical player {player_id}: {cause}")
         self.player_id = player_id
 
@@ -162,7 +163,7 @@ class PolicyPool:
             return False
         try:
             self._load_into(policy, latest)
-        except CorruptCheckpointError as err:
+        except (CorruptCheckpointError, CheckpointNotFoundError) as err:
             self._reject(latest, err)  # keep acting with the version held
             return False
         log.debug("reloaded %s at version %d", policy.player_id, policy.version)  # routine: once per publish
@@ -186,7 +187,7 @@ class PolicyPool:
                 if ref is None and slot.checkpoint_path:
                     ref = self._manifest(slot.checkpoint_path, slot.checkpoint_version, slot.player_id, "player")
                 policy = self._build(slot.player_id, ref)
-            except CheckpointError as err:
+            except (CheckpointError, UnsafePathError) as err:  # a path out of the root (a symlink) is as unloadable
                 if not slot.active:
                     raise UnloadableOpponentError(slot.player_id, err) from err
                 key, policy = self._newest_instead(slot, err)  # cached as what it is
@@ -196,7 +197,7 @@ class PolicyPool:
         self._frozen.move_to_end(key)
         return policy
 
-    def _newest_instead(self, slot: PlayerSlot, err: CheckpointError) -> tuple[tuple[str, int], Policy]:
+    def _newest_instead(self, slot: PlayerSlot, err: CheckpointError | UnsafePathError) -> tuple[tuple[str, int], Policy]:
         """An active opponent's version the job named cannot be loaded: most often its learner pruned it
         (`keep_last`) since the job was matched. Its newest version stands in (its cache key and policy), as the
         launch player moves on to newer versions; the job fails with `err` only when that cannot be loaded."""
@@ -265,13 +266,14 @@ class PolicyPool:
         return policy
 
     def _load_launch(self, policy: Policy, ref: CheckpointRef) -> None:
-        """Load the launch player's ``ref``, or, when it is corrupt or tampered, its newest older version that
-        verifies; raises `CorruptCheckpointError` when none does (the job fails, the actor goes on)."""
+        """Load the launch player's ``ref``, or, when it is corrupt, tampered or its file is lost (a manifest
+        whose weights are gone), its newest older version that verifies; raises `CorruptCheckpointError` when
+        none does (the job fails, the actor goes on)."""
         if (ref.path, ref.version) not in self._rejected:
             try:
                 self._load_into(policy, ref)
                 return
-            except CorruptCheckpointError as err:
+            except (CorruptCheckpointError, CheckpointNotFoundError) as err:
                 self._reject(ref, err)
         for older in reversed(self.store.versions(policy.player_id)):
             if older.version >= ref.version or (older.path, older.version) in self._rejected:
@@ -280,16 +282,16 @@ class PolicyPool:
                 return  # holds it already
             try:
                 self._load_into(policy, older)
-            except CorruptCheckpointError as err:
+            except (CorruptCheckpointError, CheckpointNotFoundError) as err:
                 self._reject(older, err)
                 continue
             log.warning("%s: acting with version %d, the newest before %d that verifies", policy.player_id,
                         policy.version, ref.version)
             return
-        raise CorruptCheckpointError(f"{ref.path} (version {ref.version}) is corrupt or tampered and no older "
+        raise CorruptCheckpointError(f"{ref.path} (version {ref.version}) is corrupt, tampered or lost and no older "
                                      f"version of {policy.player_id} verifies")
 
-    def _reject(self, ref: CheckpointRef, err: CorruptCheckpointError) -> None:
+    def _reject(self, ref: CheckpointRef, err: CheckpointError) -> None:
         self._rejected.add((ref.path, ref.version))
         log.error("%s (version %d) was not loaded and will not be read again: %s", ref.path, ref.version, err)
 

@@ -154,3 +154,32 @@ def test_an_active_opponents_pruned_version_is_replaced_by_its_newest(store):
     np.testing.assert_array_equal(value(opponent), value(pool(store).launch_policy(PlayerSlot("o", "", 0, True))))
     with pytest.raises(UnloadableOpponentError):  # a frozen player has no newer version to stand in
         policies.opponent_policy(PlayerSlot("o_snap", "o/v0000000001.pt", 1, False), launch)
+
+
+def test_a_launch_version_whose_file_is_lost_falls_back_like_a_corrupt_one(store):
+    """A manifest whose weights file is gone (lost on the share, a partial restore): the job failed at its start,
+    or the running job failed at its reload, while an intact older version lay beside it."""
+    store.publish("p", weights(1), 1)
+    store.publish("p", weights(2), 2)
+    (store.root.root / "p" / "v0000000002.pt").unlink()
+    policies = pool(store)
+    launch = policies.launch_policy(PlayerSlot("p", "", 0, True))
+    assert launch.version == 1  # the newest that loads
+    store.publish("p", weights(3), 3)
+    (store.root.root / "p" / "v0000000003.pt").unlink()
+    assert not policies.maybe_reload(launch)  # mid-job: keeps acting with the version held
+    assert launch.version == 1
+
+
+def test_a_historical_opponent_whose_path_leaves_the_root_is_named(store, tmp_path_factory):
+    """A snapshot directory moved elsewhere and symlinked back resolves outside the shared root: refused, and as
+    unloadable as a missing file, so the job names the opponent (the league sets it aside)."""
+    store.publish("h", weights(1), 1)
+    outside = tmp_path_factory.mktemp("elsewhere") / "h"
+    (store.root.root / "h").rename(outside)
+    (store.root.root / "h").symlink_to(outside, target_is_directory=True)
+    policies = pool(store)
+    launch = policies.launch_policy(PlayerSlot("p", "", 0, True))
+    with pytest.raises(UnloadableOpponentError) as err:
+        policies.opponent_policy(PlayerSlot("h_1", "h/v0000000001.pt", 1, False), launch)
+    assert err.value.player_id == "h_1" and "outside the shared root" in str(err.value)

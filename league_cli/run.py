@@ -423,9 +423,8 @@ def _saved_model_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str |
     out, after the coordinator had accepted the config and the directory's config.yaml had been replaced by it,
     so running the directory again failed the same way. Settings that shape no weights (activation, obs_scale,
     value_bound, the algorithm's hyperparameters) may change."""
-    from common.envs.registry import OPENSPIEL_PREFIX
-    from common.policy_config import PolicyConfig
     from league_service.config import load_config
+    from league_service.league_identity import LeagueIdentity
 
     own = run_dir / CONFIG_FILE
     if config is None or not own.is_file() or not (run_dir / STATE_FILE).is_file():
@@ -434,13 +433,12 @@ def _saved_model_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str |
         if Path(config).resolve() == own.resolve():
             return None
         saved = load_config(own)
-        saved_policy, policy = PolicyConfig.from_mapping(saved.policy), PolicyConfig.from_mapping(cfg.policy)
+        change = LeagueIdentity.of(saved).first_change(LeagueIdentity.of(cfg))
     except (ConfigError, OSError, ValueError):
         return None  # not a config to compare with: the coordinator and learners say what is wrong
     resume = (f"resume it with `league run --run-dir {run_dir}` (its own {own}), or start another league in a new "
               "--run-dir")
-    old_env, new_env = (name.removeprefix(OPENSPIEL_PREFIX) for name in (saved.env.name, cfg.env.name))
-    if old_env != new_env:
+    if change is not None and change[0] == "env.name":
         return (f"env.name: the league in {run_dir} was trained on {saved.env.name!r}, the config ({config}) says "
                 f"{cfg.env.name!r}: {resume}")
     old_league, new_league = saved.league, cfg.league
@@ -454,18 +452,11 @@ def _saved_model_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str |
     if dropped:
         return (f"league.reference_bots: {dropped} play in the league in {run_dir} but not in the config "
                 f"({config}); a league member cannot leave (bots may be added): {resume}")
-    shaping = [("policy.algorithm", saved_policy.algorithm, policy.algorithm)]
-    shaping += [(f"policy.model.{name}", getattr(saved_policy.model, name), getattr(policy.model, name))
-                for name in _WEIGHT_SHAPING_MODEL_KEYS]
-    for key, old, new in shaping:
-        if old != new:
-            return (f"{key}: the league in {run_dir} was trained with {old!r}, the config ({config}) says {new!r}, "
-                    f"which its checkpoints do not fit: {resume}")
+    if change is not None:
+        key, old, new = change
+        return (f"{key}: the league in {run_dir} was trained with {old!r}, the config ({config}) says {new!r}, "
+                f"which its checkpoints do not fit: {resume}")
     return None
-
-
-_WEIGHT_SHAPING_MODEL_KEYS = ("hidden", "conv", "conv_padding", "shared_torso", "recurrent", "recurrent_size")
-"""The `policy.model` settings that decide which weights a network has and their shapes."""
 
 
 def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, cfg_dict: dict[str, Any],

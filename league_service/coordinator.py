@@ -51,7 +51,8 @@ from league_service.errors import FailedPreconditionError, InvalidArgumentError
 from league_service.factory import create_league
 from league_service.group_commit import GroupCommitter
 from league_service.job_retries import JobRetryPolicy, PlayerJobFailures
-from league_service.league_errors import NotActivePlayerError
+from league_service.league_errors import LeagueStateError, NotActivePlayerError
+from league_service.league_identity import LeagueIdentity
 from league_service.league_state import LeagueStateChanges
 from league_service.leases import (
     HeartbeatResult,
@@ -954,13 +955,25 @@ class Coordinator:
 
     def _restore_or_initialise(self) -> None:
         digest = config_digest(self._cfg)
+        identity = LeagueIdentity.of(self._cfg)
         stored = self._store.load(recent_ends=self._settings.remember_ends)
         if stored is None or stored.league_state is None:
             self._store.initialise(digest, now=self._clock())
+            self._store.put_identity(identity.to_json())
             with self._store.transaction() as tx:
                 tx.put_league_changes(self._league.take_state_changes())  # the first changes: all of it
                 tx.put_counters(self._counters)
             return
+        saved = self._store.identity()
+        if saved is not None:
+            change = LeagueIdentity.from_json(saved).first_change(identity)
+            if change is not None:
+                key, old, new = change
+                raise LeagueStateError(key, f"the league in this state was made with {old!r}, the config says "
+                                            f"{new!r}: its checkpoints and games are of that (use the config the "
+                                            "league was made with, or a new state)")
+        else:  # a store from before stores kept it: from now on it does
+            self._store.put_identity(identity.to_json())
         if stored.config_digest != digest:
             log.warning("the configuration changed since this league's state was created (%s)", self._store.path)
         now = self._clock()

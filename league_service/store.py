@@ -71,6 +71,8 @@ PRUNE_ENDS_EVERY = 1_000
 
 # meta key of a whole league state document (put_league_state; schema 1 stored the league state so).
 _WHOLE_STATE = "league_state"
+# meta key of what the league's checkpoints and payoff are bound to (league_identity.LeagueIdentity, as JSON).
+_IDENTITY = "league_identity"
 # state_parts: the parts besides the league's collections (key ""), and which parts make up the league state.
 _COUNTERS = "counters"
 _HEADER = "header"
@@ -384,6 +386,10 @@ class LeagueStore:
         self._closed = False
 
     def _open_schema(self, fsync: bool) -> None:
+        tables = {name for (name,) in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if tables and "meta" not in tables:  # every store of ours, however old or half made, begins with meta
+            raise ValueError(f"an SQLite database of something else (tables: {', '.join(sorted(tables)[:8])}); "
+                             "not taken over: give a new --state path")
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
         self._conn.execute("PRAGMA wal_autocheckpoint=0")
@@ -478,6 +484,16 @@ class LeagueStore:
                     "INSERT INTO meta VALUES (?, ?)", [("created_at", repr(created)), ("config_digest", config_digest)]
                 )
             return float(self._meta("created_at"))
+
+    def identity(self) -> str | None:
+        """What the league is bound to (`LeagueIdentity` as JSON), or None: a new store, or one written before
+        stores kept it."""
+        with self._lock:
+            return self._meta(_IDENTITY)
+
+    def put_identity(self, identity: str) -> None:
+        with self._sql_transaction():
+            self._conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (_IDENTITY, identity))
 
     def load(self, recent_ends: int = 100_000) -> StoredState | None:
         """Everything stored (of the ended jobs, the `recent_ends` latest), or None for a fresh store."""

@@ -464,7 +464,7 @@ def test_resuming_with_a_model_the_checkpoints_do_not_fit_is_a_config_error(leag
     run = league_run(seconds=20, config=other)
     assert run.finish(timeout_s=60) == 2, run.output()
     out = " ".join(run.output().split())
-    assert "league run: config error: policy.model.hidden: the league in" in out and "says (48, 48)" in out, out
+    assert "league run: config error: policy.model.hidden: the league in" in out and "says [48, 48]" in out, out
     assert "coordinator listening" not in out
     assert (run_dir / "config.yaml").read_text() == saved
     _assert_nothing_left_running(run)

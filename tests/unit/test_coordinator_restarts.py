@@ -120,3 +120,45 @@ def test_a_job_naming_a_snapshot_not_yet_recorded_is_committed_with_it(tmp_path)
         assert not ack.duplicate and ack.episodes_counted == 1
     finally:
         second.close()
+
+
+def test_a_state_is_not_resumed_with_a_config_of_another_env_or_network(tmp_path):
+    """A coordinator restarted on a connect-four state with a tic-tac-toe config served it with one warning: the
+    connect-four payoff matched tic-tac-toe jobs, and its checkpoints fit no learner's network."""
+    import pytest
+
+    from league_service.league_errors import LeagueStateError
+
+    state = tmp_path / "state.sqlite"
+    _open(tmp_path, state).close()
+    for overrides, key in (({"env": {"name": "tic_tac_toe"}}, "env.name"),
+                           ({"policy": {"model": {"hidden": [32]}}}, "policy.model.hidden")):
+        with pytest.raises(LeagueStateError, match=f"^{key}: the league in this state was made with "):
+            Coordinator(small_league_config(overrides), CoordinatorSettings(shared_root=tmp_path, state_path=state),
+                        expiry_thread=False)
+    # What shapes no weights may change, and an older store (without the record) is taken as it is and gets one.
+    _open(tmp_path, state, {"policy": {"ppo": {"learning_rate": 0.0003}}, "env": {"name": "openspiel:connect_four"}
+                            }).close()
+    conn = sqlite3.connect(state)
+    with conn:
+        conn.execute("DELETE FROM meta WHERE key = 'league_identity'")
+    conn.close()
+    _open(tmp_path, state).close()
+    conn = sqlite3.connect(state)
+    assert conn.execute("SELECT count(*) FROM meta WHERE key = 'league_identity'").fetchone() == (1,)
+    conn.close()
+
+
+def test_an_sqlite_database_of_something_else_is_not_taken_over(tmp_path):
+    import pytest
+
+    state = tmp_path / "notes.sqlite"
+    conn = sqlite3.connect(state)
+    with conn:
+        conn.execute("CREATE TABLE notes (body TEXT)")
+    conn.close()
+    with pytest.raises(ValueError, match=r"an SQLite database of something else \(tables: notes\)"):
+        _open(tmp_path, state)
+    conn = sqlite3.connect(state)
+    assert [name for (name,) in conn.execute("SELECT name FROM sqlite_master")] == ["notes"]  # left as it was
+    conn.close()

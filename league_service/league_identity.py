@@ -1,0 +1,60 @@
+"""What a league's checkpoints and payoff are bound to, so that a state is never resumed with a config of another.
+
+A league's historical players are checkpoints of one network shape trained on one env; its payoff and ratings
+are games of that env. A coordinator started on such a state with a config of another env or network served
+it with one warning line: the connect-four payoff then matched tic-tac-toe jobs, and every learner failed on
+checkpoints its network did not fit. `league run` refused it from the run directory's config.yaml; the state
+database keeps this identity itself, so `league coordinator --state` refuses it too.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from common.envs.registry import OPENSPIEL_PREFIX
+from common.policy_config import PolicyConfig
+from league_service.config import Config
+
+WEIGHT_SHAPING_MODEL_KEYS = ("hidden", "conv", "conv_padding", "shared_torso", "recurrent", "recurrent_size")
+"""The `policy.model` settings that decide which weights a network has and their shapes (activation, obs_scale,
+value_bound and the algorithm's hyperparameters may change between runs of one league)."""
+
+
+@dataclass(frozen=True)
+class LeagueIdentity:
+    env: str
+    """The env's name, without OpenSpiel's optional prefix (`openspiel:connect_four` is `connect_four`)."""
+    algorithm: str
+    model: dict[str, Any]
+    """The weight-shaping model settings, as JSON values (lists, not tuples)."""
+
+    @classmethod
+    def of(cls, cfg: Config) -> LeagueIdentity:
+        """Raises ValueError for a policy section that does not parse."""
+        policy = PolicyConfig.from_mapping(cfg.policy)
+        model = {name: getattr(policy.model, name) for name in WEIGHT_SHAPING_MODEL_KEYS}
+        return cls(cfg.env.name.removeprefix(OPENSPIEL_PREFIX), policy.algorithm, json.loads(json.dumps(model)))
+
+    def to_json(self) -> str:
+        return json.dumps({"env": self.env, "algorithm": self.algorithm, "model": self.model}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> LeagueIdentity:
+        """Raises ValueError for a document that is not one."""
+        data = json.loads(text)
+        if not (isinstance(data, dict) and isinstance(data.get("env"), str) and isinstance(data.get("algorithm"), str)
+                and isinstance(data.get("model"), dict)):
+            raise ValueError(f"not a league identity: {text[:200]!r}")
+        return cls(data["env"], data["algorithm"], data["model"])
+
+    def first_change(self, other: LeagueIdentity) -> tuple[str, Any, Any] | None:
+        """(config key, this league's value, `other`'s) of the first setting in which `other` differs, or None."""
+        pairs = [("env.name", self.env, other.env), ("policy.algorithm", self.algorithm, other.algorithm)]
+        pairs += [(f"policy.model.{name}", self.model.get(name), other.model.get(name))
+                  for name in WEIGHT_SHAPING_MODEL_KEYS]
+        for key, mine, theirs in pairs:
+            if mine != theirs:
+                return key, mine, theirs
+        return None

@@ -3,9 +3,10 @@
 - A checkpoint published by the checkpoint store (it has a `<path>.json` manifest) is frozen by
   `CheckpointStore.snapshot`: a hard link (a copy where linking fails) with a manifest of its own, verified
   against the source's hash. The store (and torch with it) is imported only then.
-- Any other file or directory is hard-linked (copied where linking fails) under a temporary name and renamed
-  into place, so a reader never sees half a checkpoint. Symlinks in a directory are frozen as the files they
-  name, which must lie inside the shared root.
+- Any other file or directory is copied under a temporary name and renamed into place, so a reader never sees
+  half a checkpoint. Not hard-linked: a writer of its own format may rewrite its file in place (`torch.save` to
+  one fixed path opens the same inode), and every snapshot linked to it changed with it. Symlinks in a
+  directory are frozen as the files they name, which must lie inside the shared root.
 
 Both paths go through the shared-root guard. Freezing again onto an existing snapshot of the same bytes is a
 no-op, so a restart that repeats a snapshot whose league state was not yet saved does not fail.
@@ -13,7 +14,6 @@ no-op, so a restart that repeats a snapshot whose league state was not yet saved
 
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 import tempfile
@@ -22,16 +22,6 @@ from pathlib import Path
 from common.paths import SharedRoot, UnsafePathError
 
 MANIFEST_SUFFIX = ".json"  # the checkpoint store's manifest beside each published file
-
-
-def link_or_copy(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
-    """Hard-link `src` to `dst`, or copy with metadata when linking is not possible."""
-    try:
-        os.link(src, dst)
-    except OSError as err:
-        if err.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EACCES):
-            raise
-        shutil.copy2(src, dst)
 
 
 class SnapshotCopier:
@@ -48,7 +38,7 @@ class SnapshotCopier:
         if source.with_name(source.name + MANIFEST_SUFFIX).is_file():
             self._snapshot_published(src, dst)
         else:
-            self._link_tree(source, target, self._root.root)
+            self._copy_tree(source, target, self._root.root)
 
     def _snapshot_published(self, src: str, dst: str) -> None:
         from common.checkpoint_store import CheckpointNotFoundError, CheckpointStore
@@ -63,26 +53,26 @@ class SnapshotCopier:
             raise FileExistsError(f"snapshot {dst!r} exists and holds other weights than {src!r}")
 
     @staticmethod
-    def _link_tree(source: Path, target: Path, root: Path) -> None:
+    def _copy_tree(source: Path, target: Path, root: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
 
-        def link_target(src: str, dst: str) -> None:
-            # Linux's link() links a symlink itself, not its target: the snapshot would follow whatever the
-            # link comes to name, outside the root too. Link (or copy) the file it names, inside the root only.
+        def copy_target(src: str, dst: str) -> None:
+            # A symlink is frozen as the file it names, inside the root only: copied as a link, the snapshot
+            # would follow whatever the link comes to name, outside the root too.
             real = Path(src).resolve(strict=True)
             if not real.is_relative_to(root):
                 raise UnsafePathError(f"{src} links to {real}, outside the shared root")
-            link_or_copy(real, dst)
+            shutil.copy2(real, dst)
 
         try:
             staged = tmp / target.name
             if source.is_dir():
-                shutil.copytree(source, staged, copy_function=link_target, symlinks=False)
+                shutil.copytree(source, staged, copy_function=copy_target, symlinks=False)
                 if target.is_dir():
                     shutil.rmtree(target)
             else:
-                link_or_copy(source, staged)
+                shutil.copy2(source, staged)
             os.replace(staged, target)
         finally:
             shutil.rmtree(tmp)

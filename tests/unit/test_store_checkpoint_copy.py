@@ -1,4 +1,3 @@
-import os
 
 import numpy as np
 import pytest
@@ -12,14 +11,18 @@ def copier(tmp_path):
     return SnapshotCopier(SharedRoot(tmp_path))
 
 
-def test_a_plain_file_is_hard_linked_and_refreezing_is_fine(tmp_path, copier):
+def test_a_plain_file_is_copied_and_refreezing_is_fine(tmp_path, copier):
+    """Not hard-linked: a writer that saves to one fixed path (torch.save opens the same inode) rewrote every
+    snapshot linked to it."""
     (tmp_path / "p").mkdir()
-    (tmp_path / "p" / "ckpt.pt").write_bytes(b"weights")
+    (tmp_path / "p" / "ckpt.pt").write_bytes(b"weights at step 100")
     copier("p/ckpt.pt", "p/ckpt_100.pt")
     copier("p/ckpt.pt", "p/ckpt_100.pt")
     frozen = tmp_path / "p" / "ckpt_100.pt"
-    assert frozen.read_bytes() == b"weights"
-    assert os.stat(frozen).st_ino == os.stat(tmp_path / "p" / "ckpt.pt").st_ino
+    assert frozen.read_bytes() == b"weights at step 100"
+    with open(tmp_path / "p" / "ckpt.pt", "wb") as rewritten:  # in place, as torch.save(m, "ckpt.pt") does
+        rewritten.write(b"weights at step 5000")
+    assert frozen.read_bytes() == b"weights at step 100"
     assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["ckpt.pt", "ckpt_100.pt"]
 
 

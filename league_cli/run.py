@@ -425,6 +425,7 @@ def _saved_model_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str |
     value_bound, the algorithm's hyperparameters) may change."""
     from league_service.config import load_config
     from league_service.league_identity import LeagueIdentity
+    from league_service.store import stored_league_trained
 
     own = run_dir / CONFIG_FILE
     if config is None or not own.is_file() or not (run_dir / STATE_FILE).is_file():
@@ -436,6 +437,8 @@ def _saved_model_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str |
         change = LeagueIdentity.of(saved).first_change(LeagueIdentity.of(cfg))
     except (ConfigError, OSError, ValueError):
         return None  # not a config to compare with: the coordinator and learners say what is wrong
+    if change is not None and not stored_league_trained(run_dir / STATE_FILE):
+        change = None  # no game, no checkpoint (its env did not build, say): nothing is bound to the old one
     resume = (f"resume it with `league run --run-dir {run_dir}` (its own {own}), or start another league in a new "
               "--run-dir")
     if change is not None and change[0] == "env.name":

@@ -66,7 +66,7 @@ from league_service.leases import (
 )
 from league_service.messages import JobResult, JobSpec, UpdateOutcome
 from league_service.metrics import LeagueFigures
-from league_service.store import Counters, LeagueStore
+from league_service.store import Counters, LeagueStore, has_trained
 
 log = logging.getLogger(__name__)
 
@@ -965,14 +965,16 @@ class Coordinator:
                 tx.put_counters(self._counters)
             return
         saved = self._store.identity()
-        if saved is not None:
-            change = LeagueIdentity.from_json(saved).first_change(identity)
-            if change is not None:
-                key, old, new = change
-                raise LeagueStateError(key, f"the league in this state was made with {old!r}, the config says "
-                                            f"{new!r}: its checkpoints and games are of that (use the config the "
-                                            "league was made with, or a new state)")
-        else:  # a store from before stores kept it: from now on it does
+        change = LeagueIdentity.from_json(saved).first_change(identity) if saved is not None else None
+        if change is not None and has_trained(stored.league_state, stored.counters):
+            key, old, new = change
+            raise LeagueStateError(key, f"the league in this state was made with {old!r}, the config says "
+                                        f"{new!r}: its checkpoints and games are of that (use the config the "
+                                        "league was made with, or a new state)")
+        if change is not None:
+            log.warning("%s: the league in this state was made with %r, the config says %r; it has played no game "
+                        "and has no checkpoint, so it goes on with the config's", change[0], change[1], change[2])
+        if saved is None or change is not None:  # (a store from before stores kept it: from now on it does)
             self._store.put_identity(identity.to_json())
         if stored.config_digest != digest:
             log.warning("the configuration changed since this league's state was created (%s)", self._store.path)

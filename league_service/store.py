@@ -320,6 +320,31 @@ def stored_league_type(path: str | Path) -> str | None:
     return league_type if isinstance(league_type, str) else None
 
 
+def stored_league_trained(path: str | Path) -> bool:
+    """Whether the league a store file holds has played a game or has a checkpoint (`has_trained`), read without
+    opening the store (as `stored_league_type`). True when that cannot be told: the caller then keeps to what a
+    trained league may do."""
+    try:
+        conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            with conn:  # one read transaction: a consistent view of a running coordinator's file
+                conn.execute("BEGIN")
+                return has_trained(read_league_state(conn), read_counters(conn))
+        finally:
+            conn.close()
+    except (sqlite3.Error, OSError, ValueError):
+        return True
+
+
+def has_trained(league_state: dict[str, Any] | None, counters: Counters | None) -> bool:
+    """Whether a league played a game or any of its players has a checkpoint. One that has not (a first run whose
+    env did not build) is bound to no env or network yet: a config of another may still take it over."""
+    if counters is not None and (counters.episodes or counters.env_steps):
+        return True
+    players = (league_state or {}).get(PLAYERS) or []
+    return any(isinstance(p, dict) and p.get("checkpoint_path") for p in players)
+
+
 def read_counters(conn: sqlite3.Connection) -> Counters | None:
     """The counters a store file holds (None: none yet), read with `conn` (as `read_league_state`)."""
     row = conn.execute("SELECT value FROM state_parts WHERE part = ? AND key = ''", (_COUNTERS,)).fetchone()

@@ -130,7 +130,18 @@ def test_a_state_is_not_resumed_with_a_config_of_another_env_or_network(tmp_path
     from league_service.league_errors import LeagueStateError
 
     state = tmp_path / "state.sqlite"
-    _open(tmp_path, state).close()
+    # A league that played no game and has no checkpoint (its env did not build) is bound to nothing yet: a first
+    # run with a typo in env.name could not be fixed in its run directory.
+    _open(tmp_path, state, {"env": {"name": "tic_tac_tow"}}).close()
+    first = _open(tmp_path, state)  # the typo fixed
+    try:
+        first.register_worker("a", WorkerRole.ACTOR, "host", "")
+        grant = first.get_job("a", WorkerRole.ACTOR, "", wait_s=0.0)
+        home, away = (p.player_id for p in grant.players)
+        episode = EpisodeOutcome((PlayerOutcome(home, Outcome.WIN), PlayerOutcome(away, Outcome.LOSS)), 5)
+        first.finish_job(FinishReport("a", grant.job_id, JobEndStatus.COMPLETED, (episode,), 5, 0, ""))
+    finally:
+        first.close()
     for overrides, key in (({"env": {"name": "tic_tac_toe"}}, "env.name"),
                            ({"policy": {"model": {"hidden": [32]}}}, "policy.model.hidden")):
         with pytest.raises(LeagueStateError, match=f"^{key}: the league in this state was made with "):

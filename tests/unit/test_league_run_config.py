@@ -315,6 +315,14 @@ def test_a_resume_may_change_what_shapes_no_weights_but_not_the_env_or_the_netwo
     refused = mismatch(lambda d: d["league"].update(reference_bots=["random"]))
     assert refused is not None and refused.startswith("league.reference_bots: ['mcts:10', 'mcts:25'] play in")
     assert mismatch(lambda d: d["league"].update(reference_bots=["random", "mcts:10", "mcts:25", "mcts:50"])) is None
+    # A league that played no game and has no checkpoint (a first run whose env.name had a typo) is bound to no
+    # env or network yet: the fixed config is taken, where the advice was to resume what cannot run.
+    from league_service.coordinator import Coordinator, CoordinatorSettings
+
+    (run_dir / "league_state.sqlite").unlink()
+    Coordinator(load_config(run_dir / "config.yaml"), CoordinatorSettings(
+        shared_root=tmp_path, state_path=run_dir / "league_state.sqlite"), expiry_thread=False).close()
+    assert mismatch(lambda d: d["env"].update(name="openspiel:tic_tac_toe")) is None
 
 
 def test_a_config_error_naming_brackets_is_printed_as_it_is(tmp_path, capsys):

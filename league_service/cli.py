@@ -21,7 +21,7 @@ import sqlite3
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -293,11 +293,31 @@ def status_main(args: argparse.Namespace) -> int:
         return SETUP_ERROR_EXIT
     console = status_console()
     console.on_broken_pipe = _raise_broken_pipe  # rich's own exits 1; a closed pipe ends the command below
-    channel = make_channel(address, token=token, tls_ca=args.tls_ca, max_message_bytes=STATUS_MAX_BYTES)
-    stub = league_pb2_grpc.LeagueServiceStub(channel)
+    connection: dict[str, Any] = {}
+
+    def connect(to: str) -> None:
+        if connection:
+            connection["channel"].close()
+        channel = make_channel(to, token=token, tls_ca=args.tls_ca, max_message_bytes=STATUS_MAX_BYTES)
+        connection.update(address=to, channel=channel, stub=league_pb2_grpc.LeagueServiceStub(channel))
 
     def fetch() -> league_pb2.LeagueStatus:
-        return stub.GetStatus(league_pb2.GetStatusRequest(), timeout=args.timeout)
+        try:
+            return connection["stub"].GetStatus(league_pb2.GetStatusRequest(), timeout=args.timeout)
+        except grpc.RpcError as err:
+            # `league run` run again in the directory serves on another port: a watch kept calling the old one.
+            if args.run_dir is None or err.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+            try:
+                moved = _status_address(args)
+            except ValueError:
+                raise err from None
+            if moved == connection["address"]:
+                raise
+            connect(moved)
+            return connection["stub"].GetStatus(league_pb2.GetStatusRequest(), timeout=args.timeout)
+
+    connect(address)
 
     try:
         if args.watch is None:
@@ -308,7 +328,8 @@ def status_main(args: argparse.Namespace) -> int:
                 if args.run_dir is not None and err.code() == grpc.StatusCode.UNAVAILABLE:
                     hint = (f" (is a `league run` going on there? {args.run_dir / RUN_PORT_FILE} may be left from "
                             "one that was killed)")
-                print(f"league status: {address}: {err.code().name}: {err.details()}{hint}", file=sys.stderr)
+                print(f"league status: {connection['address']}: {err.code().name}: {err.details()}{hint}",
+                      file=sys.stderr)
                 return 1
             if args.json:
                 print(status_to_json(status))
@@ -320,7 +341,7 @@ def status_main(args: argparse.Namespace) -> int:
             try:
                 status = fetch()
             except grpc.RpcError as err:  # (as text: the details may hold [brackets] rich would read as markup)
-                return Text(f"{address}: {err.code().name}: {err.details()} (retrying)")
+                return Text(f"{connection['address']}: {err.code().name}: {err.details()} (retrying)")
             return render_status(status)
 
         # Ctrl-C (or SIGTERM) sets `stop` instead of raising KeyboardInterrupt wherever the main thread is:
@@ -333,8 +354,8 @@ def status_main(args: argparse.Namespace) -> int:
                     try:
                         print(status_to_json(fetch(), compact=True), flush=True)
                     except grpc.RpcError as err:
-                        print(f"league status: {address}: {err.code().name}: {err.details()} (retrying)",
-                              file=sys.stderr, flush=True)
+                        print(f"league status: {connection['address']}: {err.code().name}: {err.details()} "
+                              "(retrying)", file=sys.stderr, flush=True)
                     stop.wait(args.watch)
                 return 0
             if not console.is_terminal:  # a pipe or a file: one frame after another
@@ -355,7 +376,7 @@ def status_main(args: argparse.Namespace) -> int:
         _stdout_to_devnull()
         return 0
     finally:
-        channel.close()
+        connection["channel"].close()
 
 
 def _raise_broken_pipe() -> None:

@@ -349,6 +349,36 @@ def test_league_status_watch_refreshes_until_interrupted(league):
         proc.wait(30)
 
 
+def test_league_status_watch_of_a_run_dir_follows_the_coordinator_to_its_new_port(league, tmp_path):
+    """`league run` run again in a directory serves on another port: a watch started before kept calling the old
+    one for ever."""
+    from common.ports import restartable_port
+    from league_service.cli import RUN_PORT_FILE
+
+    server, _, _ = league
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / RUN_PORT_FILE).write_text(f"{restartable_port()}\n")  # the run before: nothing listens there
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "league_service.cli", "status", "--run-dir", str(run_dir), "--watch", "0.2", "--json",
+         "--timeout", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    errors: queue.Queue[str] = queue.Queue()
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [errors.put(line) for line in proc.stderr], daemon=True).start()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    try:
+        assert "UNAVAILABLE" in errors.get(timeout=30) and "(retrying)" in errors.get(timeout=30)
+        (run_dir / RUN_PORT_FILE).write_text(f"{server.address.rsplit(':', 1)[1]}\n")  # the league run again
+        assert json.loads(lines.get(timeout=30))["players"]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+        proc.wait(30)
+
+
 @pytest.mark.parametrize("flags", [["--json"], [], ["--watch", "0.2", "--json"], ["--watch", "0.2"]])
 def test_league_status_into_a_closed_pipe_ends_quietly(league, flags):
     """`league status --json | head -1` died with a BrokenPipeError traceback (exit 1, or 120 from the final

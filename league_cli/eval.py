@@ -208,8 +208,9 @@ def _progression_main(args: argparse.Namespace) -> int:
         return _refuse(bad)
     shared_root = args.shared_root or args.run_dir / "shared"  # not $LEAGUE_SHARED_ROOT: the run's own root
     try:
-        config = args.config or args.run_dir / "config.yaml"
-        policy, env_name, env_kwargs = _league_policy_and_env(config if config.exists() else None)
+        own = args.run_dir / "config.yaml"  # a --config given must be read (a typo ran the embedded league)
+        config = args.config if args.config is not None else own if own.exists() else None
+        policy, env_name, env_kwargs = _league_policy_and_env(config)
         status = last_status(args.run_dir / "status_history.jsonl")
         player_id = choose_player(status, args.player)
         line = lineage(status, player_id, args.points or DEFAULT_POINTS)
@@ -217,8 +218,12 @@ def _progression_main(args: argparse.Namespace) -> int:
         latest = store.latest(player_id)
         if latest is not None:
             steps = latest.metadata.get("agent_steps")
-            line = with_latest_published(line, latest.version, latest.path,
-                                         int(steps) if isinstance(steps, int) else None)
+            steps = int(steps) if isinstance(steps, int) else None
+            line = (with_latest_published(line, latest.version, latest.path, steps) if line
+                    else [LineagePoint(player_id, steps or 0, latest.path, latest.version, True)])
+        if not line:
+            raise ValueError(f"player {player_id!r} has no published checkpoint in the run's status, nor in shared "
+                             f"root {shared_root}")
         env = make_env(env_name, **env_kwargs)
         try:
             info = env.info()

@@ -72,7 +72,8 @@ def choose_player(status: dict[str, Any], player_id: str | None) -> str:
 
 
 def lineage(status: dict[str, Any], player_id: str, points: int) -> list[LineagePoint]:
-    """Snapshots of `player_id` by agent steps, thinned to `points` evenly spaced ones ending at its latest.
+    """Snapshots of `player_id` by agent steps, thinned to `points` evenly spaced ones ending at its latest
+    ([] when the status names none: a run stopped before its first checkpoint was in a status record).
     Snapshots the league set aside (their checkpoints cannot be loaded) are left out."""
     if points < 1:
         raise ValueError(f"--points must be >= 1, got {points}")
@@ -82,8 +83,6 @@ def lineage(status: dict[str, Any], player_id: str, points: int) -> list[Lineage
         if mine and p.get("checkpoint_path") and not p.get("set_aside"):
             found.append(LineagePoint(p["player_id"], int(p.get("agent_steps", 0)), p["checkpoint_path"],
                                       int(p.get("checkpoint_version", 0)), bool(p.get("active"))))
-    if not found:
-        raise ValueError(f"player {player_id!r} has no published checkpoint in the run's status")
     # The active player's latest checkpoint comes after every snapshot taken from it, unless a snapshot
     # froze that very version (then the snapshot stands for it).
     snapshot_versions = {pt.checkpoint_version for pt in found if not pt.active}

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import pty
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -246,6 +247,25 @@ def test_run_dir_reads_the_runs_shared_root_not_the_environments(tmp_path, capsy
     assert eval_cli.main(parse("--checkpoint", "main", "--config", str(run / "config.yaml"))) == 2
     err = capsys.readouterr().err
     assert "a folder with no published checkpoint in it" in err and f"(shared root {other.resolve()})" in err, err
+
+
+def test_run_dir_with_a_missing_config_or_a_status_from_before_the_first_checkpoint(tmp_path, capsys):
+    """A mistyped --config ran the embedded league (no word, exit 0); a run stopped before its first checkpoint
+    was in a status record was refused although its shared root held one."""
+    run = _run_dir(tmp_path)
+    argv = ("--run-dir", str(run), "--opponent", "random", "--games", "2", "--json")
+    assert eval_cli.main(parse(*argv, "--config", str(tmp_path / "my_leage.yaml"))) == 2
+    assert "my_leage.yaml: cannot read the config file" in capsys.readouterr().err
+    player = {"player_id": "main", "player_type": "main_player", "active": True, "agent_steps": 0,
+              "checkpoint_path": "", "checkpoint_version": 0}
+    (run / "status_history.jsonl").write_text(json.dumps({"elapsed_s": 1.0, "players": [player]}) + "\n")
+    assert eval_cli.main(parse(*argv)) == 0, capsys.readouterr().err
+    report = json.loads(capsys.readouterr().out)
+    assert [p["version"] for p in report["points"]] == [1]  # the store's newest
+    shutil.rmtree(run / "shared" / "main")
+    assert eval_cli.main(parse(*argv)) == 2
+    assert "player 'main' has no published checkpoint in the run's status, nor in shared root" in \
+        capsys.readouterr().err
 
 
 def run_with_stderr_on_a_terminal(argv: list[str]) -> tuple[int, str, str]:

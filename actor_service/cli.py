@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"coordinator HOST:PORT (default: ${COORDINATOR_ENV_VAR})")
     parser.add_argument("--shared-root", type=cli_args.path, default=env_path(SHARED_ROOT_ENV_VAR),
                         help=f"directory of checkpoints shared with the learners (default: ${SHARED_ROOT_ENV_VAR})")
-    parser.add_argument("--env-num", type=cli_args.positive_int, default=None, help="environments per job (overrides the job's env_num)")
+    parser.add_argument("--env-num", type=cli_args.env_num, default=None, help="environments per job (overrides the job's env_num)")
     parser.add_argument("--manager", choices=("subprocess", "base"), default="subprocess",
                         help="run envs in worker processes (subprocess) or in the actor process (base)")
     parser.add_argument("--env-cpus", type=cli_args.positive_int, default=None, metavar="N",

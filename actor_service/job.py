@@ -16,7 +16,7 @@ from google.protobuf import struct_pb2
 from common.adder_config import AdderConfig
 from common.computation.algorithm import ForwardKwargs
 from common.envs.bot_spec import BotSpec
-from common.job_limits import MAX_EPISODES_PER_JOB
+from common.job_limits import MAX_ENV_NUM, MAX_EPISODES_PER_JOB
 from common.proto.league.v1 import league_pb2
 from common.struct_data import struct_to_dict
 from common.typed_config import from_mapping
@@ -95,8 +95,8 @@ class JobPlan:
         if not job.env_name:
             raise JobError("env_name", "is empty")
         env_num = env_num_override if env_num_override is not None else job.env_num
-        if env_num < 1:
-            raise JobError("env_num", f"must be >= 1, got {env_num}")
+        if not 1 <= env_num <= MAX_ENV_NUM:
+            raise JobError("env_num", f"must be within [1, {MAX_ENV_NUM}], got {env_num}")
         if job.episode_num < 0 or job.env_steps < 0:
             raise JobError("episode_num", f"episode_num {job.episode_num} and env_steps {job.env_steps} must be >= 0")
         if job.episode_num == 0 and job.env_steps == 0:

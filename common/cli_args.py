@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 from common.config import MAX_DURATION_S
+from common.job_limits import MAX_ENV_NUM
 from common.ports import check_host_port, check_target
 from common.rpc import COORDINATOR_ENV_VAR
 
@@ -76,6 +77,14 @@ def positive_int(text: str) -> int:
     value = _int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def env_num(text: str) -> int:
+    """Environments per job, 1 to MAX_ENV_NUM."""
+    value = _int(text)
+    if not 1 <= value <= MAX_ENV_NUM:
+        raise argparse.ArgumentTypeError(f"must be within [1, {MAX_ENV_NUM}], got {value}")
     return value
 
 

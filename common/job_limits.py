@@ -7,6 +7,11 @@ MAX_ID_CHARS = 256
 """The longest worker, job or player id a service accepts. The coordinator issues none longer; a learner keeps the
 (worker id, job id) of the streams it has seen (to drop resent chunks), and kept ids of megabytes before."""
 
+MAX_ENV_NUM = 4096
+"""The most environments one actor runs for a job (`env.env_num`, `run.env_num_per_actor`, `league actor
+--env-num`; the wire field is an int32): each is a live env (a process of its own with the subprocess manager)
+and a row of every policy forward and trajectory chunk."""
+
 MAX_EPISODES_PER_JOB = 5_000
 """The most episodes one job reports. Every episode travels in the job's FinishJob (~80 bytes for two players
 with the default ids, ~420 with the longest ids allowed), which must fit gRPC's 4 MiB message limit: a job of

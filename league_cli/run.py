@@ -24,6 +24,7 @@ from common import cli_args
 from common.config import MAX_DURATION_S, ConfigError, from_dict
 from common.exclusive_lock import ExclusiveLock, LockedError
 from common.exit_codes import ADDRESS_IN_USE_EXIT, INTERRUPTED_EXIT, SETUP_ERROR_EXIT
+from common.job_limits import MAX_ENV_NUM
 from common.ports import restartable_port
 from common.signal_flag import SignalFlag
 from league_cli.history import HistoryLog
@@ -88,8 +89,9 @@ class RunConfig:
         # Paths relative to the section: from_dict(RunConfig, ..., "run") puts "run." in front.
         if not 1 <= self.actors <= MAX_RUN_ACTORS:
             raise ConfigError("actors", f"must be within [1, {MAX_RUN_ACTORS}], got {self.actors}")
-        if self.env_num_per_actor < 0:
-            raise ConfigError("env_num_per_actor", f"must be >= 0 (0: env.env_num), got {self.env_num_per_actor}")
+        if not 0 <= self.env_num_per_actor <= MAX_ENV_NUM:
+            raise ConfigError("env_num_per_actor",
+                              f"must be within [0, {MAX_ENV_NUM}] (0: env.env_num), got {self.env_num_per_actor}")
         if self.manager not in ("subprocess", "base"):
             raise ConfigError("manager", f"must be 'subprocess' or 'base', got {self.manager!r}")
         if not 0 < self.seconds <= MAX_DURATION_S:
@@ -348,6 +350,15 @@ def run_main(args: argparse.Namespace) -> int:
         except ConfigError as err:
             console.print(f"league run: config error: {err}", style="red", markup=False)
             return 2
+    from common.rpc import load_token
+
+    try:
+        # The processes inherit the environment: with $LEAGUE_TOKEN set the coordinator checks it, so this
+        # process's own status calls carry it too. A malformed one was a traceback once the directory existed.
+        token = load_token(None)
+    except ValueError as err:
+        console.print(f"league run: {err}", style="red", markup=False)
+        return 2
     try:
         (run_dir / "shared").mkdir(parents=True, exist_ok=True)
         # One run per directory: a second would overwrite this one's config, checkpoints and history.
@@ -380,7 +391,7 @@ def run_main(args: argparse.Namespace) -> int:
         if mismatch is not None:
             console.print(f"league run: config error: {mismatch}", style="red", markup=False)
             return 2
-        return _run(args, console, *loaded, run_dir, run_lock)
+        return _run(args, console, *loaded, run_dir, run_lock, token)
 
 
 def _uses_pending_config(args: argparse.Namespace, run_dir: Path) -> bool:
@@ -463,15 +474,13 @@ def _saved_model_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str |
 
 
 def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, cfg_dict: dict[str, Any],
-         run_dir: Path, run_lock: ExclusiveLock) -> int:
+         run_dir: Path, run_lock: ExclusiveLock, token: str | None) -> int:
+    """`token`: $LEAGUE_TOKEN, which the coordinator checks (it inherits the environment): without it on this
+    process's own status calls every poll was refused and the run went blind (no progress, no history, no
+    env-step budget)."""
     from common.proto.league.v1 import league_pb2_grpc
-    from common.rpc import load_token, make_channel
+    from common.rpc import make_channel
     from league_service.status import STATUS_MAX_BYTES
-
-    # The processes inherit the environment: with $LEAGUE_TOKEN set the coordinator checks it, so this
-    # process's own status calls carry it too (without it every poll was refused and the run went blind: no
-    # progress, no history, no env-step budget).
-    token = load_token(None)
 
     # The run directory's config.yaml is replaced only once the coordinator has accepted this config: one it
     # refuses (another league type than the saved state's) must not make the directory describe another league.

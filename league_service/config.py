@@ -28,7 +28,7 @@ from common.config import (
 )
 from common.envs.bot_spec import BotSpec
 from common.envs.registry import OPENSPIEL_ALIASES, OPENSPIEL_PREFIX, PYTHON_PREFIX
-from common.job_limits import MAX_EPISODES_PER_JOB
+from common.job_limits import MAX_ENV_NUM, MAX_EPISODES_PER_JOB
 from common.paths import MAX_COMPONENT_CHARS, UnsafePathError, check_component, check_relative
 from common.ports import split_host_port
 
@@ -63,8 +63,6 @@ MAX_ACTIVE_PER_TYPE = 256
 at start (AlphaStar had a dozen in all)."""
 MAX_ACTIVE_PLAYERS = 1024
 """The most active players in all (every type, every category)."""
-MAX_ENV_NUM = 4096
-"""The most environments per collect job (`env.env_num`): one actor runs them all (the wire field is an int32)."""
 MAX_INT64 = 2**63 - 1
 """JobSpec's episode_num and env_steps are int64 on the wire."""
 _LONGEST_STEP_SUFFIX = f"_{MAX_INT64}"

@@ -41,7 +41,8 @@ def test_ctrl_c_while_a_command_starts_up_exits_130_without_a_traceback(tmp_path
 
 
 @pytest.mark.parametrize("command, flag, value", [
-    ("actor", "--env-cpus", "0"), ("actor", "--env-num", "0"), ("actor", "--max-jobs", "-3"),
+    ("actor", "--env-cpus", "0"), ("actor", "--env-num", "0"), ("actor", "--env-num", "100000"),
+    ("actor", "--max-jobs", "-3"),
     ("actor", "--env-max-retry", "-1"),
     ("learner", "--stop-timeout", "0"), ("learner", "--stop-timeout", "inf"), ("learner", "--publish-timeout", "-1"),
     ("learner", "--stream-idle-timeout", "0"),

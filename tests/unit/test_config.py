@@ -364,3 +364,17 @@ def test_an_actor_section_with_settings_is_refused_naming_the_key():
     assert config_from_dict({"actor": {}}).actor == {}
     with pytest.raises(ConfigError, match=r"actor\.env_num: actors read no settings from the league config"):
         config_from_dict({"actor": {"env_num": 4}})
+
+
+def test_league_run_reports_a_malformed_token_in_one_line_before_making_the_run_dir(tmp_path, capsys, monkeypatch):
+    """`export LEAGUE_TOKEN=$(cat file)` of a two-line file: a traceback (exit 1) once the run directory existed."""
+    import argparse
+
+    from league_cli.run import add_arguments, run_main
+
+    monkeypatch.setenv("LEAGUE_TOKEN", "tôken")
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert run_main(parser.parse_args(["--run-dir", str(tmp_path / "run"), "--seconds", "5"])) == 2
+    assert "$LEAGUE_TOKEN: the token must be one line of printable ASCII" in capsys.readouterr().out
+    assert not (tmp_path / "run").exists()

@@ -378,6 +378,7 @@ def test_good_status_flags_parse():
         ({"status_interval_s": 1e10}, "run.status_interval_s: must be > 0 and at most 1e+07"),
         ({"stop_grace_s": -1}, "run.stop_grace_s: must be >= 0 and at most 1e+07"),
         ({"stop_grace_s": 1e10}, "run.stop_grace_s: must be >= 0 and at most 1e+07"),
+        ({"env_num_per_actor": MAX_ENV_NUM + 1}, f"run.env_num_per_actor: must be within [0, {MAX_ENV_NUM}]"),
     ],
 )
 def test_run_intervals_are_checked(section, message):

@@ -330,3 +330,26 @@ def test_a_worker_whose_parent_died_before_it_started_exits_at_once():
         process.join()
         reader.close()
         writer.close()
+
+
+def test_a_worker_that_died_between_jobs_is_replaced_by_the_reset_and_charged_to_no_env(launched):
+    """Killed while idle (the OOM killer between two jobs), a worker was found only by the next reset's command
+    and charged to the new job's fresh budget: with max_retry 0 the job failed before its first step."""
+    manager = launched([partial(PlainEnv) for _ in range(3)], max_retry=0, num_workers=2)
+    _step(manager)
+    dead = manager.worker_pids[0]
+    os.kill(dead, signal.SIGKILL)
+    # Dead to waitpid (a killed leader is a zombie while its other threads still exit: not yet dead to it).
+    wait_until("the worker's death", lambda: not manager._workers[0].process.is_alive(), 10)
+    manager.reset()  # the next job
+    assert manager.failure_counts == {0: 0, 1: 0, 2: 0}
+    assert dead not in manager.worker_pids
+    stepped: set[int] = set()
+    for _ in range(50):
+        steps = _step(manager)
+        assert all(ts.info.failure is None for ts in steps.values()), steps
+        stepped |= set(steps)
+        if stepped == {0, 1, 2}:
+            break
+    assert stepped == {0, 1, 2} and manager.failure_counts == {0: 0, 1: 0, 2: 0}
+

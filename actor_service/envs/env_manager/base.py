@@ -119,6 +119,9 @@ class BaseEnvManager:
         self._results: dict[int, TimeStep] = {}  # timesteps not yet returned by `step`
         self._episode_count = [0] * n
         self._failures = [0] * n
+        self._uncounted: frozenset[int] = frozenset()
+        """Envs whose failures are not counted now: found while a reset of theirs settles what the last job
+        left (a worker dead between jobs, a step still in flight); the reset starts a fresh budget."""
         self._reset_params: list[dict[str, Any]] = [{} for _ in range(n)]
         self._seeds: list[int | None] = [None] * n
         self._seeds_pending: set[int] = set()  # envs whose seed from `seed()` their next reset has not used
@@ -545,7 +548,9 @@ class BaseEnvManager:
         Closes the manager and raises EnvError when the env has failed more than `max_retry` times. After
         `interrupt()` raises EnvManagerInterrupted instead: the failure is most likely the interrupt itself."""
         self._check_interrupted()
-        self._failures[env_id] += 1
+        counted = env_id not in self._uncounted
+        if counted:
+            self._failures[env_id] += 1
         self._in_flight.discard(env_id)
         if self._state[env_id] is EnvState.RUN:
             self._results[env_id] = TimeStep(
@@ -557,6 +562,10 @@ class BaseEnvManager:
             )
         self._next_obs.pop(env_id, None)
         self._state[env_id] = EnvState.ERROR
+        if not counted:
+            logger.warning("env %d failed before its reset, during %s: %s; rebuilding it (not counted: the reset "
+                           "starts a fresh max_retry budget)", env_id, failure.stage, failure.description)
+            return
         if self._failures[env_id] > self._config.max_retry:
             error = failure.to_error(self._failures[env_id], self._config.max_retry)
             try:

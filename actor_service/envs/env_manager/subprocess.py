@@ -442,8 +442,17 @@ class SubprocessEnvManager(BaseEnvManager):
         self._reset_envs(range(self.env_num))
 
     def _reset_envs(self, env_ids: Sequence[int]) -> None:
-        self._pump(self._idle, None)  # let steps in flight land first, so no stale reply follows the reset
         env_ids = list(env_ids)
+        # What the last job left is settled first: steps in flight land (so no stale reply follows the reset),
+        # workers that died while idle are replaced. The failures of the envs being reset found here are not
+        # counted: reset starts their fresh max_retry budget, and found only by the reset's own command, a
+        # death between jobs was the new job's first failure (with max_retry 0, the job failed at once).
+        self._uncounted = frozenset(env_ids)
+        try:
+            self._pump(self._idle, None)
+            self._replace_dead_idle_workers(self._uncounted)
+        finally:
+            self._uncounted = frozenset()
         seeds = self._take_seeds(env_ids)
         self._start_reset(env_ids)
         wanted = set(env_ids)
@@ -457,6 +466,13 @@ class SubprocessEnvManager(BaseEnvManager):
 
     def _idle(self) -> bool:
         return not any(w.pending for w in self._workers)
+
+    def _replace_dead_idle_workers(self, resetting: frozenset[int]) -> None:
+        """Replace the workers that died while no command was pending (between jobs: the OOM killer, say);
+        `resetting`: the envs of the reset about to be sent (it starts them)."""
+        for worker in list(self._workers):
+            if worker is not None and not worker.pending and not worker.process.is_alive():
+                self._worker_failed(worker, None, resetting=resetting)
 
     def _send_reset(self, worker: _Worker, env_ids: Sequence[int], seeds: Sequence[int | None], rebuild: bool) -> None:
         command = ResetCommand(
@@ -520,10 +536,12 @@ class SubprocessEnvManager(BaseEnvManager):
             # The worker died; its sentinel is readable, so the next _pump handles it as a failure.
             logger.debug("%s: send failed, the worker is gone", worker.describe())
 
-    def _worker_failed(self, worker: _Worker, reason: str | None, failure: EnvFailure | None = None) -> None:
+    def _worker_failed(self, worker: _Worker, reason: str | None, failure: EnvFailure | None = None, *,
+                       resetting: frozenset[int] = frozenset()) -> None:
         """Replace a dead or hung worker; each of its envs counts one failure (and may raise). `reason` None:
         the process died (its exit code says how). `failure`: the env exception that made it give up (building
-        that env, before any env of the worker ran): only that env is charged, as in the serial manager."""
+        that env, before any env of the worker ran): only that env is charged, as in the serial manager.
+        `resetting`: envs a reset about to be sent will start, left to it."""
         code = self._stop(worker)
         if reason is None:
             reason = f"exited with code {code}" + (f" (killed by signal {-code})" if code is not None and code < 0 else "")
@@ -550,6 +568,7 @@ class SubprocessEnvManager(BaseEnvManager):
             logger.error("%s: could not start a replacement; closing the env manager", worker.describe())
             self.close()
             raise
+        restart_reset = [env_id for env_id in restart_reset if env_id not in resetting]
         if restart_reset:
             self._send_reset(new, restart_reset, self._seeds, rebuild=False)
 

@@ -42,8 +42,22 @@ _GROUP_TRACEBACK = "  + Exception Group Traceback (most recent call last):"
 """How Python begins the traceback of an uncaught ExceptionGroup (an asyncio TaskGroup's failure)."""
 _GROUP_MARGIN = "  | "
 _MEMBER_MARGIN = "    | "
+_MEMBER_END = "    +"
 _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(:|$)")
 """The last line of a traceback: the exception's (dotted) class name, then its message."""
+
+
+def _first_member_traceback(group: list[str]) -> list[str]:
+    """The lines of the last traceback of a group's first member (those before it are its causes, printed
+    first: "The above exception was the direct cause of the following exception"), margins removed."""
+    member: list[str] = []
+    for line in group:
+        if line.startswith(_MEMBER_END):  # the next member's, or the group's end
+            break
+        if line.startswith(_MEMBER_MARGIN):
+            member.append(line[len(_MEMBER_MARGIN):])
+    starts = [i for i, line in enumerate(member) if line.startswith(_TRACEBACK)]
+    return member[starts[-1] + 1:] if starts else member
 
 
 def _exception_line(lines: Iterable[str]) -> str:
@@ -152,7 +166,7 @@ class ManagedProcess:
             return ""  # the process logged on after it: not the end of its life
         if lines[starts[-1]] == _GROUP_TRACEBACK:  # the group is drawn behind "  | ", its members behind "    | "
             line = _exception_line(line[len(_GROUP_MARGIN):] for line in after if line.startswith(_GROUP_MARGIN))
-            member = _exception_line(line[len(_MEMBER_MARGIN):] for line in after if line.startswith(_MEMBER_MARGIN))
+            member = _exception_line(_first_member_traceback(after))
             if line and member:
                 line = f"{line}; the first: {member}"  # a TaskGroup's own message names none of its causes
         else:

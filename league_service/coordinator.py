@@ -974,8 +974,9 @@ class Coordinator:
         if change is not None:
             log.warning("%s: the league in this state was made with %r, the config says %r; it has played no game "
                         "and has no checkpoint, so it goes on with the config's", change[0], change[1], change[2])
-        if saved is None or change is not None:  # (a store from before stores kept it: from now on it does)
-            self._store.put_identity(identity.to_json())
+        # A store from before stores kept it learns it from a start with the very config it was made with: from
+        # any other, a wrong env given once would lock the league out of its own config for good.
+        record = change is not None or (saved is None and stored.config_digest == digest)
         if stored.config_digest != digest:
             log.warning("the configuration changed since this league's state was created (%s)", self._store.path)
         now = self._clock()
@@ -993,6 +994,8 @@ class Coordinator:
             raise RuntimeError(f"state: {self._store.path} holds a league state without slots_used")
         state["slots_used"] = {pid: self._table.live_collect_jobs(pid) for pid in state["slots_used"]}
         self._league.load_state_dict(state)
+        if record:  # only once the state is taken: a start refused here leaves the store as it was
+            self._store.put_identity(identity.to_json())
         # Commits of granted jobs alone do not write the counters: every issued job is ended or in flight.
         c = stored.counters
         self._counters = replace(

@@ -65,8 +65,9 @@ def test_a_worker_that_crashed_is_restarted_and_the_event_names_what_it_died_of(
 def test_a_worker_that_died_of_an_exception_group_is_named_by_the_group(supervisor):
     """An asyncio TaskGroup's failure is an ExceptionGroup, whose traceback Python draws behind "  | " margins."""
     supervisor.address = "127.0.0.1:1"
-    script = ("import asyncio\n"
-              "async def fail():\n    raise ConnectionError('learner unreachable')\n"
+    script = ("import asyncio\n"  # raised from a cause, which Python prints first
+              "async def fail():\n    try:\n        open('/nonexistent/x')\n    except OSError as err:\n"
+              "        raise ConnectionError('learner unreachable') from err\n"
               "async def main():\n    async with asyncio.TaskGroup() as tasks:\n        tasks.create_task(fail())\n"
               "asyncio.run(main())\n")
     supervisor.group.start("actor-0", [sys.executable, "-c", script])

@@ -147,17 +147,39 @@ def test_a_state_is_not_resumed_with_a_config_of_another_env_or_network(tmp_path
         with pytest.raises(LeagueStateError, match=f"^{key}: the league in this state was made with "):
             Coordinator(small_league_config(overrides), CoordinatorSettings(shared_root=tmp_path, state_path=state),
                         expiry_thread=False)
-    # What shapes no weights may change, and an older store (without the record) is taken as it is and gets one.
+    # What shapes no weights may change.
     _open(tmp_path, state, {"policy": {"ppo": {"learning_rate": 0.0003}}, "env": {"name": "openspiel:connect_four"}
                             }).close()
+
+
+def test_a_store_from_before_the_identity_record_learns_it_only_from_its_own_config(tmp_path):
+    """A store written before stores kept what their league is bound to: recorded from whatever config came
+    first, a wrong env given once (even in a start refused for other reasons) locked the league out of its own."""
+    import pytest
+
+    from league_service.league_errors import LeagueStateError
+
+    state = tmp_path / "state.sqlite"
+    _open(tmp_path, state).close()
+
+    def identity():
+        conn = sqlite3.connect(state)
+        with conn:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'league_identity'").fetchone()
+        conn.close()
+        return row
+
     conn = sqlite3.connect(state)
     with conn:
         conn.execute("DELETE FROM meta WHERE key = 'league_identity'")
     conn.close()
-    _open(tmp_path, state).close()
-    conn = sqlite3.connect(state)
-    assert conn.execute("SELECT count(*) FROM meta WHERE key = 'league_identity'").fetchone() == (1,)
-    conn.close()
+    with pytest.raises(LeagueStateError, match="active players"):  # refused: the store stays as it was
+        _open(tmp_path, state, {"env": {"name": "tic_tac_toe"}, "league": {"active_players": {"main_player": 1}}})
+    assert identity() is None
+    _open(tmp_path, state, {"env": {"name": "tic_tac_toe"}}).close()  # taken as before, but not recorded
+    assert identity() is None
+    _open(tmp_path, state).close()  # the config it was made with
+    assert '"env":"connect_four"' in identity()[0].replace(" ", "")
 
 
 def test_an_sqlite_database_of_something_else_is_not_taken_over(tmp_path):

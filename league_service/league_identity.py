@@ -32,10 +32,19 @@ class LeagueIdentity:
 
     @classmethod
     def of(cls, cfg: Config) -> LeagueIdentity:
-        """Raises ValueError for a policy section that does not parse."""
-        policy = PolicyConfig.from_mapping(cfg.policy)
+        """With the policy's defaults filled in, so that a default written out is the same league. A policy
+        section that does not parse (a config loaded from a file never has one: its policy is checked at
+        load) is taken as written: its workers fail its jobs with the reason, the coordinator serves on."""
+        env = cfg.env.name.removeprefix(OPENSPIEL_PREFIX)
+        try:
+            policy = PolicyConfig.from_mapping(cfg.policy)
+        except ValueError:
+            model = cfg.policy.get("model")
+            model = model if isinstance(model, dict) else {}
+            written = {name: model.get(name) for name in WEIGHT_SHAPING_MODEL_KEYS}
+            return cls(env, str(cfg.policy.get("algorithm")), json.loads(json.dumps(written, default=str)))
         model = {name: getattr(policy.model, name) for name in WEIGHT_SHAPING_MODEL_KEYS}
-        return cls(cfg.env.name.removeprefix(OPENSPIEL_PREFIX), policy.algorithm, json.loads(json.dumps(model)))
+        return cls(env, policy.algorithm, json.loads(json.dumps(model)))
 
     def to_json(self) -> str:
         return json.dumps({"env": self.env, "algorithm": self.algorithm, "model": self.model}, sort_keys=True)

@@ -31,7 +31,7 @@ def test_run_section_is_typed_and_errors_name_the_key():
     [
         ({"actors": 0}, "run.actors: must be within [1, 256], got 0"),
         ({"actors": 100_000}, "run.actors: must be within [1, 256], got 100000"),  # spawned for many minutes
-        ({"env_num_per_actor": -1}, "run.env_num_per_actor: must be >= 0"),
+        ({"env_num_per_actor": -1}, "run.env_num_per_actor: must be within [0, 4096]"),
         ({"manager": "threads"}, "run.manager: must be 'subprocess' or 'base'"),
         ({"seconds": 0}, "run.seconds: must be > 0"),
         ({"seconds": 5e7}, "run.seconds: must be > 0 and at most 1e+07"),  # as every duration (README)

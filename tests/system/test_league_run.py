@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -386,6 +387,18 @@ def _league_made_by(config: Path | None, run_dir: Path) -> None:
     port_file.unlink(missing_ok=True)
 
 
+def _count_a_game(state: Path) -> None:
+    """The league in `state` as one that has played: the coordinator's episode counter at 1."""
+    conn = sqlite3.connect(state)
+    try:
+        with conn:
+            (value,) = conn.execute("SELECT value FROM state_parts WHERE part = 'counters' AND key = ''").fetchone()
+            conn.execute("UPDATE state_parts SET value = ? WHERE part = 'counters' AND key = ''",
+                          (json.dumps({**json.loads(value), "episodes": 1}),))
+    finally:
+        conn.close()
+
+
 @pytest.mark.parametrize(
     ("made_by", "resumed_with", "saved", "given"),
     [
@@ -455,6 +468,7 @@ def test_resuming_with_a_model_the_checkpoints_do_not_fit_is_a_config_error(leag
     config and the run directory's config.yaml had been replaced by it, so every later resume failed too."""
     run_dir = tmp_path / "run"
     _league_made_by(SOLO, run_dir)
+    _count_a_game(run_dir / "league_state.sqlite")  # a league that never played could still take another model
     (run_dir / "config.yaml").write_text(SOLO.read_text())
     saved = (run_dir / "config.yaml").read_text()
     wider = yaml.safe_load(SOLO.read_text())

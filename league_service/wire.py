@@ -12,7 +12,7 @@ from typing import Any
 
 from google.protobuf import struct_pb2
 
-from common.job_limits import MAX_ID_CHARS
+from common.job_limits import MAX_EPISODES_PER_JOB, MAX_ID_CHARS
 from common.ports import check_host_port
 from common.proto.league.v1 import league_pb2
 from league_service.coordinator_messages import (
@@ -112,7 +112,16 @@ def parse_register(req: league_pb2.RegisterWorkerRequest) -> tuple[str, WorkerRo
     return worker_id, role, optional_text(req.hostname, "hostname"), data_endpoint(req.data_endpoint, role)
 
 
+MAX_HEARTBEAT_JOBS = 4096
+"""The most job ids one heartbeat names: a worker runs a job or a few at a time. Every id is checked on the
+coordinator's event loop, which a heartbeat of 1.3M ids held for 0.75 s (measured by a review)."""
+MAX_ERROR_CHARS = 4096
+"""The most of a failed job's error kept (its last line shows in `league status`)."""
+
+
 def parse_heartbeat(req: league_pb2.HeartbeatRequest) -> tuple[str, tuple[str, ...], bool]:
+    if len(req.job_ids) > MAX_HEARTBEAT_JOBS:
+        raise InvalidArgumentError("job_ids", f"at most {MAX_HEARTBEAT_JOBS} per heartbeat, got {len(req.job_ids)}")
     return require_id(req.worker_id, "worker_id"), tuple(
         require_id(job_id, f"job_ids[{i}]") for i, job_id in enumerate(req.job_ids)
     ), req.leaving
@@ -127,6 +136,8 @@ def parse_finish(req: league_pb2.FinishJobRequest) -> FinishReport:
     status = _FINISH_STATUS.get(req.status)
     if status is None:
         raise InvalidArgumentError("status", "must be COMPLETED, RELEASED or FAILED")
+    if len(req.episodes) > MAX_EPISODES_PER_JOB:  # refused before checking each (68,000 held the loop ~3 s)
+        raise InvalidArgumentError("episodes", f"at most {MAX_EPISODES_PER_JOB} per job, got {len(req.episodes)}")
     return FinishReport(
         worker_id=require_id(req.worker_id, "worker_id"),
         job_id=require_id(req.job_id, "job_id"),
@@ -134,10 +145,19 @@ def parse_finish(req: league_pb2.FinishJobRequest) -> FinishReport:
         episodes=tuple(_parse_episode(ep, i) for i, ep in enumerate(req.episodes)),
         env_steps=require_count(req.env_steps, "env_steps"),
         agent_steps=require_count(req.agent_steps, "agent_steps"),
-        error=req.error[:4096],
+        error=printable_text(req.error[:MAX_ERROR_CHARS]),
         unloadable_player_ids=tuple(require_id(pid, f"unloadable_player_ids[{i}]")
                                     for i, pid in enumerate(req.unloadable_player_ids)),
     )
+
+
+def printable_text(text: str) -> str:
+    """`text` with its control characters (but newlines and tabs) written as escapes: a job's error is shown
+    by `league status` and logged, and an escape sequence in it (an env's, or a client's) would drive the
+    operator's terminal (clear it, retitle it, recolour what follows)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in text)
 
 
 def _is_id(value: str) -> bool:

@@ -127,8 +127,11 @@ def test_unloadable_players_named_by_a_finish_are_checked_over_grpc(league):
             stub.FinishJob(pb.FinishJobRequest(worker_id="actor-1", job_id=job.job_id, status=FAILED, error="x",
                                                unloadable_player_ids=ids))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and field in err.value.details()
-    ack = stub.FinishJob(pb.FinishJobRequest(worker_id="actor-1", job_id=job.job_id, status=FAILED, error="x"))
+    error = "boom \x1b]0;PWNED\x07\x1b[2J\x1b[31mred"  # what would drive the terminal of `league status`
+    ack = stub.FinishJob(pb.FinishJobRequest(worker_id="actor-1", job_id=job.job_id, status=FAILED, error=error))
     assert not ack.duplicate  # the refusals left the job as it was
+    (player,) = [p for p in stub.GetStatus(pb.GetStatusRequest()).players if p.last_job_error]
+    assert player.last_job_error == "boom \\x1b]0;PWNED\\x07\\x1b[2J\\x1b[31mred"  # escaped, not sent on
 
 
 def test_an_expired_lease_frees_the_slot_and_a_late_finish_is_refused(tmp_path):

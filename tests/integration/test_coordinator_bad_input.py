@@ -69,6 +69,10 @@ def test_unknown_ids_are_not_found(served):
         ("RegisterWorker", pb.RegisterWorkerRequest(worker_id="w"), "role"),
         ("RegisterWorker", pb.RegisterWorkerRequest(worker_id="w", role=7), "role"),
         ("Heartbeat", pb.HeartbeatRequest(worker_id="actor", job_ids=[""]), "job_ids[0]"),
+        # Refused before each is checked: 1.3M ids, or 68,000 episodes, held the event loop for seconds.
+        ("Heartbeat", pb.HeartbeatRequest(worker_id="actor", job_ids=["j"] * 4097), "job_ids"),
+        ("FinishJob", pb.FinishJobRequest(worker_id="actor", job_id="j", status=1,
+                                          episodes=[pb.EpisodeResult()] * 5001), "episodes"),
         ("GetJob", pb.GetJobRequest(worker_id="actor", role=ACTOR, wait_s=math.nan), "wait_s"),
         ("GetJob", pb.GetJobRequest(worker_id="actor", role=ACTOR, wait_s=-1), "wait_s"),
         ("GetJob", pb.GetJobRequest(worker_id="actor", role=ACTOR, wait_s=math.inf), "wait_s"),

@@ -123,7 +123,6 @@ class Telemetry:
         self._log_dir = log_dir
         self._clock = clock
         self._every_s = every_s
-        self._written_at: float | None = None
         self._latest: _Latest | None = None
         self._reopen_at: float | None = None
         """While the writer is dropped after a failed write: when to open a new one."""
@@ -134,7 +133,7 @@ class Telemetry:
         self._window = _Window()
         self._episodes = EpisodeTracker()
         self.last: dict[str, float] = {}
-        """The scalars of the latest report (for logs and tests)."""
+        """The scalars of the latest write (for logs and tests); empty until the first."""
         self.episodes_seen = 0
         self.staleness_max = 0
         self.future_versions = 0
@@ -164,7 +163,7 @@ class Telemetry:
         self._window.add(report)
         self._latest = _Latest(report.version, report.train_iteration, progress.agent_steps, buffered)
         now = self._clock()
-        if self._written_at is None or now - self._written_at >= self._every_s:
+        if not self.last or now - self._since >= self._every_s:  # the first iteration at once
             self._write(now)
         return self.last
 
@@ -172,7 +171,7 @@ class Telemetry:
         latest = self._latest
         assert latest is not None
         elapsed = max(now - self._since, 1e-9)
-        window, self._window, self._since, self._written_at = self._window, _Window(), now, now
+        window, self._window, self._since = self._window, _Window(), now
         scalars = {f"train/{k}": total / window.stat_counts[k] for k, total in window.stat_sums.items()}
         scalars.update({
             "learner/version": float(latest.version),

@@ -304,7 +304,7 @@ def stored_league_type(path: str | Path) -> str | None:
     path = Path(path)
     if not path.is_file():
         return None
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    conn = _connect_read_only(path)
     try:
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         header: Any = None
@@ -325,7 +325,7 @@ def stored_league_trained(path: str | Path) -> bool:
     opening the store (as `stored_league_type`). True when that cannot be told: the caller then keeps to what a
     trained league may do."""
     try:
-        conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
+        conn = _connect_read_only(path)
         try:
             with conn:  # one read transaction: a consistent view of a running coordinator's file
                 conn.execute("BEGIN")
@@ -334,6 +334,11 @@ def stored_league_trained(path: str | Path) -> bool:
             conn.close()
     except (sqlite3.Error, OSError, ValueError):
         return True
+
+
+def _connect_read_only(path: str | Path) -> sqlite3.Connection:
+    """A connection that cannot write (nor create) the store file: for reading one a coordinator may hold."""
+    return sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
 
 
 def has_trained(league_state: dict[str, Any] | None, counters: Counters | None) -> bool:

@@ -275,8 +275,6 @@ def status_main(args: argparse.Namespace) -> int:
     from rich.live import Live
     from rich.text import Text
 
-    from common.proto.league.v1 import league_pb2, league_pb2_grpc
-    from league_service.status import STATUS_MAX_BYTES
     from league_service.status_view import render_status, status_console, status_to_json
 
     try:
@@ -293,31 +291,8 @@ def status_main(args: argparse.Namespace) -> int:
         return SETUP_ERROR_EXIT
     console = status_console()
     console.on_broken_pipe = _raise_broken_pipe  # rich's own exits 1; a closed pipe ends the command below
-    connection: dict[str, Any] = {}
-
-    def connect(to: str) -> None:
-        if connection:
-            connection["channel"].close()
-        channel = make_channel(to, token=token, tls_ca=args.tls_ca, max_message_bytes=STATUS_MAX_BYTES)
-        connection.update(address=to, channel=channel, stub=league_pb2_grpc.LeagueServiceStub(channel))
-
-    def fetch() -> league_pb2.LeagueStatus:
-        try:
-            return connection["stub"].GetStatus(league_pb2.GetStatusRequest(), timeout=args.timeout)
-        except grpc.RpcError as err:
-            # `league run` run again in the directory serves on another port: a watch kept calling the old one.
-            if args.run_dir is None or err.code() != grpc.StatusCode.UNAVAILABLE:
-                raise
-            try:
-                moved = _status_address(args)
-            except ValueError:
-                raise err from None
-            if moved == connection["address"]:
-                raise
-            connect(moved)
-            return connection["stub"].GetStatus(league_pb2.GetStatusRequest(), timeout=args.timeout)
-
-    connect(address)
+    source = _StatusSource(args, address, token)
+    fetch = source.fetch
 
     try:
         if args.watch is None:
@@ -328,7 +303,7 @@ def status_main(args: argparse.Namespace) -> int:
                 if args.run_dir is not None and err.code() == grpc.StatusCode.UNAVAILABLE:
                     hint = (f" (is a `league run` going on there? {args.run_dir / RUN_PORT_FILE} may be left from "
                             "one that was killed)")
-                print(f"league status: {connection['address']}: {err.code().name}: {err.details()}{hint}",
+                print(f"league status: {source.address}: {err.code().name}: {err.details()}{hint}",
                       file=sys.stderr)
                 return 1
             if args.json:
@@ -341,7 +316,7 @@ def status_main(args: argparse.Namespace) -> int:
             try:
                 status = fetch()
             except grpc.RpcError as err:  # (as text: the details may hold [brackets] rich would read as markup)
-                return Text(f"{connection['address']}: {err.code().name}: {err.details()} (retrying)")
+                return Text(f"{source.address}: {err.code().name}: {err.details()} (retrying)")
             return render_status(status)
 
         # Ctrl-C (or SIGTERM) sets `stop` instead of raising KeyboardInterrupt wherever the main thread is:
@@ -354,7 +329,7 @@ def status_main(args: argparse.Namespace) -> int:
                     try:
                         print(status_to_json(fetch(), compact=True), flush=True)
                     except grpc.RpcError as err:
-                        print(f"league status: {connection['address']}: {err.code().name}: {err.details()} "
+                        print(f"league status: {source.address}: {err.code().name}: {err.details()} "
                               "(retrying)", file=sys.stderr, flush=True)
                     stop.wait(args.watch)
                 return 0
@@ -376,7 +351,50 @@ def status_main(args: argparse.Namespace) -> int:
         _stdout_to_devnull()
         return 0
     finally:
-        connection["channel"].close()
+        source.close()
+
+
+class _StatusSource:
+    """GetStatus of a coordinator. One found through a `league run` directory is looked up there again when it
+    does not answer: run again in the directory, the league serves on another port, and a watch kept calling
+    the old one."""
+
+    def __init__(self, args: argparse.Namespace, address: str, token: str | None) -> None:
+        self._args = args
+        self._token = token
+        self._channel: Any = None
+        self._connect(address)
+
+    def _connect(self, address: str) -> None:
+        from common.proto.league.v1 import league_pb2_grpc
+        from league_service.status import STATUS_MAX_BYTES
+
+        if self._channel is not None:
+            self._channel.close()
+        self.address = address
+        self._channel = make_channel(address, token=self._token, tls_ca=self._args.tls_ca,
+                                     max_message_bytes=STATUS_MAX_BYTES)
+        self._stub = league_pb2_grpc.LeagueServiceStub(self._channel)
+
+    def fetch(self) -> Any:
+        from common.proto.league.v1 import league_pb2
+
+        try:
+            return self._stub.GetStatus(league_pb2.GetStatusRequest(), timeout=self._args.timeout)
+        except grpc.RpcError as err:
+            if self._args.run_dir is None or err.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+            try:
+                moved = _status_address(self._args)
+            except ValueError:
+                raise err from None
+            if moved == self.address:
+                raise
+            self._connect(moved)
+            return self._stub.GetStatus(league_pb2.GetStatusRequest(), timeout=self._args.timeout)
+
+    def close(self) -> None:
+        self._channel.close()
 
 
 def _raise_broken_pipe() -> None:

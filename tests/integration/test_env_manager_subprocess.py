@@ -4,12 +4,14 @@ shared memory, reset while steps are in flight, and a clean process table after 
 from __future__ import annotations
 
 import os
+from functools import partial
 
 import numpy as np
 import pytest
 
 from actor_service.envs import (
     BaseEnvManager,
+    EnvError,
     EnvManagerClosedError,
     EnvManagerConfig,
     EnvState,
@@ -201,6 +203,39 @@ class ActionEchoEnv(CountingEnv):
     def step(self, action):
         return TimeStep(np.array([action + np.float32(1.0), isinstance(action, np.float32)]), 0.0, False, False,
                         NO_INFO)
+
+
+class OffSpecEnv(CountingEnv):
+    """A float32 (3,) spec; observations come as float64 (a cast both managers make), and step `bad_at` of
+    each episode returns one of shape (4,) (an env failure in both)."""
+
+    def __init__(self, bad_at: int = 0) -> None:
+        super().__init__(length=5)
+        self._bad_at = bad_at
+
+    def _obs(self) -> np.ndarray:
+        if self._bad_at and self._t == self._bad_at:
+            return np.zeros(4)
+        return super()._obs().astype(np.float64)
+
+
+@pytest.mark.parametrize("cls", [BaseEnvManager, SubprocessEnvManager])
+def test_observations_off_the_spec_are_cast_or_refused_alike_by_both_managers(managers, cls):
+    """The subprocess manager's shared memory takes only observations that fit the spec; the serial manager
+    now applies the same rule (obs_check.py): the same arrays from both, and the same failure."""
+    manager = managers(cls, [OffSpecEnv], episode_num=1)
+    manager.seed(3)
+    manager.launch()
+    first = manager.next_obs[0]
+    assert first.dtype == np.float32 and first.shape == (3,)
+    ts = manager.step({0: 1})[0]
+    assert ts.obs.dtype == np.float32 and manager.next_obs[0].dtype == np.float32
+
+    manager = managers(cls, [partial(OffSpecEnv, bad_at=2)], episode_num=1, max_retry=0)
+    manager.launch()
+    manager.step({0: 1})
+    with pytest.raises(EnvError, match=r"env 0: observation has shape \(4,\), but the env's spec says \(3,\)"):
+        manager.step({0: 1})
 
 
 def test_envs_and_workers_are_described(managers):

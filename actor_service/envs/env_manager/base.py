@@ -20,7 +20,7 @@ import numbers
 import threading
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -31,6 +31,7 @@ from actor_service.envs.env_manager.failure import (
     EnvManagerClosedError,
     EnvManagerInterrupted,
 )
+from actor_service.envs.env_manager.obs_check import ObsConform
 from actor_service.envs.env_manager.watchdog import EnvHangInterrupt, Watchdog
 from common.envs.base import Env, EnvInfo, StepInfo, TimeStep
 
@@ -127,6 +128,7 @@ class BaseEnvManager:
         self._seeds_pending: set[int] = set()  # envs whose seed from `seed()` their next reset has not used
         self._env_info: EnvInfo | None = None
         self._envs: list[Env | None] = [None] * n
+        self._obs_conform: list[ObsConform | None] = [None] * n  # the serial manager's check of each env's obs
         self._watchdog: Watchdog | None = None  # the serial manager's, from launch to close
         self._interrupted = False  # by `interrupt()`, from any thread: only `close` is left
 
@@ -266,6 +268,7 @@ class BaseEnvManager:
         if step_timeout is None:
             step_timeout = math.inf  # watched all the same, so that `interrupt` can cut a step short
         thread = threading.get_ident()
+        conforms = self._obs_conform
         for env_id, action in actions.items():
             env = envs[env_id]
             try:  # watch.begin / watch.end inlined (Watchdog's doc): this runs for every env step
@@ -281,6 +284,11 @@ class BaseEnvManager:
                     op[-1].pop()
                 except IndexError:
                     raise watch.late(op) from None
+                conform = conforms[env_id]
+                if conform is not None and not conform.fits(ts.obs):  # obs_check.py
+                    conformed = conform(ts.obs, env_id)
+                    if conformed is not ts.obs:
+                        ts = replace(ts, obs=conformed)
             except EnvHangInterrupt as exc:
                 self._recover(env_id, self._hang_failure(env_id, exc))
                 continue
@@ -293,6 +301,9 @@ class BaseEnvManager:
             elif self._resets_on_done(env_id):
                 try:
                     reset_obs = self._watched(env_id, "reset", env.reset, **self._reset_params[env_id])
+                    conform = conforms[env_id]
+                    if conform is not None and not conform.fits(reset_obs):
+                        reset_obs = conform(reset_obs, env_id)
                 except (Exception, EnvHangInterrupt) as exc:
                     failure = self._failure(env_id, "reset", exc)
                     self._after_step(env_id, ts, False, None)
@@ -379,11 +390,15 @@ class BaseEnvManager:
         env = self._envs[env_id]
         if env is None:
             env = self._envs[env_id] = self._env_fns[env_id]()
+            info = env.info()
             if self._env_info is None:
-                self._env_info = env.info()
+                self._env_info = info
+            self._obs_conform[env_id] = ObsConform.for_spec(info.obs_spec)
         if seed is not None:
             env.seed(seed)
-        return env.reset(**self._reset_params[env_id])
+        obs = env.reset(**self._reset_params[env_id])
+        conform = self._obs_conform[env_id]
+        return obs if conform is None or conform.fits(obs) else conform(obs, env_id)
 
     def _recover(self, env_id: int, failure: EnvFailure) -> None:
         """Count the failure (raises once retries are spent), then rebuild the env until it starts."""

@@ -11,10 +11,8 @@ One block holds, for every env, `2 + pool` slots per observation array:
 A worker writes an env's slots only while it handles a command for that env, and the parent reads them only
 after the reply, so no lock is needed.
 
-An observation must fit its slot's dtype (the spec's): `write` refuses one whose dtype numpy cannot cast
-safely to it (int64 300 would become uint8 44 without a word), except float to float (gymnasium envs often
-return float64 for a float32 space; that loses only precision). Python numbers and lists are taken at the
-dtype numpy gives them (int64, float64, bool).
+An observation must fit its slot's shape and dtype (the spec's): `write` refuses one that does not by the rule
+of obs_check.py, which the serial manager applies too.
 """
 
 from __future__ import annotations
@@ -29,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from actor_service.envs.env_manager.obs_check import checked_array
 from actor_service.envs.env_manager.shm_blocks import create_block
 from common.envs.base import ArraySpec, DiscreteSpec, ObsSpec
 
@@ -241,18 +240,4 @@ def _release_held_blocks() -> None:
 
 
 def _copy_into(dst: np.ndarray, value: Any, name: str) -> None:
-    if type(value) is not np.ndarray:
-        value = np.asarray(value)
-    if value.shape != dst.shape:
-        raise ValueError(f"{name} has shape {value.shape}, but the env's spec says {dst.shape}")
-    if value.dtype is not dst.dtype and not _fits(value.dtype, dst.dtype):
-        raise ValueError(
-            f"{name} has dtype {value.dtype}, but the env's spec says {dst.dtype}, and the cast is not safe "
-            "(it could change values); return observations of the spec's dtype"
-        )
-    dst[...] = value
-
-
-def _fits(src: np.dtype, dst: np.dtype) -> bool:
-    """Whether an observation of dtype `src` may be written to a slot of dtype `dst` (see the module doc)."""
-    return np.can_cast(src, dst, "safe") or (src.kind == "f" and dst.kind == "f")
+    dst[...] = checked_array(value, dst.shape, dst.dtype, name)

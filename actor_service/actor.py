@@ -50,6 +50,7 @@ from actor_service.stop import StopSignal
 from actor_service.trajectory_sender import SenderSettings, SenderStats, TrajectorySender
 from common.busy_clock import StallWatch
 from common.envs.base import EnvInfo, Outcome
+from common.envs.policy_view import UnsupportedEnvError
 from common.proto.league.v1 import league_pb2
 from common.rpc import job_heartbeat_interval
 from common.tensor_codec import ChunkHeader
@@ -402,7 +403,10 @@ class Actor:
             self._finish(plan.job_id, league_pb2.FINISH_STATUS_RELEASED, episodes, env_steps, agent_steps)
             return self._job_report(plan, "released", episodes, env_steps, agent_steps, sender, message,
                                     env_failures)
-        log.error("job %s failed", plan.job_id, exc_info=err)
+        if isinstance(err, UnsupportedEnvError):  # a config problem, said in full by its message
+            log.error("job %s failed: %s", plan.job_id, message)
+        else:
+            log.error("job %s failed", plan.job_id, exc_info=err)
         unloadable = (err.player_id,) if isinstance(err, UnloadableOpponentError) else ()
         self._finish(plan.job_id, league_pb2.FINISH_STATUS_FAILED, (), env_steps, agent_steps, failure_text(err),
                      unloadable)
@@ -461,8 +465,9 @@ MAX_ERROR_CHARS = 4096
 
 def failure_text(err: BaseException) -> str:
     """What FinishJob(FAILED) says: the error and its traceback. An env manager's EnvError already carries
-    the env's own traceback (from its worker process) in its message; other errors get theirs here."""
-    if isinstance(err, EnvError):
+    the env's own traceback (from its worker process) in its message, and an env no policy can play is a
+    config problem its message says in full; other errors get their traceback here."""
+    if isinstance(err, (EnvError, UnsupportedEnvError)):
         return f"{type(err).__name__}: {err}"
     return "".join(traceback.format_exception(err)).rstrip()
 

@@ -4,7 +4,8 @@ The observation is a fixed-shape dict of numpy arrays so it fits shared memory a
 `observation` float32 (num_players, *obs_shape), `action_mask` bool (num_players, num_actions) (only the
 player to move has legal actions), `to_play` int32 () (-1 once the game is over). `step` takes the action of
 the player to move; rewards are float32 (num_players,). Seats given to reference bots are played inside the
-env, so the caller only ever sees its own seats' turns.
+env, so the caller only ever sees its own seats' turns. A one-player game (catch, 2048) has no player axis
+and a float reward, as every single-player env (common.envs.policy_view), and no win/draw/loss outcome.
 
 Each player's observation ends with one-hot *seat* features (a constant plane per seat for board tensors,
 one entry per seat for flat ones). Many OpenSpiel games (connect four, tic-tac-toe) give every player the
@@ -21,6 +22,7 @@ no difference beyond noise to the main player against random (93% against 91%; B
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -155,15 +157,17 @@ class OpenSpielEnv(Env):
         self._raw_shape = self._obs_shape
         self._obs_shape = (self._raw_shape[0] + self._num_players, *self._raw_shape[1:])
         self._seat_features = _seat_features(self._raw_shape, self._num_players)
+        self._solo = self._num_players == 1
+        players = () if self._solo else (self._num_players,)
         self._info = EnvInfo(
             name=game,
             obs_spec={
-                "observation": ArraySpec((self._num_players, *self._obs_shape), np.float32),
-                "action_mask": ArraySpec((self._num_players, self._num_actions), np.bool_, minimum=0, maximum=1),
+                "observation": ArraySpec((*players, *self._obs_shape), np.float32),
+                "action_mask": ArraySpec((*players, self._num_actions), np.bool_, minimum=0, maximum=1),
                 "to_play": ArraySpec((), np.int32, minimum=-1, maximum=self._num_players - 1),
             },
             action_spec=DiscreteSpec(self._num_actions),
-            reward_spec=ArraySpec((self._num_players,), np.float32),
+            reward_spec=ArraySpec(players, np.float32),
             num_players=self._num_players,
         )
         self._bot_specs = parse_bots(bots, self._num_players)
@@ -174,6 +178,7 @@ class OpenSpielEnv(Env):
         self._state: pyspiel.State | None = None
         self._episode_return = np.zeros(self._num_players, np.float32)
         self._episode_length = 0
+        self._before_first_move = np.zeros(self._num_players, np.float32)
 
     @property
     def game(self) -> pyspiel.Game:
@@ -213,7 +218,10 @@ class OpenSpielEnv(Env):
         self._state = self._game.new_initial_state()
         self._episode_return = np.zeros(self._num_players, np.float32)
         self._episode_length = 0
-        self._advance(np.zeros(self._num_players, np.float32))
+        # What chance and bot seats earn before the agent's first move: paid with its first step's reward, so
+        # the rewards of a game still add up to its return (hanabi pays as cards are played).
+        self._before_first_move = np.zeros(self._num_players, np.float32)
+        self._advance(self._before_first_move)
         return self._observation()
 
     def step(self, action: Any) -> TimeStep:
@@ -221,15 +229,21 @@ class OpenSpielEnv(Env):
         if state.is_terminal():
             raise RuntimeError("OpenSpielEnv: step() after the game ended; call reset()")
         player = state.current_player()
-        action = int(action)
+        action = _action_index(action)
         if not (0 <= action < self._num_actions and state.legal_actions_mask(player)[action]):
             raise ValueError(f"action {action} is illegal for player {player}; legal: {state.legal_actions(player)}")
         state.apply_action(action)
         reward = np.asarray(state.rewards(), np.float32)
+        if self._episode_length == 0:
+            reward += self._before_first_move
         self._advance(reward)
         self._episode_return += reward
         self._episode_length += 1
         info = NO_INFO
+        if self._solo:
+            if state.is_terminal():
+                info = StepInfo(episode=EpisodeStats(float(self._episode_return[0]), self._episode_length))
+            return TimeStep(self._observation(), float(reward[0]), state.is_terminal(), False, info)
         if state.is_terminal():
             returns = np.asarray(state.returns(), np.float32)
             info = StepInfo(
@@ -276,7 +290,20 @@ class OpenSpielEnv(Env):
         to_play = -1 if state.is_terminal() else state.current_player()
         if to_play >= 0:
             mask[to_play] = state.legal_actions_mask(to_play)
+        if self._solo:
+            observation, mask = observation[0], mask[0]
         return {"observation": observation, "action_mask": mask, "to_play": np.array(to_play, np.int32)}
+
+
+def _action_index(action: Any) -> int:
+    """An action as an int: any integer (Python, numpy, a 0-d integer array); a float, bool or string is
+    refused rather than truncated (`int(1.7)` plays 1)."""
+    if isinstance(action, (bool, np.bool_)):
+        raise TypeError(f"action must be an integer, got {action!r} (bool)")
+    try:
+        return operator.index(action)
+    except TypeError:
+        raise TypeError(f"action must be an integer, got {action!r} ({type(action).__name__})") from None
 
 
 def _tensor_observer(game: pyspiel.Game, shape: tuple[int, ...]) -> Callable[[pyspiel.State, int], Any]:

@@ -14,25 +14,69 @@ from typing import Any
 import numpy as np
 
 from common.computation.specs import ACTION_MASK, DiscreteActionSpec, TensorSpec
-from common.envs.base import ArraySpec, EnvInfo
+from common.envs.base import ArraySpec, DiscreteSpec, EnvInfo
 from common.trajectory import OBSERVATION
 
 TO_PLAY = "to_play"
 """Turn-based envs: the seat that acts now (-1 when the game is over). Not part of a policy's input."""
 
 
+class UnsupportedEnvError(ValueError):
+    """An env whose spaces no policy here can play: said when a learner or actor first builds it, naming the
+    space, rather than as an AttributeError from deep in model building."""
+
+
+_WRAP_ADVICE = ("give env.name as 'python:<module>:<callable>' returning it wrapped in "
+                "gymnasium.wrappers.FlattenObservation (a one-hot or flat Box)")
+
+
 def policy_specs(info: EnvInfo) -> tuple[dict[str, TensorSpec], DiscreteActionSpec]:
-    """The model-input specs of one player's policy, and its action spec."""
+    """The model-input specs of one player's policy, and its action spec; UnsupportedEnvError for an env whose
+    actions are not one discrete choice or whose observations are not arrays of at least one dimension."""
+    if not isinstance(info.action_spec, DiscreteSpec):
+        raise UnsupportedEnvError(
+            f"env {info.name!r}: its action space is {_describe(info.action_spec)}; the policies here choose one "
+            "of N discrete actions (a gymnasium Discrete space starting at 0)")
     action = DiscreteActionSpec(int(info.action_spec.num_values))
-    if isinstance(info.obs_spec, ArraySpec):
-        return {OBSERVATION: _tensor_spec(OBSERVATION, info.obs_spec.shape, info.obs_spec.dtype)}, action
+    obs_spec = info.obs_spec
+    if isinstance(obs_spec, ArraySpec):
+        _check_leaf(info, "its observation", obs_spec.shape)
+        return {OBSERVATION: _tensor_spec(OBSERVATION, obs_spec.shape, obs_spec.dtype)}, action
+    if isinstance(obs_spec, DiscreteSpec):
+        raise UnsupportedEnvError(
+            f"env {info.name!r}: its observation is one integer (a gymnasium Discrete space); the models take "
+            f"arrays: {_WRAP_ADVICE}")
+    if not isinstance(obs_spec, Mapping) or not obs_spec:
+        raise UnsupportedEnvError(
+            f"env {info.name!r}: its observations are not arrays (a gymnasium Tuple, Text, Graph or nested Dict "
+            f"space); {_WRAP_ADVICE}")
     specs = {}
-    for name, spec in info.obs_spec.items():
+    for name, spec in obs_spec.items():
         if name == TO_PLAY:
             continue
         shape = spec.shape[1:] if info.num_players > 1 else spec.shape
+        _check_leaf(info, f"its observation {name!r}", shape)
         specs[name] = _tensor_spec(name, shape, spec.dtype)
     return specs, action
+
+
+def _check_leaf(info: EnvInfo, what: str, shape: tuple[int, ...]) -> None:
+    if len(shape) == 0:
+        raise UnsupportedEnvError(
+            f"env {info.name!r}: {what} is a scalar (shape ()); the models take arrays of at least one "
+            f"dimension: {_WRAP_ADVICE}")
+
+
+def _describe(spec: Any) -> str:
+    if spec is None:
+        return "not one the adapters know (a gymnasium Tuple, Dict or other composite space)"
+    if isinstance(spec, ArraySpec) and spec.shape == ():
+        return f"a Discrete space not starting at 0 (from {spec.minimum})" if spec.minimum is not None else \
+            "a scalar"
+    if isinstance(spec, ArraySpec):
+        kind = "continuous" if np.dtype(spec.dtype).kind == "f" else "multi-discrete or multi-binary"
+        return f"{kind} (an array of shape {spec.shape}, {np.dtype(spec.dtype).name})"
+    return type(spec).__name__
 
 
 def player_view(obs: Any, seat: int, info: EnvInfo) -> dict[str, np.ndarray]:
@@ -62,4 +106,4 @@ def _tensor_spec(name: str, shape: tuple[int, ...], dtype: np.dtype) -> TensorSp
     return TensorSpec(name, tuple(int(d) for d in shape), dtype_name)
 
 
-__all__ = ["ACTION_MASK", "TO_PLAY", "policy_specs", "player_view", "to_play"]
+__all__ = ["ACTION_MASK", "TO_PLAY", "UnsupportedEnvError", "player_view", "policy_specs", "to_play"]

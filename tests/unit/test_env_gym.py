@@ -12,6 +12,7 @@ from gymnasium.utils.env_checker import check_env
 from common.envs import DiscreteSpec, EpisodeStats
 from common.envs.gym_env import GymEnv
 from common.envs.gymnasium_view import GymnasiumView
+from common.envs.policy_view import UnsupportedEnvError, policy_specs
 
 
 def _play(env: GymEnv, seed: int, steps: int) -> list[tuple]:
@@ -81,3 +82,41 @@ def test_gymnasium_env_checker_passes_through_our_adapter(env_id):
     view.close()
     # The checker reports soft problems as warnings; unbounded Box spaces are the underlying env's own choice.
     assert [str(w.message) for w in caught if "infinity" not in str(w.message)] == []
+
+
+class _ScalarBoxEnv(gymnasium.Env):
+    observation_space = gymnasium.spaces.Box(-1.0, 1.0, (), np.float32)
+    action_space = gymnasium.spaces.Discrete(3, start=2)
+
+    def reset(self, *, seed=None, options=None):
+        return np.float32(0.0), {}
+
+    def step(self, action):
+        return np.float32(0.0), 0.0, True, False, {}
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: GymEnv("Pendulum-v1"), r"action space is continuous \(an array of shape \(1,\), float32\)"),
+        (lambda: GymEnv("FrozenLake-v1"), r"observation is one integer .*FlattenObservation"),
+        (lambda: GymEnv("Blackjack-v1"), r"observations are not arrays \(a gymnasium Tuple"),
+        (lambda: GymEnv(_ScalarBoxEnv), r"action space is a Discrete space not starting at 0 \(from 2\)"),
+    ],
+    ids=["box-action", "discrete-obs", "tuple-obs", "discrete-action-from-2"],
+)
+def test_spaces_no_policy_can_play_are_named_when_the_policy_is_built(make, message):
+    """They failed deep in model building with an AttributeError or IndexError (the learner's job error, the
+    actor's traceback); now the env and the space are named."""
+    env = make()
+    with pytest.raises(UnsupportedEnvError, match=message):
+        policy_specs(env.info())
+    env.close()
+
+
+def test_a_scalar_observation_is_named_too():
+    class ScalarObs(_ScalarBoxEnv):
+        action_space = gymnasium.spaces.Discrete(3)
+
+    with pytest.raises(UnsupportedEnvError, match=r"its observation is a scalar \(shape \(\)\)"):
+        policy_specs(GymEnv(ScalarObs).info())

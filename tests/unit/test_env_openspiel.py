@@ -11,6 +11,7 @@ from gymnasium.utils.env_checker import check_env
 from common.envs import DiscreteSpec, Outcome
 from common.envs.gymnasium_view import GymnasiumView
 from common.envs.openspiel_env import PIECE_PLANES, BotSpec, OpenSpielEnv, outcomes_from_returns
+from common.envs.policy_view import player_view, policy_specs
 
 
 def _first_legal(obs: dict) -> int:
@@ -159,6 +160,67 @@ def test_illegal_action_is_refused_with_the_legal_ones():
         env.step(0)
     with pytest.raises(ValueError, match="illegal"):
         env.step(7)
+
+
+@pytest.mark.parametrize("action", [1.7, "3", True, np.float32(2.0), np.array([2])])
+def test_an_action_that_is_no_integer_is_refused_not_truncated(action):
+    env = OpenSpielEnv("connect_four")
+    env.reset()
+    with pytest.raises(TypeError, match="action must be an integer"):
+        env.step(action)
+    env.step(np.int64(3))  # numpy integers, as policies give them, are fine
+    env.step(np.array(4))
+
+
+def test_a_one_player_game_looks_like_any_single_player_env():
+    """No player axis, a float reward, no outcome: what policy_view expects of a one-player env (with the
+    axis, a solo league on catch could never build its model)."""
+    env = OpenSpielEnv("catch")
+    info = env.info()
+    specs, action = policy_specs(info)
+    assert specs["action_mask"].shape == (3,) and action.num_actions == 3
+    obs = env.reset()
+    assert obs["observation"].shape == info.obs_spec["observation"].shape == specs["observation"].shape
+    view = player_view(obs, 0, info)
+    assert {k: v.shape for k, v in view.items()} == {k: s.shape for k, s in specs.items()}
+    total = 0.0
+    while True:
+        ts = env.step(int(np.flatnonzero(obs["action_mask"])[0]))
+        assert isinstance(ts.reward, float)
+        total += ts.reward
+        if ts.done:
+            break
+        obs = ts.obs
+    assert ts.info.episode.episode_return == total and ts.info.outcome is None
+
+
+def test_what_is_earned_before_the_agents_first_move_is_paid_with_its_first_step():
+    """Hanabi pays as cards are played: with a bot moving first, the rewards of the bot's moves before the
+    agent's first turn were dropped (the rewards of a game no longer added up to what pyspiel paid)."""
+    import pyspiel
+
+    mismatched = 0
+    for seed in range(30):
+        env = OpenSpielEnv("hanabi", bots={0: "random"})
+        env.seed(seed)
+        obs = env.reset()
+        rng = np.random.default_rng(seed)
+        paid = np.zeros(2, np.float32)
+        while True:
+            ts = env.step(int(rng.choice(np.flatnonzero(obs["action_mask"][int(obs["to_play"])]))))
+            paid += ts.reward
+            if ts.done:
+                break
+            obs = ts.obs
+        replay = pyspiel.load_game("hanabi").new_initial_state()
+        earned = np.zeros(2, np.float32)
+        for action in env.state.history():
+            replay.apply_action(action)
+            earned += np.asarray(replay.rewards(), np.float32)
+        np.testing.assert_array_equal(paid, earned)
+        np.testing.assert_array_equal(ts.info.episode.episode_return, earned)
+        mismatched += bool(earned.any())
+    assert mismatched > 0  # some games did pay something
 
 
 def test_seeded_games_repeat():

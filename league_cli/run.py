@@ -106,6 +106,13 @@ class RunConfig:
             raise ConfigError("stop_grace_s", f"must be >= 0 and at most {MAX_DURATION_S:g}, got {self.stop_grace_s}")
 
 
+def learner_stop_timeout(stop_grace_s: float) -> float:
+    """A learner's `--stop-timeout` under league run: inside the grace before the kill, with 3 s left for its
+    main thread to hand the job back (a learner killed mid-stop loses all it trained since its last
+    checkpoint, and its job waits out a lease)."""
+    return max(1.0, stop_grace_s - 3.0)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", nargs="?", type=cli_args.path, default=None,
                         help="league YAML (default: the run directory's own config.yaml when it has one, i.e. "
@@ -209,7 +216,8 @@ class Supervisor:
             # A restarted learner keeps its address, as a StatefulSet pod or a compose service would: collect
             # jobs already handed out name that endpoint.
             port = self.learner_ports.setdefault(name, restartable_port())
-            return league_command("learner", *common, "--host", "127.0.0.1", "--port", str(port))
+            return league_command("learner", *common, "--host", "127.0.0.1", "--port", str(port),
+                                  "--stop-timeout", f"{learner_stop_timeout(self.run_cfg.stop_grace_s):g}")
         argv = league_command("actor", *common, "--manager", self.run_cfg.manager)
         if self.run_cfg.manager == "subprocess":
             argv += ["--env-cpus", str(self.env_cpus_per_actor())]

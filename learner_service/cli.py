@@ -45,6 +45,9 @@ DEFAULT_STOP_TIMEOUT_S = 20.0
 report and release: a second or two on a healthy share, ~10 s against a coordinator that does not answer.
 Inside the 30 s of grace the deploy manifests give learners, so that a stuck learner hands its player back
 before the supervisor's SIGKILL."""
+STOP_TRAIN_S = 5.0
+"""The most of a stop spent training on what the learner accepted (a quarter of `--stop-timeout` if less):
+the rest of it is for the final checkpoint, report and release."""
 JOIN_SLICE_S = 0.2
 
 
@@ -118,6 +121,7 @@ def main(args: argparse.Namespace) -> int:
             device=args.device,
             publish_timeout_s=args.publish_timeout,
             stream_idle_timeout_s=args.stream_idle_timeout,
+            stop_train_s=min(STOP_TRAIN_S, args.stop_timeout / 4),
         )
         learner = Learner(settings)
     except (ValueError, OSError) as err:

@@ -45,6 +45,11 @@ class LearnerSettings:
     went away): the heartbeat stops renewing the learn job's lease, so the league can bind the player to another
     learner. Generous: a large checkpoint on a slow share legitimately takes seconds (None: no limit)."""
 
+    stop_train_s: float = 5.0
+    """At a stop, the most time spent training on what was accepted before the final checkpoint; what is left
+    then is dropped (logged). A DQN learner owes replay updates for every queued chunk, tens of seconds of them:
+    unbounded, its stop outlasted league run's grace and was killed before its final checkpoint."""
+
     stream_idle_timeout_s: float = 60.0
     """A trajectory stream whose client sent nothing for this long is cancelled, so that frozen or stray
     clients cannot hold the learner's stream slots (our actors end a stream after 0.05 s of quiet)."""
@@ -57,6 +62,8 @@ class LearnerSettings:
         if self.publish_timeout_s is not None and not (math.isfinite(self.publish_timeout_s)
                                                        and self.publish_timeout_s > 0):
             raise ValueError(f"publish_timeout_s: must be > 0 seconds or None, got {self.publish_timeout_s}")
+        if not (math.isfinite(self.stop_train_s) and self.stop_train_s >= 0):
+            raise ValueError(f"stop_train_s: must be >= 0 seconds, got {self.stop_train_s}")
         if not (math.isfinite(self.stream_idle_timeout_s) and self.stream_idle_timeout_s > 0):
             raise ValueError(f"stream_idle_timeout_s: must be > 0 seconds, got {self.stream_idle_timeout_s}")
         if not 0 <= self.port <= 65535:

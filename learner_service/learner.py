@@ -229,7 +229,7 @@ class Learner:
             with self._lock:
                 self._session = None
         if end is SessionEnd.STOPPED:
-            session.release()
+            session.release(self.settings.stop_train_s)
         else:
             self._kept = _Kept(job.player_id, session.trainer, session.publisher.last_version)
             if untrained := session.trainer.untrained_samples:

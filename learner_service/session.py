@@ -274,17 +274,30 @@ class LearnSession:
         assert self.end_reason is not None
         return self.end_reason
 
-    def release(self) -> None:
+    def release(self, train_s: float = math.inf) -> None:
         """The learner stops: train on what was accepted, a final checkpoint, UpdatePlayer, FinishJob(RELEASED).
-        Without the lease held by then (no heartbeat confirmed for nearly a lease), nothing more is published."""
+        Without the lease held by then (no heartbeat confirmed for nearly a lease), nothing more is published.
+
+        `train_s` bounds the training: a DQN learner owes replay updates for every queued chunk (tens of
+        seconds of them), and a stop that outlasts its supervisor's grace (league run's 15 s) is killed
+        before its final checkpoint, losing all it trained since the last one. What is left untrained when
+        the time is up is dropped, and the log says how much."""
+        deadline = time.monotonic() + train_s
         try:
-            for chunk in self.queue.drain():  # one at a time, so batches keep their usual size
+            chunks = self.queue.drain()
+            for taken, chunk in enumerate(chunks):  # one at a time, so batches keep their usual size
+                if time.monotonic() >= deadline:
+                    self._log_cut_short(train_s, chunks[taken:])
+                    break
                 self.telemetry.observe(chunk, self.trainer.version)
                 self.trainer.add(chunk)
-                self._train_ready(publish=False)
-            # Batches the session had ready when it was told to stop, then what is held short of a batch: the
-            # actors were told it arrived, and will not send it again.
-            self._train_ready(publish=False, rest=True)
+                self._train_ready(publish=False, deadline=deadline)
+            else:
+                # Batches the session had ready when it was told to stop, then what is held short of a batch:
+                # the actors were told it arrived, and will not send it again.
+                self._train_ready(publish=False, rest=True, deadline=deadline)
+                if time.monotonic() >= deadline and (self.trainer.untrained_samples or self.trainer.owes_updates):
+                    self._log_cut_short(train_s, [])
             if not self.lease.held:
                 log.warning("%s: no final checkpoint: no heartbeat was confirmed within the lease, so the player may "
                             "be another learner's by now", self.job.player_id)
@@ -318,10 +331,18 @@ class LearnSession:
         self.trainer.add(chunk)
         self._train_ready(publish=True)
 
-    def _train_ready(self, publish: bool, rest: bool = False) -> None:
+    def _log_cut_short(self, train_s: float, untrained: Sequence[PreparedChunk]) -> None:
+        samples = sum(chunk.agent_steps for chunk in untrained) + self.trainer.untrained_samples
+        log.warning("%s: the stop's %.1f s of training ran out: %d accepted sample(s) not trained on%s",
+                    self.job.player_id, train_s, samples,
+                    " (replay updates they owed skipped)" if self.trainer.owes_updates else "")
+
+    def _train_ready(self, publish: bool, rest: bool = False, deadline: float = math.inf) -> None:
         """Train while a batch is ready; publish + report every ``publish_every`` iterations when ``publish``.
-        ``rest``: then what is held short of a batch too, as a last, smaller one."""
-        while not (publish and self._held_back()) and (report := self.trainer.train_ready(rest)) is not None:
+        ``rest``: then what is held short of a batch too, as a last, smaller one. No iteration starts past
+        ``deadline`` (time.monotonic)."""
+        while not (publish and self._held_back()) and time.monotonic() < deadline and \
+                (report := self.trainer.train_ready(rest)) is not None:
             if not self.trainer.weights_finite():
                 self._roll_back(report)
                 continue

@@ -159,6 +159,11 @@ class Trainer:
         return self._held_samples + sum(samples for _, samples in self._short_batches)
 
     @property
+    def owes_updates(self) -> bool:
+        """DQN: replay updates owed for samples received (replay_ratio) not all made yet."""
+        return self._replay is not None and self._owed_updates >= 1.0
+
+    @property
     def untrained_samples(self) -> int:
         """Samples received and never trained on (PPO's held rows; a DQN replay's samples have been sampled)."""
         return 0 if self._replay is not None else self.buffered_samples

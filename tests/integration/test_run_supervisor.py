@@ -118,6 +118,8 @@ def test_servers_get_ports_no_outgoing_connection_can_take(supervisor):
     argv = supervisor._worker_argv("learner-0")
     port = int(argv[argv.index("--port") + 1])
     assert 0 < port < low and supervisor._worker_argv("learner-0") == argv  # and kept for its restarts
+    # Its stop fits inside league run's grace, with time for its main thread to hand the job back.
+    assert float(argv[argv.index("--stop-timeout") + 1]) == supervisor.run_cfg.stop_grace_s - 3
     supervisor.shared_root.mkdir()
     supervisor.config_path.write_text("{}\n")  # the embedded league
     address = supervisor.start_coordinator()

@@ -5,6 +5,8 @@ traceback and the player waited for the lease to expire."""
 
 from __future__ import annotations
 
+import logging
+
 from common.checkpoint_store import CheckpointStore
 from common.learner_config import LearnerConfig
 from common.proto.league.v1 import league_pb2
@@ -12,7 +14,7 @@ from learner_service.league_client import LearnJob
 from learner_service.publisher import CheckpointPublisher
 from learner_service.servicer import DataPlane
 from learner_service.session import LearnSession, SessionContext
-from tests.unit.test_learner_trainer import _trainer
+from tests.unit.test_learner_trainer import _prepared, _trainer
 
 
 class _Lease:
@@ -48,3 +50,40 @@ def test_a_withdrawn_final_publish_of_a_player_with_nothing_published_still_rele
     session.release()
     assert client.finished == [("job-1", league_pb2.FINISH_STATUS_RELEASED)]
     assert client.reports == [] and publisher.store.latest("p") is None
+
+
+class _HeldLease:
+    held = True
+
+
+def _dqn_session(tmp_path, client):
+    trainer = _trainer("dqn", replay_ratio=8.0)
+    publisher = CheckpointPublisher(CheckpointStore(tmp_path), "p", "w")
+    publisher.try_publish(trainer)
+    context = SessionContext(client, DataPlane(), tmp_path, "cpu", lambda: True, lambda *a: None)
+    job = LearnJob("job-1", "p", "", 0, "CartPole-v1", {}, {}, {}, 30.0, 0.0)
+    session = LearnSession(context, job, _HeldLease(), trainer, publisher, LearnerConfig(), seed=0)
+    for seq in range(6):  # queued when the stop came: each owes replay updates (16 transitions x 8 / 8)
+        assert session.queue.put(_prepared(trainer, batch=2, steps=8, seq=seq))
+    return session, trainer, publisher
+
+
+def test_the_training_of_a_stop_is_bounded_and_the_final_checkpoint_still_published(tmp_path, caplog):
+    """A DQN learner owed replay updates for every queued chunk: its stop trained for longer than league run's
+    grace and was killed before its final checkpoint (a reviewer lost ~2,000 trained steps so). With no time
+    to train, the stop publishes what it has, says what it dropped, and releases."""
+    client = _Client()
+    session, trainer, publisher = _dqn_session(tmp_path, client)
+    with caplog.at_level(logging.WARNING, logger="learner_service.session"):
+        session.release(train_s=0.0)
+    assert trainer.progress.train_iteration == 0 and publisher.last_version == 0
+    assert "the stop's 0.0 s of training ran out: 96 accepted sample(s) not trained on" in caplog.text
+    assert client.finished == [("job-1", league_pb2.FINISH_STATUS_RELEASED)]
+
+    client = _Client()
+    (tmp_path / "unbounded").mkdir()
+    session, trainer, publisher = _dqn_session(tmp_path / "unbounded", client)
+    session.release()  # the default: everything accepted is trained on
+    assert trainer.progress.train_iteration > 0 and not trainer.owes_updates
+    assert publisher.last_version == trainer.version > 0
+    assert client.finished == [("job-1", league_pb2.FINISH_STATUS_RELEASED)]

@@ -22,6 +22,7 @@ import yaml
 
 from common import cli_args
 from common.config import MAX_DURATION_S, ConfigError, from_dict
+from common.durable_files import atomic_write
 from common.exclusive_lock import ExclusiveLock, LockedError
 from common.exit_codes import ADDRESS_IN_USE_EXIT, INTERRUPTED_EXIT, SETUP_ERROR_EXIT
 from common.job_limits import MAX_ENV_NUM
@@ -349,6 +350,11 @@ def run_main(args: argparse.Namespace) -> int:
     pending = run_dir / PENDING_CONFIG_FILE
     from_pending = _uses_pending_config(args, run_dir)
     if from_pending:
+        if pending.stat().st_size == 0:  # (once written in place, and cut short by a full disk)
+            console.print(f"league run: {pending} is empty (the run that created {run_dir} could not write its "
+                          f"config): give the config again, `league run CONFIG --run-dir {run_dir}`",
+                          style="red", markup=False)
+            return 2
         args.config = pending
     if args.config is not None or not (run_dir / CONFIG_FILE).is_file():
         # Checked before anything is created: a typo (in the file or a flag) makes no run directory. A directory
@@ -403,12 +409,19 @@ def run_main(args: argparse.Namespace) -> int:
 
 
 def _uses_pending_config(args: argparse.Namespace, run_dir: Path) -> bool:
-    """Whether `run_dir` is to start with its pending config: its first run was killed (kill -9, a power cut)
-    before its coordinator came up, so no league was made and the config is still pending. Going on without it
-    started the embedded league in its place, unsaid. With a state there, the saved league decides, as for any
-    resume (the pending file may be another league's)."""
-    return (args.config is None and (run_dir / PENDING_CONFIG_FILE).is_file()
-            and not (run_dir / CONFIG_FILE).is_file() and not (run_dir / STATE_FILE).exists())
+    """Whether `run_dir` is to start with its pending config: its first run was killed (kill -9, a power cut) or
+    interrupted before its coordinator was up and had taken the config, so no league trained and the config is
+    still pending. Going on without it started the embedded league in its place, unsaid. A state there that
+    played a game or holds a checkpoint decides instead, as for any resume (the pending file may be another
+    league's); one made in that last instant of the start-up (no game, no checkpoint) takes the pending config."""
+    if args.config is not None or not (run_dir / PENDING_CONFIG_FILE).is_file() or (run_dir / CONFIG_FILE).is_file():
+        return False
+    state = run_dir / STATE_FILE
+    if not state.exists():
+        return True
+    from league_service.store import stored_league_trained
+
+    return not stored_league_trained(state)
 
 
 def _saved_league_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str | None:
@@ -494,7 +507,12 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
     # refuses (another league type than the saved state's) must not make the directory describe another league.
     config_path = run_dir / CONFIG_FILE
     pending_path = run_dir / PENDING_CONFIG_FILE
-    pending_path.write_text(yaml.safe_dump(cfg_dict, sort_keys=False))
+    try:  # (atomic: a full disk left an empty file, which the next run took for a config)
+        atomic_write(pending_path, yaml.safe_dump(cfg_dict, sort_keys=False).encode())
+    except OSError as err:
+        console.print(f"league run: --run-dir {run_dir}: cannot write {PENDING_CONFIG_FILE}: {err}", style="red",
+                      markup=False)
+        return 2
     history_path = run_dir / "status_history.jsonl"
     quiet = args.quiet or not console.is_terminal  # a live table piped to a file shows only at the end
 
@@ -572,7 +590,9 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
             if started_all:  # what they said while they stopped (a failed start's error quotes its log)
                 for line in log_errors.check(stopped, to_end=True):
                     console.print(line, style="red", markup=False, soft_wrap=True)
-            pending_path.unlink(missing_ok=True)  # a config the coordinator never accepted
+            if config_path.is_file():  # a resume's config the coordinator did not take: the saved one stays
+                pending_path.unlink(missing_ok=True)
+            # (Else the directory's first run stopped before its config was taken: running it again starts it.)
             # `league status --run-dir` then says no run is going on, instead of dialling a port another program
             # may have taken since.
             (run_dir / RUN_PORT_FILE).unlink(missing_ok=True)

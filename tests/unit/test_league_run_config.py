@@ -371,3 +371,62 @@ def test_a_run_dir_left_with_only_a_pending_config_starts_that_config_not_the_em
     from league_cli import run as run_module
 
     assert not run_module._uses_pending_config(build_parser().parse_args(["run", "--run-dir", str(run_dir)]), run_dir)
+
+
+def test_a_pending_config_is_still_started_when_the_state_was_made_in_the_last_instant_of_the_start_up(tmp_path):
+    """A reviewer killed `league run` in the ~0.1 s between its coordinator creating the state and the config
+    being taken (or pressed Ctrl-C then, which also deleted the pending file): the next run in that directory
+    started the embedded league in its place, unsaid. A state that played no game and holds no checkpoint
+    leaves the choice to the pending config; one that trained decides itself."""
+    from league_cli import run as run_module
+    from league_cli.main import build_parser
+    from league_service.store import Counters, LeagueStore
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.pending.yaml").write_text("league:\n  league_type: solo\n")
+    store = LeagueStore(run_dir / "league_state.sqlite")
+    store.initialise("digest")
+    with store.transaction() as tx:
+        tx.put_league_state({"players": [{"player_id": "p", "checkpoint_path": ""}]})
+        tx.put_counters(Counters())
+    args = build_parser().parse_args(["run", "--run-dir", str(run_dir)])
+    assert run_module._uses_pending_config(args, run_dir)
+    with store.transaction() as tx:
+        tx.put_counters(Counters(episodes=1, env_steps=9))
+    store.close()
+    assert not run_module._uses_pending_config(args, run_dir)
+
+
+def test_an_empty_pending_config_is_refused_not_taken_for_the_embedded_league(tmp_path, capsys):
+    """A full disk cut the pending config's write short (it was written in place, now atomically): the empty
+    file then read as no config at all, and the next run started the embedded connect-four league."""
+    from league_cli.main import build_parser
+    from league_cli.run import run_main
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.pending.yaml").write_bytes(b"")
+    assert run_main(build_parser().parse_args(["run", "--run-dir", str(run_dir)])) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "config.pending.yaml is empty" in out and "league run CONFIG --run-dir" in out
+    assert sorted(p.name for p in run_dir.iterdir()) == ["config.pending.yaml"]
+
+
+def test_a_pending_config_that_cannot_be_written_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    """On a full disk it was a traceback (exit 1), and left an empty file behind."""
+    import errno
+
+    from league_cli import run as run_module
+    from league_cli.main import build_parser
+
+    def full(path, data, sync_dir=True):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(run_module, "atomic_write", full)
+    run_dir = tmp_path / "run"
+    config = ROOT / "configs" / "solo_cartpole.yaml"
+    assert run_module.run_main(build_parser().parse_args(["run", str(config), "--run-dir", str(run_dir)])) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "cannot write config.pending.yaml: [Errno 28] No space left on device" in out, out
+    assert not (run_dir / "config.pending.yaml").exists()

@@ -213,14 +213,14 @@ def _progression_main(args: argparse.Namespace) -> int:
         policy, env_name, env_kwargs = _league_policy_and_env(config)
         status = last_status(args.run_dir / "status_history.jsonl")
         player_id = choose_player(status, args.player)
-        line = lineage(status, player_id, args.points or DEFAULT_POINTS)
+        points = args.points or DEFAULT_POINTS
+        line = lineage(status, player_id, points)
         store = CheckpointStore(shared_root)
         latest = store.latest(player_id)
         if latest is not None:
             steps = latest.metadata.get("agent_steps")
             steps = int(steps) if isinstance(steps, int) else None
-            line = (with_latest_published(line, latest.version, latest.path, steps) if line
-                    else [LineagePoint(player_id, steps or 0, latest.path, latest.version, True)])
+            line = with_latest_published(line, player_id, latest.version, latest.path, steps, points)
         if not line:
             raise ValueError(f"player {player_id!r} has no published checkpoint in the run's status, nor in shared "
                              f"root {shared_root}")

@@ -36,9 +36,23 @@ class PointResult:
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def strongest_beaten(self) -> str:
-        """The last opponent of the ladder that this checkpoint beats more than half the time ("-": none)."""
+        """The strongest opponent this checkpoint beats more than half the time ("-": none): random below every
+        MCTS bot, MCTS bots by their simulations, whatever order `--opponent` listed them in (the last one
+        beaten in that order was taken once: `mcts:5,random` said random for a player beating both)."""
         beaten = [opponent for opponent, r in self.results.items() if r["win_rate"] > 0.5]
-        return beaten[-1] if beaten else "-"
+        return max(beaten, key=bot_strength) if beaten else "-"
+
+
+def bot_strength(opponent: str) -> tuple[int, int]:
+    """A reference bot's place in the ladder: random first, then MCTS by simulations (pyspiel's MCTS gets
+    stronger with them); an opponent that is no bot spec sorts first."""
+    from common.envs.bot_spec import BotSpec
+
+    try:
+        spec = BotSpec.parse(opponent)
+    except ValueError:
+        return (-1, 0)
+    return (1, spec.num_simulations) if spec.kind == "mcts" else (0, 0)
 
 
 def last_status(history_path: Path) -> dict[str, Any]:
@@ -96,16 +110,24 @@ def lineage(status: dict[str, Any], player_id: str, points: int) -> list[Lineage
     return [found[round(i * step)] for i in range(points)]
 
 
-def with_latest_published(line: Sequence[LineagePoint], version: int, path: str,
-                          agent_steps: int | None) -> list[LineagePoint]:
-    """`line` with its active point moved to the player's newest published checkpoint (`version` at `path`)
-    when that is newer than the status said: a learner goes on publishing after the run's last status
-    record, and keeps only its newest versions, so the version in the status may be gone by now."""
+def with_latest_published(line: Sequence[LineagePoint], player_id: str, version: int, path: str,
+                          agent_steps: int | None, points: int) -> list[LineagePoint]:
+    """`line` (of at most `points`) ending at the player's newest published checkpoint (`version` at `path`)
+    when that is newer than its last point: a learner goes on publishing after the run's last status record,
+    and keeps only its newest versions, so the version in the status may be gone by now. An active last point
+    moves to it; after a snapshot that froze the status's version (which then stands for the active point),
+    it is added, in that snapshot's place if the line is full (it was left out: a reviewer's run ended at the
+    snapshot's v17 with v18 published)."""
     out = list(line)
-    if out and out[-1].active and version > out[-1].checkpoint_version:
-        last = out[-1]
-        steps = last.agent_steps if agent_steps is None else max(last.agent_steps, agent_steps)
-        out[-1] = LineagePoint(last.player_id, steps, path, version, True)
+    if out and version <= out[-1].checkpoint_version:
+        return out
+    last_steps = out[-1].agent_steps if out else 0
+    steps = last_steps if agent_steps is None else max(last_steps, agent_steps)
+    newest = LineagePoint(player_id, steps, path, version, True)
+    if out and (out[-1].active or len(out) >= points):
+        out[-1] = newest
+    else:
+        out.append(newest)
     return out
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from league_cli.progression import LineagePoint, lineage, with_latest_published
+from league_cli.progression import LineagePoint, PointResult, lineage, with_latest_published
 
 STATUS = {
     "players": [
@@ -25,16 +25,43 @@ def test_a_version_published_after_the_last_status_replaces_the_active_point():
     """The learner publishes after the run's last status record and keeps only its newest versions: the
     status's version may be deleted by the time the run is judged (seen: v280 gone, v288 the latest)."""
     line = lineage(STATUS, "main_player_default_0", points=4)
-    newer = with_latest_published(line, 12, "main_player_default_0/v0000000012.pt", 1200)
+    main = "main_player_default_0"
+    newer = with_latest_published(line, main, 12, "main_player_default_0/v0000000012.pt", 1200, points=4)
     assert newer[:-1] == line[:-1]
-    assert newer[-1] == LineagePoint("main_player_default_0", 1200, "main_player_default_0/v0000000012.pt", 12, True)
-    assert with_latest_published(line, 9, "main_player_default_0/v0000000009.pt", None) == line
-    assert with_latest_published(line, 12, "p/v12.pt", None)[-1].agent_steps == 900  # steps unknown: kept
+    assert newer[-1] == LineagePoint(main, 1200, "main_player_default_0/v0000000012.pt", 12, True)
+    assert with_latest_published(line, main, 9, "main_player_default_0/v0000000009.pt", None, points=4) == line
+    assert with_latest_published(line, main, 12, "p/v12.pt", None, points=4)[-1].agent_steps == 900  # kept
 
 
-def test_a_line_of_snapshots_only_is_left_alone():
-    snapshots = [pt for pt in lineage(STATUS, "main_player_default_0", points=4) if not pt.active]
-    assert with_latest_published(snapshots, 12, "p/v12.pt", 1200) == snapshots
+def test_a_version_published_after_a_snapshot_of_the_status_version_is_added_after_it():
+    """A snapshot that froze the active player's version stands for it in the line; a version the learner
+    published after the last status record was then left out (a reviewer's run ended at the snapshot's v17
+    while v18 was published). It is added, in the snapshot's place when the line is full."""
+    players = [dict(p) for p in STATUS["players"]]
+    players.append({"player_id": "main_player_default_0_9", "active": False, "parent_id": "main_player_default_0",
+                    "agent_steps": 900, "checkpoint_path": "main_player_default_0/v0000000009_900.pt",
+                    "checkpoint_version": 9})
+    line = lineage({"players": players}, "main_player_default_0", points=4)
+    assert [(p.checkpoint_version, p.active) for p in line] == [(3, False), (6, False), (9, False)]
+    main = "main_player_default_0"
+    newer = with_latest_published(line, main, 10, "main_player_default_0/v0000000010.pt", 1000, points=4)
+    assert [(p.checkpoint_version, p.active) for p in newer] == [(3, False), (6, False), (9, False), (10, True)]
+    assert newer[-1] == LineagePoint(main, 1000, "main_player_default_0/v0000000010.pt", 10, True)
+    full = with_latest_published(line, main, 10, "main_player_default_0/v0000000010.pt", 1000, points=3)
+    assert [(p.checkpoint_version, p.active) for p in full] == [(3, False), (6, False), (10, True)]
+    assert with_latest_published(line, main, 9, "x", 900, points=4) == line  # nothing newer: left alone
+    assert with_latest_published([], main, 2, "p/v2.pt", None, points=4) == [LineagePoint(main, 0, "p/v2.pt", 2, True)]
+
+
+def test_the_strongest_opponent_beaten_goes_by_bot_strength_not_by_the_order_given():
+    """`--opponent mcts:5,random` said random for a player that beat both: the last one beaten in list order."""
+    result = PointResult(LineagePoint("p", 1, "p/v1.pt", 1, True))
+    result.results = {"mcts:25": {"win_rate": 0.4}, "mcts:5": {"win_rate": 0.9}, "random": {"win_rate": 0.95}}
+    assert result.strongest_beaten() == "mcts:5"
+    result.results["mcts:25"]["win_rate"] = 0.6
+    assert result.strongest_beaten() == "mcts:25"
+    result.results = {"random": {"win_rate": 0.5}}
+    assert result.strongest_beaten() == "-"
 
 
 def test_snapshots_the_league_set_aside_are_left_out():

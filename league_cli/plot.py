@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,25 +29,68 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=cli_args.path, required=True, help="directory for the PNG files")
 
 
-def read_history(path: Path) -> list[dict[str, Any]]:
+PLOT_MAX_RECORDS = 1000
+"""Records the plots read from a history at most: evenly spaced, the first and the last among them. A day of the
+default league leaves ~1.3 GB of history (it grows by at most league_cli.history.HISTORY_BYTES_PER_S); read
+whole, as records, its plots took ~4.5 bytes of memory per byte of file (1.2 GB at four hours, measured)."""
+
+
+def read_history(path: Path, max_records: int | None = None) -> list[dict[str, Any]]:
+    """The status records of a history, oldest first (see `iter_history`)."""
+    return list(iter_history(path, max_records))
+
+
+def iter_history(path: Path, max_records: int | None = None) -> Iterator[dict[str, Any]]:
+    """The status records of a history, oldest first, read line by line. `max_records`: at most that many,
+    evenly spaced, the newest always among them (the lines left out are not parsed). A torn last line (a run
+    killed mid-write) is skipped; any other line that is not a status record is an error."""
+    path = Path(path)
+    count = _count_records(path)
+    if count == 0:
+        return
+    wanted: set[int] | None = None
+    if max_records is not None and count > max_records:
+        step = (count - 1) / (max(2, max_records) - 1)
+        wanted = {round(i * step) for i in range(max(2, max_records))}
+    with open(path, "rb") as fh:
+        n = 0
+        for number, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            n += 1
+            if n > count:
+                break  # the torn last line
+            if wanted is not None and n - 1 not in wanted:
+                continue
+            try:
+                record = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as err:
+                raise ValueError(f"{path}:{number}: not JSON ({err})") from err
+            if not _is_status_record(record):
+                raise ValueError(f"{path}:{number}: not a status record (`league run` writes them, as does "
+                                 f"`league status --watch --json`)")
+            yield record
+
+
+def _count_records(path: Path) -> int:
+    """How many non-empty lines of `path` are records to read (its last one left out when torn); ValueError for
+    a file that is not text."""
+    count = 0
+    last = b""
+    with open(path, "rb") as fh:
+        for raw in fh:
+            if raw.strip():
+                count += 1
+                last = raw
+    if count == 0:
+        return 0
     try:
-        text = Path(path).read_text()
+        json.loads(last)
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not a status history (not UTF-8 text: {err.reason})") from err
-    lines = [line for line in text.splitlines() if line.strip()]
-    records = []
-    for n, line in enumerate(lines, 1):
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            if n == len(lines):  # a run killed mid-write leaves a torn last line
-                break
-            raise ValueError(f"{path}:{n}: not JSON ({err})") from err
-        if not _is_status_record(record):
-            raise ValueError(f"{path}:{n}: not a status record (`league run` writes them, as does "
-                             f"`league status --watch --json`)")
-        records.append(record)
-    return records
+    except json.JSONDecodeError:
+        return count - 1  # a run killed mid-write leaves a torn last line
+    return count
 
 
 def _is_status_record(record: Any) -> bool:
@@ -57,30 +103,38 @@ def _is_status_record(record: Any) -> bool:
     return isinstance(payoff, list) and all(isinstance(r, dict) and {"home", "away"} <= r.keys() for r in payoff)
 
 
-def run_seconds(records: list[dict[str, Any]]) -> list[float]:
+class RunClock:
     """Each record's time on the runs' clock: `elapsed_s` restarts at 0 when a `league run` resumes the league
     in the same run directory (the history file is appended to), so each run continues from where the one
     before it stopped instead of drawing its curves back over the earlier ones.
 
     `league status --watch --json` records have no `elapsed_s`: their time is the coordinator's `now` since the
     first record's (wall clock, so a coordinator restart mid-watch, which resets `uptime_s`, does not jump back)."""
-    times: list[float] = []
-    offset = previous = 0.0
-    first_now: float | None = None
-    for rec in records:
+
+    def __init__(self) -> None:
+        self._offset = self._previous = 0.0
+        self._first_now: float | None = None
+
+    def time(self, rec: dict[str, Any]) -> float:
+        """The time of `rec`, the record after the ones this clock was given before."""
         if "elapsed_s" in rec:
             elapsed = float(rec["elapsed_s"])
         elif "now" in rec:
-            if first_now is None:
-                first_now = float(rec["now"])
-            elapsed = float(rec["now"]) - first_now
+            if self._first_now is None:
+                self._first_now = float(rec["now"])
+            elapsed = float(rec["now"]) - self._first_now
         else:
             elapsed = 0.0
-        if elapsed < previous:  # a new run began
-            offset += previous
-        previous = elapsed
-        times.append(offset + elapsed)
-    return times
+        if elapsed < self._previous:  # a new run began
+            self._offset += self._previous
+        self._previous = elapsed
+        return self._offset + elapsed
+
+
+def run_seconds(records: list[dict[str, Any]]) -> list[float]:
+    """Each record's time on the runs' clock (RunClock)."""
+    clock = RunClock()
+    return [clock.time(rec) for rec in records]
 
 
 def _players(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -118,9 +172,9 @@ SOLO_NOTE = ("a solo league has no opponents, so no ratings or win rates: return
              "episode returns instead (no ratings.png, no win_rates.png)")
 
 
-def is_solo(records: list[dict[str, Any]]) -> bool:
+def is_solo(newest: dict[str, Any]) -> bool:
     """Whether the history is a solo league's (its newest record says; histories older than the field: no)."""
-    return bool(records) and records[-1].get("league_type") == "solo"
+    return newest.get("league_type") == "solo"
 
 
 @dataclass(frozen=True)
@@ -133,22 +187,60 @@ class ReturnCurve:
     mean_return: tuple[float, ...]
 
 
-def return_curves(records: list[dict[str, Any]]) -> dict[str, ReturnCurve]:
-    """The return curve of every player that played episodes, by player id. A record from before a player's
-    first episode is left out: the coordinator reports its mean return as 0.0 then, which is no return."""
-    points: dict[str, list[tuple[float, int, float]]] = {}
-    for rec, t in zip(records, run_seconds(records), strict=True):
+class HistoryCurves:
+    """What the plots draw, gathered one record at a time so that only the newest record is held whole: every
+    player's rating curve and return curve on the runs' clock (RunClock)."""
+
+    def __init__(self) -> None:
+        self._clock = RunClock()
+        self.ratings: dict[str, tuple[array, array, array]] = {}
+        """Player id -> (seconds, Elo, TrueSkill mu), one point per record that lists the player."""
+        self._returns: dict[str, tuple[array, array, array]] = {}
+        self.newest: dict[str, Any] | None = None
+
+    def add(self, rec: dict[str, Any]) -> None:
+        t = self._clock.time(rec)
         for p in _players(rec):
+            pid = p["player_id"]
+            xs, elo, mu = self.ratings.setdefault(pid, (array("d"), array("d"), array("d")))
+            xs.append(t)
+            elo.append(_number(p.get("elo", 0.0)))
+            mu.append(_number(p.get("trueskill_mu", 0.0)))
+            # A record from before a player's first episode is left out of its returns: the coordinator reports
+            # its mean return as 0.0 then, which is no return.
             if int(p.get("episodes", 0) or 0) > 0:
-                points.setdefault(p["player_id"], []).append(
-                    (t, int(p.get("agent_steps", 0) or 0), float(p.get("mean_return", 0.0))))
-    return {pid: ReturnCurve(*(tuple(column) for column in zip(*rows, strict=True))) for pid, rows in points.items()}
+                seconds, steps, returns = self._returns.setdefault(pid, (array("d"), array("q"), array("d")))
+                seconds.append(t)
+                steps.append(int(p.get("agent_steps", 0) or 0))
+                returns.append(_number(p.get("mean_return", 0.0)))
+        self.newest = rec
+
+    def return_curves(self) -> dict[str, ReturnCurve]:
+        """The return curve of every player that played episodes, by player id."""
+        return {pid: ReturnCurve(tuple(t), tuple(steps), tuple(r)) for pid, (t, steps, r) in self._returns.items()}
 
 
-def _plot_returns(plt: Any, records: list[dict[str, Any]], out_dir: Path) -> Path:
+def _number(value: Any) -> float:
+    """A figure of a record as a float; NaN (a gap in the curve) for one that is none."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def return_curves(records: list[dict[str, Any]]) -> dict[str, ReturnCurve]:
+    """The return curve of every player that played episodes in `records` (HistoryCurves)."""
+    curves = HistoryCurves()
+    for rec in records:
+        curves.add(rec)
+    return curves.return_curves()
+
+
+def _plot_returns(plt: Any, history: HistoryCurves, out_dir: Path) -> Path:
     """returns.png: each player's mean episode return against the run's time and against its agent steps."""
-    curves = return_curves(records)
-    last_players = {p["player_id"]: p for p in _players(records[-1])}
+    assert history.newest is not None
+    curves = history.return_curves()
+    last_players = {p["player_id"]: p for p in _players(history.newest)}
     fig, (ax_time, ax_steps) = plt.subplots(1, 2, figsize=(12, 4.5))
     for pid, curve in curves.items():
         active = last_players.get(pid, {}).get("active", False)
@@ -187,27 +279,23 @@ def write_plots(history_path: Path, out_dir: Path, notes: list[str] | None = Non
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    records = read_history(Path(history_path))
-    if not records:
+    history = HistoryCurves()
+    for rec in iter_history(Path(history_path), PLOT_MAX_RECORDS):
+        history.add(rec)
+    newest = history.newest
+    if newest is None:
         raise ValueError(f"{history_path}: no status records")
     out_dir.mkdir(parents=True, exist_ok=True)
-    if is_solo(records):  # ratings would be flat lines at their start values, win rates an empty matrix
+    if is_solo(newest):  # ratings would be flat lines at their start values, win rates an empty matrix
         if notes is not None:
             notes.append(SOLO_NOTE)
-        return [_plot_returns(plt, records, out_dir)]
+        return [_plot_returns(plt, history, out_dir)]
     written: list[Path] = []
 
     # Rating curves: Elo of every player over time (historical players appear when they are created).
     fig, (ax_elo, ax_mu) = plt.subplots(1, 2, figsize=(12, 4.5))
-    series: dict[str, tuple[list[float], list[float], list[float]]] = {}
-    for rec, t in zip(records, run_seconds(records), strict=True):
-        for p in _players(rec):
-            xs, elo, mu = series.setdefault(p["player_id"], ([], [], []))
-            xs.append(t)
-            elo.append(p.get("elo", 0.0))
-            mu.append(p.get("trueskill_mu", 0.0))
-    last_players = {p["player_id"]: p for p in _players(records[-1])}
-    for pid, (xs, elo, mu) in series.items():
+    last_players = {p["player_id"]: p for p in _players(newest)}
+    for pid, (xs, elo, mu) in history.ratings.items():
         label, style = rating_line(last_players.get(pid, {"player_id": pid}))
         ax_elo.plot(xs, elo, label=label, **style)
         ax_mu.plot(xs, mu, label=label, **style)
@@ -221,9 +309,9 @@ def write_plots(history_path: Path, out_dir: Path, notes: list[str] | None = Non
     written.append(path)
 
     # Win-rate matrix at the end of the run, with game counts.
-    payoff = records[-1].get("payoff", [])
+    payoff = newest.get("payoff", [])
     if payoff:
-        names = _ordered_names(records[-1], payoff)
+        names = _ordered_names(newest, payoff)
         index = {n: i for i, n in enumerate(names)}
         # A league with many historical players (hundreds an hour): a full matrix would be a figure of
         # hundreds of inches (gigapixels); the active players' rows against everyone tell the story.

@@ -9,7 +9,6 @@ last line of the run's status history names the players and their checkpoints.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,15 +56,11 @@ def bot_strength(opponent: str) -> tuple[int, int]:
 
 def last_status(history_path: Path) -> dict[str, Any]:
     """The newest record of a run's status_history.jsonl (a torn last line, from a live run, is skipped)."""
+    from league_cli.history import newest_record
+
     if not history_path.is_file():
         raise ValueError(f"{history_path}: no status history (is this a `league run` directory?)")
-    record = None
-    with open(history_path) as fh:
-        for line in fh:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
+    record = newest_record(history_path)
     if record is None:
         raise ValueError(f"{history_path}: no complete status record yet")
     return record

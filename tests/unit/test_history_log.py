@@ -92,3 +92,35 @@ def test_a_full_disk_costs_records_not_the_run_and_leaves_no_torn_line(tmp_path,
         assert not log.offer({"t": 4}, now=4.0)
     # close() tried the newest record once more, failed, and did not raise
     assert [r["t"] for r in _lines(path)] == [0, 3]
+
+
+def test_the_newest_record_is_read_from_the_end_of_the_file(tmp_path):
+    """`league eval --run-dir` parsed every line of the history to find the last one: minutes at a day's history
+    (~1.3 GB). Records larger than the blocks read from the end (MBs, late in a run) and a torn tail are fine."""
+    from league_cli.history import newest_record
+
+    path = tmp_path / "h.jsonl"
+    big = "x" * (3 << 20)  # each record spans several of the 1 MiB blocks
+    path.write_text("".join(json.dumps({"t": t, "pad": big}) + "\n" for t in range(3)) + '{"t": 3, "pa')
+    assert newest_record(path)["t"] == 2
+    path.write_text(json.dumps({"t": 0}) + "\n\n")
+    assert newest_record(path) == {"t": 0}
+    path.write_text('{"torn')
+    assert newest_record(path) is None
+    path.write_text("")
+    assert newest_record(path) is None
+
+
+def test_plots_read_at_most_so_many_records_evenly_spaced_ending_at_the_newest(tmp_path):
+    """A day's history read whole as records took gigabytes (4.5 bytes of memory per byte of file, measured):
+    the plots read at most PLOT_MAX_RECORDS of them, and the lines left out are not even parsed."""
+    from league_cli.plot import iter_history
+
+    path = tmp_path / "h.jsonl"
+    path.write_text("".join(json.dumps({"t": t, "players": [], "payoff": []}) + "\n" for t in range(50))
+                    + '{"t": 50, "pla')
+    assert [r["t"] for r in iter_history(path)] == list(range(50))
+    thinned = [r["t"] for r in iter_history(path, max_records=10)]
+    assert len(thinned) == 10 and thinned[0] == 0 and thinned[-1] == 49
+    assert all(0 < b - a <= 6 for a, b in zip(thinned, thinned[1:]))
+    assert [r["t"] for r in iter_history(path, max_records=100)] == list(range(50))

@@ -3,9 +3,10 @@
 
 The checkpoint is loaded through the checkpoint store (digest verified, unpickled with weights_only) from a path
 relative to the shared root, or from an absolute path that must lie inside a shared root (when no root is given
-the root is taken to be the checkpoint's grandparent: ``<root>/<player_id>/v<version>.pt``). The network is
-built from the league config's ``policy`` section and the env's specs, exactly as actors and learners build it.
-Seats alternate game by game; the policy acts greedily (its most likely legal move).
+the root is taken to be the checkpoint's grandparent: ``<root>/<player_id>/v<version>.pt``, or the parent of a
+player's folder ``<root>/<player_id>``, which a missing path not ending in ``.pt`` is taken to be). The network
+is built from the league config's ``policy`` section and the env's specs, exactly as actors and learners build
+it. Seats alternate game by game; the policy acts greedily (its most likely legal move).
 """
 
 from __future__ import annotations
@@ -227,14 +228,17 @@ def resolve_checkpoint(checkpoint: str, shared_root: Path | None) -> tuple[Check
     (`<root>/<player_id>`) stands for that player's newest published version. The version's manifest is read
     here, so that a path that is no published checkpoint is refused with the root it was looked for in."""
     path = Path(checkpoint)
+    # A missing path is a player's folder unless it names a .pt file: a player with nothing published yet has
+    # no folder, and taking its path for a file guessed the run directory, not the shared root, as the root.
+    folder = path.is_dir() if path.is_absolute() and path.exists() else path.suffix != ".pt"
     guessed = ""
     if path.is_absolute():
         if shared_root is not None:
             root = shared_root
         else:
-            root = path.parent if path.is_dir() else path.parent.parent
+            root = path.parent if folder else path.parent.parent
             guessed = (f" (no shared root given, so it was taken to be {root}, the "
-                       f"{'folder' if path.is_dir() else 'file'}'s {'parent' if path.is_dir() else 'grandparent'}: "
+                       f"{'folder' if folder else 'file'}'s {'parent' if folder else 'grandparent'}: "
                        "a checkpoint is <shared root>/<player id>/v<version>.pt; give --shared-root if it lies "
                        "elsewhere)")
         store = CheckpointStore(root)
@@ -251,7 +255,9 @@ def resolve_checkpoint(checkpoint: str, shared_root: Path | None) -> tuple[Check
                 raise ValueError(f"checkpoint {checkpoint!r}: a folder with no published checkpoint in it")
             return store, latest.path
         if not target.exists():
-            raise ValueError(f"checkpoint {checkpoint!r} does not exist")
+            raise ValueError(f"checkpoint {checkpoint!r} does not exist" + (
+                ": taken to be a player's folder (it does not end in .pt), which appears with the player's "
+                "first published checkpoint" if folder else ""))
         store.manifest(relative)
     except (ValueError, CheckpointError) as err:
         raise ValueError(f"{err}{guessed or f' (shared root {store.root.root})'}") from err

@@ -203,6 +203,23 @@ def test_a_players_folder_stands_for_its_newest_version_and_a_missing_file_says_
         resolve_checkpoint("empty", tmp_path)
 
 
+def test_a_missing_player_folder_is_taken_for_a_folder_whose_parent_is_the_shared_root(tmp_path):
+    """`--checkpoint RUN/shared/<player>` before the player published anything: the missing path was taken for
+    a file, so the message named RUN (its grandparent) as the guessed shared root instead of RUN/shared."""
+    shared = tmp_path / "run" / "shared"
+    shared.mkdir(parents=True)
+    with pytest.raises(ValueError) as missing:
+        resolve_checkpoint(str(shared / "main_player_default_0"), None)
+    assert "does not exist: taken to be a player's folder" in str(missing.value)
+    assert f"so it was taken to be {shared}, the folder's parent" in str(missing.value)
+    with pytest.raises(ValueError) as missing_file:  # a missing .pt is still a file: the root is its grandparent
+        resolve_checkpoint(str(shared / "p" / "v0000000001.pt"), None)
+    assert "player's folder" not in str(missing_file.value)
+    assert f"so it was taken to be {shared}, the file's grandparent" in str(missing_file.value)
+    with pytest.raises(ValueError, match=rf"taken to be a player's folder.*\(shared root {shared}\)"):
+        resolve_checkpoint("main_player_default_0", shared)
+
+
 def test_a_checkpoint_path_from_the_current_directory_needs_no_shared_root(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("LEAGUE_SHARED_ROOT", raising=False)
     shared = tmp_path / "run" / "shared"

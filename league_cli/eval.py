@@ -71,6 +71,7 @@ def main(args: argparse.Namespace) -> int:
 
     from actor_service.evaluation import load_policy, play_against_bot, play_episodes, resolve_checkpoint
     from common.checkpoint_store import CheckpointNotFoundError
+    from common.computation import WeightsMismatchError
     from common.envs.registry import make_env
 
     torch.set_num_threads(1)
@@ -125,7 +126,7 @@ def main(args: argparse.Namespace) -> int:
         return _refuse(f"{err}, in shared root {store.root.root if store is not None else args.shared_root}")
     except (ValueError, OSError) as err:  # config, path, checkpoint (corrupt / missing) or model mismatch
         hint = ""
-        if "do not fit the model" in str(err):
+        if isinstance(err, WeightsMismatchError):  # layer names or shapes: another league's network
             hint = (f" (the model of {'the embedded league' if config is None else config}; give --config with the "
                     "league the checkpoint comes from, e.g. its run directory's config.yaml)")
         return _refuse(f"{err}{hint}")

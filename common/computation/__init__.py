@@ -17,7 +17,13 @@ weights got and set by name), the calls are not:
 
 from common.computation.agent_helpers import ExpReplayHelper, OnlineHelper, ReplaySample
 from common.computation.algorithm import Algorithm, ForwardKwargs, LearnOutput
-from common.computation.computation_task import ComputationTask, LearnResult, Prediction, resolve_device
+from common.computation.computation_task import (
+    ComputationTask,
+    LearnResult,
+    Prediction,
+    WeightsMismatchError,
+    resolve_device,
+)
 from common.computation.data_processor import ComputationDataProcessor, PackedBatch, pack, unpack
 from common.computation.model import Model
 from common.computation.specs import (
@@ -44,6 +50,7 @@ __all__ = [
     "Prediction",
     "ReplaySample",
     "TensorSpec",
+    "WeightsMismatchError",
     "observation_specs",
     "pack",
     "resolve_device",

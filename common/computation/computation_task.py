@@ -22,6 +22,11 @@ if TYPE_CHECKING:
     from common.checkpoint_store import CheckpointRef, CheckpointStore
 
 
+class WeightsMismatchError(ValueError):
+    """Weights that do not fit the model (names, shapes or dtypes): most often a checkpoint of another league's
+    network, which a caller can say instead of only which tensor differs."""
+
+
 def resolve_device(device: str) -> torch.device:
     """``"auto"`` picks CUDA when available, else CPU; an explicit CUDA device must exist."""
     if device == "auto":
@@ -128,21 +133,23 @@ class ComputationTask:
             return {k: v.detach().to("cpu", copy=True).numpy() for k, v in self.algorithm.model.state_dict().items()}
 
     def set_weights(self, weights: Mapping[str, np.ndarray], version: int) -> None:
-        """Load weights produced by `get_weights` (of an identically built task) and adopt their version."""
+        """Load weights produced by `get_weights` (of an identically built task) and adopt their version; raises
+        WeightsMismatchError if they were not."""
         if version < 0:
             raise ValueError(f"version must be >= 0, got {version}")
         with self._lock:
             own = self.algorithm.model.state_dict()
             missing, unknown = sorted(set(own) - set(weights)), sorted(set(weights) - set(own))
             if missing or unknown:
-                raise ValueError(f"weights do not fit the model: missing {missing}, unknown {unknown}")
+                raise WeightsMismatchError(f"weights do not fit the model: missing {missing}, unknown {unknown}")
             state = {}
             for name, target in own.items():
                 array = np.asarray(weights[name])
                 if tuple(array.shape) != tuple(target.shape):
-                    raise ValueError(f"weights[{name!r}]: shape {array.shape} != model shape {tuple(target.shape)}")
+                    raise WeightsMismatchError(
+                        f"weights[{name!r}]: shape {array.shape} != model shape {tuple(target.shape)}")
                 if str(array.dtype) != str(target.dtype).removeprefix("torch."):
-                    raise ValueError(f"weights[{name!r}]: dtype {array.dtype} != model dtype {target.dtype}")
+                    raise WeightsMismatchError(f"weights[{name!r}]: dtype {array.dtype} != model dtype {target.dtype}")
                 state[name] = torch.from_numpy(array if array.flags.writeable else array.copy())
             self.algorithm.model.load_state_dict(state)
             self.algorithm.on_weights_loaded()

@@ -21,6 +21,7 @@ from common.checkpoint_store import CheckpointStore
 from common.envs.policy_view import policy_specs
 from common.envs.registry import make_env
 from league_cli import eval as eval_cli
+from league_service.config import load_config
 
 CONV = {"conv": [[8, 3, 1]], "hidden": [32]}
 PPO = {"algorithm": "ppo", "model": CONV}
@@ -218,6 +219,20 @@ def test_a_missing_player_folder_is_taken_for_a_folder_whose_parent_is_the_share
     assert f"so it was taken to be {shared}, the file's grandparent" in str(missing_file.value)
     with pytest.raises(ValueError, match=rf"taken to be a player's folder.*\(shared root {shared}\)"):
         resolve_checkpoint("main_player_default_0", shared)
+
+
+def test_a_config_whose_network_has_other_sizes_says_to_give_the_checkpoints_league(tmp_path, capsys):
+    """Same layer names, other channel counts: only "shape (8, 5, 3, 3) != model shape (16, 5, 3, 3)" was said,
+    without the --config hint that missing or unknown layer names got."""
+    league, wider = tmp_path / "league.yaml", tmp_path / "wider.yaml"
+    league.write_text(json.dumps({"policy": PPO}))
+    wider.write_text(json.dumps({"policy": {**PPO, "model": {**CONV, "conv": [[16, 3, 1]]}}}))
+    path = publish(tmp_path, dict(load_config(league).policy))  # the league's model as eval builds it
+    argv = ("--checkpoint", path, "--shared-root", str(tmp_path), "--config", str(wider), "--games", "1")
+    assert eval_cli.main(parse(*argv)) == 2
+    err = capsys.readouterr().err
+    assert "!= model shape" in err
+    assert f"(the model of {wider}; give --config with the league the checkpoint comes from" in err
 
 
 def test_a_checkpoint_path_from_the_current_directory_needs_no_shared_root(tmp_path, capsys, monkeypatch):

@@ -1,5 +1,6 @@
 """league run's status history grows at a bounded rate however large each record gets."""
 
+import itertools
 import json
 
 from league_cli.history import HistoryLog
@@ -122,5 +123,5 @@ def test_plots_read_at_most_so_many_records_evenly_spaced_ending_at_the_newest(t
     assert [r["t"] for r in iter_history(path)] == list(range(50))
     thinned = [r["t"] for r in iter_history(path, max_records=10)]
     assert len(thinned) == 10 and thinned[0] == 0 and thinned[-1] == 49
-    assert all(0 < b - a <= 6 for a, b in zip(thinned, thinned[1:]))
+    assert all(0 < b - a <= 6 for a, b in itertools.pairwise(thinned))
     assert [r["t"] for r in iter_history(path, max_records=100)] == list(range(50))

@@ -172,6 +172,10 @@ SOLO_NOTE = ("a solo league has no opponents, so no ratings or win rates: return
              "episode returns instead (no ratings.png, no win_rates.png)")
 
 
+NO_GAMES_NOTE = ("no game between two different players is in the payoff yet (no game played, or only a player's "
+                 "games against itself): no win_rates.png")
+
+
 def is_solo(newest: dict[str, Any]) -> bool:
     """Whether the history is a solo league's (its newest record says; histories older than the field: no)."""
     return newest.get("league_type") == "solo"
@@ -301,7 +305,8 @@ def write_plots(history_path: Path, out_dir: Path, notes: list[str] | None = Non
         ax_mu.plot(xs, mu, label=label, **style)
     ax_elo.set(title="Elo", xlabel="seconds of league run")
     ax_mu.set(title="TrueSkill mu", xlabel="seconds of league run")
-    ax_elo.legend(fontsize="small")
+    if ax_elo.get_legend_handles_labels()[1]:  # (an empty legend is a matplotlib warning on stderr)
+        ax_elo.legend(fontsize="small")
     fig.tight_layout()
     path = out_dir / "ratings.png"
     fig.savefig(path, dpi=100)
@@ -310,6 +315,8 @@ def write_plots(history_path: Path, out_dir: Path, notes: list[str] | None = Non
 
     # Win-rate matrix at the end of the run, with game counts.
     payoff = newest.get("payoff", [])
+    if not payoff and notes is not None:
+        notes.append(NO_GAMES_NOTE)
     if payoff:
         names = _ordered_names(newest, payoff)
         index = {n: i for i, n in enumerate(names)}

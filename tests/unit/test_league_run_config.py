@@ -430,3 +430,20 @@ def test_a_pending_config_that_cannot_be_written_is_one_line_and_exit_2(tmp_path
     out = " ".join(capsys.readouterr().out.split())
     assert "cannot write config.pending.yaml: [Errno 28] No space left on device" in out, out
     assert not (run_dir / "config.pending.yaml").exists()
+
+
+def test_a_league_without_games_between_players_says_why_it_has_no_win_rate_plot(tmp_path):
+    """win_rates.png was left out without a word (a league that had played no game, or only self-play), and a
+    history of no players printed matplotlib's 'No artists with labels' warning."""
+    import warnings
+
+    from league_cli.plot import NO_GAMES_NOTE
+
+    history = tmp_path / "h.jsonl"
+    history.write_text("\n".join(json.dumps(_record(t, 1200, 1200, [])) for t in range(3)) + "\n"
+                       + json.dumps({"elapsed_s": 4, "players": [], "payoff": []}) + "\n")
+    notes: list[str] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        written = write_plots(history, tmp_path / "plots", notes)
+    assert [p.name for p in written] == ["ratings.png"] and notes == [NO_GAMES_NOTE]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,9 +26,7 @@ def make_env(name: str, **kwargs: Any) -> Env:
     if name.startswith(PYTHON_PREFIX):
         return _python_env(name, kwargs)
     if name in OPENSPIEL_ALIASES or name.startswith(OPENSPIEL_PREFIX):
-        from common.envs.openspiel_env import OpenSpielEnv
-
-        return OpenSpielEnv(name.removeprefix(OPENSPIEL_PREFIX), **kwargs)
+        return _openspiel_env(name, kwargs)
     import gymnasium
 
     from common.envs.gym_env import GymEnv
@@ -36,6 +35,29 @@ def make_env(name: str, **kwargs: Any) -> Env:
         return GymEnv(name, **kwargs)
     except gymnasium.error.UnregisteredEnv as err:
         raise ValueError(f"env name {name!r}: {err}{_openspiel_hint(name)}") from err
+
+
+def _openspiel_env(name: str, kwargs: Mapping[str, Any]) -> Env:
+    """An `OpenSpielEnv`, with pyspiel's errors as one-line ValueErrors naming the env.
+
+    Why: pyspiel's error for an unknown game lists every registered game (over a hundred lines), printed to
+    stderr by its C++ side as well, in every worker's log; so the name is checked before pyspiel sees it."""
+    import pyspiel
+
+    from common.envs.openspiel_env import OpenSpielEnv
+
+    game = name.removeprefix(OPENSPIEL_PREFIX)
+    games = pyspiel.registered_names()
+    if game not in games:
+        close = difflib.get_close_matches(game, games, n=3)
+        hint = (f"; did you mean {' or '.join(repr(g) for g in close)}?" if close
+                else " (pyspiel.registered_names() lists its games)")
+        raise ValueError(f"env name {name!r}: OpenSpiel has no game {game!r}{hint}")
+    try:
+        return OpenSpielEnv(game, **kwargs)
+    except pyspiel.SpielError as err:  # bad game parameters: keep the first line, not a list that may follow
+        lines = str(err).strip().splitlines() or [type(err).__name__]
+        raise ValueError(f"env name {name!r}: {lines[0]}") from None
 
 
 def _openspiel_hint(name: str) -> str:

@@ -95,6 +95,27 @@ def test_an_unknown_env_name_says_so_and_points_to_an_openspiel_game_of_that_nam
         make_env("CartPole-v9")
 
 
+def test_an_unknown_openspiel_game_is_one_line_naming_the_closest_games(capfd):
+    """pyspiel's own error lists every registered game (over a hundred lines) in every worker's log."""
+    with pytest.raises(ValueError) as info:
+        make_env("openspiel:tictactoe")
+    message = str(info.value)
+    assert message.startswith("env name 'openspiel:tictactoe': OpenSpiel has no game 'tictactoe'; did you mean "
+                              "'tic_tac_toe'")
+    assert "\n" not in message
+    assert "connect_four" not in capfd.readouterr().err  # nor does pyspiel print its list to stderr
+    with pytest.raises(ValueError, match="^env name 'openspiel:zzzzzzzz': OpenSpiel has no game 'zzzzzzzz' "):
+        make_env("openspiel:zzzzzzzz")
+
+
+def test_bad_openspiel_game_parameters_are_a_short_value_error():
+    with pytest.raises(ValueError, match="^env name 'openspiel:connect_four': Unknown parameter 'foo'") as info:
+        make_env("openspiel:connect_four", game_params={"foo": 1})
+    assert "\n" not in str(info.value)
+    with pytest.raises(ValueError, match="^env name 'connect_four': Wrong type for parameter rows"):
+        make_env("connect_four", game_params={"rows": "six"})
+
+
 def test_env_spec_is_a_picklable_factory():
     spec = EnvSpec("connect_four", {"bots": {1: "random"}})
     env = pickle.loads(pickle.dumps(spec))()

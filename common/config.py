@@ -28,6 +28,8 @@ from typing import Any, Literal, TypeVar, Union
 
 import yaml
 
+from common.typed_config import NULL_SECTION
+
 T = TypeVar("T")
 
 # Field metadata: a user's value for this field replaces the default wholesale instead of merging into it.
@@ -68,7 +70,9 @@ def merge_with_defaults(
 ) -> dict[str, Any]:
     """Merge `override` into `defaults` following the schema `cls`: REPLACE fields are taken whole.
 
-    Keys the schema does not know are carried over untouched so that `from_dict` reports them with their path.
+    Keys the schema does not know are carried over untouched so that `from_dict` reports them with their path;
+    so is a null (an empty section), which the parse refuses where a section belongs, naming the key: here a
+    free section such as `policy` has no schema to tell a section from a setting whose null means something.
     """
     if not dataclasses.is_dataclass(cls):
         return deep_merge(defaults, override)
@@ -184,6 +188,8 @@ def from_dict(cls: type[T], data: Any, path: str = "") -> T:
     """Build the dataclass `cls` from a mapping, checking every key and type; errors name the key path."""
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a dataclass")
+    if data is None:
+        raise ConfigError(path, NULL_SECTION)
     if not isinstance(data, Mapping):
         raise ConfigError(path, f"expected a mapping for {cls.__name__}, got {_type_name(data)}")
     hints = typing.get_type_hints(cls)
@@ -395,6 +401,8 @@ def _convert_union(tp: Any, value: Any, path: str) -> Any:
 
 
 def _convert_dict(tp: Any, value: Any, path: str) -> dict[Any, Any]:
+    if value is None:
+        raise ConfigError(path, NULL_SECTION)
     if not isinstance(value, Mapping):
         raise ConfigError(path, f"expected a mapping, got {_describe(value)}")
     args = typing.get_args(tp)

@@ -16,9 +16,15 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+NULL_SECTION = "expected a mapping, got null (an empty section: remove the key to use the defaults)"
+"""The error for a null where a section is expected: YAML reads a section whose keys are all commented out as null,
+and taking that for "all defaults" silently replaced the embedded default config's section with the bare
+dataclass defaults (another network, another learning rate)."""
+
 
 def from_mapping(cls: type[T], mapping: Mapping[str, Any] | None, path: str = "") -> T:
-    """An instance of dataclass ``cls`` from ``mapping``; missing fields take their defaults."""
+    """An instance of dataclass ``cls`` from ``mapping``; missing fields take their defaults, and so does a
+    whole ``mapping`` of None (a job without the section). A nested section given as null is refused."""
     if mapping is None:
         mapping = {}
     if isinstance(mapping, cls):
@@ -68,6 +74,8 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
             raise ValueError(f"{path}: expected one of {list(args)}, got {value!r}")
         return value
     if dataclasses.is_dataclass(tp):
+        if value is None:
+            raise ValueError(f"{path}: {NULL_SECTION}")
         return from_mapping(tp, value, path)
     if origin is tuple:
         if not isinstance(value, list | tuple):

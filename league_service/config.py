@@ -31,6 +31,7 @@ from common.envs.registry import OPENSPIEL_ALIASES, OPENSPIEL_PREFIX, PYTHON_PRE
 from common.job_limits import MAX_ENV_NUM, MAX_EPISODES_PER_JOB
 from common.paths import MAX_COMPONENT_CHARS, UnsafePathError, check_component, check_relative
 from common.ports import split_host_port
+from common.typed_config import NULL_SECTION
 
 
 def reference_bot_id(text: str) -> str:
@@ -141,6 +142,8 @@ class ActivePlayerConfig:
         if self.BRANCHES and not math.isclose(sum(self.branch_probs.values()), 1.0, abs_tol=1e-6):
             raise ConfigError("branch_probs", f"must sum to 1, got {sum(self.branch_probs.values())}")
         for name in JOB_TEMPLATE_SECTIONS:
+            if name in self.job and self.job[name] is None:
+                raise ConfigError(f"job.{name}", NULL_SECTION)
             if name in self.job and not isinstance(self.job[name], Mapping):
                 raise ConfigError(f"job.{name}", f"expected a mapping, got {type(self.job[name]).__name__}")
 

@@ -261,6 +261,63 @@ def test_config_errors_name_the_key_path(data, message):
     assert message in str(info.value)
 
 
+EMPTY_SECTION = "expected a mapping, got null (an empty section: remove the key to use the defaults)"
+
+
+@pytest.mark.parametrize(
+    ("text", "path"),
+    [
+        ("policy:\n  model:\n  #  hidden: [256]\n  ppo:\n  #  learning_rate: 0.0003\n", "policy.model"),
+        ("policy:\n  ppo:\n", "policy.ppo"),
+        ("policy:\n  algorithm: dqn\n  dqn:\n", "policy.dqn"),  # a section the defaults do not have
+        ("policy:\n", "policy"),
+        ("env:\n", "env"),
+        ("env:\n  kwargs:\n", "env.kwargs"),
+        ("run:\n", "run"),
+        ("league:\n  main_player:\n", "league.main_player"),
+        ("league:\n  payoff:\n", "league.payoff"),
+        ("league:\n  active_players:\n", "league.active_players"),
+        ("league:\n  main_player:\n    adder_kwargs:\n", "league.main_player.adder_kwargs"),
+        ("league:\n  main_player:\n    job:\n      forward_kwargs:\n", "league.main_player.job.forward_kwargs"),
+    ],
+)
+def test_an_empty_section_is_refused_naming_its_key_not_read_as_the_defaults(tmp_path, text, path):
+    """YAML reads a section whose keys are all commented out as null. Taken for "all defaults", an empty
+    `policy.model:` replaced the default league's connect-four network with the bare dataclass defaults."""
+    file = tmp_path / "league.yaml"
+    file.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(file)
+    assert info.value.path == path
+    assert str(info.value) == f"{path}: {EMPTY_SECTION} (in {file})"
+
+
+def test_a_null_where_null_is_a_setting_still_loads():
+    """Only sections are refused as null: `exploration: null` means no exploration, `strong_win_rate: null`
+    a snapshot every phase, `value_bound: null` an unbounded value head."""
+    cfg = config_from_dict(yaml.safe_load(
+        "league: {main_player: {exploration: null, strong_win_rate: null}}\n"
+        "policy: {model: {value_bound: null}}\n"
+    ))
+    assert cfg.league.main_player.exploration is None and cfg.league.main_player.strong_win_rate is None
+    assert cfg.policy["model"]["value_bound"] is None
+
+
+def test_league_run_reports_an_empty_section_in_one_line_before_making_the_run_dir(tmp_path, capsys):
+    import argparse
+
+    from league_cli.run import add_arguments, run_main
+
+    path = tmp_path / "league.yaml"
+    path.write_text("policy:\n  model:\n")
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert run_main(parser.parse_args([str(path), "--run-dir", str(tmp_path / "run")])) == 2
+    out = " ".join(capsys.readouterr().out.split())  # wrapped to the terminal's width
+    assert f"config error: policy.model: {EMPTY_SECTION} (in {path})" in out
+    assert not (tmp_path / "run").exists()
+
+
 def test_load_config_error_names_the_file(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("league:\n  main_player:\n    one_phase_step: lots\n")

@@ -40,6 +40,16 @@ def test_learner_section_survives_a_struct_and_typos_name_the_field():
         LearnerConfig(replay_ratio=0)
 
 
+def test_a_policy_section_given_as_null_is_refused_not_read_as_its_defaults():
+    """A job's policy without a section takes that section's defaults; a section sent as null is an empty one
+    in the user's file (its keys commented out), which used to swap the configured network for the bare
+    defaults on every actor and learner."""
+    assert PolicyConfig.from_mapping(None) == PolicyConfig()
+    for algorithm, section in (("ppo", "model"), ("ppo", "ppo"), ("dqn", "dqn")):
+        with pytest.raises(ValueError, match=rf"^policy\.{section}: expected a mapping, got null \(an empty section"):
+            PolicyConfig.from_mapping(_through_struct({"algorithm": algorithm, section: None}))
+
+
 def test_publish_period_defaults_by_algorithm_unless_given():
     """A DQN iteration is one gradient step: publishing each one (the old default for every algorithm) meant
     ~100 checkpoints, UpdatePlayer calls and actor reloads a second."""

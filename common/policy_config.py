@@ -268,7 +268,8 @@ class DQNConfig:
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    """``{"algorithm": "ppo" | "dqn", "model": {...}, "ppo": {...}, "dqn": {...}}``."""
+    """``{"algorithm": "ppo" | "dqn", "model": {...}}`` and the algorithm's own section, ``"ppo": {...}`` or
+    ``"dqn": {...}`` (the other one's is refused)."""
 
     algorithm: str = "ppo"
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -288,7 +289,23 @@ class PolicyConfig:
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any] | PolicyConfig | None) -> PolicyConfig:
+        if isinstance(mapping, Mapping):
+            _refuse_other_algorithms(mapping)
         return from_mapping(cls, mapping, "policy")
+
+
+def _refuse_other_algorithms(mapping: Mapping[str, Any]) -> None:
+    """A section for an algorithm the policy does not train (`ppo:` with `algorithm: dqn`) was parsed, checked
+    and never read: its settings silently did nothing. Checked on the mapping: the parsed config holds every
+    algorithm's section whether given or not. The embedded default's `ppo:` does not reach here beside another
+    algorithm: `config_from_dict` drops the default policy for a file that names another one."""
+    algorithm = mapping.get("algorithm", PolicyConfig.algorithm)
+    if algorithm not in ALGORITHM_NAMES:
+        return  # __post_init__ names it
+    for other in ALGORITHM_NAMES:
+        if other != algorithm and other in mapping:
+            raise ValueError(f"policy.{other}: set, but policy.algorithm is {algorithm!r} "
+                             f"(its settings are policy.{algorithm})")
 
 
 def player_seed(player_id: str) -> int:

@@ -180,6 +180,28 @@ def test_another_algorithm_drops_the_default_policy_and_learner():
 
 
 @pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        ({"algorithm": "dqn", "ppo": {"learning_rate": 0.1}},
+         "policy.ppo: set, but policy.algorithm is 'dqn' (its settings are policy.dqn)"),
+        ({"dqn": {"learning_rate": 0.1}}, "policy.dqn: set, but policy.algorithm is 'ppo' (its settings are policy.ppo)"),
+        ({"algorithm": "ppo", "dqn": {}}, "policy.dqn: set, but policy.algorithm is 'ppo' (its settings are policy.ppo)"),
+    ],
+)
+def test_a_section_for_the_algorithm_not_trained_is_refused(policy, message):
+    """It was parsed and never read: `ppo.learning_rate` under `algorithm: dqn` silently did nothing."""
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({"policy": policy})
+    assert str(info.value) == message
+
+
+def test_a_dqn_file_still_starts_from_dqns_defaults_not_the_default_ppo_section():
+    """The embedded default holds a `ppo:` section; a file naming dqn leaves it out instead of tripping over it."""
+    cfg = config_from_dict(yaml.safe_load("policy: {algorithm: dqn, dqn: {learning_rate: 0.0005}}"))
+    assert cfg.policy == {"algorithm": "dqn", "dqn": {"learning_rate": 0.0005}}
+
+
+@pytest.mark.parametrize(
     ("data", "message"),
     [
         (

@@ -458,8 +458,8 @@ def test_ppo_minibatches_must_not_outnumber_the_batchs_samples():
                      "policy.ppo.num_minibatches")
     assert "must be at most learner.batch_size (1024), got 2048" in str(error)
     config_from_dict({"policy": {"ppo": {"num_minibatches": 1024}}, "learner": {"batch_size": 1024}})
-    # DQN leaves the PPO section at its defaults, which learner.batch_size does not concern.
-    config_from_dict({"policy": {"algorithm": "dqn", "ppo": {"num_minibatches": 64}}, "learner": {"batch_size": 8}})
+    # DQN's policy holds PPO's defaults (4 minibatches), which a DQN learner's batch_size does not concern.
+    config_from_dict({"policy": {"algorithm": "dqn"}, "learner": {"batch_size": 2}})
 
 
 def test_the_largest_allowed_values_load():

@@ -25,7 +25,7 @@ def _specs(env_name: str):
 def _preparer(algorithm: str, env_name: str = "CartPole-v1"):
     obs, action = _specs(env_name)
     policy = PolicyConfig.from_mapping({"algorithm": algorithm, "model": {"hidden": [16], "conv": [[8, 3, 1]]},
-                                        "dqn": {"n_step": 2}})
+                                        **({"dqn": {"n_step": 2}} if algorithm == "dqn" else {})})
     task = make_computation_task(policy, obs, action, device="cpu", seed=0)
     return task, ChunkPreparer(policy, task.input_specs, task.learn_specs, action.num_actions)
 

@@ -21,11 +21,9 @@ ACTIONS = DiscreteActionSpec(2)
 
 
 def _trainer(algorithm="ppo", progress=None, weights=None, version=0, **learner):
-    policy = PolicyConfig.from_mapping({
-        "algorithm": algorithm, "model": {"hidden": [16]},
-        "ppo": {"update_epochs": 1, "num_minibatches": 1},
-        "dqn": {"learning_starts": 40, "batch_size": 8, "replay_capacity": 1000},
-    })
+    sections = {"ppo": {"update_epochs": 1, "num_minibatches": 1},
+                "dqn": {"learning_starts": 40, "batch_size": 8, "replay_capacity": 1000}}
+    policy = PolicyConfig.from_mapping({"algorithm": algorithm, "model": {"hidden": [16]}, algorithm: sections[algorithm]})
     return build_trainer(ModelSpec(policy, OBS, ACTIONS), LearnerConfig.from_mapping(learner), progress or Progress(),
                          seed=3, device="cpu", weights=weights, version=version)
 

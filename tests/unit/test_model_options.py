@@ -63,6 +63,14 @@ def test_dqn_refuses_a_value_bound():
         PolicyConfig.from_mapping({"algorithm": "dqn", "model": {"value_bound": 1.0}})
 
 
+def test_a_section_for_the_other_algorithm_is_refused_in_a_job_too():
+    """Workers parse the policy a job carries with the same check as the league config at load."""
+    with pytest.raises(ValueError, match=r"^policy\.ppo: set, but policy\.algorithm is 'dqn'"):
+        PolicyConfig.from_mapping({"algorithm": "dqn", "ppo": {"learning_rate": 0.1}})
+    assert PolicyConfig.from_mapping({"algorithm": "dqn", "dqn": {"batch_size": 32}}).dqn.batch_size == 32
+    assert PolicyConfig.from_mapping({"ppo": {"learning_rate": 0.1}}).ppo.learning_rate == 0.1
+
+
 BOARD = TensorSpec("observation", (5, 6, 7), "float32")
 
 

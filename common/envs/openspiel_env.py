@@ -176,9 +176,9 @@ class OpenSpielEnv(Env):
         self._bots: dict[int, ReferenceBot] = {}
         self._build_bots()
         self._state: pyspiel.State | None = None
-        self._episode_return = np.zeros(self._num_players, np.float32)
+        self._paid = np.zeros(self._num_players, np.float32)
+        """Each player's returns at the agent's last move: what its rewards have paid so far."""
         self._episode_length = 0
-        self._before_first_move = np.zeros(self._num_players, np.float32)
 
     @property
     def game(self) -> pyspiel.Game:
@@ -216,12 +216,10 @@ class OpenSpielEnv(Env):
         for bot in self._bots.values():
             bot.restart()
         self._state = self._game.new_initial_state()
-        self._episode_return = np.zeros(self._num_players, np.float32)
+        self._paid = np.zeros(self._num_players, np.float32)
         self._episode_length = 0
-        # What chance and bot seats earn before the agent's first move: paid with its first step's reward, so
-        # the rewards of a game still add up to its return (hanabi pays as cards are played).
-        self._before_first_move = np.zeros(self._num_players, np.float32)
-        self._advance(self._before_first_move)
+        # What chance and bot seats earn before the agent's first move is paid with its first step's reward.
+        self._advance()
         return self._observation()
 
     def step(self, action: Any) -> TimeStep:
@@ -233,21 +231,21 @@ class OpenSpielEnv(Env):
         if not (0 <= action < self._num_actions and state.legal_actions_mask(player)[action]):
             raise ValueError(f"action {action} is illegal for player {player}; legal: {state.legal_actions(player)}")
         state.apply_action(action)
-        reward = np.asarray(state.rewards(), np.float32)
-        if self._episode_length == 0:
-            reward += self._before_first_move
-        self._advance(reward)
-        self._episode_return += reward
+        self._advance()
+        # A step's reward is what the game's returns (each player's total so far) grew by since the agent's last
+        # move: summing `state.rewards()` after each transition counted twice what some games (2048, hanabi)
+        # report again after the chance node that follows a move.
+        returns = np.asarray(state.returns(), np.float32)
+        reward, self._paid = returns - self._paid, returns
         self._episode_length += 1
         info = NO_INFO
         if self._solo:
             if state.is_terminal():
-                info = StepInfo(episode=EpisodeStats(float(self._episode_return[0]), self._episode_length))
+                info = StepInfo(episode=EpisodeStats(float(returns[0]), self._episode_length))
             return TimeStep(self._observation(), float(reward[0]), state.is_terminal(), False, info)
         if state.is_terminal():
-            returns = np.asarray(state.returns(), np.float32)
             info = StepInfo(
-                episode=EpisodeStats(self._episode_return.copy(), self._episode_length),
+                episode=EpisodeStats(returns.copy(), self._episode_length),
                 outcome=outcomes_from_returns(returns),
             )
         return TimeStep(self._observation(), reward, state.is_terminal(), False, info)
@@ -262,9 +260,8 @@ class OpenSpielEnv(Env):
             for seat, spec in sorted(self._bot_specs.items())
         }
 
-    def _advance(self, reward: np.ndarray) -> None:
-        """Play chance nodes and bot seats until an agent seat is to move or the game ends; `reward`
-        accumulates what the agent's seats earn meanwhile."""
+    def _advance(self) -> None:
+        """Play chance nodes and bot seats until an agent seat is to move or the game ends."""
         state = self._state
         while not state.is_terminal():
             if state.is_chance_node():
@@ -274,7 +271,6 @@ class OpenSpielEnv(Env):
                 state.apply_action(self._bots[state.current_player()].act(state))
             else:
                 return
-            reward += np.asarray(state.rewards(), np.float32)
 
     def _observation(self) -> dict[str, np.ndarray]:
         state = self._state

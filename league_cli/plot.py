@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from array import array
 from collections.abc import Iterator
@@ -45,13 +46,16 @@ def iter_history(path: Path, max_records: int | None = None) -> Iterator[dict[st
     evenly spaced, the newest always among them (the lines left out are not parsed). A torn last line (a run
     killed mid-write) is skipped; any other line that is not a status record is an error."""
     path = Path(path)
-    count = _count_records(path)
+    count, restarts = _count_records(path)
     if count == 0:
         return
     wanted: set[int] | None = None
     if max_records is not None and count > max_records:
         step = (count - 1) / (max(2, max_records) - 1)
         wanted = {round(i * step) for i in range(max(2, max_records))}
+        # The last record of each run and the first of the next: RunClock finds where a resumed run began
+        # only from two such records (without them it drew the runs over each other).
+        wanted.update(i for first in restarts for i in (first - 1, first))
     with open(path, "rb") as fh:
         n = 0
         for number, raw in enumerate(fh, 1):
@@ -72,25 +76,40 @@ def iter_history(path: Path, max_records: int | None = None) -> Iterator[dict[st
             yield record
 
 
-def _count_records(path: Path) -> int:
-    """How many non-empty lines of `path` are records to read (its last one left out when torn); ValueError for
-    a file that is not text."""
+_ELAPSED_AT_END = re.compile(rb'"elapsed_s": (-?[0-9.eE+-]+)\}\s*$')
+"""The run's seconds, the last key of a `league run` record (run_monitor.history_record): read without parsing."""
+
+
+def _count_records(path: Path) -> tuple[int, list[int]]:
+    """How many non-empty lines of `path` are records to read (its last one left out when torn), and the index
+    of each record that begins a resumed run (its `elapsed_s` below the record before); ValueError for a file
+    that is not text."""
     count = 0
     last = b""
+    restarts: list[int] = []
+    previous = -math.inf
     with open(path, "rb") as fh:
         for raw in fh:
             if raw.strip():
+                if (match := _ELAPSED_AT_END.search(raw, max(0, len(raw) - 64))) is not None:
+                    try:
+                        elapsed = float(match.group(1))
+                    except ValueError:
+                        elapsed = previous
+                    if elapsed < previous:
+                        restarts.append(count)
+                    previous = elapsed
                 count += 1
                 last = raw
     if count == 0:
-        return 0
+        return 0, []
     try:
         json.loads(last)
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not a status history (not UTF-8 text: {err.reason})") from err
     except json.JSONDecodeError:
-        return count - 1  # a run killed mid-write leaves a torn last line
-    return count
+        count -= 1  # a run killed mid-write leaves a torn last line
+    return count, [i for i in restarts if i < count]
 
 
 def _is_status_record(record: Any) -> bool:

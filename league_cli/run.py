@@ -109,9 +109,9 @@ class RunConfig:
 
 def learner_stop_timeout(stop_grace_s: float) -> float:
     """A learner's `--stop-timeout` under league run: inside the grace before the kill, with 3 s left for its
-    main thread to hand the job back (a learner killed mid-stop loses all it trained since its last
-    checkpoint, and its job waits out a lease)."""
-    return max(1.0, stop_grace_s - 3.0)
+    main thread to hand the job back (half the grace when that is under 6 s): a learner killed mid-stop loses
+    all it trained since its last checkpoint, and its job waits out a lease."""
+    return stop_grace_s - 3.0 if stop_grace_s >= 6.0 else stop_grace_s / 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -419,8 +419,15 @@ def _uses_pending_config(args: argparse.Namespace, run_dir: Path) -> bool:
     state = run_dir / STATE_FILE
     if not state.exists():
         return True
-    from league_service.store import stored_league_trained
+    import sqlite3
 
+    from league_service.store import stored_league_trained, stored_league_type
+
+    try:
+        if stored_league_type(state) is None:  # no league in it yet (killed as the coordinator created the file)
+            return True
+    except (sqlite3.DatabaseError, OSError):
+        return False  # no league state at all: the coordinator's refusal says so
     return not stored_league_trained(state)
 
 

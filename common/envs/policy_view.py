@@ -71,8 +71,10 @@ def _describe(spec: Any) -> str:
     if spec is None:
         return "not one the adapters know (a gymnasium Tuple, Dict or other composite space)"
     if isinstance(spec, ArraySpec) and spec.shape == ():
-        return f"a Discrete space not starting at 0 (from {spec.minimum})" if spec.minimum is not None else \
-            "a scalar"
+        integer = np.dtype(spec.dtype).kind in "iu"
+        if integer and spec.minimum is not None and np.ndim(spec.minimum) == 0 and spec.minimum != 0:
+            return f"a Discrete space not starting at 0 (from {spec.minimum})"  # (gym_env.spec_from_space)
+        return f"{'an integer' if integer else 'a continuous'} scalar ({np.dtype(spec.dtype).name})"
     if isinstance(spec, ArraySpec):
         kind = "continuous" if np.dtype(spec.dtype).kind == "f" else "multi-discrete or multi-binary"
         return f"{kind} (an array of shape {spec.shape}, {np.dtype(spec.dtype).name})"

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from common.ports import ephemeral_range
-from league_cli.run import RunConfig, Supervisor
+from league_cli.run import RunConfig, Supervisor, learner_stop_timeout
 
 
 @pytest.fixture
@@ -120,6 +120,7 @@ def test_servers_get_ports_no_outgoing_connection_can_take(supervisor):
     assert 0 < port < low and supervisor._worker_argv("learner-0") == argv  # and kept for its restarts
     # Its stop fits inside league run's grace, with time for its main thread to hand the job back.
     assert float(argv[argv.index("--stop-timeout") + 1]) == supervisor.run_cfg.stop_grace_s - 3
+    assert [learner_stop_timeout(g) for g in (15.0, 6.0, 4.0, 0.0)] == [12.0, 3.0, 2.0, 0.0]
     supervisor.shared_root.mkdir()
     supervisor.config_path.write_text("{}\n")  # the embedded league
     address = supervisor.start_coordinator()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import gymnasium
@@ -112,6 +113,19 @@ def test_spaces_no_policy_can_play_are_named_when_the_policy_is_built(make, mess
     with pytest.raises(UnsupportedEnvError, match=message):
         policy_specs(env.info())
     env.close()
+
+
+@pytest.mark.parametrize(("space", "said"), [
+    (gymnasium.spaces.Box(-1.0, 1.0, (), np.float32), "a continuous scalar (float32)"),
+    (gymnasium.spaces.Box(0, 5, (), np.int64), "an integer scalar (int64)"),
+])
+def test_a_scalar_box_action_is_not_called_a_discrete_space(space, said):
+    class ScalarAction(_ScalarBoxEnv):
+        observation_space = gymnasium.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        action_space = space
+
+    with pytest.raises(UnsupportedEnvError, match=re.escape(f"its action space is {said};")):
+        policy_specs(GymEnv(ScalarAction).info())
 
 
 def test_a_scalar_observation_is_named_too():

@@ -125,3 +125,22 @@ def test_plots_read_at_most_so_many_records_evenly_spaced_ending_at_the_newest(t
     assert len(thinned) == 10 and thinned[0] == 0 and thinned[-1] == 49
     assert all(0 < b - a <= 6 for a, b in itertools.pairwise(thinned))
     assert [r["t"] for r in iter_history(path, max_records=100)] == list(range(50))
+
+
+def test_thinned_plots_still_find_where_a_resumed_run_began(tmp_path):
+    """RunClock sees a resumed run only where `elapsed_s` drops between two records it is given: thinned to
+    1,000 records, a 60 s run followed by a day's resume lost the first run's seconds (86,398 s at the newest
+    record, not 86,456). Each run's last record and the next one's first are kept."""
+    from league_cli.plot import RunClock, iter_history
+
+    path = tmp_path / "h.jsonl"
+    runs = [range(0, 60, 2), range(0, 10_000, 2)]
+    path.write_text("".join(json.dumps({"players": [], "payoff": [], "elapsed_s": float(t)}) + "\n"
+                            for run in runs for t in run))
+
+    def newest_time(records) -> float:
+        clock = RunClock()
+        return [clock.time(r) for r in records][-1]
+
+    assert newest_time(iter_history(path, max_records=100)) == newest_time(iter_history(path)) == 58 + 9998
+    assert len(list(iter_history(path, max_records=100))) <= 102

@@ -366,11 +366,15 @@ def test_a_run_dir_left_with_only_a_pending_config_starts_that_config_not_the_em
     assert run_main(build_parser().parse_args(["run", "--run-dir", str(run_dir)])) == 2
     out = capsys.readouterr().out
     assert "league.no_such_key: unknown key" in out and "config.pending.yaml" in out
-    # With a league's state there, the saved league decides (the pending file may be another league's).
-    (run_dir / "league_state.sqlite").write_bytes(b"")
+    # A state file with no league in it yet (the run was killed as its coordinator created the file) leaves
+    # the choice to the pending config; a file that is no league state leaves it to the coordinator's refusal.
     from league_cli import run as run_module
 
-    assert not run_module._uses_pending_config(build_parser().parse_args(["run", "--run-dir", str(run_dir)]), run_dir)
+    args = build_parser().parse_args(["run", "--run-dir", str(run_dir)])
+    (run_dir / "league_state.sqlite").write_bytes(b"")
+    assert run_module._uses_pending_config(args, run_dir)
+    (run_dir / "league_state.sqlite").write_bytes(b"not a database, but long enough to be read as one" * 4)
+    assert not run_module._uses_pending_config(args, run_dir)
 
 
 def test_a_pending_config_is_still_started_when_the_state_was_made_in_the_last_instant_of_the_start_up(tmp_path):
@@ -388,7 +392,7 @@ def test_a_pending_config_is_still_started_when_the_state_was_made_in_the_last_i
     store = LeagueStore(run_dir / "league_state.sqlite")
     store.initialise("digest")
     with store.transaction() as tx:
-        tx.put_league_state({"players": [{"player_id": "p", "checkpoint_path": ""}]})
+        tx.put_league_state({"league_type": "solo", "players": [{"player_id": "p", "checkpoint_path": ""}]})
         tx.put_counters(Counters())
     args = build_parser().parse_args(["run", "--run-dir", str(run_dir)])
     assert run_module._uses_pending_config(args, run_dir)

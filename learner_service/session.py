@@ -224,6 +224,8 @@ class LearnSession:
         self._ended = threading.Event()
         self._end_lock = threading.Lock()
         self.end_reason: SessionEnd | None = None
+        self._ended_at: float | None = None  # time.monotonic() of the first `end`
+        self._iteration_s = 0.0  # how long the last train iteration took
         self.rollbacks = 0
         """Updates undone because they made the weights non-finite."""
         self._recent_rollbacks: deque[bool] = deque(maxlen=DIVERGED_WINDOW)  # per update: rolled back?
@@ -239,6 +241,7 @@ class LearnSession:
         with self._end_lock:
             if self.end_reason is None:
                 self.end_reason = reason
+                self._ended_at = time.monotonic()
         self._ended.set()
         self._context.plane.close()
 
@@ -281,13 +284,17 @@ class LearnSession:
         `train_s` bounds the training: a DQN learner owes replay updates for every queued chunk (tens of
         seconds of them), and a stop that outlasts its supervisor's grace (league run's 15 s) is killed
         before its final checkpoint, losing all it trained since the last one. What is left untrained when
-        the time is up is dropped, and the log says how much."""
-        deadline = time.monotonic() + train_s
+        the time is up is dropped, and the log says how much. The time counts from the stop (the iteration under
+        way then, which cannot be cut short, spends it too), and no iteration starts that would end past it by the
+        last one's length: a reviewer's PPO iterations of 8192 samples x 10 epochs took ~5 s each under load, and two
+        of them ran past the learner's own --stop-timeout."""
+        deadline = (self._ended_at if self._ended_at is not None else time.monotonic()) + train_s
         try:
             chunks = self.queue.drain()
+            left: list[PreparedChunk] = []
             for taken, chunk in enumerate(chunks):  # one at a time, so batches keep their usual size
                 if time.monotonic() >= deadline:
-                    self._log_cut_short(train_s, chunks[taken:])
+                    left = chunks[taken:]
                     break
                 self.telemetry.observe(chunk, self.trainer.version)
                 self.trainer.add(chunk)
@@ -296,8 +303,8 @@ class LearnSession:
                 # Batches the session had ready when it was told to stop, then what is held short of a batch:
                 # the actors were told it arrived, and will not send it again.
                 self._train_ready(publish=False, rest=True, deadline=deadline)
-                if time.monotonic() >= deadline and (self.trainer.untrained_samples or self.trainer.owes_updates):
-                    self._log_cut_short(train_s, [])
+            if left or self.trainer.untrained_samples or self.trainer.owes_updates:
+                self._log_cut_short(train_s, left)
             if not self.lease.held:
                 log.warning("%s: no final checkpoint: no heartbeat was confirmed within the lease, so the player may "
                             "be another learner's by now", self.job.player_id)
@@ -339,10 +346,14 @@ class LearnSession:
 
     def _train_ready(self, publish: bool, rest: bool = False, deadline: float = math.inf) -> None:
         """Train while a batch is ready; publish + report every ``publish_every`` iterations when ``publish``.
-        ``rest``: then what is held short of a batch too, as a last, smaller one. No iteration starts past
-        ``deadline`` (time.monotonic)."""
-        while not (publish and self._held_back()) and time.monotonic() < deadline and \
-                (report := self.trainer.train_ready(rest)) is not None:
+        ``rest``: then what is held short of a batch too, as a last, smaller one. No iteration starts that would
+        end past ``deadline`` (time.monotonic) if it took as long as the last one."""
+        while not (publish and self._held_back()) and time.monotonic() + self._iteration_s < deadline:
+            started = time.monotonic()
+            report = self.trainer.train_ready(rest)
+            if report is None:
+                return
+            self._iteration_s = time.monotonic() - started
             if not self.trainer.weights_finite():
                 self._roll_back(report)
                 continue

@@ -6,6 +6,7 @@ traceback and the player waited for the lease to expire."""
 from __future__ import annotations
 
 import logging
+import time
 
 from common.checkpoint_store import CheckpointStore
 from common.learner_config import LearnerConfig
@@ -13,7 +14,7 @@ from common.proto.league.v1 import league_pb2
 from learner_service.league_client import LearnJob
 from learner_service.publisher import CheckpointPublisher
 from learner_service.servicer import DataPlane
-from learner_service.session import LearnSession, SessionContext
+from learner_service.session import LearnSession, SessionContext, SessionEnd
 from tests.unit.test_learner_trainer import _prepared, _trainer
 
 
@@ -87,3 +88,24 @@ def test_the_training_of_a_stop_is_bounded_and_the_final_checkpoint_still_publis
     assert trainer.progress.train_iteration > 0 and not trainer.owes_updates
     assert publisher.last_version == trainer.version > 0
     assert client.finished == [("job-1", league_pb2.FINISH_STATUS_RELEASED)]
+
+
+def test_the_stops_training_time_counts_from_the_stop_and_no_iteration_starts_that_would_end_past_it(tmp_path):
+    """A reviewer's PPO learner (8192 samples x 10 epochs, ~5 s an iteration under load) finished the iteration
+    under way at the stop, then began another in release(): past its --stop-timeout, exit 1, the last training
+    lost. The time now counts from the stop, and an iteration as long as the last one must fit before its end."""
+    client = _Client()
+    session, trainer, _ = _dqn_session(tmp_path, client)
+    session.end(SessionEnd.STOPPED)
+    time.sleep(0.3)  # the iteration under way at the stop took this long
+    session.release(train_s=0.2)
+    assert trainer.progress.train_iteration == 0
+    assert client.finished == [("job-1", league_pb2.FINISH_STATUS_RELEASED)]
+
+    (tmp_path / "long").mkdir()
+    client = _Client()
+    session, trainer, _ = _dqn_session(tmp_path / "long", client)
+    session._iteration_s = 60.0  # the last iteration took a minute: another would not end within the 5 s
+    session.end(SessionEnd.STOPPED)
+    session.release(train_s=5.0)
+    assert trainer.progress.train_iteration == 0 and client.finished

@@ -40,20 +40,28 @@ def _fits(src: np.dtype, dst: np.dtype) -> bool:
     return np.can_cast(src, dst, "safe") or (src.kind == "f" and dst.kind == "f")
 
 
+def supports(obs_spec: ObsSpec) -> bool:
+    """Whether observations of this spec are arrays to check (and to put in shared memory): an array or a flat
+    dict of arrays."""
+    if isinstance(obs_spec, (ArraySpec, DiscreteSpec)):
+        return True
+    return isinstance(obs_spec, Mapping) and bool(obs_spec) and all(
+        isinstance(leaf, (ArraySpec, DiscreteSpec)) for leaf in obs_spec.values()
+    )
+
+
 class ObsConform:
     """One env's observations made to fit its spec: `fits` tests the usual case cheaply (arrays of exactly the
     spec: it runs every step), `__call__` handles the rest."""
 
-    __slots__ = ("_dtype", "_items", "_leaves", "_shape")
+    __slots__ = ("_dtype", "_items", "_shape")
 
     def __init__(self, spec: ArraySpec | DiscreteSpec | Mapping[str, ArraySpec | DiscreteSpec]) -> None:
-        self._leaves: dict[str, tuple[tuple[int, ...], np.dtype]] | None = None
-        self._items: tuple[tuple[str, tuple[int, ...], np.dtype], ...] = ()
+        self._items: tuple[tuple[str, tuple[int, ...], np.dtype], ...] | None = None  # a dict spec's leaves
         self._shape: tuple[int, ...] | None = None
         self._dtype: np.dtype | None = None
         if isinstance(spec, Mapping):
-            self._leaves = {key: (tuple(leaf.shape), np.dtype(leaf.dtype)) for key, leaf in spec.items()}
-            self._items = tuple((key, shape, dtype) for key, (shape, dtype) in self._leaves.items())
+            self._items = tuple((key, tuple(leaf.shape), np.dtype(leaf.dtype)) for key, leaf in spec.items())
         else:
             self._shape = tuple(spec.shape)
             self._dtype = np.dtype(spec.dtype)
@@ -62,16 +70,11 @@ class ObsConform:
     def for_spec(cls, spec: ObsSpec) -> ObsConform | None:
         """The check for `spec`; None where the spec says nothing to check against (no spec, or one that
         is not arrays: the subprocess manager pickles such observations, unchecked)."""
-        if isinstance(spec, (ArraySpec, DiscreteSpec)):
-            return cls(spec)
-        if isinstance(spec, Mapping) and spec and all(isinstance(leaf, (ArraySpec, DiscreteSpec))
-                                                       for leaf in spec.values()):
-            return cls(spec)
-        return None
+        return cls(spec) if supports(spec) else None  # type: ignore[arg-type]
 
     def fits(self, obs: Any) -> bool:
         """Whether `obs` is already exactly the spec's arrays (False sends it to `__call__`)."""
-        if self._leaves is None:
+        if self._items is None:
             return type(obs) is np.ndarray and obs.shape == self._shape and obs.dtype is self._dtype
         if type(obs) is not dict or len(obs) != len(self._items):
             return False
@@ -84,19 +87,20 @@ class ObsConform:
     def __call__(self, obs: Any, env_id: int) -> Any:
         """`obs` as the spec's arrays (the same object where it already is); ValueError naming the env if
         it does not fit."""
-        if self._leaves is None:
+        if self._items is None:
             assert self._shape is not None and self._dtype is not None
             array = checked_array(obs, self._shape, self._dtype, f"env {env_id}: observation")
             return array if array.dtype == self._dtype else array.astype(self._dtype)
-        if not isinstance(obs, Mapping) or obs.keys() != self._leaves.keys():
+        keys = sorted(key for key, _, _ in self._items)
+        if not isinstance(obs, Mapping) or sorted(obs.keys()) != keys:
             got = sorted(obs) if isinstance(obs, Mapping) else type(obs).__name__
-            raise ValueError(f"env {env_id}: observation keys {got} do not match the env's spec {sorted(self._leaves)}")
+            raise ValueError(f"env {env_id}: observation keys {got} do not match the env's spec {keys}")
         conformed = {}
-        for key, (shape, dtype) in self._leaves.items():
+        for key, shape, dtype in self._items:
             array = checked_array(obs[key], shape, dtype, f"env {env_id}: observation[{key!r}]")
             conformed[key] = array if array.dtype == dtype else array.astype(dtype)
         same = all(conformed[key] is obs[key] for key in conformed)
         return obs if same else conformed
 
 
-__all__ = ["ObsConform", "checked_array"]
+__all__ = ["ObsConform", "checked_array", "supports"]

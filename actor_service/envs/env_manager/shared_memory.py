@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from actor_service.envs.env_manager.obs_check import checked_array
+from actor_service.envs.env_manager.obs_check import checked_array, supports
 from actor_service.envs.env_manager.shm_blocks import create_block
-from common.envs.base import ArraySpec, DiscreteSpec, ObsSpec
+from common.envs.base import ObsSpec
 
 logger = logging.getLogger(__name__)
 
@@ -69,15 +69,6 @@ class ObsLayout:
     leaves: tuple[_Leaf, ...]
     size: int
     slots: int = POOL_FIRST
-
-
-def supports(obs_spec: ObsSpec) -> bool:
-    """Whether observations of this spec can live in shared memory (an array or a flat dict of arrays)."""
-    if isinstance(obs_spec, (ArraySpec, DiscreteSpec)):
-        return True
-    return isinstance(obs_spec, Mapping) and bool(obs_spec) and all(
-        isinstance(leaf, (ArraySpec, DiscreteSpec)) for leaf in obs_spec.values()
-    )
 
 
 def pool_size_for(obs_spec: ObsSpec, env_num: int) -> int:

@@ -36,9 +36,9 @@ default league leaves ~1.3 GB of history (it grows by at most league_cli.history
 whole, as records, its plots took ~4.5 bytes of memory per byte of file (1.2 GB at four hours, measured)."""
 
 
-def read_history(path: Path, max_records: int | None = None) -> list[dict[str, Any]]:
-    """The status records of a history, oldest first (see `iter_history`)."""
-    return list(iter_history(path, max_records))
+def read_history(path: Path) -> list[dict[str, Any]]:
+    """Every status record of a history, oldest first (see `iter_history`)."""
+    return list(iter_history(path))
 
 
 def iter_history(path: Path, max_records: int | None = None) -> Iterator[dict[str, Any]]:

@@ -189,7 +189,10 @@ class BattleSharedPayoff(_SharedPayoff):
     def _rate(self, wins: float, draws: float, games: float) -> float:
         if games < self._cfg.min_win_rate_games or games <= 0.0:
             return self._cfg.default_win_rate
-        return (wins + 0.5 * draws) / games
+        # wins, draws and games decay separately, so their roundings differ: after a draw and a long run of wins
+        # (the default decay, ~3,200 wins) wins + draws / 2 came out an ulp above games, and PFSP refused the rate
+        # 1.0000000000000002 (the league stopped launching jobs for good).
+        return min(max((wins + 0.5 * draws) / games, 0.0), 1.0)
 
     def __getitem__(self, players: tuple[Player, Player | Sequence[Player]]) -> np.ndarray:
         """payoff[home, away_or_list] -> win rates of home against each away (a numpy array)."""

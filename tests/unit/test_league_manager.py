@@ -307,6 +307,26 @@ def test_without_its_launch_thread_the_caller_takes_the_jobs_of_freed_slots(make
         league.close()
 
 
+def test_a_player_that_wins_every_game_after_a_few_draws_still_gets_pfsp_jobs(make_league):
+    """3 draws then 3,231 wins against a bot (decay 0.99) made the decayed win rate 1.0000000000000002: PFSP
+    refused it, and the league stopped launching jobs for good (again after every restart on that state)."""
+    league = create_league(_cfg(reference_bots=["random"]), _no_copy, JobRecorder(), rng_seed=0,
+                           launch_thread=False)
+    try:
+        league.take_ready_jobs()
+        league.finish_job(battle_result((MAIN, "bot_random"), [D] * 3 + [W] * 3231))
+        assert league.payoff.win_rate(MAIN, "bot_random") <= 1.0
+        opponents = set()
+        for _ in range(40):  # the main player's pfsp branch (half of its jobs) weighs the bot by that rate
+            for spec in league.take_ready_jobs():
+                opponents.add(spec.players[1])
+                league.finish_job(battle_result((spec.launch_player, spec.launch_player), [D]))
+        assert league.failure is None
+        assert "bot_random" in opponents or len(opponents) > 1
+    finally:
+        league.close()
+
+
 # -- finishing jobs ------------------------------------------------------------------------------------------
 
 

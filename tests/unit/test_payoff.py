@@ -90,6 +90,19 @@ def test_decay_applies_before_each_new_game():
     assert payoff.win_rate("a", "b") == pytest.approx(0.5 / 1.5)
 
 
+def test_win_rates_stay_within_0_and_1_when_decayed_counts_round_apart():
+    """wins, draws and games decay separately: after 3 draws and ~3,230 wins (decay 0.99) wins + draws / 2 rounded
+    an ulp above games, a win rate of 1.0000000000000002, which PFSP refuses (the league stopped launching)."""
+    payoff = _battle_payoff(decay=0.99, min_win_rate_games=8.0)
+    payoff.update(battle_result(("a", "b"), [D] * 3))
+    for _ in range(3_300):
+        payoff.update(battle_result(("a", "b"), [W]))
+        assert 0.0 <= payoff.win_rate("a", "b") <= 1.0
+        assert 0.0 <= payoff.win_rate("b", "a") <= 1.0
+    assert all(0.0 <= row.win_rate <= 1.0 for row in payoff.rows())
+    assert payoff.win_rate("a", "b") == pytest.approx(1.0)
+
+
 def test_the_games_played_are_counted_beside_the_decayed_counts_and_saved():
     """With decay 0.99 every pair that had played often showed ~100 "games" in a status: the decayed weight.
     The games played are counted too, never decayed, in the rows and the saved state."""

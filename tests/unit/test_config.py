@@ -457,3 +457,34 @@ def test_league_run_reports_a_malformed_token_in_one_line_before_making_the_run_
     assert run_main(parser.parse_args(["--run-dir", str(tmp_path / "run"), "--seconds", "5"])) == 2
     assert "$LEAGUE_TOKEN: the token must be one line of printable ASCII" in capsys.readouterr().out
     assert not (tmp_path / "run").exists()
+
+
+def test_a_dqn_league_explores_by_default_unless_a_player_type_says_otherwise():
+    """DQN acts greedily on its Q-values: a DQN config's player types get an epsilon schedule (a DQN league
+    without one never explored), except where the config names one, names none (`exploration: null`) or fixes
+    `eps` in the forward kwargs; PPO, which explores by sampling, gets none."""
+    from league_service.config import DQN_EXPLORATION, PLAYER_TYPES
+
+    dqn = config_from_dict(yaml.safe_load(
+        "policy: {algorithm: dqn, model: {conv: [[16, 3, 1]]}}\n"
+        "league:\n"
+        "  main_player: {exploration: null}\n"
+        "  main_exploiter: {exploration: {start: 0.5, kind: linear}}\n"
+        "  league_exploiter: {forward_kwargs: {eps: 0.2}}\n"
+        "  naive_sp_player: {job: {forward_kwargs: {eps: 0.3}}}\n"
+    ))
+    assert dqn.league.solo_active_player.exploration == DQN_EXPLORATION
+    assert dqn.league.main_player.exploration is None
+    assert dqn.league.main_exploiter.exploration.start == 0.5
+    assert dqn.league.main_exploiter.exploration.kind == "linear"
+    assert dqn.league.league_exploiter.exploration is None
+    assert dqn.league.naive_sp_player.exploration is None
+    assert config_from_dict(config_to_dict(dqn)) == dqn  # what a run directory keeps loads back the same
+
+    solo = config_from_dict(yaml.safe_load(
+        "league: {league_type: solo, active_players: {solo_active_player: 1}}\n"
+        "env: {name: CartPole-v1}\npolicy: {algorithm: dqn}\n"
+    ))
+    assert solo.league.solo_active_player.exploration == DQN_EXPLORATION
+    ppo = config_from_dict({})
+    assert all(getattr(ppo.league, t).exploration is None for t in PLAYER_TYPES)

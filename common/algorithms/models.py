@@ -58,7 +58,9 @@ class Torso(nn.Module):
             except RuntimeError as err:  # e.g. the Nature stack's 8x8 kernels on a 6x7 board
                 stack = [list(layer) for layer in config.conv or NATURE_CONV]
                 raise ValueError(f"model.conv: the conv stack {stack}{'' if config.conv else ' (the default)'} "
-                                 f"does not fit observations of shape {tuple(obs_spec.shape)}: {err}") from None
+                                 f"does not fit observations of shape {tuple(obs_spec.shape)}: {err}; set "
+                                 "policy.model.conv to one that does (small boards: 3x3 kernels of stride 1, as "
+                                 "the default league's [[64, 3, 1], [64, 3, 1]])") from None
         for hidden in config.hidden:
             layers += [layer_init(nn.Linear(width, hidden)), act()]
             width = hidden

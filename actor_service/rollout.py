@@ -113,7 +113,13 @@ class Seating:
 
     def __init__(self, num_players: int, num_seats: int, bots: frozenset[int] = frozenset(), offset: int = 0) -> None:
         if num_players != num_seats and (num_players != 1 or bots):
-            raise JobError("players", f"{num_players} players cannot fill an env with {num_seats} seat(s)")
+            hint = ""
+            if num_players == 2:  # a battle league's match on an env that is not a two-player game
+                hint = (": a battle league (league.league_type: one_vs_one) seats two players per match, so its "
+                        "env.name (and env.kwargs.game_params) must give a two-player game")
+                if num_seats == 1:
+                    hint += "; a single-player env trains in a solo league (league.league_type: solo)"
+            raise JobError("players", f"{num_players} players cannot fill an env with {num_seats} seat(s){hint}")
         if 0 in bots:
             raise JobError("players[0]", "the launch player is a reference bot; it must be a player with a policy")
         self.num_players = num_players

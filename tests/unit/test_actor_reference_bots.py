@@ -32,6 +32,16 @@ def test_seat_bots_follow_the_seating_and_the_offset():
         Seating(1, 2, frozenset({1}))
 
 
+def test_a_battle_match_on_an_env_of_another_seat_count_names_the_keys_to_change():
+    """A battle league on CartPole (1 seat) or on 3-player Kuhn poker failed its jobs with "2 players cannot
+    fill an env with N seat(s)" only, naming no config key; `league run` ended with that line."""
+    with pytest.raises(JobError, match=r"cannot fill an env with 1 seat\(s\): .*env.name.*league.league_type: solo"):
+        Seating(2, 1)
+    with pytest.raises(JobError, match=r"cannot fill an env with 3 seat\(s\): .*env.kwargs.game_params\) must give a "
+                                       r"two-player game$"):
+        Seating(2, 3, frozenset({1}))
+
+
 @pytest.fixture
 def managers():
     managers = EnvManagers("base")

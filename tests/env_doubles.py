@@ -125,3 +125,12 @@ class FlakyEnv(Env):
         spins = 0
         while not HANGS_RELEASED.is_set():
             spins += 1
+
+
+def flat_frozen_lake(**kwargs):
+    """FrozenLake-v1 (a Discrete observation no model takes) one-hot, as a user's `python:` env would give it:
+    a gymnasium env, not an `Env`."""
+    import gymnasium
+    from gymnasium.wrappers import FlattenObservation
+
+    return FlattenObservation(gymnasium.make("FrozenLake-v1", **kwargs))

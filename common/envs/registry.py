@@ -20,7 +20,8 @@ OPENSPIEL_ALIASES = ("connect_four",)
 
 def make_env(name: str, **kwargs: Any) -> Env:
     """`connect_four` and `openspiel:<game>` build an `OpenSpielEnv`; `python:<module>:<name>` calls that
-    callable with `kwargs` (it must return an `Env`); any other name is a gymnasium id."""
+    callable with `kwargs` (it must return an `Env`, or a gymnasium env, which goes behind `GymEnv`); any
+    other name is a gymnasium id."""
     if not name:
         raise ValueError("make_env: env name is empty")
     if name.startswith(PYTHON_PREFIX):
@@ -79,6 +80,14 @@ def _python_env(name: str, kwargs: Mapping[str, Any]) -> Env:
         raise ValueError(f"env name {name!r}: cannot import {attr!r} from {module_name!r}: {err}") from err
     env = factory(**kwargs)
     if not isinstance(env, Env):
+        import gymnasium
+
+        if isinstance(env, gymnasium.Env):
+            # A gymnasium env, such as one wrapped in FlattenObservation as UnsupportedEnvError's advice says:
+            # behind `Env` like a gymnasium id.
+            from common.envs.gym_env import GymEnv
+
+            return GymEnv(lambda: env)
         raise TypeError(f"env name {name!r}: {module_name}.{attr} returned a {type(env).__name__}, not an Env")
     return env
 

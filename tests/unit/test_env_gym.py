@@ -134,3 +134,26 @@ def test_a_scalar_observation_is_named_too():
 
     with pytest.raises(UnsupportedEnvError, match=r"its observation is a scalar \(shape \(\)\)"):
         policy_specs(GymEnv(ScalarObs).info())
+
+
+def test_a_python_env_may_return_a_gymnasium_env_as_the_unsupported_space_advice_says():
+    """UnsupportedEnvError tells a user with a Discrete-observation env (FrozenLake-v1) to name a
+    'python:<module>:<callable>' returning it wrapped in FlattenObservation; doing so was refused with
+    "returned a FlattenObservation, not an Env"."""
+    from common.envs.policy_view import UnsupportedEnvError, policy_specs
+    from common.envs.registry import make_env
+
+    with pytest.raises(UnsupportedEnvError, match="FlattenObservation") as refused:
+        policy_specs(make_env("FrozenLake-v1").info())
+    assert "python:<module>:<callable>" in str(refused.value)
+    env = make_env("python:tests.env_doubles:flat_frozen_lake", is_slippery=False)
+    inputs, actions = policy_specs(env.info())
+    assert inputs["observation"].shape == (16,) and actions.num_actions == 4
+    obs = env.reset()
+    assert obs.shape == (16,) and obs.sum() == 1
+    for _ in range(100):  # right, right, down, ... until the episode ends
+        step = env.step(2)
+        if step.terminated or step.truncated:
+            break
+    assert step.info.episode is not None
+    env.close()

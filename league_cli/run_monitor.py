@@ -119,7 +119,8 @@ class RunMonitor:
         if history.error != history_error:  # once when writes start failing, once when they work again
             self._note(history.error or f"{self.history_path}: status records are written again")
         league_steps = status.counters.env_steps
-        if (note := self._stall.check(league_steps, now)) is not None:
+        trained = sum(p.agent_steps for p in status.players if p.active)
+        if (note := self._stall.check(league_steps, now, trained)) is not None:
             self._note(note)
         if self.quiet:
             c = status.counters

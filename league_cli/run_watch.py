@@ -91,26 +91,29 @@ STALL_WARN_S = 60.0
 
 
 class StallWatch:
-    """Says so when the league's env steps stop growing, and again when they resume.
+    """Says so when the league stops making progress, and again when it resumes.
 
     The supervisor restarts processes that die, but a league can stall with every process alive: a full disk
     (the learners' publishes fail and retry), a coordinator that cannot write its state. The run's output then
-    only showed "0/s" while the reason was in a process's log.
+    only showed "0/s" while the reason was in a process's log. Progress is env steps (counted as collect jobs
+    finish) or agent steps the learners report: a job of many env steps (`env.env_steps: 200000`) adds no env
+    steps for minutes while its learner trains on what it streams, which is no stall.
     """
 
     def __init__(self, after_s: float = STALL_WARN_S) -> None:
         self.after_s = after_s
-        self._steps: int | None = None
+        self._progress: tuple[int, int] | None = None
         self._since = 0.0
         self._warned = False
 
-    def check(self, env_steps: int, now: float) -> str | None:
-        if self._steps is None or env_steps != self._steps:
-            resumed = self._warned and self._steps is not None
-            self._steps, self._since, self._warned = env_steps, now, False
-            return "env steps go on again" if resumed else None
+    def check(self, env_steps: int, now: float, trained_steps: int = 0) -> str | None:
+        progress = (env_steps, trained_steps)
+        if self._progress is None or progress != self._progress:
+            resumed = self._warned and self._progress is not None
+            self._progress, self._since, self._warned = progress, now, False
+            return "the league makes progress again" if resumed else None
         if not self._warned and now - self._since >= self.after_s:
             self._warned = True
-            return (f"no env steps for {now - self._since:.0f} s, every process running: the processes' logs say "
-                    "why (a full disk, a learner failing to publish, ...)")
+            return (f"no env steps and no training for {now - self._since:.0f} s, every process running: the "
+                    "processes' logs say why (a full disk, a learner failing to publish, ...)")
         return None

@@ -348,10 +348,21 @@ def test_the_league_run_watch_says_when_env_steps_stand_still_and_when_they_go_o
     watch = StallWatch(after_s=60.0)
     assert watch.check(100, 0.0) is None
     assert watch.check(100, 59.0) is None
-    assert "no env steps for 60 s" in watch.check(100, 60.0)
+    assert "no env steps and no training for 60 s" in watch.check(100, 60.0)
     assert watch.check(100, 90.0) is None  # once
-    assert watch.check(150, 92.0) == "env steps go on again"
+    assert watch.check(150, 92.0) == "the league makes progress again"
     assert watch.check(200, 200.0) is None
+
+
+def test_a_job_of_many_env_steps_whose_learner_trains_is_no_stall():
+    """Env steps count as collect jobs finish: a job of 200k env steps adds none for minutes while its learner
+    trains on what the actor streams. The run said "no env steps for 61 s" of such a league."""
+    from league_cli.run_watch import StallWatch
+
+    watch = StallWatch(after_s=60.0)
+    for second in range(0, 300, 2):
+        assert watch.check(0, float(second), trained_steps=second * 1000) is None
+    assert "no training" in watch.check(0, 360.0, trained_steps=298_000)
 
 
 def test_a_run_dir_left_with_only_a_pending_config_starts_that_config_not_the_embedded_league(tmp_path, capsys):

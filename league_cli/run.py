@@ -501,6 +501,15 @@ def _saved_model_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str |
     return None
 
 
+def job_size_note(job_env_steps: int, budget_env_steps: int) -> str | None:
+    """What to say when one collect job may play more env steps than the run's whole env-step budget: env steps
+    count as jobs finish, so the run cannot stop before the first ones end."""
+    if not budget_env_steps or job_env_steps <= budget_env_steps:
+        return None
+    return (f"a collect job plays up to {job_env_steps:,} env steps (env.env_steps) and env steps count as jobs "
+            f"finish: the first jobs overshoot the budget of {budget_env_steps:,}")
+
+
 def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, cfg_dict: dict[str, Any],
          run_dir: Path, run_lock: ExclusiveLock, token: str | None) -> int:
     """`token`: $LEAGUE_TOKEN, which the coordinator checks (it inherits the environment): without it on this
@@ -551,6 +560,8 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
         try:
             console.print(f"league run: {run_dir} · {sup.learners} learner(s), {run_cfg.actors} actor(s), "
                           f"budget {run_cfg.seconds:.0f} s" + (f" / {run_cfg.env_steps:,} env steps" if run_cfg.env_steps else ""), markup=False)
+            if (note := job_size_note(cfg.env.env_steps, run_cfg.env_steps)) is not None:
+                console.print(f"league run: {note}", style="yellow", markup=False)
             launched = time.monotonic()  # the budget counts start-up too
             address = sup.start_coordinator()
             os.replace(pending_path, config_path)

@@ -462,3 +462,12 @@ def test_a_league_without_games_between_players_says_why_it_has_no_win_rate_plot
         warnings.simplefilter("error")
         written = write_plots(history, tmp_path / "plots", notes)
     assert [p.name for p in written] == ["ratings.png"] and notes == [NO_GAMES_NOTE]
+
+
+def test_league_run_says_when_one_job_outgrows_the_env_step_budget():
+    from league_cli.run import job_size_note
+
+    assert job_size_note(0, 10_000) is None  # jobs end by episodes
+    assert job_size_note(5_000, 10_000) is None
+    assert job_size_note(50_000, 0) is None  # no env-step budget
+    assert "up to 50,000 env steps (env.env_steps)" in job_size_note(50_000, 10_000)

@@ -358,13 +358,16 @@ class LearnSession:
                 self._roll_back(report)
                 continue
             self._recent_rollbacks.append(False)
+            writes = self.telemetry.writes
             scalars = self.telemetry.iteration(report, self.trainer.progress, self.trainer.buffered_samples)
+            written = self.telemetry.writes != writes
             if publish and self.publisher.due(report.train_iteration, self._publish_every):
                 if self.lease.held:  # else the player may be another learner's by now: never two writers
                     ref = self._publish()
                     if ref is not None:  # else storage failed (logged); the publisher retries on a backoff
                         self._report(ref)
-            self._log_progress(scalars)
+            if written:  # else the scalars are those of an earlier iteration (up to tensorboard_every_s old)
+                self._log_progress(scalars)
             if publish and self._ended.is_set():
                 return
 
@@ -390,6 +393,10 @@ class LearnSession:
                 self._report(ref)
 
     def _log_progress(self, scalars: dict[str, float]) -> None:
+        """The progress line, at most every PROGRESS_LOG_EVERY_S, at an iteration whose scalars were just written:
+        its rate, staleness and return are of the same window as its iteration and agent steps. Logged at every
+        iteration with the last written scalars, a line paired iteration 56 with the samples/s and return of
+        iteration 24 (the write 5 s before)."""
         now = time.monotonic()
         if now - self._last_log < PROGRESS_LOG_EVERY_S:
             return

@@ -134,6 +134,8 @@ class Telemetry:
         self._episodes = EpisodeTracker()
         self.last: dict[str, float] = {}
         """The scalars of the latest write (for logs and tests); empty until the first."""
+        self.writes = 0
+        """Writes so far: the learner's progress line is logged at a write, with that write's figures."""
         self.episodes_seen = 0
         self.staleness_max = 0
         self.future_versions = 0
@@ -172,6 +174,7 @@ class Telemetry:
         assert latest is not None
         elapsed = max(now - self._since, 1e-9)
         window, self._window, self._since = self._window, _Window(), now
+        self.writes += 1
         scalars = {f"train/{k}": total / window.stat_counts[k] for k, total in window.stat_sums.items()}
         scalars.update({
             "learner/version": float(latest.version),

@@ -32,6 +32,7 @@ from league_service.config import Config, config_from_dict
 from league_service.coordinator import Coordinator, CoordinatorSettings
 from league_service.coordinator_testing import league_stub, running_coordinator
 from league_service.server import serve_coordinator
+from learner_service import session as session_module
 from learner_service.config import LearnerSettings
 from learner_service.league_client import LeagueClient, Registration
 from learner_service.learner import JobSetupError, Learner
@@ -123,6 +124,29 @@ def test_binds_publishes_version_zero_and_trains_on_pushed_chunks(tmp_path):
         # Stopped, it released its player and said it was leaving: no longer listed as a worker.
         assert not [w.worker_id for w in _status(coordinator.address).workers]
     assert list((tmp_path / "tensorboard" / PLAYER).glob("events.out.tfevents.*"))
+
+
+def test_progress_lines_carry_the_figures_of_their_own_iteration(tmp_path, monkeypatch, caplog):
+    """The learner's progress line says samples/s, staleness and return beside its iteration and agent steps: they
+    are the figures written with that iteration. It was logged at any iteration with the last scalars written, up
+    to tensorboard_every_s before: "iteration 56, 15082 agent steps, 1177 samples/s" where 1177 was the rate of
+    the window that ended at iteration 24 (TensorBoard had 1919 for iteration 59)."""
+    monkeypatch.setattr(session_module, "PROGRESS_LOG_EVERY_S", 0.0)
+    caplog.set_level(logging.INFO, logger="learner_service.session")
+    cfg = solo_config(batch_size=128, tensorboard_every_s=1e6)  # the first iteration is written, then the stop's
+    with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
+        with running_learner(coordinator.address, tmp_path) as learner:
+            learner.learner.wait_published(PLAYER, 0, 60)
+            rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)
+            chunks = rollout.chunks(acting_task(cfg, tmp_path), 4, policy_version=0)
+            rollout.close()
+            push(learner.address, chunks)
+            learner.learner.wait_published(PLAYER, 4, 60)
+            written = learner.learner.session.telemetry.last  # the first iteration's: none written since
+    assert written["learner/train_iteration"] == 1.0
+    lines = [r.getMessage() for r in caplog.records if "samples/s" in r.getMessage()]
+    assert lines == [line for line in lines if ": iteration 1, version 1, 128 agent steps, " in line]
+    assert len(lines) == 1
 
 
 def test_bad_and_foreign_chunks_are_refused_and_the_server_keeps_serving(tmp_path):

@@ -57,7 +57,10 @@ class LeagueCollector(Collector):
         yield _counter("league_jobs_failed", "Jobs their worker reported as failed.", f.jobs_failed)
         yield _counter("league_jobs_given_up", "Collect jobs given up after max_job_attempts failed attempts.",
                        f.jobs_given_up)
-        yield _counter("league_matches", "Matches (episodes) counted into the payoff.", f.matches)
+        # Self-play episodes are matches too, but the payoff does not record them (a player's rate against itself
+        # is 0.5): this counter is `league status`'s "matches", above the payoff's games played.
+        yield _counter("league_matches", "Matches (episodes) of finished jobs, self-play included (the payoff "
+                       "records no self-play).", f.matches)
         yield _counter("league_episodes", "Episodes accepted from finished jobs.", f.episodes)
         yield _counter("league_snapshots", "Historical players snapshotted from active ones.", f.snapshots)
         yield _counter("league_mutations", "Active players reset to their initial checkpoint.", f.mutations)

@@ -306,6 +306,10 @@ def test_metrics_expose_counters_and_rpc_latency(league):
                  "league_matches_total", "league_snapshots_total", 'league_players{state="active"} 2.0',
                  'league_rpc_latency_seconds_count{method="RegisterWorker"} 1.0'):
         assert name in text, name
+    # It counts self-play episodes, which the payoff leaves out: its help said "counted into the payoff" (a default
+    # league's 2,205 matches stood beside 1,789 games played in its payoff).
+    help_line = next(line for line in text.splitlines() if line.startswith("# HELP league_matches_total "))
+    assert "self-play included" in help_line and "counted into the payoff" not in help_line
 
 
 def test_league_status_cli_prints_tables_and_json(league, capsys, monkeypatch):

@@ -242,6 +242,7 @@ class Learner:
         with self._lock:
             self._stopping = True
             session = self._session
+        self.plane.mark_stopping()
         if session is not None:  # before the plane closes: a session whose queue closes must find itself stopped
             session.end(SessionEnd.STOPPED)
         if self.server is not None:
@@ -265,6 +266,7 @@ class Learner:
 
     def close(self, grace_s: float = 2.0) -> None:
         """Stop the server (health NOT_SERVING, in-flight streams get ``grace_s``) and the client."""
+        self.plane.mark_stopping()
         self.plane.close()
         if self.server is not None:
             self.server.stop(grace_s)

@@ -76,6 +76,8 @@ class DataPlane:
     def __init__(self, deduper: SeqDeduper | None = None) -> None:
         self._lock = threading.Lock()
         self._intake: Intake | None = None
+        self._stopping = False
+        """Set for good by `mark_stopping`: no session opens again, and refused streams are told why."""
         self._deduper = deduper or SeqDeduper()
         self._receiving: set[tuple[str, str, int]] = set()
         """Chunks reserved in the de-duplicator but not yet queued (waiting for room, or being checked)."""
@@ -88,6 +90,11 @@ class DataPlane:
     def open(self, intake: Intake) -> None:
         with self._lock:
             self._intake = intake
+
+    def mark_stopping(self) -> None:
+        """The learner is stopping: streams refused from now on are told so, not that it is not bound yet."""
+        with self._lock:
+            self._stopping = True
 
     def close(self) -> None:
         """Stop taking data (streams get UNAVAILABLE); what the queue holds stays for its session to drain."""
@@ -103,8 +110,11 @@ class DataPlane:
     def accept(self, chunk: league_pb2.TrajectoryChunk, abandoned=lambda: False) -> AcceptResult:
         """Check, decode, de-duplicate and enqueue one chunk (blocks while the queue is full)."""
         with self._lock:
-            intake = self._intake
+            intake, stopping = self._intake, self._stopping
         if intake is None:
+            if stopping:
+                raise ChunkRefused(grpc.StatusCode.UNAVAILABLE,
+                                   "the learner is stopping; retry (the player's next learner takes the data)")
             raise ChunkRefused(grpc.StatusCode.UNAVAILABLE, "the learner is not bound to a player yet; retry")
         if chunk.player_id != intake.player_id:
             raise ChunkRefused(

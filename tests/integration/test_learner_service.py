@@ -720,3 +720,23 @@ def test_a_reset_to_a_pretrained_checkpoint_that_was_lost_does_not_fail_the_lear
             push(learner.address, chunks[6:7])
             reset = eventually(reset_published)
             eventually(lambda: player_status(coordinator.address, player).checkpoint_version == reset.ref.version)
+
+
+def test_a_stopping_learner_tells_the_streams_it_refuses_that_it_is_stopping(tmp_path):
+    """Reproduced across hosts: an actor streaming to a learner during the learner's SIGTERM was refused with "the
+    learner is not bound to a player yet; retry" (in both logs) while the learner was bound and winding down."""
+    cfg = solo_config()
+    rollout = Rollout(player_id=PLAYER, env_num=4, unroll_len=16)
+    try:
+        with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
+            with running_learner(coordinator.address, tmp_path) as learner:
+                learner.learner.wait_published(PLAYER, 0, 60)
+                chunks = rollout.chunks(acting_task(cfg, tmp_path), 1, policy_version=0)
+                learner.learner.request_stop()  # what SIGTERM does; the server still answers until close()
+                with pytest.raises(grpc.RpcError) as refused:
+                    push(learner.address, chunks)
+                assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+                assert "the learner is stopping" in refused.value.details()
+                assert "not bound" not in refused.value.details()
+    finally:
+        rollout.close()

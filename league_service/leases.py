@@ -156,6 +156,9 @@ class LeaseTable(Generic[P]):
         # job id -> (status value, episodes counted, ended at): atomic tuples stay out of the GC's way.
         self._ended: OrderedDict[str, tuple[str, int, float]] = OrderedDict()
         self._learner_of: dict[str, str] = {}  # active player id -> learn job id
+        self._lost_learn: dict[str, str] = {}
+        """Learner worker id -> the player whose learn lease it let expire (not stored): offered it first when it
+        asks again, so learners back from a partition rebind their own players and keep the samples they hold."""
         self._deadlines: list[tuple[float, str]] = []  # heap with stale entries skipped lazily
 
     # ---- read-only views -------------------------------------------------------------------------------
@@ -307,6 +310,7 @@ class LeaseTable(Generic[P]):
         del self._last_seen[worker_id]
         self._seen_since_taken.discard(worker_id)
         self._process_of.pop(worker_id, None)
+        self._lost_learn.pop(worker_id, None)
 
     def take_seen(self) -> list[tuple[WorkerInfo, float]]:
         """(worker, last seen) of every worker seen since the last call (which forgets them)."""
@@ -384,21 +388,27 @@ class LeaseTable(Generic[P]):
         if held is not None:
             # A learner that restarted (or lost the reply) gets its binding back, with a fresh lease.
             return self._grant(dataclasses.replace(held, endpoint=endpoint, deadline=now + self.lease_timeout_s))
-        for player_id in self._active_players:
-            if self._needs_learner(player_id) and player_id not in self._learner_of:
-                lease: Lease[P] = Lease(
-                    job_id=self._fresh_job_id(),
-                    kind=JobKind.LEARN,
-                    launch_player=player_id,
-                    players=(player_id,),
-                    worker_id=worker_id,
-                    issued_at=now,
-                    deadline=now + self.lease_timeout_s,
-                    endpoint=endpoint,
-                )
-                self._learner_of[player_id] = lease.job_id
-                return self._grant(lease)
-        return None
+        free = [p for p in self._active_players if self._needs_learner(p) and p not in self._learner_of]
+        previous = self._lost_learn.get(worker_id)
+        awaited = {p for w, p in self._lost_learn.items() if w != worker_id}
+        # Its own player first, then players no other lost learner is expected back for, in roster order: two
+        # learners healed from a partition swapped players, and each dropped the samples it held.
+        if not free:
+            return None
+        player_id = min(free, key=lambda p: (p != previous, p in awaited))  # (the first of equals: roster order)
+        self._lost_learn.pop(worker_id, None)
+        lease: Lease[P] = Lease(
+            job_id=self._fresh_job_id(),
+            kind=JobKind.LEARN,
+            launch_player=player_id,
+            players=(player_id,),
+            worker_id=worker_id,
+            issued_at=now,
+            deadline=now + self.lease_timeout_s,
+            endpoint=endpoint,
+        )
+        self._learner_of[player_id] = lease.job_id
+        return self._grant(lease)
 
     def collect_leases_not_to(self, player_id: str, endpoint: str) -> list[Lease[P]]:
         """`player_id`'s collect leases that stream to another address than `endpoint` (its learner moved)."""
@@ -447,6 +457,8 @@ class LeaseTable(Generic[P]):
         lease = self._leases.pop(job_id)
         if lease.kind is JobKind.LEARN:
             del self._learner_of[lease.launch_player]
+            if status is JobEndStatus.EXPIRED:
+                self._lost_learn[lease.worker_id] = lease.launch_player
         end = JobEnd(job_id, status, episodes_counted, now)
         self._remember(end)
         if status is not JobEndStatus.EXPIRED:  # an expiry is the worker's silence, not a word from it: a

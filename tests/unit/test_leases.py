@@ -128,6 +128,27 @@ def test_learner_gets_its_binding_back_and_one_learner_per_player():
     assert third.launch_player == "main" and third.job_id != first.job_id
 
 
+def test_learners_back_from_a_partition_rebind_their_own_players():
+    """Both learn leases expired in a partition; on healing the learner that asked first took the other's player
+    (roster order), and each learner dropped the samples it held for its own. Each now gets its own back, and a
+    learner new to the league takes a player no lost learner is expected back for."""
+    table = make_table(players=("main", "exploiter", "league"))
+    for worker in ("learner-2", "learner-3"):
+        table.register(WorkerInfo(worker, WorkerRole.LEARNER, "h", "", 0.0))
+    assert table.lease_learn("learner-1", "a:1", now=0.0).launch_player == "main"
+    assert table.lease_learn("learner-2", "b:1", now=0.0).launch_player == "exploiter"
+    table.expire_due(now=5.0)
+    assert table.lease_learn("learner-3", "c:1", now=5.1).launch_player == "league"  # not main: learner-1's
+    assert table.lease_learn("learner-2", "b:1", now=5.2).launch_player == "exploiter"
+    assert table.lease_learn("learner-1", "a:1", now=5.3).launch_player == "main"
+    # A lost learner's player is not held back from the others when it is the one free.
+    table.expire_due(now=10.0)
+    table.register(WorkerInfo("learner-4", WorkerRole.LEARNER, "h", "", 10.0))
+    assert table.lease_learn("learner-3", "c:1", now=10.1).launch_player == "league"
+    assert table.lease_learn("learner-2", "b:1", now=10.2).launch_player == "exploiter"
+    assert table.lease_learn("learner-4", "d:1", now=10.3).launch_player == "main"
+
+
 def test_roles_and_endpoints_are_checked():
     table = make_table()
     with pytest.raises(FailedPreconditionError, match="role"):

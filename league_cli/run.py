@@ -217,8 +217,11 @@ class Supervisor:
             # A restarted learner keeps its address, as a StatefulSet pod or a compose service would: collect
             # jobs already handed out name that endpoint.
             port = self.learner_ports.setdefault(name, restartable_port())
-            return league_command("learner", *common, "--host", "127.0.0.1", "--port", str(port),
-                                  "--stop-timeout", f"{learner_stop_timeout(self.run_cfg.stop_grace_s):g}")
+            argv = league_command("learner", *common, "--host", "127.0.0.1", "--port", str(port))
+            stop_timeout = learner_stop_timeout(self.run_cfg.stop_grace_s)
+            if stop_timeout > 0:  # `run.stop_grace_s: 0` kills at once: no backstop fits, and 0 is no --stop-timeout
+                argv += ["--stop-timeout", f"{stop_timeout:g}"]
+            return argv
         argv = league_command("actor", *common, "--manager", self.run_cfg.manager)
         if self.run_cfg.manager == "subprocess":
             argv += ["--env-cpus", str(self.env_cpus_per_actor())]

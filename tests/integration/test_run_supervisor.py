@@ -47,6 +47,20 @@ def test_actors_with_env_processes_get_their_share_of_the_cpus(tmp_path, monkeyp
     assert "--env-cpus" not in in_process._worker_argv("actor-0")
 
 
+def test_a_learner_under_a_grace_of_zero_gets_arguments_it_accepts(tmp_path):
+    """`run.stop_grace_s: 0` is a valid config (kill at once), but its learners were given `--stop-timeout 0`,
+    which `league learner` refuses (> 0): every learner exited 2 and the run stopped as misconfigured."""
+    from league_cli.main import build_parser
+    from learner_service.cli import DEFAULT_STOP_TIMEOUT_S
+
+    for grace in (0.0, 4.0, 15.0):
+        sup = Supervisor(tmp_path, tmp_path / "league.yaml", RunConfig(stop_grace_s=grace), learners=1)
+        sup.address = "127.0.0.1:1"
+        argv = sup._worker_argv("learner-0")
+        args = build_parser().parse_args(argv[argv.index("learner"):])  # exits 2 on an argument it refuses
+        assert args.stop_timeout == (learner_stop_timeout(grace) or DEFAULT_STOP_TIMEOUT_S)  # 0: its own default
+
+
 def test_a_worker_that_crashed_is_restarted_and_the_event_names_what_it_died_of(supervisor):
     """An uncaught exception is written as a traceback, not as a logged ERROR line: the restart event names it,
     so `league run`'s output says why, not only that, a process died."""

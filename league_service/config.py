@@ -639,6 +639,9 @@ def _check_worker_sections(cfg: Config) -> None:
         # A batch of batch_size samples cut into more minibatches than that: minibatches of one sample.
         raise ConfigError("policy.ppo.num_minibatches", f"must be at most learner.batch_size ({learner.batch_size}), "
                           f"got {policy.ppo.num_minibatches}: each minibatch is a share of one batch's samples")
+    from common.run_config import RunConfig
+
+    from_dict(RunConfig, cfg.run, "run")  # `league run`'s section: a typo must not pass the coordinator silently
     if cfg.actor:  # kept (empty) so that configs and run directories written with `actor: {}` still load
         key = next(iter(cfg.actor))
         raise ConfigError(f"actor.{key}", "actors read no settings from the league config: give them on the "

@@ -209,3 +209,15 @@ def test_league_run_with_a_bad_flag_and_no_config_creates_no_run_directory(tmp_p
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_coordinator_checks_the_run_section_of_its_config(files, tmp_path):
+    """`run:` is `league run`'s section, but every key of a league config is checked (README): a typo there
+    passed `league coordinator --config` silently, and the same file then failed under `league run`."""
+    config = tmp_path / "league.yaml"
+    config.write_text("run:\n  actorz: 2\n")
+    assert_setup_error(league("coordinator", "--shared-root", str(files["shared"]), "--port", "0", "--config",
+                              str(config), timeout_s=60.0), "run.actorz", "unknown key")
+    config.write_text("run:\n  seconds: -5\n")
+    assert_setup_error(league("eval", "--checkpoint", "p", "--shared-root", str(files["shared"]), "--config",
+                              str(config), timeout_s=60.0), "run.seconds", "must be > 0")

@@ -1,0 +1,56 @@
+"""The `run:` section of a league config: what `league run` starts on this machine.
+
+Here rather than in league_cli so that every loader of a league config checks it (`league coordinator --config`,
+`league eval --config`): the README promises that every key is checked, and a typo in `run:` passed the
+coordinator silently, to fail only when the same file was given to `league run`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common.config import MAX_DURATION_S, ConfigError
+from common.job_limits import MAX_ENV_NUM
+
+MAX_RUN_ACTORS = 256
+"""`league run` starts its processes on this one machine: 100,000 actors (accepted before) spawned one by one
+for many minutes and drove the load average to hundreds. Beyond this, spread the league with the
+deployment files (deploy/)."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The `run:` section of a league config: how `league run` lays the league out on this machine."""
+
+    # Actor processes (each runs `env.env_num` environments unless env_num_per_actor is set).
+    actors: int = 2
+    env_num_per_actor: int = 0
+    manager: str = "subprocess"
+    # Budget: stop after this many seconds, or after this many env steps (0: no limit), both counted in this
+    # run (a run resumed in the same --run-dir starts its budget afresh).
+    seconds: float = 300.0
+    env_steps: int = 0
+    # How often progress is polled and recorded.
+    status_interval_s: float = 2.0
+    # Seconds each process gets to stop after SIGTERM before it is killed.
+    stop_grace_s: float = 15.0
+
+    def __post_init__(self) -> None:
+        # Paths relative to the section: from_dict(RunConfig, ..., "run") puts "run." in front.
+        if not 1 <= self.actors <= MAX_RUN_ACTORS:
+            raise ConfigError("actors", f"must be within [1, {MAX_RUN_ACTORS}], got {self.actors}")
+        if not 0 <= self.env_num_per_actor <= MAX_ENV_NUM:
+            raise ConfigError("env_num_per_actor",
+                              f"must be within [0, {MAX_ENV_NUM}] (0: env.env_num), got {self.env_num_per_actor}")
+        if self.manager not in ("subprocess", "base"):
+            raise ConfigError("manager", f"must be 'subprocess' or 'base', got {self.manager!r}")
+        if not 0 < self.seconds <= MAX_DURATION_S:
+            raise ConfigError("seconds", f"must be > 0 and at most {MAX_DURATION_S:g}, got {self.seconds}")
+        if self.env_steps < 0:
+            raise ConfigError("env_steps", f"must be >= 0, got {self.env_steps}")
+        # The poll loop waits status_interval_s between polls (0: a busy loop) and stop_grace_s per process.
+        if not 0 < self.status_interval_s <= MAX_DURATION_S:
+            raise ConfigError("status_interval_s", f"must be > 0 and at most {MAX_DURATION_S:g}, "
+                                                   f"got {self.status_interval_s}")
+        if not 0 <= self.stop_grace_s <= MAX_DURATION_S:
+            raise ConfigError("stop_grace_s", f"must be >= 0 and at most {MAX_DURATION_S:g}, got {self.stop_grace_s}")

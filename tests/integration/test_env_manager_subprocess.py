@@ -219,11 +219,15 @@ class OffSpecEnv(CountingEnv):
         return super()._obs().astype(np.float64)
 
 
-@pytest.mark.parametrize("cls", [BaseEnvManager, SubprocessEnvManager])
-def test_observations_off_the_spec_are_cast_or_refused_alike_by_both_managers(managers, cls):
+@pytest.mark.parametrize(("cls", "config"), [(BaseEnvManager, {}), (SubprocessEnvManager, {}),
+                                             (SubprocessEnvManager, {"shared_memory": False})],
+                         ids=["serial", "subprocess", "subprocess-without-shared-memory"])
+def test_observations_off_the_spec_are_cast_or_refused_alike_by_both_managers(managers, cls, config):
     """The subprocess manager's shared memory takes only observations that fit the spec; the serial manager
-    now applies the same rule (obs_check.py): the same arrays from both, and the same failure."""
-    manager = managers(cls, [OffSpecEnv], episode_num=1)
+    now applies the same rule (obs_check.py): the same arrays from both, and the same failure. Without shared
+    memory the subprocess manager's workers apply it too: they handed on float64 arrays, and took an
+    observation of the wrong shape without a word."""
+    manager = managers(cls, [OffSpecEnv], episode_num=1, **config)
     manager.seed(3)
     manager.launch()
     first = manager.next_obs[0]
@@ -231,7 +235,7 @@ def test_observations_off_the_spec_are_cast_or_refused_alike_by_both_managers(ma
     ts = manager.step({0: 1})[0]
     assert ts.obs.dtype == np.float32 and manager.next_obs[0].dtype == np.float32
 
-    manager = managers(cls, [partial(OffSpecEnv, bad_at=2)], episode_num=1, max_retry=0)
+    manager = managers(cls, [partial(OffSpecEnv, bad_at=2)], episode_num=1, max_retry=0, **config)
     manager.launch()
     manager.step({0: 1})
     with pytest.raises(EnvError, match=r"env 0: observation has shape \(4,\), but the env's spec says \(3,\)"):

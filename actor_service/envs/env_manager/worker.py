@@ -55,6 +55,7 @@ import numpy as np
 
 from actor_service.envs.env_manager.doorbell import DoorbellAddress, Doorbells, SpinBudget
 from actor_service.envs.env_manager.failure import EnvFailure
+from actor_service.envs.env_manager.obs_check import ObsConform
 from actor_service.envs.env_manager.pipe import MessagePipe
 from actor_service.envs.env_manager.shared_memory import RESET_SLOT, ObsBuffer, ObsLayout
 from common.envs.base import NO_INFO, Env, EnvInfo
@@ -126,6 +127,9 @@ class _Worker:
         self.params: dict[int, Mapping[str, Any]] = {env_id: {} for env_id in env_ids}
         self.resets_due: list[int] = []  # envs whose episode the last step command ended, to reset after its reply
         self.reset_s: dict[int, float] = dict.fromkeys(env_ids, 0.0)  # how long each env's last reset took
+        # Each env's observation check (obs_check.py), applied where no shared memory does it (`buffer` None:
+        # shared memory off, or envs of different specs): the serial manager's rule, so both hand on the same.
+        self.conforms: dict[int, ObsConform | None] = {}
 
     def serve(self, factories_blob: bytes, layout: ObsLayout | None) -> None:
         env_id = self.env_ids[0]  # whom a failure to unpickle the factories is charged to
@@ -138,6 +142,7 @@ class _Worker:
                 info = env.info()
                 pickle.dumps(info)  # it goes to the parent: an env whose info cannot is the one that failed
                 infos.append(info)
+                self.conforms[env_id] = ObsConform.for_spec(info.obs_spec)
         except Exception as exc:
             self.conn.send(StartFailedReply(EnvFailure.capture(env_id, "build", exc, for_pickling=True)))
             return
@@ -206,6 +211,10 @@ class _Worker:
                     else:
                         buffer.write(env_id, slot, obs)
                     obs = None
+                else:
+                    conform = self.conforms.get(env_id)
+                    if conform is not None and not conform.fits(obs):
+                        obs = conform(obs, env_id)  # ValueError: the env's step failure
             except Exception as exc:
                 failures.append(EnvFailure.capture(env_id, "step", exc, for_pickling=True))
                 continue
@@ -242,7 +251,8 @@ class _Worker:
         if self.buffer is not None:
             self.buffer.write(env_id, RESET_SLOT, obs)
             return None
-        return obs
+        conform = self.conforms.get(env_id)
+        return obs if conform is None or conform.fits(obs) else conform(obs, env_id)
 
     def reset_envs(self, env_ids: list[int]) -> ResetReply:
         """The automatic reset of envs whose episode ended (RESET_FOLLOWS), after the step's reply: a reset
@@ -276,7 +286,8 @@ class _Worker:
                 old.close()
             except Exception:
                 logger.warning("closing failed env %d raised; building a new one anyway", env_id, exc_info=True)
-        self.envs[env_id] = self.factories[env_id]()
+        env = self.envs[env_id] = self.factories[env_id]()
+        self.conforms[env_id] = ObsConform.for_spec(env.info().obs_spec)
 
     def close(self) -> None:
         for env_id, env in self.envs.items():

@@ -353,3 +353,46 @@ def test_a_worker_that_died_between_jobs_is_replaced_by_the_reset_and_charged_to
             break
     assert stepped == {0, 1, 2} and manager.failure_counts == {0: 0, 1: 0, 2: 0}
 
+
+
+# ---- 8. an exception class of the user's own script --------------------------------------------------------
+_MAIN_EXCEPTION_SCRIPT = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from actor_service.envs import EnvError, SubprocessEnvManager, SubprocessEnvManagerConfig
+from actor_service.envs.env_manager.failure import RemoteTraceback
+from tests.env_doubles import CountingEnv
+
+
+class MyEnvError(RuntimeError):
+    pass
+
+
+class RaisingEnv(CountingEnv):
+    def step(self, action):
+        raise MyEnvError("raised by the env of the script")
+
+
+if __name__ == "__main__":
+    with SubprocessEnvManager([RaisingEnv], SubprocessEnvManagerConfig(num_workers=1, max_retry=0)) as manager:
+        manager.launch()
+        try:
+            manager.step({0: 0})
+        except EnvError as error:
+            cause = error.__cause__
+            print("cause", type(cause).__name__, isinstance(cause, MyEnvError), str(cause))
+            print("remote", isinstance(getattr(cause, "__cause__", None), RemoteTraceback))
+"""
+
+
+def test_an_exception_class_of_the_main_script_is_the_errors_cause(tmp_path):
+    """The env's exception reaches the caller as the EnvError's `__cause__`, also when its class is defined in
+    the user's script: the worker's `__main__` is not the parent's, so plain pickle could not send it, and the
+    cause was None (only the traceback text was left)."""
+    script = tmp_path / "main_exception.py"
+    script.write_text(_MAIN_EXCEPTION_SCRIPT)
+    done = subprocess.run([sys.executable, str(script), str(ROOT)], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "cause MyEnvError True raised by the env of the script" in done.stdout, done.stdout + done.stderr
+    assert "remote True" in done.stdout, done.stdout

@@ -6,6 +6,8 @@ import pickle
 import traceback
 from dataclasses import dataclass
 
+import cloudpickle
+
 
 class EnvError(RuntimeError):
     """An env failed and the manager gave up on it (retries spent); the manager is closed.
@@ -56,10 +58,22 @@ class EnvFailure:
         exception: BaseException | None = exc
         if for_pickling:
             try:
-                exception = pickle.loads(pickle.dumps(exc))
+                exception = pickle.loads(_dump_exception(exc))
             except Exception:
                 exception = None
         return cls(env_id, stage, repr(exc), "".join(traceback.format_exception(exc)), exception)
+
+    def __reduce__(self) -> tuple:
+        """Pickled with its exception through cloudpickle: an exception class defined in the user's `__main__`
+        (or next to an env class sent by value) does not pickle by reference from a worker, whose `__main__` is
+        not the parent's; plain pickle lost the env's exception there, and with it the error's `__cause__`."""
+        blob = None
+        if self.exception is not None:
+            try:
+                blob = _dump_exception(self.exception)
+            except Exception:
+                blob = None
+        return (_restore_failure, (self.env_id, self.stage, self.description, self.traceback, blob))
 
     def to_error(self, failures: int, max_retry: int) -> EnvError:
         message = (
@@ -73,3 +87,18 @@ class EnvFailure:
             self.exception.__cause__ = RemoteTraceback(self.traceback)
         error.__cause__ = self.exception
         return error
+
+
+def _dump_exception(exc: BaseException) -> bytes:
+    return cloudpickle.dumps(exc)
+
+
+def _restore_failure(env_id: int, stage: str, description: str, traceback_text: str, blob: bytes | None
+                     ) -> EnvFailure:
+    exception = None
+    if blob is not None:
+        try:
+            exception = pickle.loads(blob)
+        except Exception:
+            exception = None
+    return EnvFailure(env_id, stage, description, traceback_text, exception)

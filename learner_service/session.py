@@ -368,6 +368,8 @@ class LearnSession:
                         self._report(ref)
             if written:  # else the scalars are those of an earlier iteration (up to tensorboard_every_s old)
                 self._log_progress(scalars)
+            elif self.telemetry.every_s > PROGRESS_LOG_EVERY_S:  # no write may come for that long: the line
+                self._log_progress(None)  # has the window since the last write, which ends at this iteration
             if publish and self._ended.is_set():
                 return
 
@@ -392,15 +394,18 @@ class LearnSession:
                 self._waiting_to_publish = False
                 self._report(ref)
 
-    def _log_progress(self, scalars: dict[str, float]) -> None:
+    def _log_progress(self, scalars: dict[str, float] | None) -> None:
         """The progress line, at most every PROGRESS_LOG_EVERY_S, at an iteration whose scalars were just written:
         its rate, staleness and return are of the same window as its iteration and agent steps. Logged at every
         iteration with the last written scalars, a line paired iteration 56 with the samples/s and return of
-        iteration 24 (the write 5 s before)."""
+        iteration 24 (the write 5 s before). None: the figures of the window since the last write (writes further
+        apart than PROGRESS_LOG_EVERY_S: with tensorboard_every_s 600 the line came every 10 minutes)."""
         now = time.monotonic()
         if now - self._last_log < PROGRESS_LOG_EVERY_S:
             return
         self._last_log = now
+        if scalars is None:  # between writes further apart than the line's period (tensorboard_every_s)
+            scalars = self.telemetry.window_scalars()
         progress = self.trainer.progress
         log.info(
             "%s: iteration %d, version %d, %d agent steps, %.0f samples/s, staleness %.1f, return %s",

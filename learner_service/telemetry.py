@@ -169,12 +169,36 @@ class Telemetry:
             self._write(now)
         return self.last
 
+    @property
+    def every_s(self) -> float:
+        return self._every_s
+
+    def window_scalars(self) -> dict[str, float]:
+        """The scalars of the iterations since the last write, up to the latest one, as a write now would give
+        them; nothing is written and the window goes on (the progress line between rare writes)."""
+        if self._latest is None or not self._window.iterations:
+            return dict(self.last)
+        return self._scalars(self._window, self._latest, max(self._clock() - self._since, 1e-9))
+
     def _write(self, now: float) -> None:
         latest = self._latest
         assert latest is not None
         elapsed = max(now - self._since, 1e-9)
         window, self._window, self._since = self._window, _Window(), now
         self.writes += 1
+        scalars = self._scalars(window, latest, elapsed)
+        if self._writer is None and self._reopen_at is not None and now >= self._reopen_at:
+            self._open()
+        if self._writer is not None:
+            try:
+                for tag, value in scalars.items():
+                    self._writer.add_scalar(tag, value, global_step=latest.agent_steps)
+            except OSError as err:
+                self._failed(err)
+        self.last = scalars
+
+    @staticmethod
+    def _scalars(window: _Window, latest: _Latest, elapsed: float) -> dict[str, float]:
         scalars = {f"train/{k}": total / window.stat_counts[k] for k, total in window.stat_sums.items()}
         scalars.update({
             "learner/version": float(latest.version),
@@ -189,15 +213,7 @@ class Telemetry:
         if window.returns:
             scalars["episode/return_mean"] = float(np.mean(window.returns))
             scalars["episode/count"] = float(len(window.returns))
-        if self._writer is None and self._reopen_at is not None and now >= self._reopen_at:
-            self._open()
-        if self._writer is not None:
-            try:
-                for tag, value in scalars.items():
-                    self._writer.add_scalar(tag, value, global_step=latest.agent_steps)
-            except OSError as err:
-                self._failed(err)
-        self.last = scalars
+        return scalars
 
     def flush(self) -> None:
         if self._writer is not None:

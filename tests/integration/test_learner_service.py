@@ -131,7 +131,12 @@ def test_progress_lines_carry_the_figures_of_their_own_iteration(tmp_path, monke
     are the figures written with that iteration. It was logged at any iteration with the last scalars written, up
     to tensorboard_every_s before: "iteration 56, 15082 agent steps, 1177 samples/s" where 1177 was the rate of
     the window that ended at iteration 24 (TensorBoard had 1919 for iteration 59)."""
+    from learner_service.telemetry import Telemetry
+
     monkeypatch.setattr(session_module, "PROGRESS_LOG_EVERY_S", 0.0)
+    windows = []  # what the lines between writes were given: the window since the last write
+    window_scalars = Telemetry.window_scalars
+    monkeypatch.setattr(Telemetry, "window_scalars", lambda self: windows.append(window_scalars(self)) or windows[-1])
     caplog.set_level(logging.INFO, logger="learner_service.session")
     cfg = solo_config(batch_size=128, tensorboard_every_s=1e6)  # the first iteration is written, then the stop's
     with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
@@ -145,8 +150,14 @@ def test_progress_lines_carry_the_figures_of_their_own_iteration(tmp_path, monke
             written = learner.learner.session.telemetry.last  # the first iteration's: none written since
     assert written["learner/train_iteration"] == 1.0
     lines = [r.getMessage() for r in caplog.records if "samples/s" in r.getMessage()]
-    assert lines == [line for line in lines if ": iteration 1, version 1, 128 agent steps, " in line]
-    assert len(lines) == 1
+    assert ": iteration 1, version 1, 128 agent steps, " in lines[0]
+    assert f"{written['throughput/samples_per_s']:.0f} samples/s" in lines[0]
+    # The later lines (tensorboard_every_s is above the line's period) have the figures of the window since the
+    # write, which ends at their own iteration, not the write's.
+    assert [w["learner/train_iteration"] for w in windows] == [2.0, 3.0, 4.0]
+    for line, window in zip(lines[1:], windows, strict=True):
+        assert f": iteration {window['learner/train_iteration']:.0f}, " in line
+        assert f"{window['throughput/samples_per_s']:.0f} samples/s" in line
 
 
 def test_bad_and_foreign_chunks_are_refused_and_the_server_keeps_serving(tmp_path):
@@ -740,3 +751,25 @@ def test_a_stopping_learner_tells_the_streams_it_refuses_that_it_is_stopping(tmp
                 assert "not bound" not in refused.value.details()
     finally:
         rollout.close()
+
+
+def test_progress_lines_keep_coming_when_tensorboard_writes_are_rare(tmp_path, monkeypatch, caplog):
+    """With learner.tensorboard_every_s above the progress line's period (a DQN league cutting its events to one
+    write a minute, say), the line came only at a write: none for the whole period. A line still comes every
+    PROGRESS_LOG_EVERY_S, with the figures of the window since the last write (which ends at its iteration)."""
+    monkeypatch.setattr(session_module, "PROGRESS_LOG_EVERY_S", 0.2)
+    caplog.set_level(logging.INFO, logger="learner_service.session")
+    cfg = solo_config(batch_size=128, tensorboard_every_s=1e6)  # the first iteration is written, then the stop's
+    with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
+        with running_learner(coordinator.address, tmp_path) as learner:
+            learner.learner.wait_published(PLAYER, 0, 60)
+            rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)
+            chunks = rollout.chunks(acting_task(cfg, tmp_path), 4, policy_version=0)
+            rollout.close()
+            for version, chunk in enumerate(chunks, start=1):
+                time.sleep(0.3)  # more than PROGRESS_LOG_EVERY_S between iterations
+                push(learner.address, [chunk])
+                learner.learner.wait_published(PLAYER, version, 60)
+            assert learner.learner.session.telemetry.writes == 1  # the first iteration's only
+    lines = [r.getMessage() for r in caplog.records if "samples/s" in r.getMessage()]
+    assert any(": iteration 4, version 4, 512 agent steps, " in line for line in lines), lines

@@ -57,10 +57,15 @@ class Torso(nn.Module):
                 width = nn.Sequential(*layers)(torch.zeros(1, *obs_spec.shape)).shape[1]
             except RuntimeError as err:  # e.g. the Nature stack's 8x8 kernels on a 6x7 board
                 stack = [list(layer) for layer in config.conv or NATURE_CONV]
+                if min(obs_spec.shape[1:]) >= 5:  # two unpadded 3x3 kernels take 5 rows and 5 columns
+                    hint = ("set policy.model.conv to one that does (small boards: 3x3 kernels of stride 1, as the "
+                            "default league's [[64, 3, 1], [64, 3, 1]])")
+                else:  # a board such as tic-tac-toe's (3x3): even that stack shrinks it to nothing unpadded
+                    hint = ("set policy.model.conv_padding: same, which keeps each layer at the board's size, with "
+                            "a policy.model.conv of odd kernels and stride 1 (as [[64, 3, 1], [64, 3, 1]])")
                 raise ValueError(f"model.conv: the conv stack {stack}{'' if config.conv else ' (the default)'} "
-                                 f"does not fit observations of shape {tuple(obs_spec.shape)}: {err}; set "
-                                 "policy.model.conv to one that does (small boards: 3x3 kernels of stride 1, as "
-                                 "the default league's [[64, 3, 1], [64, 3, 1]])") from None
+                                 f"does not fit observations of shape {tuple(obs_spec.shape)}: {err}; "
+                                 f"{hint}") from None
         for hidden in config.hidden:
             layers += [layer_init(nn.Linear(width, hidden)), act()]
             width = hidden

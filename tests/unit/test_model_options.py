@@ -91,3 +91,16 @@ def test_conv_padding_same_needs_odd_kernels_and_stride_one(conv):
 def test_a_conv_stack_that_does_not_fit_the_board_is_refused_naming_the_key():
     with pytest.raises(ValueError, match=r"model.conv: the conv stack \[\[32, 8, 4\].*\(the default\) does not fit"):
         Torso(BOARD, ModelConfig(), "relu")
+
+
+def test_the_advice_for_a_board_too_small_for_unpadded_3x3_kernels_is_a_stack_that_fits():
+    """On tic-tac-toe's (5, 3, 3) observations the default league's conv [[64, 3, 1], [64, 3, 1]] does not fit, and
+    the error advised that very stack; it now names conv_padding: same, with which such a stack fits."""
+    board = TensorSpec("observation", (5, 3, 3), "float32")
+    stack = ((64, 3, 1), (64, 3, 1))
+    with pytest.raises(ValueError, match=r"\(5, 3, 3\).*set policy.model.conv_padding: same") as refused:
+        Torso(board, ModelConfig(conv=stack), "relu")
+    assert "as the default league's" not in str(refused.value)
+    assert Torso(board, ModelConfig(conv=stack, conv_padding="same", hidden=()), "relu").out_features == 64 * 9
+    with pytest.raises(ValueError, match=r"as the default league's \[\[64, 3, 1\], \[64, 3, 1\]\]"):
+        Torso(BOARD, ModelConfig(), "relu")  # a connect-four board: that stack fits it

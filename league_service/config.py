@@ -596,6 +596,23 @@ def _default_dqn_exploration(merged: dict[str, Any]) -> None:
             section["exploration"] = dict(schedule)
 
 
+def greedy_dqn_player_types(cfg: Config) -> list[str]:
+    """The active player types of a DQN league that never explore (`exploration: null`, no `eps`): what a user
+    asks for on purpose, or what a run directory saved before DQN leagues got `DQN_EXPLORATION` holds, which a
+    resume then keeps greedy; worth a word at start either way."""
+    if cfg.policy.get("algorithm") != "dqn":
+        return []
+    greedy = []
+    for player_type, count in cfg.league.active_players.items():
+        section = getattr(cfg.league, player_type, None)
+        if not count or not isinstance(section, ActivePlayerConfig) or section.exploration is not None:
+            continue
+        job_forward = section.job.get("forward_kwargs")
+        if "eps" not in section.forward_kwargs and not (isinstance(job_forward, Mapping) and "eps" in job_forward):
+            greedy.append(player_type)
+    return greedy
+
+
 def _bot_seat_paths(data: Mapping[str, Any]) -> list[str]:
     """Where a config (a whole one, or a user's file before the defaults) gives the env bots of its own:
     `env.kwargs.bots`, and each player type's `env_kwargs.bots` and `job.env_kwargs.bots`."""

@@ -488,3 +488,18 @@ def test_a_dqn_league_explores_by_default_unless_a_player_type_says_otherwise():
     assert solo.league.solo_active_player.exploration == DQN_EXPLORATION
     ppo = config_from_dict({})
     assert all(getattr(ppo.league, t).exploration is None for t in PLAYER_TYPES)
+
+
+def test_a_dqn_league_that_never_explores_is_named_at_start():
+    """A run directory saved before DQN leagues got a default schedule holds `exploration: null`, which a resume
+    keeps: `league run` and the coordinator say which player types act greedily."""
+    from league_service.config import greedy_dqn_player_types
+
+    assert greedy_dqn_player_types(config_from_dict({})) == []  # PPO
+    dqn = {"policy": {"algorithm": "dqn", "model": {"conv": [[16, 3, 1]]}}}
+    assert greedy_dqn_player_types(config_from_dict(dqn)) == []
+    saved = config_to_dict(config_from_dict(dqn))
+    for player_type in ("main_player", "league_exploiter"):
+        saved["league"][player_type]["exploration"] = None
+    saved["league"]["league_exploiter"]["forward_kwargs"] = {"eps": 0.1}
+    assert greedy_dqn_player_types(config_from_dict(saved)) == ["main_player"]

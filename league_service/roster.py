@@ -57,28 +57,38 @@ class Roster:
         for player in roster.active.values():
             roster.payoff.add_player(player)
             roster.ratings.add_player(player.player_id)
-        if league.use_pretrain_init_historical:
-            for category in league.player_category:
-                parent = next(
-                    (
-                        p
-                        for p in roster.active.values()
-                        if p.category == category and p.player_type == "main_player"
-                    ),
-                    None,
-                )
-                roster.add_historical(
-                    HistoricalPlayer(
-                        player_id=f"{parent.player_id}_pretrain" if parent else f"pretrain_{category}",
-                        category=category,
-                        payoff=roster.payoff,
-                        checkpoint_path=league.pretrain_path(category),
-                        parent_id=parent.player_id if parent else "",
-                        parent_type=parent.player_type if parent else "",
-                    )
-                )
+        roster._add_pretrained(league)
         roster._add_reference_bots(league)
         return roster
+
+    def _add_pretrained(self, league: LeagueConfig) -> None:
+        """With use_pretrain_init_historical, each category's pretrained historical player not in the league yet
+        (a past version of that category's first main player, when there is one): all of them in a new league,
+        and those of a resumed league whose config turned the option on since (they join at restart, as bots do;
+        before, the option was taken on resume and written into the run's config, but no such player joined)."""
+        if not league.use_pretrain_init_historical:
+            return
+        for category in league.player_category:
+            parent = next(
+                (p for p in self.active.values() if p.category == category and p.player_type == "main_player"),
+                None,
+            )
+            player_id = f"{parent.player_id}_pretrain" if parent else f"pretrain_{category}"
+            if player_id in self.historical:
+                continue
+            self.add_historical(
+                HistoricalPlayer(
+                    player_id=player_id,
+                    category=category,
+                    payoff=self.payoff,
+                    checkpoint_path=league.pretrain_path(category),
+                    parent_id=parent.player_id if parent else "",
+                    parent_type=parent.player_type if parent else "",
+                ),
+                # The pretrained weights, not its parent's trained ones: the initial rating (in a new league the
+                # parent's is the initial one too).
+                rated_as_parent=False,
+            )
 
     def _add_reference_bots(self, league: LeagueConfig) -> None:
         """The configured reference bots not in the league yet (all of them in a new league)."""
@@ -89,12 +99,13 @@ class Roster:
                     ReferenceBotPlayer(player_id=bot_id, category=BOT_CATEGORY, payoff=self.payoff, bot=text)
                 )
 
-    def add_historical(self, player: HistoricalPlayer) -> None:
+    def add_historical(self, player: HistoricalPlayer, rated_as_parent: bool = True) -> None:
+        """`rated_as_parent`: its rating starts from its parent's (a snapshot), else from the initial one."""
         if player.player_id in self.active or player.player_id in self.historical:
             raise ValueError(f"player_id: {player.player_id!r} already exists in the league")
         self.historical[player.player_id] = player
         self.payoff.add_player(player)
-        self.ratings.add_player(player.player_id, parent_id=player.parent_id or None)
+        self.ratings.add_player(player.player_id, parent_id=(player.parent_id or None) if rated_as_parent else None)
 
     def get(self, player_id: str, field: str = "player_id") -> Player:
         player = self.active.get(player_id) or self.historical.get(player_id)
@@ -189,5 +200,6 @@ class Roster:
                 log.warning("%s has %d jobs in flight, above its limit of %d: no new job until they end",
                             pid, used, limit)
             roster.slots[pid].cur = used
+        roster._add_pretrained(league)  # use_pretrain_init_historical turned on since the state was saved
         roster._add_reference_bots(league)  # bots added to the config since the state was saved join now
         return roster

@@ -444,8 +444,10 @@ def _saved_model_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str |
     old_league, new_league = saved.league, cfg.league
     for key in ("player_category", "active_players"):  # which active players exist: fixed when a league starts
         old, new = getattr(old_league, key), getattr(new_league, key)
-        if (sorted(old) if key == "player_category" else dict(old)) != (
-                sorted(new) if key == "player_category" else dict(new)):
+        # (A player type with a count of 0 adds no player: `naive_sp_player: 0` written out is the same league,
+        # which the coordinator takes; it was refused here.)
+        if (sorted(old) if key == "player_category" else {t: n for t, n in old.items() if n}) != (
+                sorted(new) if key == "player_category" else {t: n for t, n in new.items() if n}):
             return (f"league.{key}: the league in {run_dir} has {old!r}, the config ({config}) says {new!r}; a "
                     f"league's active players are fixed when it starts: {resume}")
     dropped = [bot for bot in old_league.reference_bots if bot not in new_league.reference_bots]

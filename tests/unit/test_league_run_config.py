@@ -312,6 +312,10 @@ def test_a_resume_may_change_what_shapes_no_weights_but_not_the_env_or_the_netwo
     # not the configured [...]", with no word of how to resume), with the same advice.
     refused = mismatch(lambda d: d["league"]["active_players"].update(main_player=2))
     assert refused is not None and refused.startswith("league.active_players:") and "league run --run-dir" in refused
+    # A player type with a count of 0 adds no player: the same league (the coordinator takes it too).
+    assert mismatch(lambda d: d["league"]["active_players"].update(naive_sp_player=0)) is None
+    refused = mismatch(lambda d: d["league"]["active_players"].update(naive_sp_player=1))
+    assert refused is not None and refused.startswith("league.active_players:")
     refused = mismatch(lambda d: d["league"].update(reference_bots=["random"]))
     assert refused is not None and refused.startswith("league.reference_bots: ['mcts:10', 'mcts:25'] play in")
     assert mismatch(lambda d: d["league"].update(reference_bots=["random", "mcts:10", "mcts:25", "mcts:50"])) is None

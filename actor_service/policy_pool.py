@@ -236,7 +236,15 @@ class PolicyPool:
                 log.info("no checkpoint of %s after %.1f s: acting with its fresh initialisation",
                          slot.player_id, self._settings.first_checkpoint_wait_s)
         if slot.checkpoint_path and (latest is None or latest.version <= slot.checkpoint_version):
-            return self._manifest(slot.checkpoint_path, slot.checkpoint_version, slot.player_id, "launch player")
+            try:
+                return self._manifest(slot.checkpoint_path, slot.checkpoint_version, slot.player_id, "launch player")
+            except (CorruptCheckpointError, CheckpointNotFoundError) as err:
+                # The version the job names lost its manifest (deleted from the share, a damaged file) while
+                # older ones lie beside it: the job failed at its start, where a damaged weights file falls back
+                # to the newest older version that verifies. Rejected here, `_load_launch` walks those.
+                ref = CheckpointRef(slot.checkpoint_path, slot.checkpoint_version, digest="", size=0)
+                self._reject(ref, err)
+                return ref
         return latest
 
     def _manifest(self, path: str, version: int, player_id: str, what: str) -> CheckpointRef:

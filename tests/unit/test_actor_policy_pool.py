@@ -171,6 +171,33 @@ def test_a_launch_version_whose_file_is_lost_falls_back_like_a_corrupt_one(store
     assert launch.version == 1
 
 
+@pytest.mark.parametrize("damage", ["deleted", "manifest not JSON"])
+def test_a_launch_version_the_job_names_whose_manifest_is_gone_falls_back_to_the_newest_that_verifies(store, damage):
+    """A league resumed after its newest versions were deleted from the share (or their manifest damaged): its
+    state, and so each job, still names that version. The job failed at its start (CheckpointNotFoundError,
+    CorruptCheckpointError: every collect job of the player, until its learner published again), where a
+    damaged weights file falls back to the newest older version that verifies."""
+    for version in (1, 2, 3):
+        store.publish("p", weights(version), version)
+    v3 = store.root.root / "p" / "v0000000003.pt"
+    if damage == "deleted":
+        for path in (v3, v3.with_name(v3.name + ".json"), v3.with_name(v3.name + ".train")):
+            path.unlink(missing_ok=True)
+        (store.root.root / "p" / "v0000000002.pt").write_bytes(b"tampered")  # and the one before it is damaged
+    else:
+        v3.with_name(v3.name + ".json").write_text('{"broken')
+    launch = pool(store).launch_policy(PlayerSlot("p", "p/v0000000003.pt", 3, True))
+    expected = 1 if damage == "deleted" else 2
+    assert launch.version == expected
+    reference = pool(store).launch_policy(PlayerSlot("p", f"p/v000000000{expected}.pt", expected, True))
+    np.testing.assert_array_equal(value(launch), value(reference))
+    # No version of it verifies: the job fails, naming the player.
+    (store.root.root / "p" / "v0000000001.pt").write_bytes(b"tampered")
+    (store.root.root / "p" / "v0000000002.pt").write_bytes(b"tampered")
+    with pytest.raises(CheckpointError, match="no older version of p verifies"):
+        pool(store).launch_policy(PlayerSlot("p", "p/v0000000003.pt", 3, True))
+
+
 def test_a_historical_opponent_whose_path_leaves_the_root_is_named(store, tmp_path_factory):
     """A snapshot directory moved elsewhere and symlinked back resolves outside the shared root: refused, and as
     unloadable as a missing file, so the job names the opponent (the league sets it aside)."""

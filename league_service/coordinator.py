@@ -461,6 +461,7 @@ class Coordinator:
             elif report.unloadable_player_ids:
                 self._check_unloadable(report, lease.players)
             elif report.status is not JobEndStatus.FAILED:
+                self._check_episode_count(report, lease)
                 self._check_episode_players(report, lease.players)
                 counted = self._league.finish_job(JobResult(lease.launch_player, lease.players, report.episodes))
                 league_changed = True
@@ -849,6 +850,17 @@ class Coordinator:
         log.info("a collect job of %s completed after %d failed attempt(s) in a row", player,
                  books.failures_in_a_row)
         self._persist(job_failures=(self._job_failures[player],))
+
+    def _check_episode_count(self, report: FinishReport, lease: Lease[JobSpec]) -> None:
+        """A job granted with `episode_num` > 0 reports at most that many episodes (actors report exactly the first
+        `episode_num` started): more would each count in the payoff and ratings. Only for a lease this process
+        granted (`payload` set), whose job carried this config's `episode_num`: one leased before a restart may
+        carry another, and the wire bound (MAX_EPISODES_PER_JOB) is all that holds for it."""
+        asked = self._cfg.env.episode_num
+        if lease.payload is not None and asked > 0 and len(report.episodes) > asked:
+            raise InvalidArgumentError(
+                "episodes", f"job {lease.job_id!r} asked for {asked} episodes, got {len(report.episodes)}"
+            )
 
     @staticmethod
     def _check_episode_players(report: FinishReport, players: tuple[str, ...]) -> None:

@@ -159,6 +159,28 @@ def test_results_naming_players_not_in_the_job_are_refused_and_the_job_still_cou
     assert stub.GetStatus(pb.GetStatusRequest()).counters.matches == before + 1
 
 
+def test_more_episodes_than_the_job_asked_for_are_refused_and_nothing_is_counted(fresh):
+    """A job asks for env.episode_num episodes and actors report exactly those: a finish with more (a broken or
+    hostile client) would weigh one job as many in the payoff and ratings (it counted 5,000 for a job of 4)."""
+    _, stub = fresh
+    job = stub.GetJob(pb.GetJobRequest(worker_id="actor", role=ACTOR, wait_s=5)).job
+    asked = job.episode_num
+    assert asked > 0
+    before = stub.GetStatus(pb.GetStatusRequest()).counters
+    for status in (pb.FINISH_STATUS_COMPLETED, pb.FINISH_STATUS_RELEASED):
+        code, details = refused(stub.FinishJob, pb.FinishJobRequest(
+            worker_id="actor", job_id=job.job_id, status=status, episodes=outcomes_for(job, [True] * (asked + 1))))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("episodes:"), details
+        assert f"asked for {asked} episodes, got {asked + 1}" in details, details
+    after = stub.GetStatus(pb.GetStatusRequest()).counters
+    assert (after.matches, after.jobs_finished) == (before.matches, before.jobs_finished)
+    # The job is still held and still counts once reported right.
+    ack = stub.FinishJob(pb.FinishJobRequest(worker_id="actor", job_id=job.job_id, status=pb.FINISH_STATUS_COMPLETED,
+                                             episodes=outcomes_for(job, [True] * asked)))
+    assert ack.episodes_counted == asked and not ack.duplicate
+    assert stub.GetStatus(pb.GetStatusRequest()).counters.matches == before.matches + asked
+
+
 def test_oversize_messages_are_resource_exhausted(served):
     _, stub = served
     code, _ = refused(stub.RegisterWorker, pb.RegisterWorkerRequest(worker_id="x" * (5 * 1024 * 1024), role=ACTOR))

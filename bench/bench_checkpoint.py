@@ -30,8 +30,9 @@ import time
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# First, even when ROOT is on PYTHONPATH: run as `python bench/X.py`, sys.path[0] is bench/, whose common.py
+# would otherwise shadow the project's `common` package.
+sys.path.insert(0, str(ROOT))
 
 from bench.common import BenchRow, print_rows  # noqa: E402
 from common.checkpoint_store import CheckpointStore  # noqa: E402

@@ -22,8 +22,9 @@ import torch
 from torch import nn
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# First, even when ROOT is on PYTHONPATH: run as `python bench/X.py`, sys.path[0] is bench/, whose common.py
+# would otherwise shadow the project's `common` package.
+sys.path.insert(0, str(ROOT))
 
 from bench.common import BenchRow, print_rows  # noqa: E402
 from common.algorithms import PPOConfig, make_computation_task  # noqa: E402

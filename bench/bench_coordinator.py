@@ -36,8 +36,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# First, even when ROOT is on PYTHONPATH: run as `python bench/X.py`, sys.path[0] is bench/, whose common.py
+# would otherwise shadow the project's `common` package.
+sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 

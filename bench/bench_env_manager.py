@@ -25,8 +25,9 @@ import numpy as np
 from gymnasium import spaces
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# First, even when ROOT is on PYTHONPATH: run as `python bench/X.py`, sys.path[0] is bench/, whose common.py
+# would otherwise shadow the project's `common` package.
+sys.path.insert(0, str(ROOT))
 
 from actor_service.envs.env_manager import (  # noqa: E402
     BaseEnvManager,

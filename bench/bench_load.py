@@ -38,8 +38,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# First, even when ROOT is on PYTHONPATH: run as `python bench/X.py`, sys.path[0] is bench/, whose common.py
+# would otherwise shadow the project's `common` package.
+sys.path.insert(0, str(ROOT))
 
 import grpc  # noqa: E402
 import yaml  # noqa: E402

@@ -86,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(render(results, command))
     print(f"\nwrote {args.out}")
+    failed = [module for module, _, rows, _ in results if isinstance(rows, str)]
+    if failed:  # reported in the file, and in the exit status (`make bench` fails)
+        print(f"did not run: {', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,0 +1,12 @@
+"""bench/run_all.py: a benchmark that raises is reported in the file and in the exit status."""
+
+from __future__ import annotations
+
+from bench import run_all
+
+
+def test_a_broken_benchmark_fails_the_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(run_all, "BENCHMARKS", (("bench.no_such_benchmark", "Broken"),))
+    out = tmp_path / "latest.md"
+    assert run_all.main(["--out", str(out)]) == 1
+    assert "Did not run:" in out.read_text()

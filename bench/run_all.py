@@ -69,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results" / "latest.md")
     args = parser.parse_args(argv)
     given = sys.argv[1:] if argv is None else argv
+    unknown = [s for s in args.only if not any(s in module for module, _ in BENCHMARKS)]
+    if unknown:  # before anything runs: a typo would overwrite --out with a file of no tables
+        parser.error(f"--only {', '.join(unknown)}: no benchmark module contains it "
+                     f"({', '.join(module for module, _ in BENCHMARKS)})")
     results = []
     for module, title in BENCHMARKS:
         if args.only and not any(s in module for s in args.only):

@@ -22,6 +22,18 @@ WEIGHT_SHAPING_MODEL_KEYS = ("hidden", "conv", "conv_padding", "shared_torso", "
 value_bound and the algorithm's hyperparameters may change between runs of one league)."""
 
 
+def unread_model_keys(algorithm: str, model: dict[str, Any]) -> frozenset[str]:
+    """The weight-shaping keys a network of `algorithm` with these `model` settings does not read: a feed-forward
+    network has no recurrent core (`recurrent_size` shapes nothing), and only PPO's feed-forward actor-critic has
+    a torso of its own for the critic (a recurrent model always shares its torso, DQN's Q-network has one)."""
+    unread = set()
+    if model.get("recurrent") is None:
+        unread.add("recurrent_size")
+    if algorithm != "ppo" or model.get("recurrent") is not None:
+        unread.add("shared_torso")
+    return frozenset(unread)
+
+
 @dataclass(frozen=True)
 class LeagueIdentity:
     env: str
@@ -61,8 +73,12 @@ class LeagueIdentity:
     def first_change(self, other: LeagueIdentity) -> tuple[str, Any, Any] | None:
         """(config key, this league's value, `other`'s) of the first setting in which `other` differs, or None."""
         pairs = [("env.name", self.env, other.env), ("policy.algorithm", self.algorithm, other.algorithm)]
+        # A key neither network reads is no change (`recurrent_size` of two feed-forward networks): comparing it
+        # refused a resume whose checkpoints fit, saying they did not. Where only one network reads it, another
+        # key (`recurrent`, `policy.algorithm`) differs too.
+        unused = unread_model_keys(self.algorithm, self.model) & unread_model_keys(other.algorithm, other.model)
         pairs += [(f"policy.model.{name}", self.model.get(name), other.model.get(name))
-                  for name in WEIGHT_SHAPING_MODEL_KEYS]
+                  for name in WEIGHT_SHAPING_MODEL_KEYS if name not in unused]
         for key, mine, theirs in pairs:
             if mine != theirs:
                 return key, mine, theirs

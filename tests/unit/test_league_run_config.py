@@ -475,3 +475,39 @@ def test_league_run_says_when_one_job_outgrows_the_env_step_budget():
     assert job_size_note(5_000, 10_000) is None
     assert job_size_note(50_000, 0) is None  # no env-step budget
     assert "up to 50,000 env steps (env.env_steps)" in job_size_note(50_000, 10_000)
+
+
+def test_a_resume_may_change_a_model_key_its_network_does_not_read():
+    """A feed-forward network has no recurrent core (its `recurrent_size` shapes nothing), a recurrent one always
+    shares its torso and DQN's Q-network has one torso (their `shared_torso` shapes nothing): `league run` and the
+    coordinator refused such a change, saying the checkpoints did not fit, though every weight has the same
+    shape."""
+    from common.algorithms.registry import make_computation_task
+    from common.computation.specs import TensorSpec
+    from league_service.league_identity import LeagueIdentity
+
+    def identity(model: dict, algorithm: str = "ppo") -> LeagueIdentity:
+        return LeagueIdentity.of(config_from_dict({"policy": {"algorithm": algorithm, "model": model}}))
+
+    def shapes(model: dict, algorithm: str = "ppo") -> dict:
+        task = make_computation_task({"algorithm": algorithm, "model": model}, TensorSpec("observation", (5,)), 3,
+                                     "cpu", 0)
+        return {k: v.shape for k, v in task.get_weights().items()}
+
+    feed_forward = {"hidden": [8], "conv": [], "recurrent_size": 32, "shared_torso": False}
+    other_size = {**feed_forward, "recurrent_size": 16}
+    assert shapes(feed_forward) == shapes(other_size)
+    assert identity(feed_forward).first_change(identity(other_size)) is None
+    gru = {"hidden": [8], "conv": [], "recurrent": "gru", "recurrent_size": 4, "shared_torso": True}
+    unshared = {**gru, "shared_torso": False}
+    assert shapes(gru) == shapes(unshared)
+    assert identity(gru).first_change(identity(unshared)) is None
+    q_network = {"hidden": [8], "conv": [], "shared_torso": False}
+    q_shared = {**q_network, "shared_torso": True}
+    assert shapes(q_network, "dqn") == shapes(q_shared, "dqn")
+    assert identity(q_network, "dqn").first_change(identity(q_shared, "dqn")) is None
+    # What a network reads is still compared.
+    assert identity(gru).first_change(identity({**gru, "recurrent_size": 8})) == ("policy.model.recurrent_size", 4, 8)
+    assert identity(feed_forward).first_change(identity({**feed_forward, "shared_torso": True})) == (
+        "policy.model.shared_torso", False, True)
+    assert identity({**feed_forward, "shared_torso": True}).first_change(identity(gru))[0] == "policy.model.recurrent"

@@ -136,7 +136,14 @@ class PolicyPool:
         job was revoked) cuts the wait for a first checkpoint short, as the actor's stop signal does."""
         ref = self._newest_ref(slot, wait=slot.player_id not in self._waited_for, cancel=cancel)
         policy = self._launch.get(slot.player_id)
-        if policy is None:
+        if _reset_to_fresh(slot, ref):
+            # The league reset the player to a fresh initialisation (a mutation) under a version its learner has
+            # not published since: the store's versions are the weights the reset threw away.
+            if policy is None or policy.path or policy.version != slot.checkpoint_version:
+                policy = self._launch[slot.player_id] = self._build(slot.player_id, None, slot.checkpoint_version)
+                while len(self._launch) > 4:
+                    self._launch.popitem(last=False)
+        elif policy is None:
             policy = self._build(slot.player_id, None)
             self._launch[slot.player_id] = policy
             while len(self._launch) > 4:  # an actor serves a few players in turn
@@ -180,13 +187,15 @@ class PolicyPool:
             ref: CheckpointRef | None = None
         else:  # no checkpoint in the job: the store may have one already, else the fresh init
             ref = self.store.latest(slot.player_id)
-            key = (ref.path, ref.version) if ref is not None else f"init:{slot.player_id}"
+            if _reset_to_fresh(slot, ref):
+                ref = None  # reset to a fresh initialisation that its learner has not published yet
+            key = (ref.path, ref.version) if ref is not None else f"init:{slot.player_id}:{slot.checkpoint_version}"
         policy = self._frozen.get(key)
         if policy is None:
             try:
                 if ref is None and slot.checkpoint_path:
                     ref = self._manifest(slot.checkpoint_path, slot.checkpoint_version, slot.player_id, "player")
-                policy = self._build(slot.player_id, ref)
+                policy = self._build(slot.player_id, ref, slot.checkpoint_version if ref is None else 0)
             except (CheckpointError, UnsafePathError) as err:  # a path out of the root (a symlink) is as unloadable
                 if not slot.active:
                     raise UnloadableOpponentError(slot.player_id, err) from err
@@ -263,12 +272,13 @@ class PolicyPool:
             raise ValueError(f"{what} {player_id}: checkpoint {path!r} is version {ref.version}, the job says {version}")
         return dataclasses.replace(ref, version=version)
 
-    def _build(self, player_id: str, ref: CheckpointRef | None) -> Policy:
+    def _build(self, player_id: str, ref: CheckpointRef | None, fresh_version: int = 0) -> Policy:
+        """The player's network: loaded from `ref`, else its fresh initialisation acting as `fresh_version`."""
         task = make_computation_task(
             self.policy_config, self._inputs, self._actions, device=self._settings.device, seed=player_seed(player_id)
         )
         task.algorithm.generator.manual_seed(int(self._acting_seeds.integers(2**62)))
-        policy = Policy(player_id, task, 0, "")
+        policy = Policy(player_id, task, fresh_version, "")
         if ref is not None:
             self._load_into(policy, ref)
         return policy
@@ -319,6 +329,16 @@ class PolicyPool:
         policy.task.set_weights(checkpoint.tensors, version)
         policy.version = version
         policy.path = checkpoint.ref.path
+
+
+def _reset_to_fresh(slot: PlayerSlot, newest: CheckpointRef | None) -> bool:
+    """Whether the job names the player's fresh initialisation under a version no older than the store's newest:
+    the league reset it (a mutation with no pretrained checkpoint) and its learner has not published since the
+    reset. A tie is the reset's: the league numbers a reset one past the version it last heard of, which is
+    also the number of the learner's next publish of the weights the reset throws away (it learns of the reset
+    in the reply to that publish's report, and continues one version later)."""
+    return (not slot.checkpoint_path and slot.checkpoint_version > 0
+            and (newest is None or newest.version <= slot.checkpoint_version))
 
 
 def _owned_by(path: str, player_id: str) -> bool:

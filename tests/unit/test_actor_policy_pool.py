@@ -119,6 +119,35 @@ def test_a_pretrained_checkpoint_acts_as_the_version_the_league_gives_it(store):
     np.testing.assert_array_equal(value(mutated), value(historical))
 
 
+def test_a_reset_to_a_fresh_initialisation_is_played_before_its_learner_publishes_it(store, tmp_path_factory):
+    """A mutation with no pretrained checkpoint resets the player to ("", its next version). Until its learner
+    published that reset, the store's newest version holds the weights the reset threw away: actors played
+    them, as the launch player and as an opponent, and the league credited their games to the reset player."""
+    store.publish("me", weights(1), 7)  # the player's last version before the league reset it
+    fresh = value(pool(CheckpointStore(tmp_path_factory.mktemp("elsewhere"))).launch_policy(PlayerSlot("me", "", 0, True)))
+    policies = pool(store)
+    launch = policies.launch_policy(PlayerSlot("me", "", 8, True))
+    assert (launch.version, launch.path) == (8, "")
+    np.testing.assert_array_equal(value(launch), fresh)
+    assert not policies.maybe_reload(launch)  # v7 is older than the reset
+    assert policies.launch_policy(PlayerSlot("me", "", 8, True)) is launch and launch.version == 8
+    other = policies.launch_policy(PlayerSlot("other", "", 0, True))
+    opponent = policies.opponent_policy(PlayerSlot("me", "", 8, True), other)
+    assert (opponent.version, opponent.path) == (8, "")
+    np.testing.assert_array_equal(value(opponent), fresh)
+    # The learner's next publish, of the weights the reset throws away, has the reset's number: the
+    # league tells it of the reset in the reply to that publish's report, and it continues at the next.
+    store.publish("me", weights(3), 8)
+    assert not policies.maybe_reload(launch)
+    assert policies.launch_policy(PlayerSlot("me", "", 8, True)) is launch and launch.path == ""
+    np.testing.assert_array_equal(value(launch), fresh)
+    np.testing.assert_array_equal(value(policies.opponent_policy(PlayerSlot("me", "", 8, True), other)), fresh)
+    store.publish("me", weights(2), 9)  # the learner's first version after the reset
+    assert policies.maybe_reload(launch) and launch.version == 9
+    assert policies.opponent_policy(PlayerSlot("me", "", 8, True), other).version == 9
+    assert policies.launch_policy(PlayerSlot("me", "", 8, True)).version == 9
+
+
 def test_a_historical_opponent_that_cannot_be_loaded_is_named(store):
     """A frozen player has no other version: the job fails naming it (the league sets it aside)."""
     store.publish("h", weights(1), 1)

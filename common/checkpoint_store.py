@@ -159,6 +159,9 @@ class CheckpointStore:
         self.publish_guard = publish_guard
         self._retiring: list[_InThread] = []
         self._retiring_lock = threading.Lock()
+        self._latest_fallbacks: dict[str, str] = {}
+        """player id -> the fallback `latest` last logged at ERROR for it: an actor looks the latest version up
+        every 50 ms, and one line per lookup filled its log until the next publish."""
 
     def wait_for_retention(self) -> None:
         """Wait until the files earlier publishes retired are deleted; raises what deleting them raised.
@@ -320,18 +323,27 @@ class CheckpointStore:
             ref = _parse_manifest(_read_small(path), where)
             if ref.path.split("/", 1)[0] != player_id:
                 raise CorruptCheckpointError(f"{where}: names {ref.path!r}, outside the player's directory")
+            self._latest_fallbacks.pop(player_id, None)
             return ref
         except FileNotFoundError:
             fallback = self._newest_version_manifest(player_id)
             if fallback is not None:
-                log.error("%s is missing; using the newest version manifest, %s", where, fallback.path)
+                self._log_fallback(player_id, f"{where} is missing; using the newest version manifest, {fallback.path}")
             return fallback
         except CorruptCheckpointError as err:
             fallback = self._newest_version_manifest(player_id)
             if fallback is None:
                 raise
-            log.error("%s; using the newest version manifest instead, %s", err, fallback.path)
+            self._log_fallback(player_id, f"{err}; using the newest version manifest instead, {fallback.path}")
             return fallback
+
+    def _log_fallback(self, player_id: str, message: str) -> None:
+        """An ERROR once per fallback (until `latest.json` reads again or the fallback changes), DEBUG after."""
+        if self._latest_fallbacks.get(player_id) == message:
+            log.debug("%s", message)
+            return
+        self._latest_fallbacks[player_id] = message
+        log.error("%s", message)
 
     def _newest_version_manifest(self, player_id: str) -> CheckpointRef | None:
         refs = self.versions(player_id)  # damaged manifests left out (logged)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import io
 import json
+import logging
 import os
 import pickle
 
@@ -232,6 +233,31 @@ def test_a_damaged_or_missing_latest_json_falls_back_to_the_newest_version_manif
     with pytest.raises(CorruptCheckpointError, match="JSON"):
         store.latest("p9")
     assert store.latest("nobody") is None
+
+
+def test_a_missing_latest_json_is_logged_once_per_fallback_not_per_lookup(store, caplog):
+    """An actor looks its launch player's latest version up every 50 ms: a deleted latest.json, with no
+    publish to write it again (a stopped learner, a full disk), put an ERROR line in its log 20 times a second."""
+    store.publish("p0", weights(), 1)
+    latest = store.root.resolve("p0/latest.json")
+    text = latest.read_text()
+    latest.unlink()
+
+    def errors() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+    for _ in range(50):
+        assert store.latest("p0").version == 1
+    assert errors() == ["p0/latest.json is missing; using the newest version manifest, p0/v0000000001.pt"]
+    latest.write_text(text)  # readable again: a later loss is said again
+    assert store.latest("p0").version == 1
+    latest.unlink()
+    assert store.latest("p0").version == 1
+    assert len(errors()) == 2
+    second = store.publish("p0", weights(2.0), 2)  # another fallback is said again
+    latest.unlink()
+    assert store.latest("p0") == second and store.latest("p0") == second
+    assert len(errors()) == 3 and errors()[2].endswith("p0/v0000000002.pt")
 
 
 class Payload:

@@ -287,17 +287,21 @@ class PolicyPool:
         """Load the launch player's ``ref``, or, when it is corrupt, tampered or its file is lost (a manifest
         whose weights are gone), its newest older version that verifies; raises `CorruptCheckpointError` when
         none does (the job fails, the actor goes on)."""
+        just_rejected = False
         if (ref.path, ref.version) not in self._rejected:
             try:
                 self._load_into(policy, ref)
                 return
             except (CorruptCheckpointError, CheckpointNotFoundError) as err:
                 self._reject(ref, err)
+                just_rejected = True
+        # A version loaded (so verified) before, or the league's reset to a fresh initialisation.
+        holds = bool(policy.path or policy.version)
         for older in reversed(self.store.versions(policy.player_id)):
             if older.version >= ref.version or (older.path, older.version) in self._rejected:
                 continue
-            if (older.path, older.version) == (policy.path, policy.version):
-                return  # holds it already
+            if holds and older.version <= policy.version:
+                break  # nothing newer than what it holds verifies
             try:
                 self._load_into(policy, older)
             except (CorruptCheckpointError, CheckpointNotFoundError) as err:
@@ -305,6 +309,13 @@ class PolicyPool:
                 continue
             log.warning("%s: acting with version %d, the newest before %d that verifies", policy.player_id,
                         policy.version, ref.version)
+            return
+        if holds and policy.version < ref.version:
+            # Nothing between the version held and `ref` verifies (or retention pruned every older file): play
+            # on with the version held, as a reload during a job does.
+            log.log(logging.WARNING if just_rejected else logging.DEBUG,
+                    "%s: acting with version %d, which it holds, until a version after %d verifies",
+                    policy.player_id, policy.version, ref.version)
             return
         raise CorruptCheckpointError(f"{ref.path} (version {ref.version}) is corrupt, tampered or lost and no older "
                                      f"version of {policy.player_id} verifies")

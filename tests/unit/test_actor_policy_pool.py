@@ -148,6 +148,46 @@ def test_a_reset_to_a_fresh_initialisation_is_played_before_its_learner_publishe
     assert policies.launch_policy(PlayerSlot("me", "", 8, True)).version == 9
 
 
+def test_a_corrupt_newest_version_with_no_older_file_keeps_the_version_held(tmp_path):
+    """The pool plays on with the version it holds when its learner's newest does not verify. A reload during a
+    job did, but the next job's launch looked only for an older file on disk: retention (keep_last) had pruned
+    it, so every job of the player failed although the actor held a good version."""
+    store = CheckpointStore(tmp_path, keep_last=1)
+    store.publish("p", weights(1), 1)
+    policies = pool(store)
+    launch = policies.launch_policy(PlayerSlot("p", "", 0, True))
+    held = value(launch)
+    second = store.publish("p", weights(2), 2)
+    store.wait_for_retention()
+    assert [ref.version for ref in store.versions("p")] == [2]
+    with open(store.root.resolve(second.path), "r+b") as weights_file:
+        weights_file.seek(500)
+        byte = weights_file.read(1)
+        weights_file.seek(500)
+        weights_file.write(bytes([byte[0] ^ 0xFF]))
+    assert not policies.maybe_reload(launch) and launch.version == 1
+    for _ in range(2):
+        again = policies.launch_policy(PlayerSlot("p", "", 0, True))
+        assert again is launch and (launch.version, launch.path) == (1, "p/v0000000001.pt")
+        np.testing.assert_array_equal(value(launch), held)
+    store.publish("p", weights(3), 3)
+    assert policies.launch_policy(PlayerSlot("p", "", 0, True)).version == 3
+
+
+def test_a_corrupt_newest_version_never_steps_back_below_the_version_held(store, tmp_path_factory):
+    """Falling back from a corrupt version stops at the version held: a player reset to a fresh
+    initialisation (held as the reset's version) must not go back to the older weights the reset threw away."""
+    store.publish("me", weights(1), 7)  # before the league reset it to ("", 8)
+    fresh = value(pool(CheckpointStore(tmp_path_factory.mktemp("elsewhere"))).launch_policy(PlayerSlot("me", "", 0, True)))
+    policies = pool(store)
+    launch = policies.launch_policy(PlayerSlot("me", "", 8, True))
+    ninth = store.publish("me", weights(2), 9)
+    store.root.resolve(ninth.path).write_bytes(b"damaged")
+    assert policies.launch_policy(PlayerSlot("me", "", 8, True)) is launch
+    assert (launch.version, launch.path) == (8, "")
+    np.testing.assert_array_equal(value(launch), fresh)
+
+
 def test_a_historical_opponent_that_cannot_be_loaded_is_named(store):
     """A frozen player has no other version: the job fails naming it (the league sets it aside)."""
     store.publish("h", weights(1), 1)

@@ -458,9 +458,13 @@ class CheckpointStore:
             if e.errno not in (errno.EXDEV, errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EACCES):
                 raise
             tmp = temp_name(dest_path)
-            shutil.copyfile(src_path, tmp, follow_symlinks=False)
-            fsync_file(tmp)
-            os.replace(tmp, dest_path)
+            try:
+                shutil.copyfile(src_path, tmp, follow_symlinks=False)
+                fsync_file(tmp)
+                os.replace(tmp, dest_path)
+            except BaseException:
+                unlink_quietly(tmp)  # a partial copy (a full disk) would hold its space and pile up at each retry
+                raise
         # Weights only: a snapshot is a frozen opponent, never resumed as a learner.
         snap = CheckpointRef(dest, ref.version, ref.digest, ref.size, {**ref.metadata, "snapshot_of": source})
         try:

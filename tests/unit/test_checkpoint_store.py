@@ -154,6 +154,31 @@ def test_snapshot_copies_when_linking_fails(store, monkeypatch):
     np.testing.assert_array_equal(store.load(snap.path).tensors["layer.weight"], weights(3.0)["layer.weight"])
 
 
+
+def test_snapshot_copy_that_fails_leaves_no_partial_temp_file(store, monkeypatch):
+    """A full disk while copying (linking impossible) must not leave the partial copy behind: it would hold the
+    space, and the league retries the snapshot at every update, each retry leaving another one."""
+    import shutil
+
+    ref = store.publish("p0", weights(3.0), 1)
+
+    def no_links(*args, **kwargs):
+        raise OSError(errno.EXDEV, "cross-device link")
+
+    def copy_until_full(src, dst, *, follow_symlinks=True):
+        with open(dst, "wb") as f:
+            f.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "link", no_links)
+    monkeypatch.setattr(shutil, "copyfile", copy_until_full)
+    (store.root.root / "frozen").mkdir()
+    for _ in range(2):
+        with pytest.raises(OSError, match="No space"):
+            store.snapshot(ref.path, "frozen/p0_1.pt")
+    assert os.listdir(store.root.root / "frozen") == []
+
+
 # ---- corruption and tampering -------------------------------------------------------------------------------
 def test_flipped_byte_is_detected(store):
     ref = store.publish("p0", weights(), 1)

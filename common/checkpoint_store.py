@@ -215,7 +215,7 @@ class CheckpointStore:
                 raise TypeError(f"training_state must be a mapping, got {type(training_state).__name__}")
             state_payload = {"format": TRAINING_STATE_FORMAT, "version": int(version),
                              "state": _training_state_to_cpu(training_state, "training_state")}
-        path = self.root.resolve(relative)
+        path = self._publish_path(player_id, relative)
         path.parent.mkdir(parents=True, exist_ok=True)
         state_path = path.with_name(path.name + TRAINING_STATE_SUFFIX)
         temps: list[Path] = []
@@ -237,6 +237,12 @@ class CheckpointStore:
                 unlink_quietly(tmp)
         return ref
 
+    def _publish_path(self, player_id: str, relative: str) -> Path:
+        """Where a publish writes ``relative`` (a version of ``player_id``): the name in the player's directory,
+        itself never resolved. Resolved, a symlink planted under a version's name (inside the root) sent the
+        weights, the manifest and latest.json into the directory it names, over another player's files."""
+        return self.root.resolve(player_id) / relative.rsplit("/", 1)[1]
+
     def _commit(self, ref: CheckpointRef, weights_tmp: Path, state_tmp: Path | None) -> None:
         """Under the player's commit lock: check again that the version is above the latest (another writer may
         have committed since the check before writing) and ask the guard; then rename the files into place,
@@ -244,7 +250,7 @@ class CheckpointStore:
         check and the commit one step for every writer of the player, so nothing is ever published over a
         newer version, and latest.json never goes back."""
         player_id = ref.path.split("/", 1)[0]
-        path = self.root.resolve(ref.path)
+        path = self._publish_path(player_id, ref.path)
         state_path = path.with_name(path.name + TRAINING_STATE_SUFFIX)
         manifest_path = path.with_name(path.name + MANIFEST_SUFFIX)
         latest = self._latest_below(player_id, ref.version, log_corrupt=False)  # logged by the check before

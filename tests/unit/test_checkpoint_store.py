@@ -179,6 +179,22 @@ def test_snapshot_copy_that_fails_leaves_no_partial_temp_file(store, monkeypatch
     assert os.listdir(store.root.root / "frozen") == []
 
 
+
+def test_publish_replaces_a_symlink_planted_under_its_name_instead_of_writing_through_it(store):
+    """A symlink inside the root under the name of a coming version must not send the publish into the directory
+    it names: that overwrote another player's weights, manifest and latest.json, and left the publisher's own
+    latest.json at the version before (reported as published, never seen by actors)."""
+    other = store.publish("q", weights(7.0), 1)
+    store.publish("p", weights(1.0), 1)
+    os.symlink("../q/v0000000001.pt", store.root.root / "p" / "v0000000002.pt")
+    ref = store.publish("p", weights(2.0), 2)
+    assert store.latest("p") == ref
+    assert not os.path.islink(store.root.root / "p" / "v0000000002.pt")
+    np.testing.assert_array_equal(store.load(ref.path).tensors["layer.weight"], weights(2.0)["layer.weight"])
+    assert store.latest("q") == other
+    np.testing.assert_array_equal(store.load_latest("q").tensors["layer.weight"], weights(7.0)["layer.weight"])
+
+
 # ---- corruption and tampering -------------------------------------------------------------------------------
 def test_flipped_byte_is_detected(store):
     ref = store.publish("p0", weights(), 1)

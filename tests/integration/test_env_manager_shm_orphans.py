@@ -66,7 +66,12 @@ def test_blocks_left_by_a_sigkilled_process_group_are_removed_by_the_next_manage
         child.stdout.close()
     wait_until("the killed group's processes to be gone",
                lambda: not subprocess.run(["pgrep", "-g", str(child.pid)], capture_output=True).stdout, 30)
-    assert all(os.path.exists(os.path.join(SHM_DIR, n)) for n in left)  # nobody cleaned up after SIGKILL
+    # Nobody of the killed group cleaned up (its resource tracker died with it). Another env manager that starts
+    # on this machine meanwhile (a league's actor, a test run beside this one) removes them as the one below
+    # would: the behaviour under test, by another process. Only then may some be gone already.
+    gone = [n for n in left if not os.path.exists(os.path.join(SHM_DIR, n))]
+    if gone:
+        print(f"another env manager on this machine removed {gone} first")
     manager = SubprocessEnvManager([CountingEnv] * 2, SubprocessEnvManagerConfig(num_workers=1))
     try:
         manager.launch()

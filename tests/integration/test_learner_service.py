@@ -126,6 +126,20 @@ def test_binds_publishes_version_zero_and_trains_on_pushed_chunks(tmp_path):
     assert list((tmp_path / "tensorboard" / PLAYER).glob("events.out.tfevents.*"))
 
 
+@contextlib.contextmanager
+def _learner_with_four_chunks(tmp_path: Path) -> Iterator[tuple[RunningLearner, list]]:
+    """A learner of batches of 128 that writes TensorBoard only at its first iteration (and its stop), and four
+    chunks of one batch each for it."""
+    cfg = solo_config(batch_size=128, tensorboard_every_s=1e6)
+    with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
+        with running_learner(coordinator.address, tmp_path) as learner:
+            learner.learner.wait_published(PLAYER, 0, 60)
+            rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)
+            chunks = rollout.chunks(acting_task(cfg, tmp_path), 4, policy_version=0)
+            rollout.close()
+            yield learner, chunks
+
+
 def test_progress_lines_carry_the_figures_of_their_own_iteration(tmp_path, monkeypatch, caplog):
     """The learner's progress line says samples/s, staleness and return beside its iteration and agent steps: they
     are the figures written with that iteration. It was logged at any iteration with the last scalars written, up
@@ -138,16 +152,10 @@ def test_progress_lines_carry_the_figures_of_their_own_iteration(tmp_path, monke
     window_scalars = Telemetry.window_scalars
     monkeypatch.setattr(Telemetry, "window_scalars", lambda self: windows.append(window_scalars(self)) or windows[-1])
     caplog.set_level(logging.INFO, logger="learner_service.session")
-    cfg = solo_config(batch_size=128, tensorboard_every_s=1e6)  # the first iteration is written, then the stop's
-    with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
-        with running_learner(coordinator.address, tmp_path) as learner:
-            learner.learner.wait_published(PLAYER, 0, 60)
-            rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)
-            chunks = rollout.chunks(acting_task(cfg, tmp_path), 4, policy_version=0)
-            rollout.close()
-            push(learner.address, chunks)
-            learner.learner.wait_published(PLAYER, 4, 60)
-            written = learner.learner.session.telemetry.last  # the first iteration's: none written since
+    with _learner_with_four_chunks(tmp_path) as (learner, chunks):
+        push(learner.address, chunks)
+        learner.learner.wait_published(PLAYER, 4, 60)
+        written = learner.learner.session.telemetry.last  # the first iteration's: none written since
     assert written["learner/train_iteration"] == 1.0
     lines = [r.getMessage() for r in caplog.records if "samples/s" in r.getMessage()]
     assert ": iteration 1, version 1, 128 agent steps, " in lines[0]
@@ -759,17 +767,11 @@ def test_progress_lines_keep_coming_when_tensorboard_writes_are_rare(tmp_path, m
     PROGRESS_LOG_EVERY_S, with the figures of the window since the last write (which ends at its iteration)."""
     monkeypatch.setattr(session_module, "PROGRESS_LOG_EVERY_S", 0.2)
     caplog.set_level(logging.INFO, logger="learner_service.session")
-    cfg = solo_config(batch_size=128, tensorboard_every_s=1e6)  # the first iteration is written, then the stop's
-    with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
-        with running_learner(coordinator.address, tmp_path) as learner:
-            learner.learner.wait_published(PLAYER, 0, 60)
-            rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)
-            chunks = rollout.chunks(acting_task(cfg, tmp_path), 4, policy_version=0)
-            rollout.close()
-            for version, chunk in enumerate(chunks, start=1):
-                time.sleep(0.3)  # more than PROGRESS_LOG_EVERY_S between iterations
-                push(learner.address, [chunk])
-                learner.learner.wait_published(PLAYER, version, 60)
-            assert learner.learner.session.telemetry.writes == 1  # the first iteration's only
+    with _learner_with_four_chunks(tmp_path) as (learner, chunks):
+        for version, chunk in enumerate(chunks, start=1):
+            time.sleep(0.3)  # more than PROGRESS_LOG_EVERY_S between iterations
+            push(learner.address, [chunk])
+            learner.learner.wait_published(PLAYER, version, 60)
+        assert learner.learner.session.telemetry.writes == 1  # the first iteration's only
     lines = [r.getMessage() for r in caplog.records if "samples/s" in r.getMessage()]
     assert any(": iteration 4, version 4, 512 agent steps, " in line for line in lines), lines

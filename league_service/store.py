@@ -28,6 +28,7 @@ import functools
 import json
 import json.encoder
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -390,7 +391,10 @@ class LeagueStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # One process per state file: a second coordinator would keep its own league in memory and overwrite
         # this one's commits. Held until close() or the process's exit (kill -9 included).
-        self._file_lock = ExclusiveLock(self.path.with_name(self.path.name + ".lock"), f"state {self.path}")
+        # The lock sits beside the file the path resolves to: a --state given through a symlink (to the file or
+        # to a folder above it) names the same database, WAL and all, so it must meet the same lock.
+        real = Path(os.path.realpath(self.path))
+        self._file_lock = ExclusiveLock(real.with_name(real.name + ".lock"), f"state {self.path}")
         self._lock = threading.Lock()
         self._checkpoint_due = threading.Condition(self._lock)
         self._commits = 0

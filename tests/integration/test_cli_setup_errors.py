@@ -190,6 +190,27 @@ def test_a_second_coordinator_on_the_same_state_is_refused_and_names_the_first(f
         first.close()
 
 
+def test_a_second_coordinator_on_the_same_state_through_a_symlink_is_refused(files):
+    """The lock file was named after the path as given: `--state link.sqlite`, a symlink to the first
+    coordinator's state file, locked `link.sqlite.lock`, so a second coordinator served the same database (SQLite
+    follows the link, WAL and all) beside the first. The lock sits beside the file the path resolves to."""
+    shared = files["shared"]
+    solo = config_from_dict({
+        "league": {"league_type": "solo", "active_players": {"solo_active_player": 1}},
+        "env": {"name": "CartPole-v1"},
+    })
+    state = shared / "state.sqlite"
+    first = Coordinator(solo, CoordinatorSettings(shared_root=shared, state_path=state))
+    try:
+        link = shared.parent / "link.sqlite"
+        link.symlink_to(state)
+        proc = league("coordinator", "--shared-root", str(shared), "--state", str(link), "--port", "0")
+        assert_setup_error(proc, "is in use by pid", f"pid {os.getpid()} on {socket.gethostname()}",
+                           "stop that one first")
+    finally:
+        first.close()
+
+
 def test_a_second_league_run_in_the_same_run_dir_is_refused_before_it_touches_anything(tmp_path):
     from common.exclusive_lock import ExclusiveLock
 

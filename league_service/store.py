@@ -401,6 +401,14 @@ class LeagueStore:
         self._stopping = False
         self._closed = True  # until fully open
         try:
+            # SQLite opens a file it may not write (its mode, a read-only mount) read-only without a word, and a
+            # restore writes nothing: the coordinator served, SERVING, until its first commit failed (exit 1, so
+            # a supervisor restarted it into the same failure). Asked without writing (a full disk is not a
+            # reason to refuse: it may pass, and a commit that meets it exits 1, to be restarted).
+            effective = os.access in os.supports_effective_ids
+            if self.path.exists() and not os.access(self.path, os.W_OK, effective_ids=effective):
+                raise ValueError(f"cannot write {self.path} (a read-only file or filesystem): not opened, since "
+                                 "nothing acknowledged could be stored")
             self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             try:
                 self._open_schema(fsync)

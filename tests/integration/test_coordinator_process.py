@@ -6,6 +6,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 import grpc
 import pytest
@@ -173,3 +174,39 @@ def test_a_paused_coordinator_keeps_the_leases_its_workers_could_not_renew(tmp_p
             assert stub.GetStatus(pb.GetStatusRequest()).counters.jobs_expired == 0
         assert proc.terminate(timeout_s=60) == 0
         assert "did not run for" in proc.log_tail()
+
+
+def test_a_state_file_it_cannot_write_is_refused_at_start(tmp_path):
+    """SQLite opens a file it may not write read-only without a word, and a restore writes nothing: the
+    coordinator came up SERVING on a read-only state and exited 1 at the first call that had to commit (under a
+    restart policy, a crash loop that looked healthy between calls). The start is refused now, exit 2."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    as_root = os.geteuid() == 0
+    # As root a file's mode does not stop writes: run the second start in a user namespace, as nobody, from a
+    # folder nobody may enter (pytest's tmp_path is under a folder only its owner may enter).
+    base = Path(tempfile.mkdtemp(prefix="league-ro-", dir="/tmp")) if as_root else tmp_path
+    try:
+        state, shared = base / "state.sqlite", base / "shared"
+        shared.mkdir()
+        argv = ["--shared-root", str(shared), "--state", str(state), "--port", "0", "--grace", "1"]
+        with coordinator_process(argv, tmp_path / "first.log") as proc:
+            assert proc.terminate(timeout_s=60) == 0
+        state.chmod(0o444)
+        command = coordinator_command(*argv)
+        if as_root:
+            for path in (base, shared):
+                path.chmod(0o777)
+            if shutil.which("unshare") is None or subprocess.run(
+                    ["unshare", "--user", "true"], capture_output=True).returncode != 0:
+                pytest.skip("running as root without user namespaces: a read-only file cannot be made")
+            command = ["unshare", "--user", *command]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert "LISTENING" not in done.stdout
+        assert f"cannot write {state} (a read-only file or filesystem)" in done.stderr
+    finally:
+        if as_root:
+            shutil.rmtree(base, ignore_errors=True)

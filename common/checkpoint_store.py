@@ -159,7 +159,7 @@ class CheckpointStore:
         self.publish_guard = publish_guard
         self._retiring: list[_InThread] = []
         self._retiring_lock = threading.Lock()
-        self._latest_fallbacks: dict[str, str] = {}
+        self._latest_fallbacks: dict[str, tuple[str, ...]] = {}
         """player id -> the fallback `latest` last logged at ERROR for it: an actor looks the latest version up
         every 50 ms, and one line per lookup filled its log until the next publish."""
 
@@ -332,28 +332,37 @@ class CheckpointStore:
             self._latest_fallbacks.pop(player_id, None)
             return ref
         except FileNotFoundError:
-            fallback = self._newest_version_manifest(player_id)
+            fallback, damaged = self._newest_version_manifest(player_id)
+            said = [*damaged]
             if fallback is not None:
-                self._log_fallback(player_id, f"{where} is missing; using the newest version manifest, {fallback.path}")
+                said.append(f"{where} is missing; using the newest version manifest, {fallback.path}")
+            self._log_fallback(player_id, said)
             return fallback
         except CorruptCheckpointError as err:
-            fallback = self._newest_version_manifest(player_id)
+            fallback, damaged = self._newest_version_manifest(player_id)
             if fallback is None:
+                self._log_fallback(player_id, damaged)
                 raise
-            self._log_fallback(player_id, f"{err}; using the newest version manifest instead, {fallback.path}")
+            self._log_fallback(player_id, [*damaged, f"{err}; using the newest version manifest instead, {fallback.path}"])
             return fallback
 
-    def _log_fallback(self, player_id: str, message: str) -> None:
-        """An ERROR once per fallback (until `latest.json` reads again or the fallback changes), DEBUG after."""
-        if self._latest_fallbacks.get(player_id) == message:
-            log.debug("%s", message)
+    def _log_fallback(self, player_id: str, messages: list[str]) -> None:
+        """ERRORs once per fallback (until `latest.json` reads again or the fallback changes), DEBUG after.
+        `messages` include the damaged version manifests the fallback left out: `versions` logged each at every
+        lookup, 20 times a second in an actor."""
+        key = tuple(messages)
+        if not key:
             return
-        self._latest_fallbacks[player_id] = message
-        log.error("%s", message)
+        level = logging.DEBUG if self._latest_fallbacks.get(player_id) == key else logging.ERROR
+        self._latest_fallbacks[player_id] = key
+        for message in messages:
+            log.log(level, "%s", message)
 
-    def _newest_version_manifest(self, player_id: str) -> CheckpointRef | None:
-        refs = self.versions(player_id)  # damaged manifests left out (logged)
-        return refs[-1] if refs else None
+    def _newest_version_manifest(self, player_id: str) -> tuple[CheckpointRef | None, list[str]]:
+        """The newest version manifest that parses, and what is said of each damaged one left out."""
+        damaged: list[str] = []
+        refs = self._versions(player_id, lambda err: damaged.append(f"{err}; left out of the player's versions"))
+        return (refs[-1] if refs else None), damaged
 
     def manifest(self, path: str) -> CheckpointRef:
         """The published manifest of the checkpoint at ``path``."""
@@ -370,6 +379,9 @@ class CheckpointStore:
         """Published versions of the player still on disk, oldest first. A version whose manifest is damaged is
         left out (logged), as `latest` does: the readers that walk back through versions (a resuming learner,
         an actor whose newest version does not verify) go on to the ones that remain."""
+        return self._versions(player_id, lambda err: log.error("%s; left out of the player's versions", err))
+
+    def _versions(self, player_id: str, on_damaged: Callable[[CorruptCheckpointError], None]) -> list[CheckpointRef]:
         check_component(player_id, "player_id")
         refs = []
         for name in self._version_files(player_id):
@@ -378,7 +390,7 @@ class CheckpointStore:
             except CheckpointNotFoundError:
                 continue  # written but never published (crashed writer), or being removed
             except CorruptCheckpointError as err:
-                log.error("%s; left out of the player's versions", err)
+                on_damaged(err)
         return refs
 
     def versions_on_disk(self, player_id: str) -> list[int]:

@@ -301,6 +301,30 @@ def test_a_missing_latest_json_is_logged_once_per_fallback_not_per_lookup(store,
     assert len(errors()) == 3 and errors()[2].endswith("p0/v0000000002.pt")
 
 
+def test_a_damaged_version_manifest_the_fallback_leaves_out_is_logged_once_too(store, caplog):
+    """The fallback walks the version manifests, and `versions` logged a damaged one at ERROR at every lookup:
+    with latest.json missing, an actor's 50 ms lookups still put 20 ERROR lines a second in its log."""
+    store.publish("p0", weights(), 1)
+    store.publish("p0", weights(2.0), 2)
+    store.root.resolve("p0/v0000000002.pt.json").write_text("{damaged")
+    store.root.resolve("p0/latest.json").unlink()
+
+    def errors() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+    for _ in range(50):
+        assert store.latest("p0").version == 1
+    assert len(errors()) == 2, errors()
+    assert "left out of the player's versions" in errors()[0]
+    assert errors()[1] == "p0/latest.json is missing; using the newest version manifest, p0/v0000000001.pt"
+    store.root.resolve("p0/latest.json").write_text("{damaged")  # another fallback: said again
+    for _ in range(5):
+        assert store.latest("p0").version == 1
+    assert len(errors()) == 4
+    store.versions("p0")  # the readers that walk back still log it
+    assert len(errors()) == 5
+
+
 class Payload:
     """Unpickling this runs os.mkdir(marker): what an attacker with write access to the share would plant."""
 

@@ -42,7 +42,7 @@ from common.computation.computation_task import ComputationTask
 from common.envs.base import EnvInfo
 from common.envs.policy_view import policy_specs
 from common.paths import UnsafePathError
-from common.policy_config import player_seed
+from common.policy_config import FRESH_INIT_METADATA, player_seed
 
 log = logging.getLogger(__name__)
 
@@ -348,8 +348,14 @@ def _reset_to_fresh(slot: PlayerSlot, newest: CheckpointRef | None) -> bool:
     reset. A tie is the reset's: the league numbers a reset one past the version it last heard of, which is
     also the number of the learner's next publish of the weights the reset throws away (it learns of the reset
     in the reply to that publish's report, and continues one version later)."""
-    return (not slot.checkpoint_path and slot.checkpoint_version > 0
-            and (newest is None or newest.version <= slot.checkpoint_version))
+    if not slot.checkpoint_path and slot.checkpoint_version > 0:
+        if newest is None or newest.version < slot.checkpoint_version:
+            return True
+        # A tie published as a fresh initialisation is the learner's own publish of the reset (a learner that
+        # started on the reset's job, or heard of it in the reply to a report of an older version): built with
+        # its seed, which is learner.seed where the config sets one, not the actors' player_seed.
+        return newest.version == slot.checkpoint_version and not newest.metadata.get(FRESH_INIT_METADATA)
+    return False
 
 
 def _owned_by(path: str, player_id: str) -> bool:

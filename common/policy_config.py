@@ -308,6 +308,12 @@ def _refuse_other_algorithms(mapping: Mapping[str, Any]) -> None:
                              f"(its settings are policy.{algorithm})")
 
 
+FRESH_INIT_METADATA = "fresh_init"
+"""Checkpoint metadata key: true on a learner's publish of its seeded fresh initialisation (untrained). Actors
+that play a player the league reset to a fresh initialisation take such a version for the reset's own: it is
+built with the learner's seed (`learner.seed`), which the actors do not know."""
+
+
 def player_seed(player_id: str) -> int:
     """The seed of a player's fresh initialisation: the first 4 bytes of sha256(player_id), little-endian.
 

@@ -36,6 +36,7 @@ from common.checkpoint_store import (
     PublishWithdrawn,
     VersionConflictError,
 )
+from common.policy_config import FRESH_INIT_METADATA
 from learner_service.league_client import BindingLost
 from learner_service.trainer import Progress, Trainer
 
@@ -156,6 +157,10 @@ class CheckpointPublisher:
             "worker_id": self.worker_id,
             "algorithm": trainer.spec.policy.algorithm,
         }
+        if trainer.holds_fresh_init:
+            # Its seed may be learner.seed: actors playing the league's reset to a fresh initialisation take this
+            # version, not their own player_seed initialisation, when it has the reset's number.
+            metadata[FRESH_INIT_METADATA] = True
         try:
             ref = trainer.publish(self.store, self.player_id, metadata)  # weights + training state
         except VersionConflictError as err:

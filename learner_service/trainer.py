@@ -94,6 +94,8 @@ class Trainer:
         self._replay: ExpReplayHelper | None = None
         self._owed_updates = 0.0
         self.nonfinite_td_batches = 0
+        self.fresh_at: int | None = None
+        """The version of the seeded fresh initialisation this trainer was built with (None: built from weights)."""
         """Replay batches whose TD errors were not finite (a diverging network): their priorities were kept."""
         if spec.policy.algorithm == "dqn":
             self._replay = make_replay(spec.policy.dqn, seed)
@@ -101,6 +103,11 @@ class Trainer:
     @property
     def version(self) -> int:
         return self.task.version
+
+    @property
+    def holds_fresh_init(self) -> bool:
+        """The weights are still the seeded fresh initialisation (no update since the trainer was built)."""
+        return self.fresh_at is not None and self.task.version == self.fresh_at
 
     @property
     def algorithm_updates(self) -> int:
@@ -289,8 +296,10 @@ def build_trainer(
 
     A fresh task every time, so a reset player also gets a fresh optimizer and empty buffers.
     """
-    return Trainer(build_task(spec, seed=seed, device=device, weights=weights, version=version), spec, config,
-                   progress, seed)
+    trainer = Trainer(build_task(spec, seed=seed, device=device, weights=weights, version=version), spec, config,
+                      progress, seed)
+    trainer.fresh_at = version if weights is None else None
+    return trainer
 
 
 def build_task(

@@ -148,6 +148,40 @@ def test_a_reset_to_a_fresh_initialisation_is_played_before_its_learner_publishe
     assert policies.launch_policy(PlayerSlot("me", "", 8, True)).version == 9
 
 
+def test_the_learners_own_publish_of_a_reset_under_its_number_is_played_with_the_learners_seed(store):
+    """A learner that starts on the reset's job (a restart, a lease taken over), or hears of the reset in the reply
+    to a report of an older version, publishes its fresh initialisation under the reset's own number. With
+    `learner.seed` set that is not the actors' player_seed initialisation, yet the tie rule played the actors'
+    own: a network no learner trained, its games credited to the reset player, its trajectories tagged with a
+    version the learner holds other weights under."""
+    from common.learner_config import LearnerConfig
+    from common.policy_config import PolicyConfig
+    from learner_service.publisher import CheckpointPublisher
+    from learner_service.trainer import ModelSpec, Progress, build_trainer
+
+    store.publish("me", weights(1), 7)  # before the league reset the player to ("", 8)
+    publisher = CheckpointPublisher(store, "me", "learner-1")
+    start = publisher.choose_start("", 8, Progress())
+    version = publisher.next_version(start.version)
+    inputs, actions = policy_specs(INFO)
+    trainer = build_trainer(ModelSpec(PolicyConfig.from_mapping(POLICY), inputs, actions),
+                            LearnerConfig.from_mapping({"seed": 123}), Progress(), seed=123, device="cpu",
+                            weights=start.weights, version=version)
+    assert version == 8 and trainer.holds_fresh_init
+    publisher.publish(trainer)
+    learner = trainer.task.predict(OBS).artifacts["value"]
+    policies = pool(store)
+    launch = policies.launch_policy(PlayerSlot("me", "", 8, True))
+    assert (launch.version, launch.path) == (8, "me/v0000000008.pt")
+    np.testing.assert_array_equal(value(launch), learner)
+    other = policies.launch_policy(PlayerSlot("other", "", 0, True))
+    np.testing.assert_array_equal(value(policies.opponent_policy(PlayerSlot("me", "", 8, True), other)), learner)
+    # Weights set since (trained) are no fresh initialisation: the tie rule holds for them.
+    trainer.task.set_weights(weights(4), 9)
+    assert not trainer.holds_fresh_init
+    assert not publisher.publish(trainer).metadata.get("fresh_init")
+
+
 def test_a_corrupt_newest_version_with_no_older_file_keeps_the_version_held(tmp_path):
     """The pool plays on with the version it holds when its learner's newest does not verify. A reload during a
     job did, but the next job's launch looked only for an older file on disk: retention (keep_last) had pruned

@@ -94,9 +94,9 @@ class Trainer:
         self._replay: ExpReplayHelper | None = None
         self._owed_updates = 0.0
         self.nonfinite_td_batches = 0
+        """Replay batches whose TD errors were not finite (a diverging network): their priorities were kept."""
         self.fresh_at: int | None = None
         """The version of the seeded fresh initialisation this trainer was built with (None: built from weights)."""
-        """Replay batches whose TD errors were not finite (a diverging network): their priorities were kept."""
         if spec.policy.algorithm == "dqn":
             self._replay = make_replay(spec.policy.dqn, seed)
 

@@ -139,6 +139,9 @@ class Telemetry:
         self.episodes_seen = 0
         self.staleness_max = 0
         self.future_versions = 0
+        self.reset_ahead = 0
+        """Chunks exactly one version above the learner's: played by actors under a reset the learner had not
+        applied yet."""
         """Chunks whose policy version was above the learner's when it trained on them."""
 
     def observe(self, chunk: PreparedChunk, learner_version: int) -> None:
@@ -147,6 +150,11 @@ class Telemetry:
         if staleness >= 0:
             self._window.staleness.append(staleness)
             self.staleness_max = max(self.staleness_max, staleness)
+        elif staleness == -1:
+            # The league reset the player to a fresh initialisation, numbered one past the version it last heard
+            # of, and actors play that at once; this learner applies the reset when the reply to its next report
+            # says so (its version then passes the chunk's). Kept out of staleness, no warning: a healthy league.
+            self.reset_ahead += 1
         else:
             # No policy this learner has not reached yet can have acted: the actor reports a wrong version (a
             # bug or another league's checkpoint). Kept out of the staleness figures, which it would swamp.

@@ -268,6 +268,10 @@ def test_telemetry_writes_scalars_for_tensorboard(tmp_path):
     future = _prepared(trainer, batch=1, steps=8, seq=9, policy_version=10**15)
     telemetry.observe(future, learner_version=3)  # no policy from the future acted: kept out of staleness
     assert telemetry.future_versions == 1
+    # One version ahead: actors playing the league's reset to a fresh initialisation, which this learner applies
+    # at its next report (a healthy league's transient: no warning).
+    telemetry.observe(_prepared(trainer, batch=1, steps=8, seq=10, policy_version=4), learner_version=3)
+    assert telemetry.future_versions == 1 and telemetry.reset_ahead == 1
     for seq, version in ((0, 0), (1, 1)):
         chunk = _prepared(trainer, batch=1, steps=8, seq=seq, policy_version=version)
         telemetry.observe(chunk, learner_version=3)

@@ -140,23 +140,25 @@ class PolicyPool:
             # The league reset the player to a fresh initialisation (a mutation) under a version its learner has
             # not published since: the store's versions are the weights the reset threw away.
             if policy is None or policy.path or policy.version != slot.checkpoint_version:
-                policy = self._launch[slot.player_id] = self._build(slot.player_id, None, slot.checkpoint_version)
-                while len(self._launch) > 4:
-                    self._launch.popitem(last=False)
+                policy = self._fresh_launch(slot.player_id, slot.checkpoint_version)
         elif policy is None:
-            policy = self._build(slot.player_id, None)
-            self._launch[slot.player_id] = policy
-            while len(self._launch) > 4:  # an actor serves a few players in turn
-                self._launch.popitem(last=False)
+            policy = self._fresh_launch(slot.player_id, 0)
             if ref is not None:
                 self._load_launch(policy, ref)
         elif ref is not None and (ref.version != policy.version or ref.path != policy.path):
             self._load_launch(policy, ref)
         elif ref is None and policy.path:
             # The store lost every version (a new shared root?): start over like the learner does.
-            policy = self._launch[slot.player_id] = self._build(slot.player_id, None)
+            policy = self._fresh_launch(slot.player_id, 0)
         self._launch.move_to_end(slot.player_id)
         self._last_check[slot.player_id] = time.monotonic()
+        return policy
+
+    def _fresh_launch(self, player_id: str, version: int) -> Policy:
+        """The launch player's fresh initialisation acting as `version`, held in place of the one held."""
+        policy = self._launch[player_id] = self._build(player_id, None, version)
+        while len(self._launch) > 4:  # an actor serves a few players in turn
+            self._launch.popitem(last=False)
         return policy
 
     def maybe_reload(self, policy: Policy) -> bool:

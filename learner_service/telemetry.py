@@ -139,10 +139,10 @@ class Telemetry:
         self.episodes_seen = 0
         self.staleness_max = 0
         self.future_versions = 0
+        """Chunks whose policy version was more than one above the learner's when it trained on them."""
         self.reset_ahead = 0
         """Chunks exactly one version above the learner's: played by actors under a reset the learner had not
         applied yet."""
-        """Chunks whose policy version was above the learner's when it trained on them."""
 
     def observe(self, chunk: PreparedChunk, learner_version: int) -> None:
         staleness = learner_version - chunk.header.policy_version

@@ -461,11 +461,6 @@ def _saved_model_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str |
     return None
 
 
-GREEDY_DQN_NOTE = ("DQN player type(s) {} never explore (exploration: null and no eps): their actors act greedily "
-                   "on the Q-values; set league.<type>.exploration (a run directory saved before DQN leagues got a "
-                   "default schedule holds null)")
-
-
 def job_size_note(job_env_steps: int, budget_env_steps: int) -> str | None:
     """What to say when one collect job may play more env steps than the run's whole env-step budget: env steps
     count as jobs finish, so the run cannot stop before the first ones end."""
@@ -527,10 +522,10 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
                           f"budget {run_cfg.seconds:.0f} s" + (f" / {run_cfg.env_steps:,} env steps" if run_cfg.env_steps else ""), markup=False)
             if (note := job_size_note(cfg.env.env_steps, run_cfg.env_steps)) is not None:
                 console.print(f"league run: {note}", style="yellow", markup=False)
-            from league_service.config import greedy_dqn_player_types
+            from league_service.config import greedy_dqn_note
 
-            if greedy := greedy_dqn_player_types(cfg):
-                console.print(f"league run: {GREEDY_DQN_NOTE.format(', '.join(greedy))}", style="yellow", markup=False)
+            if (note := greedy_dqn_note(cfg)) is not None:
+                console.print(f"league run: {note}", style="yellow", markup=False)
             launched = time.monotonic()  # the budget counts start-up too
             address = sup.start_coordinator()
             os.replace(pending_path, config_path)

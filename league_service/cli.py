@@ -89,7 +89,7 @@ def coordinator_main(args: argparse.Namespace) -> int:
     # Imported here so `league status` does not pay for the league core.
     from common.config import ConfigError
     from common.exclusive_lock import LockedError
-    from league_service.config import greedy_dqn_player_types, load_config
+    from league_service.config import greedy_dqn_note, load_config
     from league_service.coordinator import Coordinator, CoordinatorSettings
     from league_service.league_errors import LeagueStateError
     from league_service.server import serve_coordinator
@@ -127,9 +127,8 @@ def coordinator_main(args: argparse.Namespace) -> int:
             check_server_tls(args.tls_cert, args.tls_key)
     except ValueError as err:  # ConfigError, a bad token or TLS file, an open address without a token
         return _refuse(str(err))
-    if greedy := greedy_dqn_player_types(cfg):
-        log.warning("DQN player type(s) %s never explore (exploration: null and no eps): their actors act greedily "
-                    "on the Q-values; set league.<type>.exploration", ", ".join(greedy))
+    if (note := greedy_dqn_note(cfg)) is not None:
+        log.warning("%s", note)
     settings = CoordinatorSettings(
         shared_root=args.shared_root,
         state_path=args.state,

@@ -590,10 +590,14 @@ def _default_dqn_exploration(merged: dict[str, Any]) -> None:
         section = league.setdefault(player_type, {})
         if not isinstance(section, dict) or "exploration" in section:
             continue
-        job = section.get("job")
-        templates = (section.get("forward_kwargs"), job.get("forward_kwargs") if isinstance(job, Mapping) else None)
-        if not any(isinstance(kwargs, Mapping) and "eps" in kwargs for kwargs in templates):
+        if not _fixes_eps(section.get("forward_kwargs"), section.get("job")):
             section["exploration"] = dict(schedule)
+
+
+def _fixes_eps(forward_kwargs: Any, job: Any) -> bool:
+    """Whether a player type fixes `eps` in its forward_kwargs or its job template's (raw or parsed config)."""
+    job_forward = job.get("forward_kwargs") if isinstance(job, Mapping) else None
+    return any(isinstance(kwargs, Mapping) and "eps" in kwargs for kwargs in (forward_kwargs, job_forward))
 
 
 def greedy_dqn_player_types(cfg: Config) -> list[str]:
@@ -607,10 +611,19 @@ def greedy_dqn_player_types(cfg: Config) -> list[str]:
         section = getattr(cfg.league, player_type, None)
         if not count or not isinstance(section, ActivePlayerConfig) or section.exploration is not None:
             continue
-        job_forward = section.job.get("forward_kwargs")
-        if "eps" not in section.forward_kwargs and not (isinstance(job_forward, Mapping) and "eps" in job_forward):
+        if not _fixes_eps(section.forward_kwargs, section.job):
             greedy.append(player_type)
     return greedy
+
+
+def greedy_dqn_note(cfg: Config) -> str | None:
+    """The start-up warning of `league run` and the coordinator for `greedy_dqn_player_types`, or None."""
+    greedy = greedy_dqn_player_types(cfg)
+    if not greedy:
+        return None
+    return (f"DQN player type(s) {', '.join(greedy)} never explore (exploration: null and no eps): their actors act "
+            "greedily on the Q-values; set league.<type>.exploration (a run directory saved before DQN leagues got "
+            "a default schedule holds null)")
 
 
 def _bot_seat_paths(data: Mapping[str, Any]) -> list[str]:

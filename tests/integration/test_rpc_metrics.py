@@ -15,7 +15,7 @@ from common.aio_server import make_aio_server
 from common.proto.league.v1 import league_pb2 as pb
 from common.proto.league.v1 import league_pb2_grpc
 from common.rpc import ServerOptions, make_channel
-from league_service.metrics import RpcMetricsInterceptor
+from league_service.metrics import DEADLINE_SLACK_S, RpcMetricsInterceptor, cut_off_code
 
 
 class _Servicer(league_pb2_grpc.LeagueServiceServicer):
@@ -85,6 +85,16 @@ def test_a_call_past_its_deadline_is_counted_deadline_exceeded_not_ok(served):
     calls = registry.get_sample_value
     assert calls("league_rpc_calls_total", {"method": "Heartbeat", "code": "DEADLINE_EXCEEDED"}) == 1
     assert not calls("league_rpc_calls_total", {"method": "Heartbeat", "code": "OK"})
+
+
+def test_a_cancel_that_reaches_a_busy_server_just_before_its_deadline_is_the_deadline():
+    """The server's deadline starts when the call arrives, after the client's: under load the client's own
+    deadline cancel came in with 1 ms left on the server's clock and was counted CANCELLED (a CI failure)."""
+    assert cut_off_code(0.0011) is grpc.StatusCode.DEADLINE_EXCEEDED
+    assert cut_off_code(0) is grpc.StatusCode.DEADLINE_EXCEEDED
+    assert cut_off_code(-0.5) is grpc.StatusCode.DEADLINE_EXCEEDED
+    assert cut_off_code(DEADLINE_SLACK_S + 0.5) is grpc.StatusCode.CANCELLED
+    assert cut_off_code(None) is grpc.StatusCode.CANCELLED  # no deadline: only the client can have gone
 
 
 def test_a_call_its_client_cancelled_is_counted_cancelled(served):

@@ -66,6 +66,7 @@ from league_service.leases import (
 )
 from league_service.messages import JobResult, JobSpec, UpdateOutcome
 from league_service.metrics import LeagueFigures
+from league_service.players import Player
 from league_service.store import Counters, LeagueStore, has_trained
 
 log = logging.getLogger(__name__)
@@ -1014,11 +1015,37 @@ class Coordinator:
             c, jobs_issued=max(c.jobs_issued, c.jobs_finished + c.jobs_expired + c.jobs_failed + len(stored.leases))
         )
         self._job_failures = {r.player_id: r for r in stored.job_failures if r.player_id in self._active_ids}
+        _check_checkpoints_present(self._league.active_players + self._league.historical_players, self._root)
         _, active, historical = self._league.sizes()
         log.info(
             "restored league %s: %d players, %d jobs in flight, %d workers",
             self.league_id, active + historical, len(stored.leases), len(stored.workers),
         )
+
+
+def _check_checkpoints_present(players: Iterable[Player], root: SharedRoot) -> None:
+    """The checkpoints a restored league names are under this shared root. A state moved (or a `--shared-root`
+    mistyped) without them started without a word: its historical players were set aside one failed job at a
+    time and its learners began again from fresh weights. None there: refused (the wrong root, surely); some
+    missing: a warning naming them, and the league goes on without those."""
+    named = [(p.player_id, p.checkpoint_path) for p in players if p.checkpoint_path and not p.bot]
+    missing = [(pid, path) for pid, path in named if not _is_under(root, path)]
+    if not missing:
+        return
+    examples = ", ".join(f"{pid} ({path})" for pid, path in missing[:3]) + (" ..." if len(missing) > 3 else "")
+    if len(missing) == len(named):
+        raise LeagueStateError(
+            "shared_root", f"none of the {len(named)} checkpoint(s) this league's state names is under the shared "
+                           f"root {root.root} (such as {examples}): give the --shared-root the league trained in")
+    log.warning("%d of the %d checkpoint(s) this league's state names are not under the shared root %s: %s; "
+                "actors cannot play those players", len(missing), len(named), root.root, examples)
+
+
+def _is_under(root: SharedRoot, relative: str) -> bool:
+    try:
+        return root.resolve(relative).exists()
+    except (UnsafePathError, OSError):
+        return False
 
 
 def _check_pretrained_checkpoints(league: LeagueConfig, root: SharedRoot) -> None:

@@ -3,13 +3,17 @@ players it names, and a launch-slot limit lowered while jobs were in flight does
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 import time
 
+import pytest
+
 from league_service.coordinator import Coordinator, CoordinatorSettings
 from league_service.coordinator_messages import FinishReport, JobGrant, NoJob, PlayerUpdateRequest
 from league_service.coordinator_testing import small_league_config
+from league_service.league_errors import LeagueStateError
 from league_service.leases import JobEndStatus, WorkerRole
 from league_service.messages import EpisodeOutcome, Outcome, PlayerOutcome, PlayerUpdate
 
@@ -195,3 +199,40 @@ def test_an_sqlite_database_of_something_else_is_not_taken_over(tmp_path):
     conn = sqlite3.connect(state)
     assert [name for (name,) in conn.execute("SELECT name FROM sqlite_master")] == ["notes"]  # left as it was
     conn.close()
+
+
+def _open_at(root, state) -> Coordinator:
+    return Coordinator(
+        small_league_config(),
+        CoordinatorSettings(shared_root=root, state_path=state, lease_timeout_s=60.0, needs_learner=False, rng_seed=0),
+        clock=_Clock(),
+        expiry_thread=False,
+    )
+
+
+def test_a_state_restored_where_none_of_its_checkpoints_are_is_refused_and_one_missing_is_named(tmp_path, caplog):
+    """A state moved to another shared root (or a mistyped `--shared-root`) started without a word: its
+    historical players were set aside one failed job at a time and learners began again from fresh weights."""
+    root, elsewhere, state = tmp_path / "root", tmp_path / "elsewhere", tmp_path / "state.sqlite"
+    root.mkdir()
+    elsewhere.mkdir()
+    (root / "ckpt").mkdir()
+    first = _open_at(root, state)
+    try:
+        first.register_worker("l", WorkerRole.LEARNER, "host", "127.0.0.1:1")
+        ids = [p.player_id for p in first.status().league.players if p.active]
+        for i, player in enumerate(ids):
+            (root / "ckpt" / f"{i}.pt").write_bytes(b"weights")
+            first.update_player(PlayerUpdateRequest("l", PlayerUpdate(player, 1, 100, f"ckpt/{i}.pt", 1, 0)))
+    finally:
+        first.close()
+
+    with pytest.raises(LeagueStateError, match=r"shared_root: none of the 2 checkpoint\(s\).*elsewhere"):
+        _open_at(elsewhere, state)
+
+    (root / "ckpt" / "1.pt").unlink()
+    with caplog.at_level(logging.WARNING, logger="league_service.coordinator"):
+        second = _open_at(root, state)
+    second.close()
+    assert f"1 of the 2 checkpoint(s) this league's state names are not under the shared root {root}: " \
+           f"{ids[1]} (ckpt/1.pt)" in caplog.text

@@ -240,8 +240,15 @@ class CheckpointStore:
     def _publish_path(self, player_id: str, relative: str) -> Path:
         """Where a publish writes ``relative`` (a version of ``player_id``): the name in the player's directory,
         itself never resolved. Resolved, a symlink planted under a version's name (inside the root) sent the
-        weights, the manifest and latest.json into the directory it names, over another player's files."""
-        return self.root.resolve(player_id) / relative.rsplit("/", 1)[1]
+        weights, the manifest and latest.json into the directory it names, over another player's files. The
+        player's directory may be a symlink (inside the root), but not to another directory of the root: that
+        is another player's, and its versions, manifests and latest.json would be written over."""
+        directory = self.root.resolve(player_id)
+        if directory.parent == self.root.root and directory.name != player_id:
+            raise UnsafePathError(f"player_id: the directory of {player_id!r} is a symlink to {directory.name!r} in "
+                                  "the shared root, another player's: publishing there would write over its "
+                                  "checkpoints")
+        return directory / relative.rsplit("/", 1)[1]
 
     def _commit(self, ref: CheckpointRef, weights_tmp: Path, state_tmp: Path | None) -> None:
         """Under the player's commit lock: check again that the version is above the latest (another writer may

@@ -407,6 +407,23 @@ def test_symlinks_escaping_the_root_are_rejected(store, tmp_path):
     assert SharedRoot(store.root.root).resolve("alias/v0000000001.pt").name == "v0000000001.pt"
 
 
+def test_a_player_directory_linked_to_another_players_is_not_published_through(store):
+    """A player's directory symlinked to another player's (inside the root) had publishes write that player's
+    versions, manifests and latest.json; reading through such a link stays allowed."""
+    theirs = store.publish("q", weights(7.0), 3)
+    os.symlink("q", store.root.root / "p")
+    with pytest.raises(UnsafePathError, match="player_id: the directory of 'p' is a symlink to 'q'"):
+        store.publish("p", weights(1.0), 4)
+    assert store.latest("q") == theirs
+    assert not [name for name in os.listdir(store.root.root / "q") if "0000000004" in name]
+    # A directory elsewhere in the root (another disk mounted below it, say) is no other player's.
+    (store.root.root / "disks" / "big").mkdir(parents=True)
+    os.symlink("disks/big", store.root.root / "r")
+    ref = store.publish("r", weights(2.0), 1)
+    assert (store.root.root / "disks" / "big" / "v0000000001.pt").is_file()
+    assert store.latest("r") == ref
+
+
 def test_a_symlink_to_the_root_itself_is_refused(tmp_path):
     """Named as a checkpoint, the shared root was copied into itself by the league's snapshot, for ever."""
     (tmp_path / "rootlink").symlink_to(tmp_path)

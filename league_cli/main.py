@@ -6,13 +6,20 @@ does not pay for torch, and the three services stay independent of one another.
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import sys
-from dataclasses import dataclass
 
-from common.exit_codes import INTERRUPTED_EXIT
-from league_cli.processes import follow_supervisor
+try:  # (a Ctrl-C here, as the command starts, must say what main() says for one during the command's imports)
+    import argparse
+    import importlib
+    from dataclasses import dataclass
+
+    from common.exit_codes import INTERRUPTED_EXIT
+    from league_cli.processes import follow_supervisor
+except KeyboardInterrupt:
+    # These imports take a few tenths of a second (more on a busy machine), before main() can catch anything: a
+    # Ctrl-C pressed then was a KeyboardInterrupt traceback out of `import subprocess`.
+    print("league: interrupted", file=sys.stderr)
+    raise SystemExit(130) from None
 
 
 @dataclass(frozen=True)

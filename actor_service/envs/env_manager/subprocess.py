@@ -33,6 +33,7 @@ import multiprocessing.util
 import os
 import queue
 import select
+import signal
 import threading
 import time
 from collections import deque
@@ -63,6 +64,7 @@ from actor_service.envs.env_manager.worker import (
     RESET_DONE,
     RESET_FOLLOWS,
     STEP,
+    WORKER_IGNORED_SIGNALS,
     AckReply,
     AttachCommand,
     CloseCommand,
@@ -110,6 +112,23 @@ atexit.register(_close_open_managers)
 os.register_at_fork(after_in_child=_open_managers.clear)
 
 
+def _start_with_stop_signals_blocked(process: BaseProcess) -> None:
+    """Start a worker with SIGINT and SIGTERM blocked in the starting thread: the child inherits the mask (through
+    `exec` too, with `spawn`), so a Ctrl-C sent to the actor's process group while the worker still starts stays
+    pending until `worker_main` ignores both signals and unblocks them, as it would ignore one a moment later.
+    Before, such a Ctrl-C was a KeyboardInterrupt traceback out of the worker's unpickling and a dead worker. (As
+    the standard library's resource tracker is started. Not for `forkserver`, whose server this may start: it
+    would keep the mask.)"""
+    if getattr(process, "_start_method", None) == "forkserver":
+        process.start()
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, WORKER_IGNORED_SIGNALS)
+    try:
+        process.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 class _Launcher:
     """Starts worker processes from a thread that lives as long as this process. A worker's parent-death signal
     (worker._follow_parent) is tied by the kernel to the *thread* that forked it: started from a thread that
@@ -124,7 +143,7 @@ class _Launcher:
 
     def start(self, process: BaseProcess) -> None:
         if threading.current_thread() is threading.main_thread():
-            process.start()
+            _start_with_stop_signals_blocked(process)
             return
         with self._lock:
             if self._requests is None or self._pid != os.getpid():  # none yet, or forked: no thread here
@@ -141,7 +160,7 @@ class _Launcher:
         while True:
             process, started = requests.get()
             try:
-                process.start()
+                _start_with_stop_signals_blocked(process)
             except BaseException as exc:  # handed to the caller
                 started.set_exception(exc)
             else:

@@ -368,6 +368,10 @@ def _follow_parent(parent_pid: int | None) -> bool:
     return parent_pid is None or os.getppid() == parent_pid
 
 
+WORKER_IGNORED_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+"""What a worker ignores: Ctrl-C and SIGTERM are for its parent, which closes it."""
+
+
 def worker_main(
     ends: tuple[Connection, Connection],
     env_ids: tuple[int, ...],
@@ -383,6 +387,8 @@ def worker_main(
         return  # the parent is gone: nobody to serve
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the parent closes us; a lost parent kills us
+    # Started with both blocked (subprocess._start_with_stop_signals_blocked): one sent meanwhile is dropped now.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, WORKER_IGNORED_SIGNALS)
     bells = Doorbells.attach(doorbell[0]) if doorbell is not None else None
     spin_s = doorbell[1] if doorbell is not None else 0.0
     pipe = MessagePipe(*ends, bells.worker_end(doorbell[0].index) if bells is not None else None)

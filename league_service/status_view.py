@@ -270,25 +270,37 @@ def _win_rates_of_active_players(status: league_pb2.LeagueStatus, least: bool = 
     return table
 
 
-def _jobs(status: league_pb2.LeagueStatus) -> Table:
-    table = PlainTable(title=f"jobs in flight ({len(status.jobs)})", title_justify="left")
-    for name in ("job", "kind", "launch player", "players", "worker", "lease left", "age"):
-        width = {"max_width": 36} if name == "players" else {"min_width": max(4, min(len(name), 8))}
-        table.add_column(name, no_wrap=True, overflow="ellipsis", **width)
+def _jobs(status: league_pb2.LeagueStatus) -> _FirstThatFits:
+    """Jobs in flight, the oldest first. Too wide for the terminal (80 columns, a solo league's ids), rich cut the
+    table off at its edge: "lease left" and "age" vanished with no word; now the columns of `drop` give way, one
+    at a time, and the caption names them."""
+    columns = ("job", "kind", "launch player", "players", "worker", "lease left", "age")
+    drop = ("players", "launch player", "kind")
     jobs = sorted(status.jobs, key=lambda j: j.issued_at)
-    if len(jobs) > JOB_ROWS:
-        table.caption = f"the {JOB_ROWS} oldest; {len(jobs) - JOB_ROWS} more in `league status --json`"
-    for j in jobs[:JOB_ROWS]:
-        table.add_row(
-            j.job_id,
-            _KIND_NAMES.get(j.kind, "?"),
-            j.launch_player,
-            " vs ".join(j.players),
-            j.worker_id,
-            _duration(j.lease_deadline - status.now),
-            _duration(status.now - j.issued_at),
-        )
-    return table
+    rows = [(j.job_id, _KIND_NAMES.get(j.kind, "?"), j.launch_player, " vs ".join(j.players), j.worker_id,
+             _duration(j.lease_deadline - status.now), _duration(status.now - j.issued_at)) for j in jobs[:JOB_ROWS]]
+
+    def build(dropped: tuple[str, ...]) -> Callable[[], Table]:
+        def table() -> Table:
+            kept = [i for i, name in enumerate(columns) if name not in dropped]
+            t = PlainTable(title=f"jobs in flight ({len(status.jobs)})", title_justify="left", caption_justify="left")
+            for i in kept:
+                name = columns[i]
+                width = {"max_width": 36} if name == "players" else {"min_width": max(4, min(len(name), 8))}
+                t.add_column(name, no_wrap=True, overflow="ellipsis", **width)
+            captions = []
+            if len(jobs) > JOB_ROWS:
+                captions.append(f"the {JOB_ROWS} oldest; {len(jobs) - JOB_ROWS} more in `league status --json`")
+            if dropped:
+                captions.append(f"left out at this width: {', '.join(dropped)} (a wider terminal or --json has them)")
+            if captions:
+                t.caption = "; ".join(captions)
+            for row in rows:
+                t.add_row(*(row[i] for i in kept))
+            return t
+        return table
+
+    return _FirstThatFits([build(drop[:n]) for n in range(len(drop) + 1)])
 
 
 def _workers(status: league_pb2.LeagueStatus) -> Table:

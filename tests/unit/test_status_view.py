@@ -134,6 +134,29 @@ def test_a_narrow_solo_table_names_only_columns_it_has():
     assert "123,456,789" in text and "left out at this width: checkpoint" in text and "trueskill" not in text
 
 
+def test_a_narrow_terminal_keeps_the_lease_and_age_of_jobs_in_flight():
+    """At 80 or 100 columns the jobs table of a solo league ran past the edge and rich cut it off there: "lease
+    left" and "age" were gone, the worker read "actor…", and nothing said so. Now players, launch player and
+    kind give way, one at a time, and the caption names them."""
+    status = league_pb2.LeagueStatus(league_id="L", league_type="solo", now=1000.0)
+    for i in range(3):
+        job = status.jobs.add(job_id=f"cacac041d764331{i}", kind=league_pb2.JOB_KIND_COLLECT,
+                              launch_player="solo_active_player_default_0", worker_id=f"actor-{i}",
+                              lease_deadline=1025.0, issued_at=990.0 + i)
+        job.players.append("solo_active_player_default_0")
+    for width in (80, 100):
+        console = Console(width=width, record=True, file=open("/dev/null", "w"))
+        console.print(render_status(status, workers=False))
+        text = console.export_text()
+        assert max(map(len, text.splitlines())) <= width
+        assert "lease left" in text and "age" in text and "left out at this width: players" in text, text
+        for i in range(3):
+            assert f"cacac041d764331{i}" in text and f"actor-{i} " in text and f"{10.0 - i:.1f}s" in text, text
+    wide = _text(status)
+    assert "left out" not in wide and "solo_active_player_default_0 vs" not in wide
+    assert "│ solo_active_player_default_0 │ solo_active_player_default_0 │" in wide
+
+
 def test_text_from_workers_and_errors_is_shown_as_it_is_not_read_as_markup():
     """A worker id, an actor's error or a path holding "[/x]" took `league status` down with a MarkupError;
     "[bold]" vanished, and ":ok:" became an emoji."""

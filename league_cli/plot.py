@@ -380,6 +380,17 @@ def write_plots(history_path: Path, out_dir: Path, notes: list[str] | None = Non
 
 def plot_main(args: argparse.Namespace) -> int:
     notes: list[str] = []
+    # Which flag is wrong, said before the plots are read: an OSError from write_plots named neither ("[Errno 17]
+    # File exists: 'plots.png'" for an --out that is a file, "[Errno 21] Is a directory" for a --history folder).
+    try:
+        with open(args.history, "rb"):
+            pass
+    except OSError as err:
+        print(f"league plot: --history {args.history}: cannot read it: {err.strerror or err}", file=sys.stderr)
+        return SETUP_ERROR_EXIT
+    if args.out.exists() and not args.out.is_dir():
+        print(f"league plot: --out {args.out} is not a directory", file=sys.stderr)
+        return SETUP_ERROR_EXIT
     try:
         written = write_plots(args.history, args.out, notes)
     except (OSError, ValueError) as err:  # a missing or foreign file, an --out that cannot be a directory

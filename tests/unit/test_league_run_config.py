@@ -215,6 +215,26 @@ def test_league_plot_refuses_a_file_that_is_not_a_status_history_in_one_line(tmp
     assert "No such file" in capsys.readouterr().err
 
 
+def test_league_plot_names_the_flag_of_a_path_it_cannot_use(tmp_path, capsys):
+    """A --history that is a folder and an --out that is a file were "[Errno 21] Is a directory: ..." and
+    "[Errno 17] File exists: ...": neither said which flag was wrong."""
+    import argparse
+
+    from league_cli.plot import plot_main
+
+    history = tmp_path / "h.jsonl"
+    history.write_text(json.dumps(_record(0, 1000, 1000, [])) + "\n")
+    a_file = tmp_path / "plots.png"
+    a_file.write_text("")
+    for history_arg, out, message in ((tmp_path, tmp_path / "plots", f"league plot: --history {tmp_path}: "),
+                                      (tmp_path / "missing.jsonl", tmp_path / "plots", "league plot: --history "),
+                                      (history, a_file, f"league plot: --out {a_file} is not a directory")):
+        assert plot_main(argparse.Namespace(history=history_arg, out=out)) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(message) and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "plots").exists()
+
+
 def test_plot_time_continues_across_resumed_runs():
     """A second `league run` in the same run dir appends to the history with elapsed_s from 0 again."""
     elapsed = [0.0, 2.0, 4.0, 0.1, 2.1, 0.0, 1.0]

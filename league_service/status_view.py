@@ -178,8 +178,10 @@ def _table(title: str, players: list[league_pb2.PlayerStatus], columns: list[str
     table.add_column("player", no_wrap=True, min_width=max((len(p.player_id) for p in players), default=6))
     for name in columns:
         numeric = name in _NUMERIC
-        # Long checkpoint paths are cut short rather than squeezing the numbers out of a narrow terminal.
-        width = {"max_width": 36} if name == "checkpoint" else {"min_width": max(4, len(name))}
+        # A checkpoint is shown whole or not at all (_fitted leaves the column out where it does not fit): cut at
+        # 36 characters, a solo player's read "solo_active_player_default_0/v00000…" even 200 columns wide,
+        # its version gone.
+        width = {} if name == "checkpoint" else {"min_width": max(4, len(name))}
         table.add_column(name, justify="right" if numeric else "left", overflow="ellipsis", no_wrap=True, **width)
     return table
 

@@ -157,6 +157,19 @@ def test_a_narrow_terminal_keeps_the_lease_and_age_of_jobs_in_flight():
     assert "│ solo_active_player_default_0 │ solo_active_player_default_0 │" in wide
 
 
+def test_a_checkpoint_is_shown_whole_where_it_fits():
+    """The checkpoint column was cut at 36 characters whatever the width: `league run`'s last status, 200 columns
+    wide in a pipe, read "solo_active_player_default_0/v00000…", the version cut off."""
+    status = league_pb2.LeagueStatus(league_id="L", league_type="solo")
+    status.players.add(player_id="solo_active_player_default_0", player_type="solo_active_player", active=True,
+                       agent_steps=26_337, train_iteration=98, checkpoint_version=98, learner_worker_id="learner-0",
+                       checkpoint_path="solo_active_player_default_0/v0000000098.pt", episodes=408)
+    assert "solo_active_player_default_0/v0000000098.pt@98" in _text(status)
+    console = Console(width=80, record=True, file=open("/dev/null", "w"))
+    console.print(render_status(status))
+    assert "left out at this width: checkpoint" in console.export_text()
+
+
 def test_text_from_workers_and_errors_is_shown_as_it_is_not_read_as_markup():
     """A worker id, an actor's error or a path holding "[/x]" took `league status` down with a MarkupError;
     "[bold]" vanished, and ":ok:" became an emoji."""

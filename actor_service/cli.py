@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"directory of checkpoints shared with the learners (default: ${SHARED_ROOT_ENV_VAR})")
     parser.add_argument("--env-num", type=cli_args.env_num, default=None, help="environments per job (overrides the job's env_num)")
     parser.add_argument("--manager", choices=("subprocess", "base"), default="subprocess",
-                        help="run envs in worker processes (subprocess) or in the actor process (base)")
+                        help="run envs in worker processes (subprocess, the default) or in the actor process (base)")
     parser.add_argument("--env-cpus", type=cli_args.positive_int, default=None, metavar="N",
                         help="CPUs the subprocess manager sizes itself for: its worker processes, and whether they "
                              "busy-wait (default: every CPU this process may run on). Give this actor's share "
@@ -60,16 +60,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-ca", type=cli_args.path, default=None, help="PEM CA certificate: connect with TLS")
     parser.add_argument("--max-jobs", type=cli_args.positive_int, default=None, help="exit after this many jobs")
     parser.add_argument("--env-max-retry", type=cli_args.non_negative_int, default=2,
-                        help="failures each env may have per job (it is rebuilt each time) before the job fails")
+                        help="failures each env may have per job (it is rebuilt each time) before the job fails "
+                             "(default 2)")
     parser.add_argument("--env-step-timeout", type=cli_args.positive_seconds_or_none, default=60.0, metavar="SECONDS",
                         help="an env step taking longer is a hung env and is rebuilt (subprocess manager: its "
                              "worker is killed, and the automatic reset after an episode's last step counts as part "
-                             "of that step; base: interrupted in process); 'none': no limit")
+                             "of that step; base: interrupted in process); 'none': no limit (default 60)")
     parser.add_argument("--env-reset-timeout", type=cli_args.positive_seconds_or_none, default=300.0, metavar="SECONDS",
-                        help="the same for building and resetting envs")
+                        help="the same for building and resetting envs (default 300)")
     parser.add_argument("--checkpoint-read-timeout", type=cli_args.positive_seconds_or_none, default=120.0, metavar="SECONDS",
                         help="a checkpoint read still under way after this long (a hung network filesystem) lets "
-                             "the job's lease expire, so the job goes to another actor; 'none': no limit")
+                             "the job's lease expire, so the job goes to another actor; 'none': no limit (default 120)")
     cli_args.add_stop_timeout(parser, DEFAULT_STOP_TIMEOUT_S, "a job thread still setting up or playing its job")
     cli_args.add_log_level(parser)
 

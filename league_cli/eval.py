@@ -46,14 +46,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --run-dir: how many of the player's checkpoints, evenly spaced, ending at its "
                              f"latest (default {DEFAULT_POINTS})")
     parser.add_argument("--games", type=cli_args.positive_int, default=20,
-                        help="games to play (seats alternate); episodes, in a single-player env")
+                        help="games to play (seats alternate); episodes, in a single-player env (default 20)")
     parser.add_argument("--config", type=cli_args.path, default=None,
                         help="league YAML whose policy and env to use (default: the config.yaml of the league run "
                              "directory the checkpoint lies in, else the embedded league)")
     parser.add_argument("--shared-root", type=cli_args.path, default=None,
                         help=f"the checkpoints' shared root (default: with --run-dir RUN/shared, else "
                              f"${SHARED_ROOT_ENV_VAR})")
-    parser.add_argument("--seed", type=cli_args.seed, default=0, help="seed of the games (bots, env)")
+    parser.add_argument("--seed", type=cli_args.seed, default=0, help="seed of the games (bots, env) (default 0)")
     parser.add_argument("--json", action="store_true",
                         help="print JSON instead of a table: with --checkpoint, one line of JSON per opponent "
                              "(JSON Lines: several opponents give several lines); with --run-dir, one document")

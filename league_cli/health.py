@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--addr", type=cli_args.address, required=True, help="server HOST:PORT (a coordinator or a learner)")
     parser.add_argument("--service", default="", help='service name to check (default "": the whole server)')
     parser.add_argument(
-        "--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="deadline of the check, seconds"
+        "--timeout", type=float, default=DEFAULT_TIMEOUT_S, help=f"deadline of the check, seconds (default {DEFAULT_TIMEOUT_S:g})"
     )
     parser.add_argument("--tls-ca", type=cli_args.path, default=None, help="CA certificate to verify the server (TLS)")
 

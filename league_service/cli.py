@@ -78,7 +78,8 @@ def add_coordinator_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--without-learners", action="store_true", help="hand out collect jobs with no learner bound")
     parser.add_argument("--seed", type=cli_args.non_negative_int, default=None, help="seed of the league's opponent choice")
     parser.add_argument("--fsync", action="store_true", help="flush every commit to disk (survive power loss)")
-    parser.add_argument("--grace", type=cli_args.non_negative_seconds, default=5.0, help="seconds in-flight calls get at shutdown")
+    parser.add_argument("--grace", type=cli_args.non_negative_seconds, default=5.0,
+                        help="seconds in-flight calls get at shutdown (default 5)")
     parser.add_argument("--drain", type=cli_args.non_negative_seconds, default=DEFAULT_DRAIN_S,
                         help="seconds between SIGTERM and closing the port, answering with health NOT_SERVING "
                              f"(default {DEFAULT_DRAIN_S:g})")
@@ -244,7 +245,7 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
         help="refresh in place every SECONDS (default 2)",
     )
     parser.add_argument("--timeout", type=cli_args.timeout_seconds, default=5.0,
-                        help=f"deadline of each status call, seconds (at most {cli_args.MAX_TIMEOUT_S:g})")
+                        help=f"deadline of each status call, seconds (default 5, at most {cli_args.MAX_TIMEOUT_S:g})")
 
 
 RUN_PORT_FILE = "coordinator.port"  # `league run` keeps its coordinator's port in this file of its run directory

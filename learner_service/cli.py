@@ -60,8 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"coordinator HOST:PORT (default ${COORDINATOR_ENV_VAR})")
     parser.add_argument("--shared-root", type=cli_args.path, default=env_path(SHARED_ROOT_ENV_VAR),
                         help=f"directory of checkpoints and TensorBoard logs (default ${SHARED_ROOT_ENV_VAR})")
-    parser.add_argument("--host", default="127.0.0.1", help="address the trajectory server listens on")
-    parser.add_argument("--port", type=cli_args.port, default=0, help="port of the trajectory server; 0 picks a free one")
+    parser.add_argument("--host", default="127.0.0.1", help="address the trajectory server listens on (default 127.0.0.1)")
+    parser.add_argument("--port", type=cli_args.port, default=0, help="port of the trajectory server; 0, the default, picks a free one")
     parser.add_argument("--advertise", type=cli_args.host_port, default=None,
                         help="HOST:PORT actors stream to (default: host:bound port)")
     parser.add_argument("--worker-id", default=None,
@@ -73,15 +73,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-cert", type=cli_args.path, default=None,
                         help="PEM certificate chain of the trajectory server (with --tls-key; needed with --tls-ca)")
     parser.add_argument("--tls-key", type=cli_args.path, default=None, help="PEM private key (with --tls-cert)")
-    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="where to train")
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                        help="where to train (default auto: cuda when there is a GPU)")
     parser.add_argument("--publish-timeout", type=cli_args.positive_seconds_or_none, default=300.0,
                         metavar="SECONDS",
                         help="a checkpoint publish or read still under way after this long (a hung network "
                              "filesystem) lets the learn job's lease expire, so the player can go to another "
-                             "learner; 'none': no limit")
+                             "learner; 'none': no limit (default 300)")
     parser.add_argument("--stream-idle-timeout", type=cli_args.positive_seconds, default=60.0, metavar="SECONDS",
                         help="cancel a trajectory stream whose client sent nothing for this long, so frozen or "
-                             "stray clients cannot hold the learner's stream slots (actors send again)")
+                             "stray clients cannot hold the learner's stream slots (actors send again) (default 60)")
     cli_args.add_stop_timeout(parser, DEFAULT_STOP_TIMEOUT_S,
                               "a learner thread that has not finished its final checkpoint, report and release")
     cli_args.add_log_level(parser)

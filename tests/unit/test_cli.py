@@ -76,3 +76,22 @@ def test_eval_options_of_a_run_directory_are_refused_with_a_checkpoint(tmp_path,
     """They choose along a run's snapshots; with --checkpoint they were ignored without a word."""
     assert main(["eval", "--checkpoint", str(tmp_path / "x.pt"), flag, value]) == 2
     assert f"{flag} goes with --run-dir" in capsys.readouterr().err
+
+
+def test_every_option_with_a_default_says_it_in_its_help():
+    """`--help` left most defaults unsaid (eval's --games 20, the coordinator's --grace 5, the actor's timeouts,
+    status's and health's --timeout, the actor's --manager subprocess): a user had to read the code, or the README
+    where it had them, to learn them."""
+    import argparse
+
+    from league_cli.main import build_parser
+
+    (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    unsaid = []
+    for name, sub in commands.choices.items():
+        for action in sub._actions:
+            if action.default in (None, False, argparse.SUPPRESS) or isinstance(action, argparse._HelpAction):
+                continue
+            if "default" not in (action.help or ""):
+                unsaid.append(f"league {name} {'/'.join(action.option_strings)} (default {action.default!r})")
+    assert not unsaid, unsaid

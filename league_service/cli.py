@@ -261,6 +261,8 @@ def _status_address(args: argparse.Namespace) -> str:
             raise ValueError(f"--run-dir: {port_file} does not exist (is a `league run` going on there?)") from None
         except (OSError, ValueError) as err:
             raise ValueError(f"--run-dir: cannot read the coordinator's port from {port_file}: {err}") from None
+        if not 1 <= port <= 65535:  # gRPC wraps a larger one: 99999 asked whatever listened on port 34463
+            raise ValueError(f"--run-dir: {port_file} holds {port}, not a port from 1 to 65535")
         return f"127.0.0.1:{port}"
     if args.addr:
         return args.addr

@@ -37,6 +37,16 @@ def test_status_reads_the_coordinator_address_from_the_environment_or_a_run_dire
     assert _status_address(run) == "127.0.0.1:23510"
 
 
+@pytest.mark.parametrize("content", ["99999\n", "0\n", "-5\n"])
+def test_a_run_directory_whose_port_file_holds_no_port_is_refused(monkeypatch, tmp_path, content):
+    """A port file holding 99999 (damaged, hand-edited) was taken as it was: gRPC wraps the port, so `league
+    status --run-dir` asked whatever listened on port 34463, and said that 127.0.0.1:99999 did not answer."""
+    run = _parse(add_status_arguments, ["--run-dir", str(tmp_path)], monkeypatch)
+    (tmp_path / "coordinator.port").write_text(content)
+    with pytest.raises(ValueError, match=f"coordinator.port holds {content.strip()}, not a port from 1 to 65535"):
+        _status_address(run)
+
+
 def test_the_coordinator_reads_its_shared_root_from_the_environment(monkeypatch, capsys):
     args = _parse(add_coordinator_arguments, [], monkeypatch, LEAGUE_SHARED_ROOT="/league")
     assert args.shared_root == Path("/league")

@@ -170,7 +170,8 @@ class OpenSpielEnv(Env):
             reward_spec=ArraySpec(players, np.float32),
             num_players=self._num_players,
         )
-        self._bot_specs = parse_bots(bots, self._num_players)
+        self._perfect_information = game_type.information == pyspiel.GameType.Information.PERFECT_INFORMATION
+        self._bot_specs = self._fitting_bots(parse_bots(bots, self._num_players))
         self._rng = np.random.default_rng()
         self._pending_seed: int | None = None
         self._bots: dict[int, ReferenceBot] = {}
@@ -204,7 +205,7 @@ class OpenSpielEnv(Env):
     def reset(self, *, bots: Mapping[Any, BotSpec | str] | None = None) -> dict[str, np.ndarray]:
         """Start a game; `bots` (seat -> bot) replaces the reference bots from this game on."""
         if bots is not None:
-            self._bot_specs = parse_bots(bots, self._num_players)
+            self._bot_specs = self._fitting_bots(parse_bots(bots, self._num_players))
         if self._pending_seed is not None:
             self._rng = np.random.default_rng(self._pending_seed)
             self._pending_seed = None
@@ -253,6 +254,19 @@ class OpenSpielEnv(Env):
     def close(self) -> None:
         self._bots = {}
         self._state = None
+
+    def _fitting_bots(self, specs: dict[int, BotSpec]) -> dict[int, BotSpec]:
+        """`specs`, once every bot fits the game: pyspiel's MCTS searches the true state, so in a game of imperfect
+        information (poker, hanabi, liar's dice) it would see the other players' hidden cards and dice and play
+        as no player can: a cheating opponent, and a reference scale that means nothing."""
+        if not self._perfect_information:
+            for seat, spec in sorted(specs.items()):
+                if spec.kind == "mcts":
+                    raise ValueError(
+                        f"bots: seat {seat}'s {spec.text!r} bot cannot play {self._game.get_type().short_name!r}, a "
+                        "game of imperfect information: pyspiel's MCTS searches the true state, so it would see the "
+                        "other players' hidden information; use 'random' there")
+        return specs
 
     def _build_bots(self) -> None:
         self._bots = {

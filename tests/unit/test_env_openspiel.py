@@ -304,6 +304,20 @@ def test_bad_bot_seats_are_refused(bots):
         OpenSpielEnv("connect_four", bots=bots)
 
 
+@pytest.mark.parametrize("game", ["kuhn_poker", "leduc_poker", "liars_dice"])
+def test_an_mcts_bot_is_refused_in_a_game_of_imperfect_information(game):
+    """pyspiel's MCTS searches the true state: in kuhn poker it called a bet whenever the bettor held the jack
+    and folded whenever it held the king, though it cannot see that card. Such a bot is refused, at build
+    and at reset (where actors seat a league's reference bots); random play is not."""
+    with pytest.raises(ValueError, match="imperfect information"):
+        OpenSpielEnv(game, bots={1: "mcts:10"})
+    env = OpenSpielEnv(game, bots={1: "random"})
+    with pytest.raises(ValueError, match="imperfect information"):
+        env.reset(bots={0: "mcts:10"})
+    assert env.bot_seats == (1,) and int(env.reset()["to_play"]) == 0
+    assert OpenSpielEnv("tic_tac_toe", bots={1: "mcts:10"}).bot_seats == (1,)  # perfect information: allowed
+
+
 def test_yaml_style_seats_are_accepted():
     assert OpenSpielEnv("connect_four", bots={"1": "mcts:10"}).bot_seats == (1,)
 

@@ -41,6 +41,7 @@ def policy_specs(info: EnvInfo) -> tuple[dict[str, TensorSpec], DiscreteActionSp
     obs_spec = info.obs_spec
     if isinstance(obs_spec, ArraySpec):
         _check_leaf(info, "its observation", obs_spec.shape)
+        _check_not_channels_last(info, "its observation", obs_spec.shape, obs_spec.dtype)
         return {OBSERVATION: _tensor_spec(OBSERVATION, obs_spec.shape, obs_spec.dtype)}, action
     if isinstance(obs_spec, DiscreteSpec):
         raise UnsupportedEnvError(
@@ -56,6 +57,7 @@ def policy_specs(info: EnvInfo) -> tuple[dict[str, TensorSpec], DiscreteActionSp
             continue
         shape = spec.shape[1:] if info.num_players > 1 else spec.shape
         _check_leaf(info, f"its observation {name!r}", shape)
+        _check_not_channels_last(info, f"its observation {name!r}", shape, spec.dtype)
         specs[name] = _tensor_spec(name, shape, spec.dtype)
     return specs, action
 
@@ -65,6 +67,25 @@ def _check_leaf(info: EnvInfo, what: str, shape: tuple[int, ...]) -> None:
         raise UnsupportedEnvError(
             f"env {info.name!r}: {what} is a scalar (shape ()); the models take arrays of at least one "
             f"dimension: {_WRAP_ADVICE}")
+
+
+IMAGE_CHANNELS = (1, 3, 4)
+"""Channel counts of pictures: grey, RGB, RGBA."""
+
+
+def _check_not_channels_last(info: EnvInfo, what: str, shape: tuple[int, ...], dtype: Any) -> None:
+    """A uint8 (H, W, C) picture, as gymnasium's pixel envs and wrappers give (MiniGrid's (7, 7, 3)), is refused:
+    the conv torso reads three dimensions as (C, H, W), so it would take its rows for channels and its colours
+    for a width of 3. The default conv stack then failed with advice (`conv_padding: same`) that, followed,
+    trained on the misread layout without a word."""
+    if (len(shape) == 3 and np.dtype(dtype) == np.uint8 and shape[-1] in IMAGE_CHANNELS
+            and shape[0] not in IMAGE_CHANNELS):
+        raise UnsupportedEnvError(
+            f"env {info.name!r}: {what} of shape {tuple(shape)} (uint8) is a picture laid out (H, W, C); the conv "
+            "torso takes (C, H, W): give env.name as 'python:<module>:<callable>' returning it wrapped in "
+            "gymnasium.wrappers.TransformObservation(env, lambda obs: obs.transpose(2, 0, 1), "
+            f"gymnasium.spaces.Box(0, 255, {(shape[2], shape[0], shape[1])}, numpy.uint8)) (and set "
+            "policy.model.obs_scale: 0.00392 to see pixels in [0, 1])")
 
 
 def _describe(spec: Any) -> str:

@@ -157,3 +157,47 @@ def test_a_python_env_may_return_a_gymnasium_env_as_the_unsupported_space_advice
             break
     assert step.info.episode is not None
     env.close()
+
+
+class _Picture(gymnasium.Env):
+    """A uint8 picture of (12, 12, 3), laid out (H, W, C) as gymnasium's pixel envs give them."""
+
+    observation_space = gymnasium.spaces.Box(0, 255, (12, 12, 3), np.uint8)
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        return self.observation_space.sample(), 0.0, True, False, {}
+
+
+def test_a_channels_last_picture_is_refused_and_the_advised_transpose_builds():
+    """The conv torso reads (C, H, W): a (12, 12, 3) picture failed the default conv stack with advice
+    (`conv_padding: same`) that, followed, trained on rows taken for channels. Now refused, naming the layout;
+    the advised TransformObservation gives a (3, 12, 12) picture that builds and acts."""
+    from common.algorithms.registry import make_computation_task
+
+    with pytest.raises(UnsupportedEnvError, match=re.escape("(12, 12, 3) (uint8) is a picture laid out (H, W, C)")):
+        policy_specs(GymEnv(_Picture).info())
+    transposed = GymEnv(lambda: gymnasium.wrappers.TransformObservation(
+        _Picture(), lambda obs: obs.transpose(2, 0, 1), gymnasium.spaces.Box(0, 255, (3, 12, 12), np.uint8)))
+    inputs, actions = policy_specs(transposed.info())
+    assert inputs["observation"].shape == (3, 12, 12)
+    task = make_computation_task({"algorithm": "ppo", "model": {"conv": [[8, 3, 1]], "conv_padding": "same"}},
+                                 inputs, actions, device="cpu", seed=0)
+    obs = transposed.reset()
+    assert task.predict({"observation": obs[None]}).actions["action"].shape == (1,)
+    transposed.close()
+
+
+@pytest.mark.parametrize("shape", [(4, 84, 84), (3, 3, 3), (12, 12, 5)])
+def test_channels_first_or_non_picture_uint8_observations_are_not_refused(shape):
+    """Stacked frames (4, 84, 84) and pictures already (C, H, W) pass, as do arrays that are no pictures."""
+
+    class Frames(_Picture):
+        observation_space = gymnasium.spaces.Box(0, 255, shape, np.uint8)
+
+    inputs, _ = policy_specs(GymEnv(Frames).info())
+    assert inputs["observation"].shape == shape

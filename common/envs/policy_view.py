@@ -51,6 +51,7 @@ def policy_specs(info: EnvInfo) -> tuple[dict[str, TensorSpec], DiscreteActionSp
         raise UnsupportedEnvError(
             f"env {info.name!r}: its observations are not arrays (a gymnasium Tuple, Text, Graph or nested Dict "
             f"space); {_WRAP_ADVICE}")
+    _check_dict_entries(info, obs_spec)
     specs = {}
     for name, spec in obs_spec.items():
         if name == TO_PLAY:
@@ -60,6 +61,23 @@ def policy_specs(info: EnvInfo) -> tuple[dict[str, TensorSpec], DiscreteActionSp
         _check_not_channels_last(info, f"its observation {name!r}", shape, spec.dtype)
         specs[name] = _tensor_spec(name, shape, spec.dtype)
     return specs, action
+
+
+def _check_dict_entries(info: EnvInfo, obs_spec: Mapping[str, Any]) -> None:
+    """A dict observation must be what the models read (common.algorithms.models.split_input_specs): one array
+    `observation` and, optionally, a bool `action_mask`. Other entries, or a mask of 0/1 integers (a gymnasium
+    MultiBinary), were refused from model building without a word on what to do."""
+    entries = sorted(name for name in obs_spec if name != TO_PLAY)
+    if OBSERVATION not in obs_spec or set(entries) - {OBSERVATION, ACTION_MASK}:
+        raise UnsupportedEnvError(
+            f"env {info.name!r}: its observation is a dict of {entries}; the models read one array "
+            f"{OBSERVATION!r} (and a bool {ACTION_MASK!r} of legal actions, if any): return those entries, or "
+            f"{_WRAP_ADVICE}")
+    mask = obs_spec.get(ACTION_MASK)
+    if mask is not None and np.dtype(mask.dtype) != np.bool_:
+        raise UnsupportedEnvError(
+            f"env {info.name!r}: its {ACTION_MASK!r} is {np.dtype(mask.dtype).name}; the models take a bool mask: "
+            f"declare it gymnasium.spaces.Box(0, 1, ({info.action_spec.num_values},), bool) and return bool arrays")
 
 
 def _check_leaf(info: EnvInfo, what: str, shape: tuple[int, ...]) -> None:

@@ -201,3 +201,31 @@ def test_channels_first_or_non_picture_uint8_observations_are_not_refused(shape)
 
     inputs, _ = policy_specs(GymEnv(Frames).info())
     assert inputs["observation"].shape == shape
+
+
+def _dict_env(spaces: dict) -> type[gymnasium.Env]:
+    class DictObs(_Picture):
+        observation_space = gymnasium.spaces.Dict(spaces)
+
+    return DictObs
+
+
+@pytest.mark.parametrize(("spaces", "message"), [
+    ({"pos": gymnasium.spaces.Box(0, 1, (1,), np.float32), "vel": gymnasium.spaces.Box(-1, 1, (2,), np.float32)},
+     r"its observation is a dict of \['pos', 'vel'\]; .*'observation'.*FlattenObservation"),
+    ({"observation": gymnasium.spaces.Box(0, 1, (1,), np.float32), "action_mask": gymnasium.spaces.MultiBinary(2)},
+     re.escape("its 'action_mask' is int8; the models take a bool mask: declare it "
+               "gymnasium.spaces.Box(0, 1, (2,), bool)")),
+], ids=["other-entries", "multibinary-mask"])
+def test_a_dict_observation_the_models_cannot_read_is_refused_with_what_to_do(spaces, message):
+    """These failed in model building ("standard models read only 'observation' and 'action_mask'", "expected
+    bool (2,), got int8(2,)"), saying nothing of what to do."""
+    with pytest.raises(UnsupportedEnvError, match=message):
+        policy_specs(GymEnv(_dict_env(spaces)).info())
+
+
+def test_a_dict_observation_with_a_bool_mask_is_read():
+    inputs, actions = policy_specs(GymEnv(_dict_env({
+        "observation": gymnasium.spaces.Box(0, 1, (1,), np.float32),
+        "action_mask": gymnasium.spaces.Box(0, 1, (2,), np.bool_)})).info())
+    assert inputs["observation"].shape == (1,) and inputs["action_mask"].dtype == "bool"

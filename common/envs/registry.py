@@ -77,7 +77,13 @@ def _python_env(name: str, kwargs: Mapping[str, Any]) -> Env:
     try:
         factory = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as err:
-        raise ValueError(f"env name {name!r}: cannot import {attr!r} from {module_name!r}: {err}") from err
+        hint = ""
+        if isinstance(err, ModuleNotFoundError) and err.name and (module_name + ".").startswith(err.name + "."):
+            # `league run` starts its workers with `python -m`, which searches the directory it was started from;
+            # `league eval` and workers started on their own do not: a run trained, its checkpoint did not load.
+            hint = ("; a module of your own must be importable wherever the env is built: add its directory to "
+                    "PYTHONPATH (only `league run` also searches the directory it was started from)")
+        raise ValueError(f"env name {name!r}: cannot import {attr!r} from {module_name!r}: {err}{hint}") from err
     env = factory(**kwargs)
     if not isinstance(env, Env):
         import gymnasium

@@ -229,3 +229,17 @@ def test_a_dict_observation_with_a_bool_mask_is_read():
         "observation": gymnasium.spaces.Box(0, 1, (1,), np.float32),
         "action_mask": gymnasium.spaces.Box(0, 1, (2,), np.bool_)})).info())
     assert inputs["observation"].shape == (1,) and inputs["action_mask"].dtype == "bool"
+
+
+def test_a_python_env_module_not_found_says_to_put_it_on_pythonpath(tmp_path, monkeypatch):
+    """`league run` found a module in the directory it was started from (its workers run `python -m`), but
+    `league eval` of the same run's checkpoint, from the same directory, said only "No module named ..."."""
+    from common.envs.registry import make_env
+
+    with pytest.raises(ValueError, match=r"No module named 'no_such_env_module_4821'; .*PYTHONPATH"):
+        make_env("python:no_such_env_module_4821:make")
+    (tmp_path / "env_needing_a_package.py").write_text("import no_such_dependency_4821\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match="No module named 'no_such_dependency_4821'") as refused:
+        make_env("python:env_needing_a_package:make")  # its own import failed: no PYTHONPATH advice
+    assert "PYTHONPATH" not in str(refused.value)

@@ -316,6 +316,10 @@ def _action_index(action: Any) -> int:
         raise TypeError(f"action must be an integer, got {action!r} ({type(action).__name__})") from None
 
 
+_PROBE_CHANCE_LIMIT = 10_000
+"""Chance nodes `_tensor_observer` plays through to reach a first move before it gives up its check."""
+
+
 def _tensor_observer(game: pyspiel.Game, shape: tuple[int, ...]) -> Callable[[pyspiel.State, int], Any]:
     """`state.observation_tensor(player)`, read through pyspiel's observer buffer where the game has one.
 
@@ -331,9 +335,17 @@ def _tensor_observer(game: pyspiel.Game, shape: tuple[int, ...]) -> Callable[[py
     size = int(np.prod(shape))
     if observer is None or getattr(observer, "tensor", None) is None or observer.tensor.size != size:
         return as_list
+    # The chance nodes before the first move are sampled, not given their first outcome: crazy eights deals again
+    # while its upturned card is an eight, and its first outcome is always one, so that probe never ended.
     probe = game.new_initial_state()
-    while probe.is_chance_node():
-        probe.apply_action(probe.chance_outcomes()[0][0])
+    rng = np.random.default_rng(0)
+    for _ in range(_PROBE_CHANCE_LIMIT):
+        if not probe.is_chance_node():
+            break
+        actions, probs = zip(*probe.chance_outcomes(), strict=True)
+        probe.apply_action(int(rng.choice(actions, p=probs)))
+    else:
+        return as_list
     observer.set_from(probe, 0)
     if not np.array_equal(observer.tensor, np.asarray(probe.observation_tensor(0), np.float32)):
         return as_list

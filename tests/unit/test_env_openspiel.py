@@ -359,3 +359,15 @@ def test_a_whole_number_for_a_float_game_parameter_is_taken_as_a_float():
     params = env._game.get_parameters()
     assert params["komi"] == 7.0 and params["board_size"] == 9
     env.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_game_that_deals_again_on_some_chance_outcomes_builds():
+    """Building the env probed a first position by giving every chance node its first outcome; crazy eights
+    deals again while its upturned card is an eight, which that outcome always was: OpenSpielEnv("crazy_eights")
+    never returned (a learner hung setting up its player, an actor's envs until their reset timeout)."""
+    env = OpenSpielEnv("crazy_eights")  # five players (with two, the first outcomes turn up no eight)
+    env.seed(0)
+    trace = _random_game(env, np.random.default_rng(0))
+    assert trace[0]["observation"].shape == env.info().obs_spec["observation"].shape
+    assert trace[-1].info.outcome is not None

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +26,9 @@ WORKER_EXIT_GRACE_S = 3.0
 setup-error exit names the cause more directly than the given-up jobs, but it may land a moment after the
 poll that sees them given up: the run waits this long for it before stopping on the failing jobs."""
 STATUS_TIMEOUT_S = 5.0
+SHOWN_EVENTS = 3
+"""The newest events the live view shows; the monitor keeps no more (a status poll that fails adds one at every
+poll: a coordinator that did not answer for a day, polled every 2 s, had grown the list by 43,200, ~7 MB)."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +58,7 @@ class RunMonitor:
         self.quiet = quiet
         self.log_errors = log_errors
         self.status: Any = None
-        self.events: list[str] = []  # the newest few show under the live table
+        self.events: deque[str] = deque(maxlen=SHOWN_EVENTS)  # the newest few show under the live table
         self._status_error = ""
         self._step_rate = StepRate()
         self._step_budget = StepBudget(run_cfg.env_steps)
@@ -151,7 +156,7 @@ def history_record(status: Any, elapsed_s: float) -> dict[str, Any]:
 
 
 def progress_table(status: Any, elapsed: float, run_cfg: RunConfig, run_steps: int, steps_per_s: float,
-                   events: list[str]) -> Any:
+                   events: Sequence[str]) -> Any:
     """The live view: counters, the active players, and the newest events."""
     from rich.console import Group
     from rich.text import Text
@@ -180,5 +185,5 @@ def progress_table(status: Any, elapsed: float, run_cfg: RunConfig, run_steps: i
                         else (f"{p.elo:.0f}", f"{p.trueskill_mu:.1f}±{p.trueskill_sigma:.1f}")))
     historical = sum(1 for p in status.players if not p.active)
     parts = [header, table, Text(f"historical players: {historical}")]
-    parts += [Text(e, style="yellow") for e in events[-3:]]
+    parts += [Text(e, style="yellow") for e in list(events)[-SHOWN_EVENTS:]]
     return Group(*parts)

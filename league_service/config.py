@@ -9,6 +9,7 @@ to the workers (their owners validate them). Defaults are the dataclass defaults
 from __future__ import annotations
 
 import importlib.resources
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -541,6 +542,26 @@ class Config:
 
 DEFAULT_CONFIG_RESOURCE = "default_config.yaml"
 
+log = logging.getLogger(__name__)
+
+# Keys an older version had and this one has not. `league run` writes the whole config (every default) into its
+# run directory's config.yaml, which resuming the directory reads: a key retired since made an old league's
+# directory unresumable ("unknown key") until the file was edited by hand. Such a key is dropped with a warning.
+RETIRED_KEYS: dict[tuple[str, str], str] = {
+    ("coordinator", "job_queue_size"): "the coordinator keeps no job queue since d008dd6, 2026-11-21",
+}
+
+
+def _without_retired_keys(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    out: dict[str, Any] | None = None
+    for (section, key), why in RETIRED_KEYS.items():
+        part = data.get(section)
+        if isinstance(part, Mapping) and key in part:
+            out = dict(data) if out is None else out
+            out[section] = {k: v for k, v in part.items() if k != key}
+            log.warning("%s.%s: no longer used (%s); ignored", section, key, why)
+    return data if out is None else out
+
 
 def default_config_dict() -> dict[str, Any]:
     """The embedded default configuration file as a dict."""
@@ -558,6 +579,7 @@ def config_from_dict(data: Mapping[str, Any]) -> Config:
     """
     if not isinstance(data, Mapping):
         raise ConfigError("", f"the configuration must be a mapping, got {type(data).__name__}")
+    data = _without_retired_keys(data)
     defaults = default_config_dict()
     if _names_other(data, defaults, "policy", "algorithm"):
         defaults.pop("policy", None)

@@ -349,6 +349,22 @@ def test_load_config_error_names_the_file(tmp_path):
     assert str(path) in str(info.value)
 
 
+def test_a_run_directorys_config_with_a_key_retired_since_still_loads(tmp_path, caplog):
+    # `league run` writes every key into its run directory's config.yaml; one written before d008dd6 holds
+    # coordinator.job_queue_size, which made resuming that league fail with "unknown key".
+    old = config_to_dict(load_config(None))
+    old["coordinator"]["job_queue_size"] = 64
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(old, sort_keys=False))
+    with caplog.at_level("WARNING", logger="league_service.config"):
+        cfg = load_config(path)
+    assert "job_queue_size" not in config_to_dict(cfg)["coordinator"]
+    assert cfg == load_config(None)
+    assert "coordinator.job_queue_size: no longer used" in caplog.text
+    with pytest.raises(ConfigError, match="unknown key"):  # any other unknown key is still refused
+        config_from_dict({"coordinator": {"job_queue_sise": 64}})
+
+
 def test_an_unreadable_config_file_is_a_config_error_naming_it(tmp_path):
     """`league run missing.yaml` printed a Python traceback; every CLI reports ConfigErrors as one line."""
     for path, message in (

@@ -15,6 +15,18 @@ def _quiet_after(items, release: threading.Event):
     release.wait(30)
 
 
+class _Clock:
+    """Time that moves only when a test says so. The not-cancelled cases ran on the real clock, with a 0.05 s
+    sleep between chunks against a 0.2 s limit: under CPU load (2 cores, load average ~15) one sleep woke past
+    the limit and the steady stream was cancelled. A thread's late wake-up is not the client going quiet."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_a_quiet_stream_is_cancelled_and_the_items_before_it_pass():
     guard = IdleStreamGuard(0.2)
     release = threading.Event()
@@ -31,11 +43,13 @@ def test_a_quiet_stream_is_cancelled_and_the_items_before_it_pass():
 
 
 def test_a_stream_that_keeps_sending_is_not_cancelled_however_long_it_lasts():
-    guard = IdleStreamGuard(0.2)
+    clock = _Clock()
+    guard = IdleStreamGuard(0.2, clock=clock)
 
-    def steady():
+    def steady():  # 8 waits of 0.05 s each: 0.4 s in all, twice the limit
         for i in range(8):
-            time.sleep(0.05)
+            time.sleep(0.05)  # real time too, for the watcher thread to run meanwhile
+            clock.now += 0.05
             yield i
 
     assert list(guard.watch(steady(), lambda: pytest.fail("cancelled a stream that kept sending"))) == list(range(8))
@@ -44,27 +58,39 @@ def test_a_stream_that_keeps_sending_is_not_cancelled_however_long_it_lasts():
 
 def test_time_the_caller_spends_on_an_item_is_not_idle_time():
     # A stream blocked on the learner's own full queue (backpressure) between two chunks is not quiet.
-    guard = IdleStreamGuard(0.1)
+    clock = _Clock()
+    guard = IdleStreamGuard(0.1, clock=clock)
     seen = []
     for item in guard.watch(iter([1, 2]), lambda: pytest.fail("cancelled during the caller's own wait")):
-        time.sleep(0.3)
+        time.sleep(0.3)  # real time too, for the watcher thread to run meanwhile
+        clock.now += 0.3
         seen.append(item)
     assert seen == [1, 2]
 
 
 def test_only_the_quiet_one_of_several_streams_is_cancelled():
-    guard = IdleStreamGuard(0.3)
+    clock = _Clock()
+    guard = IdleStreamGuard(0.3, clock=clock)
     release = threading.Event()
     cancelled = []
 
-    def busy():
+    def busy():  # 1 s in all: the quiet stream's 0.3 s run out meanwhile
         for i in range(20):
             time.sleep(0.05)
+            clock.now += 0.05
             yield i
 
+    quiet_waiting = threading.Event()
+
+    def quiet():
+        yield 0
+        quiet_waiting.set()  # inside the wait for the next chunk: its deadline is set, on the clock busy() moves
+        release.wait(30)
+
     quiet_done = threading.Thread(target=lambda: list(guard.watch(
-        _quiet_after([0], release), lambda: (cancelled.append("quiet"), release.set()))))
+        quiet(), lambda: (cancelled.append("quiet"), release.set()))))
     quiet_done.start()
+    assert quiet_waiting.wait(30)
     assert list(guard.watch(busy(), lambda: cancelled.append("busy"))) == list(range(20))
     quiet_done.join(10)
     assert cancelled == ["quiet"]

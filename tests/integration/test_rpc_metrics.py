@@ -5,6 +5,7 @@ handler fails."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import grpc
@@ -17,6 +18,10 @@ from common.proto.league.v1 import league_pb2_grpc
 from common.rpc import ServerOptions, make_channel
 from league_service.metrics import DEADLINE_SLACK_S, RpcMetricsInterceptor, cut_off_code
 
+# Set once a "slow" call is in its handler (and so in the metrics interceptor): a call cancelled before it got
+# there is never counted, which is not what the tests ask about.
+SLOW_HANDLER_ENTERED = threading.Event()
+
 
 class _Servicer(league_pb2_grpc.LeagueServiceServicer):
     async def Heartbeat(self, request, context):
@@ -25,6 +30,7 @@ class _Servicer(league_pb2_grpc.LeagueServiceServicer):
         if request.worker_id == "bug":
             raise RuntimeError("a bug in the servicer")
         if request.worker_id == "slow":
+            SLOW_HANDLER_ENTERED.set()
             await asyncio.sleep(30)  # the client gives up first
         return pb.HeartbeatResponse(lease_deadline=1.0)
 
@@ -100,8 +106,11 @@ def test_a_cancel_that_reaches_a_busy_server_just_before_its_deadline_is_the_dea
 def test_a_call_its_client_cancelled_is_counted_cancelled(served):
     """The same cut-off handler, but the client went away before its deadline: CANCELLED, as the client saw."""
     registry, stub = served
+    SLOW_HANDLER_ENTERED.clear()
     call = stub.Heartbeat.future(pb.HeartbeatRequest(worker_id="slow"), timeout=20)
-    time.sleep(0.3)
+    # Cancel once the server runs the handler. It slept 0.3 s instead: under CPU load (2 cores, load average
+    # ~30) the cancel came before the call reached the handler, nothing was counted, and the test failed.
+    assert SLOW_HANDLER_ENTERED.wait(15)
     call.cancel()
     assert call.cancelled()
     deadline = time.monotonic() + 10

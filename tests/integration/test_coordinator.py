@@ -277,16 +277,22 @@ def test_hundreds_of_long_polls_wait_at_once_and_each_gets_its_answer(league):
     thread per poll would answer them in waves of its pool, 3 s each, past it); and a job freed while they all
     wait goes to one of them."""
     _, stub, _ = league
-    bind_learners(stub)
     actors = [f"a{i}" for i in range(300)]
     for worker_id in actors:
         register(stub, worker_id, ACTOR)
-    polls = [stub.GetJob.future(pb.GetJobRequest(worker_id=w, role=ACTOR, wait_s=3.0), timeout=20) for w in actors]
+    # The learners hold their 30 s leases without heartbeats, so bind them last. Bound before the 300
+    # registrations, under CPU load (2 cores, load average ~30) no poll got a job in 120 s: their leases had
+    # run out before the polls came, and no collect job was offered.
+    bind_learners(stub)
+    # The server cuts each wait to 3 s; the deadline only bounds a starved server. It was 20 s: under the same
+    # load 300 polls in this one process went past it, DEADLINE_EXCEEDED with no bug.
+    polls = [stub.GetJob.future(pb.GetJobRequest(worker_id=w, role=ACTOR, wait_s=3.0), timeout=120) for w in actors]
     def granted():
         done = [p for p in polls if p.done() and p.result().job.job_id]
         return done if len(done) >= 4 else None
 
-    granted = wait_until("the four free jobs", granted, timeout_s=20)
+    granted = wait_until("the four free jobs", granted, timeout_s=120,
+                         context=lambda: str(stub.GetStatus(pb.GetStatusRequest()).counters))
     assert len(granted) == 4
     freed = granted[0].result().job
     owner = actors[next(i for i, p in enumerate(polls) if p is granted[0])]

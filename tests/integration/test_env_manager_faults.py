@@ -290,8 +290,10 @@ def test_the_automatic_reset_is_timed_by_the_reset_timeout_not_the_step_timeout(
 
 
 def test_a_hung_automatic_reset_keeps_the_finished_episode_and_rebuilds(launched, tmp_path):
+    # reset_timeout also bounds a worker's start (spawning Python, building the env). It was 1 s: under CPU load
+    # (2 cores, load average ~15) the launch itself failed twice, "gave no reply to start within 1.0 s (hung)".
     manager = launched([partial(SlowResetEnv, 3600.0, tmp_path / "budget", 1)], step_timeout=30.0,
-                       reset_timeout=1.0, max_retry=1)
+                       reset_timeout=10.0, max_retry=1)
     old = manager.worker_pids
     _step_all(manager)
     last = _step_all(manager)

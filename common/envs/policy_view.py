@@ -95,9 +95,10 @@ def _check_not_channels_last(info: EnvInfo, what: str, shape: tuple[int, ...], d
     """A uint8 (H, W, C) picture, as gymnasium's pixel envs and wrappers give (MiniGrid's (7, 7, 3)), is refused:
     the conv torso reads three dimensions as (C, H, W), so it would take its rows for channels and its colours
     for a width of 3. The default conv stack then failed with advice (`conv_padding: same`) that, followed,
-    trained on the misread layout without a word."""
+    trained on the misread layout without a word. A picture's channels are fewer than its rows and its columns:
+    planes of a small board, channels first ((16, 4, 4), (2, 3, 3)), are no picture laid out (H, W, C)."""
     if (len(shape) == 3 and np.dtype(dtype) == np.uint8 and shape[-1] in IMAGE_CHANNELS
-            and shape[0] not in IMAGE_CHANNELS):
+            and shape[0] not in IMAGE_CHANNELS and shape[-1] < min(shape[0], shape[1])):
         raise UnsupportedEnvError(
             f"env {info.name!r}: {what} of shape {tuple(shape)} (uint8) is a picture laid out (H, W, C); the conv "
             "torso takes (C, H, W): give env.name as 'python:<module>:<callable>' returning it wrapped in "

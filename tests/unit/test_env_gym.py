@@ -192,9 +192,10 @@ def test_a_channels_last_picture_is_refused_and_the_advised_transpose_builds():
     transposed.close()
 
 
-@pytest.mark.parametrize("shape", [(4, 84, 84), (3, 3, 3), (12, 12, 5)])
+@pytest.mark.parametrize("shape", [(4, 84, 84), (3, 3, 3), (12, 12, 5), (16, 4, 4), (2, 3, 3)])
 def test_channels_first_or_non_picture_uint8_observations_are_not_refused(shape):
-    """Stacked frames (4, 84, 84) and pictures already (C, H, W) pass, as do arrays that are no pictures."""
+    """Stacked frames (4, 84, 84) and pictures already (C, H, W) pass, as do arrays that are no pictures, and
+    planes of a small board channels first ((16, 4, 4): 2048's one-hot tiles; (2, 3, 3): two players' stones)."""
 
     class Frames(_Picture):
         observation_space = gymnasium.spaces.Box(0, 255, shape, np.uint8)

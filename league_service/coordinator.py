@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from common.config import ConfigError, deep_merge
 from common.paths import SharedRoot, UnsafePathError
@@ -1033,12 +1033,15 @@ def _check_checkpoints_present(players: Iterable[Player], root: SharedRoot) -> N
     if not missing:
         return
     examples = ", ".join(f"{pid} ({path})" for pid, path in missing[:3]) + (" ..." if len(missing) > 3 else "")
-    if len(missing) == len(named):
+    # A learner goes on publishing while the coordinator is away (until its lease lapses), and its retention may
+    # retire the version the state names: the player's directory, with newer versions in it, says the root is right.
+    if len(missing) == len(named) and not any(_directory_is_under(root, path) for _, path in missing):
         raise LeagueStateError(
             "shared_root", f"none of the {len(named)} checkpoint(s) this league's state names is under the shared "
                            f"root {root.root} (such as {examples}): give the --shared-root the league trained in")
     log.warning("%d of the %d checkpoint(s) this league's state names are not under the shared root %s: %s; "
-                "actors cannot play those players", len(missing), len(named), root.root, examples)
+                "actors cannot load those (an active player's learner names its newer version at its next report)",
+                len(missing), len(named), root.root, examples)
 
 
 def _is_under(root: SharedRoot, relative: str) -> bool:
@@ -1046,6 +1049,12 @@ def _is_under(root: SharedRoot, relative: str) -> bool:
         return root.resolve(relative).exists()
     except (UnsafePathError, OSError):
         return False
+
+
+def _directory_is_under(root: SharedRoot, relative: str) -> bool:
+    """The directory of checkpoint `relative` (other than the root itself) is under the root."""
+    parent = PurePosixPath(relative).parent
+    return str(parent) not in ("", ".", "/") and _is_under(root, str(parent))
 
 
 def _check_pretrained_checkpoints(league: LeagueConfig, root: SharedRoot) -> None:

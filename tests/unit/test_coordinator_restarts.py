@@ -236,3 +236,35 @@ def test_a_state_restored_where_none_of_its_checkpoints_are_is_refused_and_one_m
     second.close()
     assert f"1 of the 2 checkpoint(s) this league's state names are not under the shared root {root}: " \
            f"{ids[1]} (ckpt/1.pt)" in caplog.text
+
+
+def test_a_state_whose_versions_retention_retired_meanwhile_is_restored_with_a_warning(tmp_path, caplog):
+    """A learner publishes on while the coordinator is away (until its lease lapses), and its retention retires
+    the versions the state names: the root is the right one (the players' directories hold newer versions), so
+    the league is restored, not refused as if --shared-root were wrong."""
+    import numpy as np
+
+    from common.checkpoint_store import CheckpointStore
+
+    root, state = tmp_path / "root", tmp_path / "state.sqlite"
+    root.mkdir()
+    store = CheckpointStore(root, keep_last=2)
+    weights = {"w": np.zeros(3, np.float32)}
+    first = _open_at(root, state)
+    try:
+        first.register_worker("l", WorkerRole.LEARNER, "host", "127.0.0.1:1")
+        ids = [p.player_id for p in first.status().league.players if p.active]
+        for player in ids:
+            ref = store.publish(player, weights, 1)
+            first.update_player(PlayerUpdateRequest("l", PlayerUpdate(player, 1, 100, ref.path, 1, 0)))
+    finally:
+        first.close()
+    for player in ids:
+        for version in (2, 3, 4):
+            store.publish(player, weights, version)
+    store.close()
+
+    with caplog.at_level(logging.WARNING, logger="league_service.coordinator"):
+        second = _open_at(root, state)
+    second.close()
+    assert f"2 of the 2 checkpoint(s) this league's state names are not under the shared root {root}" in caplog.text

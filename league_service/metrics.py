@@ -119,6 +119,7 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
 
         async def timed(request, context: grpc.aio.ServicerContext):
             start = time.perf_counter()
+            allowed = context.time_remaining()
             failed = cancelled = False
             try:
                 return await inner(request, context)
@@ -132,7 +133,7 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
                 latency.observe(time.perf_counter() - start)
                 code = context.code()
                 if cancelled and code is None:
-                    calls.labels(method, cut_off_code(context.time_remaining()).name).inc()
+                    calls.labels(method, cut_off_code(context.time_remaining(), allowed).name).inc()
                 elif code is None or code is grpc.StatusCode.OK:
                     (calls.labels(method, grpc.StatusCode.UNKNOWN.name) if failed and code is None else ok).inc()
                 else:
@@ -150,12 +151,15 @@ DEADLINE_SLACK_S = 1.0
 arrives, later than the client's, so the client's own deadline cancel can reach a busy server with time left."""
 
 
-def cut_off_code(time_remaining: float | None) -> grpc.StatusCode:
+def cut_off_code(time_remaining: float | None, time_allowed: float | None = None) -> grpc.StatusCode:
     """The status the client saw when the core cancelled a handler: its deadline passing (DEADLINE_EXCEEDED, a
     slow coordinator) or the client going away (CANCELLED). The core cancels in both cases and does not say
     which, so a cancel within `DEADLINE_SLACK_S` of the deadline is taken as the deadline (under load one came
-    in with 1 ms left and was counted CANCELLED)."""
-    if time_remaining is not None and time_remaining <= DEADLINE_SLACK_S:
+    in with 1 ms left and was counted CANCELLED). `time_allowed`: what the handler had left when it started; the
+    slack is at most half of it, else every cancel of a call with a deadline of a second or less (a leaving
+    learner's Heartbeat) counted DEADLINE_EXCEEDED, however early the client went."""
+    slack = DEADLINE_SLACK_S if time_allowed is None else min(DEADLINE_SLACK_S, time_allowed / 2)
+    if time_remaining is not None and time_remaining <= slack:
         return grpc.StatusCode.DEADLINE_EXCEEDED
     return grpc.StatusCode.CANCELLED
 

@@ -123,6 +123,24 @@ def test_a_call_its_client_cancelled_is_counted_cancelled(served):
     assert not registry.get_sample_value("league_rpc_calls_total", {"method": "Heartbeat", "code": "DEADLINE_EXCEEDED"})
 
 
+def test_a_call_of_a_short_deadline_its_client_cancelled_early_is_counted_cancelled(served):
+    """With a deadline of a second or less (a leaving learner's Heartbeat has 1 s), every cancel fell within the
+    slack and was counted DEADLINE_EXCEEDED, however early the client went away."""
+    registry, stub = served
+    call = stub.Heartbeat.future(pb.HeartbeatRequest(worker_id="slow"), timeout=1.0)
+    time.sleep(0.05)
+    call.cancel()
+    assert call.cancelled()
+    deadline = time.monotonic() + 10
+    counted = lambda code: registry.get_sample_value(  # noqa: E731
+        "league_rpc_calls_total", {"method": "Heartbeat", "code": code})
+    while time.monotonic() < deadline and not (counted("CANCELLED") or counted("DEADLINE_EXCEEDED")):
+        time.sleep(0.05)
+    assert counted("CANCELLED") == 1 and not counted("DEADLINE_EXCEEDED")
+    assert cut_off_code(0.9, time_allowed=1.0) is grpc.StatusCode.CANCELLED
+    assert cut_off_code(0.001, time_allowed=0.3) is grpc.StatusCode.DEADLINE_EXCEEDED
+
+
 def test_calls_the_token_check_refuses_are_counted_unauthenticated(tmp_path):
     """The token check answers before the metrics interceptor sees a call: a worker with a stale token hammered
     the coordinator and the metrics showed nothing. Only methods the server has are counted (an unknown name

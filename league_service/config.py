@@ -538,6 +538,25 @@ class Config:
         if seated:
             raise ConfigError(seated[0], "cannot be combined with league.reference_bots: the league seats its "
                               "reference bots itself, in the jobs that name them")
+        searching = [text for text in self.league.reference_bots if BotSpec.parse(text).kind == "mcts"]
+        game = name.removeprefix(OPENSPIEL_PREFIX)
+        if searching and name.startswith(OPENSPIEL_PREFIX) and _imperfect_information(game):
+            # The env refuses such a bot (pyspiel's MCTS searches the true state: it would see the hidden cards),
+            # but only in the actors, one failed job after another against it for as long as the league ran.
+            raise ConfigError("league.reference_bots", f"{searching} cannot play {game!r}, a game of imperfect "
+                              "information: pyspiel's MCTS searches the true state, so it would see the other "
+                              "players' hidden information; keep 'random' only (a saved league that has them "
+                              "cannot drop them: start a new league)")
+
+
+def _imperfect_information(game: str) -> bool:
+    """OpenSpiel's game `game` is one of imperfect information (False for a game it does not know: the env says)."""
+    import pyspiel
+
+    for game_type in pyspiel.registered_games():
+        if game_type.short_name == game:
+            return game_type.information != pyspiel.GameType.Information.PERFECT_INFORMATION
+    return False
 
 
 DEFAULT_CONFIG_RESOURCE = "default_config.yaml"

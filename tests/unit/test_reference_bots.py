@@ -63,6 +63,8 @@ def test_the_default_league_has_bots_and_a_config_for_another_game_does_not_inhe
     assert config_from_dict({"env": {"name": "CartPole-v1"}, "league": solo}).league.reference_bots == ()
     named = {"env": {"name": "openspiel:tic_tac_toe"}, "league": {"reference_bots": ["mcts:5"]}}
     assert config_from_dict(named).league.reference_bots == ("mcts:5",)
+    poker = {"env": {"name": "openspiel:kuhn_poker"}, "league": {"reference_bots": ["random"]}}
+    assert config_from_dict(poker).league.reference_bots == ("random",)
     assert config_from_dict({"league": {"reference_bots": []}}).league.reference_bots == ()
     seats_own = {"league": {"main_player": {"env_kwargs": {"bots": {1: "random"}}}}}
     assert config_from_dict(seats_own).league.reference_bots == ()
@@ -86,6 +88,9 @@ def test_the_default_league_has_bots_and_a_config_for_another_game_does_not_inhe
          "league.league_exploiter.job.env_kwargs.bots", "cannot be combined"),
         ({"env": {"name": "CartPole-v1"}, "league": {"reference_bots": ["random"]}}, "league.reference_bots",
          "plays bots itself"),
+        # The env refused it only in the actors: every job against the bot failed, for as long as the league ran.
+        ({"env": {"name": "openspiel:kuhn_poker"}, "league": {"reference_bots": ["random", "mcts:10"]}},
+         "league.reference_bots", r"\['mcts:10'\] cannot play 'kuhn_poker', a game of imperfect information"),
         ({"env": {"name": "CartPole-v1"}, "league": {"league_type": "solo", "active_players": {"solo_active_player": 1},
                                                     "reference_bots": ["random"]}},
          "league.reference_bots", "solo league"),

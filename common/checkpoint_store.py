@@ -245,9 +245,10 @@ class CheckpointStore:
         is another player's, and its versions, manifests and latest.json would be written over."""
         directory = self.root.resolve(player_id)
         if directory.parent == self.root.root and directory.name != player_id:
-            raise UnsafePathError(f"player_id: the directory of {player_id!r} is a symlink to {directory.name!r} in "
-                                  "the shared root, another player's: publishing there would write over its "
-                                  "checkpoints")
+            raise UnsafePathError(f"player_id: the directory of {player_id!r} is a symlink to {directory.name!r} at "
+                                  "the top of the shared root, where each player has its directory: publishing "
+                                  f"there could write over player {directory.name!r}'s checkpoints (link to a "
+                                  f"directory below the top, such as disks/{player_id})")
         return directory / relative.rsplit("/", 1)[1]
 
     def _commit(self, ref: CheckpointRef, weights_tmp: Path, state_tmp: Path | None) -> None:

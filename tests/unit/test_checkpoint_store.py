@@ -412,7 +412,7 @@ def test_a_player_directory_linked_to_another_players_is_not_published_through(s
     versions, manifests and latest.json; reading through such a link stays allowed."""
     theirs = store.publish("q", weights(7.0), 3)
     os.symlink("q", store.root.root / "p")
-    with pytest.raises(UnsafePathError, match="player_id: the directory of 'p' is a symlink to 'q'"):
+    with pytest.raises(UnsafePathError, match=r"the directory of 'p' is a symlink to 'q' .*such as disks/p\)"):
         store.publish("p", weights(1.0), 4)
     assert store.latest("q") == theirs
     assert not [name for name in os.listdir(store.root.root / "q") if "0000000004" in name]

@@ -17,6 +17,9 @@ MAX_RUN_ACTORS = 256
 for many minutes and drove the load average to hundreds. Beyond this, spread the league with the
 deployment files (deploy/)."""
 
+MAX_ENV_MAX_RETRY = 1_000_000
+"""A bound for `env_max_retry` that still fails a job whose env fails at every step (of a job of many steps)."""
+
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -26,6 +29,9 @@ class RunConfig:
     actors: int = 2
     env_num_per_actor: int = 0
     manager: str = "subprocess"
+    # Failures each env may have per collect job (it is rebuilt each time) before the job fails: the actors'
+    # --env-max-retry. A flaky env (a step that raises now and then) stopped the run with no way to allow it more.
+    env_max_retry: int = 2
     # Budget: stop after this many seconds, or after this many env steps (0: no limit), both counted in this
     # run (a run resumed in the same --run-dir starts its budget afresh).
     seconds: float = 300.0
@@ -44,6 +50,8 @@ class RunConfig:
                               f"must be within [0, {MAX_ENV_NUM}] (0: env.env_num), got {self.env_num_per_actor}")
         if self.manager not in ("subprocess", "base"):
             raise ConfigError("manager", f"must be 'subprocess' or 'base', got {self.manager!r}")
+        if not 0 <= self.env_max_retry <= MAX_ENV_MAX_RETRY:
+            raise ConfigError("env_max_retry", f"must be within [0, {MAX_ENV_MAX_RETRY}], got {self.env_max_retry}")
         if not 0 < self.seconds <= MAX_DURATION_S:
             raise ConfigError("seconds", f"must be > 0 and at most {MAX_DURATION_S:g}, got {self.seconds}")
         if self.env_steps < 0:

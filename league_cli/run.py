@@ -177,7 +177,8 @@ class Supervisor:
             if stop_timeout > 0:  # `run.stop_grace_s: 0` kills at once: no backstop fits, and 0 is no --stop-timeout
                 argv += ["--stop-timeout", f"{stop_timeout:g}"]
             return argv
-        argv = league_command("actor", *common, "--manager", self.run_cfg.manager)
+        argv = league_command("actor", *common, "--manager", self.run_cfg.manager,
+                              "--env-max-retry", str(self.run_cfg.env_max_retry))
         if self.run_cfg.manager == "subprocess":
             argv += ["--env-cpus", str(self.env_cpus_per_actor())]
         if self.run_cfg.env_num_per_actor:

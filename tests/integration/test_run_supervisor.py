@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from common.config import ConfigError
 from common.ports import ephemeral_range
 from league_cli.run import RunConfig, Supervisor, learner_stop_timeout
 
@@ -45,6 +46,21 @@ def test_actors_with_env_processes_get_their_share_of_the_cpus(tmp_path, monkeyp
     assert argv[argv.index("--env-cpus") + 1] == "1"  # never below one
     in_process = Supervisor(tmp_path, tmp_path / "league.yaml", RunConfig(manager="base"), learners=1)
     assert "--env-cpus" not in in_process._worker_argv("actor-0")
+
+
+def test_actors_get_the_runs_env_max_retry(tmp_path):
+    """A flaky env (a step that raises now and then) stopped `league run` with "collect jobs keep failing": only
+    `league actor --env-max-retry` could allow it more, and `league run` gave no way to set it."""
+    from league_cli.main import build_parser
+
+    sup = Supervisor(tmp_path, tmp_path / "league.yaml", RunConfig(env_max_retry=50), learners=1)
+    sup.address = "127.0.0.1:1"
+    argv = sup._worker_argv("actor-0")
+    assert argv[argv.index("--env-max-retry") + 1] == "50"
+    args = build_parser().parse_args(argv[argv.index("actor"):])
+    assert args.env_max_retry == 50
+    with pytest.raises(ConfigError, match=r"env_max_retry: must be within \[0, 1000000\], got -1"):
+        RunConfig(env_max_retry=-1)
 
 
 def test_a_learner_under_a_grace_of_zero_gets_arguments_it_accepts(tmp_path):

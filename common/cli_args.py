@@ -14,7 +14,7 @@ from pathlib import Path
 from common.config import MAX_DURATION_S
 from common.job_limits import MAX_ENV_NUM
 from common.ports import check_host_port, check_target
-from common.rpc import COORDINATOR_ENV_VAR
+from common.rpc import COORDINATOR_ENV_VAR, SHARED_ROOT_ENV_VAR
 
 MAX_TIMEOUT_S = 3600.0
 """The longest deadline a client flag takes: a huge one (1e300 s) overflows into an immediate DEADLINE_EXCEEDED."""
@@ -174,4 +174,14 @@ def coordinator_refusal(value: str | None) -> str | None:
         check_target(value)
     except ValueError as err:
         return f"--coordinator (or ${COORDINATOR_ENV_VAR}): {err}"
+    return None
+
+
+def shared_root_refusal(value: Path | None) -> str | None:
+    """Why a process's --shared-root (default: $LEAGUE_SHARED_ROOT) cannot be used, or None. A bad value from the
+    environment was reported as "--shared-root /x is not a directory", naming a flag that was not given."""
+    if value is None:
+        return f"--shared-root (or ${SHARED_ROOT_ENV_VAR}) is required"
+    if not value.is_dir():
+        return f"--shared-root (or ${SHARED_ROOT_ENV_VAR}) {value} is not a directory"
     return None

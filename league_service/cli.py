@@ -98,8 +98,8 @@ def coordinator_main(args: argparse.Namespace) -> int:
     cli_args.configure_logging(args.log_level)
     if (args.tls_cert is None) != (args.tls_key is None):
         return _refuse("--tls-cert and --tls-key go together")
-    if not args.shared_root.is_dir():
-        return _refuse(f"--shared-root {args.shared_root} is not a directory")
+    if (refusal := cli_args.shared_root_refusal(args.shared_root)) is not None:
+        return _refuse(refusal)
     if args.port_file is not None:
         # Its directory is made (or refused) before serving: written once the server listened, a path through a
         # file failed with a traceback (exit 1).

@@ -97,10 +97,8 @@ def main(args: argparse.Namespace) -> int:
     cli_args.configure_logging(args.log_level)
     if (refusal := cli_args.coordinator_refusal(args.coordinator)) is not None:
         return _refuse(refusal)
-    if args.shared_root is None:
-        return _refuse(f"--shared-root (or ${SHARED_ROOT_ENV_VAR}) is required")
-    if not args.shared_root.is_dir():
-        return _refuse(f"--shared-root {args.shared_root} is not a directory")
+    if (refusal := cli_args.shared_root_refusal(args.shared_root)) is not None:
+        return _refuse(refusal)
     try:
         resolve_device(args.device)  # `cuda` on a machine without one: refuse now, not at the first job
         if args.tls_ca is not None:

@@ -53,3 +53,15 @@ def test_the_coordinator_reads_its_shared_root_from_the_environment(monkeypatch,
     with pytest.raises(SystemExit):  # neither the flag nor the variable
         _parse(add_coordinator_arguments, [], monkeypatch)
     assert "--shared-root" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["actor", "learner", "coordinator"])
+def test_a_shared_root_from_the_environment_that_is_no_directory_names_the_variable(monkeypatch, capsys, command):
+    """`LEAGUE_SHARED_ROOT=/nonexistent league actor ...` said "--shared-root /nonexistent is not a directory",
+    naming a flag that was not given."""
+    from league_cli.main import main
+
+    monkeypatch.setenv("LEAGUE_SHARED_ROOT", "/nonexistent/league")
+    monkeypatch.setenv("LEAGUE_COORDINATOR", "127.0.0.1:1")
+    assert main([command]) == 2
+    assert "--shared-root (or $LEAGUE_SHARED_ROOT) /nonexistent/league is not a directory" in capsys.readouterr().err

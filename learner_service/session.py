@@ -30,6 +30,7 @@ from common.learner_config import LearnerConfig
 from common.proto.league.v1 import league_pb2
 from common.rpc import job_heartbeat_interval
 from learner_service.chunks import PreparedChunk
+from learner_service.heap_trim import HeapTrimmer
 from learner_service.intake import ChunkQueue
 from learner_service.league_client import RETRYABLE, BindingLost, LeagueClient, LearnJob, Registration
 from learner_service.publisher import CheckpointPublisher
@@ -231,6 +232,8 @@ class LearnSession:
         self._recent_rollbacks: deque[bool] = deque(maxlen=DIVERGED_WINDOW)  # per update: rolled back?
         self._unloadable_reset: str | None = None  # the reset checkpoint last found unloadable (logged once)
         self._last_log = time.monotonic()
+        self.heap_trimmer = HeapTrimmer()
+        """Gives the heap's free memory back to the OS every few seconds of training (see `heap_trim`)."""
 
     @property
     def client(self) -> LeagueClient:
@@ -370,6 +373,7 @@ class LearnSession:
                 self._log_progress(scalars)
             elif self.telemetry.every_s > PROGRESS_LOG_EVERY_S:  # no write may come for that long: the line
                 self._log_progress(None)  # has the window since the last write, which ends at this iteration
+            self.heap_trimmer.maybe_trim()
             if publish and self._ended.is_set():
                 return
 

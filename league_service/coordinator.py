@@ -108,6 +108,21 @@ class CoordinatorSettings:
         return self.state_path if self.state_path is not None else Path(self.shared_root) / STATE_FILE_NAME
 
 
+class SteadyWallClock:
+    """The coordinator's clock: wall-clock seconds (what the store keeps and `league status` shows) that advance
+    with `time.monotonic()`, so a step of the wall clock (NTP correcting it, an admin setting it) does not stretch
+    or cut the durations measured on it. Read from `time.time()`, an hour's step back left every lease of a worker
+    that died meanwhile in place for an extra hour (and the worker alive in `league status`), and a step forward
+    would expire live leases at once had the pause check below not taken it for a pause. The offset is taken once,
+    at the coordinator's start: a restart reads the wall clock again."""
+
+    def __init__(self) -> None:
+        self._offset = time.time() - time.monotonic()
+
+    def __call__(self) -> float:
+        return self._offset + time.monotonic()
+
+
 PAUSE_TICK_S = 1.0
 """The expiry thread runs at least this often, so a gap between two runs of the coordinator tells a pause."""
 PAUSE_AFTER_S = 5.0
@@ -142,12 +157,13 @@ class Coordinator:
         cfg: Config,
         settings: CoordinatorSettings,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         expiry_thread: bool = True,
     ) -> None:
+        """`clock`: seconds on the wall clock's scale (default `SteadyWallClock`); tests move a fake one."""
         self._cfg = cfg
         self._settings = settings
-        self._clock = clock
+        self._clock = clock = SteadyWallClock() if clock is None else clock
         self._use_expiry_thread = expiry_thread
         self._lock = threading.Lock()
         self._collect_ready = threading.Condition(self._lock)

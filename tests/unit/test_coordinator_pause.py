@@ -3,6 +3,9 @@ after the wall clock stepped back. The real coordinator with its expiry thread, 
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from league_service.coordinator import Coordinator, CoordinatorSettings
 from league_service.coordinator_messages import JobGrant
 from league_service.coordinator_testing import small_league_config
@@ -41,3 +44,43 @@ def test_a_pause_longer_than_the_lease_keeps_the_lease_also_after_the_clock_step
         assert coord.status().counters.jobs_expired == 0
     finally:
         coord.close()
+
+
+# The step is made in a process of its own, before the coordinator is imported: a clock bound at import (a default
+# argument) reads the stepped wall clock as a clock that reads time.time() when called does.
+_STEP_BACK = """
+import sys, time
+real = time.time
+step = [0.0]
+time.time = lambda: real() + step[0]
+from pathlib import Path
+from league_service.coordinator import Coordinator, CoordinatorSettings
+from league_service.coordinator_messages import JobGrant
+from league_service.coordinator_testing import small_league_config
+from league_service.leases import WorkerRole
+cfg = small_league_config({"league": {"league_type": "solo", "active_players": {"solo_active_player": 1}},
+                           "env": {"name": "CartPole-v1"}})
+coord = Coordinator(cfg, CoordinatorSettings(shared_root=Path(sys.argv[1]), lease_timeout_s=0.3, needs_learner=False,
+                                             rng_seed=0), expiry_thread=False)
+coord.start()
+coord.register_worker("actor", WorkerRole.ACTOR, "host", "")
+assert isinstance(coord.get_job("actor", WorkerRole.ACTOR, "", wait_s=1.0), JobGrant)
+step[0] = -3600.0  # the wall clock steps back an hour; the worker goes silent
+time.sleep(0.5)
+coord.expire_due()
+status = coord.status()
+print(status.counters.jobs_expired, min(status.now - w.last_heartbeat for w in status.workers))
+coord.close()
+"""
+
+
+def test_a_lease_of_a_silent_worker_expires_on_time_after_the_wall_clock_stepped_back(tmp_path):
+    """The coordinator's own clock (no fake one): the wall clock steps back an hour just after a grant, and the
+    worker goes silent. Its lease expires after the lease timeout, not an hour later, and the worker's silence
+    does not count as negative."""
+    done = subprocess.run([sys.executable, "-c", _STEP_BACK, str(tmp_path)], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    expired, silent_s = done.stdout.split()
+    assert int(expired) == 1
+    assert float(silent_s) >= 0.0

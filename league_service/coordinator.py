@@ -1009,8 +1009,12 @@ class Coordinator:
         if stored.config_digest != digest:
             log.warning("the configuration changed since this league's state was created (%s)", self._store.path)
         now = self._clock()
+        # Times stored ahead of now: the wall clock was stepped back while the coordinator was down (or the state
+        # moved to a host whose clock is behind). Taken as they were, a dead worker stayed alive, with a negative
+        # silence, and a failing player's jobs were held, for as long as the step.
         for info, last_seen in stored.workers:
-            self._table.restore_worker(info, last_seen)
+            self._table.restore_worker(replace(info, registered_at=min(info.registered_at, now)),
+                                       min(last_seen, now))
         for end in stored.ended:
             self._table.restore_end(end)
         for lease in stored.leases:
@@ -1030,13 +1034,23 @@ class Coordinator:
         self._counters = replace(
             c, jobs_issued=max(c.jobs_issued, c.jobs_finished + c.jobs_expired + c.jobs_failed + len(stored.leases))
         )
-        self._job_failures = {r.player_id: r for r in stored.job_failures if r.player_id in self._active_ids}
+        self._job_failures = {r.player_id: _failures_not_ahead(r, now) for r in stored.job_failures
+                              if r.player_id in self._active_ids}
         _check_checkpoints_present(self._league.active_players + self._league.historical_players, self._root)
         _, active, historical = self._league.sizes()
         log.info(
             "restored league %s: %d players, %d jobs in flight, %d workers",
             self.league_id, active + historical, len(stored.leases), len(stored.workers),
         )
+
+
+def _failures_not_ahead(books: PlayerJobFailures, now: float) -> PlayerJobFailures:
+    """A player's restored failure books whose last failure is stored ahead of `now` (the wall clock went back):
+    the failure is taken as just now, and its jobs are held for the backoff it asked for, not for the step too."""
+    ahead = books.last_failure_at - now
+    if ahead <= 0:
+        return books
+    return replace(books, last_failure_at=now, held_until=books.held_until - ahead if books.held_until else 0.0)
 
 
 def _check_checkpoints_present(players: Iterable[Player], root: SharedRoot) -> None:

@@ -481,7 +481,8 @@ class LeaseTable(Generic[P]):
             raise ValueError(f"job_id: {lease.job_id!r} restored twice or already ended")
         if lease.kind is JobKind.LEARN:
             self._learner_of[lease.launch_player] = lease.job_id
-        self._grant(dataclasses.replace(lease, deadline=now + self.lease_timeout_s + RECONNECT_GRACE_S))
+        self._grant(dataclasses.replace(lease, issued_at=min(lease.issued_at, now),  # a clock stepped back
+                                        deadline=now + self.lease_timeout_s + RECONNECT_GRACE_S))
 
     def postpone_all(self, by: float) -> int:
         """Move every lease's deadline `by` seconds later (the coordinator was paused, so no worker could renew

@@ -28,12 +28,12 @@ class _Clock:
         return self.now
 
 
-def _open(tmp_path, state, overrides=None) -> Coordinator:
+def _open(tmp_path, state, overrides=None, clock=None) -> Coordinator:
     coordinator = Coordinator(
         small_league_config(overrides),
         CoordinatorSettings(shared_root=tmp_path, state_path=state, lease_timeout_s=60.0, needs_learner=False,
                             rng_seed=0),
-        clock=_Clock(),
+        clock=_Clock() if clock is None else clock,
         expiry_thread=False,
     )
     coordinator.start()
@@ -268,3 +268,35 @@ def test_a_state_whose_versions_retention_retired_meanwhile_is_restored_with_a_w
         second = _open_at(root, state)
     second.close()
     assert f"2 of the 2 checkpoint(s) this league's state names are not under the shared root {root}" in caplog.text
+
+
+def test_a_restart_after_the_wall_clock_stepped_back_keeps_no_time_stored_ahead_of_it(tmp_path):
+    """Stopped, then the wall clock set back an hour, then restarted: the worker silent since is taken as heard
+    from at the restart at the latest (not alive a lease later, not for the hour too), and the failing player's
+    jobs are held for their backoff, not for the hour too."""
+    state, clock = tmp_path / "state.sqlite", _Clock()
+    clock.now = 100_000.0
+    backoff = {"coordinator": {"max_job_attempts": 1, "job_retry_backoff_s": 5.0, "max_job_retry_backoff_s": 60.0}}
+    first = _open(tmp_path, state, backoff, clock)
+    try:
+        first.register_worker("a", WorkerRole.ACTOR, "host", "")
+        grant = first.get_job("a", WorkerRole.ACTOR, "", wait_s=0.0)
+        assert isinstance(grant, JobGrant)
+        first.finish_job(FinishReport("a", grant.job_id, JobEndStatus.FAILED, (), 0, 0, "boom"))
+        [books] = first.status().job_failures
+        assert books.held_until == clock.now + 5.0
+    finally:
+        first.close()
+
+    clock.now -= 3600.0
+    second = _open(tmp_path, state, backoff, clock)
+    try:
+        status = second.status()
+        [books] = status.job_failures
+        assert status.now < books.held_until <= status.now + 5.0
+        clock.now += 61.0  # a lease timeout
+        status = second.status()
+        [worker] = status.workers
+        assert worker.last_heartbeat <= status.now and not worker.alive
+    finally:
+        second.close()

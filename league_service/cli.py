@@ -54,6 +54,7 @@ log = logging.getLogger("league.coordinator")
 
 DEFAULT_STATUS_ADDR = "127.0.0.1:50051"
 FAILURE_POLL_S = 0.5  # how soon a failed background thread ends the process
+STOP_POLL_S = 0.1  # how soon Ctrl-C ends a `league status --watch` waiting for the coordinator's answer
 DEFAULT_DRAIN_S = 1.0  # long enough for a health probe or a worker's finish in flight, short for `league run`
 
 
@@ -317,22 +318,24 @@ def status_main(args: argparse.Namespace) -> int:
                 console.print(render_status(status))
             sys.stdout.flush()  # here, where a closed pipe is caught, not at interpreter exit
             return 0
-        def frame():
-            try:
-                status = fetch()
-            except grpc.RpcError as err:  # (as text: the details may hold [brackets] rich would read as markup)
-                return Text(f"{source.address}: {err.code().name}: {err.details()} (retrying)")
-            return render_status(status)
-
         # Ctrl-C (or SIGTERM) sets `stop` instead of raising KeyboardInterrupt wherever the main thread is:
         # inside a gRPC call the interrupt could be swallowed and the watch would never end.
         stop = SignalFlag()
+
+        def frame():
+            try:
+                status = fetch(stop)
+            except grpc.RpcError as err:  # (as text: the details may hold [brackets] rich would read as markup)
+                return Text(f"{source.address}: {err.code().name}: {err.details()} (retrying)")
+            return None if status is None else render_status(status)
+
         previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             if args.json:  # JSON Lines for programs: one status per line, plain (no wrapping, no markup)
                 while not stop.is_set():
                     try:
-                        print(status_to_json(fetch(), compact=True), flush=True)
+                        if (status := fetch(stop)) is not None:
+                            print(status_to_json(status, compact=True), flush=True)
                     except grpc.RpcError as err:
                         print(f"league status: {source.address}: {err.code().name}: {err.details()} "
                               "(retrying)", file=sys.stderr, flush=True)
@@ -340,13 +343,15 @@ def status_main(args: argparse.Namespace) -> int:
                 return 0
             if not console.is_terminal:  # a pipe or a file: one frame after another
                 while not stop.is_set():
-                    console.print(frame())
-                    sys.stdout.flush()
+                    if (shown := frame()) is not None:
+                        console.print(shown)
+                        sys.stdout.flush()
                     stop.wait(args.watch)
                 return 0
             with Live(console=console, auto_refresh=False, screen=False) as live:
                 while not stop.is_set():
-                    live.update(frame(), refresh=True)
+                    if (shown := frame()) is not None:
+                        live.update(shown, refresh=True)
                     stop.wait(args.watch)
             return 0
         finally:
@@ -381,11 +386,11 @@ class _StatusSource:
                                      max_message_bytes=STATUS_MAX_BYTES)
         self._stub = league_pb2_grpc.LeagueServiceStub(self._channel)
 
-    def fetch(self) -> Any:
-        from common.proto.league.v1 import league_pb2
-
+    def fetch(self, stop: SignalFlag | None = None) -> Any:
+        """The coordinator's status; None once `stop` is set while waiting for it (a watch's Ctrl-C ended the
+        watch only after the call's deadline, --timeout, when the coordinator did not answer)."""
         try:
-            return self._stub.GetStatus(league_pb2.GetStatusRequest(), timeout=self._args.timeout)
+            return self._get_status(stop)
         except grpc.RpcError as err:
             if self._args.run_dir is None or err.code() != grpc.StatusCode.UNAVAILABLE:
                 raise
@@ -396,7 +401,19 @@ class _StatusSource:
             if moved == self.address:
                 raise
             self._connect(moved)
+            return self._get_status(stop)
+
+    def _get_status(self, stop: SignalFlag | None) -> Any:
+        from common.proto.league.v1 import league_pb2
+
+        if stop is None:
             return self._stub.GetStatus(league_pb2.GetStatusRequest(), timeout=self._args.timeout)
+        call = self._stub.GetStatus.future(league_pb2.GetStatusRequest(), timeout=self._args.timeout)
+        while not call.done():
+            if stop.wait(STOP_POLL_S):
+                call.cancel()
+                return None
+        return call.result()
 
     def close(self) -> None:
         self._channel.close()

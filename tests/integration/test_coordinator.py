@@ -362,6 +362,31 @@ def test_league_status_watch_refreshes_until_interrupted(league):
         proc.wait(30)
 
 
+def test_league_status_watch_stops_at_once_while_the_coordinator_does_not_answer(tmp_path):
+    """A coordinator that takes the connection and never answers (stopped, or swamped): Ctrl-C ended the watch
+    only once the status call's deadline (--timeout, up to an hour) ran out; now at once."""
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        listener.settimeout(30)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "league_service.cli", "status", "--addr", f"127.0.0.1:{listener.getsockname()[1]}",
+             "--watch", "0.2", "--json", "--timeout", "60"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            conn, _ = listener.accept()  # the watch is in its first status call (its signal handlers are set)
+            with conn:
+                proc.send_signal(signal.SIGINT)
+                assert proc.wait(5) == 0
+            assert proc.stderr.read() == ""
+        finally:
+            proc.kill()
+            proc.wait(30)
+
+
 def test_league_status_watch_of_a_run_dir_follows_the_coordinator_to_its_new_port(league, tmp_path):
     """`league run` run again in a directory serves on another port: a watch started before kept calling the old
     one for ever."""

@@ -173,7 +173,8 @@ class CheckpointPublisher:
             if cause is None:
                 raise
             self.failures += 1
-            self._retry_at = self._clock() + min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** (self.failures - 1))
+            # The exponent is capped before the power: 2 ** 1024 overflows a float (~9 hours of failures).
+            self._retry_at = self._clock() + min(RETRY_MAX_S, RETRY_FIRST_S * 2.0 ** min(self.failures - 1, 64))
             where = self.store.root.root
             self.last_error = PublishError(
                 f"{self.player_id}: publishing version {trainer.version} under {where} failed: {cause}", cause

@@ -407,3 +407,22 @@ def test_a_publish_withdrawn_at_its_commit_is_a_warning_not_a_storage_failure(tm
     assert publisher.try_publish(trainer) is None
     assert "withdrawn before it became visible" in caplog.text and "another learner's by now" in caplog.text
     assert not publisher.failing and publisher.last == first and publisher.store.latest("p") == first
+
+
+def test_a_publisher_failing_for_hours_keeps_its_backoff_capped(tmp_path, caplog):
+    """The retry delay was RETRY_FIRST_S * 2 ** (failures - 1), capped after the fact: past 1024 failures in a
+    row (a shared filesystem full for ~9 hours, one attempt per 30 s) the float overflowed, and the learner died
+    of an OverflowError instead of logging the failure and training on."""
+    import errno
+
+    from learner_service.publisher import RETRY_MAX_S
+
+    class FullStore(CheckpointStore):
+        def publish(self, *args, **kwargs):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    publisher = CheckpointPublisher(FullStore(tmp_path), "p", "w", clock=lambda: 0.0)
+    publisher.failures = 1100  # as ~9 hours of failed attempts left it
+    assert publisher.try_publish(_trainer()) is None
+    assert publisher.failures == 1101 and 0 < publisher.retry_in() <= RETRY_MAX_S
+    assert "No space left on device" in caplog.text

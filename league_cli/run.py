@@ -62,6 +62,13 @@ _COORDINATOR_START_ERRORS: dict[int, type[RuntimeError]] = {
     SETUP_ERROR_EXIT: CannotRunLeague,
 }
 
+def _path_flag(flag: str, path: Path) -> str:
+    """`--flag=PATH` as one argument: given as two, a relative path that begins with a dash (`league run
+    --run-dir=-x` makes `-x/shared`) was taken by the child's parser for an option, and the coordinator exited
+    with a usage error (exit 2: "the league cannot run as configured")."""
+    return f"{flag}={path}"
+
+
 def learner_stop_timeout(stop_grace_s: float) -> float:
     """A learner's `--stop-timeout` under league run: inside the grace before the kill, with 3 s left for its
     main thread to hand the job back (half the grace when that is under 6 s): a learner killed mid-stop loses
@@ -148,10 +155,7 @@ class Supervisor:
     def _start_coordinator_on(self, port: int) -> str:
         port_file = self.run_dir / RUN_PORT_FILE  # what `league status --run-dir` reads
         port_file.unlink(missing_ok=True)
-        proc = self.group.start("coordinator", league_command(
-            "coordinator", "--config", str(self.config_path), "--shared-root", str(self.shared_root),
-            "--state", str(self.state_path), "--host", "127.0.0.1", "--port", str(port), "--port-file",
-            str(port_file)))
+        proc = self.group.start("coordinator", self._coordinator_argv(port))
         deadline = time.monotonic() + PORT_WAIT_S
         while time.monotonic() < deadline:
             if self.stop_requested is not None and self.stop_requested.is_set():
@@ -166,8 +170,14 @@ class Supervisor:
             time.sleep(0.1)  # a child process's file: nothing to wait on but the file system
         raise RuntimeError(f"the coordinator did not report its port within {PORT_WAIT_S:.0f} s:\n{proc.log_tail()}")
 
+    def _coordinator_argv(self, port: int) -> list[str]:
+        return league_command(
+            "coordinator", _path_flag("--config", self.config_path), _path_flag("--shared-root", self.shared_root),
+            _path_flag("--state", self.state_path), "--host", "127.0.0.1", "--port", str(port),
+            _path_flag("--port-file", self.run_dir / RUN_PORT_FILE))
+
     def _worker_argv(self, name: str) -> list[str]:
-        common = ["--coordinator", self.address, "--shared-root", str(self.shared_root), "--worker-id", name]
+        common = ["--coordinator", self.address, _path_flag("--shared-root", self.shared_root), "--worker-id", name]
         if name.startswith("learner"):
             # A restarted learner keeps its address, as a StatefulSet pod or a compose service would: collect
             # jobs already handed out name that endpoint.

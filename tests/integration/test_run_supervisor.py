@@ -3,6 +3,7 @@
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -208,3 +209,22 @@ def test_a_process_that_exits_non_zero_at_the_stop_fails_the_run(tmp_path):
     assert "coordinator did not exit cleanly at the stop" in out.getvalue()
     assert _summary(Console(file=io.StringIO()), "budget spent", 0, {"actor-0": 0, "coordinator": 0}, None, sup,
                     tmp_path / "status_history.jsonl") == 0
+
+
+def test_a_run_dir_that_begins_with_a_dash_reaches_every_process_as_a_path(tmp_path, monkeypatch):
+    """`league run --run-dir=-x` (relative) gave its children `--shared-root -x/shared`, which their parser took
+    for an unknown option: the coordinator exited 2 and the run said "the league cannot run as configured"."""
+    from league_cli.main import build_parser
+
+    monkeypatch.chdir(tmp_path)
+    run_dir = Path("-x")
+    sup = Supervisor(run_dir, run_dir / "config.yaml", RunConfig(), learners=1)
+    sup.address = "127.0.0.1:1"
+    parser = build_parser()
+    argv = sup._coordinator_argv(5)
+    coordinator = parser.parse_args(argv[argv.index("coordinator"):])
+    assert (coordinator.config, coordinator.shared_root, coordinator.state, coordinator.port_file) == (
+        run_dir / "config.yaml", run_dir / "shared", run_dir / "league_state.sqlite", run_dir / "coordinator.port")
+    for name, command in (("learner-0", "learner"), ("actor-0", "actor")):
+        argv = sup._worker_argv(name)
+        assert parser.parse_args(argv[argv.index(command):]).shared_root == run_dir / "shared"

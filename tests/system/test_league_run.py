@@ -274,7 +274,7 @@ def _coordinator_pid(run_dir: Path) -> int | None:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"coordinator" in argv and b"--state" in argv:
+        if b"coordinator" in argv and any(a == b"--state" or a.startswith(b"--state=") for a in argv):
             return pid
     return None
 

@@ -81,7 +81,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="league YAML (default: the run directory's own config.yaml when it has one, i.e. "
                              "when resuming; else the embedded connect-four league)")
     parser.add_argument("--run-dir", type=cli_args.path, default=None, help="where checkpoints, logs and state go "
-                        "(default: runs/<timestamp>); an existing run directory resumes its league")
+                        "(default: a new runs/<timestamp>, with -2, -3, ... when another run took that one); an existing "
+                        "run directory resumes its league")
     parser.add_argument("--actors", type=int, default=None, help="number of actor processes (overrides run.actors)")
     parser.add_argument("--seconds", type=cli_args.positive_seconds, default=None,
                         help="time budget, start-up included (overrides run.seconds; the default league's: 300)")
@@ -315,9 +316,10 @@ def run_main(args: argparse.Namespace) -> int:
 
     console = status_console()
     loaded = None
+    fresh = args.run_dir is None  # a new directory of its own under runs/ (made below, once the config is read)
     run_dir = args.run_dir or Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     pending = run_dir / PENDING_CONFIG_FILE
-    from_pending = _uses_pending_config(args, run_dir)
+    from_pending = not fresh and _uses_pending_config(args, run_dir)
     if from_pending:
         if pending.stat().st_size == 0:  # (once written in place, and cut short by a full disk)
             console.print(f"league run: {pending} is empty (the run that created {run_dir} could not write its "
@@ -325,7 +327,7 @@ def run_main(args: argparse.Namespace) -> int:
                           style="red", markup=False)
             return 2
         args.config = pending
-    if args.config is not None or not (run_dir / CONFIG_FILE).is_file():
+    if args.config is not None or fresh or not (run_dir / CONFIG_FILE).is_file():
         # Checked before anything is created: a typo (in the file or a flag) makes no run directory. A directory
         # that holds a league is resumed with its own config, read below under its lock.
         try:
@@ -343,6 +345,8 @@ def run_main(args: argparse.Namespace) -> int:
         console.print(f"league run: {err}", style="red", markup=False)
         return 2
     try:
+        if fresh:
+            run_dir = _make_fresh_run_dir(run_dir)
         (run_dir / "shared").mkdir(parents=True, exist_ok=True)
         # One run per directory: a second would overwrite this one's config, checkpoints and history.
         run_lock = ExclusiveLock(run_dir / "league_run.lock", f"run directory {run_dir}")
@@ -375,6 +379,28 @@ def run_main(args: argparse.Namespace) -> int:
             console.print(f"league run: config error: {mismatch}", style="red", markup=False)
             return 2
         return _run(args, console, *loaded, run_dir, run_lock, token)
+
+
+FRESH_RUN_DIR_ATTEMPTS = 100
+
+
+def _make_fresh_run_dir(base: Path) -> Path:
+    """Make and return a directory no other run uses: `base` (runs/<timestamp>), else `base-2`, `base-3`, ...
+
+    Why: the default run directory is named after the second a run starts, and two `league run`s without
+    --run-dir started in the same second (a script starting two leagues) both chose it: the second was refused
+    with "run directory runs/... is in use", a directory it had not been given. `mkdir` either makes a directory or
+    finds it there, so two runs never get the same one."""
+    base.parent.mkdir(parents=True, exist_ok=True)
+    for attempt in range(1, FRESH_RUN_DIR_ATTEMPTS + 1):
+        candidate = base if attempt == 1 else base.with_name(f"{base.name}-{attempt}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate
+    raise FileExistsError(f"{base} and {FRESH_RUN_DIR_ATTEMPTS - 1} directories named after it exist already: "
+                          "give --run-dir")
 
 
 def _uses_pending_config(args: argparse.Namespace, run_dir: Path) -> bool:

@@ -531,3 +531,28 @@ def test_a_resume_may_change_a_model_key_its_network_does_not_read():
     assert identity(feed_forward).first_change(identity({**feed_forward, "shared_torso": True})) == (
         "policy.model.shared_torso", False, True)
     assert identity({**feed_forward, "shared_torso": True}).first_change(identity(gru))[0] == "policy.model.recurrent"
+
+
+def test_two_runs_without_a_run_dir_started_in_the_same_second_get_directories_of_their_own(tmp_path, monkeypatch):
+    """The default run directory is runs/<the second the run started>: a second `league run` started in the same
+    second as another was refused with "run directory runs/... is in use", a directory it had not been given
+    (or, had the first released it, took over the first's directory)."""
+    import datetime
+    import types
+
+    from league_cli import run as run_module
+    from league_cli.main import build_parser
+
+    monkeypatch.chdir(tmp_path)
+    now = datetime.datetime(2026, 1, 2, 3, 4, 5)
+    monkeypatch.setattr(run_module, "datetime", types.SimpleNamespace(datetime=types.SimpleNamespace(now=lambda: now)))
+    dirs = []
+
+    def fake_run(args, console, cfg, run_cfg, cfg_dict, run_dir, run_lock, token):
+        dirs.append(run_dir)
+        return 0
+
+    monkeypatch.setattr(run_module, "_run", fake_run)
+    for _ in range(3):
+        assert run_module.run_main(build_parser().parse_args(["run"])) == 0
+    assert dirs == [Path("runs/20260102-030405"), Path("runs/20260102-030405-2"), Path("runs/20260102-030405-3")]

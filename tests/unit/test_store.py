@@ -154,3 +154,30 @@ def test_the_wal_starts_over_under_steady_commits(tmp_path):
         store.close()
     written = 12 * CHECKPOINT_EVERY * 2 * 4096  # two pages a commit at least (the table and its index)
     assert largest < 16 << 20 < written, (largest, written)
+
+
+def _path_of_length(root, length):
+    """A path under `root` (made) of exactly `length` bytes, with symlinks resolved."""
+    base = root.resolve()
+    parts, left = [], length - len(str(base)) - 1
+    while left > 200:
+        parts.append("d" * 150)
+        left -= 151
+    directory = base.joinpath(*parts)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / ("s" * left)
+    assert len(str(path)) == length
+    return path
+
+
+def test_a_state_path_too_long_for_sqlite_is_refused_saying_so(tmp_path):
+    """A run directory some 500 characters deep gave the coordinator SQLite's bare "unable to open database file"
+    (exit 2), which says nothing of the path's length."""
+    SQLITE_MAX_PATH_BYTES = 504  # noqa: N806 (SQLite's MAX_PATHNAME, 512, less its 8-byte "-journal" suffix)
+    longest = _path_of_length(tmp_path, SQLITE_MAX_PATH_BYTES)
+    LeagueStore(longest).close()  # SQLite still opens it: the bound is SQLite's own
+    too_long = _path_of_length(tmp_path, SQLITE_MAX_PATH_BYTES + 1)
+    with pytest.raises(ValueError, match=rf"path is {SQLITE_MAX_PATH_BYTES + 1} bytes long .*longer than "
+                                         rf"{SQLITE_MAX_PATH_BYTES} bytes: give a shorter path"):
+        LeagueStore(too_long)
+    LeagueStore(too_long.with_name("short.sqlite")).close()

@@ -94,9 +94,39 @@ def follow_supervisor() -> None:
     raise SystemExit(f"league: the process that started this one (pid {pid}) has exited; not starting")
 
 
+PROJECT_PACKAGES = ("common", "league_service", "actor_service", "learner_service", "league_cli")
+"""This project's top-level packages (pyproject.toml's `packages.find`)."""
+CHILD_PRELUDE = (
+    "import os, sys\n"
+    f"import {', '.join(PROJECT_PACKAGES)}, league_cli.main\n"
+    "sys.path.append(os.getcwd())\n"
+)
+_CHILD_MAIN = CHILD_PRELUDE + "sys.exit(league_cli.main.main())\n"
+"""A child's `league` CLI: this project's packages first imported from where this process's come from (`-P`: not
+from the working directory), then the working directory put last on the import path, where `league run`'s
+workers find an env module of the user's own (`python:<module>:<callable>`)."""
+
+
 def league_command(*args: str) -> list[str]:
-    """The `league` CLI as a child process, with this interpreter (works without the console script on PATH)."""
-    return [sys.executable, "-m", "league_cli", *args]
+    """The `league` CLI as a child process, with this interpreter (works without the console script on PATH),
+    running this process's own code. Started as `python -m league_cli`, which puts the working directory first
+    on the import path, `league run` started from a directory that holds a `league_cli` package (a checkout of
+    another version of this project, say) ran that directory's code as its coordinator, learners and actors.
+    (When this process's code is that directory's, `python -m league_cli` run from a checkout, the children are
+    started the same way and find it there too.)"""
+    if _code_is_the_working_directorys():
+        return [sys.executable, "-m", "league_cli", *args]
+    return [sys.executable, "-P", "-c", _CHILD_MAIN, *args]
+
+
+def _code_is_the_working_directorys() -> bool:
+    import league_cli
+
+    root = Path(league_cli.__file__).resolve().parents[1]
+    try:
+        return root == Path.cwd().resolve()
+    except OSError:  # a working directory removed meanwhile: nothing to import from there
+        return False
 
 
 @dataclass

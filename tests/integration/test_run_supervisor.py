@@ -228,3 +228,30 @@ def test_a_run_dir_that_begins_with_a_dash_reaches_every_process_as_a_path(tmp_p
     for name, command in (("learner-0", "learner"), ("actor-0", "actor")):
         argv = sup._worker_argv(name)
         assert parser.parse_args(argv[argv.index(command):]).shared_root == run_dir / "shared"
+
+
+def test_the_processes_run_this_code_not_a_league_cli_in_the_working_directory(tmp_path, monkeypatch):
+    """`league run` started in a directory that holds a `league_cli` package (a checkout of another version of the
+    project) ran that package as its coordinator, learners and actors: `python -m` puts the working directory
+    first on the import path."""
+    import subprocess
+
+    from league_cli.processes import league_command
+
+    (tmp_path / "league_cli").mkdir()
+    (tmp_path / "league_cli" / "__init__.py").write_text("")
+    (tmp_path / "league_cli" / "__main__.py").write_text("print('another league_cli')\n")
+    monkeypatch.chdir(tmp_path)
+    done = subprocess.run(league_command("--help"), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "usage: league" in done.stdout and "another" not in done.stdout
+    # An env module of the user's own there (`python:myenv:make`) is still found, as README says of `league run`.
+    from league_cli.processes import CHILD_PRELUDE
+
+    (tmp_path / "myenv.py").write_text("X = 'the users env'\n")
+    argv = league_command()
+    assert argv[-2:] == ["-c", argv[-1]]  # (not python -m: the check below runs what the children run first)
+    done = subprocess.run([*argv[:-1], CHILD_PRELUDE + "import myenv; print(myenv.X, league_cli.__file__)"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    users, code = done.stdout.split(" /", 1)
+    assert users == "the users env" and not ("/" + code).startswith(str(tmp_path))

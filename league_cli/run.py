@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import shlex
 import signal
 import threading
 import time
@@ -67,6 +68,14 @@ def _path_flag(flag: str, path: Path) -> str:
     --run-dir=-x` makes `-x/shared`) was taken by the child's parser for an option, and the coordinator exited
     with a usage error (exit 2: "the league cannot run as configured")."""
     return f"{flag}={path}"
+
+
+def run_dir_arg(run_dir: Path) -> str:
+    """`--run-dir DIR` as a shell takes it, for the commands a message tells the user to run: a directory with a
+    space or a quote in its name (`runs/my run`) is quoted, and one that begins with a dash goes after `=` (as two
+    words argparse takes it for an option). Printed as they were, such hints failed when pasted."""
+    text = shlex.quote(str(run_dir))
+    return f"--run-dir={text}" if str(run_dir).startswith("-") else f"--run-dir {text}"
 
 
 def learner_stop_timeout(stop_grace_s: float) -> float:
@@ -323,7 +332,7 @@ def run_main(args: argparse.Namespace) -> int:
     if from_pending:
         if pending.stat().st_size == 0:  # (once written in place, and cut short by a full disk)
             console.print(f"league run: {pending} is empty (the run that created {run_dir} could not write its "
-                          f"config): give the config again, `league run CONFIG --run-dir {run_dir}`",
+                          f"config): give the config again, `league run CONFIG {run_dir_arg(run_dir)}`",
                           style="red", markup=False)
             return 2
         args.config = pending
@@ -352,8 +361,8 @@ def run_main(args: argparse.Namespace) -> int:
         run_lock = ExclusiveLock(run_dir / "league_run.lock", f"run directory {run_dir}")
     except LockedError as err:
         console.print(f"league run: {err} (or, if that `league run` is gone, the processes it "
-                      f"started are still stopping: try again in a few seconds; `fuser -v {run_dir}"
-                      "/league_run.lock` lists them)", style="red", markup=False)
+                      f"started are still stopping: try again in a few seconds; `fuser -v "
+                      f"{shlex.quote(str(run_dir / 'league_run.lock'))}` lists them)", style="red", markup=False)
         return 2
     except OSError as err:
         console.print(f"league run: --run-dir {run_dir}: {err}", style="red", markup=False)
@@ -443,7 +452,7 @@ def _saved_league_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str 
     if saved is None or saved == given:
         return None
     own = run_dir / CONFIG_FILE
-    hint = (f"`league run --run-dir {run_dir}` and no CONFIG (it resumes with its own {own})"
+    hint = (f"`league run {run_dir_arg(run_dir)}` and no CONFIG (it resumes with its own {own})"
             if own.is_file() and config != own else "the config the league was made with")
     return (f"league.league_type: the saved league is {saved!r} (in {state}), the config "
             f"({config or 'the embedded default'}) says {given!r}: resume it with {hint}, or start another league "
@@ -473,7 +482,7 @@ def _saved_model_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str |
         return None  # not a config to compare with: the coordinator and learners say what is wrong
     if change is not None and not stored_league_trained(run_dir / STATE_FILE):
         change = None  # no game, no checkpoint (its env did not build, say): nothing is bound to the old one
-    resume = (f"resume it with `league run --run-dir {run_dir}` (its own {own}), or start another league in a new "
+    resume = (f"resume it with `league run {run_dir_arg(run_dir)}` (its own {own}), or start another league in a new "
               "--run-dir")
     if change is not None and change[0] == "env.name":
         return (f"env.name: the league in {run_dir} was trained on {saved.env.name!r}, the config ({config}) says "
@@ -568,7 +577,7 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
             os.replace(pending_path, config_path)
             sup.config_path = config_path
             start = launched  # (None until the coordinator is up: then there is a final status to record)
-            console.print(f"coordinator listening on {address} (league status --run-dir {run_dir})", markup=False)
+            console.print(f"coordinator listening on {address} (league status {run_dir_arg(run_dir)})", markup=False)
             sup.start_workers(stop)
             started_all = True
             channel = make_channel(address, token=token, max_message_bytes=STATUS_MAX_BYTES)

@@ -556,3 +556,17 @@ def test_two_runs_without_a_run_dir_started_in_the_same_second_get_directories_o
     for _ in range(3):
         assert run_module.run_main(build_parser().parse_args(["run"])) == 0
     assert dirs == [Path("runs/20260102-030405"), Path("runs/20260102-030405-2"), Path("runs/20260102-030405-3")]
+
+
+@pytest.mark.parametrize("name", ["my run", "-x", "it's é 日本", "-a b"])
+def test_the_commands_a_run_tells_the_user_to_run_name_its_directory_as_a_shell_takes_it(name):
+    """`league run --run-dir "my run"` printed `(league status --run-dir my run)`, and its refusals `league run
+    --run-dir my run`: pasted, those named another directory (or, for `-x`, an option)."""
+    import shlex
+
+    from league_cli.main import build_parser
+    from league_cli.run import run_dir_arg
+
+    run_dir = Path(name) / "sub"
+    argv = shlex.split(f"status {run_dir_arg(run_dir)}")
+    assert build_parser().parse_args(argv).run_dir == run_dir

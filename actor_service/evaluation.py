@@ -12,6 +12,7 @@ it. Seats alternate game by game; the policy acts greedily (its most likely lega
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -236,7 +237,10 @@ def resolve_checkpoint(checkpoint: str, shared_root: Path | None) -> tuple[Check
         if shared_root is not None:
             root = shared_root
         else:
-            root = path.parent if folder else path.parent.parent
+            # Of the file a link names (best.pt -> RUN/shared/<player>/v7.pt): the root was guessed from the
+            # link's own place, and the checkpoint refused as one whose manifest describes another path.
+            real = Path(os.path.realpath(path))  # (a link loop stays as it is: refused below as no checkpoint)
+            root = real.parent if folder else real.parent.parent
             guessed = (f" (no shared root given, so it was taken to be {root}, the "
                        f"{'folder' if folder else 'file'}'s {'parent' if folder else 'grandparent'}: "
                        "a checkpoint is <shared root>/<player id>/v<version>.pt; give --shared-root if it lies "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -158,7 +159,8 @@ def _games_progress(description: str, total: int) -> Iterator[Callable[..., None
 def _run_dir_config(checkpoint: Path) -> Path | None:
     """The config of the `league run` directory a checkpoint lies in (RUN/shared/...), if it is in one: the
     league whose model the checkpoint has. Without it the embedded connect-four league's model is assumed."""
-    for parent in checkpoint.absolute().parents:
+    # (Also where a link to the checkpoint leads: best.pt -> RUN/shared/<player>/v7.pt is that run's.)
+    for parent in (*checkpoint.absolute().parents, *Path(os.path.realpath(checkpoint)).parents):
         if parent.name == "shared" and (parent.parent / "config.yaml").is_file():
             return parent.parent / "config.yaml"
     return None

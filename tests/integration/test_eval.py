@@ -337,3 +337,21 @@ def test_games_show_progress_on_a_terminal_and_nothing_elsewhere(tmp_path, capsy
     assert eval_cli.main(parse(*argv)) == 0  # stderr is pytest's capture here, not a terminal
     captured = capsys.readouterr()
     assert "wins" in captured.out and "vs random" not in captured.err
+
+
+def test_a_link_to_a_run_directorys_checkpoint_is_judged_as_the_checkpoint_it_leads_to(tmp_path, capsys):
+    """`league eval --checkpoint best.pt`, a link to RUN/shared/<player>/v7.pt: the shared root was guessed from the
+    link's own place (its grandparent), and the checkpoint refused as one whose manifest describes another path
+    (nor was the run's config found, so the embedded league's model would have been assumed)."""
+    mlp = {"algorithm": "ppo", "model": {"conv": [], "hidden": [16], "shared_torso": True}}
+    shared = tmp_path / "run" / "shared"
+    shared.mkdir(parents=True)
+    path = publish(shared, mlp, env="CartPole-v1")
+    (tmp_path / "run" / "config.yaml").write_text(json.dumps({"env": {"name": "CartPole-v1"}, "policy": mlp}))
+    (tmp_path / "picks").mkdir()
+    link = tmp_path / "picks" / "best.pt"
+    link.symlink_to(shared / path)
+    assert resolve_checkpoint(str(link), None)[1] == path
+    assert eval_cli.main(parse("--checkpoint", str(link), "--games", "2", "--json")) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["checkpoint"] == path and "the league of" in captured.err

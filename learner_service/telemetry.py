@@ -113,6 +113,14 @@ class _Latest:
     buffered: int
 
 
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class Telemetry:
     """Accumulates per-chunk and per-iteration figures and writes their means at most every `every_s` seconds;
     also keeps the last values written."""
@@ -246,6 +254,13 @@ class Telemetry:
 
         assert self._log_dir is not None
         self._reopen_at = None
+        if not _utf8(str(self._log_dir)):
+            # TensorBoard encodes its file names as UTF-8, strictly: a shared root whose name has other bytes
+            # (b"run\xff", from a Latin-1 file system) raised UnicodeEncodeError out of here, and the learner
+            # failed at every job, restarted until `league run` gave up. No retry: the name will not change.
+            log.error("TensorBoard scalars under %s not written: TensorBoard takes only paths that are valid "
+                      "UTF-8; training goes on without them", self._log_dir)
+            return
         try:
             self._log_dir.mkdir(parents=True, exist_ok=True)
             # max_queue: TensorBoard's writer thread takes events from a queue of this size, and add_scalar

@@ -1,5 +1,8 @@
 """The trainer (PPO batches, DQN replay), where a session starts from, and the TensorBoard scalars."""
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -426,3 +429,17 @@ def test_a_publisher_failing_for_hours_keeps_its_backoff_capped(tmp_path, caplog
     assert publisher.try_publish(_trainer()) is None
     assert publisher.failures == 1101 and 0 < publisher.retry_in() <= RETRY_MAX_S
     assert "No space left on device" in caplog.text
+
+
+def test_telemetry_under_a_path_that_is_not_utf8_trains_on_without_tensorboard(tmp_path, caplog):
+    """A shared root named with bytes that are not UTF-8 (`run\\xff`, as a Latin-1 file system has them): TensorBoard's
+    writer raised UnicodeEncodeError and the learner failed at every job, restarted until `league run` gave up."""
+    from learner_service.trainer import IterationReport
+
+    log_dir = Path(os.fsdecode(bytes(tmp_path) + b"/run\xff/tensorboard/p"))
+    telemetry = Telemetry(log_dir)
+    scalars = telemetry.iteration(IterationReport(1, 1, samples=10, stats={"loss": 1.0}),
+                                  Progress(agent_steps=100, train_iteration=1), buffered=0)
+    telemetry.close()
+    assert scalars["train/loss"] == 1.0
+    assert "TensorBoard takes only paths that are valid UTF-8" in caplog.text

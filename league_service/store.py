@@ -392,6 +392,9 @@ class LeagueStore:
         self._prune_ends_every = prune_ends_every
         self._commits_since_prune = 0
         self.path = Path(path)
+        if self.path.is_dir():  # (SQLite said only "unable to open database file", after a stray DIR.lock was made)
+            raise ValueError(f"{self.path} is a directory, not a state file (such as "
+                             f"{self.path / 'league_state.sqlite'})")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # One process per state file: a second coordinator would keep its own league in memory and overwrite
         # this one's commits. Held until close() or the process's exit (kill -9 included).

@@ -181,3 +181,11 @@ def test_a_state_path_too_long_for_sqlite_is_refused_saying_so(tmp_path):
                                          rf"{SQLITE_MAX_PATH_BYTES} bytes: give a shorter path"):
         LeagueStore(too_long)
     LeagueStore(too_long.with_name("short.sqlite")).close()
+
+
+def test_a_state_path_that_is_a_directory_is_refused_saying_so(tmp_path):
+    """`--state DIR` gave SQLite's bare "unable to open database file", and left a DIR.lock beside it."""
+    (tmp_path / "states").mkdir()
+    with pytest.raises(ValueError, match=r"states is a directory, not a state file \(such as .*league_state.sqlite\)"):
+        LeagueStore(tmp_path / "states")
+    assert not (tmp_path / "states.lock").exists()

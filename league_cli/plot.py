@@ -391,6 +391,11 @@ def plot_main(args: argparse.Namespace) -> int:
     if args.out.exists() and not args.out.is_dir():
         print(f"league plot: --out {args.out} is not a directory", file=sys.stderr)
         return SETUP_ERROR_EXIT
+    # (Nor can it be made under a file: "[Errno 20] Not a directory: 'notes.txt/plots'" named no flag.)
+    above = next((p for p in args.out.absolute().parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        print(f"league plot: --out {args.out}: cannot be made, {above} is a file", file=sys.stderr)
+        return SETUP_ERROR_EXIT
     try:
         written = write_plots(args.history, args.out, notes)
     except (OSError, ValueError) as err:  # a missing or foreign file, an --out that cannot be a directory

@@ -228,7 +228,9 @@ def test_league_plot_names_the_flag_of_a_path_it_cannot_use(tmp_path, capsys):
     a_file.write_text("")
     for history_arg, out, message in ((tmp_path, tmp_path / "plots", f"league plot: --history {tmp_path}: "),
                                       (tmp_path / "missing.jsonl", tmp_path / "plots", "league plot: --history "),
-                                      (history, a_file, f"league plot: --out {a_file} is not a directory")):
+                                      (history, a_file, f"league plot: --out {a_file} is not a directory"),
+                                      (history, a_file / "plots", f"league plot: --out {a_file / 'plots'}: cannot "
+                                                                  f"be made, {a_file} is a file")):
         assert plot_main(argparse.Namespace(history=history_arg, out=out)) == 2
         err = capsys.readouterr().err
         assert err.startswith(message) and len(err.strip().splitlines()) == 1, err

@@ -6,6 +6,7 @@ does not pay for torch, and the three services stay independent of one another.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 try:  # (a Ctrl-C here, as the command starts, must say what main() says for one during the command's imports)
@@ -72,8 +73,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _printable_paths() -> None:
+    """Output that cannot crash on a path whose name is not UTF-8 (`run\xff`, from a Latin-1 file system):
+    where the locale makes stdout strict (en_US.UTF-8; C.UTF-8 escapes such bytes), `league plot` printed the
+    plots it had written into such a directory and died of UnicodeEncodeError, a traceback. Such a character is
+    printed escaped instead (`run\udcff`), as Python prints it to stderr already."""
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            with contextlib.suppress(ValueError, OSError):  # a detached or closed stream: left as it is
+                stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: list[str] | None = None) -> int:
     follow_supervisor()
+    _printable_paths()
     try:
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)

@@ -572,3 +572,21 @@ def test_the_commands_a_run_tells_the_user_to_run_name_its_directory_as_a_shell_
     run_dir = Path(name) / "sub"
     argv = shlex.split(f"status {run_dir_arg(run_dir)}")
     assert build_parser().parse_args(argv).run_dir == run_dir
+
+
+def test_league_plot_prints_what_it_wrote_into_a_directory_whose_name_is_not_utf8(tmp_path, monkeypatch):
+    """Where the locale makes stdout strict UTF-8 (en_US.UTF-8), `league plot --out run\\xff/plots` wrote its plots
+    and then died of UnicodeEncodeError printing their paths: a traceback."""
+    import io
+    import os
+
+    from league_cli.main import main
+
+    history = tmp_path / "h.jsonl"
+    history.write_text(json.dumps(_record(0, 1000, 1000, [])) + "\n")
+    out = Path(os.fsdecode(bytes(tmp_path) + b"/run\xff/plots"))
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict")
+    monkeypatch.setattr("sys.stdout", stdout)
+    assert main(["plot", "--history", str(history), "--out", str(out)]) == 0
+    stdout.flush()
+    assert b"run\\udcff/plots/ratings.png" in stdout.buffer.getvalue()

@@ -353,6 +353,10 @@ def run_main(args: argparse.Namespace) -> int:
     except ValueError as err:
         console.print(f"league run: {err}", style="red", markup=False)
         return 2
+    if run_dir.is_symlink() and not run_dir.exists():  # (mkdir said only "[Errno 17] File exists")
+        console.print(f"league run: --run-dir {run_dir} is a link to {os.readlink(run_dir)}, which does not exist",
+                      style="red", markup=False)
+        return 2
     try:
         if fresh:
             run_dir = _make_fresh_run_dir(run_dir)

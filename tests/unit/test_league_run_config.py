@@ -590,3 +590,16 @@ def test_league_plot_prints_what_it_wrote_into_a_directory_whose_name_is_not_utf
     assert main(["plot", "--history", str(history), "--out", str(out)]) == 0
     stdout.flush()
     assert b"run\\udcff/plots/ratings.png" in stdout.buffer.getvalue()
+
+
+def test_a_run_dir_that_is_a_dangling_link_is_refused_saying_so(tmp_path, capsys):
+    """`--run-dir LINK` whose target is gone (a moved disk, a removed folder) said "[Errno 17] File exists"."""
+    from league_cli.main import build_parser
+    from league_cli.run import run_main
+
+    link = tmp_path / "run"
+    link.symlink_to(tmp_path / "gone")
+    config = ROOT / "configs" / "solo_cartpole.yaml"
+    assert run_main(build_parser().parse_args(["run", str(config), "--run-dir", str(link)])) == 2
+    assert f"--run-dir {link} is a link to {tmp_path / 'gone'}, which does not exist" in capsys.readouterr().out
+    assert not (tmp_path / "gone").exists()

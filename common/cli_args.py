@@ -7,8 +7,11 @@ ended in a traceback from deep inside the process.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import math
+import os
+import tempfile
 from pathlib import Path
 
 from common.config import MAX_DURATION_S
@@ -177,11 +180,26 @@ def coordinator_refusal(value: str | None) -> str | None:
     return None
 
 
-def shared_root_refusal(value: Path | None) -> str | None:
+def shared_root_refusal(value: Path | None, writes: str | None = None) -> str | None:
     """Why a process's --shared-root (default: $LEAGUE_SHARED_ROOT) cannot be used, or None. A bad value from the
-    environment was reported as "--shared-root /x is not a directory", naming a flag that was not given."""
+    environment was reported as "--shared-root /x is not a directory", naming a flag that was not given.
+
+    ``writes``: what the process writes there (a learner its checkpoints, the coordinator its snapshots), when it
+    does: then a root it cannot create a file in (a read-only mount, no permission) is refused as well. Before,
+    the learner and the coordinator served on a read-only root, and every publish and snapshot failed for as long
+    as they ran (an ERROR every 30 s, actors waiting for a first version that never came). A full disk is not
+    refused: it may pass, and a publish that meets it is retried."""
     if value is None:
         return f"--shared-root (or ${SHARED_ROOT_ENV_VAR}) is required"
     if not value.is_dir():
         return f"--shared-root (or ${SHARED_ROOT_ENV_VAR}) {value} is not a directory"
+    if writes is not None:
+        try:  # (os.access says nothing of what an NFS server refuses)
+            fd, probe = tempfile.mkstemp(dir=value, prefix=".league-write-probe.")
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as err:
+            if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+                return (f"--shared-root (or ${SHARED_ROOT_ENV_VAR}) {value}: cannot write in it "
+                        f"({err.strerror or err}); {writes}")
     return None

@@ -99,7 +99,9 @@ def coordinator_main(args: argparse.Namespace) -> int:
     cli_args.configure_logging(args.log_level)
     if (args.tls_cert is None) != (args.tls_key is None):
         return _refuse("--tls-cert and --tls-key go together")
-    if (refusal := cli_args.shared_root_refusal(args.shared_root)) is not None:
+    refusal = cli_args.shared_root_refusal(args.shared_root,
+                                           writes="the coordinator writes the league's snapshots there")
+    if refusal is not None:
         return _refuse(refusal)
     if args.port_file is not None:
         # Its directory is made (or refused) before serving: written once the server listened, a path through a

@@ -97,7 +97,8 @@ def main(args: argparse.Namespace) -> int:
     cli_args.configure_logging(args.log_level)
     if (refusal := cli_args.coordinator_refusal(args.coordinator)) is not None:
         return _refuse(refusal)
-    if (refusal := cli_args.shared_root_refusal(args.shared_root)) is not None:
+    refusal = cli_args.shared_root_refusal(args.shared_root, writes="the learner publishes its checkpoints there")
+    if refusal is not None:
         return _refuse(refusal)
     try:
         resolve_device(args.device)  # `cuda` on a machine without one: refuse now, not at the first job

@@ -65,3 +65,45 @@ def test_a_shared_root_from_the_environment_that_is_no_directory_names_the_varia
     monkeypatch.setenv("LEAGUE_COORDINATOR", "127.0.0.1:1")
     assert main([command]) == 2
     assert "--shared-root (or $LEAGUE_SHARED_ROOT) /nonexistent/league is not a directory" in capsys.readouterr().err
+
+
+def _unwritable_dir(tmp_path: Path) -> Path:
+    """A directory nobody may create a file in: a read-only one (as root, whom a mode does not stop: sysfs)."""
+    import os
+
+    if os.geteuid() == 0:
+        folder = Path("/sys")
+    else:
+        folder = tmp_path / "read-only"
+        folder.mkdir()
+        folder.chmod(0o555)
+    try:
+        (folder / ".league-probe").touch()
+    except OSError:
+        return folder
+    (folder / ".league-probe").unlink()
+    pytest.skip(f"{folder} is writable here")
+
+
+@pytest.mark.parametrize(("command", "writes"), [("learner", "the learner publishes its checkpoints there"),
+                                                 ("coordinator", "the coordinator writes the league's snapshots")])
+def test_a_shared_root_the_process_cannot_write_in_is_refused_at_start(monkeypatch, capsys, tmp_path, command, writes):
+    """A learner and a coordinator on a read-only shared root (a read-only mount, a volume without write
+    permission) served as if it were fine: every publish and snapshot then failed for as long as they ran, and
+    actors waited for a first version that never came. They refuse it at start now, exit 2, naming the flag."""
+    from league_cli.main import main
+
+    folder = _unwritable_dir(tmp_path)
+    monkeypatch.delenv("LEAGUE_SHARED_ROOT", raising=False)
+
+    def started(*args, **kwargs):
+        raise AssertionError(f"the {command} started on a shared root it cannot write in")
+
+    monkeypatch.setattr("learner_service.learner.Learner" if command == "learner" else
+                        "league_service.coordinator.Coordinator", started)
+    argv = ["--shared-root", str(folder), *(["--port", "0"] if command == "coordinator" else
+                                            ["--coordinator", "127.0.0.1:1"])]
+    assert main([command, *argv]) == 2
+    err = capsys.readouterr().err
+    assert f"--shared-root (or $LEAGUE_SHARED_ROOT) {folder}: cannot write in it" in err
+    assert writes in err and "Traceback" not in err

@@ -172,7 +172,15 @@ def coordinator_main(args: argparse.Namespace) -> int:
     failure: BaseException | None = None
     try:
         if args.port_file is not None:
-            write_port_file(args.port_file, server.port)
+            try:
+                write_port_file(args.port_file, server.port)
+            except OSError as err:
+                # Its directory was checked before serving, so a full disk, most likely: whoever waits for the
+                # file (`league run`) would never learn the port. A traceback said so before, exit 1 all the same.
+                failure = err
+                log.error("--port-file %s: cannot write the port (%s); exiting: nobody could find this "
+                          "coordinator", args.port_file, err.strerror or err)
+                return FAILURE_EXIT
         print(format_listen_line("coordinator", server.address), flush=True)
         log.info(
             "serving league %s on %s (%s, %s)%s", server.coordinator.league_id, server.address,

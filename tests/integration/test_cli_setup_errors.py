@@ -8,6 +8,7 @@ ended in a traceback.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -242,3 +243,32 @@ def test_coordinator_checks_the_run_section_of_its_config(files, tmp_path):
     config.write_text("run:\n  seconds: -5\n")
     assert_setup_error(league("eval", "--checkpoint", "p", "--shared-root", str(files["shared"]), "--config",
                               str(config), timeout_s=60.0), "run.seconds", "must be > 0")
+
+
+def test_a_port_file_that_fails_to_be_written_once_serving_is_a_clear_exit(files, monkeypatch, caplog):
+    """Its directory passes the check before serving, then the write fails (a full disk: what `league run`'s
+    restart of a coordinator met once its run directory had filled). That was an OSError traceback; now one
+    ERROR line naming the flag, the server stopped, exit 1 (a full disk may pass: not a setup error)."""
+    import errno
+    import gc
+    import signal
+
+    from league_cli.main import main
+
+    def full_disk(path, port):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("league_service.cli.write_port_file", full_disk)
+    port_file = files["shared"] / "port"
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with caplog.at_level(logging.ERROR):
+            code = main(["coordinator", "--shared-root", str(files["shared"]), "--port", "0", "--grace", "0",
+                         "--port-file", str(port_file)])
+    finally:  # (the coordinator's own, for the process it thinks it is)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        gc.unfreeze()
+    assert code == 1
+    assert f"--port-file {port_file}: cannot write the port (No space left on device)" in caplog.text
+    assert not port_file.exists()

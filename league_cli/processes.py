@@ -47,6 +47,26 @@ _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(:|$)")
 """The last line of a traceback: the exception's (dotted) class name, then its message."""
 
 
+FULL_DISK_BYTES = 1 << 20
+"""Free space under which `full_disk_note` calls a disk full."""
+
+
+def full_disk_note(path: Path) -> str:
+    """"; the disk of PATH is full (...)" when the filesystem holding `path` has (next to) no space or no inodes
+    left, else "". Said where a process's failure is reported: the process logs to that disk, so its own log may
+    hold nothing of why it failed (a coordinator that could not commit, nor write its port file, nor its log)."""
+    try:
+        fs = os.statvfs(path)
+    except OSError:
+        return ""
+    free = (fs.f_bfree if os.geteuid() == 0 else fs.f_bavail) * fs.f_frsize  # (root may use reserved blocks)
+    no_inodes = fs.f_files > 0 and (fs.f_ffree if os.geteuid() == 0 else fs.f_favail) == 0
+    if free >= FULL_DISK_BYTES and not no_inodes:
+        return ""
+    left = "no inodes left" if no_inodes else f"{free:,} bytes free"
+    return f"; the disk of {path} is full ({left}), and the logs there may not say why"
+
+
 def _first_member_traceback(group: list[str]) -> list[str]:
     """The lines of the last traceback of a group's first member (those before it are its causes, printed
     first: "The above exception was the direct cause of the following exception"), margins removed."""
@@ -174,9 +194,14 @@ class ManagedProcess:
         return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
 
     def exit_words(self) -> str:
-        """"exited with CODE", and what it died of when its log ends in an uncaught traceback (`crash_line`)."""
+        """"exited with CODE", and what it died of when its log ends in an uncaught traceback (`crash_line`);
+        when the log's disk is full, that too (`full_disk_note`)."""
         crash = self.crash_line()
-        return f"exited with {self.popen.returncode}" + (f" ({crash})" if crash else "")
+        return f"exited with {self.popen.returncode}" + (f" ({crash})" if crash else "") + self.full_disk_note()
+
+    def full_disk_note(self) -> str:
+        """`full_disk_note` of this process's log directory (the run directory's disk, in `league run`)."""
+        return full_disk_note(self.log_path.parent)
 
     def crash_line(self, max_chars: int = 200) -> str:
         """The exception an uncaught traceback at the end of this process's log names ("RuntimeError: ..."),

@@ -175,10 +175,14 @@ class Supervisor:
                 return self.address
             if not proc.alive():
                 code = proc.popen.returncode
-                error = _COORDINATOR_START_ERRORS.get(code, RuntimeError)
-                raise error(f"the coordinator exited ({code}):\n{proc.log_tail()}")
+                full = proc.full_disk_note()
+                # On a full disk SQLite cannot even open the state (exit 2, "disk I/O error"): not this league's
+                # configuration, which a rerun with space back runs (league run's exit 2 says it would not).
+                error = RuntimeError if full else _COORDINATOR_START_ERRORS.get(code, RuntimeError)
+                raise error(f"the coordinator exited ({code}){full}:\n{proc.log_tail()}")
             time.sleep(0.1)  # a child process's file: nothing to wait on but the file system
-        raise RuntimeError(f"the coordinator did not report its port within {PORT_WAIT_S:.0f} s:\n{proc.log_tail()}")
+        raise RuntimeError(f"the coordinator did not report its port within {PORT_WAIT_S:.0f} s"
+                           f"{proc.full_disk_note()}:\n{proc.log_tail()}")
 
     def _coordinator_argv(self, port: int) -> list[str]:
         return league_command(
@@ -235,7 +239,8 @@ class Supervisor:
                                       f"{proc.log_tail()}")
             n = self.restarts.get(proc.name, 0)
             if n >= MAX_WORKER_RESTARTS:
-                raise RuntimeError(f"{proc.name} died {n + 1} times; last log lines:\n{proc.log_tail()}")
+                raise RuntimeError(f"{proc.name} died {n + 1} times{proc.full_disk_note()}; last log lines:\n"
+                                   f"{proc.log_tail()}")
             self.restarts[proc.name] = n + 1
             moved = ""
             if proc.name.startswith("learner") and proc.popen.returncode == ADDRESS_IN_USE_EXIT:
@@ -256,11 +261,12 @@ class Supervisor:
         """A crashed coordinator comes back on the same state and port: it loses nothing it acknowledged
         (README: faults it survives), and the workers, which keep retrying that address, carry on."""
         code = proc.popen.returncode
-        if code == SETUP_ERROR_EXIT:
+        if code == SETUP_ERROR_EXIT and not proc.full_disk_note():  # (see _start_coordinator_on)
             raise CannotRunLeague(f"the coordinator cannot run this league (exit {code}):\n{proc.log_tail()}")
         n = self.restarts.get(proc.name, 0)
         if n >= MAX_WORKER_RESTARTS:
-            raise RuntimeError(f"the coordinator died {n + 1} times; last log lines:\n{proc.log_tail()}")
+            raise RuntimeError(f"the coordinator died {n + 1} times{proc.full_disk_note()}; last log lines:\n"
+                               f"{proc.log_tail()}")
         self.restarts[proc.name] = n + 1
         exited = proc.exit_words()  # (read before the restart writes its mark into the same log)
         proc.kill_group()

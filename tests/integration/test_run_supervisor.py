@@ -255,3 +255,53 @@ def test_the_processes_run_this_code_not_a_league_cli_in_the_working_directory(t
     assert done.returncode == 0, done.stderr
     users, code = done.stdout.split(" /", 1)
     assert users == "the users env" and not ("/" + code).startswith(str(tmp_path))
+
+
+def _full_disk(monkeypatch):
+    """os.statvfs says every filesystem is full (4 KiB blocks, none free)."""
+    import os
+
+    full = os.statvfs_result((4096, 4096, 512, 0, 0, 1000, 900, 900, 0, 255))
+    monkeypatch.setattr("os.statvfs", lambda path: full)
+
+
+def test_a_worker_that_keeps_dying_on_a_full_disk_is_reported_with_the_disk(tmp_path, monkeypatch):
+    """A reviewer filled the run directory's disk: the processes died, and their logs, on that same disk, held
+    nothing of why (a coordinator's log ended mid-traceback at 4 KiB). The run said only "died N times" or
+    "the coordinator exited (1)"; now it names the full disk as well."""
+    from league_cli.run import MAX_WORKER_RESTARTS
+
+    sup = Supervisor(tmp_path, tmp_path / "league.yaml", RunConfig(), learners=1)
+    try:
+        sup.group.start("learner-0", [sys.executable, "-c", "import sys; sys.exit(1)"])
+        sup.restarts["learner-0"] = MAX_WORKER_RESTARTS
+        deadline = time.monotonic() + 30
+        while sup.group.get("learner-0").alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _full_disk(monkeypatch)
+        with pytest.raises(RuntimeError, match=r"learner-0 died 6 times; the disk of .* is full \(0 bytes free\)"):
+            sup.check()
+    finally:
+        sup.group.stop(grace_s=5.0)
+
+
+def test_a_coordinator_refusing_its_state_on_a_full_disk_is_no_setup_error(tmp_path, monkeypatch):
+    """On a full disk SQLite cannot make the state's shared-memory file, and the coordinator's restart exited 2
+    ("disk I/O error"): `league run` took that for a league that cannot run as configured and exited 2, which
+    says a rerun fails the same way; with space back it runs. A failed process (exit 1), naming the disk."""
+    from league_cli.run import CannotRunLeague
+
+    sup = Supervisor(tmp_path, tmp_path / "league.yaml", RunConfig(), learners=1)
+    try:
+        sup.address = "127.0.0.1:1"
+        sup.group.start("coordinator", [sys.executable, "-c", "import sys; sys.exit(2)"])
+        sup.restarts["coordinator"] = 5
+        deadline = time.monotonic() + 30
+        while sup.group.get("coordinator").alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _full_disk(monkeypatch)
+        with pytest.raises(RuntimeError, match=r"the disk of .* is full") as err:
+            sup.check()
+        assert not isinstance(err.value, CannotRunLeague)
+    finally:
+        sup.group.stop(grace_s=5.0)

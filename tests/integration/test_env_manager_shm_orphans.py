@@ -80,3 +80,58 @@ def test_blocks_left_by_a_sigkilled_process_group_are_removed_by_the_next_manage
     finally:
         manager.close()
     assert not [n for n in os.listdir(SHM_DIR) if n.startswith(f"lg{_pid_namespace()}_{os.getpid()}_")]
+
+
+def test_a_block_that_does_not_fit_in_dev_shm_is_an_error_naming_it_not_a_sigbus(monkeypatch):
+    """A block was only ftruncate()d into being, which a full /dev/shm (a tmpfs; docker gives 64 MB) allows: the
+    first write into it raised SIGBUS and the actor died without a word ("Bus error", exit -7). Its pages are
+    reserved at creation now: a full /dev/shm is an OSError naming it, and the block is gone."""
+    import errno
+
+    from actor_service.envs.env_manager import shm_blocks
+
+    before = set(os.listdir(SHM_DIR))
+
+    def full(fd, offset, size):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    try:
+        shm_blocks.create_block(1 << 20)
+    except OSError as err:
+        assert err.errno == errno.ENOSPC and f"no room in {SHM_DIR}" in str(err), err
+    else:
+        raise AssertionError("a block was created that /dev/shm has no room for")
+    assert {n for n in os.listdir(SHM_DIR) if n.startswith(f"lg{_pid_namespace()}_{os.getpid()}_")} <= before
+
+
+def test_an_env_manager_on_a_full_dev_shm_fails_with_an_error_and_lives(tmp_path):
+    """The same with a real full /dev/shm: a small tmpfs mounted over it in a mount namespace of its own (root
+    only). Before, the process launching the manager died of SIGBUS."""
+    if os.geteuid() != 0 or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        import pytest
+
+        pytest.skip("needs root and mount namespaces to mount a small /dev/shm")
+    script = textwrap.dedent("""
+        import os
+        from actor_service.envs import SubprocessEnvManager, SubprocessEnvManagerConfig
+        from tests.env_doubles import CountingEnv
+        fd = os.open("/dev/shm/filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while True:
+                os.write(fd, bytes(4096))
+        except OSError:
+            pass
+        manager = SubprocessEnvManager([CountingEnv] * 2, SubprocessEnvManagerConfig())
+        try:
+            manager.launch()
+        except OSError as err:
+            print("refused:", err)
+        manager.close()
+    """)
+    done = subprocess.run(
+        ["unshare", "-m", "sh", "-c", 'mount -t tmpfs -o size=256k tmpfs /dev/shm && exec "$0" -c "$1"',
+         sys.executable, script], capture_output=True, text=True, timeout=60, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "refused: [Errno 28] no room in /dev/shm" in done.stdout, done.stdout + done.stderr[-2000:]

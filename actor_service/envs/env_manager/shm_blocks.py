@@ -11,6 +11,7 @@ their PIDs mean nothing here.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -34,14 +35,36 @@ def _pid_namespace() -> str:
 
 
 def create_block(size: int) -> shared_memory.SharedMemory:
-    """A new block of `size` bytes named after this process (see the module doc)."""
+    """A new block of `size` bytes named after this process (see the module doc), its memory reserved: OSError
+    (ENOSPC) when /dev/shm has no room for it."""
     prefix = f"lg{_pid_namespace()}_{os.getpid()}_"
     for _ in range(16):
         try:
-            return shared_memory.SharedMemory(name=prefix + secrets.token_hex(4), create=True, size=size)
+            shm = shared_memory.SharedMemory(name=prefix + secrets.token_hex(4), create=True, size=size)
         except FileExistsError:  # 32 random bits taken already: draw again
             continue
+        _reserve(shm, size)
+        return shm
     raise FileExistsError(f"no free shared-memory name with prefix {prefix!r} after 16 draws")
+
+
+def _reserve(shm: shared_memory.SharedMemory, size: int) -> None:
+    """Allocate the block's pages now. A block is only ftruncate()d into being, which succeeds on a full /dev/shm
+    (a tmpfs: docker gives a container 64 MB); the first write into its memory then raised SIGBUS, which
+    killed the actor (or an env worker) without a word. Reserved here, a full /dev/shm is an OSError naming it,
+    and the block is removed."""
+    fd = getattr(shm, "_fd", -1)
+    if fd < 0 or not hasattr(os, "posix_fallocate"):
+        return
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as err:
+        if err.errno in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS):  # a filesystem without it: as before
+            return
+        shm.close()
+        shm.unlink()
+        raise OSError(err.errno, f"no room in {SHM_DIR} for a shared-memory block of {size:,} bytes "
+                      f"({err.strerror}): free space there, or make it larger (docker: --shm-size)") from err
 
 
 def remove_orphaned_blocks(directory: str = SHM_DIR) -> list[str]:

@@ -18,6 +18,7 @@ the writer is dropped and a new one opened after `REOPEN_AFTER_S`; training neve
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -253,6 +254,7 @@ class Telemetry:
         from torch.utils.tensorboard import SummaryWriter  # imported late: it is slow to import
 
         assert self._log_dir is not None
+        _quiet_event_writer_threads()
         self._reopen_at = None
         if not _utf8(str(self._log_dir)):
             # TensorBoard encodes its file names as UTF-8, strictly: a shared root whose name has other bytes
@@ -282,3 +284,26 @@ class Telemetry:
                 writer.close()
             except OSError as close_err:  # the same full disk, most likely; the error above says it already
                 log.debug("closing the failed TensorBoard writer: %s", close_err)
+
+
+_WRITER_THREAD = "_AsyncWriterThread"
+"""The class of TensorBoard's event writer thread (tensorboard.summary.writer.event_file_writer)."""
+
+
+def _quiet_event_writer_threads() -> None:
+    """Keep the traceback of a failed event write out of the log: TensorBoard's writer thread keeps the error
+    for the writer's next call (where `Telemetry._failed` reports it, one ERROR line) and raises it again as it
+    dies, so threading's excepthook printed it too: on a full disk, a traceback of ~25 lines every
+    REOPEN_AFTER_S beside each ERROR line. Other threads' exceptions go to the hook as before."""
+    previous = threading.excepthook
+    if getattr(previous, "_quiets_event_writers", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if isinstance(args.exc_value, OSError) and type(args.thread).__name__ == _WRITER_THREAD:
+            log.debug("TensorBoard's writer thread ended: %s", args.exc_value)
+            return
+        previous(args)
+
+    hook._quiets_event_writers = True  # type: ignore[attr-defined]
+    threading.excepthook = hook

@@ -443,3 +443,34 @@ def test_telemetry_under_a_path_that_is_not_utf8_trains_on_without_tensorboard(t
     telemetry.close()
     assert scalars["train/loss"] == 1.0
     assert "TensorBoard takes only paths that are valid UTF-8" in caplog.text
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")  # (how pytest shows one)
+def test_a_failed_event_write_is_one_error_line_without_a_traceback(tmp_path, monkeypatch, capfd, caplog):
+    """A reviewer filled the shared root's disk: beside each ERROR line of the telemetry, TensorBoard's writer
+    thread died with its own traceback on stderr ("Exception in thread Thread-3: ... OSError: [Errno 28]"),
+    every 30 s while the disk stayed full."""
+    import errno
+    import logging
+
+    from tensorboard.summary.writer import record_writer
+
+    from learner_service.trainer import IterationReport
+
+    def full_disk(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    now = [0.0]
+    monkeypatch.setattr(record_writer.RecordWriter, "write", full_disk)
+    with caplog.at_level(logging.ERROR):
+        telemetry = Telemetry(tmp_path / "tb", clock=lambda: now[0], every_s=0.0)
+        for i in range(1, 4):
+            now[0] = float(i)
+            telemetry.iteration(IterationReport(i, i, samples=10, stats={"loss": 1.0}),
+                                Progress(agent_steps=10 * i, train_iteration=i), buffered=0)
+            telemetry.flush()
+        telemetry.close()
+    assert telemetry.write_failures >= 1
+    assert "TensorBoard scalars under" in caplog.text and "No space left on device" in caplog.text
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Exception in thread" not in err, err

@@ -8,6 +8,7 @@ everything here reads that file, so a plot can be made after the fact, on any ma
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import re
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from common import cli_args
+from common.durable_files import atomic_write
 from common.exit_codes import SETUP_ERROR_EXIT
 from league_service.status import REFERENCE_BOT_TYPE
 
@@ -279,9 +281,23 @@ def _plot_returns(plt: Any, history: HistoryCurves, out_dir: Path) -> Path:
             ax.text(0.5, 0.5, "no episodes recorded yet", ha="center", va="center", transform=ax.transAxes)
     fig.tight_layout()
     path = out_dir / "returns.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(plt, fig, path)
     return path
+
+
+def _save(plt: Any, fig: Any, path: Path) -> None:
+    """The figure as a PNG at `path`, written whole or not at all (`atomic_write`), and closed. Saved in place, a
+    write that failed (a full disk) left an empty or torn PNG where the plot of an earlier run or call was, and
+    the error named no file."""
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, dpi=100, format="png")
+    finally:
+        plt.close(fig)
+    try:
+        atomic_write(path, buffer.getbuffer())
+    except OSError as err:
+        raise OSError(err.errno, f"cannot write {path}: {err.strerror or err}") from err
 
 
 def rating_line(player: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
@@ -328,8 +344,7 @@ def write_plots(history_path: Path, out_dir: Path, notes: list[str] | None = Non
         ax_elo.legend(fontsize="small")
     fig.tight_layout()
     path = out_dir / "ratings.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(plt, fig, path)
     written.append(path)
 
     # Win-rate matrix at the end of the run, with game counts.
@@ -372,8 +387,7 @@ def write_plots(history_path: Path, out_dir: Path, notes: list[str] | None = Non
         fig.colorbar(im, ax=ax)
         fig.tight_layout()
         path = out_dir / "win_rates.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
+        _save(plt, fig, path)
         written.append(path)
     return written
 

@@ -603,3 +603,26 @@ def test_a_run_dir_that_is_a_dangling_link_is_refused_saying_so(tmp_path, capsys
     assert run_main(build_parser().parse_args(["run", str(config), "--run-dir", str(link)])) == 2
     assert f"--run-dir {link} is a link to {tmp_path / 'gone'}, which does not exist" in capsys.readouterr().out
     assert not (tmp_path / "gone").exists()
+
+
+def test_a_plot_that_cannot_be_written_keeps_the_one_before_and_names_its_file(tmp_path):
+    """A reviewer ran `league plot` into a full disk: savefig wrote in place, so the plot there before was cut to
+    an empty file, and the error said "[Errno 28] No space left on device" without a file. Here the write is
+    cut short by RLIMIT_FSIZE (EFBIG; Python ignores SIGXFSZ)."""
+    import re
+    import resource
+
+    history = tmp_path / "h.jsonl"
+    history.write_text("".join(json.dumps(_solo_record(t, 4096 * t, 10 * t, 20.0 + t)) + "\n" for t in range(4)))
+    out = tmp_path / "plots"
+    (plot,) = write_plots(history, out)
+    before = plot.read_bytes()
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1024, hard))
+    try:
+        with pytest.raises(OSError, match=f"cannot write {re.escape(str(plot))}"):
+            write_plots(history, out)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert plot.read_bytes() == before
+    assert [p.name for p in out.iterdir()] == ["returns.png"]  # no temporary file left either

@@ -53,6 +53,26 @@ def atomic_write(path: Path, data: bytes | memoryview, sync_dir: bool = True) ->
         fsync_dir(path.parent)
 
 
+FULL_DISK_BYTES = 1 << 20
+"""Free space under which `full_disk_note` calls a disk full."""
+
+
+def full_disk_note(path: Path) -> str:
+    """"; the disk of PATH is full (N bytes free)" when the filesystem holding `path` has (next to) no space or no
+    inodes left, else "": for the message of a failure a full disk may explain (a process whose log lies on that
+    disk, SQLite's "disk I/O error" when it cannot make its WAL files)."""
+    try:
+        fs = os.statvfs(path)
+    except OSError:
+        return ""
+    root = os.geteuid() == 0  # (root may use the blocks and inodes reserved for it)
+    free = (fs.f_bfree if root else fs.f_bavail) * fs.f_frsize
+    no_inodes = fs.f_files > 0 and (fs.f_ffree if root else fs.f_favail) == 0
+    if free >= FULL_DISK_BYTES and not no_inodes:
+        return ""
+    return f"; the disk of {path} is full ({'no inodes left' if no_inodes else f'{free:,} bytes free'})"
+
+
 def unlink_quietly(path: Path) -> None:
     try:
         os.unlink(path)

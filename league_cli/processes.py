@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.durable_files import full_disk_note
 from common.pids import pid_alive
 
 SUPERVISOR_ENV_VAR = "LEAGUE_SUPERVISOR_PID"
@@ -45,26 +46,6 @@ _MEMBER_MARGIN = "    | "
 _MEMBER_END = "    +"
 _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(:|$)")
 """The last line of a traceback: the exception's (dotted) class name, then its message."""
-
-
-FULL_DISK_BYTES = 1 << 20
-"""Free space under which `full_disk_note` calls a disk full."""
-
-
-def full_disk_note(path: Path) -> str:
-    """"; the disk of PATH is full (...)" when the filesystem holding `path` has (next to) no space or no inodes
-    left, else "". Said where a process's failure is reported: the process logs to that disk, so its own log may
-    hold nothing of why it failed (a coordinator that could not commit, nor write its port file, nor its log)."""
-    try:
-        fs = os.statvfs(path)
-    except OSError:
-        return ""
-    free = (fs.f_bfree if os.geteuid() == 0 else fs.f_bavail) * fs.f_frsize  # (root may use reserved blocks)
-    no_inodes = fs.f_files > 0 and (fs.f_ffree if os.geteuid() == 0 else fs.f_favail) == 0
-    if free >= FULL_DISK_BYTES and not no_inodes:
-        return ""
-    left = "no inodes left" if no_inodes else f"{free:,} bytes free"
-    return f"; the disk of {path} is full ({left}), and the logs there may not say why"
 
 
 def _first_member_traceback(group: list[str]) -> list[str]:
@@ -201,7 +182,8 @@ class ManagedProcess:
 
     def full_disk_note(self) -> str:
         """`full_disk_note` of this process's log directory (the run directory's disk, in `league run`)."""
-        return full_disk_note(self.log_path.parent)
+        note = full_disk_note(self.log_path.parent)
+        return f"{note}, and the logs there may not say why" if note else ""
 
     def crash_line(self, max_chars: int = 200) -> str:
         """The exception an uncaught traceback at the end of this process's log names ("RuntimeError: ..."),

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from common import cli_args
+from common.durable_files import full_disk_note
 from common.exit_codes import ADDRESS_IN_USE_EXIT, FAILURE_EXIT, SETUP_ERROR_EXIT
 from common.ports import check_target, split_host_port
 from common.rpc import (
@@ -153,6 +154,11 @@ def coordinator_main(args: argparse.Namespace) -> int:
         return _refuse(str(err))
     except (LeagueStateError, sqlite3.DatabaseError, OSError, ValueError) as err:
         # A state file of another league, or not a state file at all: say which, without a traceback.
+        if full := full_disk_note(settings.resolved_state_path.parent):
+            # On a full disk SQLite cannot make the WAL's shared-memory file and says only "disk I/O error" (exit
+            # 2 said: this state can never be used). Space may come back: a failure (exit 1), naming the disk.
+            print(f"league coordinator: state {settings.resolved_state_path}: {err}{full}", file=sys.stderr)
+            return FAILURE_EXIT
         return _refuse(f"state {settings.resolved_state_path}: {err}")
     try:
         server = serve_coordinator(

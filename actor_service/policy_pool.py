@@ -37,6 +37,7 @@ from common.checkpoint_store import (
     CheckpointRef,
     CheckpointStore,
     CorruptCheckpointError,
+    UnreadableCheckpointError,
 )
 from common.computation.computation_task import ComputationTask
 from common.envs.base import EnvInfo
@@ -200,6 +201,10 @@ class PolicyPool:
                 policy = self._build(slot.player_id, ref, slot.checkpoint_version if ref is None else 0)
             except (CheckpointError, UnsafePathError) as err:  # a path out of the root (a symlink) is as unloadable
                 if not slot.active:
+                    if isinstance(err, UnreadableCheckpointError):
+                        # No permission or an I/O error now: a failed job, retried; named as unloadable, the
+                        # league set the snapshot aside for good (as a weights file's EACCES never did).
+                        raise
                     raise UnloadableOpponentError(slot.player_id, err) from err
                 key, policy = self._newest_instead(slot, err)  # cached as what it is
             self._frozen[key] = policy

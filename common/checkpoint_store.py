@@ -100,6 +100,12 @@ class CorruptCheckpointError(CheckpointError, ValueError):
     """A manifest or weights file that is malformed, truncated, tampered with, or not plain tensors."""
 
 
+class UnreadableCheckpointError(CorruptCheckpointError):
+    """A manifest that is there but cannot be read now (no permission, an I/O error, a stale NFS handle). Readers
+    that walk versions skip it as they skip a damaged one; but it is not known to be damaged, and may read once
+    the share is fixed: nothing should give up on the checkpoint for good because of it."""
+
+
 class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
     """No published checkpoint at that path (never published, or removed by retention)."""
 
@@ -831,7 +837,8 @@ def _check_digest(digest: Any, size: Any, where: str) -> None:
 def _read_small(path: Path) -> bytes:
     """A manifest's bytes. Missing (a path through a file too): FileNotFoundError; any other reason it cannot be
     read (a symlink, a directory, no permission, an I/O error): CorruptCheckpointError, so that readers skip
-    it as a damaged version instead of failing on a raw OSError."""
+    it as a damaged version instead of failing on a raw OSError (`UnreadableCheckpointError` for no permission
+    or an I/O error: not known to be damaged)."""
     try:
         fd = _open_regular(path)
         with os.fdopen(fd, "rb") as f:
@@ -840,7 +847,10 @@ def _read_small(path: Path) -> bytes:
         raise FileNotFoundError(err.errno, err.strerror, str(path)) from err
     except OSError as err:
         reason = "a symlink" if err.errno == errno.ELOOP else err.strerror or type(err).__name__
-        raise CorruptCheckpointError(f"{path.name}: manifest cannot be read ({reason})") from err
+        # A symlink, a FIFO or device, a directory: damaged. Anything else (no permission, EIO) may pass.
+        damaged = err.errno in (errno.ELOOP, errno.EINVAL, errno.EISDIR)
+        error = CorruptCheckpointError if damaged else UnreadableCheckpointError
+        raise error(f"{path.name}: manifest cannot be read ({reason})") from err
     if len(data) > _MAX_MANIFEST_BYTES:
         raise CorruptCheckpointError(f"{path.name}: manifest larger than {_MAX_MANIFEST_BYTES} bytes")
     return data

@@ -313,3 +313,33 @@ def test_a_historical_opponent_whose_path_leaves_the_root_is_named(store, tmp_pa
     with pytest.raises(UnloadableOpponentError) as err:
         policies.opponent_policy(PlayerSlot("h_1", "h/v0000000001.pt", 1, False), launch)
     assert err.value.player_id == "h_1" and "outside the shared root" in str(err.value)
+
+
+def test_a_historical_opponent_whose_manifest_cannot_be_read_now_is_not_named_unloadable(store, monkeypatch):
+    """A snapshot's manifest the actor may not read (a directory's permissions changed under the share, an I/O
+    error) was a "corrupt" checkpoint: the job named the opponent unloadable and the league set it aside for
+    good, though the file was intact and read again once the permissions were back. Now the job just fails
+    (retried), as it did for the same error on the weights file. (Root reads whatever the mode says: the
+    refusal is patched in.)"""
+    import errno
+
+    import common.checkpoint_store as checkpoint_store
+
+    store.publish("h", weights(1), 1)
+    store.snapshot("h/v0000000001.pt", "h/v0000000001_100.pt")
+    opened = checkpoint_store._open_regular
+
+    def no_permission(path):
+        if path.name == "v0000000001_100.pt.json":
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return opened(path)
+
+    policies = pool(store)
+    launch = policies.launch_policy(PlayerSlot("p", "", 0, True))
+    slot = PlayerSlot("h_100", "h/v0000000001_100.pt", 1, False)
+    with monkeypatch.context() as patched:
+        patched.setattr(checkpoint_store, "_open_regular", no_permission)
+        with pytest.raises(CheckpointError, match="Permission denied") as err:
+            policies.opponent_policy(slot, launch)
+    assert not isinstance(err.value, UnloadableOpponentError)
+    assert policies.opponent_policy(slot, launch).version == 1  # readable again: it plays

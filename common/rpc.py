@@ -240,6 +240,17 @@ def format_listen_line(service: str, address: str) -> str:
     return f"{LISTEN_LINE_PREFIX} service={service} address={address}"
 
 
+def announce_listening(service: str, address: str) -> None:
+    """Print the LISTENING line (`format_listen_line`) on stdout. A stdout that cannot take it (a log file on a
+    full disk) costs the line, not the server: the print's OSError ended the coordinator and the learner with a
+    traceback at start, while their logging, on the same file, drops what it cannot write and goes on."""
+    try:
+        print(format_listen_line(service, address), flush=True)
+    except OSError as err:
+        log.error("the %s listens on %s, but its %s line could not be written to stdout: %s", service, address,
+                  LISTEN_LINE_PREFIX, err.strerror or err)
+
+
 def parse_listen_line(line: str) -> tuple[str, str] | None:
     """(service, address) from a line written by `format_listen_line`, None for any other line."""
     parts = line.strip().split()

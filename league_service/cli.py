@@ -35,11 +35,11 @@ from common.rpc import (
     AddressInUseError,
     ServerOptions,
     ServerTls,
+    announce_listening,
     check_exposure,
     check_server_tls,
     check_tls_ca,
     env_path,
-    format_listen_line,
     join_host_port,
     load_token,
     make_channel,
@@ -187,7 +187,7 @@ def coordinator_main(args: argparse.Namespace) -> int:
                 log.error("--port-file %s: cannot write the port (%s); exiting: nobody could find this "
                           "coordinator", args.port_file, err.strerror or err)
                 return FAILURE_EXIT
-        print(format_listen_line("coordinator", server.address), flush=True)
+        announce_listening("coordinator", server.address)
         log.info(
             "serving league %s on %s (%s, %s)%s", server.coordinator.league_id, server.address,
             "TLS" if tls else "plaintext", "token auth" if token else "no auth",

@@ -29,10 +29,10 @@ from common.rpc import (
     COORDINATOR_ENV_VAR,
     SHARED_ROOT_ENV_VAR,
     AddressInUseError,
+    announce_listening,
     check_server_tls,
     check_tls_ca,
     env_path,
-    format_listen_line,
     load_token,
 )
 from common.signal_flag import SignalFlag
@@ -150,7 +150,7 @@ def main(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: wake.set())
     worker = threading.Thread(target=serve, name="learner", daemon=True)
-    print(format_listen_line("learner", address), flush=True)
+    announce_listening("learner", address)
     log.info("learner %s serving trajectories on %s (advertised %s), coordinator %s", settings.worker_id, address,
              learner.data_endpoint, settings.coordinator)
     worker.start()

@@ -121,3 +121,27 @@ def test_an_on_retry_hook_that_raises_changes_nothing_about_the_retries(caplog):
     assert call_idempotent(method, "req", policy=FAST, on_retry=broken_hook) == "reply to req"
     assert len(method.timeouts) == 3  # both retries made, the third call answered
     assert "on_retry hook failed" in caplog.text
+
+
+def test_a_listen_line_stdout_cannot_take_costs_the_line_not_the_server(monkeypatch, caplog, capsys):
+    """A learner or coordinator whose stdout is a log file on a full disk died at start with a traceback from
+    printing its LISTENING line, while its logging on the same file drops what it cannot write and goes on."""
+    import logging
+    import os
+
+    from common.rpc import announce_listening
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    announce_listening("learner", "127.0.0.1:5000")
+    assert parse_listen_line(capsys.readouterr().out) == ("learner", "127.0.0.1:5000")
+    with open("/dev/full", "w") as full:
+        monkeypatch.setattr("sys.stdout", full)
+        with caplog.at_level(logging.ERROR):
+            announce_listening("learner", "127.0.0.1:5000")
+        monkeypatch.undo()
+        try:
+            full.close()
+        except OSError:  # what is still buffered for /dev/full
+            pass
+    assert "the learner listens on 127.0.0.1:5000, but its LISTENING line could not be written" in caplog.text

@@ -706,6 +706,7 @@ def _check_worker_sections(cfg: Config) -> None:
                 raise ConfigError(path, rest) from None
             raise ConfigError(section, message) from None
     policy, learner = parsed
+    _refuse_other_algorithms_learner_keys(policy.algorithm, cfg.learner)
     if policy.algorithm == "ppo" and policy.ppo.num_minibatches > learner.batch_size:
         # A batch of batch_size samples cut into more minibatches than that: minibatches of one sample.
         raise ConfigError("policy.ppo.num_minibatches", f"must be at most learner.batch_size ({learner.batch_size}), "
@@ -719,6 +720,24 @@ def _check_worker_sections(cfg: Config) -> None:
                           "actor's command line (`league actor --help`; per job: the player type's adder_kwargs "
                           "and forward_kwargs)")
     _check_job_kwargs(cfg.league)
+
+
+_ONE_ALGORITHMS_LEARNER_KEYS: dict[str, tuple[str, str]] = {
+    "batch_size": ("ppo", "a DQN learner samples policy.dqn.batch_size transitions per update"),
+    "replay_ratio": ("dqn", "a PPO learner trains each batch of learner.batch_size samples once"),
+}
+"""`learner` keys only one algorithm's learner reads: {key: (that algorithm, what the other does instead)}."""
+
+
+def _refuse_other_algorithms_learner_keys(algorithm: str, learner: Mapping[str, Any]) -> None:
+    """A `learner` key that only the other algorithm reads (`learner.batch_size` beside `algorithm: dqn`) was
+    parsed, checked and never read: a DQN user's `batch_size: 32` silently did nothing (DQN's is
+    policy.dqn.batch_size). Checked on the section as given: a file naming dqn starts without the default's
+    `learner` section (`config_from_dict`), so the key is there only when the user wrote it."""
+    for key, (reader, instead) in _ONE_ALGORITHMS_LEARNER_KEYS.items():
+        if key in learner and algorithm != reader:
+            raise ConfigError(f"learner.{key}", f"set, but only {reader} reads it and policy.algorithm is "
+                              f"{algorithm!r} ({instead}); remove it")
 
 
 def _check_job_kwargs(league: LeagueConfig) -> None:

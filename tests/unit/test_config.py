@@ -195,6 +195,31 @@ def test_a_section_for_the_algorithm_not_trained_is_refused(policy, message):
     assert str(info.value) == message
 
 
+@pytest.mark.parametrize(
+    ("data", "path", "hint"),
+    [
+        ({"policy": {"algorithm": "dqn"}, "learner": {"batch_size": 32}}, "learner.batch_size",
+         "policy.dqn.batch_size"),
+        ({"learner": {"replay_ratio": 4.0}}, "learner.replay_ratio", "learner.batch_size"),
+        ({"policy": {"algorithm": "ppo"}, "learner": {"replay_ratio": 4.0}}, "learner.replay_ratio",
+         "learner.batch_size"),
+    ],
+)
+def test_a_learner_key_only_the_other_algorithm_reads_is_refused(data, path, hint):
+    """`learner.batch_size` is PPO's batch; a DQN learner never read it (its batch is policy.dqn.batch_size), so a
+    DQN user's `batch_size: 32` silently did nothing; `learner.replay_ratio` likewise for PPO."""
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(data)
+    assert info.value.path == path and hint in str(info.value), str(info.value)
+
+
+def test_each_algorithms_own_learner_keys_still_load():
+    assert config_from_dict({"learner": {"batch_size": 512}}).learner["batch_size"] == 512
+    dqn = config_from_dict({"policy": {"algorithm": "dqn", "dqn": {"batch_size": 32}}, "learner": {"replay_ratio": 2.0}})
+    assert dqn.learner == {"replay_ratio": 2.0}
+    assert config_from_dict(config_to_dict(dqn)) == dqn  # a DQN run directory's saved config resumes
+
+
 def test_a_dqn_file_still_starts_from_dqns_defaults_not_the_default_ppo_section():
     """The embedded default holds a `ppo:` section; a file naming dqn leaves it out instead of tripping over it."""
     cfg = config_from_dict(yaml.safe_load("policy: {algorithm: dqn, dqn: {learning_rate: 0.0005}}"))

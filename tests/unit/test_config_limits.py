@@ -458,8 +458,10 @@ def test_ppo_minibatches_must_not_outnumber_the_batchs_samples():
                      "policy.ppo.num_minibatches")
     assert "must be at most learner.batch_size (1024), got 2048" in str(error)
     config_from_dict({"policy": {"ppo": {"num_minibatches": 1024}}, "learner": {"batch_size": 1024}})
-    # DQN's policy holds PPO's defaults (4 minibatches), which a DQN learner's batch_size does not concern.
-    config_from_dict({"policy": {"algorithm": "dqn"}, "learner": {"batch_size": 2}})
+    # DQN's policy holds PPO's defaults (4 minibatches), which a DQN learner does not concern: a DQN config's
+    # learner.batch_size is refused as the key DQN does not read, not as too small for PPO's minibatches.
+    error = _refused({"policy": {"algorithm": "dqn"}, "learner": {"batch_size": 2}}, "learner.batch_size")
+    assert "policy.dqn.batch_size" in str(error)
 
 
 def test_the_largest_allowed_values_load():
@@ -469,10 +471,11 @@ def test_the_largest_allowed_values_load():
                    "ppo": {"update_epochs": MAX_UPDATE_EPOCHS, "num_minibatches": 4096}},
         "learner": {"batch_size": MAX_LEARNER_BATCH_SIZE, "publish_every": MAX_PUBLISH_EVERY,
                     "keep_last": MAX_KEEP_LAST, "queue_chunks": MAX_QUEUE_CHUNKS, "queue_bytes": MAX_QUEUE_BYTES,
-                    "replay_ratio": MAX_REPLAY_RATIO, "tensorboard_every_s": 1e7},
+                    "tensorboard_every_s": 1e7},
     })
     config_from_dict({"policy": {"algorithm": "dqn", "dqn": {
-        "batch_size": MAX_DQN_BATCH_SIZE, "replay_capacity": MAX_REPLAY_CAPACITY, "n_step": MAX_N_STEP}}})
+        "batch_size": MAX_DQN_BATCH_SIZE, "replay_capacity": MAX_REPLAY_CAPACITY, "n_step": MAX_N_STEP}},
+        "learner": {"replay_ratio": MAX_REPLAY_RATIO}})
 
 
 def test_the_limits_hold_for_sections_built_from_a_job_struct_too():

@@ -606,6 +606,13 @@ def config_from_dict(data: Mapping[str, Any]) -> Config:
     if (_names_other(data, defaults, "env", "name") or _names_other(data, defaults, "league", "league_type")
             or _bot_seat_paths(data)):
         defaults.get("league", {}).pop("reference_bots", None)
+    user_league = data.get("league")
+    if (isinstance(user_league, Mapping) and "player_category" in user_league
+            and "pretrain_checkpoint_path" not in user_league and isinstance(defaults.get("league"), dict)):
+        # The default's `{default: ""}` (a fresh start) names the default's category: beside categories of the
+        # user's own it was refused as "not one of player_category", a key the file never set. An empty mapping
+        # means the same for every category (`pretrain_path` gives "" to a category it does not name).
+        defaults["league"]["pretrain_checkpoint_path"] = {}
     merged = merge_with_defaults(Config, defaults, data)
     _default_dqn_exploration(merged)
     cfg = from_dict(Config, merged)

@@ -220,6 +220,18 @@ def test_each_algorithms_own_learner_keys_still_load():
     assert config_from_dict(config_to_dict(dqn)) == dqn  # a DQN run directory's saved config resumes
 
 
+def test_categories_of_ones_own_load_without_restating_the_pretrain_paths():
+    """`player_category: [terran, zerg]` alone was refused with "league.pretrain_checkpoint_path.default: not one
+    of player_category": the default's fresh-start entry for its own category, a key the file never set."""
+    cfg = config_from_dict(yaml.safe_load("league: {player_category: [terran, zerg]}"))
+    assert cfg.league.player_category == ("terran", "zerg")
+    assert cfg.league.pretrain_path("terran") == "" and cfg.league.pretrain_path("zerg") == ""
+    assert config_from_dict(config_to_dict(cfg)) == cfg  # the run directory's saved config resumes
+    # A path the file gives for a category it does not have is still refused, naming it.
+    with pytest.raises(ConfigError, match=r"^league.pretrain_checkpoint_path.protoss: not one of player_category"):
+        config_from_dict({"league": {"player_category": ["terran"], "pretrain_checkpoint_path": {"protoss": ""}}})
+
+
 def test_a_dqn_file_still_starts_from_dqns_defaults_not_the_default_ppo_section():
     """The embedded default holds a `ppo:` section; a file naming dqn leaves it out instead of tripping over it."""
     cfg = config_from_dict(yaml.safe_load("policy: {algorithm: dqn, dqn: {learning_rate: 0.0005}}"))

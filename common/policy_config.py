@@ -57,6 +57,12 @@ learner, where a rate that merely diverges has its updates rolled back."""
 MAX_N_STEP = 100
 """The longest n-step return (Rainbow uses 3, R2D2 5): each transition's window is summed step by step when the
 learner takes a chunk in, so the cost grows with unroll_len x n_step."""
+MAX_PRIORITY_ALPHA = 1.0
+"""The largest prioritization exponent: prioritized replay's range (Schaul et al.: 0 samples uniformly, 1 in
+proportion to |TD error|; published agents use 0.5 to 0.7). Far above it, |TD error|^alpha spans more than
+float64 holds: at 60 (0.6 written as a percentage) the importance weights of all but the top-priority rows
+rounded to 0, so a CartPole DQN stayed at a return of ~12 with nothing said, and a priority that underflows to 0
+is refused by the priority tree, which failed the learner."""
 
 
 def _check_at_most(name: str, value: float, maximum: float) -> None:
@@ -259,6 +265,9 @@ class DQNConfig:
             _check_at_most(f"dqn.{name}", getattr(self, name), maximum)
         if self.priority_beta_anneal_updates < 0:
             raise ValueError(f"dqn.priority_beta_anneal_updates must be >= 0, got {self.priority_beta_anneal_updates}")
+        if not 0 <= self.priority_alpha <= MAX_PRIORITY_ALPHA:  # NaN included
+            raise ValueError(f"dqn.priority_alpha must be within [0, {MAX_PRIORITY_ALPHA:g}] (0: uniform sampling, "
+                             f"1: in proportion to |TD error|), got {self.priority_alpha}")
         if self.learning_starts < 0 or not 0 <= self.priority_alpha < math.inf or not 0 <= self.priority_beta <= 1:
             raise ValueError("dqn: need learning_starts >= 0, a finite priority_alpha >= 0, 0 <= priority_beta <= 1")
         if self.learning_starts > self.replay_capacity:  # the replay never holds that many: no update, ever

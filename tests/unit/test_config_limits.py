@@ -402,6 +402,10 @@ def test_run_intervals_are_checked(section, message):
         ({"algorithm": "dqn", "dqn": {"replay_capacity": 10**12, "learning_starts": 0}}, "policy.dqn",
          f"dqn.replay_capacity must be at most {MAX_REPLAY_CAPACITY}"),
         ({"algorithm": "dqn", "dqn": {"n_step": 10**6}}, "policy.dqn", f"dqn.n_step must be at most {MAX_N_STEP}"),
+        # 0.6 written as 60: the importance weights of all but the top priorities rounded to 0 (a DQN that learned
+        # nothing, silently), and a priority^alpha that underflowed to 0 failed the learner.
+        ({"algorithm": "dqn", "dqn": {"priority_alpha": 60}}, "policy.dqn",
+         "dqn.priority_alpha must be within [0, 1] (0: uniform sampling, 1: in proportion to |TD error|), got 60"),
         # Adam's step overflowed a float32 and the optimizer failed the learner (a rate that merely diverges is
         # rolled back).
         ({"ppo": {"learning_rate": 1e38}}, "policy.ppo", "ppo.learning_rate must be at most 1e+30, got 1e+38"),
@@ -474,7 +478,8 @@ def test_the_largest_allowed_values_load():
                     "tensorboard_every_s": 1e7},
     })
     config_from_dict({"policy": {"algorithm": "dqn", "dqn": {
-        "batch_size": MAX_DQN_BATCH_SIZE, "replay_capacity": MAX_REPLAY_CAPACITY, "n_step": MAX_N_STEP}},
+        "batch_size": MAX_DQN_BATCH_SIZE, "replay_capacity": MAX_REPLAY_CAPACITY, "n_step": MAX_N_STEP,
+        "priority_alpha": 1.0}},
         "learner": {"replay_ratio": MAX_REPLAY_RATIO}})
 
 

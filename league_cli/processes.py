@@ -97,27 +97,35 @@ def follow_supervisor() -> None:
 
 PROJECT_PACKAGES = ("common", "league_service", "actor_service", "learner_service", "league_cli")
 """This project's top-level packages (pyproject.toml's `packages.find`)."""
-CHILD_PRELUDE = (
-    "import os, sys\n"
-    f"import {', '.join(PROJECT_PACKAGES)}, league_cli.main\n"
-    "sys.path.append(os.getcwd())\n"
-)
-_CHILD_MAIN = CHILD_PRELUDE + "sys.exit(league_cli.main.main())\n"
-"""A child's `league` CLI: this project's packages first imported from where this process's come from (`-P`: not
-from the working directory), then the working directory put last on the import path, where `league run`'s
-workers find an env module of the user's own (`python:<module>:<callable>`)."""
 
 
 def league_command(*args: str) -> list[str]:
     """The `league` CLI as a child process, with this interpreter (works without the console script on PATH),
     running this process's own code. Started as `python -m league_cli`, which puts the working directory first
     on the import path, `league run` started from a directory that holds a `league_cli` package (a checkout of
-    another version of this project, say) ran that directory's code as its coordinator, learners and actors.
-    (When this process's code is that directory's, `python -m league_cli` run from a checkout, the children are
-    started the same way and find it there too.)"""
+    another version of this project, say) ran that directory's code as its coordinator, learners and actors. So
+    the children start with `-P` (no working directory on the path), and `league_cli.__main__` puts it back last
+    (`working_directory_last`). When this process's code is the working directory's (`python -m league_cli` run
+    from a checkout), the children are started plainly and find it there too."""
     if _code_is_the_working_directorys():
         return [sys.executable, "-m", "league_cli", *args]
-    return [sys.executable, "-P", "-c", _CHILD_MAIN, *args]
+    return [sys.executable, "-P", "-m", "league_cli", *args]
+
+
+def working_directory_last() -> None:
+    """Under `python -P` (see `league_command`): import this project's packages from where `league_cli` came
+    from, then put the working directory last on the import path, where `league run`'s workers find an env module
+    of the user's own (`python:<module>:<callable>`, README). Imported first: an editable install's finder comes
+    after the path's, so a `common` package in the working directory would otherwise win."""
+    if not sys.flags.safe_path:
+        return
+    import importlib
+
+    for package in PROJECT_PACKAGES:
+        importlib.import_module(package)
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.append(cwd)
 
 
 def _code_is_the_working_directorys() -> bool:

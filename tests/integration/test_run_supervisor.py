@@ -244,17 +244,20 @@ def test_the_processes_run_this_code_not_a_league_cli_in_the_working_directory(t
     monkeypatch.chdir(tmp_path)
     done = subprocess.run(league_command("--help"), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "usage: league" in done.stdout and "another" not in done.stdout
-    # An env module of the user's own there (`python:myenv:make`) is still found, as README says of `league run`.
-    from league_cli.processes import CHILD_PRELUDE
-
+    # An env module of the user's own there (`python:myenv:make`) is still found, as README says of `league run`,
+    # and this project's packages are not taken from there either.
     (tmp_path / "myenv.py").write_text("X = 'the users env'\n")
-    argv = league_command()
-    assert argv[-2:] == ["-c", argv[-1]]  # (not python -m: the check below runs what the children run first)
-    done = subprocess.run([*argv[:-1], CHILD_PRELUDE + "import myenv; print(myenv.X, league_cli.__file__)"],
-                          capture_output=True, text=True, timeout=60)
+    (tmp_path / "common").mkdir()
+    (tmp_path / "common" / "__init__.py").write_text("raise RuntimeError('another common')\n")
+    assert league_command()[1:] == ["-P", "-m", "league_cli"]
+    probe = ("from league_cli.processes import working_directory_last; working_directory_last(); "
+             "import myenv, common, common.config; print(myenv.X, common.__file__)")
+    done = subprocess.run([sys.executable, "-P", "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    users, code = done.stdout.split(" /", 1)
+    users, code = done.stdout.strip().split(" /", 1)
     assert users == "the users env" and not ("/" + code).startswith(str(tmp_path))
+    main = (Path(__file__).parents[2] / "league_cli" / "__main__.py").read_text()
+    assert main.index("working_directory_last()") < main.index("from league_cli.main import main")
 
 
 def _full_disk(monkeypatch):

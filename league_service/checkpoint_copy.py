@@ -3,8 +3,8 @@
 - A checkpoint published by the checkpoint store (it has a `<path>.json` manifest) is frozen by
   `CheckpointStore.snapshot`: a hard link (a copy where linking fails) with a manifest of its own, verified
   against the source's hash. The store (and torch with it) is imported only then.
-- Any other file or directory is copied under a temporary name and renamed into place, so a reader never sees
-  half a checkpoint. Not hard-linked: a writer of its own format may rewrite its file in place (`torch.save` to
+- Any other file or directory is copied under a temporary name, fsynced and renamed into place, so a reader
+  never sees half a checkpoint, nor a crash leaves one. Not hard-linked: a writer of its own format may rewrite its file in place (`torch.save` to
   one fixed path opens the same inode), and every snapshot linked to it changed with it. Symlinks in a
   directory are frozen as the files they name, which must lie inside the shared root.
 
@@ -19,6 +19,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from common.durable_files import fsync_dir, fsync_file
 from common.paths import SharedRoot, UnsafePathError
 
 MANIFEST_SUFFIX = ".json"  # the checkpoint store's manifest beside each published file
@@ -64,15 +65,22 @@ class SnapshotCopier:
             if not real.is_relative_to(root):
                 raise UnsafePathError(f"{src} links to {real}, outside the shared root")
             shutil.copy2(real, dst)
+            fsync_file(Path(dst))
 
         try:
             staged = tmp / target.name
             if source.is_dir():
                 shutil.copytree(source, staged, copy_function=copy_target, symlinks=False)
+                for folder, _, _ in os.walk(staged):  # the copies' names, durable before the rename names them
+                    fsync_dir(Path(folder))
                 if target.is_dir():
                     shutil.rmtree(target)
             else:
                 shutil.copy2(source, staged)
+                fsync_file(staged)
+            # Durable before it is named (and after): a crash must not leave a snapshot the league's state names
+            # whose bytes never reached the disk.
             os.replace(staged, target)
+            fsync_dir(target.parent)
         finally:
             shutil.rmtree(tmp)

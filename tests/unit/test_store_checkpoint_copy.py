@@ -100,3 +100,22 @@ def test_the_coordinator_snapshots_a_published_checkpoint_without_importing_torc
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert CheckpointStore(tmp_path).load("p/v0000000007_100.pt").tensors["w"].tolist() == [1.0, 1.0, 1.0]
+
+
+def test_a_copied_snapshot_is_fsynced_before_and_after_its_rename(tmp_path, copier, monkeypatch):
+    """Copies were renamed into place unsynced: a crash could leave a snapshot the league's state names with
+    bytes that never reached the disk (the project's rule: temp file, fsync, rename)."""
+    import league_service.checkpoint_copy as checkpoint_copy
+
+    synced: list[str] = []
+    monkeypatch.setattr(checkpoint_copy, "fsync_file", lambda p: synced.append(f"file {p.name}"))
+    monkeypatch.setattr(checkpoint_copy, "fsync_dir", lambda p: synced.append(f"dir {p.name}"))
+    (tmp_path / "p" / "ckpt" / "sub").mkdir(parents=True)
+    (tmp_path / "p" / "ckpt" / "a.bin").write_bytes(b"a")
+    (tmp_path / "p" / "ckpt" / "sub" / "b.bin").write_bytes(b"b")
+    (tmp_path / "p" / "one.pt").write_bytes(b"w")
+    copier("p/ckpt", "p/ckpt_100")
+    assert {"file a.bin", "file b.bin", "dir ckpt_100", "dir sub"} <= set(synced) and synced[-1] == "dir p"
+    synced.clear()
+    copier("p/one.pt", "p/one_100.pt")
+    assert synced == ["file one_100.pt", "dir p"]

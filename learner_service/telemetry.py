@@ -18,12 +18,14 @@ the writer is dropped and a new one opened after `REOPEN_AFTER_S`; training neve
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -245,10 +247,12 @@ class Telemetry:
             self._write(self._clock())
         if self._writer is not None:
             writer, self._writer = self._writer, None
+            events = _event_file(writer)
             try:
                 writer.close()
             except OSError as err:
                 log.error("TensorBoard events under %s: the last scalars were not written (%s)", self._log_dir, err)
+            _remove_if_empty(events)
 
     def _open(self) -> None:
         from torch.utils.tensorboard import SummaryWriter  # imported late: it is slow to import
@@ -256,6 +260,7 @@ class Telemetry:
         assert self._log_dir is not None
         _quiet_event_writer_threads()
         self._reopen_at = None
+        before: set[Path] = set()
         if not _utf8(str(self._log_dir)):
             # TensorBoard encodes its file names as UTF-8, strictly: a shared root whose name has other bytes
             # (b"run\xff", from a Latin-1 file system) raised UnicodeEncodeError out of here, and the learner
@@ -268,9 +273,12 @@ class Telemetry:
             # max_queue: TensorBoard's writer thread takes events from a queue of this size, and add_scalar
             # blocks while it is full. At the default (10), every iteration's ~18 scalars waited for that
             # thread one by one: ~9% of a busy learner's time in a league sharing two cores.
+            before = _files_in(self._log_dir)
             self._writer = SummaryWriter(log_dir=str(self._log_dir), flush_secs=10, max_queue=EVENT_QUEUE)
         except OSError as err:
             self._failed(err)
+            for made in _files_in(self._log_dir) - before:  # (a writer failed as it began: nothing else names it)
+                _remove_if_empty(made)
 
     def _failed(self, err: OSError) -> None:
         """A write failed (a full disk, say): report it, drop the writer, try a new one later."""
@@ -280,10 +288,39 @@ class Telemetry:
                   self._log_dir, err, REOPEN_AFTER_S)
         writer, self._writer = self._writer, None
         if writer is not None:
+            events = _event_file(writer)
             try:
                 writer.close()
             except OSError as close_err:  # the same full disk, most likely; the error above says it already
                 log.debug("closing the failed TensorBoard writer: %s", close_err)
+            _remove_if_empty(events)
+
+
+def _event_file(writer: Any) -> Path | None:
+    """The event file a SummaryWriter writes (TensorBoard's own attributes; None where they differ)."""
+    try:
+        return Path(os.fsdecode(writer.file_writer.event_writer._file_name))  # (bytes, as TensorBoard keeps it)
+    except (AttributeError, TypeError):
+        return None
+
+
+def _files_in(directory: Path) -> set[Path]:
+    try:
+        return set(directory.iterdir())
+    except OSError:
+        return set()
+
+
+def _remove_if_empty(events: Path | None) -> None:
+    """A failed writer's event file, when nothing reached it: on a full disk each retry (every REOPEN_AFTER_S)
+    opened a new writer, and each left an empty file behind, thousands a day per learner."""
+    if events is None:
+        return
+    try:
+        if events.stat().st_size == 0:
+            events.unlink()
+    except OSError:
+        pass
 
 
 _WRITER_THREAD = "_AsyncWriterThread"

@@ -474,3 +474,30 @@ def test_a_failed_event_write_is_one_error_line_without_a_traceback(tmp_path, mo
     assert "TensorBoard scalars under" in caplog.text and "No space left on device" in caplog.text
     err = capfd.readouterr().err
     assert "Traceback" not in err and "Exception in thread" not in err, err
+
+
+def test_failed_event_writers_leave_no_empty_event_files(tmp_path, monkeypatch):
+    """A full disk: every retry (every REOPEN_AFTER_S) opened a new event file and left it empty behind the failed
+    writer, thousands a day per learner."""
+    import errno
+
+    from tensorboard.compat.tensorflow_stub.io import gfile
+
+    from learner_service.telemetry import REOPEN_AFTER_S
+    from learner_service.trainer import IterationReport
+
+    def full_disk(self, filename, content, mode):  # the file is made; nothing fits in it
+        open(filename, mode).close()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    now = [0.0]
+    monkeypatch.setattr(gfile.LocalFileSystem, "_write", full_disk)
+    telemetry = Telemetry(tmp_path / "tb", clock=lambda: now[0], every_s=0.0)
+    for i in range(1, 6):
+        now[0] = i * (REOPEN_AFTER_S + 1)
+        telemetry.iteration(IterationReport(i, i, samples=10, stats={"loss": 1.0}),
+                            Progress(agent_steps=10 * i, train_iteration=i), buffered=0)
+        telemetry.flush()
+    telemetry.close()
+    assert telemetry.write_failures >= 3
+    assert [p.name for p in (tmp_path / "tb").iterdir() if p.stat().st_size == 0] == []

@@ -463,10 +463,15 @@ class BaseLeagueManager(ABC):
                         log.warning("snapshot of %s skipped, its checkpoint is gone (%s); retried at the "
                                     "player's next update", historical.player_id, err)
                         continue
-                    except Exception:
+                    except OSError as err:
                         # A failed copy (disk full, a damaged share) skips this snapshot only: the player stays
                         # trained enough and is tried again at its next update, and the league keeps
-                        # launching jobs meanwhile.
+                        # launching jobs meanwhile. One line: on a full disk it comes at every update of the
+                        # player (every second or so), and a traceback says nothing the error does not.
+                        log.error("snapshot of %s failed (%s); retried at its next update", historical.player_id,
+                                  err)
+                        continue
+                    except Exception:  # (not the file system's: a traceback, as for any bug)
                         log.exception("snapshot of %s failed; retried at its next update", historical.player_id)
                         continue
                 copied.append(plan)

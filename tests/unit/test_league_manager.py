@@ -462,7 +462,9 @@ def test_snapshot_without_a_checkpoint_copies_nothing(make_league):
 @pytest.mark.parametrize(
     "error, level, traceback",
     [
-        (OSError(28, "No space left on device"), "ERROR", True),
+        # A full disk: one line, every update of the player while it lasts (no traceback: it says nothing more).
+        (OSError(28, "No space left on device"), "ERROR", False),
+        (RuntimeError("a bug of the copier"), "ERROR", True),
         # The learner retired the version meanwhile (fast publishers): expected, a warning without traceback.
         (FileNotFoundError("main/v1.pt: no published checkpoint"), "WARNING", False),
     ],

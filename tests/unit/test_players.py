@@ -34,6 +34,7 @@ from league_service.players import (
     HistoricalPlayer,
     NaiveSpPlayer,
     SoloActivePlayer,
+    draw_index,
     epsilon_greedy,
     snapshot_checkpoint_path,
 )
@@ -168,6 +169,32 @@ def test_main_player_verification_without_weakness_is_self_play():
     _assert_distribution(_opponent_frequencies(main), {"main": 1.0})
 
 
+def test_main_player_verification_replays_only_past_main_exploiters_that_beat_it():
+    payoff = _payoff()
+    main = _active(payoff, MainPlayer, "main", MainPlayerConfig(branch_probs={"verification": 1.0}))
+    exploiter = _active(payoff, MainExploiter, "exploiter")
+    league_exploiter = _active(payoff, LeagueExploiter, "league_exploiter")
+    beats_us, beaten = _historical(payoff, "exploiter_1", exploiter), _historical(payoff, "exploiter_2", exploiter)
+    not_a_main_exploiter = _historical(payoff, "league_exploiter_1", league_exploiter)
+    _set_win_rate(payoff, main, beats_us, 0.2)
+    _set_win_rate(payoff, main, beaten, 0.9)
+    _set_win_rate(payoff, main, not_a_main_exploiter, 0.0)
+    # One past main exploiter beats us (0.2 < 0.3, the lowest rate decides): the past main exploiters (and
+    # only they) by squared weights 0.64 / 0.01; a past league exploiter is no exploitation check.
+    _assert_distribution(
+        _opponent_frequencies(main),
+        {"exploiter_1": 0.64 / 0.65, "exploiter_2": 0.01 / 0.65, "league_exploiter_1": 0.0, "main": 0.0},
+    )
+
+
+def test_main_player_verification_sees_no_forgetting_in_equal_win_rates():
+    payoff = _payoff()
+    main = _active(payoff, MainPlayer, "main", MainPlayerConfig(branch_probs={"verification": 1.0}))
+    for i in range(3):  # past versions not played yet: the default win rate (0.5) against each
+        _historical(payoff, f"main_{i}", main)
+    _assert_distribution(_opponent_frequencies(main), {"main": 1.0})
+
+
 def test_main_player_without_history_plays_itself():
     payoff = _payoff()
     main = _active(payoff, MainPlayer, "main")
@@ -232,6 +259,21 @@ def test_solo_player_has_no_opponent():
     assert player.get_job(np.random.default_rng(0)).opponents == ()
 
 
+class _FixedRandom:
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
+
+
+def test_draw_index_never_draws_a_zero_weight():
+    # Uniform draws land on the cumulative sums' edges: the edge belongs to the next (positive) weight.
+    assert draw_index(_FixedRandom(0.0), [0.0, 1.0]) == 1
+    assert draw_index(_FixedRandom(0.5), [0.5, 0.5, 1.0]) == 2
+    assert draw_index(_FixedRandom(0.25), [0.5, 0.5, 1.0]) == 0
+
+
 @pytest.mark.parametrize("player_type", sorted(PLAYER_CLASSES))
 def test_every_configured_branch_is_implemented(player_type):
     cls = PLAYER_CLASSES[player_type]
@@ -246,6 +288,11 @@ def test_remove_monotonic_suffix():
     rates, kept = remove_monotonic_suffix(np.array([0.3, 0.5, 0.4, 0.2]), players)
     assert kept == ["a", "b"] and list(rates) == [0.3, 0.5]
     rates, kept = remove_monotonic_suffix(np.array([0.9, 0.5, 0.4]), players[:3])
+    assert kept == [] and len(rates) == 0
+    # Equal rates show no forgetting: a tail that only stays level is dropped too.
+    rates, kept = remove_monotonic_suffix(np.array([0.4, 0.5, 0.5]), players[:3])
+    assert kept == ["a", "b"] and list(rates) == [0.4, 0.5]
+    rates, kept = remove_monotonic_suffix(np.array([0.5, 0.5, 0.5]), players[:3])
     assert kept == [] and len(rates) == 0
 
 
@@ -287,6 +334,18 @@ def test_strong_win_rate_rule_allows_one_phase_only_when_strong():
     _set_win_rate(payoff, player, past, 0.0)
     assert not player.is_trained_enough()
     _update(player, 350)  # two phases: trained enough whatever the win rate
+    assert player.is_trained_enough()
+
+
+def test_strong_win_rate_rule_needs_every_reference_beaten():
+    payoff = _payoff()
+    player = _active(payoff, NaiveSpPlayer, "sp", NaiveSpPlayerConfig(one_phase_step=100, strong_win_rate=0.7))
+    beaten, not_yet = _historical(payoff, "sp_1", player), _historical(payoff, "sp_2", player)
+    _update(player, 150)
+    _set_win_rate(payoff, player, beaten, 0.9)
+    _set_win_rate(payoff, player, not_yet, 0.5)
+    assert not player.is_trained_enough()  # the weakest win rate decides
+    _set_win_rate(payoff, player, not_yet, 0.75)
     assert player.is_trained_enough()
 
 
@@ -366,6 +425,30 @@ def test_main_exploiter_resets_when_stuck_or_after_its_step_limit():
     assert exploiter.mutate("pre.pt", rng) is None  # the step limit counts from the reset
 
 
+def test_main_exploiter_resets_when_any_main_player_is_out_of_reach():
+    payoff = _payoff()
+    far, near = _active(payoff, MainPlayer, "far"), _active(payoff, MainPlayer, "near")
+    exploiter = _active(payoff, MainExploiter, "exploiter", MainExploiterConfig(reset_win_rate_below=0.2))
+    _set_win_rate(payoff, exploiter, far, 0.1)
+    _set_win_rate(payoff, exploiter, near, 0.9)
+    assert exploiter.mutate("pre.pt", np.random.default_rng(0)) == "pre.pt"  # stuck against `far`
+
+
+def test_main_exploiter_step_limit_counts_from_the_snapshot_it_reset_at():
+    """Steps reported between a snapshot and its reset do not push the next step-limit reset back."""
+    payoff = _payoff()
+    exploiter = _active(payoff, MainExploiter, "exploiter", MainExploiterConfig(reset_after_steps=1000))
+    rng = np.random.default_rng(0)
+    _update(exploiter, 1000)
+    exploiter.record_snapshot(exploiter.snapshot())
+    _update(exploiter, 1050)  # reported while the reset checkpoint was being copied
+    exploiter.reset_checkpoint("pre.pt")
+    assert exploiter.last_reset_step == 1000
+    _update(exploiter, 2000, reset_applied=exploiter.checkpoint_version)
+    exploiter.record_snapshot(exploiter.snapshot())
+    assert exploiter.mutate("pre.pt", rng) == "pre.pt"  # 1000 steps since the reset's snapshot
+
+
 def test_reset_checkpoint_is_handed_to_the_learner_until_it_acknowledges_it():
     payoff = _payoff()
     player = _active(payoff, LeagueExploiter, "le")
@@ -425,6 +508,15 @@ def test_updates_never_go_backwards():
     assert (player.total_agent_step, player.checkpoint_path) == (100, "m/v2.pt")
     _update(player, 130)  # no checkpoint: steps only
     assert (player.total_agent_step, player.checkpoint_path, player.checkpoint_version) == (130, "m/v2.pt", 2)
+
+
+def test_a_retried_update_is_accepted_again():
+    """UpdatePlayer is retried as is when its reply is lost: the same checkpoint version is no step back."""
+    payoff = _payoff()
+    player = _active(payoff, MainPlayer, "main")
+    _update(player, 100, "m/v2.pt", 2)
+    assert not _update(player, 100, "m/v2.pt", 2).mutated
+    assert (player.total_agent_step, player.checkpoint_path, player.checkpoint_version) == (100, "m/v2.pt", 2)
 
 
 # -- jobs ----------------------------------------------------------------------------------------------------

@@ -87,6 +87,19 @@ def test_a_lease_past_its_deadline_is_refused_even_before_the_sweep():
     lease = table.lease_collect("actor-1", now=0.0)
     with pytest.raises(FailedPreconditionError):
         table.check_finish("actor-1", lease.job_id, now=TIMEOUT)
+    # Nor does a heartbeat bring it back: it is no longer held, so it is named revoked and keeps its deadline.
+    result = table.heartbeat("actor-1", [lease.job_id], now=TIMEOUT + 0.5)
+    assert result.revoked_job_ids == (lease.job_id,)
+    assert [x.job_id for x in table.expire_due(now=TIMEOUT + 0.5)] == [lease.job_id]
+
+
+def test_a_job_named_twice_in_a_heartbeat_is_answered_once():
+    table = make_table(needs_learner=lambda p: False)
+    table.offer("main", ("main",), None)
+    lease = table.lease_collect("actor-1", now=0.0)
+    result = table.heartbeat("actor-1", [lease.job_id, "gone", lease.job_id, "gone"], now=0.5)
+    assert result.revoked_job_ids == ("gone",)
+    assert table.leases[lease.job_id].deadline == pytest.approx(0.5 + TIMEOUT)
 
 
 def test_heartbeat_extends_named_leases_and_revokes_the_rest():

@@ -3,7 +3,7 @@ import sqlite3
 import pytest
 
 from league_service.leases import JobEnd, JobEndStatus, JobKind, Lease, WorkerInfo, WorkerRole
-from league_service.store import CHECKPOINT_EVERY, COUNTER_LIMIT, Counters, LeagueStore
+from league_service.store import CHECKPOINT_EVERY, COUNTER_LIMIT, Counters, LeagueStore, has_trained
 
 
 def lease(job_id: str, kind=JobKind.COLLECT) -> Lease[None]:
@@ -133,6 +133,20 @@ def test_ended_jobs_are_pruned_to_the_newest_and_a_failed_commit_prunes_nothing(
 def test_a_counter_stops_at_what_a_status_reply_can_carry():
     counters = Counters(env_steps=COUNTER_LIMIT - 2).plus(env_steps=5, episodes=1)
     assert (counters.env_steps, counters.episodes) == (COUNTER_LIMIT, 1)
+
+
+def test_a_league_has_trained_once_it_stepped_an_env_or_any_player_has_a_checkpoint():
+    """What binds a stored league to its env and networks (a config of another is then refused): each of these
+    alone, e.g. long episodes that stepped the env but ended none, or checkpoints published before any game."""
+    untrained = {"players": [{"player_id": "main", "checkpoint_path": ""}]}
+    assert not has_trained(None, None)
+    assert not has_trained(untrained, Counters())
+    assert has_trained(untrained, Counters(episodes=1))
+    assert has_trained(untrained, Counters(env_steps=1))
+    checkpointed = {"players": [{"player_id": "main", "checkpoint_path": ""},
+                                {"player_id": "main_10", "checkpoint_path": "main/ckpt_10.pt"}]}
+    assert has_trained(checkpointed, Counters())
+    assert has_trained(checkpointed, None)
 
 
 def test_the_wal_starts_over_under_steady_commits(tmp_path):

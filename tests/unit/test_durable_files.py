@@ -1,0 +1,72 @@
+"""durable_files: a file others read is written to a temp name, fsynced, renamed over, and its directory fsynced."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from common import durable_files
+from common.durable_files import atomic_write, create_new, write_new_file
+
+
+def _record_syncs(monkeypatch) -> list[tuple[str, str]]:
+    """Patch os.fsync / os.replace to log (what, path) in call order, then do the real thing."""
+    events: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        return real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", f"{src} -> {dst}"))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    return events
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to name an fd's file")
+def test_atomic_write_syncs_the_data_then_renames_then_syncs_the_directory(tmp_path, monkeypatch):
+    target = tmp_path / "port"
+    target.write_bytes(b"old\n")
+    events = _record_syncs(monkeypatch)
+    atomic_write(target, b"4242\n")
+    assert target.read_bytes() == b"4242\n"
+    assert [kind for kind, _ in events] == ["fsync", "replace", "fsync"], events
+    (_, synced_file), (_, renamed), (_, synced_dir) = events
+    assert renamed == f"{synced_file} -> {target}"  # the temp file is whole on disk before it takes the name
+    assert os.path.dirname(synced_file) == str(tmp_path) and synced_file != str(target)
+    assert synced_dir == str(tmp_path)  # and the rename itself survives a power loss
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["port"]
+
+
+def test_a_failed_atomic_write_leaves_the_old_file_and_no_temp_file(tmp_path, monkeypatch):
+    target = tmp_path / "config.pending.yaml"
+    target.write_bytes(b"old")
+
+    def full(file, view):
+        file.write(view[:1])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(durable_files, "write_all", full)
+    with pytest.raises(OSError, match="No space left"):
+        atomic_write(target, b"new contents")
+    assert target.read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.pending.yaml"]
+
+
+def test_new_files_never_write_through_an_existing_file_or_link(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    link = tmp_path / "link"
+    link.symlink_to(victim)
+    for existing in (victim, link):
+        with pytest.raises(FileExistsError):
+            create_new(existing)
+        with pytest.raises(FileExistsError):
+            write_new_file(existing, b"overwritten")
+    assert victim.read_bytes() == b"keep"

@@ -11,8 +11,10 @@ from common.tensor_codec import (
     CodecLimits,
     decode_chunk,
     decode_tensor,
+    decode_tensors,
     encode_chunk,
     encode_tensor,
+    encode_tensors,
 )
 from common.trajectory import ALLOWED_DTYPES, Trajectory
 
@@ -164,6 +166,10 @@ def test_chunk_rejects_bad_keys_and_inconsistent_shapes():
     negative.seq = -1
     with pytest.raises(CodecError, match="seq"):
         decode_chunk(negative)
+    negative.seq = 0
+    negative.policy_version = -1  # the learner's staleness metric would count it as newer than its own
+    with pytest.raises(CodecError, match="policy_version"):
+        decode_chunk(negative)
 
 
 def test_chunk_limits_count_and_total_size():
@@ -172,3 +178,19 @@ def test_chunk_limits_count_and_total_size():
         decode_chunk(chunk, CodecLimits(max_tensors=3))
     with pytest.raises(CodecError, match="total size"):
         decode_chunk(chunk, CodecLimits(max_total_bytes=200))
+    count = len(chunk.tensors)
+    assert len(decode_chunk(chunk, CodecLimits(max_tensors=count)).trajectory.tensors) == count  # at the limit
+    with pytest.raises(CodecError, match="tensors exceed"):
+        decode_tensors(dict(chunk.tensors), CodecLimits(max_tensors=count - 1))
+    with pytest.raises(CodecError, match="tensors exceed"):
+        encode_tensors(make_trajectory().tensors, CodecLimits(max_tensors=count - 1))
+
+
+def test_the_per_tensor_limit_is_inclusive_both_ways():
+    array = np.zeros(4, np.float32)  # 16 bytes
+    exact, under = CodecLimits(max_tensor_bytes=16), CodecLimits(max_tensor_bytes=15)
+    assert decode_tensor(encode_tensor(array, "/x", exact), "/x", exact).shape == (4,)
+    with pytest.raises(CodecError, match="/x"):
+        encode_tensor(array, "/x", under)
+    with pytest.raises(CodecError, match="/x"):
+        decode_tensor(encode_tensor(array, "/x", exact), "/x", under)

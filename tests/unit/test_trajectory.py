@@ -108,6 +108,13 @@ def test_key_grammar_rejects(key):
         (lambda t: t.update({"/masks": np.full((B, T), 7, np.int64)}), "/masks: expected float"),
         (lambda t: (t["/terminals"].__setitem__((1, 2), True), t.update({"/masks": np.ones((B, T), np.float32)})),
          "/masks: must be 1 - "),
+        # ... truncations included: a mask that goes on over a truncation bootstraps from the next episode.
+        (lambda t: (t["/truncations"].__setitem__((1, 2), True), t.update({"/masks": np.ones((B, T), np.float32)})),
+         "/masks: must be 1 - "),
+        # No steps at all (a peer's (B, 0) chunk): nothing to train on, and per-step means would divide by zero.
+        (lambda t: t.update({k: v[:, :0] for k, v in t.items() if not k.startswith("/next_observations")}),
+         "/rewards: empty"),
+        (lambda t: t.update({"/next_observations/observation": t.pop("/next_observations")}), "plain/dict form"),
     ],
 )
 def test_validation_names_the_key(mutate, match):
@@ -182,3 +189,17 @@ def test_the_builder_keeps_a_step_reported_terminated_and_truncated_as_terminate
                 terminals=np.array([True]), truncations=np.array([True]))
     traj = builder.build(np.zeros((1, 4), np.float32))
     assert traj.terminals[0, 0] and not traj.truncations[0, 0]
+
+
+def test_the_builder_casts_a_next_observation_only_within_its_kind():
+    """A final observation that came back float64 for float32 observations is cast; floats are never cut into
+    integer observations (0.5 would silently become 0): the segment is refused instead."""
+    for next_obs, ok in ((np.full((1, 4), 0.5, np.float64), False), (np.ones((1, 4), np.uint16), True)):
+        builder = TrajectoryBuilder(batch_size=1, unroll_len=1)
+        builder.add(np.zeros((1, 4), np.uint8), {"agent": AgentStep(np.zeros(1, np.int64))}, np.ones(1),
+                    np.zeros(1), np.zeros(1))
+        if ok:
+            assert builder.build(next_obs).next_observations()["observation"].dtype == np.uint8
+        else:
+            with pytest.raises(TrajectoryError, match="/next_observations: dtype float64"):
+                builder.build(next_obs)

@@ -108,6 +108,63 @@ def test_vtrace_clips_importance_weights():
     assert targets.advantages.tolist() == [[1.25, 0.25]]
 
 
+
+def reference_vtrace(values, bootstrap, rewards, terminated, truncated, log_ratio, gamma, lam, rho_clip, c_clip):
+    """IMPALA's V-trace per row, step by step (v_s - V(x_s) = rho_s delta_s + gamma c_s (v_{s+1} - V(x_{s+1})),
+    policy advantage rho_s (r_s + gamma v_{s+1} - V(x_s))), under common/trajectory.py's bootstrapping rules."""
+    batch, steps = rewards.shape
+    ratio = np.exp(log_ratio)
+    rho, c = np.minimum(ratio, rho_clip), lam * np.minimum(ratio, c_clip)
+    returns, adv = values.copy(), np.zeros((batch, steps))
+    valid = ~(truncated & (np.arange(steps) < steps - 1))
+    for b in range(batch):
+        later = 0.0  # v_{s+1} - V(x_{s+1}) of the same episode (0 past its end)
+        for t in reversed(range(steps)):
+            if not valid[b, t]:
+                later = 0.0
+                continue
+            next_value = bootstrap[b] if t == steps - 1 else values[b, t + 1]
+            if terminated[b, t]:
+                next_value = 0.0
+            delta = rewards[b, t] + gamma * next_value - values[b, t]
+            ended = terminated[b, t] or truncated[b, t]
+            diff = rho[b, t] * delta + (0.0 if ended else gamma * c[b, t] * later)
+            returns[b, t] = values[b, t] + diff
+            later = diff
+        for t in range(steps):
+            if valid[b, t]:
+                next_return = bootstrap[b] if t == steps - 1 else returns[b, t + 1]
+                if terminated[b, t]:
+                    next_return = 0.0
+                adv[b, t] = rho[b, t] * (rewards[b, t] + gamma * next_return - values[b, t])
+    return returns, adv, valid
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_vtrace_matches_reference_with_terminals_truncations_and_separate_clips(seed):
+    d = random_segments(seed)
+    d["truncated"] &= ~d["terminated"]
+    log_ratio = np.random.default_rng(100 + seed).normal(scale=0.8, size=d["values"].shape)
+    targets = compute_targets(t(d["values"]), t(d["bootstrap"]), t(d["rewards"]), t(d["terminated"], torch.bool),
+                              t(d["truncated"], torch.bool), GAMMA, LAM, log_ratio=t(log_ratio), rho_clip=1.3,
+                              c_clip=0.7)
+    returns, adv, valid = reference_vtrace(**d, log_ratio=log_ratio, gamma=GAMMA, lam=LAM, rho_clip=1.3, c_clip=0.7)
+    np.testing.assert_array_equal(targets.valid.numpy(), valid)
+    np.testing.assert_allclose(targets.returns.numpy()[valid], returns[valid], rtol=1e-10)
+    np.testing.assert_allclose(targets.advantages.numpy()[valid], adv[valid], rtol=1e-10, atol=1e-12)
+
+
+def test_the_value_loss_is_clipped_pessimistically():
+    from common.algorithms.ppo import _value_loss
+    from common.policy_config import PPOConfig
+
+    # The new value moved from 0 to 1.9 towards a return of 2: clipped to 0.2, the larger error (1.8^2) counts.
+    new, old, returns = t([1.9]), t([0.0]), t([2.0])
+    assert _value_loss(new, old, returns, PPOConfig(clip_coef=0.2)).item() == pytest.approx(0.5 * 1.8**2)
+    assert _value_loss(new, old, returns, PPOConfig(clip_coef=0.2, clip_value_loss=False)).item() == pytest.approx(
+        0.5 * 0.1**2)
+
+
 # ---- acting with masks -------------------------------------------------------------------------------------
 def board_task(**ppo) -> ComputationTask:
     obs = {"observation": TensorSpec("observation", (5,)), "action_mask": TensorSpec("action_mask", (6,), "bool")}
@@ -195,6 +252,48 @@ def test_illegal_actions_get_no_gradient_towards_them():
         assert np.isfinite(list(stats.values())).all()
     logits, _ = task.algorithm.model({"observation": torch.ones(1, 5), "action_mask": torch.as_tensor(mask[:, 0])})
     assert (torch.softmax(logits, -1)[0, 2:] == 0).all()
+
+
+
+def _board_batch(behaviour_prob: float = 0.5) -> dict[str, np.ndarray]:
+    mask = np.zeros((2, 3, 6), bool)
+    mask[..., :2] = True
+    return {
+        "observation": np.ones((2, 3, 5), np.float32), "action_mask": mask,
+        "next_observation": np.ones((2, 5), np.float32), "next_action_mask": mask[:, 0],
+        "action": np.zeros((2, 3), np.int64), "reward": np.ones((2, 3), np.float32),
+        "terminated": np.zeros((2, 3), bool), "truncated": np.zeros((2, 3), bool),
+        "behaviour_logp": np.full((2, 3), np.log(behaviour_prob), np.float32),
+    }
+
+
+def _adam_steps(task: ComputationTask) -> int:
+    return max(int(state["step"]) for state in task.algorithm.optimizer.state.values())
+
+
+def test_the_learning_rate_anneals_to_zero_and_stays_there():
+    task = board_task(learning_rate=0.01, anneal_lr_updates=2)
+    rates = [task.learn(_board_batch()).stats["learning_rate"] for _ in range(4)]
+    assert rates == pytest.approx([0.01, 0.005, 0.0, 0.0])  # never negative: that would climb the loss
+
+
+def test_target_kl_stops_the_epochs_early():
+    batch = _board_batch()
+    for target_kl, steps in ((1e-12, 2), (None, 3 * 2)):
+        task = board_task(learning_rate=0.05, update_epochs=3, num_minibatches=2, target_kl=target_kl)
+        task.learn(batch)
+        assert _adam_steps(task) == steps, target_kl
+
+
+def test_vtrace_clips_the_ratio_against_the_policy_at_the_update_start_not_the_stale_one():
+    """Stale data (behaviour prob 0.01, the policy's about 0.5): with V-trace the clipped ratio starts at 1 (the
+    staleness is in rho), so nothing is clipped in the first step; plain PPO clips every sample against mu."""
+    batch = _board_batch(behaviour_prob=0.01)
+    for correction, clipped in (("vtrace", 0.0), ("none", 1.0)):
+        task = board_task(off_policy_correction=correction, update_epochs=1, num_minibatches=1)
+        stats = task.learn(batch).stats
+        assert stats["clip_fraction"] == clipped, correction
+    assert stats["behaviour_ratio"] == pytest.approx(50.0, rel=0.1)
 
 
 # ---- learning CartPole in-process ---------------------------------------------------------------------------

@@ -101,6 +101,33 @@ def test_retention_keeps_newest_and_pinned_versions(store):
         store.pin("p0/v0000000004.pt")
 
 
+def test_retention_removes_only_temp_files_a_crashed_writer_left_long_ago(store):
+    """A fresh temp file is another writer's publish in flight (e.g. a learner that moved to this player)."""
+    store.publish("p0", weights(), 1)
+    directory = store.root.root / "p0"
+    in_flight, crashed = directory / ".v0000000002.pt.123.abcd.tmp", directory / ".v0000000002.pt.99.ef01.tmp"
+    in_flight.write_bytes(b"half written")
+    crashed.write_bytes(b"left behind")
+    os.utime(crashed, (0, 0))
+    store.prune("p0")
+    assert in_flight.exists() and not crashed.exists()
+
+
+def test_latest_json_naming_another_players_checkpoint_is_not_followed(store, caplog):
+    store.publish("p0", weights(1.0), 1)
+    store.publish("p1", weights(2.0), 1)
+    store.publish("p1", weights(3.0), 2)
+    other = (store.root.root / "p1" / "latest.json").read_bytes()
+    damaged = store.root.root / "p0" / "latest.json"  # damaged (or tampered): a new file, not through its links
+    damaged.unlink()
+    damaged.write_bytes(other)
+    with caplog.at_level(logging.ERROR):
+        ref = store.latest("p0")
+    assert (ref.path, ref.version) == ("p0/v0000000001.pt", 1)
+    assert "outside the player's directory" in caplog.text
+    assert store.load_latest("p0").tensors["layer.weight"][0, 0] == 1.0
+
+
 def test_a_failure_after_latest_json_names_the_version_does_not_fail_the_publish(store, caplog, monkeypatch):
     """Once latest.json names a version, readers load it: a failed cleanup or directory sync after that made the
     publisher report it unpublished, retry the same version and take the conflict for another learner's."""

@@ -250,6 +250,9 @@ def test_solo_payoff_keeps_a_bounded_record_of_returns():
     )
     restored.load_records(json.loads(json.dumps(payoff.state_dict())))
     assert restored.recent_returns("s") == [3.0, 4.0, 5.0] and restored.episodes("s") == 5
+    # The episode count adds up across results, after a restore too (the buffer forgets, the count does not).
+    assert restored.update(solo_result("s", [6.0, 7.0])) == 2
+    assert restored.recent_returns("s") == [5.0, 6.0, 7.0] and restored.episodes("s") == 7
 
 
 def test_the_mean_of_returns_near_the_float_limit_is_finite():

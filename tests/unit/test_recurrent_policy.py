@@ -137,6 +137,37 @@ def test_recurrent_learn_trains_on_whole_rows_and_reports_on_policy_data():
         task.learn(missing)
 
 
+
+def test_recurrent_bootstrap_uses_the_state_each_row_ends_in_and_values_learn_the_targets():
+    """The bootstrap value is V(next observation) with the state the actor carries on with, not the row's first
+    recorded state; and the value head is trained towards the targets (its loss is not zero from the start)."""
+    task = task_of({**GRU, "ppo": {"num_minibatches": 1, "update_epochs": 1}})
+    rng = np.random.default_rng(3)
+    rows, steps = 3, 5
+    builder = TrajectoryBuilder(rows, steps)
+    states = task.predict({"observation": observations(rng, rows)}, task.initial_states(rows)).states
+    for _ in range(steps):  # no episode ends: every row carries its state to the next observation
+        obs = observations(rng, rows)
+        prediction = task.predict({"observation": obs}, states)
+        builder.add(obs, {"agent": AgentStep(prediction.actions["action"], prediction.artifacts, states)},
+                    np.ones(rows), np.zeros(rows, bool), np.zeros(rows, bool))
+        states = prediction.states
+    next_obs = observations(rng, rows)
+    expected = task.predict({"observation": next_obs}, states).artifacts["value"]
+    batch = batch_from_trajectory(builder.build(next_obs), state_names=["hidden"])
+    model = task.algorithm.model
+    seen = []
+    real_value = model.value
+    model.value = lambda inputs, states: seen.append(real_value(inputs, states)) or seen[-1]
+    try:
+        stats = task.learn(batch).stats
+    finally:
+        del model.value
+    (bootstrap,) = seen
+    np.testing.assert_allclose(bootstrap.numpy(), expected, rtol=1e-4, atol=1e-5)
+    assert stats["value_loss"] > 1e-6
+
+
 # ---- trajectory codec -----------------------------------------------------------------------------------------
 def test_the_trajectory_codec_round_trips_hidden_states():
     task = task_of(LSTM)

@@ -83,13 +83,18 @@ def learn_batch(rng, n=32):
 def test_td_targets_follow_double_q_and_respect_next_masks(double_q):
     task = q_task(double_q)
     rng = np.random.default_rng(0)
-    # Make online and target networks differ so the double-Q choice matters.
+    # Make online and target networks differ so the double-Q choice matters (one learn step moved them too
+    # little: both chose the same next actions, and a double_q that used the target's choice passed).
     task.learn(learn_batch(rng))
     batch = learn_batch(rng)
     algorithm = task.algorithm
     with torch.no_grad():
+        noise = torch.Generator().manual_seed(5)
+        for p in algorithm.target.parameters():
+            p.add_(torch.randn(p.shape, generator=noise, dtype=p.dtype))
         tensors = {k: torch.as_tensor(v) for k, v in batch.items()}
         next_inputs = {"observation": tensors["next_observation"], "action_mask": tensors["next_action_mask"]}
+        assert not torch.equal(algorithm.model(next_inputs).argmax(-1), algorithm.target(next_inputs).argmax(-1))
         chooser = algorithm.model if double_q else algorithm.target
         next_action = chooser(next_inputs).argmax(-1, keepdim=True)
         assert tensors["next_action_mask"].gather(-1, next_action).all()  # never an illegal next action
@@ -122,12 +127,12 @@ def test_target_network_updates_every_period():
 
 
 def test_soft_target_updates():
-    task = q_task(period=1, tau=0.5)
+    task = q_task(period=1, tau=0.25)  # not 0.5: moving the target by tau or by 1 - tau must differ
     before = [p.clone() for p in task.algorithm.target.parameters()]
     task.learn(learn_batch(np.random.default_rng(2)))
     for old, target, online in zip(before, task.algorithm.target.parameters(), task.algorithm.model.parameters(),
                                    strict=True):
-        torch.testing.assert_close(target, 0.5 * old + 0.5 * online)
+        torch.testing.assert_close(target, 0.75 * old + 0.25 * online)
 
 
 def test_epsilon_comes_from_forward_kwargs_and_respects_masks():

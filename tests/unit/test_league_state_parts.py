@@ -138,3 +138,19 @@ def test_a_schema_1_store_is_read_as_is_and_replaced_by_parts(tmp_path):
         assert conn.execute("SELECT COUNT(*) FROM meta WHERE key = 'league_state'").fetchone() == (0,)
     finally:
         conn.close()
+
+
+def test_a_state_is_split_into_parts_only_when_nothing_would_be_left_out():
+    """The store keeps the header and the three collections item by item: a payoff entry besides its records, or
+    a header entry named like a collection, would be dropped without a word, so they are refused."""
+    from league_service.league_state import LeagueStateChanges, changes_from_state
+
+    state = {"league_type": "solo", "players": [{"player_id": "p"}], "payoff": {"records": []}, "ratings": {}}
+    changes = changes_from_state(state)
+    assert changes.complete and changes.header == {"league_type": "solo"} and changes.players == ((0, state["players"][0]),)
+    with pytest.raises(ValueError, match="state.payoff: expected only 'records'"):
+        changes_from_state({**state, "payoff": {"records": [], "totals": {}}})
+    with pytest.raises(ValueError, match="'ratings'"):
+        changes_from_state({key: value for key, value in state.items() if key != "ratings"})
+    with pytest.raises(ValueError, match=r"header: \['players'\] are collections"):
+        LeagueStateChanges(header={"players": []})

@@ -987,6 +987,7 @@ class Coordinator:
         identity = LeagueIdentity.of(self._cfg)
         stored = self._store.load(recent_ends=self._settings.remember_ends)
         if stored is None or stored.league_state is None:
+            _check_no_other_leagues_checkpoints(self._league.active_players, self._root, self._store.path)
             self._store.initialise(digest, now=self._clock())
             self._store.put_identity(identity.to_json())
             with self._store.transaction() as tx:
@@ -1072,6 +1073,28 @@ def _check_checkpoints_present(players: Iterable[Player], root: SharedRoot) -> N
     log.warning("%d of the %d checkpoint(s) this league's state names are not under the shared root %s: %s; "
                 "actors cannot load those (an active player's learner names its newer version at its next report)",
                 len(missing), len(named), root.root, examples)
+
+
+def _check_no_other_leagues_checkpoints(players: Iterable[Player], root: SharedRoot, state: Path) -> None:
+    """A new league (no state yet) whose players' directories already hold published checkpoints: another
+    league's (a second league on the same shared root, or this one's state lost or given wrong). Its learners
+    took the newest of them up as their own and published on among them, two leagues' versions mixed in one
+    directory. Refused, saying what to do instead."""
+    found = []
+    for player in players:
+        folder = root.root / player.player_id
+        try:
+            published = folder.is_dir() and ((folder / "latest.json").exists() or any(folder.glob("v*.pt")))
+        except OSError:
+            published = False
+        if published:
+            found.append(player.player_id)
+    if found:
+        raise LeagueStateError(
+            "shared_root", f"{root.root} already holds checkpoints of {', '.join(found)}, players of the new league "
+                           f"this state ({state}) would start: they are another league's, whose state this is not. "
+                           "Give that league's state to resume it, another --shared-root for a new league, or, to "
+                           "start a new league from those weights, league.pretrain_checkpoint_path")
 
 
 def _is_under(root: SharedRoot, relative: str) -> bool:

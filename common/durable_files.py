@@ -67,8 +67,11 @@ def full_disk_note(path: Path) -> str:
         return ""
     root = os.geteuid() == 0  # (root may use the blocks and inodes reserved for it)
     free = (fs.f_bfree if root else fs.f_bavail) * fs.f_frsize
+    # A filesystem without a size or an inode limit (a tmpfs mounted size=0 / nr_inodes=0, ramfs) reports 0
+    # blocks or 0 inodes in all, and so 0 free: not full.
+    no_space = fs.f_blocks > 0 and free < FULL_DISK_BYTES
     no_inodes = fs.f_files > 0 and (fs.f_ffree if root else fs.f_favail) == 0
-    if free >= FULL_DISK_BYTES and not no_inodes:
+    if not no_space and not no_inodes:
         return ""
     return f"; the disk of {path} is full ({'no inodes left' if no_inodes else f'{free:,} bytes free'})"
 

@@ -70,3 +70,18 @@ def test_new_files_never_write_through_an_existing_file_or_link(tmp_path):
         with pytest.raises(FileExistsError):
             write_new_file(existing, b"overwritten")
     assert victim.read_bytes() == b"keep"
+
+
+@pytest.mark.parametrize("fields, note", [
+    ((4096, 4096, 512, 0, 0, 1000, 900, 900, 0, 255), "0 bytes free"),  # no block left
+    ((4096, 4096, 512, 400, 400, 1000, 0, 0, 0, 255), "no inodes left"),
+    ((4096, 4096, 0, 0, 0, 0, 0, 0, 0, 255), ""),  # a tmpfs mounted size=0,nr_inodes=0 (no limits), ramfs
+    ((4096, 4096, 0, 0, 0, 1000, 900, 900, 0, 255), ""),  # no size limit, inodes left
+])
+def test_full_disk_note_names_a_full_disk_not_one_without_a_size_limit(tmp_path, monkeypatch, fields, note):
+    """A tmpfs mounted without a size limit (size=0) reports 0 blocks in all and 0 free: it was called full
+    ("0 bytes free"), so a coordinator refusing a bad state there exited 1 (retried) instead of 2, and every
+    failure of `league run` on it blamed a full disk."""
+    monkeypatch.setattr(os, "statvfs", lambda path: os.statvfs_result(fields))
+    got = durable_files.full_disk_note(tmp_path)
+    assert (note in got and got) if note else got == "", got

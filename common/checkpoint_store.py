@@ -389,11 +389,19 @@ class CheckpointStore:
             raise CorruptCheckpointError(f"{path}: manifest describes {ref.path!r}")
         return ref
 
-    def versions(self, player_id: str) -> list[CheckpointRef]:
+    def versions(self, player_id: str, *, skip_unreadable: bool = True) -> list[CheckpointRef]:
         """Published versions of the player still on disk, oldest first. A version whose manifest is damaged is
         left out (logged), as `latest` does: the readers that walk back through versions (a resuming learner,
-        an actor whose newest version does not verify) go on to the ones that remain."""
-        return self._versions(player_id, lambda err: log.error("%s; left out of the player's versions", err))
+        an actor whose newest version does not verify) go on to the ones that remain. Not `skip_unreadable`: a
+        manifest that cannot be read now (`UnreadableCheckpointError`: no permission, EIO) is raised instead,
+        for a reader that must not go on without it (a resuming learner would start below it, or afresh)."""
+
+        def on_damaged(err: CorruptCheckpointError) -> None:
+            if not skip_unreadable and isinstance(err, UnreadableCheckpointError):
+                raise err
+            log.error("%s; left out of the player's versions", err)
+
+        return self._versions(player_id, on_damaged)
 
     def _versions(self, player_id: str, on_damaged: Callable[[CorruptCheckpointError], None]) -> list[CheckpointRef]:
         check_component(player_id, "player_id")

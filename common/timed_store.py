@@ -58,9 +58,9 @@ class TimedCheckpointStore(CheckpointStore):
         with self.clock.timed():
             return super().manifest(path)
 
-    def versions(self, player_id: str) -> list[CheckpointRef]:
+    def versions(self, player_id: str, *, skip_unreadable: bool = True) -> list[CheckpointRef]:
         with self.clock.timed():
-            return super().versions(player_id)
+            return super().versions(player_id, skip_unreadable=skip_unreadable)
 
     def versions_on_disk(self, player_id: str) -> list[int]:
         with self.clock.timed():

@@ -22,7 +22,7 @@ from pathlib import Path
 import grpc
 
 from common.busy_clock import BusyClock, StallWatch
-from common.checkpoint_store import CheckpointError, CheckpointRef
+from common.checkpoint_store import CheckpointError, CheckpointRef, UnreadableCheckpointError
 from common.envs import make_env
 from common.envs.policy_view import policy_specs
 from common.learner_config import LearnerConfig
@@ -278,6 +278,8 @@ class Learner:
         config = learner_config(job)
         try:
             return self._start_session(job, lease, store_root, spec, config)
+        except UnreadableCheckpointError:
+            raise  # (no permission, EIO: the share's state now, not the league's config) a failure, retried
         except CheckpointError as err:  # e.g. the league names a pretrained checkpoint that is not there
             raise JobSetupError(f"job {job.job_id} ({job.player_id}): {err}") from err
 

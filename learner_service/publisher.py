@@ -34,6 +34,7 @@ from common.checkpoint_store import (
     CheckpointStore,
     CorruptCheckpointError,
     PublishWithdrawn,
+    UnreadableCheckpointError,
     VersionConflictError,
 )
 from common.policy_config import FRESH_INIT_METADATA
@@ -224,6 +225,8 @@ class CheckpointPublisher:
         if job_path:
             try:
                 weights = self.store.load(job_path).tensors
+            except UnreadableCheckpointError:
+                raise  # (see `_newest_readable`)
             except CheckpointError as err:
                 if own is None:
                     stored = [r.version for r in self.store.versions(self.player_id)]
@@ -250,10 +253,18 @@ class CheckpointPublisher:
         return StartPoint(job_version, None, "fresh", progress, 0, None)
 
     def _newest_readable(self) -> tuple[CheckpointRef | None, Mapping[str, np.ndarray] | None]:
-        """The player's newest version that loads; a corrupt one is logged and skipped for the one before."""
-        for ref in reversed(self.store.versions(self.player_id)):
+        """The player's newest version that loads; a corrupt one is logged and skipped for the one before.
+
+        A manifest that cannot be read now (`UnreadableCheckpointError`: no permission, an NFS I/O error) is
+        raised, as the same error on a weights file (a PermissionError) always was: skipped as damaged, the
+        learner resumed from an older version or, with none readable, started the player afresh above them all
+        ("its training so far is lost"), and retention then deleted the versions that were intact all along.
+        Raised, the session fails and is retried once the share reads again."""
+        for ref in reversed(self.store.versions(self.player_id, skip_unreadable=False)):
             try:
                 checkpoint = self.store.load(ref.path, ref.version)
+            except UnreadableCheckpointError:
+                raise
             except CheckpointError as err:
                 log.error("%s: cannot resume from it (%s); trying an older version", ref.path, err)
                 continue

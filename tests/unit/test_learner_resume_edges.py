@@ -180,3 +180,48 @@ def test_a_copy_of_a_chunk_still_waiting_for_room_is_told_to_retry_not_that_it_a
     assert first[0].status is Accepted.ABANDONED
     assert intake.queue.get() is not None  # seq 0 trained on; room again
     assert plane.accept(chunk(1)).status is Accepted.NEW  # the actor's retry: not lost
+
+
+@pytest.mark.parametrize("unreadable", ["every manifest", "the newest manifest"])
+def test_manifests_that_cannot_be_read_now_fail_the_start_instead_of_losing_the_training(tmp_path, monkeypatch,
+                                                                                        unreadable, caplog):
+    """A manifest that cannot be read now (an NFS I/O error, no permission) was skipped as a damaged version: with
+    none readable the learner started the player afresh above them all ("its training so far is lost"), with
+    the newest unreadable it resumed from the one before; either way the intact versions were superseded and
+    then retired. The same error on a weights file always failed the session (retried): so does this one, and
+    not as a setup error (which would stop `league run`)."""
+    import errno
+
+    from common import checkpoint_store
+    from common.checkpoint_store import UnreadableCheckpointError
+    from learner_service.learner import JobSetupError
+
+    trainer = _trainer()
+    publisher = _publisher(tmp_path)
+    for version in range(3):
+        trainer.task.set_weights(trainer.task.get_weights(), version)
+        ref = publisher.publish(trainer)
+    publisher.store.wait_for_retention()
+    real_open = checkpoint_store._open_regular
+
+    def eio(path):
+        name = os.path.basename(path)
+        if name.endswith(".json") and (unreadable == "every manifest" or name.startswith(ref.path[2:])):
+            raise OSError(errno.EIO, "Input/output error", str(path))
+        return real_open(path)
+
+    monkeypatch.setattr(checkpoint_store, "_open_regular", eio)
+    with pytest.raises(UnreadableCheckpointError, match="Input/output error"):
+        _publisher(tmp_path).choose_start(ref.path, ref.version, Progress())
+    assert "starts afresh" not in caplog.text and "resuming from" not in caplog.text
+    learner = Learner(LearnerSettings(coordinator="127.0.0.1:1", shared_root=tmp_path, worker_id="w", device="cpu"))
+    learner.client.player_progress = lambda player_id: Progress(500, 7)
+    job = LearnJob("job-1", "p", ref.path, ref.version, "CartPole-v1", {}, POLICY, {}, 30.0, 0.0)
+    try:
+        with pytest.raises(UnreadableCheckpointError) as raised:
+            learner._open_session(job, None, tmp_path)
+        assert not isinstance(raised.value, JobSetupError)
+    finally:
+        learner.close()
+    assert sorted(os.listdir(tmp_path / "p")).count(os.path.basename(ref.path)) == 1  # nothing published over it
+    assert not (tmp_path / "p" / "v0000000003.pt").exists()

@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 from common.durable_files import full_disk_note
 from common.pids import pid_alive
@@ -121,11 +122,36 @@ def working_directory_last() -> None:
         return
     import importlib
 
-    for package in PROJECT_PACKAGES:
-        importlib.import_module(package)
+    packages = [importlib.import_module(package) for package in PROJECT_PACKAGES]
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.append(cwd)
+    _project_ahead_of(cwd, packages)
+
+
+def _project_ahead_of(cwd: str, packages: list[ModuleType]) -> None:
+    """Put the directory the project's packages come from on the import path ahead of `cwd` where `cwd` holds a
+    package of the same name. The processes this one spawns (the subprocess env manager's workers, started with
+    multiprocessing's `spawn`) take this process's `sys.path` and import the project's packages anew, without
+    `working_directory_last`: from an editable install, whose finder comes after the path's, they ran the working
+    directory's `actor_service` and `common` (a checkout of another version) beside an actor running this code."""
+    import importlib.machinery
+
+    for module in packages:
+        spec = importlib.machinery.PathFinder.find_spec(module.__name__, sys.path)
+        if spec is None or (spec.origin is not None and _same_file(spec.origin, module.__file__)):
+            continue  # what a fresh import finds on the path is this code (or the path has none: the finder's)
+        root = str(Path(module.__file__).resolve().parents[1])
+        with contextlib.suppress(ValueError):
+            sys.path.remove(root)
+        sys.path.insert(sys.path.index(cwd), root)
+
+
+def _same_file(a: str, b: str | None) -> bool:
+    try:
+        return b is not None and os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _code_is_the_working_directorys() -> bool:

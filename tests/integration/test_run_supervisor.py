@@ -260,6 +260,40 @@ def test_the_processes_run_this_code_not_a_league_cli_in_the_working_directory(t
     assert main.index("working_directory_last()") < main.index("from league_cli.main import main")
 
 
+
+# The child of `league run` (under -P), as an editable install has it: the project's packages come from the
+# install's finder, after every entry of sys.path (the test's PYTHONPATH entry for the code is taken out).
+_SPAWN_PROBE = """
+import multiprocessing, os, sys
+from pathlib import Path
+import league_cli.processes as processes
+root = Path(processes.__file__).resolve().parents[1]
+sys.path = [p for p in sys.path if not p or Path(p).resolve() != root]
+processes.working_directory_last()
+import myenv
+child = multiprocessing.get_context("spawn").Process(target=__import__, args=("common.config",))
+child.start()
+child.join(60)
+print(myenv.X, child.exitcode)
+"""
+
+
+def test_env_workers_spawned_by_a_child_do_not_import_the_working_directorys_packages(tmp_path):
+    """The subprocess env manager's workers (multiprocessing's spawn) take the actor's sys.path, the working
+    directory last on it, and import the project's packages anew: from an editable install, whose finder comes
+    after the path's, they imported a `common` in the working directory (a checkout of another version) while
+    the actor itself ran this code."""
+    import subprocess
+
+    (tmp_path / "myenv.py").write_text("X = 'the users env'\n")
+    (tmp_path / "common").mkdir()
+    (tmp_path / "common" / "__init__.py").write_text("raise RuntimeError('another common')\n")
+    done = subprocess.run([sys.executable, "-P", "-c", _SPAWN_PROBE], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["the", "users", "env", "0"], done.stderr
+
+
 def _full_disk(monkeypatch):
     """os.statvfs says every filesystem is full (4 KiB blocks, none free)."""
     import os

@@ -70,6 +70,13 @@ def _path_flag(flag: str, path: Path) -> str:
     return f"{flag}={path}"
 
 
+def shell_path(path: Path) -> str:
+    """`path` as one word a shell passes on as a file, not an option: quoted, and a relative path that begins
+    with a dash made `./-x/...` (`fuser -v -x/league_run.lock` said "Invalid option x"; fuser takes no `--`)."""
+    text = str(path)
+    return shlex.quote(f"./{text}" if text.startswith("-") else text)
+
+
 def run_dir_arg(run_dir: Path) -> str:
     """`--run-dir DIR` as a shell takes it, for the commands a message tells the user to run: a directory with a
     space or a quote in its name (`runs/my run`) is quoted, and one that begins with a dash goes after `=` (as two
@@ -372,7 +379,7 @@ def run_main(args: argparse.Namespace) -> int:
     except LockedError as err:
         console.print(f"league run: {err} (or, if that `league run` is gone, the processes it "
                       f"started are still stopping: try again in a few seconds; `fuser -v "
-                      f"{shlex.quote(str(run_dir / 'league_run.lock'))}` lists them)", style="red", markup=False)
+                      f"{shell_path(run_dir / 'league_run.lock')}` lists them)", style="red", markup=False)
         return 2
     except OSError as err:
         console.print(f"league run: --run-dir {run_dir}: {err}", style="red", markup=False)

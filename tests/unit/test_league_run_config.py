@@ -574,6 +574,27 @@ def test_the_commands_a_run_tells_the_user_to_run_name_its_directory_as_a_shell_
     assert build_parser().parse_args(argv).run_dir == run_dir
 
 
+
+def test_the_fuser_command_a_refused_run_gives_names_the_lock_of_a_run_dir_that_begins_with_a_dash(
+        tmp_path, monkeypatch, capsys):
+    """`league run --run-dir=-x` beside a run in progress there said to run `fuser -v -x/league_run.lock`,
+    which fuser takes for its options ("Invalid option x"; it takes no `--` either)."""
+    import shlex
+
+    from common.exclusive_lock import ExclusiveLock
+    from league_cli import run as run_module
+    from league_cli.main import build_parser
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-x").mkdir()
+    with ExclusiveLock(tmp_path / "-x" / "league_run.lock", "run directory -x"):
+        assert run_module.run_main(build_parser().parse_args(["run", "--run-dir=-x"])) == 2
+    said = " ".join(capsys.readouterr().out.split())
+    command = shlex.split(said.split("`fuser ", 1)[1].split("`", 1)[0])
+    assert command[0] == "-v" and not command[1].startswith("-"), said
+    assert (tmp_path / command[1]).resolve() == tmp_path / "-x" / "league_run.lock"
+
+
 def test_league_plot_prints_what_it_wrote_into_a_directory_whose_name_is_not_utf8(tmp_path, monkeypatch):
     """Where the locale makes stdout strict UTF-8 (en_US.UTF-8), `league plot --out run\\xff/plots` wrote its plots
     and then died of UnicodeEncodeError printing their paths: a traceback."""

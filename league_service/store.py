@@ -395,6 +395,11 @@ class LeagueStore:
         if self.path.is_dir():  # (SQLite said only "unable to open database file", after a stray DIR.lock was made)
             raise ValueError(f"{self.path} is a directory, not a state file (such as "
                              f"{self.path / 'league_state.sqlite'})")
+        # Before anything is made: a refused path left its folders and a stray lock file behind.
+        if (length := len(os.fsencode(os.path.realpath(self.path)))) > SQLITE_MAX_PATH_BYTES:
+            raise ValueError(f"its path is {length} bytes long (symlinks resolved: {os.path.realpath(self.path)}); "
+                             f"SQLite opens no database whose path is longer than {SQLITE_MAX_PATH_BYTES} bytes: "
+                             "give a shorter path (league run: a shorter --run-dir; league coordinator: --state)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # One process per state file: a second coordinator would keep its own league in memory and overwrite
         # this one's commits. Held until close() or the process's exit (kill -9 included).
@@ -416,10 +421,6 @@ class LeagueStore:
             if self.path.exists() and not os.access(self.path, os.W_OK, effective_ids=effective):
                 raise ValueError(f"cannot write {self.path} (a read-only file or filesystem): not opened, since "
                                  "nothing acknowledged could be stored")
-            if (length := len(os.fsencode(real))) > SQLITE_MAX_PATH_BYTES:
-                raise ValueError(f"its path is {length} bytes long (symlinks resolved: {real}); SQLite opens no "
-                                 f"database whose path is longer than {SQLITE_MAX_PATH_BYTES} bytes: give a "
-                                 "shorter path (league run: a shorter --run-dir; league coordinator: --state)")
             self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             try:
                 self._open_schema(fsync)

@@ -197,6 +197,15 @@ def test_a_state_path_too_long_for_sqlite_is_refused_saying_so(tmp_path):
     LeagueStore(too_long.with_name("short.sqlite")).close()
 
 
+
+def test_a_state_path_too_long_for_sqlite_is_refused_before_its_folders_and_lock_are_made(tmp_path):
+    """The refusal came after the state's folders and its lock file were made: they were left behind."""
+    too_long = tmp_path.resolve() / "new" / ("d" * 200) / ("d" * 200) / ("s" * 120)
+    with pytest.raises(ValueError, match=r"bytes long .*give a shorter path"):
+        LeagueStore(too_long)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_state_path_that_is_a_directory_is_refused_saying_so(tmp_path):
     """`--state DIR` gave SQLite's bare "unable to open database file", and left a DIR.lock beside it."""
     (tmp_path / "states").mkdir()

@@ -68,11 +68,11 @@ KEEP_ENDED_JOBS = 1_000_000
 them is then NOT_FOUND instead, and still never counted). A retry comes within seconds; a million is many hours
 of a busy league (the default league on 2 cores ends ~30k jobs an hour), so the table stops growing forever."""
 PRUNE_ENDS_EVERY = 1_000
+"""Commits between two prunes of ended_jobs (each a rowid-range delete inside a commit's transaction)."""
 SQLITE_MAX_PATH_BYTES = 504
 """The longest path of a database SQLite opens: its unix VFS takes paths of at most 512 bytes (MAX_PATHNAME)
 with room for the 8 of a "-journal" suffix, and it counts the path with its symlinks resolved. A longer one
 failed with SQLite's bare "unable to open database file", which does not say why."""
-"""Commits between two prunes of ended_jobs (each a rowid-range delete inside a commit's transaction)."""
 
 # meta key of a whole league state document (put_league_state; schema 1 stored the league state so).
 _WHOLE_STATE = "league_state"

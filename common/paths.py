@@ -33,7 +33,7 @@ def check_relative(relative: str) -> PurePosixPath:
         raise UnsafePathError(f"path {relative!r} must be a non-empty string")
     if "\x00" in relative or "\\" in relative:
         raise UnsafePathError(f"path {relative!r} contains a NUL byte or a backslash")
-    if not relative.isascii() and not _encodable(relative):
+    if not relative.isascii() and not utf8_encodable(relative):
         raise UnsafePathError(f"path {relative!r} is not valid Unicode (a lone surrogate): no file has that name")
     if relative.startswith("/") or re.match(r"^[A-Za-z]:", relative):
         raise UnsafePathError(f"path {relative!r} is absolute; paths are relative to the shared root")
@@ -44,7 +44,8 @@ def check_relative(relative: str) -> PurePosixPath:
     return PurePosixPath(*parts)
 
 
-def _encodable(text: str) -> bool:
+def utf8_encodable(text: str) -> bool:
+    """Whether `text` encodes as UTF-8 (a path decoded from other bytes holds surrogates that do not)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from common.paths import utf8_encodable
 from learner_service.chunks import PreparedChunk
 from learner_service.trainer import IterationReport, Progress
 
@@ -114,14 +115,6 @@ class _Latest:
     train_iteration: int
     agent_steps: int
     buffered: int
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 class Telemetry:
@@ -261,7 +254,7 @@ class Telemetry:
         _quiet_event_writer_threads()
         self._reopen_at = None
         before: set[Path] = set()
-        if not _utf8(str(self._log_dir)):
+        if not utf8_encodable(str(self._log_dir)):
             # TensorBoard encodes its file names as UTF-8, strictly: a shared root whose name has other bytes
             # (b"run\xff", from a Latin-1 file system) raised UnicodeEncodeError out of here, and the learner
             # failed at every job, restarted until `league run` gave up. No retry: the name will not change.

@@ -1076,10 +1076,10 @@ def _check_checkpoints_present(players: Iterable[Player], root: SharedRoot) -> N
 
 
 def _check_no_other_leagues_checkpoints(players: Iterable[Player], root: SharedRoot, state: Path) -> None:
-    """A new league (no state yet) whose players' directories already hold published checkpoints: another
-    league's (a second league on the same shared root, or this one's state lost or given wrong). Its learners
-    took the newest of them up as their own and published on among them, two leagues' versions mixed in one
-    directory. Refused, saying what to do instead."""
+    """A new league (no state yet) whose players' directories already hold published checkpoints: its learners
+    take the newest of them up and publish on among them. That is how a league whose state was lost goes on
+    (its learners keep their players' training), but it is also what a second league on the same shared root
+    does to the first one's players, without a word. Said at start, so the second can be told from the first."""
     found = []
     for player in players:
         folder = root.root / player.player_id
@@ -1090,11 +1090,11 @@ def _check_no_other_leagues_checkpoints(players: Iterable[Player], root: SharedR
         if published:
             found.append(player.player_id)
     if found:
-        raise LeagueStateError(
-            "shared_root", f"{root.root} already holds checkpoints of {', '.join(found)}, players of the new league "
-                           f"this state ({state}) would start: they are another league's, whose state this is not. "
-                           "Give that league's state to resume it, another --shared-root for a new league, or, to "
-                           "start a new league from those weights, league.pretrain_checkpoint_path")
+        log.warning("%s already holds checkpoints of %s, players of the new league this state (%s) starts: their "
+                    "learners resume from them. Right for a league whose state was lost; if they are another "
+                    "league's (one still running on this root, say), stop now and give this league another "
+                    "--shared-root (or, to start from those weights, league.pretrain_checkpoint_path)",
+                    root.root, ", ".join(found), state)
 
 
 def _is_under(root: SharedRoot, relative: str) -> bool:

@@ -302,17 +302,24 @@ def test_a_restart_after_the_wall_clock_stepped_back_keeps_no_time_stored_ahead_
         second.close()
 
 
-def test_a_new_league_on_a_shared_root_holding_its_players_checkpoints_is_refused(tmp_path):
-    """A second league on the same shared root (or this one's state lost): its learners took another league's
-    newest checkpoints up as their own and published among them. Refused naming the players; a root whose
-    player directories hold nothing published (or other players' checkpoints) starts as before."""
+def test_a_new_league_on_a_shared_root_holding_its_players_checkpoints_says_so(tmp_path, caplog):
+    """A second league on the same shared root (or this one's state lost): its learners take the checkpoints
+    there up as their own and publish among them. Right after a lost state (tests/integration/test_learner_service
+    rebinds so), not for another league's players: the start says which players, once, so the two can be told
+    apart. A root whose player directories hold nothing published (or other players' checkpoints) says nothing."""
     root = tmp_path / "root"
     (root / "someone_else").mkdir(parents=True)
     (root / "someone_else" / "v0000000003.pt").write_bytes(b"weights")
     (root / MAIN).mkdir()  # a directory alone: nothing published
-    _open_at(root, tmp_path / "a.sqlite").close()
+    with caplog.at_level(logging.WARNING, logger="league_service.coordinator"):
+        _open_at(root, tmp_path / "a.sqlite").close()
+    assert "already holds checkpoints" not in caplog.text
     (root / MAIN / "v0000000051.pt").write_bytes(b"weights")
-    with pytest.raises(LeagueStateError, match=rf"shared_root: .* already holds checkpoints of {MAIN}, .*"
-                                               r"pretrain_checkpoint_path"):
-        _open_at(root, tmp_path / "b.sqlite")
-    _open_at(root, tmp_path / "a.sqlite").close()  # the league whose state it is resumes
+    with caplog.at_level(logging.WARNING, logger="league_service.coordinator"):
+        _open_at(root, tmp_path / "b.sqlite").close()
+    assert f"already holds checkpoints of {MAIN}, players of the new league" in caplog.text
+    assert "another --shared-root" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="league_service.coordinator"):
+        _open_at(root, tmp_path / "a.sqlite").close()  # a league resumed on its state: nothing to say
+    assert "already holds checkpoints" not in caplog.text

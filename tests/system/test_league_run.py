@@ -307,8 +307,10 @@ def test_a_second_run_in_the_same_run_dir_resumes_the_league(league_run):
     counters, steps and checkpoint versions carry on from where the first run stopped. With no config given
     it is D's own (it was the embedded connect-four league, which the solo state refused); a config the
     saved league refuses leaves D's config as it was (it was overwritten: D then described another league)."""
-    first = league_run(seconds=25)
-    _assert_clean_end(first)
+    first = league_run(seconds=120)  # stopped by Ctrl-C once it has something to resume (at once: CI's minutes)
+    first.wait_for(lambda r: _counter(r, "env_steps") > 0 and _active(r)["checkpoint_version"] >= 1, 90,
+                   "env steps and a first checkpoint")
+    _assert_clean_end(first, interrupt=True)
     before = _history(first.run_dir)[-1]
     assert _counter(before, "env_steps") > 0 and _active(before)["checkpoint_version"] >= 1, first.output()
     saved = (first.run_dir / "config.yaml").read_text()

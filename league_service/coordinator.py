@@ -987,7 +987,7 @@ class Coordinator:
         identity = LeagueIdentity.of(self._cfg)
         stored = self._store.load(recent_ends=self._settings.remember_ends)
         if stored is None or stored.league_state is None:
-            _check_no_other_leagues_checkpoints(self._league.active_players, self._root, self._store.path)
+            _warn_of_checkpoints_already_there(self._league.active_players, self._root, self._store.path)
             self._store.initialise(digest, now=self._clock())
             self._store.put_identity(identity.to_json())
             with self._store.transaction() as tx:
@@ -1075,7 +1075,7 @@ def _check_checkpoints_present(players: Iterable[Player], root: SharedRoot) -> N
                 len(missing), len(named), root.root, examples)
 
 
-def _check_no_other_leagues_checkpoints(players: Iterable[Player], root: SharedRoot, state: Path) -> None:
+def _warn_of_checkpoints_already_there(players: Iterable[Player], root: SharedRoot, state: Path) -> None:
     """A new league (no state yet) whose players' directories already hold published checkpoints: its learners
     take the newest of them up and publish on among them. That is how a league whose state was lost goes on
     (its learners keep their players' training), but it is also what a second league on the same shared root

@@ -180,7 +180,7 @@ def _assert_clean_end(run: LeagueRun, *, interrupt: bool = False) -> None:
 
 
 def test_solo_league_runs_publishes_and_exits_cleanly(league_run):
-    run = league_run(seconds=45)
+    run = league_run(seconds=35)
     run.wait_for(lambda r: _counter(r, "jobs_finished") >= 2 and _active(r)["checkpoint_version"] >= 2,
                  timeout_s=120, what="finished jobs and published checkpoints")
     # One Ctrl-C while the budget's stop is under way is not the second Ctrl-C that kills: the stop goes on.

@@ -243,24 +243,28 @@ def test_registry_builds_identical_tasks_for_actor_and_learner(algorithm):
     assert actor.version == 5
 
 
-@pytest.mark.parametrize("algorithm", ["ppo", "dqn"])
-def test_acting_builds_no_optimizer(algorithm):
+def test_acting_builds_no_optimizer():
     """Actors only act: building a torch optimizer imports torch._dynamo, about a second of CPU at every actor
-    start. A fresh interpreter shows it is never imported; learning then builds the optimizer on first use."""
+    start. A fresh interpreter (one for both algorithms: each start costs seconds of torch import) shows it is
+    never imported; learning then builds the optimizer on first use."""
     import subprocess
     import sys
 
-    script = f"""
+    script = """
 import sys
 import numpy as np
 from common.algorithms import make_computation_task
 from common.computation import TensorSpec
-task = make_computation_task({{"algorithm": "{algorithm}"}}, TensorSpec("observation", (4,)), 2, device="cpu", seed=0)
-task.set_weights(task.get_weights(), 1)
-task.predict({{"observation": np.zeros((3, 4), np.float32)}})
-assert "torch._dynamo" not in sys.modules, "acting imported torch._dynamo"
-state = task.get_training_state()
-assert "optimizer" in state and "torch._dynamo" in sys.modules
+tasks = {}
+for algorithm in ("ppo", "dqn"):
+    task = make_computation_task({"algorithm": algorithm}, TensorSpec("observation", (4,)), 2, device="cpu", seed=0)
+    task.set_weights(task.get_weights(), 1)
+    task.predict({"observation": np.zeros((3, 4), np.float32)})
+    assert "torch._dynamo" not in sys.modules, f"acting ({algorithm}) imported torch._dynamo"
+    tasks[algorithm] = task
+for algorithm, task in tasks.items():
+    state = task.get_training_state()
+    assert "optimizer" in state and "torch._dynamo" in sys.modules, algorithm
 """
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
 

@@ -15,14 +15,7 @@ from league_service.coordinator_testing import small_league_config
 from league_service.leases import JobEndStatus, WorkerRole
 from league_service.messages import EpisodeOutcome, Outcome, PlayerOutcome
 from league_service.store import read_counters
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.manual_clock import ManualClock
 
 
 def _open(tmp_path, clock, state) -> Coordinator:
@@ -38,7 +31,7 @@ def _open(tmp_path, clock, state) -> Coordinator:
 
 
 def test_jobs_granted_after_the_last_counters_written_are_counted_after_a_restart(tmp_path):
-    clock = _Clock()
+    clock = ManualClock()
     state, crashed = tmp_path / "state.sqlite", tmp_path / "crashed.sqlite"
     first = _open(tmp_path, clock, state)
     try:
@@ -75,7 +68,7 @@ def test_jobs_granted_after_the_last_counters_written_are_counted_after_a_restar
 def test_the_scraped_figures_are_the_statuss_without_building_it(tmp_path):
     """Metrics once read them off a whole status() (every player's and worker's view, the payoff rows) under the
     lock every RPC takes: 160 ms per scrape at 6,000 players. Counted directly, they must still agree."""
-    clock = _Clock()
+    clock = ManualClock()
     coordinator = _open(tmp_path, clock, tmp_path / "state.sqlite")
     try:
         for worker in ("a", "b", "c"):
@@ -117,7 +110,7 @@ def test_status_builds_the_payoff_rows_and_player_views_outside_the_locks_every_
     """With 6,000 players GetStatus held the coordinator's lock 0.1-0.4 s (payoff rows, player views): every
     GetJob, FinishJob and heartbeat waited. Only values are copied under the locks now, and the views are built
     after. The status is still of one moment: a FinishJob that lands while the views are built is not in it."""
-    clock = _Clock()
+    clock = ManualClock()
     coordinator = _open(tmp_path, clock, tmp_path / "state.sqlite")
     league = coordinator._league
     free_at, landed = [], []

@@ -10,17 +10,10 @@ from league_service.coordinator import Coordinator, CoordinatorSettings
 from league_service.coordinator_messages import JobGrant
 from league_service.coordinator_testing import small_league_config
 from league_service.leases import WorkerRole
+from tests.manual_clock import ManualClock
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _coordinator(tmp_path, clock: Clock) -> Coordinator:
+def _coordinator(tmp_path, clock: ManualClock) -> Coordinator:
     cfg = small_league_config({"league": {"league_type": "solo", "active_players": {"solo_active_player": 1}},
                                "env": {"name": "CartPole-v1"}})
     coord = Coordinator(cfg, CoordinatorSettings(shared_root=tmp_path, lease_timeout_s=30.0, needs_learner=False,
@@ -31,7 +24,7 @@ def _coordinator(tmp_path, clock: Clock) -> Coordinator:
 
 
 def test_a_pause_longer_than_the_lease_keeps_the_lease_also_after_the_clock_stepped_back(tmp_path):
-    clock = Clock()
+    clock = ManualClock(1_000_000.0)
     coord = _coordinator(tmp_path, clock)
     try:
         grant = coord.get_job("actor", WorkerRole.ACTOR, "", wait_s=10.0)

@@ -16,16 +16,9 @@ from league_service.coordinator_testing import small_league_config
 from league_service.league_errors import LeagueStateError
 from league_service.leases import JobEndStatus, WorkerRole
 from league_service.messages import EpisodeOutcome, Outcome, PlayerOutcome, PlayerUpdate
+from tests.manual_clock import ManualClock
 
 MAIN = "main_player_default_0"
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _open(tmp_path, state, overrides=None, clock=None) -> Coordinator:
@@ -33,7 +26,7 @@ def _open(tmp_path, state, overrides=None, clock=None) -> Coordinator:
         small_league_config(overrides),
         CoordinatorSettings(shared_root=tmp_path, state_path=state, lease_timeout_s=60.0, needs_learner=False,
                             rng_seed=0),
-        clock=_Clock() if clock is None else clock,
+        clock=ManualClock() if clock is None else clock,
         expiry_thread=False,
     )
     coordinator.start()
@@ -205,7 +198,7 @@ def _open_at(root, state) -> Coordinator:
     return Coordinator(
         small_league_config(),
         CoordinatorSettings(shared_root=root, state_path=state, lease_timeout_s=60.0, needs_learner=False, rng_seed=0),
-        clock=_Clock(),
+        clock=ManualClock(),
         expiry_thread=False,
     )
 
@@ -274,7 +267,7 @@ def test_a_restart_after_the_wall_clock_stepped_back_keeps_no_time_stored_ahead_
     """Stopped, then the wall clock set back an hour, then restarted: the worker silent since is taken as heard
     from at the restart at the latest (not alive a lease later, not for the hour too), and the failing player's
     jobs are held for their backoff, not for the hour too."""
-    state, clock = tmp_path / "state.sqlite", _Clock()
+    state, clock = tmp_path / "state.sqlite", ManualClock()
     clock.now = 100_000.0
     backoff = {"coordinator": {"max_job_attempts": 1, "job_retry_backoff_s": 5.0, "max_job_retry_backoff_s": 60.0}}
     first = _open(tmp_path, state, backoff, clock)

@@ -8,23 +8,12 @@ import time
 import pytest
 
 from learner_service.idle_streams import IdleStreamGuard
+from tests.manual_clock import ManualClock
 
 
 def _quiet_after(items, release: threading.Event):
     yield from items
     release.wait(30)
-
-
-class _Clock:
-    """Time that moves only when a test says so. The not-cancelled cases ran on the real clock, with a 0.05 s
-    sleep between chunks against a 0.2 s limit: under CPU load (2 cores, load average ~15) one sleep woke past
-    the limit and the steady stream was cancelled. A thread's late wake-up is not the client going quiet."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_a_quiet_stream_is_cancelled_and_the_items_before_it_pass():
@@ -43,7 +32,10 @@ def test_a_quiet_stream_is_cancelled_and_the_items_before_it_pass():
 
 
 def test_a_stream_that_keeps_sending_is_not_cancelled_however_long_it_lasts():
-    clock = _Clock()
+    # A clock the test moves: on the real one, with a 0.05 s sleep between chunks against a 0.2 s limit, one sleep
+    # under CPU load (2 cores, load average ~15) woke past the limit and the steady stream was cancelled. A
+    # thread's late wake-up is not the client going quiet.
+    clock = ManualClock()
     guard = IdleStreamGuard(0.2, clock=clock)
 
     def steady():  # 8 waits of 0.05 s each: 0.4 s in all, twice the limit
@@ -58,7 +50,7 @@ def test_a_stream_that_keeps_sending_is_not_cancelled_however_long_it_lasts():
 
 def test_time_the_caller_spends_on_an_item_is_not_idle_time():
     # A stream blocked on the learner's own full queue (backpressure) between two chunks is not quiet.
-    clock = _Clock()
+    clock = ManualClock()
     guard = IdleStreamGuard(0.1, clock=clock)
     seen = []
     for item in guard.watch(iter([1, 2]), lambda: pytest.fail("cancelled during the caller's own wait")):
@@ -69,7 +61,7 @@ def test_time_the_caller_spends_on_an_item_is_not_idle_time():
 
 
 def test_only_the_quiet_one_of_several_streams_is_cancelled():
-    clock = _Clock()
+    clock = ManualClock()
     guard = IdleStreamGuard(0.3, clock=clock)
     release = threading.Event()
     cancelled = []

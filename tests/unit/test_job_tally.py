@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 from actor_service.job_tally import JobTally
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.manual_clock import ManualClock
 
 
 def test_jobs_are_summed_until_the_interval_has_passed_then_counting_starts_anew():
-    clock = Clock()
+    clock = ManualClock(100.0)
     tally = JobTally(interval_s=60.0, clock=clock)
     clock.now += 20
     assert tally.add("completed", 32, 700, 350) is None

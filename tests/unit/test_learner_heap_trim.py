@@ -10,19 +10,12 @@ import sys
 import pytest
 
 from learner_service.heap_trim import HeapTrimmer, malloc_trim
+from tests.manual_clock import ManualClock
 from tests.unit.test_learner_release import _Client, _dqn_session
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_trims_at_most_once_per_interval_counted_from_the_last_trim():
-    clock, trims = _Clock(), []
+    clock, trims = ManualClock(100.0), []
     trimmer = HeapTrimmer(5.0, clock=clock, trim=lambda: trims.append(clock.now) or 1)
     assert not trimmer.maybe_trim()  # the interval counts from when the trimmer was built
     for step in (2.0, 2.0, 1.0, 0.5, 3.0, 1.5, 0.1, 10.0, 0.0):
@@ -34,7 +27,7 @@ def test_trims_at_most_once_per_interval_counted_from_the_last_trim():
 
 def test_without_malloc_trim_the_trimmer_does_nothing(monkeypatch):
     monkeypatch.setattr("learner_service.heap_trim.malloc_trim", lambda: None)
-    clock = _Clock()
+    clock = ManualClock(100.0)
     trimmer = HeapTrimmer(1.0, clock=clock)
     clock.now += 60.0
     assert not trimmer.maybe_trim() and trimmer.trims == 0

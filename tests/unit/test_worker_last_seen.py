@@ -14,6 +14,7 @@ from league_service.coordinator_testing import small_league_config
 from league_service.group_commit import GroupCommitter
 from league_service.leases import WorkerInfo, WorkerRole
 from league_service.store import Counters, LeagueStore
+from tests.manual_clock import ManualClock
 from tests.polling import wait_until
 
 
@@ -84,17 +85,9 @@ def test_the_committer_thread_flushes_last_seen_times_when_no_request_commits(st
         commits.close()
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_restarted_coordinator_shows_the_last_heartbeats_it_had_written(tmp_path):
     """No clean stop is needed: the times are on disk within the flush interval, before any close."""
-    clock = _Clock()
+    clock = ManualClock()
     settings = CoordinatorSettings(shared_root=tmp_path, lease_timeout_s=0.3, needs_learner=False, rng_seed=0)
     first = Coordinator(small_league_config(), settings, clock=clock, expiry_thread=False)
     first.start()
@@ -124,7 +117,7 @@ def test_workers_silent_past_forget_workers_after_s_and_holding_no_job_are_forgo
     """Every actor process that starts registers a new worker id: the registry (and every status reply) must
     not keep the ones that are gone. One holding a job stays until its lease ends; one that comes back
     registers again."""
-    clock = _Clock()
+    clock = ManualClock()
     cfg = small_league_config({"coordinator": {"forget_workers_after_s": 600.0}})
     settings = CoordinatorSettings(shared_root=tmp_path, lease_timeout_s=900.0, needs_learner=False, rng_seed=0)
     first = Coordinator(cfg, settings, clock=clock, expiry_thread=False)
@@ -170,7 +163,7 @@ def test_forget_workers_after_s_is_checked():
 def test_a_worker_that_says_it_is_leaving_leaves_the_registry_at_once_unless_it_holds_a_lease(tmp_path):
     """A worker that exited cleanly stayed listed as alive for a lease more (a reviewer's actor after
     --max-jobs). Its last Heartbeat now says it is leaving; one still holding a lease stays until it ends."""
-    clock = _Clock()
+    clock = ManualClock()
     settings = CoordinatorSettings(shared_root=tmp_path, lease_timeout_s=300.0, needs_learner=False, rng_seed=0)
     first = Coordinator(small_league_config(), settings, clock=clock, expiry_thread=False)
     first.start()

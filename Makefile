@@ -6,6 +6,8 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 CONFIG ?=
 PYTEST_ARGS ?=
+# Test worker processes (pytest-xdist) for `make test`, `make test-slow` and `make chaos`; 0: all in this process.
+TEST_WORKERS ?= 2
 
 .PHONY: install run test test-slow proto bench lint chaos clean
 
@@ -21,10 +23,10 @@ run: install
 	$(VENV)/bin/league run $(CONFIG)
 
 test: install
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test-slow: install
-	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m slow $(PYTEST_ARGS)
 
 proto: install
 	$(PY) tools/gen_proto.py
@@ -41,7 +43,7 @@ bench: $(BENCH_STAMP)
 # The chaos suite: every scenario in tests/chaos, the long (slow) versions included. `make test` runs the
 # short versions.
 chaos: install
-	$(PY) -m pytest -q -m '' tests/chaos $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m '' tests/chaos $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -244,7 +244,7 @@ def _progression_main(args: argparse.Namespace) -> int:
 
         def progress(result: PointResult, opponent: str) -> None:
             console.print(f"{result.point.checkpoint_path} ({result.point.agent_steps:,} steps) vs {opponent}: "
-                          f"{result.results[opponent]['win_rate']:.0%}", markup=False)
+                          f"{result.results[opponent]['win_rate']:.0%}", markup=False, soft_wrap=True)
 
         results = evaluate_lineage(line, ladder, play, on_result=progress)
     except CheckpointNotFoundError as err:  # the status names it, the root lacks it: which root was searched

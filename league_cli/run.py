@@ -346,7 +346,7 @@ def run_main(args: argparse.Namespace) -> int:
         if pending.stat().st_size == 0:  # (once written in place, and cut short by a full disk)
             console.print(f"league run: {pending} is empty (the run that created {run_dir} could not write its "
                           f"config): give the config again, `league run CONFIG {run_dir_arg(run_dir)}`",
-                          style="red", markup=False)
+                          style="red", markup=False, soft_wrap=True)
             return 2
         args.config = pending
     if args.config is not None or fresh or not (run_dir / CONFIG_FILE).is_file():
@@ -355,7 +355,7 @@ def run_main(args: argparse.Namespace) -> int:
         try:
             loaded = _load(args)
         except ConfigError as err:
-            console.print(f"league run: config error: {err}", style="red", markup=False)
+            console.print(f"league run: config error: {err}", style="red", markup=False, soft_wrap=True)
             return 2
     from common.rpc import load_token
 
@@ -364,11 +364,11 @@ def run_main(args: argparse.Namespace) -> int:
         # process's own status calls carry it too. A malformed one was a traceback once the directory existed.
         token = load_token(None)
     except ValueError as err:
-        console.print(f"league run: {err}", style="red", markup=False)
+        console.print(f"league run: {err}", style="red", markup=False, soft_wrap=True)
         return 2
     if run_dir.is_symlink() and not run_dir.exists():  # (mkdir said only "[Errno 17] File exists")
         console.print(f"league run: --run-dir {run_dir} is a link to {os.readlink(run_dir)}, which does not exist",
-                      style="red", markup=False)
+                      style="red", markup=False, soft_wrap=True)
         return 2
     try:
         if fresh:
@@ -379,30 +379,30 @@ def run_main(args: argparse.Namespace) -> int:
     except LockedError as err:
         console.print(f"league run: {err} (or, if that `league run` is gone, the processes it "
                       f"started are still stopping: try again in a few seconds; `fuser -v "
-                      f"{shell_path(run_dir / 'league_run.lock')}` lists them)", style="red", markup=False)
+                      f"{shell_path(run_dir / 'league_run.lock')}` lists them)", style="red", markup=False, soft_wrap=True)
         return 2
     except OSError as err:
-        console.print(f"league run: --run-dir {run_dir}: {err}", style="red", markup=False)
+        console.print(f"league run: --run-dir {run_dir}: {err}", style="red", markup=False, soft_wrap=True)
         return 2
     with run_lock:
         if from_pending:
             console.print(f"league run: {run_dir} holds no league yet; starting with {pending}, the config of the "
-                          "run that created the directory (it stopped before its coordinator was up)", markup=False)
+                          "run that created the directory (it stopped before its coordinator was up)", markup=False, soft_wrap=True)
         saved = run_dir / CONFIG_FILE
         if args.config is None and saved.is_file():
             args.config = saved  # resuming: the league this directory holds, not the embedded default
-            console.print(f"league run: resuming with {saved}", markup=False)
+            console.print(f"league run: resuming with {saved}", markup=False, soft_wrap=True)
             loaded = None
         if loaded is None:
             try:
                 loaded = _load(args)
             except ConfigError as err:
-                console.print(f"league run: config error: {err}", style="red", markup=False)
+                console.print(f"league run: config error: {err}", style="red", markup=False, soft_wrap=True)
                 return 2
         mismatch = (_saved_league_mismatch(run_dir, args.config, loaded[0])
                     or _saved_model_mismatch(run_dir, args.config, loaded[0]))
         if mismatch is not None:
-            console.print(f"league run: config error: {mismatch}", style="red", markup=False)
+            console.print(f"league run: config error: {mismatch}", style="red", markup=False, soft_wrap=True)
             return 2
         return _run(args, console, *loaded, run_dir, run_lock, token)
 
@@ -550,7 +550,7 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
         atomic_write(pending_path, yaml.safe_dump(cfg_dict, sort_keys=False).encode())
     except OSError as err:
         console.print(f"league run: --run-dir {run_dir}: cannot write {PENDING_CONFIG_FILE}: {err}", style="red",
-                      markup=False)
+                      markup=False, soft_wrap=True)
         return 2
     history_path = run_dir / "status_history.jsonl"
     quiet = args.quiet or not console.is_terminal  # a live table piped to a file shows only at the end
@@ -582,19 +582,19 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
         exit_code = 0
         try:
             console.print(f"league run: {run_dir} · {sup.learners} learner(s), {run_cfg.actors} actor(s), "
-                          f"budget {run_cfg.seconds:.0f} s" + (f" / {run_cfg.env_steps:,} env steps" if run_cfg.env_steps else ""), markup=False)
+                          f"budget {run_cfg.seconds:.0f} s" + (f" / {run_cfg.env_steps:,} env steps" if run_cfg.env_steps else ""), markup=False, soft_wrap=True)
             if (note := job_size_note(cfg.env.env_steps, run_cfg.env_steps)) is not None:
-                console.print(f"league run: {note}", style="yellow", markup=False)
+                console.print(f"league run: {note}", style="yellow", markup=False, soft_wrap=True)
             from league_service.config import greedy_dqn_note
 
             if (note := greedy_dqn_note(cfg)) is not None:
-                console.print(f"league run: {note}", style="yellow", markup=False)
+                console.print(f"league run: {note}", style="yellow", markup=False, soft_wrap=True)
             launched = time.monotonic()  # the budget counts start-up too
             address = sup.start_coordinator()
             os.replace(pending_path, config_path)
             sup.config_path = config_path
             start = launched  # (None until the coordinator is up: then there is a final status to record)
-            console.print(f"coordinator listening on {address} (league status {run_dir_arg(run_dir)})", markup=False)
+            console.print(f"coordinator listening on {address} (league status {run_dir_arg(run_dir)})", markup=False, soft_wrap=True)
             sup.start_workers(stop)
             started_all = True
             channel = make_channel(address, token=token, max_message_bytes=STATUS_MAX_BYTES)
@@ -614,7 +614,7 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
             else:  # while a crashed coordinator was restarted: a stop like any other once the league ran
                 reason[0] += " while the coordinator restarted"
         except RuntimeError as err:
-            console.print(f"league run: {err}", style="red", markup=False)  # (log lines may hold [brackets])
+            console.print(f"league run: {err}", style="red", markup=False, soft_wrap=True)  # (log lines may hold [brackets])
             setup_error = isinstance(err, CannotRunLeague)
             reason[0] = "the league cannot run as configured" if setup_error else "a process failed"
             exit_code = 2 if setup_error else 1
@@ -623,14 +623,14 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
             if sup.group.processes:  # (each stage can take up to its grace: say what is going on)
                 kill = "Ctrl-C again kills them at once" if signals else "Ctrl-C twice kills them at once"
                 console.print(f"league run: {reason[0]}; stopping the actors, then the learners, then the coordinator "
-                              f"(each up to {run_cfg.stop_grace_s:g} s; {kill})", markup=False)
+                              f"(each up to {run_cfg.stop_grace_s:g} s; {kill})", markup=False, soft_wrap=True)
             stopped = list(sup.group.processes)  # (stop_workers forgets the actors and learners it stops)
             codes = sup.stop_workers()
             try:
                 if start is not None:  # the league's state once every worker stopped: the history's last record
                     status = _final_status(sup.address, token, history_path, start, status)
             except Exception as err:  # (a full disk, say) it must not keep the coordinator from stopping
-                console.print(f"league run: the final status was not recorded: {err}", style="yellow", markup=False)
+                console.print(f"league run: the final status was not recorded: {err}", style="yellow", markup=False, soft_wrap=True)
             codes.update(sup.stop())
             if started_all:  # what they said while they stopped (a failed start's error quotes its log)
                 for line in log_errors.check(stopped, to_end=True):
@@ -655,18 +655,18 @@ def _summary(console: Any, reason: str, exit_code: int, codes: dict[str, int], s
     if sup.hurry.is_set() and -signal.SIGKILL in codes.values():
         reason += "; the processes still stopping were killed at the second Ctrl-C"
     console.print(f"\nleague run: {reason}; every process stopped "
-                  f"({', '.join(f'{k}={v}' for k, v in sorted(codes.items()))})", markup=False)
+                  f"({', '.join(f'{k}={v}' for k, v in sorted(codes.items()))})", markup=False, soft_wrap=True)
     # A worker ended by SIGTERM itself (-15) was still starting (importing) and had no handler yet: nothing of it
     # to lose. (A short run ended that way in exit 1.)
     failed = sorted(name for name, code in codes.items() if code not in (0, -signal.SIGTERM))
     if failed and exit_code == 0:
         exit_code = 1
         console.print(f"league run: {', '.join(failed)} did not exit cleanly at the stop: their last results may "
-                      f"not be saved (their logs in {sup.group.log_dir} say why)", style="red", markup=False)
+                      f"not be saved (their logs in {sup.group.log_dir} say why)", style="red", markup=False, soft_wrap=True)
     if status is not None:
         from league_service.status_view import render_status
 
-        console.print("the league's last status before it stopped:", markup=False)
+        console.print("the league's last status before it stopped:", markup=False, soft_wrap=True)
         console.print(render_status(status, workers=False))  # (all stopped, whatever their last heartbeat says)
     plots = sup.run_dir / "plots"
     try:
@@ -674,12 +674,12 @@ def _summary(console: Any, reason: str, exit_code: int, codes: dict[str, int], s
 
         written = write_plots(history_path, plots) if history_path.exists() else []
     except Exception as err:  # plotting must not hide where the results are
-        console.print(f"plots: not written ({err})", style="yellow", markup=False)
+        console.print(f"plots: not written ({err})", style="yellow", markup=False, soft_wrap=True)
         written = []
     where = [("checkpoints", sup.shared_root), ("logs", sup.group.log_dir), ("state", sup.state_path),
              ("history", history_path)]
     for label, path in where:  # a league stopped at start-up may not have made them all
-        console.print(f"{label + ':':<12} {path}" + ("" if Path(path).exists() else " (not created)"), markup=False)
+        console.print(f"{label + ':':<12} {path}" + ("" if Path(path).exists() else " (not created)"), markup=False, soft_wrap=True)
     if written:
-        console.print(f"plots:       {plots} ({', '.join(p.name for p in written)})", markup=False)
+        console.print(f"plots:       {plots} ({', '.join(p.name for p in written)})", markup=False, soft_wrap=True)
     return exit_code

@@ -90,14 +90,14 @@ class RunMonitor:
         self.events += new_events
         if self.quiet:
             for event in new_events:
-                self.console.print(event, markup=False)
+                self.console.print(event, markup=False, soft_wrap=True)
         for line in self.log_errors.check(self.sup.group.processes):  # (above the live table, where it stays)
             self.console.print(line, style="red", markup=False, soft_wrap=True)  # (one line: grep finds it)
 
     def _note(self, note: str) -> None:
         self.events.append(note)
         if self.quiet:
-            self.console.print(f"league run: {note}", style="yellow", markup=False)
+            self.console.print(f"league run: {note}", style="yellow", markup=False, soft_wrap=True)
 
     def _poll(self, history: HistoryLog, live: Any, stop: Any) -> EarlyEnd | None:
         """One status poll, shown and recorded. A coordinator that does not answer ends nothing (it may be
@@ -112,7 +112,7 @@ class RunMonitor:
             error = f"status: {err.code().name}: {err.details()}"
             self.events.append(error)
             if self.quiet and error != self._status_error:  # once per kind of failure, not at every poll
-                self.console.print(f"league run: {error}", style="yellow", markup=False)
+                self.console.print(f"league run: {error}", style="yellow", markup=False, soft_wrap=True)
             self._status_error = error
             return None
         self._status_error = ""
@@ -130,7 +130,7 @@ class RunMonitor:
         if self.quiet:
             c = status.counters
             self.console.print(f"[{now - self.start:6.0f}s] env steps {c.env_steps:,} ({rate:,.0f}/s) "
-                               f"matches {c.matches:,} snapshots {c.snapshots}", markup=False)
+                               f"matches {c.matches:,} snapshots {c.snapshots}", markup=False, soft_wrap=True)
         else:
             live.update(progress_table(status, now - self.start, self.run_cfg, self._step_budget.steps(league_steps),
                                        rate, self.events), refresh=True)
@@ -140,7 +140,7 @@ class RunMonitor:
         failing = self._failing_jobs.check(status)
         if failing is not None:
             self.events += self.sup.wait_for_setup_errors(WORKER_EXIT_GRACE_S, stop)
-            self.console.print(f"league run: {failing}", style="red", markup=False)
+            self.console.print(f"league run: {failing}", style="red", markup=False, soft_wrap=True)
             return EarlyEnd("collect jobs keep failing", 1)
         self._wait_s = self._step_budget.wait_s(league_steps, rate, self.run_cfg.status_interval_s)
         return None

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 
 import pytest
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # pytest-xdist sets COLUMNS=80 in its workers: rich then wraps the CLIs' one-line messages that tests look
+    # for (a path in them split over two lines). A serial run has no COLUMNS, nor do the processes tests start.
+    os.environ.pop("COLUMNS", None)
 
 
 @pytest.fixture
@@ -26,3 +32,16 @@ def no_shared_memory_left_behind():
     from actor_service.envs.env_manager.shm_blocks import remove_orphaned_blocks
 
     remove_orphaned_blocks()
+
+
+def _utf8_safe(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Captured output of the tests that train under non-UTF-8 paths holds surrogate escapes; pytest-xdist sends
+    reports to the controller as UTF-8 and a worker dies on such a string (the whole run aborts). Escaped here."""
+    outcome = yield
+    report = outcome.get_result()
+    report.sections = [(title, _utf8_safe(content)) for title, content in report.sections]

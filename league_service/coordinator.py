@@ -665,7 +665,7 @@ class Coordinator:
 
     def _lease_locked(self, info: WorkerInfo, now: float) -> Lease[JobSpec] | None:
         if info.role is WorkerRole.ACTOR:
-            lease = self._table.lease_collect(info.worker_id, now)
+            lease = self._table.lease_collect(info.worker_id, now, self._cfg.env.episode_num)
             regrant = False
         else:
             held = set(self._table.jobs_of(info.worker_id))
@@ -870,11 +870,11 @@ class Coordinator:
 
     def _check_episode_count(self, report: FinishReport, lease: Lease[JobSpec]) -> None:
         """A job granted with `episode_num` > 0 reports at most that many episodes (actors report exactly the first
-        `episode_num` started): more would each count in the payoff and ratings. Only for a lease this process
-        granted (`payload` set), whose job carried this config's `episode_num`: one leased before a restart may
-        carry another, and the wire bound (MAX_EPISODES_PER_JOB) is all that holds for it."""
-        asked = self._cfg.env.episode_num
-        if lease.payload is not None and asked > 0 and len(report.episodes) > asked:
+        `episode_num` started): more would each count in the payoff and ratings. Held to the `episode_num` stored
+        with its lease, which a restart restores (the config's may have changed since the grant); a lease restored
+        from a state written before leases kept it has only the wire bound (MAX_EPISODES_PER_JOB)."""
+        asked = lease.episode_num
+        if asked is not None and asked > 0 and len(report.episodes) > asked:
             raise InvalidArgumentError(
                 "episodes", f"job {lease.job_id!r} asked for {asked} episodes, got {len(report.episodes)}"
             )

@@ -87,6 +87,9 @@ class Lease(Generic[P]):
     payload: P | None = None
     # Collect jobs: which lease of the job this is (1 = first); a failed attempt may be offered again.
     attempt: int = 1
+    # Collect jobs: the episodes the job was granted with (0: until its env steps), so that its finish is held to
+    # them also after a restart; None for learn jobs and for one restored from a state that did not store it.
+    episode_num: int | None = None
 
 
 @dataclass(frozen=True)
@@ -354,8 +357,9 @@ class LeaseTable(Generic[P]):
             del self._pending[job.job_id]
         return gone
 
-    def lease_collect(self, worker_id: str, now: float) -> Lease[P] | None:
-        """Lease the oldest pending collect job whose player is ready and which is not held back, or None."""
+    def lease_collect(self, worker_id: str, now: float, episode_num: int | None = None) -> Lease[P] | None:
+        """Lease the oldest pending collect job whose player is ready and which is not held back, or None;
+        `episode_num`: the episodes it is granted with (kept on the lease)."""
         self._require_role(worker_id, WorkerRole.ACTOR)
         self._touch(worker_id, now)
         for job in self._pending.values():
@@ -374,6 +378,7 @@ class LeaseTable(Generic[P]):
                         endpoint=binding.endpoint if binding is not None else "",
                         payload=job.payload,
                         attempt=job.attempt,
+                        episode_num=episode_num,
                     )
                 )
         return None

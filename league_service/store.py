@@ -1,7 +1,8 @@
 """Durable coordinator state in SQLite (WAL mode): what must survive a `kill -9` of the coordinator.
 
 Stored: the league core's state (players, payoff, ratings, snapshots: `state_dict()`), the counters, the worker
-registry (with each worker's last-seen time), the jobs in flight (leases) and the ids of ended jobs. Every change
+registry (with each worker's last-seen time), the jobs in flight (leases, with the `episode_num` each collect job
+was granted with, which its finish is held to) and the ids of ended jobs. Every change
 the coordinator accepts is written in one transaction with the league state it produced, so after a crash the
 store holds either all of an accepted FinishJob or none of it.
 
@@ -51,8 +52,9 @@ from league_service.leases import JobEnd, JobEndStatus, JobKind, Lease, WorkerIn
 
 log = logging.getLogger(__name__)
 
-# 2: the league state in parts and the counters in `state_parts`; a schema-1 store is upgraded when opened.
-SCHEMA_VERSION = 2
+# 2: the league state in parts and the counters in `state_parts`; 3: a job in flight keeps the `episode_num` it
+# was granted with (NULL in the jobs of an upgraded store). Older stores are upgraded when opened.
+SCHEMA_VERSION = 3
 CHECKPOINT_EVERY = 500
 WAL_MAX_BYTES = 64 * 1024 * 1024
 """How large the WAL may grow before a checkpoint holds writers back to start it over. A PASSIVE checkpoint
@@ -90,7 +92,8 @@ CREATE TABLE IF NOT EXISTS workers (
     registered_at REAL NOT NULL, last_seen REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY, kind TEXT NOT NULL, launch_player TEXT NOT NULL, players TEXT NOT NULL,
-    worker_id TEXT NOT NULL, issued_at REAL NOT NULL, endpoint TEXT NOT NULL) WITHOUT ROWID;
+    worker_id TEXT NOT NULL, issued_at REAL NOT NULL, endpoint TEXT NOT NULL,
+    episode_num INTEGER) WITHOUT ROWID; -- last: where ALTER TABLE adds it to an older store (NULL: not stored)
 -- A rowid table on purpose: rowid order is commit order, which `load` uses to keep the latest ends.
 CREATE TABLE IF NOT EXISTS ended_jobs (
     job_id TEXT PRIMARY KEY, status TEXT NOT NULL, episodes_counted INTEGER NOT NULL, ended_at REAL NOT NULL);
@@ -189,7 +192,8 @@ class StoreWriter:
         self._insert(
             "INSERT OR REPLACE INTO jobs VALUES",
             [
-                (x.job_id, x.kind.value, x.launch_player, _dumps(list(x.players)), x.worker_id, x.issued_at, x.endpoint)
+                (x.job_id, x.kind.value, x.launch_player, _dumps(list(x.players)), x.worker_id, x.issued_at, x.endpoint,
+                 x.episode_num)
                 for x in leases
             ],
         )
@@ -259,7 +263,7 @@ class StoreWriter:
             self._conn.execute(_values_sql(head, columns, len(chunk)), [v for row in chunk for v in row])
 
 
-_CHUNK_ROWS = 200  # rows per statement: well below SQLite's bound-parameter limit with 7 columns
+_CHUNK_ROWS = 200  # rows per statement: well below SQLite's bound-parameter limit with 8 columns
 
 
 @functools.lru_cache(maxsize=256)
@@ -450,13 +454,18 @@ class LeagueStore:
         self._conn.executescript(_SCHEMA)
         with self._sql_transaction():
             version = self._meta("schema_version")
-            if version is None or int(version) == 1:
-                # Schema 1 kept the counters in meta (moved here); its whole-document league state is read as is.
-                self._conn.execute(
-                    "INSERT OR IGNORE INTO state_parts SELECT ?, '', 0, value FROM meta WHERE key = ?",
-                    (_COUNTERS, _COUNTERS),
-                )
-                self._conn.execute("DELETE FROM meta WHERE key = ?", (_COUNTERS,))
+            if version is None or int(version) in (1, 2):
+                if version is None or int(version) == 1:
+                    # Schema 1 kept the counters in meta (moved here); its whole-document league state is read as is.
+                    self._conn.execute(
+                        "INSERT OR IGNORE INTO state_parts SELECT ?, '', 0, value FROM meta WHERE key = ?",
+                        (_COUNTERS, _COUNTERS),
+                    )
+                    self._conn.execute("DELETE FROM meta WHERE key = ?", (_COUNTERS,))
+                # Schemas 1 and 2 did not keep a job's episode_num: their jobs in flight keep NULL (not checked).
+                columns = {row[1] for row in self._conn.execute("PRAGMA table_info(jobs)")}
+                if "episode_num" not in columns:
+                    self._conn.execute("ALTER TABLE jobs ADD COLUMN episode_num INTEGER")
                 self._conn.execute(
                     "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
                 )
@@ -573,8 +582,9 @@ class LeagueStore:
                     issued_at=issued_at,
                     deadline=float("nan"),
                     endpoint=endpoint,
+                    episode_num=episode_num,
                 )
-                for job_id, kind, launch, players, worker_id, issued_at, endpoint in self._conn.execute(
+                for job_id, kind, launch, players, worker_id, issued_at, endpoint, episode_num in self._conn.execute(
                     "SELECT * FROM jobs ORDER BY issued_at, job_id"
                 )
             )

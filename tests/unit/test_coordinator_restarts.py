@@ -71,6 +71,36 @@ def test_a_restart_with_fewer_launch_slots_than_jobs_in_flight_keeps_them_and_la
         second.close()
 
 
+def test_a_job_leased_before_a_restart_is_held_to_the_episodes_it_was_granted_with(tmp_path):
+    """The lease's episode_num was not stored: after a restart a finish of a job granted with 4 episodes counted
+    1,000 (the wire bound alone held), each in the payoff and ratings. A config changed meanwhile does not move
+    the bound of the jobs already granted."""
+    from league_service.errors import InvalidArgumentError
+
+    state = tmp_path / "state.sqlite"
+    first = _open(tmp_path, state)
+    try:
+        first.register_worker("a", WorkerRole.ACTOR, "host", "")
+        grant = first.get_job("a", WorkerRole.ACTOR, "", wait_s=0.0)
+        assert isinstance(grant, JobGrant) and grant.episode_num == 4
+    finally:
+        first.close()
+    second = _open(tmp_path, state, {"env": {"episode_num": 8}})
+    try:
+        home, away = (p.player_id for p in grant.players)
+        episode = EpisodeOutcome((PlayerOutcome(home, Outcome.WIN), PlayerOutcome(away, Outcome.LOSS)), 5)
+        episodes = second.status().counters.episodes
+        with pytest.raises(InvalidArgumentError, match=f"^episodes: job '{grant.job_id}' asked for 4 episodes, got 5"):
+            second.finish_job(FinishReport("a", grant.job_id, JobEndStatus.COMPLETED, (episode,) * 5, 25, 0, ""))
+        assert second.status().counters.episodes == episodes
+        ack = second.finish_job(FinishReport("a", grant.job_id, JobEndStatus.COMPLETED, (episode,) * 4, 20, 0, ""))
+        assert ack.episodes_counted == 4 and not ack.duplicate
+        again = second.get_job("a", WorkerRole.ACTOR, "", wait_s=0.0)
+        assert isinstance(again, JobGrant) and again.episode_num == 8  # granted now: the config's
+    finally:
+        second.close()
+
+
 def test_a_job_naming_a_snapshot_not_yet_recorded_is_committed_with_it(tmp_path):
     """The snapshot thread adds a historical player under the league's lock and records the change under the
     coordinator's lock afterwards. A job granted in between (here: held open) must not reach the disk alone."""

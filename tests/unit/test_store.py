@@ -1,4 +1,5 @@
 import sqlite3
+from dataclasses import replace
 
 import pytest
 
@@ -212,3 +213,36 @@ def test_a_state_path_that_is_a_directory_is_refused_saying_so(tmp_path):
     with pytest.raises(ValueError, match=r"states is a directory, not a state file \(such as .*league_state.sqlite\)"):
         LeagueStore(tmp_path / "states")
     assert not (tmp_path / "states.lock").exists()
+
+
+def test_a_job_in_flight_keeps_its_episode_num_and_an_older_stores_jobs_load_without_one(tmp_path):
+    """The coordinator holds a collect job's finish to the episodes it was granted with, also after a restart;
+    a schema-2 store did not keep them: its jobs in flight load with None (only the wire bound holds for them)."""
+    path = tmp_path / "state.sqlite"
+    conn = sqlite3.connect(path)  # what a schema-2 coordinator left, with one job in flight
+    conn.executescript("""
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO meta VALUES ('schema_version', '2'), ('created_at', '5.0'), ('config_digest', 'd');
+        CREATE TABLE jobs (
+            job_id TEXT PRIMARY KEY, kind TEXT NOT NULL, launch_player TEXT NOT NULL, players TEXT NOT NULL,
+            worker_id TEXT NOT NULL, issued_at REAL NOT NULL, endpoint TEXT NOT NULL) WITHOUT ROWID;
+        INSERT INTO jobs VALUES ('old', 'collect', 'main', '["main","hist"]', 'actor-1', 1.0, '');
+    """)
+    conn.close()
+    store = LeagueStore(path)
+    try:
+        with store.transaction() as tx:
+            tx.put_lease(replace(lease("new"), episode_num=4))
+        assert {x.job_id: x.episode_num for x in store.load().leases} == {"old": None, "new": 4}
+    finally:
+        store.close()
+    again = LeagueStore(path)
+    try:
+        assert {x.job_id: x.episode_num for x in again.load().leases} == {"old": None, "new": 4}
+    finally:
+        again.close()
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
+    finally:
+        conn.close()

@@ -75,7 +75,7 @@ def add_coordinator_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--insecure", action="store_true", help="allow a non-loopback address without a token")
     parser.add_argument("--tls-cert", type=cli_args.path, default=None, help="PEM certificate chain (with --tls-key)")
     parser.add_argument("--tls-key", type=cli_args.path, default=None, help="PEM private key (with --tls-cert)")
-    parser.add_argument("--metrics-port", type=cli_args.port, default=None, help="serve Prometheus /metrics on this port")
+    parser.add_argument("--metrics-port", type=cli_args.port, default=None, help="serve Prometheus /metrics on this port (on --host; asks for the token when there is one)")
     parser.add_argument("--lease-timeout", type=cli_args.positive_seconds, default=None, help="seconds (default: coordinator.lease_timeout_s)")
     parser.add_argument("--without-learners", action="store_true", help="hand out collect jobs with no learner bound")
     parser.add_argument("--seed", type=cli_args.non_negative_int, default=None, help="seed of the league's opponent choice")

@@ -3,20 +3,28 @@
 The league figures are read from the coordinator when Prometheus scrapes (a custom collector), so there is one
 source of truth — the coordinator's own counters, which survive restarts — instead of a second set of
 increments to keep in step. Each coordinator has its own registry, so several can live in one test process.
+/metrics is served on the RPC `--host` and, when the coordinator has a token, asks for the same bearer token
+(Prometheus: `authorization: {credentials_file: ...}`), as every RPC does: else the counts and per-method
+latencies were open to anyone who could reach a port whose RPCs need the token.
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import hmac
+import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 from common.rpc import AddressInUseError, join_host_port
@@ -169,17 +177,52 @@ def _method_name(full_method: str) -> str:
     return full_method.rsplit("/", 1)[-1]
 
 
-class MetricsServer:
-    """The /metrics HTTP endpoint on its own thread; `close()` stops it."""
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+
+def bearer_token_required(app: WsgiApp, token: str) -> WsgiApp:
+    """`app` behind `Authorization: Bearer <token>` (compared in constant time); 401 without it, as the RPCs
+    answer UNAUTHENTICATED."""
+    if not token:
+        raise ValueError("token: must not be empty")
+    expected = f"Bearer {token}".encode()
+
+    def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        got = environ.get("HTTP_AUTHORIZATION", "").encode("latin-1", "replace")  # WSGI: latin-1 strings
+        if hmac.compare_digest(got, expected):
+            return app(environ, start_response)
+        start_response("401 Unauthorized", [("Content-Type", "text/plain; charset=utf-8"),
+                                            ("WWW-Authenticate", 'Bearer realm="league metrics"')])
+        return [b"wrong bearer token\n" if got else b"missing bearer token\n"]
+
+    return guarded
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No line on stderr per scrape."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class MetricsServer:
+    """The /metrics HTTP endpoint on its own thread, behind `token` when one is given; `close()` stops it."""
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int, token: str | None = None) -> None:
+        app = make_wsgi_app(registry)
+        if token is not None:
+            app = bearer_token_required(app, token)
         try:
-            self._server, self._thread = start_http_server(port, addr=host, registry=registry)
+            family, addr = _best_family(host, port)
+            server_class = type("MetricsHttpServer", (ThreadingWSGIServer,), {"address_family": family})
+            self._server = make_server(addr, port, app, server_class, handler_class=_QuietHandler)
         except OSError as err:  # name the metrics port: the process listens on two
             where = f"--metrics-port: {join_host_port(host, port)}"
             if err.errno == errno.EADDRINUSE:
                 raise AddressInUseError(err.errno, f"{where} is in use by another process") from err
             raise OSError(err.errno, f"{where}: {err.strerror or err}") from err
+        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics-http", daemon=True)
+        self._thread.start()
         self.port: int = self._server.server_port
         self._closed = threading.Event()
 
@@ -190,3 +233,10 @@ class MetricsServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
+
+
+def _best_family(host: str, port: int) -> tuple[socket.AddressFamily, str]:
+    """The address family and address to bind `host` with (an IPv6 host needs AF_INET6), as prometheus_client's
+    own server picks them."""
+    family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    return family, sockaddr[0]

@@ -358,7 +358,7 @@ def serve_coordinator(
     metrics = None
     if metrics_port is not None:
         try:
-            metrics = MetricsServer(registry, options.host, metrics_port)
+            metrics = MetricsServer(registry, options.host, metrics_port, options.token)
         except BaseException:
             serving.stop(0)
             coordinator.close()

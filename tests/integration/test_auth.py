@@ -4,6 +4,8 @@ import dataclasses
 import shutil
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 
 import grpc
 import pytest
@@ -59,6 +61,24 @@ def test_health_stays_open_and_reflection_needs_the_token(token_server):
         with pytest.raises(grpc.RpcError) as err:
             list(reflection.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5))
         assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_metrics_need_the_token_when_the_coordinator_has_one(tmp_path):
+    """/metrics was plain HTTP without the token: the league's counts and per-method RPC latencies were open to
+    whoever reached a coordinator whose every RPC needs it. (Without a token it stays open: test_coordinator.py.)"""
+    with running_coordinator(small_league_config(), tmp_path, token=TOKEN, metrics_port=0) as server:
+        url = f"http://127.0.0.1:{server.metrics.port}/metrics"
+        for header, says in ((None, "missing"), (f"Bearer {TOKEN}x", "wrong"), ("Bearer wrong", "wrong"),
+                             (TOKEN, "wrong"), (f"Basic {TOKEN}", "wrong"), ("Bearer \u00e9", "wrong")):
+            request = urllib.request.Request(url, headers={} if header is None else {"Authorization": header})
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(request, timeout=5)
+            with err.value:
+                assert err.value.code == 401 and err.value.headers["WWW-Authenticate"].startswith("Bearer")
+                assert err.value.read() == f"{says} bearer token\n".encode()
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {TOKEN}"})
+        with urllib.request.urlopen(request, timeout=5) as reply:
+            assert reply.status == 200 and b"league_jobs_issued_total" in reply.read()
 
 
 @pytest.fixture

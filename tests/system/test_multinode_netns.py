@@ -98,10 +98,17 @@ def test_coordinator_serves_status_health_and_metrics_to_other_hosts(coordinator
     assert (lab.volume_dir("coordinator-state") / "league_state.sqlite").exists()
     assert not list(lab.volume_dir("league-shared").glob("*.sqlite*"))
 
-    scrape = "import urllib.request; print(urllib.request.urlopen('http://coordinator:9464/metrics', timeout=5).read().decode())"
-    metrics = lab.run(LAPTOP, python_argv("-c", scrape))
+    # /metrics asks for the coordinator's token, as a Prometheus scrape config with `credentials_file` sends it.
+    scrape = ("import sys, urllib.error, urllib.request\n"
+              "headers = {'Authorization': 'Bearer ' + open(sys.argv[1]).read().strip()} if sys.argv[1:] else {}\n"
+              "try: print(urllib.request.urlopen(urllib.request.Request('http://coordinator:9464/metrics', "
+              "headers=headers), timeout=5).read().decode())\n"
+              "except urllib.error.HTTPError as err: print(err.code)")
+    metrics = lab.run(LAPTOP, python_argv("-c", scrape, str(token_file)))
     assert metrics.returncode == 0, metrics.stderr
     assert "league_jobs_issued" in metrics.stdout
+    refused = lab.run(LAPTOP, python_argv("-c", scrape))
+    assert refused.returncode == 0 and refused.stdout.strip() == "401", (refused.stdout, refused.stderr)
 
 
 def test_coordinator_refuses_status_without_the_token(coordinator_lab, tmp_path):

@@ -24,7 +24,8 @@ class LockedError(RuntimeError):
 
 
 class ExclusiveLock:
-    """Held from construction until `release()` (idempotent) or the process's exit."""
+    """Held from construction until `release()` (idempotent) or the process's exit. When the holder line cannot
+    be written (a full disk), the lock is let go and an OSError naming the lock file (errno kept) is raised."""
 
     def __init__(self, path: str | Path, what: str) -> None:
         self.path = Path(path)
@@ -40,10 +41,20 @@ class ExclusiveLock:
         except BaseException:
             os.close(fd)
             raise
-        self._fd: int | None = fd
         stamp = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {stamp}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {stamp}\n".encode(), 0)
+        except OSError as err:
+            # (a full disk, EIO) Let go: raised from here, the descriptor leaked and kept the lock held by nobody,
+            # so even a retry in this process was refused with "in use by another process".
+            os.close(fd)
+            raise OSError(err.errno, f"lock file {self.path}: cannot write who holds it "
+                                     f"({err.strerror or err})") from err
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd: int | None = fd
 
     @property
     def held(self) -> bool:

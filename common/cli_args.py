@@ -51,11 +51,19 @@ def host_port(text: str) -> str:
 
 
 def path(text: str) -> Path:
-    """A file or directory flag. An empty value is refused: Path("") is the current directory, so
-    `--run-dir ""` ran the league in (and `--shared-root ""` published into) wherever the command was started."""
+    """A file or directory flag, `~` expanded (see `path_text`). An empty value is refused: Path("") is the current
+    directory, so `--run-dir ""` ran the league in (and `--shared-root ""` published into) wherever the command was
+    started."""
     if not text:
         raise argparse.ArgumentTypeError("must not be empty (give a path; . for the current directory)")
-    return Path(text)
+    return Path(path_text(text))
+
+
+def path_text(text: str) -> str:
+    """A path flag's value with a leading `~` or `~user` expanded, as the shell does for `--flag ~/x` but not for
+    `--flag=~/x`: that one made a directory named `~` where the command was started. Expanded here, at parsing,
+    so the processes `league run` starts get the expanded paths."""
+    return os.path.expanduser(text)
 
 
 MAX_SEED = 2**32 - 1

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     target = parser.add_mutually_exclusive_group(required=True)
-    target.add_argument("--checkpoint",
+    target.add_argument("--checkpoint", type=cli_args.path_text,
                         help="checkpoint path relative to --shared-root, or an absolute path inside a shared root; "
                              "a player's folder stands for its newest version")
     target.add_argument("--run-dir", type=cli_args.path,

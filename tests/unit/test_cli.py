@@ -95,3 +95,29 @@ def test_every_option_with_a_default_says_it_in_its_help():
             if "default" not in (action.help or ""):
                 unsaid.append(f"league {name} {'/'.join(action.option_strings)} (default {action.default!r})")
     assert not unsaid, unsaid
+
+
+PATH_FLAG_NAMES = ("config", "run_dir", "shared_root", "state", "port_file", "token_file", "tls_cert", "tls_key",
+                   "tls_ca", "checkpoint", "history", "out")
+
+
+def test_every_path_flag_expands_a_tilde(monkeypatch, tmp_path):
+    """The shell expands `--run-dir ~/x` but not `--run-dir=~/x`: taken as it was, it made a directory named `~`
+    where the command was started, and `league run` handed that path on to its processes."""
+    import argparse
+
+    from league_cli.main import build_parser
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    seen = []
+    for name, sub in commands.choices.items():
+        for action in sub._actions:
+            if action.dest in PATH_FLAG_NAMES:
+                seen.append(f"{name} {action.dest}")
+                assert str(action.type("~/x")) == str(tmp_path / "x"), f"league {name} {action.option_strings}"
+    assert len(seen) >= 20 and "eval checkpoint" in seen and "run config" in seen, seen
+    args = parser.parse_args(["run", "--run-dir=~/runs/a", "~/league.yaml"])
+    assert (args.run_dir, args.config) == (tmp_path / "runs" / "a", tmp_path / "league.yaml")
+    assert parser.parse_args(["eval", "--checkpoint=~/p/v1.pt"]).checkpoint == str(tmp_path / "p" / "v1.pt")

@@ -30,6 +30,7 @@ import json
 import json.encoder
 import logging
 import os
+import shlex
 import sqlite3
 import threading
 import time
@@ -381,6 +382,23 @@ class _Transaction:
         self._store._end(commit=exc_type is None)
 
 
+def _refuse_hard_links(path: Path) -> None:
+    """Refuse a state file with more than one name (a hard link). The lock beside the file and SQLite's -wal and
+    -shm files are all named after the name it was opened by: through another name a second coordinator took
+    another lock and served the same database beside the first, each with its own WAL, and even one at a time
+    each name's WAL holds commits the other name never sees. Not keyed on the inode instead: that would share
+    the lock, not the WAL."""
+    try:
+        links = os.stat(path).st_nlink
+    except FileNotFoundError:
+        return  # a new state: SQLite makes it, with one name
+    if links > 1:
+        raise ValueError(f"it has {links} names (hard links): SQLite keeps its WAL beside the name a database is "
+                         "opened by, so each name would have its own and coordinators on them would overwrite each "
+                         "other's commits; remove the other names (`find / -xdev -samefile "
+                         f"{shlex.quote(str(path))}` lists them; a symlink is fine)")
+
+
 class LeagueStore:
     """One SQLite file; `transaction()` serialises writers and commits all-or-nothing."""
 
@@ -408,7 +426,8 @@ class LeagueStore:
         # One process per state file: a second coordinator would keep its own league in memory and overwrite
         # this one's commits. Held until close() or the process's exit (kill -9 included).
         # The lock sits beside the file the path resolves to: a --state given through a symlink (to the file or
-        # to a folder above it) names the same database, WAL and all, so it must meet the same lock.
+        # to a folder above it) names the same database, WAL and all, so it must meet the same lock. A hard link
+        # does not: it is refused below (_refuse_hard_links).
         real = Path(os.path.realpath(self.path))
         self._file_lock = ExclusiveLock(real.with_name(real.name + ".lock"), f"state {self.path}")
         self._lock = threading.Lock()
@@ -425,6 +444,7 @@ class LeagueStore:
             if self.path.exists() and not os.access(self.path, os.W_OK, effective_ids=effective):
                 raise ValueError(f"cannot write {self.path} (a read-only file or filesystem): not opened, since "
                                  "nothing acknowledged could be stored")
+            _refuse_hard_links(self.path)
             self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             try:
                 self._open_schema(fsync)

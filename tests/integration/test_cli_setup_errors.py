@@ -212,6 +212,25 @@ def test_a_second_coordinator_on_the_same_state_through_a_symlink_is_refused(fil
         first.close()
 
 
+def test_a_second_coordinator_on_the_same_state_through_a_hard_link_is_refused(files):
+    """A hard link is another name of the same file: it took another lock (named after the path) and SQLite
+    another WAL, so a second coordinator served the first one's database beside it."""
+    shared = files["shared"]
+    solo = config_from_dict({
+        "league": {"league_type": "solo", "active_players": {"solo_active_player": 1}},
+        "env": {"name": "CartPole-v1"},
+    })
+    state = shared / "state.sqlite"
+    first = Coordinator(solo, CoordinatorSettings(shared_root=shared, state_path=state))
+    try:
+        link = shared.parent / "link.sqlite"
+        link.hardlink_to(state)
+        proc = league("coordinator", "--shared-root", str(shared), "--state", str(link), "--port", "0")
+        assert_setup_error(proc, f"state {link}: it has 2 names (hard links)", "remove the other names")
+    finally:
+        first.close()
+
+
 def test_a_second_league_run_in_the_same_run_dir_is_refused_before_it_touches_anything(tmp_path):
     from common.exclusive_lock import ExclusiveLock
 

@@ -246,3 +246,27 @@ def test_a_job_in_flight_keeps_its_episode_num_and_an_older_stores_jobs_load_wit
         assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
     finally:
         conn.close()
+
+
+def test_a_state_file_with_a_second_name_is_refused(tmp_path):
+    """A hard link passed the lock (named after the path) and SQLite kept a WAL beside each name: a second
+    coordinator served the same database beside the first, each with its own WAL."""
+    from common.exclusive_lock import ExclusiveLock
+
+    state = tmp_path / "shared" / "state.sqlite"
+    first = LeagueStore(state)
+    first.initialise("d")
+    other = tmp_path / "other" / "name"
+    other.parent.mkdir()
+    other.hardlink_to(state)
+    try:
+        with pytest.raises(ValueError, match=r"it has 2 names \(hard links\).*-samefile .*other/name"):
+            LeagueStore(other)
+        ExclusiveLock(other.with_name("name.lock"), "x").release()  # the refusal let go of its lock
+        assert not other.with_name("name-wal").exists()
+    finally:
+        first.close()
+    with pytest.raises(ValueError, match="2 names"):  # one at a time too: each name's WAL misses the other's
+        LeagueStore(state)
+    other.unlink()
+    LeagueStore(state).close()

@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import tempfile
+import time
 from pathlib import Path
 
 from common.config import MAX_DURATION_S
@@ -147,8 +148,18 @@ def add_stop_timeout(parser: argparse.ArgumentParser, default_s: float, gives_up
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-"""Every service's log line. `league run` reads its processes' logs by it (league_cli/processes.LOG_LINE_START):
-the ERROR lines it prints and the exception a restarted worker died of."""
+"""Every service's log line, through LogFormatter (`2026-11-28 15:01:20,123+0100 INFO league.learner: ...`).
+`league run` reads its processes' logs by it (league_cli/processes.LOG_LINE_START): the ERROR lines it prints and
+the exception a restarted worker died of."""
+
+
+class LogFormatter(logging.Formatter):
+    """LOG_FORMAT's time with its UTC offset after the milliseconds: local time alone could not order the lines of
+    hosts in different time zones (nor those either side of a DST change). The local time is kept (rather than UTC)
+    so a line still reads as the clock on the wall of the host that wrote it."""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 (logging's name)
+        return super().formatTime(record, datefmt) + time.strftime("%z", self.converter(record.created))
 
 
 def add_log_level(parser: argparse.ArgumentParser) -> None:
@@ -159,7 +170,9 @@ def add_log_level(parser: argparse.ArgumentParser) -> None:
 
 def configure_logging(level: str) -> None:
     """Log to stderr at `level` in LOG_FORMAT (the one format `league run` parses)."""
-    logging.basicConfig(level=level, format=LOG_FORMAT)
+    handler = logging.StreamHandler()
+    handler.setFormatter(LogFormatter(LOG_FORMAT))
+    logging.basicConfig(level=level, handlers=[handler])
 
 
 def _int(text: str) -> int:

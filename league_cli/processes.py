@@ -262,7 +262,7 @@ class ProcessGroup:
         log_path = self.log_dir / f"{name}.log"
         with open(log_path, "ab") as log:
             if os.fstat(log.fileno()).st_size:  # a resumed run or a restart: say where this process's lines begin
-                stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+                stamp = time.strftime("%Y-%m-%d %H:%M:%S%z")  # the offset, as in the processes' own lines
                 with contextlib.suppress(OSError):  # a full disk (what the process may have died of) costs the mark
                     os.write(log.fileno(),
                              f"---- {stamp}: {name} started again; the lines above are from before ----\n".encode())

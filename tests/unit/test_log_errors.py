@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 from league_cli import log_errors
@@ -14,7 +16,7 @@ def _proc(path: Path, name: str = "learner-0", offset: int = 0) -> ManagedProces
 
 
 def _line(level: str, message: str, logger: str = "learner_service.publisher") -> str:
-    return f"2026-11-28 15:01:20,123 {level} {logger}: {message}\n"
+    return f"2026-11-28 15:01:20,123+0100 {level} {logger}: {message}\n"
 
 
 def test_error_lines_of_this_run_are_shown_once_and_nothing_else(tmp_path):
@@ -118,10 +120,26 @@ def test_the_services_log_format_is_the_one_read(tmp_path):
     """The three service CLIs log through cli_args.configure_logging; a line in that format is what is parsed."""
     import logging
 
-    from common.cli_args import LOG_FORMAT
+    from common.cli_args import LOG_FORMAT, LogFormatter
 
     record = logging.LogRecord("league.learner", logging.ERROR, __file__, 1, "publish failed: %s", ("disk full",),
                                None)
     log = tmp_path / "learner-0.log"
-    log.write_text(logging.Formatter(LOG_FORMAT).format(record) + "\n")
+    log.write_text(LogFormatter(LOG_FORMAT).format(record) + "\n")
+    assert LogErrors().check([_proc(log)]) == ["learner-0: ERROR league.learner: publish failed: disk full"]
+
+
+def test_a_service_log_line_says_its_utc_offset(tmp_path):
+    """Local time alone: the lines of hosts in different time zones could not be put in order."""
+    import subprocess
+    import sys
+
+    script = ("import logging; from common.cli_args import configure_logging; configure_logging('INFO'); "
+              "logging.getLogger('league.learner').error('publish failed: disk full')")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "TZ": "Asia/Kolkata"}, check=True)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\+0530 ERROR league.learner: publish failed: disk full\n",
+                        run.stderr), run.stderr
+    log = tmp_path / "learner-0.log"
+    log.write_text(run.stderr)
     assert LogErrors().check([_proc(log)]) == ["learner-0: ERROR league.learner: publish failed: disk full"]

@@ -85,6 +85,21 @@ def run_dir_arg(run_dir: Path) -> str:
     return f"--run-dir={text}" if str(run_dir).startswith("-") else f"--run-dir {text}"
 
 
+def run_dir_label(run_dir: Path, *, given: bool) -> str:
+    """How a message names the run directory: `--run-dir D` when the user gave it, else `run directory D`. The
+    default runs/<timestamp> was named `--run-dir` in refusals, a flag the user had not given."""
+    return f"--run-dir {run_dir}" if given else f"run directory {run_dir}"
+
+
+def _dangling_link(path: Path) -> Path | None:
+    """`path` or the first folder above it that is a symlink to nothing (a `runs` link to a disk not mounted), or
+    None: making the run directory through one said only "[Errno 17] File exists"."""
+    for part in (path, *path.parents):
+        if part.is_symlink() and not part.exists():
+            return part
+    return None
+
+
 def learner_stop_timeout(stop_grace_s: float) -> float:
     """A learner's `--stop-timeout` under league run: inside the grace before the kill, with 3 s left for its
     main thread to hand the job back (half the grace when that is under 6 s): a learner killed mid-stop loses
@@ -366,9 +381,10 @@ def run_main(args: argparse.Namespace) -> int:
     except ValueError as err:
         console.print(f"league run: {err}", style="red", markup=False, soft_wrap=True)
         return 2
-    if run_dir.is_symlink() and not run_dir.exists():  # (mkdir said only "[Errno 17] File exists")
-        console.print(f"league run: --run-dir {run_dir} is a link to {os.readlink(run_dir)}, which does not exist",
-                      style="red", markup=False, soft_wrap=True)
+    where = run_dir_label(run_dir, given=not fresh)
+    if (link := _dangling_link(run_dir)) is not None:  # (mkdir said only "[Errno 17] File exists")
+        console.print(f"league run: {where}{'' if link == run_dir else f': {link}'} is a link to "
+                      f"{os.readlink(link)}, which does not exist", style="red", markup=False, soft_wrap=True)
         return 2
     try:
         if fresh:
@@ -382,7 +398,7 @@ def run_main(args: argparse.Namespace) -> int:
                       f"{shell_path(run_dir / 'league_run.lock')}` lists them)", style="red", markup=False, soft_wrap=True)
         return 2
     except OSError as err:
-        console.print(f"league run: --run-dir {run_dir}: {err}", style="red", markup=False, soft_wrap=True)
+        console.print(f"league run: {where}: {err}", style="red", markup=False, soft_wrap=True)
         return 2
     with run_lock:
         if from_pending:
@@ -549,8 +565,8 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
     try:  # (atomic: a full disk left an empty file, which the next run took for a config)
         atomic_write(pending_path, yaml.safe_dump(cfg_dict, sort_keys=False).encode())
     except OSError as err:
-        console.print(f"league run: --run-dir {run_dir}: cannot write {PENDING_CONFIG_FILE}: {err}", style="red",
-                      markup=False, soft_wrap=True)
+        console.print(f"league run: {run_dir_label(run_dir, given=args.run_dir is not None)}: cannot write "
+                      f"{PENDING_CONFIG_FILE}: {err}", style="red", markup=False, soft_wrap=True)
         return 2
     history_path = run_dir / "status_history.jsonl"
     quiet = args.quiet or not console.is_terminal  # a live table piped to a file shows only at the end

@@ -626,6 +626,31 @@ def test_a_run_dir_that_is_a_dangling_link_is_refused_saying_so(tmp_path, capsys
     assert not (tmp_path / "gone").exists()
 
 
+@pytest.mark.parametrize("dangling", ["runs/20260102-030405", "runs"])
+def test_the_default_run_dir_through_a_dangling_link_is_refused_naming_it_not_the_flag(tmp_path, capsys, monkeypatch,
+                                                                                       dangling):
+    """Without --run-dir, a runs/<timestamp> (or a `runs`, a disk not mounted) that is a link to nothing was refused
+    as "--run-dir runs/... is a link ..." (or "--run-dir runs/...: [Errno 17] File exists: 'runs'"): a flag the
+    user had not given, and for `runs` not the link at fault."""
+    import datetime
+    import types
+
+    from league_cli import run as run_module
+    from league_cli.main import build_parser
+
+    monkeypatch.chdir(tmp_path)
+    now = datetime.datetime(2026, 1, 2, 3, 4, 5)
+    monkeypatch.setattr(run_module, "datetime", types.SimpleNamespace(datetime=types.SimpleNamespace(now=lambda: now)))
+    Path(dangling).parent.mkdir(exist_ok=True)
+    Path(dangling).symlink_to(tmp_path / "gone")
+    assert run_module.run_main(build_parser().parse_args(["run"])) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    at = "" if dangling != "runs" else ": runs"
+    assert f"league run: run directory runs/20260102-030405{at} is a link to {tmp_path / 'gone'}, which does not " \
+           "exist" in out, out
+    assert "--run-dir" not in out and not (tmp_path / "gone").exists()
+
+
 def test_a_plot_that_cannot_be_written_keeps_the_one_before_and_names_its_file(tmp_path):
     """A reviewer ran `league plot` into a full disk: savefig wrote in place, so the plot there before was cut to
     an empty file, and the error said "[Errno 28] No space left on device" without a file. Here the write is

@@ -33,6 +33,7 @@ from common.job_limits import MAX_ENV_NUM, MAX_EPISODES_PER_JOB
 from common.paths import MAX_COMPONENT_CHARS, UnsafePathError, check_component, check_relative
 from common.ports import split_host_port
 from common.typed_config import NULL_SECTION
+from league_service.env_fit import check_env_seats
 
 
 def reference_bot_id(text: str) -> str:
@@ -528,6 +529,10 @@ class Config:
     coordinator: CoordinatorConfig = field(default_factory=CoordinatorConfig)
 
     def __post_init__(self) -> None:
+        self._check_reference_bots()
+        check_env_seats(self.env.name, self.env.kwargs, self.league)
+
+    def _check_reference_bots(self) -> None:
         if not self.league.reference_bots:
             return
         name = self.env.name

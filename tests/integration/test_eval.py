@@ -29,6 +29,8 @@ PPO = {"algorithm": "ppo", "model": CONV}
 # is replaced rather than merged into.
 DQN = {"algorithm": "dqn", "model": CONV}
 REPO = Path(__file__).resolve().parents[2]
+# What a CartPole run's config.yaml says of its league (a battle league on a one-seat env is refused at load).
+SOLO_LEAGUE = {"league_type": "solo", "active_players": {"solo_active_player": 1}}
 
 
 def publish(root, policy, player="p", version=1, seed=0, tweak=None, env="connect_four") -> str:
@@ -150,7 +152,7 @@ def test_a_single_player_checkpoint_is_judged_by_its_episode_returns(tmp_path, c
     mlp = {"algorithm": "ppo", "model": {"conv": [], "hidden": [16], "shared_torso": True}}  # as merged
     path = publish(tmp_path, mlp, env="CartPole-v1")
     config = tmp_path / "league.yaml"
-    config.write_text(json.dumps({"env": {"name": "CartPole-v1"}, "policy": mlp}))
+    config.write_text(json.dumps({"env": {"name": "CartPole-v1"}, "league": SOLO_LEAGUE, "policy": mlp}))
     common = ("--checkpoint", path, "--shared-root", str(tmp_path), "--config", str(config), "--games", "3")
     assert eval_cli.main(parse(*common, "--json")) == 0
     report = json.loads(capsys.readouterr().out)
@@ -179,7 +181,7 @@ def test_a_checkpoint_of_a_run_directory_is_judged_with_that_runs_league(tmp_pat
     shared = tmp_path / "run" / "shared"
     shared.mkdir(parents=True)
     path = publish(shared, mlp, env="CartPole-v1")
-    (tmp_path / "run" / "config.yaml").write_text(json.dumps({"env": {"name": "CartPole-v1"}, "policy": mlp}))
+    (tmp_path / "run" / "config.yaml").write_text(json.dumps({"env": {"name": "CartPole-v1"}, "league": SOLO_LEAGUE, "policy": mlp}))
     assert eval_cli.main(parse("--checkpoint", str(shared / path), "--games", "2", "--json")) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["env"] == "CartPole-v1"
@@ -347,7 +349,7 @@ def test_a_link_to_a_run_directorys_checkpoint_is_judged_as_the_checkpoint_it_le
     shared = tmp_path / "run" / "shared"
     shared.mkdir(parents=True)
     path = publish(shared, mlp, env="CartPole-v1")
-    (tmp_path / "run" / "config.yaml").write_text(json.dumps({"env": {"name": "CartPole-v1"}, "policy": mlp}))
+    (tmp_path / "run" / "config.yaml").write_text(json.dumps({"env": {"name": "CartPole-v1"}, "league": SOLO_LEAGUE, "policy": mlp}))
     (tmp_path / "picks").mkdir()
     link = tmp_path / "picks" / "best.pt"
     link.symlink_to(shared / path)

@@ -220,11 +220,18 @@ def test_a_job_no_learner_can_set_up_stops_the_run_with_the_reason(league_run):
     _assert_nothing_left_running(run)
 
 
-def test_collect_jobs_that_every_actor_fails_stop_the_run_with_the_reason(league_run):
+def test_collect_jobs_that_every_actor_fails_stop_the_run_with_the_reason(league_run, tmp_path):
     """A solo league on a two-player game with no bots for the other seat: learners set up fine, but every
     collect job fails in the actors, is retried and given up. The run stops with the actors' error instead of
     spending its budget training nothing."""
-    run = league_run(seconds=300, env_name="openspiel:tic_tac_toe", model={"conv": [[8, 3, 1]], "hidden": [16]})
+    # Config load refuses that league named as openspiel:tic_tac_toe (league_service/env_fit.py); built through a
+    # python: env, whose seats only building it tells, it still reaches the actors.
+    env = "python:common.envs.openspiel_env:OpenSpielEnv"
+    config = _config(tmp_path, 300, env, {"conv": [[8, 3, 1]], "hidden": [16]})
+    data = yaml.safe_load(config.read_text())
+    data["env"]["kwargs"] = {"game": "tic_tac_toe"}
+    config.write_text(yaml.safe_dump(data))
+    run = league_run(seconds=300, config=config)
     assert run.finish(timeout_s=120) == 1, run.output()
     out = run.output(tail=None)
     assert "collect jobs keep failing" in out and "seat 1 asks for an action" in out, out[-6000:]

@@ -556,3 +556,42 @@ def test_a_dqn_league_that_never_explores_is_named_at_start():
         saved["league"][player_type]["exploration"] = None
     saved["league"]["league_exploiter"]["forward_kwargs"] = {"eps": 0.1}
     assert greedy_dqn_player_types(config_from_dict(saved)) == ["main_player"]
+
+
+SOLO = {"league_type": "solo", "active_players": {"solo_active_player": 1}}
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"env": {"name": "CartPole-v1"}}, "env.name: 'CartPole-v1' names a gymnasium env, of one seat, but a battle"),
+        ({"env": {"name": "tic_tac_toe"}}, "(OpenSpiel has a game 'tic_tac_toe': 'openspiel:tic_tac_toe')"),
+        ({"env": {"name": "openspiel:catch"}}, "env.name: 'openspiel:catch' gives a game of 1 player(s)"),
+        ({"env": {"name": "openspiel:kuhn_poker", "kwargs": {"game_params": {"players": 3}}}},
+         "env.kwargs.game_params: 'openspiel:kuhn_poker' gives a game of 3 player(s)"),
+        ({"league": {"main_exploiter": {"env_kwargs": {"game_params": {"players": 4}}}},
+          "env": {"name": "openspiel:kuhn_poker"}},
+         "league.main_exploiter.env_kwargs.game_params: 'openspiel:kuhn_poker' gives a game of 4 player(s)"),
+        ({"env": {"name": "openspiel:tictactoe"}}, "env.name: OpenSpiel has no game 'tictactoe'"),
+        ({"env": {"kwargs": {"game_params": {"rowz": 6}}}}, "env.kwargs.game_params: 'connect_four' refuses them"),
+        ({"league": SOLO, "env": {"name": "connect_four"}},
+         "env.kwargs.bots: 'connect_four' gives a game of 2 players and a solo league's job has one"),
+        ({"league": SOLO, "env": {"name": "openspiel:kuhn_poker", "kwargs": {"bots": {1: "random"},
+                                                                            "game_params": {"players": 3}}}},
+         "env.kwargs.bots: 'openspiel:kuhn_poker' gives a game of 3 players"),
+    ],
+)
+def test_a_league_whose_matches_cannot_fill_the_envs_seats_is_refused_at_load(data, message):
+    """A battle league on CartPole or on three-player Kuhn poker, or a solo league on connect four with nobody in
+    the other seat, loaded and then failed every collect job in the actors for as long as the league ran."""
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(data)
+    assert message in str(info.value)
+
+
+def test_leagues_whose_matches_fill_the_envs_seats_load():
+    config_from_dict({"league": SOLO, "env": {"name": "connect_four", "kwargs": {"bots": {1: "random"}}}})
+    config_from_dict({"league": SOLO, "env": {"name": "openspiel:catch"}})
+    config_from_dict({"env": {"name": "openspiel:kuhn_poker", "kwargs": {"game_params": {"players": 2}}}})
+    config_from_dict({"env": {"name": "python:tests.env_doubles:CountingEnv"}})  # known only once built
+

@@ -159,7 +159,7 @@ def test_a_state_is_not_resumed_with_a_config_of_another_env_or_network(tmp_path
     state = tmp_path / "state.sqlite"
     # A league that played no game and has no checkpoint (its env did not build) is bound to nothing yet: a first
     # run with a typo in env.name could not be fixed in its run directory.
-    _open(tmp_path, state, {"env": {"name": "tic_tac_tow"}}).close()
+    _open(tmp_path, state, {"env": {"name": "python:tic_tac_tow:Env"}}).close()
     first = _open(tmp_path, state)  # the typo fixed
     try:
         first.register_worker("a", WorkerRole.ACTOR, "host", "")
@@ -169,7 +169,7 @@ def test_a_state_is_not_resumed_with_a_config_of_another_env_or_network(tmp_path
         first.finish_job(FinishReport("a", grant.job_id, JobEndStatus.COMPLETED, (episode,), 5, 0, ""))
     finally:
         first.close()
-    for overrides, key in (({"env": {"name": "tic_tac_toe"}}, "env.name"),
+    for overrides, key in (({"env": {"name": "openspiel:tic_tac_toe"}}, "env.name"),
                            ({"policy": {"model": {"hidden": [32]}}}, "policy.model.hidden")):
         with pytest.raises(LeagueStateError, match=f"^{key}: the league in this state was made with "):
             Coordinator(small_league_config(overrides), CoordinatorSettings(shared_root=tmp_path, state_path=state),
@@ -201,9 +201,9 @@ def test_a_store_from_before_the_identity_record_learns_it_only_from_its_own_con
         conn.execute("DELETE FROM meta WHERE key = 'league_identity'")
     conn.close()
     with pytest.raises(LeagueStateError, match="active players"):  # refused: the store stays as it was
-        _open(tmp_path, state, {"env": {"name": "tic_tac_toe"}, "league": {"active_players": {"main_player": 1}}})
+        _open(tmp_path, state, {"env": {"name": "openspiel:tic_tac_toe"}, "league": {"active_players": {"main_player": 1}}})
     assert identity() is None
-    _open(tmp_path, state, {"env": {"name": "tic_tac_toe"}}).close()  # taken as before, but not recorded
+    _open(tmp_path, state, {"env": {"name": "openspiel:tic_tac_toe"}}).close()  # taken as before, but not recorded
     assert identity() is None
     _open(tmp_path, state).close()  # the config it was made with
     assert '"env":"connect_four"' in identity()[0].replace(" ", "")

@@ -104,7 +104,8 @@ def test_players_have_readable_ids_and_explicit_identity(make_league):
 
 def test_create_league_picks_the_league_type(make_league):
     assert isinstance(make_league(), OneVsOneLeague)
-    solo = _cfg(league_type="solo", active_players={"solo_active_player": 2})
+    solo = config_from_dict({"league": {"league_type": "solo", "active_players": {"solo_active_player": 2}},
+                             "env": {"name": "CartPole-v1"}})
     assert isinstance(make_league(solo), SoloLeague)
     with pytest.raises(ValueError, match="league_type"):
         SoloLeague(_cfg(), _no_copy, JobRecorder())

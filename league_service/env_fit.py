@@ -1,0 +1,113 @@
+"""Whether a league's env can seat its matches, checked at config load without building the env.
+
+Why: a battle league on a one-seat env (CartPole) or on a three-player game, or a solo league on a two-player
+game with nobody in the other seat, loaded fine and then failed every collect job in the actors, for as long as
+the league ran. The seat count of a gymnasium id (one) and of an OpenSpiel game (`pyspiel.load_game`, cheap) is
+known here; a `python:<module>:<callable>` env is known only by building it, which is the workers' business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from common.config import ConfigError, deep_merge
+from common.envs.registry import OPENSPIEL_ALIASES, OPENSPIEL_PREFIX, PYTHON_PREFIX
+
+if TYPE_CHECKING:
+    from league_service.config import LeagueConfig
+
+BATTLE_SEATS = 2
+"""A battle league's match: the launch player and one opponent (a past player, a reference bot, itself)."""
+
+
+@dataclass(frozen=True)
+class PlayerEnv:
+    """The env kwargs one active player type's jobs carry, and the config key each part came from."""
+
+    player_type: str
+    kwargs: dict[str, Any]
+    sources: dict[str, str]  # env kwarg name ("game_params", "bots") -> the config key that gave it
+
+
+def player_envs(env_kwargs: Mapping[str, Any], league: LeagueConfig) -> list[PlayerEnv]:
+    """Each active player type's job env kwargs, merged as the coordinator merges them (env.kwargs, under the
+    type's job template's env_kwargs, under its own env_kwargs)."""
+    out = []
+    for player_type, count in league.active_players.items():
+        if not count:
+            continue
+        section = league.player_config(player_type)
+        template = section.job.get("env_kwargs") or {}
+        layers = (("env.kwargs", env_kwargs), (f"league.{player_type}.job.env_kwargs", template),
+                  (f"league.{player_type}.env_kwargs", section.env_kwargs))
+        merged: dict[str, Any] = {}
+        sources: dict[str, str] = {}
+        for path, layer in layers:
+            merged = deep_merge(merged, layer)
+            sources.update({key: f"{path}.{key}" for key in layer})
+        out.append(PlayerEnv(player_type, merged, sources))
+    return out
+
+
+def openspiel_game(name: str) -> str | None:
+    """The OpenSpiel game an env name gives (`connect_four`, `openspiel:<game>`); None for any other env."""
+    if name in OPENSPIEL_ALIASES:
+        return name
+    return name.removeprefix(OPENSPIEL_PREFIX) if name.startswith(OPENSPIEL_PREFIX) else None
+
+
+def _openspiel_hint(name: str) -> str:
+    """A gymnasium id that is the name of an OpenSpiel game: how to ask for the game."""
+    import pyspiel
+
+    return f" (OpenSpiel has a game {name!r}: '{OPENSPIEL_PREFIX}{name}')" if name in pyspiel.registered_names() else ""
+
+
+def load_game(name: str, player: PlayerEnv) -> Any:
+    """The pyspiel game `name` with the player's game_params; a ConfigError naming the key that is wrong."""
+    import pyspiel
+
+    from common.envs.openspiel_env import _typed_params
+
+    game = openspiel_game(name)
+    if game not in pyspiel.registered_names():
+        raise ConfigError("env.name", f"OpenSpiel has no game {game!r} (pyspiel.registered_names() lists its games)")
+    params = player.kwargs.get("game_params") or {}
+    where = player.sources.get("game_params", "env.kwargs.game_params")
+    if not isinstance(params, Mapping):
+        raise ConfigError(where, f"expected a mapping of {game!r}'s parameters, got {type(params).__name__}")
+    try:
+        return pyspiel.load_game(game, _typed_params(game, params))
+    except (pyspiel.SpielError, TypeError) as err:  # the first line: pyspiel may append a list of parameters
+        lines = str(err).strip().splitlines() or [type(err).__name__]
+        raise ConfigError(where, f"{game!r} refuses them: {lines[0]}") from None
+
+
+def check_env_seats(name: str, env_kwargs: Mapping[str, Any], league: LeagueConfig) -> None:
+    """Refuse a league whose matches cannot fill its env's seats (module docstring)."""
+    if name.startswith(PYTHON_PREFIX):
+        return
+    battle = league.league_type != "solo"
+    if openspiel_game(name) is None:  # a gymnasium id: one seat
+        if battle:
+            raise ConfigError("env.name", f"{name!r} names a gymnasium env, of one seat, but a battle league "
+                              "(league.league_type: one_vs_one) seats two players per match: train it in a solo "
+                              f"league (league.league_type: solo), or name a two-player game{_openspiel_hint(name)}")
+        return
+    for player in player_envs(env_kwargs, league):
+        seats = load_game(name, player).num_players()
+        where = player.sources.get("game_params", "env.name")
+        if battle and seats != BATTLE_SEATS:
+            hint = "; a single-player game trains in a solo league (league.league_type: solo)" if seats == 1 else ""
+            raise ConfigError(where, f"{name!r} gives a game of {seats} player(s) (for {player.player_type}), but "
+                              "a battle league (league.league_type: one_vs_one) seats two players per match: it needs "
+                              f"a two-player game{hint}")
+        bots = player.kwargs.get("bots")
+        seated = len(bots) if isinstance(bots, Mapping) else 0
+        if not battle and seats - 1 > seated:
+            raise ConfigError(player.sources.get("bots", "env.kwargs.bots"), f"{name!r} gives a game of {seats} "
+                              f"players and a solo league's job has one: the env's bots must take the other "
+                              f"{seats - 1} seat(s), got {seated} (for {player.player_type}), e.g. env.kwargs.bots: "
+                              "{1: random}; or train it in a battle league (league.league_type: one_vs_one)")

@@ -216,7 +216,8 @@ class DQNConfig:
     gamma: float = 0.99
     """Discount factor."""
     n_step: int = 3
-    """Rewards summed before bootstrapping."""
+    """Rewards summed before bootstrapping. A window ends with its trajectory row (at most the player's
+    adder_kwargs.unroll_len steps: rows are cut on their own), so the league config refuses n_step above it."""
     double_q: bool = True
     """Pick the next action with the online network, evaluate it with the target network."""
     target_update_period: int = 100

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from common.adder_config import AdderConfig
 from common.config import (
     MAX_DURATION_S,
     REPLACE,
@@ -731,7 +732,27 @@ def _check_worker_sections(cfg: Config) -> None:
         raise ConfigError(f"actor.{key}", "actors read no settings from the league config: give them on the "
                           "actor's command line (`league actor --help`; per job: the player type's adder_kwargs "
                           "and forward_kwargs)")
-    _check_job_kwargs(cfg.league)
+    adders = _check_job_kwargs(cfg.league)
+    if policy.algorithm == "dqn":
+        _check_n_step_fits_rows(policy.dqn.n_step, cfg.league, adders)
+
+
+def _check_n_step_fits_rows(n_step: int, league: LeagueConfig, adders: Mapping[str, AdderConfig]) -> None:
+    """An n-step window never spans two trajectory rows (`transitions_from_trajectory` cuts each row on its own)
+    and a row holds at most unroll_len transitions: n_step above an active player's unroll_len summed no more
+    rewards than n_step = unroll_len would, silently."""
+    for player_type, count in league.active_players.items():
+        unroll_len = adders[player_type].unroll_len
+        if count and n_step > unroll_len:
+            section = league.player_config(player_type)
+            key = f"league.{player_type}.adder_kwargs.unroll_len"
+            if "unroll_len" not in section.adder_kwargs:
+                template = section.job.get("adder_kwargs") or {}
+                key = f"league.{player_type}.job.adder_kwargs.unroll_len" if "unroll_len" in template else f"{key} (default)"
+            raise ConfigError("policy.dqn.n_step", f"must be at most {key} = {unroll_len}, got {n_step}: an n-step "
+                              "window ends at the end of the trajectory row the actors send, which holds at most "
+                              "unroll_len steps, so a longer n_step sums no more rewards; lower n_step or raise "
+                              "unroll_len")
 
 
 _ONE_ALGORITHMS_LEARNER_KEYS: dict[str, tuple[str, str]] = {
@@ -753,13 +774,14 @@ def _refuse_other_algorithms_learner_keys(algorithm: str, learner: Mapping[str, 
                               f"{algorithm!r} ({instead}); remove it")
 
 
-def _check_job_kwargs(league: LeagueConfig) -> None:
+def _check_job_kwargs(league: LeagueConfig) -> dict[str, AdderConfig]:
     """Each player type's ``adder_kwargs`` and ``forward_kwargs`` (over its job template's) as the actors will
-    parse them: a typo or a bad value would otherwise fail every collect job of that player, on every actor."""
-    from common.adder_config import AdderConfig
+    parse them: a typo or a bad value would otherwise fail every collect job of that player, on every actor.
+    Returns each player type's parsed `AdderConfig`."""
     from common.forward_kwargs import ForwardKwargs
     from common.typed_config import from_mapping
 
+    adders: dict[str, AdderConfig] = {}
     for f in fields(league):
         player = getattr(league, f.name)
         if not isinstance(player, ActivePlayerConfig):
@@ -768,13 +790,16 @@ def _check_job_kwargs(league: LeagueConfig) -> None:
             path = f"league.{f.name}.{section}"
             own, template = getattr(player, section), player.job.get(section)
             try:
-                from_mapping(parsed_as, deep_merge(template, own) if template else own, path)
+                parsed = from_mapping(parsed_as, deep_merge(template, own) if template else own, path)
             except (TypeError, ValueError) as err:
                 message = str(err)
                 if message.startswith(f"{path}."):  # "<path>.unroll_len: expected an integer, ..."
                     key, _, rest = message.removeprefix(f"{path}.").partition(": ")
                     raise ConfigError(f"{path}.{key}", rest) from None
                 raise ConfigError(path, message.removeprefix(f"{path}: ").removeprefix(f"{section}.")) from None
+            if isinstance(parsed, AdderConfig):
+                adders[f.name] = parsed
+    return adders
 
 
 def load_config(path: str | Path | None) -> Config:

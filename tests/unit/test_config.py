@@ -595,3 +595,26 @@ def test_leagues_whose_matches_fill_the_envs_seats_load():
     config_from_dict({"env": {"name": "openspiel:kuhn_poker", "kwargs": {"game_params": {"players": 2}}}})
     config_from_dict({"env": {"name": "python:tests.env_doubles:CountingEnv"}})  # known only once built
 
+
+@pytest.mark.parametrize(
+    ("league", "key"),
+    [
+        ({"main_player": {"adder_kwargs": {"unroll_len": 4}}}, "league.main_player.adder_kwargs.unroll_len = 4"),
+        ({"main_exploiter": {"job": {"adder_kwargs": {"unroll_len": 2}}}},
+         "league.main_exploiter.job.adder_kwargs.unroll_len = 2"),
+    ],
+)
+def test_a_dqn_n_step_above_an_active_players_unroll_len_is_refused(league, key):
+    """An n-step window ends with its trajectory row (at most unroll_len steps): n_step 10 on rows of 4 summed
+    4 rewards at most, as n_step 4 does, and nothing said so."""
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({"policy": {"algorithm": "dqn", "dqn": {"n_step": 10}}, "league": league})
+    assert str(info.value).startswith(f"policy.dqn.n_step: must be at most {key}, got 10")
+
+
+def test_a_dqn_n_step_within_every_active_players_unroll_len_loads():
+    config_from_dict({"policy": {"algorithm": "dqn", "dqn": {"n_step": 4}},
+                      "league": {"main_player": {"adder_kwargs": {"unroll_len": 4}},
+                                 "naive_sp_player": {"adder_kwargs": {"unroll_len": 1}}}})  # not active
+    with pytest.raises(ConfigError, match=r"league.main_player.adder_kwargs.unroll_len \(default\) = 32, got 33"):
+        config_from_dict({"policy": {"algorithm": "dqn", "dqn": {"n_step": 33}}})

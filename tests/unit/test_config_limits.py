@@ -480,7 +480,10 @@ def test_the_largest_allowed_values_load():
     config_from_dict({"policy": {"algorithm": "dqn", "dqn": {
         "batch_size": MAX_DQN_BATCH_SIZE, "replay_capacity": MAX_REPLAY_CAPACITY, "n_step": MAX_N_STEP,
         "priority_alpha": 1.0}},
-        "learner": {"replay_ratio": MAX_REPLAY_RATIO}})
+        "learner": {"replay_ratio": MAX_REPLAY_RATIO},
+        # An n-step window ends with its row: the longest n_step needs rows at least as long.
+        "league": {t: {"adder_kwargs": {"unroll_len": MAX_N_STEP}}
+                   for t in ("main_player", "main_exploiter", "league_exploiter")}})
 
 
 def test_the_limits_hold_for_sections_built_from_a_job_struct_too():

@@ -377,6 +377,12 @@ class LeagueConfig:
             _check_within(count, 0, MAX_ACTIVE_PER_TYPE, f"active_players.{name}")
         if sum(self.active_players.values()) < 1:
             raise ConfigError("active_players", "needs at least one active player")
+        if self.active_players.get("main_exploiter") and not self.active_players.get("main_player"):
+            # Its one branch plays the main players (any category's) and active players are fixed at start: with
+            # none, every job fell back to playing itself, for as long as the league ran (reference bots too).
+            raise ConfigError("active_players.main_exploiter", "a main exploiter plays only main players, and "
+                              "there is no main_player to exploit: add one (active_players.main_player), or use "
+                              "naive_sp_player for self-play")
         total = sum(self.active_players.values()) * len(self.player_category)
         if total > MAX_ACTIVE_PLAYERS:
             raise ConfigError("active_players", f"{total} active players in all (the counts times "

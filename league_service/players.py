@@ -493,7 +493,9 @@ class BattleActivePlayer(ActivePlayer):
     """An active player of a two-player game: each job picks an opponent through one of its branches.
 
     A subclass implements `_<name>_branch(rng) -> Player` for each branch its config allows; the config's
-    branch_probs choose among them. When a branch has no candidate the player plays itself.
+    branch_probs choose among them. When a branch has no candidate yet (no historical player before the first
+    snapshot) the player plays itself; a main exploiter's would never have one without a main player, which
+    the config therefore requires.
     """
 
     player_type: ClassVar[str] = "battle_active_player"

@@ -618,3 +618,15 @@ def test_a_dqn_n_step_within_every_active_players_unroll_len_loads():
                                  "naive_sp_player": {"adder_kwargs": {"unroll_len": 1}}}})  # not active
     with pytest.raises(ConfigError, match=r"league.main_player.adder_kwargs.unroll_len \(default\) = 32, got 33"):
         config_from_dict({"policy": {"algorithm": "dqn", "dqn": {"n_step": 33}}})
+
+
+def test_main_exploiters_without_a_main_player_are_refused():
+    """A main exploiter's one branch plays the main players: without one every job fell back to playing itself,
+    reference bots or not, for as long as the league ran."""
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({"league": {"active_players": {"main_exploiter": 1, "league_exploiter": 1,
+                                                        "main_player": 0}}})
+    assert str(info.value).startswith("league.active_players.main_exploiter: a main exploiter plays only main "
+                                      "players, and there is no main_player")
+    # League exploiters alone still load: their PFSP finds their own snapshots once they have some.
+    config_from_dict({"league": {"active_players": {"league_exploiter": 2}}})

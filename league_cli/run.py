@@ -602,9 +602,11 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
             if (note := job_size_note(cfg.env.env_steps, run_cfg.env_steps)) is not None:
                 console.print(f"league run: {note}", style="yellow", markup=False, soft_wrap=True)
             from league_service.config import greedy_dqn_note
+            from league_service.env_fit import cut_episodes_note
 
-            if (note := greedy_dqn_note(cfg)) is not None:
-                console.print(f"league run: {note}", style="yellow", markup=False, soft_wrap=True)
+            for note in (greedy_dqn_note(cfg), cut_episodes_note(cfg)):
+                if note is not None:
+                    console.print(f"league run: {note}", style="yellow", markup=False, soft_wrap=True)
             launched = time.monotonic()  # the budget counts start-up too
             address = sup.start_coordinator()
             os.replace(pending_path, config_path)

@@ -94,6 +94,7 @@ def coordinator_main(args: argparse.Namespace) -> int:
     from common.exclusive_lock import LockedError
     from league_service.config import greedy_dqn_note, load_config
     from league_service.coordinator import Coordinator, CoordinatorSettings
+    from league_service.env_fit import cut_episodes_note
     from league_service.league_errors import LeagueStateError
     from league_service.server import serve_coordinator
 
@@ -132,8 +133,9 @@ def coordinator_main(args: argparse.Namespace) -> int:
             check_server_tls(args.tls_cert, args.tls_key)
     except ValueError as err:  # ConfigError, a bad token or TLS file, an open address without a token
         return _refuse(str(err))
-    if (note := greedy_dqn_note(cfg)) is not None:
-        log.warning("%s", note)
+    for note in (greedy_dqn_note(cfg), cut_episodes_note(cfg)):
+        if note is not None:
+            log.warning("%s", note)
     settings = CoordinatorSettings(
         shared_root=args.shared_root,
         state_path=args.state,

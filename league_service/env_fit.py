@@ -1,4 +1,5 @@
-"""Whether a league's env can seat its matches, checked at config load without building the env.
+"""What a league's config can know of its env without building it: whether the env can seat its matches
+(checked at load), and how long its longest episode is (for a start-up warning).
 
 Why: a battle league on a one-seat env (CartPole) or on a three-player game, or a solo league on a two-player
 game with nobody in the other seat, loaded fine and then failed every collect job in the actors, for as long as
@@ -16,7 +17,7 @@ from common.config import ConfigError, deep_merge
 from common.envs.registry import OPENSPIEL_ALIASES, OPENSPIEL_PREFIX, PYTHON_PREFIX
 
 if TYPE_CHECKING:
-    from league_service.config import LeagueConfig
+    from league_service.config import Config, LeagueConfig
 
 BATTLE_SEATS = 2
 """A battle league's match: the launch player and one opponent (a past player, a reference bot, itself)."""
@@ -111,3 +112,49 @@ def check_env_seats(name: str, env_kwargs: Mapping[str, Any], league: LeagueConf
                               f"players and a solo league's job has one: the env's bots must take the other "
                               f"{seats - 1} seat(s), got {seated} (for {player.player_type}), e.g. env.kwargs.bots: "
                               "{1: random}; or train it in a battle league (league.league_type: one_vs_one)")
+
+
+def longest_episode(name: str, env_kwargs: Mapping[str, Any], league: LeagueConfig) -> int | None:
+    """The most env steps an episode of any active player's jobs can take, where that is cheap to know: a gymnasium
+    id's `max_episode_steps` (its spec's, or the one env kwargs give `gymnasium.make`), an OpenSpiel game's
+    `max_game_length()` in a battle league (every move an env step). None otherwise: a python: env (known only
+    once built), a gymnasium id without a step limit or unknown, a solo league's bots (their moves are no steps)."""
+    if name.startswith(PYTHON_PREFIX) or (openspiel_game(name) is not None and league.league_type == "solo"):
+        return None
+    longest = None
+    for player in player_envs(env_kwargs, league):
+        if openspiel_game(name) is not None:
+            steps = load_game(name, player).max_game_length()
+        else:
+            steps = player.kwargs.get("max_episode_steps") or _gymnasium_limit(name)
+        if not isinstance(steps, int) or isinstance(steps, bool):
+            return None
+        longest = max(steps, longest or 0)
+    return longest
+
+
+def _gymnasium_limit(name: str) -> int | None:
+    import gymnasium
+
+    try:
+        return gymnasium.spec(name).max_episode_steps
+    except gymnasium.error.Error:  # not registered: the workers say so
+        return None
+
+
+def cut_episodes_note(cfg: Config) -> str | None:
+    """The start-up warning of `league run` and the coordinator when jobs end (`env.episode_num: 0`) before the
+    env's longest episode could finish in them: such episodes are cut at the job's end and their returns never
+    reported, so the returns in status and TensorBoard count only the shorter ones, or none."""
+    env = cfg.env
+    if env.episode_num or not env.env_steps:
+        return None
+    longest = longest_episode(env.name, env.kwargs, cfg.league)
+    per_env = env.env_steps / env.env_num
+    if longest is None or per_env >= longest:
+        return None
+    return (f"env.env_steps / env.env_num = {env.env_steps} / {env.env_num} = {per_env:g} steps per env and job, "
+            f"below the longest episode of {env.name} ({longest} steps): with env.episode_num 0 an episode still "
+            "running when its job ends is cut and its return never reported, so the returns in status and "
+            f"TensorBoard count only the shorter episodes; raise env.env_steps to {longest * env.env_num} or more, "
+            "or lower env.env_num")

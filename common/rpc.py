@@ -97,9 +97,11 @@ T = TypeVar("T")
 
 
 def env_path(name: str) -> Path | None:
-    """The path in environment variable `name`, or None when it is unset or empty (a flag's default)."""
+    """The path in environment variable `name`, `~` expanded as in a path flag (compose and k8s env files do not
+    expand it, so `~/league` was a folder named `~` in the working directory), or None when it is unset or empty
+    (a flag's default)."""
     value = os.environ.get(name)
-    return Path(value) if value else None
+    return Path(os.path.expanduser(value)) if value else None
 
 
 def load_token(token_file: str | os.PathLike[str] | None) -> str | None:

@@ -55,6 +55,14 @@ def test_the_coordinator_reads_its_shared_root_from_the_environment(monkeypatch,
     assert "--shared-root" in capsys.readouterr().err
 
 
+def test_a_shared_root_from_the_environment_has_its_tilde_expanded(monkeypatch, tmp_path):
+    """A path flag expands `~` (`--shared-root=~/x`); $LEAGUE_SHARED_ROOT=~/league from an env file (compose, k8s:
+    no shell to expand it) was taken as a folder named `~` in the working directory."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    args = _parse(add_coordinator_arguments, [], monkeypatch, LEAGUE_SHARED_ROOT="~/league")
+    assert args.shared_root == tmp_path / "league"
+
+
 @pytest.mark.parametrize("command", ["actor", "learner", "coordinator"])
 def test_a_shared_root_from_the_environment_that_is_no_directory_names_the_variable(monkeypatch, capsys, command):
     """`LEAGUE_SHARED_ROOT=/nonexistent league actor ...` said "--shared-root /nonexistent is not a directory",

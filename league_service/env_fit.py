@@ -3,7 +3,8 @@
 
 Why: a battle league on a one-seat env (CartPole) or on a three-player game, or a solo league on a two-player
 game with nobody in the other seat, loaded fine and then failed every collect job in the actors, for as long as
-the league ran. The seat count of a gymnasium id (one) and of an OpenSpiel game (`pyspiel.load_game`, cheap) is
+the league ran; so did an OpenSpiel game the env cannot play (simultaneous moves, no observation tensor). The
+seat count of a gymnasium id (one) and of an OpenSpiel game (`pyspiel.load_game`, cheap) is
 known here; a `python:<module>:<callable>` env is known only by building it, which is the workers' business.
 """
 
@@ -97,8 +98,13 @@ def check_env_seats(name: str, env_kwargs: Mapping[str, Any], league: LeagueConf
                               "(league.league_type: one_vs_one) seats two players per match: train it in a solo "
                               f"league (league.league_type: solo), or name a two-player game{_openspiel_hint(name)}")
         return
+    from common.envs.openspiel_env import unsupported_game
+
     for player in player_envs(env_kwargs, league):
-        seats = load_game(name, player).num_players()
+        game = load_game(name, player)
+        if (unsupported := unsupported_game(game)) is not None:
+            raise ConfigError("env.name", f"OpenSpiel's {openspiel_game(name)!r} {unsupported}")
+        seats = game.num_players()
         where = player.sources.get("game_params", "env.name")
         if battle and seats != BATTLE_SEATS:
             hint = "; a single-player game trains in a solo league (league.league_type: solo)" if seats == 1 else ""

@@ -120,6 +120,17 @@ def _typed_params(game: str, params: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def unsupported_game(game: Any) -> str | None:
+    """Why OpenSpielEnv cannot play the loaded pyspiel `game` (a phrase after its name), or None. The league
+    config asks it too, so that such a game is refused at load rather than in every collect job."""
+    game_type = game.get_type()
+    if game_type.dynamics != pyspiel.GameType.Dynamics.SEQUENTIAL:
+        return "is not sequential-move; only turn-based games are supported"
+    if not (game_type.provides_observation_tensor or game_type.provides_information_state_tensor):
+        return "provides no observation tensor"
+    return None
+
+
 class OpenSpielEnv(Env):
     """A sequential-move OpenSpiel game, e.g. `OpenSpielEnv("connect_four", bots={1: "mcts:200"})`.
 
@@ -141,17 +152,15 @@ class OpenSpielEnv(Env):
                              f"not {game!r}")
         self._piece_planes = PIECE_PLANES[game] if perspective == "relative" else None
         self._game = pyspiel.load_game(game, _typed_params(game, game_params or {}))
-        game_type = self._game.get_type()
-        if game_type.dynamics != pyspiel.GameType.Dynamics.SEQUENTIAL:
-            raise ValueError(f"OpenSpielEnv: game {game!r} is not sequential-move; only turn-based games are supported")
-        if game_type.provides_observation_tensor:
+        unsupported = unsupported_game(self._game)
+        if unsupported is not None:
+            raise ValueError(f"OpenSpielEnv: game {game!r} {unsupported}")
+        if self._game.get_type().provides_observation_tensor:
             self._obs_shape = tuple(self._game.observation_tensor_shape())
             self._observe = _tensor_observer(self._game, self._obs_shape)
-        elif game_type.provides_information_state_tensor:
+        else:
             self._obs_shape = tuple(self._game.information_state_tensor_shape())
             self._observe = lambda state, player: state.information_state_tensor(player)
-        else:
-            raise ValueError(f"OpenSpielEnv: game {game!r} provides no observation tensor")
         self._num_players = self._game.num_players()
         self._num_actions = self._game.num_distinct_actions()
         self._raw_shape = self._obs_shape
@@ -170,7 +179,7 @@ class OpenSpielEnv(Env):
             reward_spec=ArraySpec(players, np.float32),
             num_players=self._num_players,
         )
-        self._perfect_information = game_type.information == pyspiel.GameType.Information.PERFECT_INFORMATION
+        self._perfect_information = self._game.get_type().information == pyspiel.GameType.Information.PERFECT_INFORMATION
         self._bot_specs = self._fitting_bots(parse_bots(bots, self._num_players))
         self._rng = np.random.default_rng()
         self._pending_seed: int | None = None

@@ -237,6 +237,9 @@ class MetricsServer:
 
 def _best_family(host: str, port: int) -> tuple[socket.AddressFamily, str]:
     """The address family and address to bind `host` with (an IPv6 host needs AF_INET6), as prometheus_client's
-    own server picks them."""
+    own server picks them. An IPv6 address in brackets (`--host [::1]`, which gRPC takes for the RPCs) is looked up
+    without them: getaddrinfo knows no such name, so the coordinator refused to start with --metrics-port."""
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
     family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
     return family, sockaddr[0]

@@ -198,8 +198,23 @@ def bearer_token_required(app: WsgiApp, token: str) -> WsgiApp:
     return guarded
 
 
+CLIENT_TIMEOUT_S = 30.0
+"""How long a /metrics client may keep its connection without a byte either way (a scrape takes milliseconds;
+Prometheus times one out after its scrape_timeout, 10 s by default). Each connection holds a thread: without
+a bound, a client that connected and sent nothing (no token needed for that) held one for ever, and enough of
+them would take every thread the coordinator's process may start."""
+
+
 class _QuietHandler(WSGIRequestHandler):
-    """No line on stderr per scrape."""
+    """No line on stderr per scrape; a client silent for CLIENT_TIMEOUT_S is dropped."""
+
+    timeout = CLIENT_TIMEOUT_S  # (socketserver sets it on the connection)
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except (TimeoutError, ConnectionError):
+            self.close_connection = True  # stalled or gone: nothing to answer (not a traceback on stderr)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass

@@ -31,3 +31,25 @@ def test_a_bracketed_ipv6_host_is_served_as_the_rpcs_are():
     finally:
         server.close()
         server.close()  # idempotent
+
+
+def test_a_client_that_connects_and_sends_nothing_is_dropped(monkeypatch, capfd):
+    """Each connection holds a thread of the coordinator's process: one that sent nothing (or half a request),
+    which needs no token, held it for ever, so enough such clients would take every thread the process may
+    start. Now it is dropped after CLIENT_TIMEOUT_S, while other scrapes are answered meanwhile."""
+    from league_service import metrics
+
+    assert metrics._QuietHandler.timeout == metrics.CLIENT_TIMEOUT_S <= 60  # (socketserver's default: None, no bound)
+    monkeypatch.setattr(metrics._QuietHandler, "timeout", 0.3)
+    server = MetricsServer(CollectorRegistry(), "127.0.0.1", 0)
+    try:
+        stalled = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(3)]
+        stalled[0].sendall(b"GET /metrics HTTP/1.0\r\n")  # never the blank line that ends the request
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=5) as reply:
+            assert reply.status == 200
+        for client in stalled:
+            with client:
+                assert client.recv(1024) == b""  # closed by the server (a socket.timeout here: held for ever)
+    finally:
+        server.close()
+    assert "Traceback" not in capfd.readouterr().err  # a dropped client is no error of the coordinator's

@@ -127,6 +127,11 @@ def coordinator_main(args: argparse.Namespace) -> int:
         default_host, default_port = split_host_port(cfg.coordinator.bind_address)  # checked at load
         host = args.host if args.host is not None else default_host
         port = args.port if args.port is not None else default_port
+        if args.metrics_port is not None and args.metrics_port == port != 0:
+            # Both on --host: the bind failed as "in use by another process" (exit 3, a taken port) against this
+            # very process's RPC port, which no retry or restart frees.
+            raise ValueError(f"--metrics-port: {port} is the RPC port (--port or coordinator.bind_address) too; "
+                             "give /metrics a port of its own")
         token = load_token(args.token_file)
         check_exposure(host, token, args.insecure)
         if args.tls_cert is not None:

@@ -82,6 +82,16 @@ def test_coordinator_says_when_its_port_is_taken(files):
                            code=ADDRESS_IN_USE_EXIT)
 
 
+def test_coordinator_refuses_a_metrics_port_that_is_its_rpc_port(files):
+    """Both bind on --host: it said '--metrics-port: 127.0.0.1:P is in use by another process' (exit 3, a taken
+    port, which a supervisor retries) against its own RPC port."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    proc = league("coordinator", "--shared-root", str(files["shared"]), "--port", port, "--metrics-port", port)
+    assert_setup_error(proc, f"--metrics-port: {port} is the RPC port")
+
+
 def test_a_learner_says_when_an_outgoing_connection_holds_its_port(files):
     """How a restarted learner's old port gets taken on one machine: a connection made meanwhile was given it
     as its local port. `league run` then restarts the learner on a free port (it tells exit 3 apart)."""

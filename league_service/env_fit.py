@@ -20,6 +20,9 @@ from common.envs.registry import OPENSPIEL_ALIASES, OPENSPIEL_PREFIX, PYTHON_PRE
 if TYPE_CHECKING:
     from league_service.config import Config, LeagueConfig
 
+OPENSPIEL_INT_MIN, OPENSPIEL_INT_MAX = -(2**31), 2**31 - 1
+"""The ints pyspiel takes as a game parameter (C++ int); beyond them load_game raised a bare RuntimeError."""
+
 BATTLE_SEATS = 2
 """A battle league's match: the launch player and one opponent (a past player, a reference bot, itself)."""
 
@@ -80,9 +83,15 @@ def load_game(name: str, player: PlayerEnv) -> Any:
     where = player.sources.get("game_params", "env.kwargs.game_params")
     if not isinstance(params, Mapping):
         raise ConfigError(where, f"expected a mapping of {game!r}'s parameters, got {type(params).__name__}")
+    for key, value in params.items():
+        # pybind11 cannot cast an int outside C++'s int to a game parameter: a RuntimeError that names no key
+        if type(value) is int and not OPENSPIEL_INT_MIN <= value <= OPENSPIEL_INT_MAX:
+            raise ConfigError(f"{where}.{key}", f"{value} is out of range for an OpenSpiel game parameter "
+                              f"([{OPENSPIEL_INT_MIN}, {OPENSPIEL_INT_MAX}])")
     try:
         return pyspiel.load_game(game, _typed_params(game, params))
-    except (pyspiel.SpielError, TypeError) as err:  # the first line: pyspiel may append a list of parameters
+    except (RuntimeError, TypeError) as err:  # SpielError is a RuntimeError; the first line: pyspiel may append a
+        # list of parameters
         lines = str(err).strip().splitlines() or [type(err).__name__]
         raise ConfigError(where, f"{game!r} refuses them: {lines[0]}") from None
 

@@ -577,6 +577,10 @@ SOLO = {"league_type": "solo", "active_players": {"solo_active_player": 1}}
         ({"env": {"name": "openspiel:coordinated_mp"}},
          "env.name: OpenSpiel's 'coordinated_mp' provides no observation tensor"),
         ({"env": {"kwargs": {"game_params": {"rowz": 6}}}}, "env.kwargs.game_params: 'connect_four' refuses them"),
+        ({"env": {"kwargs": {"game_params": {"rows": 2**31}}}},  # was pybind11's bare RuntimeError, a traceback
+         "env.kwargs.game_params.rows: 2147483648 is out of range for an OpenSpiel game parameter"),
+        ({"league": {"main_player": {"env_kwargs": {"game_params": {"columns": -(10**20)}}}}},
+         "league.main_player.env_kwargs.game_params.columns: -100000000000000000000 is out of range"),
         ({"league": SOLO, "env": {"name": "connect_four"}},
          "env.kwargs.bots: 'connect_four' gives a game of 2 players and a solo league's job has one"),
         ({"league": SOLO, "env": {"name": "openspiel:kuhn_poker", "kwargs": {"bots": {1: "random"},

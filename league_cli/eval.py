@@ -279,7 +279,7 @@ def _league_policy_and_env(config: Path | None) -> tuple[dict[str, Any], str, di
     # The league config (and its embedded default) belongs to league_service; the CLI layer may read it.
     from league_service.config import load_config
 
-    cfg = load_config(config)
+    cfg = load_config(config, for_training=False)  # an older run's league, refused now, still has its checkpoints
     return dict(cfg.policy), cfg.env.name, dict(cfg.env.kwargs)
 
 

@@ -377,12 +377,6 @@ class LeagueConfig:
             _check_within(count, 0, MAX_ACTIVE_PER_TYPE, f"active_players.{name}")
         if sum(self.active_players.values()) < 1:
             raise ConfigError("active_players", "needs at least one active player")
-        if self.active_players.get("main_exploiter") and not self.active_players.get("main_player"):
-            # Its one branch plays the main players (any category's) and active players are fixed at start: with
-            # none, every job fell back to playing itself, for as long as the league ran (reference bots too).
-            raise ConfigError("active_players.main_exploiter", "a main exploiter plays only main players, and "
-                              "there is no main_player to exploit: add one (active_players.main_player), or use "
-                              "naive_sp_player for self-play")
         total = sum(self.active_players.values()) * len(self.player_category)
         if total > MAX_ACTIVE_PLAYERS:
             raise ConfigError("active_players", f"{total} active players in all (the counts times "
@@ -600,8 +594,13 @@ def default_config_dict() -> dict[str, Any]:
     return parse_yaml(text, source=f"league_service/{DEFAULT_CONFIG_RESOURCE}")
 
 
-def config_from_dict(data: Mapping[str, Any]) -> Config:
+def config_from_dict(data: Mapping[str, Any], *, for_training: bool = True) -> Config:
     """Merge `data` over the embedded defaults and validate it into a `Config`.
+
+    `for_training=False` (`league eval`, which reads only the policy and the env) skips the checks of whether
+    the league's jobs would train as meant (`_check_league_trains`): an older run directory's league that
+    trained, and whose checkpoints are there, loads for its policy and env although a league configured so is
+    refused now.
 
     When `data` names a policy algorithm other than the default's, the default `policy` and `learner` sections
     are dropped instead of merged: one algorithm's hyperparameters mean nothing to another. Likewise the
@@ -628,8 +627,25 @@ def config_from_dict(data: Mapping[str, Any]) -> Config:
     merged = merge_with_defaults(Config, defaults, data)
     _default_dqn_exploration(merged)
     cfg = from_dict(Config, merged)
-    _check_worker_sections(cfg)
+    adders = _check_worker_sections(cfg)
+    if for_training:
+        _check_league_trains(cfg, adders)
     return cfg
+
+
+def _check_league_trains(cfg: Config, adders: Mapping[str, AdderConfig]) -> None:
+    """Refuse a league whose jobs would not train as its config means, though each value is valid."""
+    active = cfg.league.active_players
+    if active.get("main_exploiter") and not active.get("main_player"):
+        # Its one branch plays the main players (any category's) and active players are fixed at start: with
+        # none, every job fell back to playing itself, for as long as the league ran (reference bots too).
+        raise ConfigError("league.active_players.main_exploiter", "a main exploiter plays only main players, and "
+                          "there is no main_player to exploit: add one (active_players.main_player), or use "
+                          "naive_sp_player for self-play")
+    if cfg.policy.get("algorithm") == "dqn":
+        from common.policy_config import PolicyConfig
+
+        _check_n_step_fits_rows(PolicyConfig.from_mapping(cfg.policy).dqn.n_step, cfg.league, adders)
 
 
 DQN_EXPLORATION = ExplorationConfig(start=0.95, end=0.1, decay_len=10_000, kind="exp")
@@ -708,9 +724,10 @@ def _names_other(data: Mapping[str, Any], defaults: Mapping[str, Any], section: 
     return isinstance(user, Mapping) and key in user and user[key] != defaults.get(section, {}).get(key)
 
 
-def _check_worker_sections(cfg: Config) -> None:
+def _check_worker_sections(cfg: Config) -> dict[str, AdderConfig]:
     """`policy` and `learner` travel to actors and learners as free dicts; parse them here too, so a typo
-    stops the coordinator (or `league run`) at startup, naming the key, instead of every learner later."""
+    stops the coordinator (or `league run`) at startup, naming the key, instead of every learner later.
+    Returns each player type's parsed `AdderConfig`."""
     from common.learner_config import LearnerConfig
     from common.policy_config import PolicyConfig
 
@@ -738,9 +755,7 @@ def _check_worker_sections(cfg: Config) -> None:
         raise ConfigError(f"actor.{key}", "actors read no settings from the league config: give them on the "
                           "actor's command line (`league actor --help`; per job: the player type's adder_kwargs "
                           "and forward_kwargs)")
-    adders = _check_job_kwargs(cfg.league)
-    if policy.algorithm == "dqn":
-        _check_n_step_fits_rows(policy.dqn.n_step, cfg.league, adders)
+    return _check_job_kwargs(cfg.league)
 
 
 def _check_n_step_fits_rows(n_step: int, league: LeagueConfig, adders: Mapping[str, AdderConfig]) -> None:
@@ -808,13 +823,14 @@ def _check_job_kwargs(league: LeagueConfig) -> dict[str, AdderConfig]:
     return adders
 
 
-def load_config(path: str | Path | None) -> Config:
-    """The configuration in the YAML file at `path` merged over the defaults; None gives the defaults."""
+def load_config(path: str | Path | None, *, for_training: bool = True) -> Config:
+    """The configuration in the YAML file at `path` merged over the defaults; None gives the defaults.
+    `for_training`: see `config_from_dict`."""
     if path is None:
-        return config_from_dict({})
+        return config_from_dict({}, for_training=for_training)
     data = load_yaml(path)  # its errors name the file already
     try:
-        return config_from_dict(data)
+        return config_from_dict(data, for_training=for_training)
     except ConfigError as exc:
         raise ConfigError(exc.path, f"{exc.message} (in {path})") from None
 

@@ -193,6 +193,21 @@ def test_a_checkpoint_of_a_run_directory_is_judged_with_that_runs_league(tmp_pat
     assert "give --config with the league the checkpoint comes from" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("league", [
+    # Trained before config load refused them (6d0a37d, ac64c52): the checkpoints are there, eval reads only the
+    # policy and the env, and refused the run's config.yaml.
+    {"league": {"active_players": {"main_exploiter": 1}}, "policy": DQN},
+    {"league": {"main_player": {"adder_kwargs": {"unroll_len": 4}}}, "policy": {**DQN, "dqn": {"n_step": 5}}},
+])
+def test_an_older_run_whose_league_is_refused_now_is_still_evaluated(tmp_path, capsys, league):
+    shared = tmp_path / "run" / "shared"
+    shared.mkdir(parents=True)
+    path = publish(shared, league["policy"])
+    (tmp_path / "run" / "config.yaml").write_text(json.dumps(league))
+    assert eval_cli.main(parse("--checkpoint", str(shared / path), "--games", "2", "--json")) == 0
+    assert json.loads(capsys.readouterr().out)["games"] == 2
+
+
 def test_a_players_folder_stands_for_its_newest_version_and_a_missing_file_says_so(tmp_path, capsys):
     publish(tmp_path, PPO, player="p", version=1)
     newest = publish(tmp_path, PPO, player="p", version=2, seed=1)

@@ -121,6 +121,9 @@ def check_env_seats(name: str, env_kwargs: Mapping[str, Any], league: LeagueConf
                               "a battle league (league.league_type: one_vs_one) seats two players per match: it needs "
                               f"a two-player game{hint}")
         bots = player.kwargs.get("bots")
+        if bots is not None and not isinstance(bots, Mapping):  # the env reads seat -> bot (`bots.items()`)
+            raise ConfigError(player.sources.get("bots", "env.kwargs.bots"), f"expected a mapping of seat -> bot, "
+                              f"e.g. {{1: random}}, got {type(bots).__name__} {bots!r}")
         seated = len(bots) if isinstance(bots, Mapping) else 0
         if not battle and seats - 1 > seated:
             raise ConfigError(player.sources.get("bots", "env.kwargs.bots"), f"{name!r} gives a game of {seats} "

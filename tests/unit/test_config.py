@@ -583,6 +583,11 @@ SOLO = {"league_type": "solo", "active_players": {"solo_active_player": 1}}
          "league.main_player.env_kwargs.game_params.columns: -100000000000000000000 is out of range"),
         ({"league": SOLO, "env": {"name": "connect_four"}},
          "env.kwargs.bots: 'connect_four' gives a game of 2 players and a solo league's job has one"),
+        # A list or a bare name was 'got 0' bots; the env wants seat -> bot and failed every job on `.items()`.
+        ({"league": SOLO, "env": {"name": "connect_four", "kwargs": {"bots": ["random"]}}},
+         "env.kwargs.bots: expected a mapping of seat -> bot, e.g. {1: random}, got list ['random']"),
+        ({"league": {**SOLO, "solo_active_player": {"env_kwargs": {"bots": "random"}}}, "env": {"name": "connect_four"}},
+         "league.solo_active_player.env_kwargs.bots: expected a mapping of seat -> bot, e.g. {1: random}, got str"),
         ({"league": SOLO, "env": {"name": "openspiel:kuhn_poker", "kwargs": {"bots": {1: "random"},
                                                                             "game_params": {"players": 3}}}},
          "env.kwargs.bots: 'openspiel:kuhn_poker' gives a game of 3 players"),

@@ -95,8 +95,13 @@ def _dangling_link(path: Path) -> Path | None:
     """`path` or the first folder above it that is a symlink to nothing (a `runs` link to a disk not mounted), or
     None: making the run directory through one said only "[Errno 17] File exists"."""
     for part in (path, *path.parents):
-        if part.is_symlink() and not part.exists():
-            return part
+        if part.is_symlink():
+            try:
+                part.stat()
+            except FileNotFoundError:
+                return part
+            except OSError:  # a loop of links (ELOOP), a folder it may not search: mkdir's own error says so
+                return None
     return None
 
 

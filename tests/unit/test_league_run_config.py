@@ -651,6 +651,22 @@ def test_the_default_run_dir_through_a_dangling_link_is_refused_naming_it_not_th
     assert "--run-dir" not in out and not (tmp_path / "gone").exists()
 
 
+@pytest.mark.parametrize("under", ["", "x"])
+def test_a_run_dir_through_a_loop_of_links_is_not_called_a_link_to_nothing(tmp_path, capsys, under):
+    """A loop of links (loop1 -> loop2 -> loop1) was refused as "loop1 is a link to loop2, which does not exist",
+    though loop2 is there: is_symlink() and not exists() holds for a loop too. mkdir's error names the loop."""
+    from league_cli.main import build_parser
+    from league_cli.run import run_main
+
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    run_dir = tmp_path / "loop1" / under if under else tmp_path / "loop1"
+    config = ROOT / "configs" / "solo_cartpole.yaml"
+    assert run_main(build_parser().parse_args(["run", str(config), "--run-dir", str(run_dir)])) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "which does not exist" not in out and "Too many levels of symbolic links" in out, out
+
+
 def test_a_plot_that_cannot_be_written_keeps_the_one_before_and_names_its_file(tmp_path):
     """A reviewer ran `league plot` into a full disk: savefig wrote in place, so the plot there before was cut to
     an empty file, and the error said "[Errno 28] No space left on device" without a file. Here the write is

@@ -10,6 +10,11 @@ known here; a `python:<module>:<callable>` env is known only by building it, whi
 
 from __future__ import annotations
 
+import functools
+import json
+import signal
+import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -70,11 +75,41 @@ def _openspiel_hint(name: str) -> str:
     return f" (OpenSpiel has a game {name!r}: '{OPENSPIEL_PREFIX}{name}')" if name in pyspiel.registered_names() else ""
 
 
-def load_game(name: str, player: PlayerEnv) -> Any:
-    """The pyspiel game `name` with the player's game_params; a ConfigError naming the key that is wrong."""
+@dataclass(frozen=True)
+class GameFacts:
+    """What config load reads of an OpenSpiel game."""
+
+    num_players: int
+    max_game_length: int
+    unsupported: str | None  # why OpenSpielEnv cannot play it (openspiel_env.unsupported_game), or None
+
+
+_PROBE = """
+import json, sys
+asked = json.loads(sys.stdin.read())
+sys.path[:] = asked["path"]  # the parent's: this package where the parent found it
+import pyspiel
+from common.envs.openspiel_env import unsupported_game
+try:
+    game = pyspiel.load_game(sys.argv[1], asked["params"])
+except Exception as err:  # SpielError, a pybind11 cast error, nfg_game's IndexError
+    print(json.dumps({"error": (str(err).strip().splitlines() or [type(err).__name__])[0]}))
+else:
+    print(json.dumps({"num_players": game.num_players(), "max_game_length": game.max_game_length(),
+                      "unsupported": unsupported_game(game)}))
+"""
+PROBE_TIMEOUT_S = 60.0
+
+
+def load_game(name: str, player: PlayerEnv) -> GameFacts:
+    """The pyspiel game `name` with the player's game_params; a ConfigError naming the key that is wrong.
+
+    A game with game_params is loaded in a child process: some games' C++ checks abort the process, or crash it,
+    on parameters they refuse (hanabi with players: 6 aborts, universal_poker with numPlayers: 3 and no stack
+    sizes segfaults), which at config load took the coordinator or `league run` down with them."""
     import pyspiel
 
-    from common.envs.openspiel_env import _typed_params
+    from common.envs.openspiel_env import _typed_params, unsupported_game
 
     game = openspiel_game(name)
     if game not in pyspiel.registered_names():
@@ -88,12 +123,50 @@ def load_game(name: str, player: PlayerEnv) -> Any:
         if type(value) is int and not OPENSPIEL_INT_MIN <= value <= OPENSPIEL_INT_MAX:
             raise ConfigError(f"{where}.{key}", f"{value} is out of range for an OpenSpiel game parameter "
                               f"([{OPENSPIEL_INT_MIN}, {OPENSPIEL_INT_MAX}])")
+    if not params:  # the game's defaults: loaded in this process
+        try:
+            loaded = pyspiel.load_game(game)
+            return GameFacts(loaded.num_players(), loaded.max_game_length(), unsupported_game(loaded))
+        except Exception as err:  # noqa: BLE001 (SpielError for a game that needs a parameter; nfg_game: IndexError)
+            raise ConfigError(where, f"{game!r} refuses them: {_first_line(err)}") from None
     try:
-        return pyspiel.load_game(game, _typed_params(game, params))
-    except (RuntimeError, TypeError) as err:  # SpielError is a RuntimeError; the first line: pyspiel may append a
-        # list of parameters
-        lines = str(err).strip().splitlines() or [type(err).__name__]
-        raise ConfigError(where, f"{game!r} refuses them: {lines[0]}") from None
+        typed = json.dumps(_typed_params(game, params), sort_keys=True)
+    except (TypeError, ValueError) as err:  # not JSON-like data: pyspiel would refuse it too
+        raise ConfigError(where, f"{game!r} refuses them: {err}") from None
+    facts = _probe(game, typed)
+    if isinstance(facts, str):
+        raise ConfigError(where, f"{game!r} refuses them: {facts}")
+    return facts
+
+
+def _first_line(err: BaseException) -> str:
+    """An error's first line: pyspiel may append a list of parameters or of games."""
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+@functools.lru_cache(maxsize=64)
+def _probe(game: str, params_json: str) -> GameFacts | str:
+    """`GameFacts` of the game loaded in a child process, or why it was refused (`load_game`)."""
+    try:
+        asked = f'{{"path": {json.dumps(sys.path)}, "params": {params_json}}}'
+        done = subprocess.run([sys.executable, "-P", "-c", _PROBE, game], input=asked, capture_output=True,
+                              text=True, timeout=PROBE_TIMEOUT_S, check=False)  # (stdin: no argv size limit)
+    except subprocess.TimeoutExpired:
+        return f"loading the game took over {PROBE_TIMEOUT_S:g} s"
+    except OSError as err:
+        return f"cannot start a process to load the game: {err}"
+    if done.returncode == 0:
+        try:
+            answer = json.loads(done.stdout.strip().splitlines()[-1])
+        except (IndexError, ValueError):
+            answer = {"error": f"unreadable answer {done.stdout[-200:]!r}"}
+        if "error" in answer:
+            return str(answer["error"])
+        return GameFacts(int(answer["num_players"]), int(answer["max_game_length"]), answer["unsupported"])
+    how = (f"signal {signal.Signals(-done.returncode).name}" if done.returncode < 0
+           else f"exit status {done.returncode}")
+    said = [line for line in done.stderr.strip().splitlines() if line.strip()]
+    return f"pyspiel crashed loading the game ({how}){': ' + said[-1].strip() if said else ''}"
 
 
 def check_env_seats(name: str, env_kwargs: Mapping[str, Any], league: LeagueConfig) -> None:
@@ -107,13 +180,11 @@ def check_env_seats(name: str, env_kwargs: Mapping[str, Any], league: LeagueConf
                               "(league.league_type: one_vs_one) seats two players per match: train it in a solo "
                               f"league (league.league_type: solo), or name a two-player game{_openspiel_hint(name)}")
         return
-    from common.envs.openspiel_env import unsupported_game
-
     for player in player_envs(env_kwargs, league):
         game = load_game(name, player)
-        if (unsupported := unsupported_game(game)) is not None:
-            raise ConfigError("env.name", f"OpenSpiel's {openspiel_game(name)!r} {unsupported}")
-        seats = game.num_players()
+        if game.unsupported is not None:
+            raise ConfigError("env.name", f"OpenSpiel's {openspiel_game(name)!r} {game.unsupported}")
+        seats = game.num_players
         where = player.sources.get("game_params", "env.name")
         if battle and seats != BATTLE_SEATS:
             hint = "; a single-player game trains in a solo league (league.league_type: solo)" if seats == 1 else ""
@@ -142,7 +213,7 @@ def longest_episode(name: str, env_kwargs: Mapping[str, Any], league: LeagueConf
     longest = None
     for player in player_envs(env_kwargs, league):
         if openspiel_game(name) is not None:
-            steps = load_game(name, player).max_game_length()
+            steps = load_game(name, player).max_game_length
         else:
             steps = player.kwargs.get("max_episode_steps") or _gymnasium_limit(name)
         if not isinstance(steps, int) or isinstance(steps, bool):

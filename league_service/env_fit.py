@@ -243,7 +243,7 @@ def cut_episodes_note(cfg: Config) -> str | None:
     if longest is None or per_env >= longest:
         return None
     return (f"env.env_steps / env.env_num = {env.env_steps} / {env.env_num} = {per_env:g} steps per env and job, "
-            f"below the longest episode of {env.name} ({longest} steps): with env.episode_num 0 an episode still "
-            "running when its job ends is cut and its return never reported, so the returns in status and "
+            f"below the longest episode {env.name} allows ({longest} steps): with env.episode_num 0 an episode still "
+            "running when its job ends is cut and its return (and a match's result) never reported, so status and "
             f"TensorBoard count only the shorter episodes; raise env.env_steps to {longest * env.env_num} or more, "
-            "or lower env.env_num")
+            "lower env.env_num, or end jobs after whole episodes (env.episode_num > 0)")

@@ -667,12 +667,12 @@ def test_jobs_too_short_for_the_envs_longest_episode_are_named_at_start():
 
     cartpole = {"name": "CartPole-v1", "env_num": 8, "env_steps": 1024}
     assert note(cartpole).startswith("env.env_steps / env.env_num = 1024 / 8 = 128 steps per env and job, below the "
-                                     "longest episode of CartPole-v1 (500 steps)")
-    assert "raise env.env_steps to 4000 or more" in note(cartpole)
+                                     "longest episode CartPole-v1 allows (500 steps)")
+    assert "raise env.env_steps to 4000 or more, lower env.env_num, or end jobs after whole episodes" in note(cartpole)
     assert note({**cartpole, "env_steps": 4000}) is None
     assert note({**cartpole, "kwargs": {"max_episode_steps": 100}}) is None  # gymnasium.make's own limit
     assert note({**cartpole, "name": "python:tests.env_doubles:CountingEnv"}) is None  # known only once built
     assert cut_episodes_note(config_from_dict({"league": SOLO, "env": {**cartpole, "episode_num": 8}})) is None
     connect_four = {"name": "connect_four", "env_num": 4, "env_steps": 64}
-    assert "longest episode of connect_four (42 steps)" in note(connect_four, league={})
+    assert "longest episode connect_four allows (42 steps)" in note(connect_four, league={})
     assert note({**connect_four, "kwargs": {"bots": {1: "random"}}}) is None  # bots' moves are no env steps

@@ -171,6 +171,9 @@ class TrajectorySender:
         chunk = encode_chunk(trajectory, ChunkHeader(header.job_id, header.player_id, header.worker_id, seq,
                                                      header.policy_version))
         with self._cond:
+            if self._aborted:  # aborted while it was encoded: dropped like the rest, not queued behind the abort
+                self._counts["dropped"] += 1
+                return
             self._queue.append(chunk)
             self._counts["written"] += 1
             self._counts["samples"] += trajectory.num_steps

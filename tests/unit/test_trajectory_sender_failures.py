@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import socket
+import threading
+import time
 
 import numpy as np
 import pytest
 
+import actor_service.trajectory_sender as sender_module
 from actor_service.stop import StopSignal
 from actor_service.trajectory_sender import SenderError, SenderSettings, TrajectorySender
 from common.tensor_codec import ChunkHeader
@@ -43,5 +46,33 @@ def test_an_unexpected_error_in_the_sender_thread_fails_the_sender_instead_of_ha
             sender.flush(timeout=30)
         with pytest.raises(SenderError):
             sender.write(_trajectory(), 0)
+    finally:
+        sender.close()
+
+
+def test_a_chunk_being_encoded_when_the_sender_is_aborted_is_dropped_and_counted(monkeypatch):
+    """`write` encodes outside the lock; an abort (the job revoked, from the heartbeat thread) landing meanwhile
+    used to be followed by the chunk being queued anyway: held by an aborted sender that never sends it, and
+    missing from `chunks_dropped` (written 1, acked 0, dropped 0)."""
+    encoding = threading.Event()
+    real = sender_module.encode_chunk
+
+    def slow_encode(*args, **kwargs):
+        encoding.set()
+        time.sleep(0.2)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sender_module, "encode_chunk", slow_encode)
+    sender = TrajectorySender(f"127.0.0.1:{_closed_port()}", ChunkHeader("job", "p", "actor", 0, 0),
+                              stop=StopSignal(), settings=SenderSettings())
+    try:
+        writer = threading.Thread(target=sender.write, args=(_trajectory(), 0))
+        writer.start()
+        assert encoding.wait(10)
+        sender.abort()
+        writer.join(10)
+        stats = sender.stats
+        assert sender.held == 0
+        assert (stats.chunks_written, stats.chunks_acked, stats.chunks_dropped) == (0, 0, 1)
     finally:
         sender.close()

@@ -222,7 +222,7 @@ class LeagueClient:
 
     def update_player(
         self, player_id: str, progress: Progress, checkpoint_path: str, checkpoint_version: int, *,
-        patient: bool = True,
+        patient: bool = True, stop: threading.Event | None = None,
     ) -> league_pb2.UpdatePlayerResponse | None:
         """UpdatePlayer with a few retries; None if the coordinator stayed unreachable (report again later).
 
@@ -233,7 +233,8 @@ class LeagueClient:
 
         Raises `BindingLost` when the coordinator refuses it as not ours (FAILED_PRECONDITION, NOT_FOUND).
         Not `patient`: one short attempt (a stopping learner: its final checkpoint is published, and the next
-        learner of the player resumes from it even if the league never heard of it).
+        learner of the player resumes from it even if the league never heard of it). `stop` (set when the session
+        ends): no retry starts after it, so a stop is not held up by a patient report's later attempts.
         """
         request = league_pb2.UpdatePlayerRequest(
             worker_id=self.worker_id, player_id=player_id, train_iteration=progress.train_iteration,
@@ -241,7 +242,7 @@ class LeagueClient:
             reset_applied_version=self._resets_handed_out.get(player_id, 0),
         )
         try:
-            reply = call_idempotent(self._stub.UpdatePlayer, request, **_attempts(patient))
+            reply = call_idempotent(self._stub.UpdatePlayer, request, stop=stop, **_attempts(patient))
         except grpc.RpcError as err:
             if err.code() in RETRYABLE:
                 log.warning("UpdatePlayer %s v%d: coordinator unreachable (%s); %s", player_id, checkpoint_version,

@@ -364,7 +364,11 @@ class LearnSession:
             writes = self.telemetry.writes
             scalars = self.telemetry.iteration(report, self.trainer.progress, self.trainer.buffered_samples)
             written = self.telemetry.writes != writes
-            if publish and self.publisher.due(report.train_iteration, self._publish_every):
+            # Not once the session ended: a stop that lands during the iteration is the release's to publish and
+            # report (one short try each); a patient report here waited out 4 x 10 s against a coordinator that
+            # does not answer, past the learner's --stop-timeout. A revoked or lost session publishes nothing.
+            if publish and not self._ended.is_set() and self.publisher.due(report.train_iteration,
+                                                                            self._publish_every):
                 if self.lease.held:  # else the player may be another learner's by now: never two writers
                     ref = self._publish()
                     if ref is not None:  # else storage failed (logged); the publisher retries on a backoff
@@ -461,7 +465,7 @@ class LearnSession:
         Not `patient`: one short try per call (the learner is stopping)."""
         for _ in range(MAX_RESETS_PER_REPORT):
             reply = self.client.update_player(self.job.player_id, self.trainer.progress, ref.path, ref.version,
-                                              patient=patient)
+                                              patient=patient, stop=self._ended)
             if reply is None or not reply.mutated:
                 return
             try:

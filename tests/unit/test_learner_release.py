@@ -6,15 +6,19 @@ traceback and the player waited for the lease to expire."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
+
+import grpc
 
 from common.checkpoint_store import CheckpointStore
 from common.learner_config import LearnerConfig
 from common.proto.league.v1 import league_pb2
-from learner_service.league_client import LearnJob
+from learner_service.league_client import LeagueClient, LearnJob
 from learner_service.publisher import CheckpointPublisher
 from learner_service.servicer import DataPlane
 from learner_service.session import LearnSession, SessionContext, SessionEnd
+from learner_service.trainer import Progress
 from tests.unit.test_learner_trainer import _prepared, _trainer
 
 
@@ -109,3 +113,59 @@ def test_the_stops_training_time_counts_from_the_stop_and_no_iteration_starts_th
     session.end(SessionEnd.STOPPED)
     session.release(train_s=5.0)
     assert trainer.progress.train_iteration == 0 and client.finished
+
+
+class _PatienceClient(_Client):
+    def update_player(self, *args, patient=True, **kwargs):
+        self.reports.append(patient)
+
+
+def test_a_stop_during_an_iteration_leaves_its_publish_and_report_to_the_release(tmp_path):
+    """A stop that landed while an iteration trained: the iteration then published and reported with the
+    patient policy (4 tries of 10 s), and against a coordinator that did not answer the learner thread took
+    ~48 s to stop, past its 20 s --stop-timeout (exit 1, released from outside the stuck thread). The release
+    publishes that iteration and reports it once, briefly."""
+    client = _PatienceClient()
+    trainer = _trainer(batch_size=16)
+    publisher = CheckpointPublisher(CheckpointStore(tmp_path), "p", "w")
+    publisher.try_publish(trainer)
+    context = SessionContext(client, DataPlane(), tmp_path, "cpu", lambda: False, lambda *a: None)
+    job = LearnJob("job-1", "p", "", 0, "CartPole-v1", {}, {}, {}, 30.0, 0.0)
+    session = LearnSession(context, job, _HeldLease(), trainer, publisher, LearnerConfig(publish_every=1), seed=0)
+    train_ready = trainer.train_ready
+
+    def stopped_meanwhile(rest=False):
+        report = train_ready(rest)
+        session.end(SessionEnd.STOPPED)  # SIGTERM while the iteration ran
+        return report
+
+    trainer.train_ready = stopped_meanwhile
+    session._consume(_prepared(trainer, seq=0))
+    assert trainer.version == 1 and publisher.last_version == 0 and client.reports == []
+    trainer.train_ready = train_ready
+    session.release()
+    assert publisher.last_version == 1 and client.reports == [False]
+    assert client.finished == [("job-1", league_pb2.FINISH_STATUS_RELEASED)]
+
+
+def test_a_patient_report_tries_no_more_once_its_stop_is_set():
+    """The report under way when the stop lands: no further attempt (each may wait out a 10 s deadline)."""
+    client = LeagueClient("127.0.0.1:1", "w")
+    calls = []
+
+    class _Unavailable(grpc.RpcError):
+        def code(self):
+            return grpc.StatusCode.UNAVAILABLE
+
+    def update(request, timeout):
+        calls.append(timeout)
+        stop.set()  # the stop lands during the first attempt
+        raise _Unavailable()
+
+    stop = threading.Event()
+    client._stub = type("Stub", (), {"UpdatePlayer": staticmethod(update)})()
+    try:
+        assert client.update_player("p", Progress(), "path", 1, stop=stop) is None
+    finally:
+        client.close()
+    assert len(calls) == 1

@@ -140,6 +140,7 @@ class LeagueClient:
         self._stub = league_pb2_grpc.LeagueServiceStub(self._channel)
         self._cond = threading.Condition()
         self._interrupted = False
+        self._stopped = threading.Event()  # set with `_interrupted`: cuts the backoff of retried calls short
         # player id -> reset_checkpoint_version of the latest reset handed to the caller (see update_player).
         self._resets_handed_out: dict[str, int] = {}
 
@@ -160,6 +161,7 @@ class LeagueClient:
         with self._cond:
             self._interrupted = True
             self._cond.notify_all()
+        self._stopped.set()
 
     # ---- waiting calls --------------------------------------------------------------------------------
     def register(self, data_endpoint: str) -> Registration:
@@ -269,9 +271,13 @@ class LeagueClient:
             return False
 
     def player_progress(self, player_id: str) -> Progress:
-        """The league's totals for the player (agent steps, train iteration), so ours never go below them."""
-        status = call_idempotent(self._stub.GetStatus, league_pb2.GetStatusRequest(), timeout=10.0,
-                                 policy=REPORT_RETRY)
+        """The league's totals for the player (agent steps, train iteration), so ours never go below them.
+
+        A waiting call: `interrupt` ends it (`Interrupted`), so a learner told to stop while it binds is not held
+        up by a coordinator that does not answer (4 tries of 10 s took it past its --stop-timeout)."""
+        status = call_idempotent(lambda request, timeout: self._call(self._stub.GetStatus, request, timeout),
+                                 league_pb2.GetStatusRequest(), timeout=10.0, policy=REPORT_RETRY,
+                                 stop=self._stopped)
         for player in status.players:
             if player.player_id == player_id:
                 return Progress(player.agent_steps, player.train_iteration)

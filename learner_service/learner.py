@@ -209,6 +209,10 @@ class Learner:
         except BindingLost as err:
             log.warning("%s: %s", job.player_id, err)
             return
+        except Interrupted:  # told to stop while it bound: nothing trained, the job goes back (one short try)
+            log.info("%s: stopping while binding; releasing learn job %s", job.player_id, job.job_id)
+            self.client.finish(job.job_id, league_pb2.FINISH_STATUS_RELEASED, patient=False)
+            return
         except grpc.RpcError as err:
             if err.code() not in RETRYABLE:
                 raise

@@ -14,7 +14,7 @@ import grpc
 from common.checkpoint_store import CheckpointStore
 from common.learner_config import LearnerConfig
 from common.proto.league.v1 import league_pb2
-from learner_service.league_client import LeagueClient, LearnJob
+from learner_service.league_client import Interrupted, LeagueClient, LearnJob
 from learner_service.publisher import CheckpointPublisher
 from learner_service.servicer import DataPlane
 from learner_service.session import LearnSession, SessionContext, SessionEnd
@@ -169,3 +169,60 @@ def test_a_patient_report_tries_no_more_once_its_stop_is_set():
     finally:
         client.close()
     assert len(calls) == 1
+
+
+class _HungFuture:
+    """A call to a coordinator that does not answer: never done until cancelled."""
+
+    def __init__(self) -> None:
+        self.cancelled = threading.Event()
+
+    def add_done_callback(self, callback) -> None:
+        pass
+
+    def done(self) -> bool:
+        return self.cancelled.is_set()
+
+    def cancel(self) -> bool:
+        self.cancelled.set()
+        return True
+
+
+class _HungGetStatus:
+    def __init__(self) -> None:
+        self.futures: list[_HungFuture] = []
+
+    def __call__(self, request, timeout):  # the blocking form: waits out its deadline
+        time.sleep(timeout)
+        raise TimeoutError("deadline")
+
+    def future(self, request, timeout):
+        self.futures.append(_HungFuture())
+        return self.futures[-1]
+
+
+def test_a_stop_while_binding_ends_the_wait_for_the_leagues_progress():
+    """`player_progress` (binding) against a coordinator that does not answer took 4 tries of 10 s: a learner
+    told to stop then took ~45 s, past its --stop-timeout. `interrupt` ends it, like the other waiting calls."""
+    client = LeagueClient("127.0.0.1:1", "w")
+    get_status = _HungGetStatus()
+    client._stub = type("Stub", (), {"GetStatus": get_status})()
+    outcome: list = []
+
+    def bind() -> None:
+        try:
+            outcome.append(client.player_progress("p"))
+        except Exception as err:  # the test looks at what it was
+            outcome.append(err)
+
+    thread = threading.Thread(target=bind, daemon=True)
+    try:
+        thread.start()
+        time.sleep(0.2)
+        client.interrupt()
+        thread.join(2.0)
+        assert not thread.is_alive(), "player_progress still waits after interrupt()"
+        assert len(outcome) == 1 and isinstance(outcome[0], Interrupted)
+        assert len(get_status.futures) == 1 and get_status.futures[0].cancelled.is_set()
+    finally:
+        client.close()

@@ -201,10 +201,19 @@ def test_a_second_coordinator_on_the_same_state_is_refused_and_names_the_first(f
         first.close()
 
 
-def test_a_second_coordinator_on_the_same_state_through_a_symlink_is_refused(files):
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [
+        ("symlink", ("is in use by pid", f"pid {os.getpid()} on {socket.gethostname()}", "stop that one first")),
+        ("hard link", ("it has 2 names (hard links)", "remove the other names")),
+    ],
+)
+def test_a_second_coordinator_on_the_same_state_through_a_link_is_refused(files, kind, said):
     """The lock file was named after the path as given: `--state link.sqlite`, a symlink to the first
     coordinator's state file, locked `link.sqlite.lock`, so a second coordinator served the same database (SQLite
-    follows the link, WAL and all) beside the first. The lock sits beside the file the path resolves to."""
+    follows the link, WAL and all) beside the first; the lock sits beside the file the path resolves to now. A
+    hard link is another name of the same file: it took another lock and SQLite another WAL; such a state is
+    refused."""
     shared = files["shared"]
     solo = config_from_dict({
         "league": {"league_type": "solo", "active_players": {"solo_active_player": 1}},
@@ -214,29 +223,12 @@ def test_a_second_coordinator_on_the_same_state_through_a_symlink_is_refused(fil
     first = Coordinator(solo, CoordinatorSettings(shared_root=shared, state_path=state))
     try:
         link = shared.parent / "link.sqlite"
-        link.symlink_to(state)
+        if kind == "symlink":
+            link.symlink_to(state)
+        else:
+            link.hardlink_to(state)
         proc = league("coordinator", "--shared-root", str(shared), "--state", str(link), "--port", "0")
-        assert_setup_error(proc, "is in use by pid", f"pid {os.getpid()} on {socket.gethostname()}",
-                           "stop that one first")
-    finally:
-        first.close()
-
-
-def test_a_second_coordinator_on_the_same_state_through_a_hard_link_is_refused(files):
-    """A hard link is another name of the same file: it took another lock (named after the path) and SQLite
-    another WAL, so a second coordinator served the first one's database beside it."""
-    shared = files["shared"]
-    solo = config_from_dict({
-        "league": {"league_type": "solo", "active_players": {"solo_active_player": 1}},
-        "env": {"name": "CartPole-v1"},
-    })
-    state = shared / "state.sqlite"
-    first = Coordinator(solo, CoordinatorSettings(shared_root=shared, state_path=state))
-    try:
-        link = shared.parent / "link.sqlite"
-        link.hardlink_to(state)
-        proc = league("coordinator", "--shared-root", str(shared), "--state", str(link), "--port", "0")
-        assert_setup_error(proc, f"state {link}: it has 2 names (hard links)", "remove the other names")
+        assert_setup_error(proc, *said)
     finally:
         first.close()
 

@@ -324,13 +324,26 @@ def _abort_handler(like: grpc.RpcMethodHandler, code: grpc.StatusCode, details: 
     return handler_like(like, abort)
 
 
+def bearer_credentials(token: str) -> bytes:
+    """The `authorization` value a request must carry: `Bearer <token>`."""
+    if not token:
+        raise ValueError("token: must not be empty")
+    return f"Bearer {token}".encode()
+
+
+def bearer_refusal(got: bytes, expected: bytes) -> str | None:
+    """Why a request whose `authorization` value is `got` is refused (missing or wrong token), or None to let it
+    through. Compared in constant time: the RPCs and /metrics check the same token."""
+    if hmac.compare_digest(got, expected):
+        return None
+    return "wrong bearer token" if got else "missing bearer token"
+
+
 class BearerTokenInterceptor(grpc.ServerInterceptor):
     """Fails every call without `authorization: Bearer <token>` with UNAUTHENTICATED (health stays open)."""
 
     def __init__(self, token: str, open_prefixes: Sequence[str] = OPEN_METHOD_PREFIXES) -> None:
-        if not token:
-            raise ValueError("token: must not be empty")
-        self._expected = f"Bearer {token}".encode()
+        self._expected = bearer_credentials(token)
         self._open_prefixes = tuple(open_prefixes)
 
     def refusal(self, handler_call_details: grpc.HandlerCallDetails) -> str | None:
@@ -339,10 +352,7 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
             return None
         metadata = handler_call_details.invocation_metadata or ()
         got = next((v for k, v in metadata if k == AUTH_METADATA_KEY), "")
-        got_bytes = got.encode() if isinstance(got, str) else bytes(got)
-        if hmac.compare_digest(got_bytes, self._expected):
-            return None
-        return "missing bearer token" if not got_bytes else "wrong bearer token"
+        return bearer_refusal(got.encode() if isinstance(got, str) else bytes(got), self._expected)
 
     def intercept_service(self, continuation, handler_call_details):
         handler = continuation(handler_call_details)

@@ -81,7 +81,11 @@ def main(args: argparse.Namespace) -> int:
         return _refuse(bad)
     opponent_given = args.opponent is not None
     if not Path(args.checkpoint).is_absolute() and args.shared_root is None:
-        if not Path(args.checkpoint).exists():
+        # A path from here: it exists, or its directory does (a version retired by keep_last, a typo in the
+        # file name): then resolving it says what is missing. Only a path that leads nowhere from here needs a
+        # shared root.
+        parent = Path(args.checkpoint).parent
+        if not Path(args.checkpoint).exists() and (parent == Path(".") or not parent.is_dir()):
             return _refuse(f"--checkpoint {args.checkpoint!r} is relative and not a path from here: give "
                            f"--shared-root (or ${SHARED_ROOT_ENV_VAR})")
         args.checkpoint = str(Path(args.checkpoint).absolute())  # a path from the current directory

@@ -263,6 +263,21 @@ def test_a_checkpoint_path_from_the_current_directory_needs_no_shared_root(tmp_p
     assert json.loads(capsys.readouterr().out)["version"] == 1
 
 
+def test_a_missing_version_under_a_directory_from_here_is_named_missing(tmp_path, capsys, monkeypatch):
+    """A version path from the current directory whose file is gone (retired by keep_last, a typo) was refused
+    as "relative and not a path from here: give --shared-root", though its player directory is right there:
+    the user was sent to add a shared root the path already goes through."""
+    monkeypatch.delenv("LEAGUE_SHARED_ROOT", raising=False)
+    shared = tmp_path / "run" / "shared"
+    shared.mkdir(parents=True)
+    publish(shared, DQN)
+    (tmp_path / "run" / "config.yaml").write_text(json.dumps({"policy": DQN}))
+    monkeypatch.chdir(tmp_path)
+    assert eval_cli.main(parse("--checkpoint", "run/shared/p/v0000000009.pt", "--games", "2")) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and "not a path from here" not in err
+
+
 def _run_dir(tmp_path):
     """A `league run` directory whose status names one main player with one checkpoint in RUN/shared."""
     run = tmp_path / "run"

@@ -198,11 +198,12 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_exposure(host: str, token: str | None, insecure: bool) -> None:
-    """Refuse to serve a non-loopback address without a token unless the operator said `--insecure`."""
+def check_exposure(host: str, token: str | None, insecure: bool, field: str = "--host") -> None:
+    """Refuse to serve a non-loopback address without a token unless the operator said `--insecure`. `field`
+    names where `host` came from (a flag, or a config key such as `coordinator.bind_address`)."""
     if token is None and not insecure and not is_loopback(host):
         raise ValueError(
-            f"host: refusing to listen on non-loopback address {host!r} without a token "
+            f"{field}: refusing to listen on non-loopback address {host!r} without a token "
             f"(give --token-file or ${TOKEN_ENV_VAR}, or --insecure to serve without auth)"
         )
 

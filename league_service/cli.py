@@ -133,7 +133,8 @@ def coordinator_main(args: argparse.Namespace) -> int:
             raise ValueError(f"--metrics-port: {port} is the RPC port (--port or coordinator.bind_address) too; "
                              "give /metrics a port of its own")
         token = load_token(args.token_file)
-        check_exposure(host, token, args.insecure)
+        check_exposure(host, token, args.insecure,
+                       field="--host" if args.host is not None else "coordinator.bind_address")
         if args.tls_cert is not None:
             check_server_tls(args.tls_cert, args.tls_key)
     except ValueError as err:  # ConfigError, a bad token or TLS file, an open address without a token

@@ -175,6 +175,25 @@ def test_the_coordinator_cli_refuses_an_open_address_without_a_token(tmp_path):
     assert proc.returncode != 0 and "non-loopback" in proc.stderr
 
 
+def test_an_open_address_from_the_config_is_refused_naming_the_config_key(tmp_path, monkeypatch, capsys):
+    """The coordinator's address comes from --host or, without it, from coordinator.bind_address: the refusal
+    named "host" either way, a flag the user had not given and a key their config does not have."""
+    import argparse
+
+    from league_service.cli import add_coordinator_arguments, coordinator_main
+
+    monkeypatch.delenv("LEAGUE_TOKEN", raising=False)
+    config = tmp_path / "league.yaml"
+    config.write_text("coordinator: {bind_address: '0.0.0.0:0'}\n")
+    parser = argparse.ArgumentParser()
+    add_coordinator_arguments(parser)
+    assert coordinator_main(parser.parse_args(["--shared-root", str(tmp_path), "--config", str(config)])) == 2
+    err = capsys.readouterr().err
+    assert "coordinator.bind_address: refusing to listen on non-loopback address '0.0.0.0'" in err
+    assert coordinator_main(parser.parse_args(["--shared-root", str(tmp_path), "--host", "0.0.0.0"])) == 2
+    assert "--host: refusing to listen on non-loopback address '0.0.0.0'" in capsys.readouterr().err
+
+
 def test_token_comes_from_file_or_environment(tmp_path, monkeypatch):
     monkeypatch.delenv("LEAGUE_TOKEN", raising=False)
     assert load_token(None) is None

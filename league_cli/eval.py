@@ -178,11 +178,15 @@ def _bad_opponent(opponents: tuple[str, ...]) -> str | None:
         return "--opponent names no bot"
     if "" in opponents:  # "random,,mcts:50" or a trailing comma: an item left out, or a typo
         return f"--opponent {','.join(opponents)!r}: an empty item in the list"
+    seen: dict[BotSpec, str] = {}
     for opponent in opponents:
         try:
-            BotSpec.parse(opponent)
+            spec = BotSpec.parse(opponent)
         except ValueError as err:
             return f"--opponent {opponent!r}: {err}"
+        if spec in seen:  # "random,random", "mcts,mcts:100": the same games again, in a column of their own
+            return f"--opponent {','.join(opponents)!r}: {opponent!r} is the same bot as {seen[spec]!r}"
+        seen[spec] = opponent
     return None
 
 

@@ -110,6 +110,8 @@ def test_cli_prints_a_table_and_json(tmp_path, capsys):
         (["--checkpoint", "p/v0000000001.pt", "--shared-root", "{root}", "--opponent", "alphazero"], "alphazero"),
         (["--checkpoint", "p/v0000000001.pt", "--shared-root", "{root}", "--opponent", "random,mcts:x"], "mcts:x"),
         (["--checkpoint", "p/v0000000001.pt", "--shared-root", "{root}", "--opponent", " , "], "names no bot"),
+        (["--checkpoint", "p/v0000000001.pt", "--shared-root", "{root}", "--opponent", "random,mcts,mcts:100"],
+         "'mcts:100' is the same bot as 'mcts'"),
         (["--checkpoint", "p/v0000000001.pt", "--opponent", "mcts:0"], "--opponent 'mcts:0': "),
     ],
 )

@@ -19,6 +19,7 @@ import copy
 import dataclasses
 import enum
 import math
+import re
 import sys
 import types
 import typing
@@ -246,9 +247,26 @@ def _type_name(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
+_YAML_TEXT_EXPONENT = re.compile(r"([-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))[eE]([-+]?)([0-9]+)")
+"""A number in exponent form, which PyYAML (YAML 1.1: a dot in the mantissa and a sign in the exponent) reads as
+a string unless it is written like `1.0e+3`: `1e3`, `1.0e3` and `1e+3` are all text there."""
+
+
+def _yaml_float_spelling(text: str) -> str | None:
+    """How to write `text`, a number YAML 1.1 took for a string, so that it is a float (`1e3` -> `1.0e+3`)."""
+    match = _YAML_TEXT_EXPONENT.fullmatch(text.strip())
+    if match is None:
+        return None
+    mantissa, sign, digits = match.groups()
+    return f"{mantissa if '.' in mantissa else mantissa + '.0'}e{sign or '+'}{digits}"
+
+
 def _describe(value: Any) -> str:
     if isinstance(value, str | int | float):
         text = repr(value)
+        if isinstance(value, str) and (spelling := _yaml_float_spelling(value)) is not None:
+            return (f"{_type_name(value)} ({text[:40]}: YAML reads a number so written as text; write "
+                    f"{spelling})")
         return f"{_type_name(value)} ({text[:40]})"
     return _type_name(value)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -676,3 +677,20 @@ def test_jobs_too_short_for_the_envs_longest_episode_are_named_at_start():
     connect_four = {"name": "connect_four", "env_num": 4, "env_steps": 64}
     assert "longest episode connect_four allows (42 steps)" in note(connect_four, league={})
     assert note({**connect_four, "kwargs": {"bots": {1: "random"}}}) is None  # bots' moves are no env steps
+
+
+def test_a_number_in_exponent_form_without_a_dot_is_named_as_the_yaml_text_it_is(tmp_path):
+    """PyYAML follows YAML 1.1, whose floats need a dot: `seconds: 1e3` is the string '1e3', and the error said
+    only "expected float, got str ('1e3')", which reads as a bug in the loader."""
+    path = tmp_path / "league.yaml"
+    path.write_text("coordinator:\n  lease_timeout_s: 1e3\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert "coordinator.lease_timeout_s: expected float, got str ('1e3': YAML reads a number so written as " \
+           "text; write 1.0e+3)" in str(info.value)
+    for text, spelling in (("1.5e3", "1.5e+3"), ("2E-4", "2.0e-4"), ("-1e+3", "-1.0e+3")):
+        path.write_text(f"coordinator:\n  lease_timeout_s: {text}\n")
+        with pytest.raises(ConfigError, match=f"write {re.escape(spelling)}"):
+            load_config(path)
+    path.write_text("coordinator:\n  lease_timeout_s: 1.0e+3\n")
+    assert load_config(path).coordinator.lease_timeout_s == 1000.0

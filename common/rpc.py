@@ -127,8 +127,9 @@ def _sendable_token(token: str, source: str) -> str:
     """A token gRPC can carry in a header: printable ASCII (a non-ASCII character or a second line made every
     call fail INTERNAL "Invalid metadata", naming nothing), within `MAX_TOKEN_CHARS`."""
     if not (token.isascii() and token.isprintable()):
+        bad = next(c for c in token if not (c.isascii() and c.isprintable()))
         raise ValueError(f"{source}: the token must be one line of printable ASCII characters (no line breaks, "
-                         f"no accents)")
+                         f"tabs or accents); it holds {bad!r}")
     if len(token) > MAX_TOKEN_CHARS:
         raise ValueError(f"{source}: the token has {len(token)} characters, more than {MAX_TOKEN_CHARS}")
     return token

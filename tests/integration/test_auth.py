@@ -208,7 +208,8 @@ def test_token_comes_from_file_or_environment(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(("token", "says"), [
-    ("s\u00e9cret", "printable ASCII"), ("line1\nline2", "printable ASCII"), ("x" * 17_000, "more than 4096"),
+    ("s\u00e9cret", "printable ASCII.*holds '\u00e9'"), ("line1\nline2", "printable ASCII.*holds '\\\\n'"),
+    ("a\tb", "no line breaks, tabs or accents.*holds '\\\\t'"), ("x" * 17_000, "more than 4096"),
 ])
 def test_a_token_grpc_cannot_carry_is_refused_where_it_is_read(tmp_path, monkeypatch, token, says):
     """Accepted, it made every call fail (INTERNAL "Invalid metadata", or RESOURCE_EXHAUSTED), naming nothing."""

@@ -69,10 +69,10 @@ class LearnerSettings:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port: must be within [0, 65535], got {self.port}")
         if (self.tls_cert is None) != (self.tls_key is None):
-            raise ValueError("tls_cert: --tls-cert and --tls-key go together")
+            raise ValueError("--tls-cert and --tls-key go together: give both, or neither")
         if self.tls_ca is not None and self.tls_cert is None:
             raise ValueError(
-                "tls_cert: the coordinator is reached over TLS (--tls-ca), so actors reach this learner over TLS "
+                "--tls-cert: the coordinator is reached over TLS (--tls-ca), so actors reach this learner over TLS "
                 "too: give --tls-cert/--tls-key for the trajectory server"
             )
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):

@@ -76,10 +76,10 @@ def test_settings_check_their_fields():
         LearnerSettings(coordinator="h:1", shared_root=Path("."), worker_id="w", device="tpu")
     with pytest.raises(ValueError, match="port"):
         LearnerSettings(coordinator="h:1", shared_root=Path("."), worker_id="w", port=70000)
-    with pytest.raises(ValueError, match="go together"):
+    with pytest.raises(ValueError, match="^--tls-cert and --tls-key go together"):  # the flags, as the CLI says
         LearnerSettings(coordinator="h:1", shared_root=Path("."), worker_id="w", tls_cert=Path("c.pem"))
     # Actors reach learners with the CA they use for the coordinator: TLS to the coordinator means TLS here.
-    with pytest.raises(ValueError, match="--tls-cert/--tls-key"):
+    with pytest.raises(ValueError, match="^--tls-cert: .*--tls-cert/--tls-key"):
         LearnerSettings(coordinator="h:1", shared_root=Path("."), worker_id="w", tls_ca=Path("ca.pem"))
     LearnerSettings(coordinator="h:1", shared_root=Path("."), worker_id="w", tls_ca=Path("ca.pem"),
                     tls_cert=Path("c.pem"), tls_key=Path("k.pem"))

@@ -32,6 +32,7 @@ from common.envs.bot_spec import BotSpec
 from common.envs.registry import OPENSPIEL_ALIASES, OPENSPIEL_PREFIX, PYTHON_PREFIX
 from common.job_limits import MAX_ENV_NUM, MAX_EPISODES_PER_JOB
 from common.paths import MAX_COMPONENT_CHARS, UnsafePathError, check_component, check_relative
+from common.policy_config import PolicyConfig
 from common.ports import split_host_port
 from common.typed_config import NULL_SECTION
 from league_service.env_fit import check_env_seats
@@ -627,13 +628,21 @@ def config_from_dict(data: Mapping[str, Any], *, for_training: bool = True) -> C
     merged = merge_with_defaults(Config, defaults, data)
     _default_dqn_exploration(merged)
     cfg = from_dict(Config, merged)
-    adders = _check_worker_sections(cfg)
+    sections = _check_worker_sections(cfg)
     if for_training:
-        _check_league_trains(cfg, adders)
+        _check_league_trains(cfg, sections)
     return cfg
 
 
-def _check_league_trains(cfg: Config, adders: Mapping[str, AdderConfig]) -> None:
+@dataclass(frozen=True)
+class _WorkerSections:
+    """The worker-side sections as the workers will parse them (`_check_worker_sections`)."""
+
+    policy: PolicyConfig
+    adders: dict[str, AdderConfig]  # player type -> its adder_kwargs over its job template's
+
+
+def _check_league_trains(cfg: Config, sections: _WorkerSections) -> None:
     """Refuse a league whose jobs would not train as its config means, though each value is valid."""
     active = cfg.league.active_players
     if active.get("main_exploiter") and not active.get("main_player"):
@@ -642,10 +651,8 @@ def _check_league_trains(cfg: Config, adders: Mapping[str, AdderConfig]) -> None
         raise ConfigError("league.active_players.main_exploiter", "a main exploiter plays only main players, and "
                           "there is no main_player to exploit: add one (active_players.main_player), or use "
                           "naive_sp_player for self-play")
-    if cfg.policy.get("algorithm") == "dqn":
-        from common.policy_config import PolicyConfig
-
-        _check_n_step_fits_rows(PolicyConfig.from_mapping(cfg.policy).dqn.n_step, cfg.league, adders)
+    if sections.policy.algorithm == "dqn":
+        _check_n_step_fits_rows(sections.policy.dqn.n_step, cfg.league, sections.adders)
 
 
 DQN_EXPLORATION = ExplorationConfig(start=0.95, end=0.1, decay_len=10_000, kind="exp")
@@ -724,12 +731,11 @@ def _names_other(data: Mapping[str, Any], defaults: Mapping[str, Any], section: 
     return isinstance(user, Mapping) and key in user and user[key] != defaults.get(section, {}).get(key)
 
 
-def _check_worker_sections(cfg: Config) -> dict[str, AdderConfig]:
+def _check_worker_sections(cfg: Config) -> _WorkerSections:
     """`policy` and `learner` travel to actors and learners as free dicts; parse them here too, so a typo
     stops the coordinator (or `league run`) at startup, naming the key, instead of every learner later.
-    Returns each player type's parsed `AdderConfig`."""
+    Returns the parsed policy and each player type's parsed `AdderConfig`."""
     from common.learner_config import LearnerConfig
-    from common.policy_config import PolicyConfig
 
     parsed = []
     for section, parse in (("policy", PolicyConfig.from_mapping), ("learner", LearnerConfig.from_mapping)):
@@ -755,7 +761,7 @@ def _check_worker_sections(cfg: Config) -> dict[str, AdderConfig]:
         raise ConfigError(f"actor.{key}", "actors read no settings from the league config: give them on the "
                           "actor's command line (`league actor --help`; per job: the player type's adder_kwargs "
                           "and forward_kwargs)")
-    return _check_job_kwargs(cfg.league)
+    return _WorkerSections(policy, _check_job_kwargs(cfg.league))
 
 
 def _check_n_step_fits_rows(n_step: int, league: LeagueConfig, adders: Mapping[str, AdderConfig]) -> None:

@@ -9,7 +9,8 @@ deadline) must hold on both ends of every connection, so they live in one place 
 - Channels come from `make_channel`. A client interceptor gives every call a deadline (`DEFAULT_DEADLINE_S`
   unless the caller passes `timeout=`) and sends the bearer token as plain call metadata. gRPC's call
   credentials are silently dropped on insecure channels, so metadata is the one path that works on both.
-- `call_idempotent` retries a call with exponential backoff and jitter, for idempotent calls only.
+- `call_idempotent` retries a call with exponential backoff and jitter, for idempotent calls only;
+  `stoppable` makes each attempt end when a stop event is set, not only the backoff between them.
 """
 
 from __future__ import annotations
@@ -589,6 +590,28 @@ class RetryPolicy:
             cap = min(self.max_backoff_s, cap * self.multiplier)
 
 
+STOP_POLL_S = 0.05
+"""How often a `stoppable` call in flight looks at its stop event."""
+
+
+def stoppable(method: Any, stop: threading.Event) -> Callable[..., Any]:
+    """`method` (a unary stub method) as an attempt for `call_idempotent` that `stop` ends: the call goes out as a
+    future, and is cancelled when `stop` is set while it is in flight (it raises its RpcError, CANCELLED). A
+    server that is hung, not gone (SIGSTOPped, partitioned), otherwise holds the caller for the whole deadline of
+    the attempt under way, however soon the stop came."""
+
+    def attempt(request: Any, timeout: float) -> Any:
+        future = method.future(request, timeout=timeout)
+        done = threading.Event()
+        future.add_done_callback(lambda _future: done.set())
+        while not done.wait(STOP_POLL_S):
+            if stop.is_set() and future.cancel():
+                raise future from None  # the call itself is the RpcError (CANCELLED)
+        return future.result()
+
+    return attempt
+
+
 def call_idempotent(
     method: Callable[..., T],
     request: Any,
@@ -600,8 +623,9 @@ def call_idempotent(
 ) -> T:
     """Call `method(request, timeout=...)`, retrying retryable failures with backoff until the policy gives up.
 
-    `stop` (set on shutdown) cuts the backoff short and re-raises the last error. `on_retry(failed_attempts,
-    error, delay_s)` is called before each retry's backoff (to log it as the caller sees fit).
+    `stop` (set on shutdown) cuts the backoff short and re-raises the last error; the attempt in flight runs to
+    its deadline unless `method` is wrapped in `stoppable`. `on_retry(failed_attempts, error, delay_s)` is called
+    before each retry's backoff (to log it as the caller sees fit).
     """
     if policy.attempts is None and stop is None:
         raise ValueError("call_idempotent: a policy without an attempt limit needs a `stop` that ends it")

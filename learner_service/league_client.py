@@ -2,7 +2,8 @@
 
 Every call goes through a `common.rpc.make_channel` channel, so each has a deadline and carries the token.
 Waiting calls (registering, asking for a job, backing off) end early when `interrupt` is called, so a
-SIGTERM is acted on at once; the calls of an orderly shutdown (UpdatePlayer, FinishJob) are not interrupted.
+SIGTERM is acted on at once; a session's patient UpdatePlayer is cut short when the session ends (`stop`), and
+the calls of an orderly shutdown (the stopping learner's one UpdatePlayer and FinishJob) are not interrupted.
 
 While the coordinator is away, calls fail with UNAVAILABLE and the waiting loops back off exponentially (with
 jitter, capped); the channel itself reconnects on gRPC's own backoff schedule.
@@ -24,7 +25,7 @@ from typing import Any
 import grpc
 
 from common.proto.league.v1 import league_pb2, league_pb2_grpc
-from common.rpc import RetryPolicy, call_idempotent, check_registration, make_channel
+from common.rpc import RetryPolicy, call_idempotent, check_registration, make_channel, stoppable
 from common.struct_data import struct_to_dict
 from learner_service.trainer import Progress
 
@@ -236,17 +237,26 @@ class LeagueClient:
         Raises `BindingLost` when the coordinator refuses it as not ours (FAILED_PRECONDITION, NOT_FOUND).
         Not `patient`: one short attempt (a stopping learner: its final checkpoint is published, and the next
         learner of the player resumes from it even if the league never heard of it). `stop` (set when the session
-        ends): no retry starts after it, so a stop is not held up by a patient report's later attempts.
+        ends): a patient report's attempt in flight is cancelled and no retry starts, so a stop is not held up by
+        a coordinator that does not answer (it waited out the 10 s attempt under way); a stopping learner's one
+        short report follows. A report that is not patient is the stopping learner's own: `stop` does not cut it.
         """
         request = league_pb2.UpdatePlayerRequest(
             worker_id=self.worker_id, player_id=player_id, train_iteration=progress.train_iteration,
             agent_steps=progress.agent_steps, checkpoint_path=checkpoint_path, checkpoint_version=checkpoint_version,
             reset_applied_version=self._resets_handed_out.get(player_id, 0),
         )
+        method = self._stub.UpdatePlayer
+        if patient and stop is not None:
+            method = stoppable(method, stop)
         try:
-            reply = call_idempotent(self._stub.UpdatePlayer, request, stop=stop, **_attempts(patient))
+            reply = call_idempotent(method, request, stop=stop if patient else None, **_attempts(patient))
         except grpc.RpcError as err:
             if err.code() in RETRYABLE:
+                if patient and stop is not None and stop.is_set():
+                    log.warning("UpdatePlayer %s v%d: cut short by the end of its session (%s)",
+                                player_id, checkpoint_version, err.code().name)
+                    return None
                 log.warning("UpdatePlayer %s v%d: coordinator unreachable (%s); %s", player_id, checkpoint_version,
                             err.code().name, "will report again" if patient else
                             "not reported (the player's next learner resumes from this checkpoint)")

@@ -222,3 +222,31 @@ def test_sigterm_while_the_coordinator_is_frozen_publishes_and_exits_0_within_se
         assert latest.version == 2 and latest.metadata["agent_steps"] == 256  # the final checkpoint (2 iterations)
     finally:
         rollout.close()
+
+
+def test_sigterm_during_a_report_the_frozen_coordinator_holds_cancels_it_and_exits_0_within_seconds(tmp_path):
+    """The SIGTERM landed during the first attempt of a patient UpdatePlayer (publish_every 1: every iteration
+    reports): the learner waited that 10 s attempt out before its final report, and its stop took ~17 s. The
+    attempt is cancelled at the stop; the final checkpoint is still published and reported once, briefly."""
+    cfg = solo_config(batch_size=128, publish_every=1)
+    config = tmp_path / "league.yaml"
+    config.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)
+    argv = ["--config", str(config), "--shared-root", str(tmp_path), "--port", "0"]
+    try:
+        with coordinator_process(argv, tmp_path / "coordinator.log") as coordinator:
+            with _learner(coordinator.address, tmp_path, tmp_path / "learner.log", "learner-r") as proc:
+                eventually(lambda: player_status(coordinator.address).checkpoint_path)  # bound, v0 published
+                os.kill(coordinator.popen.pid, signal.SIGSTOP)
+                try:
+                    push(proc.address, rollout.chunks(acting_task(cfg, tmp_path), 1, policy_version=0))
+                    eventually(lambda: CheckpointStore(tmp_path).latest(PLAYER).version == 1)  # its report hangs
+                    assert proc.terminate(timeout_s=15) == 0, proc.log_tail()
+                finally:
+                    os.kill(coordinator.popen.pid, signal.SIGCONT)
+                log = proc.log_tail(60)
+                assert "v1: cut short by the end of its session (CANCELLED)" in log
+                assert "v1: coordinator unreachable (DEADLINE_EXCEEDED); not reported" in log  # the final report
+        assert CheckpointStore(tmp_path).latest(PLAYER).version == 1
+    finally:
+        rollout.close()

@@ -8,12 +8,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent import futures
 
 import grpc
 
 from common.checkpoint_store import CheckpointStore
 from common.learner_config import LearnerConfig
-from common.proto.league.v1 import league_pb2
+from common.proto.league.v1 import league_pb2, league_pb2_grpc
 from learner_service.league_client import Interrupted, LeagueClient, LearnJob
 from learner_service.publisher import CheckpointPublisher
 from learner_service.servicer import DataPlane
@@ -157,18 +158,74 @@ def test_a_patient_report_tries_no_more_once_its_stop_is_set():
         def code(self):
             return grpc.StatusCode.UNAVAILABLE
 
+    class _Failed:
+        """A call the coordinator failed (UNAVAILABLE) just as the stop landed."""
+
+        def add_done_callback(self, callback) -> None:
+            callback(self)
+
+        def result(self):
+            raise _Unavailable()
+
     def update(request, timeout):
         calls.append(timeout)
         stop.set()  # the stop lands during the first attempt
-        raise _Unavailable()
+        return _Failed()
 
     stop = threading.Event()
-    client._stub = type("Stub", (), {"UpdatePlayer": staticmethod(update)})()
+    client._stub = type("Stub", (), {"UpdatePlayer": type("Method", (), {"future": staticmethod(update)})()})()
     try:
         assert client.update_player("p", Progress(), "path", 1, stop=stop) is None
     finally:
         client.close()
     assert len(calls) == 1
+
+
+class _HungUpdatePlayer(league_pb2_grpc.LeagueServiceServicer):
+    """A coordinator that takes the call and does not answer (SIGSTOPped, or a proxy that forwards nothing),
+    until `release` is set."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.arrived = threading.Event()
+        self.release = threading.Event()
+
+    def UpdatePlayer(self, request, context):  # noqa: N802 (the gRPC method's name)
+        self.calls += 1
+        self.arrived.set()
+        self.release.wait(60)
+        return league_pb2.UpdatePlayerResponse()
+
+
+def test_a_stop_cancels_the_attempt_of_a_patient_report_a_hung_coordinator_holds(caplog):
+    """The stop landed during the first attempt of a patient UpdatePlayer: the learner waited that attempt out
+    (10 s; its stop took 16.5 s against a coordinator that did not answer, where README promises ~10 s). The
+    attempt is cancelled now; the stopping learner's own short report is not cut by the stop."""
+    hung = _HungUpdatePlayer()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    league_pb2_grpc.add_LeagueServiceServicer_to_server(hung, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    client = LeagueClient(f"127.0.0.1:{port}", "w")
+    stop = threading.Event()
+    outcome: list = []
+    reporter = threading.Thread(target=lambda: outcome.append(
+        client.update_player("p", Progress(), "path", 1, stop=stop)), daemon=True)
+    try:
+        with caplog.at_level(logging.WARNING, logger="learner_service.league_client"):
+            reporter.start()
+            assert hung.arrived.wait(10)
+            stop.set()
+            reporter.join(2.0)  # the attempt's own deadline is 10 s
+            assert not reporter.is_alive(), "the patient report still waits out its attempt after the stop"
+        assert outcome == [None] and hung.calls == 1  # no retry after the stop either
+        assert "cut short by the end of its session (CANCELLED)" in caplog.text
+        hung.release.set()  # the coordinator answers again: the stop's own report is not cancelled
+        assert client.update_player("p", Progress(), "path", 1, patient=False, stop=stop) is not None
+    finally:
+        hung.release.set()
+        client.close()
+        server.stop(None)
 
 
 class _HungFuture:

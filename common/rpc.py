@@ -327,26 +327,39 @@ def _abort_handler(like: grpc.RpcMethodHandler, code: grpc.StatusCode, details: 
     return handler_like(like, abort)
 
 
-def bearer_credentials(token: str) -> bytes:
-    """The `authorization` value a request must carry: `Bearer <token>`."""
+BEARER_SCHEME = "Bearer"
+
+
+def bearer_credentials(token: str) -> str:
+    """The `authorization` value our clients send: `Bearer <token>`."""
+    return f"{BEARER_SCHEME} {bearer_token(token)}"
+
+
+def bearer_token(token: str) -> str:
+    """`token` as the servers check it (`bearer_refusal`): never empty, which would let `Bearer ` through."""
     if not token:
         raise ValueError("token: must not be empty")
-    return f"Bearer {token}".encode()
+    return token
 
 
-def bearer_refusal(got: bytes, expected: bytes) -> str | None:
+def bearer_refusal(got: bytes, token: str) -> str | None:
     """Why a request whose `authorization` value is `got` is refused (missing or wrong token), or None to let it
-    through. Compared in constant time: the RPCs and /metrics check the same token."""
-    if hmac.compare_digest(got, expected):
+    through. The scheme is matched whatever its case (RFC 7235, 6750: `bearer <token>` is the same credentials; a
+    client that sends it was refused as "wrong"), the token exactly and in constant time: the RPCs and /metrics
+    check the same token."""
+    scheme, _, credentials = got.partition(b" ")
+    token_matches = hmac.compare_digest(credentials.lstrip(b" "), token.encode())
+    if token_matches and scheme.lower() == BEARER_SCHEME.lower().encode():
         return None
     return "wrong bearer token" if got else "missing bearer token"
 
 
 class BearerTokenInterceptor(grpc.ServerInterceptor):
-    """Fails every call without `authorization: Bearer <token>` with UNAUTHENTICATED (health stays open)."""
+    """Fails every call without `authorization: Bearer <token>` (the scheme in any case) with UNAUTHENTICATED
+    (health stays open)."""
 
     def __init__(self, token: str, open_prefixes: Sequence[str] = OPEN_METHOD_PREFIXES) -> None:
-        self._expected = bearer_credentials(token)
+        self._expected = bearer_token(token)
         self._open_prefixes = tuple(open_prefixes)
 
     def refusal(self, handler_call_details: grpc.HandlerCallDetails) -> str | None:
@@ -512,7 +525,7 @@ class _ClientDefaultsInterceptor(
         self._deadline = default_deadline_s
         self._auth: tuple[tuple[str, str], ...] = ((PROCESS_METADATA_KEY, process_id()),)
         if token:
-            self._auth += ((AUTH_METADATA_KEY, f"Bearer {token}"),)
+            self._auth += ((AUTH_METADATA_KEY, bearer_credentials(token)),)
 
     def _details(self, d: grpc.ClientCallDetails) -> _CallDetails:
         metadata = tuple(d.metadata or ()) + self._auth

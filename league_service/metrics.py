@@ -26,7 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
-from common.rpc import AddressInUseError, bearer_credentials, bearer_refusal, join_host_port
+from common.rpc import AddressInUseError, bearer_refusal, bearer_token, join_host_port
 
 # Unary calls here take ~0.1-10 ms; long-polling GetJob up to the call's deadline.
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -180,9 +180,9 @@ WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
 def bearer_token_required(app: WsgiApp, token: str) -> WsgiApp:
-    """`app` behind `Authorization: Bearer <token>` (compared in constant time); 401 without it, as the RPCs
-    answer UNAUTHENTICATED."""
-    expected = bearer_credentials(token)
+    """`app` behind `Authorization: Bearer <token>` (the scheme in any case, the token compared exactly and in
+    constant time: `common.rpc.bearer_refusal`, as the RPCs); 401 without it, as the RPCs answer UNAUTHENTICATED."""
+    expected = bearer_token(token)
 
     def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         got = environ.get("HTTP_AUTHORIZATION", "").encode("latin-1", "replace")  # WSGI: latin-1 strings

@@ -50,6 +50,11 @@ def test_calls_without_the_right_token_are_unauthenticated(token_server):
         # The token travels as plain metadata, so it is checked on an insecure channel too (not silently dropped).
         code, _ = status_code(stub, metadata=(("x-other", "1"),))
         assert code == grpc.StatusCode.OK
+    with grpc.insecure_channel(address) as channel:  # the scheme in any case (RFC 7235), the token exactly
+        stub = league_pb2_grpc.LeagueServiceStub(channel)
+        assert status_code(stub, metadata=(("authorization", f"bearer {TOKEN}"),), timeout=10)[0] == grpc.StatusCode.OK
+        code, _ = status_code(stub, metadata=(("authorization", f"bearer {TOKEN.upper()}"),), timeout=10)
+        assert code == grpc.StatusCode.UNAUTHENTICATED
 
 
 def test_health_stays_open_and_reflection_needs_the_token(token_server):
@@ -76,9 +81,10 @@ def test_metrics_need_the_token_when_the_coordinator_has_one(tmp_path):
             with err.value:
                 assert err.value.code == 401 and err.value.headers["WWW-Authenticate"].startswith("Bearer")
                 assert err.value.read() == f"{says} bearer token\n".encode()
-        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {TOKEN}"})
-        with urllib.request.urlopen(request, timeout=5) as reply:
-            assert reply.status == 200 and b"league_jobs_issued_total" in reply.read()
+        for scheme in ("Bearer", "bearer"):  # the scheme in any case (RFC 7235), as the RPCs take it
+            request = urllib.request.Request(url, headers={"Authorization": f"{scheme} {TOKEN}"})
+            with urllib.request.urlopen(request, timeout=5) as reply:
+                assert reply.status == 200 and b"league_jobs_issued_total" in reply.read()
 
 
 @pytest.fixture

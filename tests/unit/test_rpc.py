@@ -4,6 +4,8 @@ import grpc
 import pytest
 
 from common.rpc import (
+    AUTH_METADATA_KEY,
+    BearerTokenInterceptor,
     RetryPolicy,
     call_idempotent,
     format_listen_line,
@@ -12,6 +14,7 @@ from common.rpc import (
     parse_listen_line,
     write_port_file,
 )
+from league_service.metrics import bearer_token_required
 
 
 class Failure(grpc.RpcError):
@@ -145,3 +148,33 @@ def test_a_listen_line_stdout_cannot_take_costs_the_line_not_the_server(monkeypa
         except OSError:  # what is still buffered for /dev/full
             pass
     assert "the learner listens on 127.0.0.1:5000, but its LISTENING line could not be written" in caplog.text
+
+
+TOKEN = "s3cret-token"
+
+
+def _grpc_refusal(authorization: str | None) -> str | None:
+    metadata = () if authorization is None else ((AUTH_METADATA_KEY, authorization),)
+    details = type("Details", (), {"method": "/league.v1.LeagueService/GetStatus", "invocation_metadata": metadata})
+    return BearerTokenInterceptor(TOKEN).refusal(details())
+
+
+def _metrics_refusal(authorization: str | None) -> str | None:
+    answered: list[str] = []
+    app = bearer_token_required(lambda environ, start_response: [b"metrics"], TOKEN)
+    environ = {} if authorization is None else {"HTTP_AUTHORIZATION": authorization}
+    body = b"".join(app(environ, lambda status, headers: answered.append(status)))
+    return None if body == b"metrics" else body.decode().strip()
+
+
+@pytest.mark.parametrize("refusal", [_grpc_refusal, _metrics_refusal], ids=["grpc", "metrics"])
+def test_the_bearer_scheme_is_matched_in_any_case_and_the_token_exactly(refusal):
+    """RFC 7235 and 6750: the auth scheme is case-insensitive, so `bearer <token>` (as some HTTP clients and
+    scrapers send it) is the same credentials; it was refused as a wrong token. The token itself is not."""
+    for scheme in ("Bearer", "bearer", "BEARER", "bEaReR"):
+        assert refusal(f"{scheme} {TOKEN}") is None, scheme
+    assert refusal(f"Bearer  {TOKEN}") is None  # 1*SP between scheme and token (RFC 6750)
+    assert refusal(None) == "missing bearer token"
+    for wrong in (TOKEN, f"Bearer {TOKEN.upper()}", f"Bearer {TOKEN}x", f"Basic {TOKEN}", f"Bearerx {TOKEN}",
+                  f"Bearer{TOKEN}", "Bearer", "Bearer ", f"Bearer {TOKEN} ", f"{TOKEN} Bearer"):
+        assert refusal(wrong) == "wrong bearer token", wrong

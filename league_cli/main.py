@@ -12,6 +12,10 @@ import sys
 try:  # (a Ctrl-C here, as the command starts, must say what main() says for one during the command's imports)
     import argparse
     import importlib
+    import os
+    import signal
+    import threading
+    from collections.abc import Iterator
     from dataclasses import dataclass
 
     from common.exit_codes import INTERRUPTED_EXIT
@@ -84,7 +88,44 @@ def _printable_paths() -> None:
                 stream.reconfigure(errors="backslashreplace")
 
 
+RUN_SIGTERM_AT_START_UP = b"league run: stopped by SIGTERM during start-up, before any process was started\n"
+
+
+def _run_stopped_at_start_up(_signum: int, _frame: object) -> None:
+    """Say it in one line, then die of the signal as before (exit 143 to a shell, nothing cleaned up that was not
+    before). `os.write`: a print here could land inside a write the main thread had under way (a reentrant
+    call); a stderr that cannot take the line costs only the line."""
+    with contextlib.suppress(OSError):
+        os.write(2, RUN_SIGTERM_AT_START_UP)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _sigterm_said_at_start_up(command: str | None) -> Iterator[None]:
+    """`league run`: a SIGTERM before the run installs its own handler (imports, config, run directory: a second
+    or more) ended it with exit 143 and not a word, so whoever stopped it could not tell that it had started at
+    all. No process is started before that handler is in place, so none is left. Only for `run`: a worker that
+    `league run` stops while it still imports is told apart by its death by SIGTERM, and stays silent. A SIGTERM
+    that was ignored, or handled by someone else, is left so."""
+    if (command != "run" or threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        yield
+        return
+    signal.signal(signal.SIGTERM, _run_stopped_at_start_up)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    with _sigterm_said_at_start_up(words[0] if words else None):
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     follow_supervisor()
     _printable_paths()
     try:

@@ -1,3 +1,4 @@
+import signal
 import subprocess
 import sys
 
@@ -38,6 +39,40 @@ def test_ctrl_c_while_a_command_starts_up_exits_130_without_a_traceback(tmp_path
     assert out.returncode == 130, out.stderr
     assert "Traceback" not in out.stderr and "league: interrupted" in out.stderr
     assert not (tmp_path / "run").exists()  # nothing was started
+
+
+def _sigterm_at(event: str, arg: str, argv: list[str]) -> subprocess.CompletedProcess:
+    """`league ARGV` in a child that sends itself SIGTERM at the first audit `event` whose first argument ends
+    with `arg` (a fixed point of its start-up, so the test does not depend on timing)."""
+    child = (
+        "import os, signal, sys\n"
+        "def hook(event, args):\n"
+        f"    if event == {event!r} and str(args[0]).endswith({arg!r}):\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "sys.addaudithook(hook)\n"
+        "from league_cli.main import main\n"
+        f"sys.exit(main({argv!r}))\n"
+    )
+    return subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("event, arg", [("import", "rich.markup"), ("os.mkdir", "shared")],
+                         ids=["importing", "run-directory-made"])
+def test_sigterm_while_league_run_starts_up_says_so_and_exits_143(tmp_path, event, arg):
+    """A SIGTERM before `league run` installs its own handler (imports, config, run directory: a second or more)
+    ended it with exit 143 and not a word. It still dies of the signal (143 to a shell), with one line saying so;
+    no process was started by then."""
+    run_dir = tmp_path / "run"
+    out = _sigterm_at(event, arg, ["run", "--run-dir", str(run_dir), "--seconds", "5"])
+    assert out.returncode == -signal.SIGTERM, out.stderr
+    assert out.stderr == "league run: stopped by SIGTERM during start-up, before any process was started\n"
+    assert not (run_dir / "logs").exists()  # (made before the first process starts)
+
+
+def test_sigterm_while_a_worker_starts_up_stays_silent(tmp_path):
+    """A worker that `league run` stops while it still imports is told apart by its silent death by SIGTERM."""
+    out = _sigterm_at("import", "league_cli.run_monitor", ["health", "--addr", "127.0.0.1:1"])  # (building the parser)
+    assert out.returncode == -signal.SIGTERM and out.stderr == "", out.stderr
 
 
 @pytest.mark.parametrize("command, flag, value", [

@@ -25,7 +25,7 @@ from common.checkpoint_store import CheckpointError, CheckpointRef, CheckpointSt
 from common.computation.algorithm import ForwardKwargs
 from common.computation.computation_task import ComputationTask
 from common.envs.base import EnvInfo, Outcome
-from common.envs.policy_view import ACTION_MASK, player_view, policy_specs, to_play
+from common.envs.policy_view import ACTION_MASK, env_action, player_view, policy_specs, to_play
 from common.envs.registry import make_env
 
 
@@ -133,7 +133,8 @@ def play_against_bot(
                 if to_play(obs, info) != seat:
                     raise RuntimeError(f"game {game}: the env asks seat {to_play(obs, info)} to move, the agent is {seat}")
                 view = player_view(obs, seat, info)
-                action, states = _decide(task, view, states, kwargs)
+                chosen, states = _decide(task, view, states, kwargs)
+                action = int(chosen)  # a two-player game's move: one of its actions
                 if ACTION_MASK in view and not view[ACTION_MASK][action]:
                     raise RuntimeError(f"game {game}: the policy chose illegal action {action}")
                 ts = env.step(action)
@@ -192,14 +193,15 @@ def play_episodes(
         if info.num_players != 1:
             raise ValueError(f"env {env_name!r} has {info.num_players} players: play it against a reference bot")
         kwargs = ForwardKwargs(greedy=greedy)
+        action_spec = policy_specs(info)[1]
         for episode in range(episodes):
             env.seed(seed + episode)
             obs = env.reset()
             states = task.initial_states(1)
             total, length = 0.0, 0
             while True:
-                action, states = _decide(task, player_view(obs, 0, info), states, kwargs)
-                ts = env.step(action)
+                chosen, states = _decide(task, player_view(obs, 0, info), states, kwargs)
+                ts = env.step(env_action(action_spec, chosen, info))
                 total += float(np.sum(ts.reward))
                 length += 1
                 obs = ts.obs
@@ -218,10 +220,11 @@ def play_episodes(
 
 def _decide(
     task: ComputationTask, view: Mapping[str, np.ndarray], states: Any, kwargs: ForwardKwargs
-) -> tuple[int, Any]:
-    """One move of the evaluated policy (a batch of 1), and the memory a recurrent policy carries to the next."""
+) -> tuple[np.ndarray, Any]:
+    """One move of the evaluated policy (a batch of 1): its action as the policy gave it (an index, or a Box
+    array before clipping), and the memory a recurrent policy carries to the next."""
     prediction = task.predict({k: v[None] for k, v in view.items()}, states, forward_kwargs=kwargs)
-    return int(prediction.actions["action"][0]), prediction.states
+    return prediction.actions["action"][0], prediction.states
 
 
 def resolve_checkpoint(checkpoint: str, shared_root: Path | None) -> tuple[CheckpointStore, str]:
@@ -272,7 +275,7 @@ def load_policy(
     store: CheckpointStore, path: str, policy_config: Mapping[str, Any], info: EnvInfo, seed: int = 0
 ) -> tuple[ComputationTask, CheckpointRef]:
     """A task built from `policy_config` for `info`'s specs, with the verified weights at `path`."""
-    inputs, actions = policy_specs(info)
+    inputs, actions = policy_specs(info, str(policy_config.get("algorithm", "ppo")))
     task = make_computation_task(policy_config, inputs, actions, device="cpu", seed=seed)
     checkpoint = store.load(path)
     task.set_weights(checkpoint.tensors, checkpoint.ref.version)

@@ -40,6 +40,7 @@ from common.checkpoint_store import (
     UnreadableCheckpointError,
 )
 from common.computation.computation_task import ComputationTask
+from common.computation.specs import DiscreteActionSpec
 from common.envs.base import EnvInfo
 from common.envs.policy_view import policy_specs
 from common.paths import UnsafePathError
@@ -99,10 +100,11 @@ class Policy:
 
 def model_signature(policy_config: Mapping[str, Any], info: EnvInfo) -> str:
     """What decides a network's shape: a pool only serves jobs with the same signature."""
-    inputs, actions = policy_specs(info)
+    inputs, actions = policy_specs(info, str(policy_config.get("algorithm", "ppo")))
     return json.dumps(
         {"policy": policy_config, "inputs": {k: [list(v.shape), v.dtype] for k, v in sorted(inputs.items())},
-         "actions": actions.num_actions},
+         "actions": actions.num_actions if isinstance(actions, DiscreteActionSpec) else
+         {"box": list(actions.shape), "low": list(actions.low), "high": list(actions.high)}},
         sort_keys=True, default=str,
     )
 
@@ -119,7 +121,7 @@ class PolicyPool:
         self.store = store
         self.policy_config = dict(policy_config)
         self.signature = model_signature(policy_config, info)
-        self._inputs, self._actions = policy_specs(info)
+        self._inputs, self._actions = policy_specs(info, str(self.policy_config.get("algorithm", "ppo")))
         self._settings = settings
         self._stop = stop
         self._acting_seeds = np.random.default_rng(settings.seed)

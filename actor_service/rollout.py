@@ -46,7 +46,7 @@ from actor_service.trajectory_sender import MAX_CHUNK_BYTES, TrajectorySink
 from actor_service.transitions import NO_STATE, Decision, Row, SeatTrajectory
 from common.computation.algorithm import ForwardKwargs
 from common.envs.base import EnvInfo, Outcome, TimeStep
-from common.envs.policy_view import player_view, to_play
+from common.envs.policy_view import env_action, player_view, policy_specs, to_play
 from common.job_limits import MAX_EPISODES_PER_JOB
 from common.trajectory import Trajectory
 
@@ -209,6 +209,7 @@ class Rollout:
             raise ValueError(f"{len(policies)} policies for {len(target.player_ids)} players")
         self._manager = manager
         self._info = info
+        self._action_spec = policy_specs(info)[1]  # what the env receives: an index, or a clipped Box array
         self._target = target
         self._policies = list(policies)
         self._stop = stop
@@ -286,7 +287,7 @@ class Rollout:
         # An env-step budget ends early at the episodes one FinishJob can report.
         return self.env_steps >= self._target.env_steps or len(self.episodes) >= MAX_EPISODES_PER_JOB
 
-    def _act(self, ready: Mapping[int, Any]) -> dict[int, int]:
+    def _act(self, ready: Mapping[int, Any]) -> dict[int, Any]:
         groups: dict[int, _Group] = {}
         launch_policy = self._policies[0]
         for env_id, obs in ready.items():
@@ -306,7 +307,7 @@ class Rollout:
             group.env_ids.append(env_id)
             group.players.append(player)
             group.views.append(player_view(obs, seat, self._info))
-        actions: dict[int, int] = {}
+        actions: dict[int, Any] = {}
         for group in groups.values():
             inputs = {k: np.stack([view[k] for view in group.views]) for k in group.views[0]}
             acted_with = self._states_of(group)
@@ -314,7 +315,7 @@ class Rollout:
             prediction = group.policy.task.predict(inputs, states, forward_kwargs=group.kwargs)
             chosen = prediction.actions["action"]
             for i, (env_id, player) in enumerate(zip(group.env_ids, group.players, strict=True)):
-                actions[env_id] = int(chosen[i])
+                actions[env_id] = env_action(self._action_spec, chosen[i], self._info)
                 if acted_with:
                     self._slots[env_id].states[player] = {k: v[i] for k, v in prediction.states.items()}
                 if player not in self._recorded:

@@ -140,7 +140,7 @@ def _greedy_act(store, path: str, config: dict):
     from common.envs import make_env
     from common.envs.policy_view import policy_specs
 
-    env = make_env("CartPole-v1")
+    env = make_env(config["env"]["name"])
     inputs, actions = policy_specs(env.info())
     env.close()
     task = make_computation_task(config["policy"], inputs, actions, device="cpu", seed=0)
@@ -151,15 +151,16 @@ def _greedy_act(store, path: str, config: dict):
     return lambda obs: task.predict({name: obs}, forward_kwargs=greedy).actions["action"]
 
 
-def run_sb3(steps: int) -> dict | None:
-    """bench/sb3_cartpole.py as its own process; None when Stable-Baselines3 is not installed."""
+def run_sb3(steps: int, env: str = "CartPole-v1", goal: float = 475.0) -> dict | None:
+    """bench/sb3_reference.py as its own process; None when Stable-Baselines3 is not installed."""
     try:
         import stable_baselines3  # noqa: F401
     except ImportError:
         return None
     launched = time.time()
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "sb3_cartpole.py"), "--launched", repr(launched),
-                          "--steps", str(steps)], check=True, capture_output=True, text=True, timeout=900)
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "sb3_reference.py"), "--launched", repr(launched),
+                          "--steps", str(steps), "--env", env, "--goal", repr(goal)],
+                         check=True, capture_output=True, text=True, timeout=900)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -177,11 +178,11 @@ def evaluate(run_dir: pathlib.Path, config: dict, episodes: int) -> float:
     from common.checkpoint_store import CheckpointStore
     from common.computation.algorithm import ForwardKwargs
     from common.envs import make_env
-    from common.envs.policy_view import player_view, policy_specs
+    from common.envs.policy_view import env_action, player_view, policy_specs
 
     store = CheckpointStore(run_dir / "shared")
     checkpoint = store.load_latest(PLAYER)
-    env = make_env("CartPole-v1")
+    env = make_env(config["env"]["name"])
     info = env.info()
     inputs, actions = policy_specs(info)
     task = make_computation_task(config["policy"], inputs, actions, device="cpu", seed=0)
@@ -194,8 +195,8 @@ def evaluate(run_dir: pathlib.Path, config: dict, episodes: int) -> float:
         total, done = 0.0, False
         while not done:
             view = player_view(obs, 0, info)
-            action = int(task.predict({k: v[None] for k, v in view.items()}, forward_kwargs=greedy).actions["action"][0])
-            step = env.step(action)
+            chosen = task.predict({k: v[None] for k, v in view.items()}, forward_kwargs=greedy).actions["action"][0]
+            step = env.step(env_action(actions, chosen, info))
             total += float(step.reward)
             obs, done = step.obs, step.done
         returns.append(total)

@@ -107,8 +107,15 @@ class ModelConfig:
     envs whose returns stay within that bound (a game won or lost: 1). An unbounded head can overshoot
     there (values of 1.0-1.2 were seen in won connect-four positions), which gives the winning move a
     negative advantage. On the default connect-four league it did not help (BENCHMARKS.md). None: unbounded."""
+    log_std_init: float = 0.0
+    """Actor-critic models of an env with a Box (real-valued) action: the Gaussian policy's initial log standard
+    deviation, the same for every action entry (0: a std of 1, CleanRL's; -0.5 to -1 for actions bounded to
+    [-1, 1], whose samples a std of 1 clips half the time). Learned from there; unused for discrete actions."""
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.log_std_init) and -20.0 <= self.log_std_init <= 2.0):
+            raise ValueError(f"model.log_std_init must be a finite number within [-20, 2] (a std of 2e-9 to 7.4), "
+                             f"got {self.log_std_init!r}")
         if not (math.isfinite(self.obs_scale) and self.obs_scale > 0):
             raise ValueError(f"model.obs_scale must be a finite number > 0, got {self.obs_scale!r}")
         if self.value_bound is not None and not (math.isfinite(self.value_bound) and self.value_bound > 0):
@@ -159,6 +166,10 @@ class PPOConfig:
     adam_eps: float = 1e-5
     gamma: float = 0.99
     """Discount factor."""
+    reward_scale: float = 1.0
+    """Rewards are multiplied by this before the value targets are formed: values of order 1 for an env whose
+    rewards are large (Pendulum's reach -16 a step, its returns -1,600), which a value head otherwise chases with
+    the gradient budget `max_grad_norm` shares with the policy. Reported returns stay the env's own."""
     gae_lambda: float = 0.95
     """λ of GAE (and of V-trace's traces c = λ·min(c̄, ratio))."""
     update_epochs: int = 4
@@ -187,7 +198,8 @@ class PPOConfig:
 
     def __post_init__(self) -> None:
         # Written as `not (finite and > 0)`: a NaN passes `x <= 0`.
-        for name in ("learning_rate", "adam_eps", "clip_coef", "max_grad_norm", "vtrace_rho_clip", "vtrace_c_clip"):
+        for name in ("learning_rate", "adam_eps", "clip_coef", "max_grad_norm", "vtrace_rho_clip", "vtrace_c_clip",
+                     "reward_scale"):
             _check_finite(f"ppo.{name}", getattr(self, name), minimum=0.0, inclusive=False)
         _check_at_most("ppo.learning_rate", self.learning_rate, MAX_LEARNING_RATE)
         for name in ("value_coef", "entropy_coef"):

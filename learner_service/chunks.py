@@ -16,7 +16,7 @@ import numpy as np
 from common.adder_config import MAX_UNROLL_LEN
 from common.algorithms.dqn import transitions_from_trajectory
 from common.algorithms.ppo import batch_from_trajectory
-from common.computation.specs import ACTION_MASK, TensorSpec
+from common.computation.specs import ACTION_MASK, ActionSpec, BoxActionSpec, TensorSpec, as_action_spec
 from common.policy_config import PolicyConfig
 from common.tensor_codec import ChunkHeader, DecodedChunk
 from common.trajectory import DEFAULT_AGENT, OBSERVATION, Trajectory, hidden_state_key
@@ -67,14 +67,14 @@ class ChunkPreparer:
 
     def __init__(
         self, policy: PolicyConfig, input_specs: tuple[TensorSpec, ...], learn_specs: tuple[TensorSpec, ...],
-        num_actions: int, state_specs: tuple[TensorSpec, ...] = (),
+        actions: ActionSpec | int, state_specs: tuple[TensorSpec, ...] = (),
     ) -> None:
-        """``state_specs``: a recurrent model's states, which every chunk must carry per step (as
-        ``/agents/<name>/hidden_state/<k>``)."""
+        """``actions``: the policy's action spec (an int: that many discrete actions); ``state_specs``: a
+        recurrent model's states, which every chunk must carry per step (as ``/agents/<name>/hidden_state/<k>``)."""
         self.policy = policy
         self.input_specs = {s.name: s for s in input_specs}
         self.learn_specs = learn_specs
-        self.num_actions = num_actions
+        self.actions = as_action_spec(actions)
         self.state_specs = state_specs
 
     def prepare(self, chunk: DecodedChunk) -> PreparedChunk:
@@ -152,10 +152,18 @@ class ChunkPreparer:
     def _check_actions(self, trajectory: Trajectory, agent: str) -> None:
         key = f"/agents/{agent}/actions"
         actions = trajectory.actions(agent)
+        if isinstance(self.actions, BoxActionSpec):
+            expected = (*trajectory.rewards.shape, *self.actions.shape)
+            if actions.shape != expected or not np.issubdtype(actions.dtype, np.floating):
+                raise InvalidChunkError(key, f"expected float {expected} (batch, steps, *the Box's shape), got "
+                                             f"{actions.dtype}{actions.shape}")
+            _check_finite(key, actions)  # unclipped draws may leave the Box; a NaN or inf poisons the update
+            return
         if actions.shape != trajectory.rewards.shape or not np.issubdtype(actions.dtype, np.integer):
             raise InvalidChunkError(key, f"expected integer (batch, steps), got {actions.dtype}{actions.shape}")
-        if actions.size and (actions.min() < 0 or actions.max() >= self.num_actions):
-            raise InvalidChunkError(key, f"actions must be in [0, {self.num_actions})")
+        num_actions = self.actions.num_actions
+        if actions.size and (actions.min() < 0 or actions.max() >= num_actions):
+            raise InvalidChunkError(key, f"actions must be in [0, {num_actions})")
         mask = trajectory.observations().get(ACTION_MASK)
         if mask is not None and actions.size:  # its shape was checked with the observations
             legal = np.take_along_axis(np.asarray(mask, bool), actions[..., None].astype(np.intp), axis=-1)[..., 0]

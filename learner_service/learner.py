@@ -71,7 +71,7 @@ def model_spec(job: LearnJob) -> ModelSpec:
         policy = PolicyConfig.from_mapping(job.policy)
         env = make_env(job.env_name, **job.env_kwargs)
         try:
-            obs_specs, action_spec = policy_specs(env.info())
+            obs_specs, action_spec = policy_specs(env.info(), policy.algorithm)
         finally:
             env.close()
     except Exception as err:  # a bad policy section, an unknown env or env kwargs (gymnasium has its own errors)

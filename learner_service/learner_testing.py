@@ -21,7 +21,7 @@ import numpy as np
 from common.computation.computation_task import ComputationTask
 from common.computation.specs import TensorSpec
 from common.envs import make_env
-from common.envs.policy_view import player_view
+from common.envs.policy_view import env_action, player_view, policy_specs
 from common.proto.league.v1 import league_pb2
 from common.tensor_codec import ChunkHeader, encode_chunk
 from common.trajectory import DEFAULT_AGENT, AgentStep, Trajectory, TrajectoryBuilder
@@ -93,6 +93,7 @@ class Rollout:
         self.with_episode_returns = with_episode_returns
         self.envs = [make_env(env_name, **dict(env_kwargs or {})) for _ in range(env_num)]
         self.info = self.envs[0].info()
+        self.action_spec = policy_specs(self.info)[1]
         for i, env in enumerate(self.envs):
             env.seed(seed + i)
         self._obs = [player_view(env.reset(), 0, self.info) for env in self.envs]
@@ -125,7 +126,7 @@ class Rollout:
         episode_returns = np.zeros(env_num, np.float32)
         final = list(self._obs)
         for i, env in enumerate(self.envs):
-            step = env.step(int(actions[i]))
+            step = env.step(env_action(self.action_spec, actions[i], self.info))
             rewards[i], terminals[i], truncations[i] = step.reward, step.terminated, step.truncated
             self._returns[i] += step.reward
             episode_returns[i] = self._returns[i]

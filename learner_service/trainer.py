@@ -39,7 +39,7 @@ from common.algorithms.registry import make_computation_task
 from common.checkpoint_store import CheckpointError, CheckpointRef, CheckpointStore
 from common.computation.agent_helpers import ExpReplayHelper, OnlineHelper
 from common.computation.computation_task import ComputationTask
-from common.computation.specs import DiscreteActionSpec, TensorSpec
+from common.computation.specs import ActionSpec, TensorSpec
 from common.learner_config import LearnerConfig
 from common.policy_config import PolicyConfig
 from learner_service.chunks import ChunkPreparer, PreparedChunk
@@ -53,7 +53,7 @@ class ModelSpec:
 
     policy: PolicyConfig
     obs_specs: Mapping[str, TensorSpec]
-    action_spec: DiscreteActionSpec
+    action_spec: ActionSpec
 
 
 @dataclass
@@ -83,7 +83,7 @@ class Trainer:
         self.spec = spec
         self.config = config
         self.progress = progress
-        self.preparer = ChunkPreparer(spec.policy, task.input_specs, task.learn_specs, spec.action_spec.num_actions,
+        self.preparer = ChunkPreparer(spec.policy, task.input_specs, task.learn_specs, spec.action_spec,
                                       task.state_specs)
         # Bounded by `train_ready` (it takes everything once batch_size samples are held), not by dropping rows.
         self._online = OnlineHelper(capacity_rows=2**62)

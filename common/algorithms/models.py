@@ -14,8 +14,16 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from common.algorithms.distributions import ActionDistribution, DiagGaussian, action_distribution
 from common.computation.model import Model
-from common.computation.specs import ACTION_MASK, TensorSpec
+from common.computation.specs import (
+    ACTION_MASK,
+    ActionSpec,
+    DiscreteActionSpec,
+    TensorSpec,
+    action_tensor_spec,
+    as_action_spec,
+)
 from common.policy_config import ModelConfig
 from common.trajectory import OBSERVATION
 
@@ -80,18 +88,46 @@ class Torso(nn.Module):
         return self.net(x).reshape(*lead, self.out_features)
 
 
-def split_input_specs(obs_specs: Mapping[str, TensorSpec], num_actions: int) -> tuple[TensorSpec, TensorSpec]:
+def split_input_specs(
+    obs_specs: Mapping[str, TensorSpec], actions: ActionSpec | int
+) -> tuple[TensorSpec, TensorSpec | None]:
+    """The observation spec and the action mask's (None for a Box action: there is nothing to mask)."""
     unknown = sorted(set(obs_specs) - {OBSERVATION, ACTION_MASK})
     if unknown:
         raise ValueError(f"obs_spec: standard models read only {OBSERVATION!r} and {ACTION_MASK!r}, got {unknown}")
     if OBSERVATION not in obs_specs:
         raise ValueError(f"obs_spec: missing {OBSERVATION!r}")
+    actions = as_action_spec(actions)
     mask = obs_specs.get(ACTION_MASK)
+    if not isinstance(actions, DiscreteActionSpec):
+        if mask is not None:
+            raise ValueError(f"obs_spec[{ACTION_MASK!r}]: a mask of legal actions needs discrete actions; this "
+                             f"policy's action is a real vector of shape {actions.shape}")
+        return obs_specs[OBSERVATION], None
+    num_actions = actions.num_actions
     if mask is not None and (mask.shape != (num_actions,) or mask.dtype != "bool"):
         raise ValueError(f"obs_spec[{ACTION_MASK!r}]: expected bool ({num_actions},), got {mask.dtype}{mask.shape}")
     # Required when the env declares it; optional (absent = all legal) otherwise.
     mask_spec = TensorSpec(ACTION_MASK, (num_actions,), "bool", optional=mask is None)
     return obs_specs[OBSERVATION], mask_spec
+
+
+def gaussian_log_std(distribution: ActionDistribution, config: ModelConfig) -> nn.Parameter | None:
+    """A Gaussian policy's learned log std (one per action entry, shared by every state); None otherwise."""
+    if not isinstance(distribution, DiagGaussian):
+        return None
+    return nn.Parameter(torch.full((distribution.size,), float(config.log_std_init)))
+
+
+def policy_params(
+    distribution: ActionDistribution, head_out: torch.Tensor, log_std: torch.Tensor | None,
+    mask: torch.Tensor | None,
+) -> torch.Tensor:
+    """The policy head's output as the distribution's parameters: masked logits, or mean and log std."""
+    if isinstance(distribution, DiagGaussian):
+        assert log_std is not None
+        return distribution.params(head_out, log_std)
+    return apply_action_mask(head_out, mask)
 
 
 def bound_values(values: torch.Tensor, bound: float | None) -> torch.Tensor:
@@ -101,32 +137,35 @@ def bound_values(values: torch.Tensor, bound: float | None) -> torch.Tensor:
 
 
 class ActorCriticModel(Model):
-    """Categorical policy logits and a state value."""
+    """Policy parameters (categorical logits, or a Gaussian's mean and log std) and a state value."""
 
-    def __init__(self, obs_specs: Mapping[str, TensorSpec], num_actions: int, config: ModelConfig) -> None:
+    def __init__(self, obs_specs: Mapping[str, TensorSpec], actions: ActionSpec | int, config: ModelConfig) -> None:
         super().__init__()
-        self.obs_spec, self.mask_spec = split_input_specs(obs_specs, num_actions)
-        self.num_actions = num_actions
+        self.action_spec = as_action_spec(actions)
+        self.obs_spec, self.mask_spec = split_input_specs(obs_specs, self.action_spec)
         activation = config.activation or "tanh"
         self.actor_torso = Torso(self.obs_spec, config, activation)
         self.critic_torso = None if config.shared_torso else Torso(self.obs_spec, config, activation)
         width = self.actor_torso.out_features
-        self.policy_head = layer_init(nn.Linear(width, num_actions), std=0.01)
+        self.distribution: ActionDistribution = action_distribution(self.action_spec)
+        # Attributes named as before Box actions existed: discrete checkpoints keep their keys.
+        self.policy_head = layer_init(nn.Linear(width, self.distribution.head_size), std=0.01)
+        self.log_std = gaussian_log_std(self.distribution, config)
         self.value_head = layer_init(nn.Linear(width, 1), std=1.0)
         self.value_bound = config.value_bound
 
     def get_input_specs(self) -> list[TensorSpec]:
-        return [self.obs_spec, self.mask_spec]
+        return [self.obs_spec] if self.mask_spec is None else [self.obs_spec, self.mask_spec]
 
     def get_action_specs(self) -> list[TensorSpec]:
-        return [TensorSpec("action", (), "int64")]
+        return [action_tensor_spec(self.action_spec)]
 
     def forward(self, inputs: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Masked logits (..., A) and values (...)."""
+        """Policy parameters (..., P) and values (...)."""
         features = self.actor_torso(inputs[OBSERVATION])
-        logits = apply_action_mask(self.policy_head(features), inputs.get(ACTION_MASK))
+        params = policy_params(self.distribution, self.policy_head(features), self.log_std, inputs.get(ACTION_MASK))
         critic = features if self.critic_torso is None else self.critic_torso(inputs[OBSERVATION])
-        return logits, bound_values(self.value_head(critic).squeeze(-1), self.value_bound)
+        return params, bound_values(self.value_head(critic).squeeze(-1), self.value_bound)
 
     def value(self, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         torso = self.actor_torso if self.critic_torso is None else self.critic_torso

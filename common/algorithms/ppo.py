@@ -7,6 +7,8 @@ Read top to bottom like CleanRL's ppo.py; the differences are what a distributed
   truncated inside a row (whose final observation is not stored) is dropped, the steps before it
   bootstrapping from the last observation of their episode that is known.
 - Legal-action masks: masked actions have zero probability when acting and in the loss.
+- Discrete actions (categorical) or a Box's real vector (diagonal Gaussian): the model's `distribution`
+  (`common.algorithms.distributions`) turns its policy output into log-probabilities, entropies and actions.
 - Actors act with a policy some versions old (the behaviour policy µ, whose log-probabilities come with
   the data). With ``off_policy_correction="vtrace"`` the update follows IMPALA and "decoupled" PPO: at the
   start of an update the learner's current policy π_prox is evaluated; value targets are V-trace targets
@@ -28,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from common.algorithms.acting import check_legal, epsilon_explore, legal_count, sample_logits
+from common.algorithms.distributions import Categorical
 from common.algorithms.models import ActorCriticModel
 from common.computation.algorithm import (
     Algorithm,
@@ -38,7 +40,7 @@ from common.computation.algorithm import (
     training_counter,
 )
 from common.computation.model import Model
-from common.computation.specs import ACTION_MASK, TensorSpec
+from common.computation.specs import ACTION_MASK, DiscreteActionSpec, TensorSpec
 from common.policy_config import PPOConfig
 from common.trajectory import DEFAULT_AGENT, Trajectory, hidden_state_key
 
@@ -136,20 +138,9 @@ def choose_actions(
     logits: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, kwargs: ForwardKwargs,
     generator: torch.Generator,
 ) -> dict[str, torch.Tensor]:
-    """The action of each row (sampled, greedy and/or ε-explored) with its behaviour log-probability and value."""
-    check_legal(mask)
-    log_probs = torch.log_softmax(logits, dim=-1)
-    greedy_action = torch.argmax(logits, dim=-1)
-    action = greedy_action if kwargs.greedy else sample_logits(logits, generator)
-    action = epsilon_explore(action, logits, mask, kwargs.eps, generator)
-    chosen = log_probs.gather(-1, action[:, None]).squeeze(-1)
-    if kwargs.eps > 0 or kwargs.greedy:
-        # The behaviour distribution is the mixture actually sampled from; V-trace corrects for it.
-        policy_prob = (action == greedy_action).to(value.dtype) if kwargs.greedy else chosen.exp()
-        logp = torch.log((1 - kwargs.eps) * policy_prob + kwargs.eps / legal_count(logits, mask))
-    else:
-        logp = chosen
-    return {"action": action, "logp": logp, "value": value}
+    """The discrete action of each row (sampled, greedy and/or ε-explored) with its behaviour log-probability
+    and value (`Categorical.choose`; a model's own `distribution` chooses for Box actions too)."""
+    return Categorical(DiscreteActionSpec(logits.shape[-1])).choose(logits, value, mask, kwargs, generator)
 
 
 def split_inputs(
@@ -188,7 +179,7 @@ class PPO(Algorithm):
         return [
             *inputs,
             *(TensorSpec(f"next_{s.name}", s.shape, s.dtype, s.optional) for s in inputs),
-            TensorSpec("action", (), "int64"),
+            *self.model.get_action_specs(),
             TensorSpec("reward", ()),
             TensorSpec("terminated", (), "bool"),
             TensorSpec("truncated", (), "bool"),
@@ -199,8 +190,8 @@ class PPO(Algorithm):
     def predict(
         self, inputs: dict[str, torch.Tensor], states: dict[str, torch.Tensor], kwargs: ForwardKwargs
     ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        logits, value = self.model(inputs)
-        return choose_actions(logits, value, inputs.get(ACTION_MASK), kwargs, self.generator), states
+        params, value = self.model(inputs)
+        return self.model.distribution.choose(params, value, inputs.get(ACTION_MASK), kwargs, self.generator), states
 
     # ---- learning ---------------------------------------------------------------------------------------
     def learn(self, batch: dict[str, torch.Tensor]) -> LearnOutput:
@@ -217,7 +208,7 @@ class PPO(Algorithm):
         # Flatten (B, T) to samples and keep the steps that have a target.
         keep = targets.valid.flatten().nonzero().squeeze(-1)
         flat = {k: v.flatten(0, 1)[keep] for k, v in inputs.items()}
-        b_actions = actions.flatten()[keep]
+        b_actions = actions.flatten(0, 1)[keep]
         b_old_logp = old_logp.flatten()[keep]
         b_adv = targets.advantages.flatten()[keep]
         b_returns = targets.returns.flatten()[keep]
@@ -241,11 +232,12 @@ class PPO(Algorithm):
         """Targets of the (B, T) batch from the start-of-update logits and values; the log-probabilities the
         clipped ratio is taken against; log π/µ of the behaviour data."""
         cfg = self.config
-        logp_now = torch.log_softmax(logits, dim=-1).gather(-1, batch["action"][..., None]).squeeze(-1)
+        logp_now = self.model.distribution.log_prob(logits, batch["action"])
         behaviour_log_ratio = logp_now - batch["behaviour_logp"]
         vtrace = cfg.off_policy_correction == "vtrace"
+        rewards = batch["reward"] if cfg.reward_scale == 1.0 else batch["reward"] * cfg.reward_scale
         targets = compute_targets(
-            values, bootstrap, batch["reward"], batch["terminated"], batch["truncated"], cfg.gamma, cfg.gae_lambda,
+            values, bootstrap, rewards, batch["terminated"], batch["truncated"], cfg.gamma, cfg.gae_lambda,
             log_ratio=behaviour_log_ratio if vtrace else None,
             rho_clip=cfg.vtrace_rho_clip, c_clip=cfg.vtrace_c_clip,
         )
@@ -261,12 +253,12 @@ class PPO(Algorithm):
         self, logits: torch.Tensor, new_values: torch.Tensor, actions: torch.Tensor, old_logp: torch.Tensor,
         adv: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, stats: dict[str, list[torch.Tensor]],
     ) -> None:
-        """One gradient step on a minibatch of samples (flat: (N, A) logits, (N,) everything else)."""
+        """One gradient step on a minibatch of samples (flat: (N, P) policy parameters, (N, ...) actions, (N,)
+        everything else)."""
         cfg = self.config
-        log_probs = torch.log_softmax(logits, dim=-1)
-        new_logp = log_probs.gather(-1, actions[:, None]).squeeze(-1)
-        probs = log_probs.exp()
-        entropy = -torch.where(probs > 0, probs * log_probs, torch.zeros_like(probs)).sum(-1).mean()
+        distribution = self.model.distribution
+        new_logp = distribution.log_prob(logits, actions)
+        entropy = distribution.entropy(logits).mean()
         log_ratio = new_logp - old_logp
         ratio = log_ratio.exp()
         if cfg.normalize_advantages and len(adv) > 1:
@@ -326,7 +318,9 @@ def check_segments(
     lead = tuple(batch["reward"].shape)
     if len(lead) != 2:
         raise ValueError(f"reward: PPO learns from (batch, steps) segments, got shape {lead}")
-    for key in ("action", "terminated", "truncated", "behaviour_logp"):
+    if tuple(batch["action"].shape[:2]) != lead:
+        raise ValueError(f"action: leading shape {tuple(batch['action'].shape[:2])} != reward shape {lead}")
+    for key in ("terminated", "truncated", "behaviour_logp"):
         if tuple(batch[key].shape) != lead:
             raise ValueError(f"{key}: shape {tuple(batch[key].shape)} != reward shape {lead}")
     for key, value in inputs.items():

@@ -17,9 +17,17 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from common.algorithms.models import Torso, apply_action_mask, bound_values, layer_init, split_input_specs
+from common.algorithms.distributions import ActionDistribution, action_distribution
+from common.algorithms.models import (
+    Torso,
+    bound_values,
+    gaussian_log_std,
+    layer_init,
+    policy_params,
+    split_input_specs,
+)
 from common.computation.model import Model
-from common.computation.specs import ACTION_MASK, TensorSpec
+from common.computation.specs import ACTION_MASK, ActionSpec, TensorSpec, action_tensor_spec, as_action_spec
 from common.policy_config import ModelConfig
 from common.trajectory import OBSERVATION
 
@@ -76,28 +84,31 @@ class RecurrentCore(nn.Module):
 
 
 class RecurrentActorCriticModel(Model):
-    """Categorical policy logits and a state value from a torso + recurrent core."""
+    """Policy parameters (categorical logits, or a Gaussian's mean and log std) and a state value from a torso +
+    recurrent core."""
 
-    def __init__(self, obs_specs: Mapping[str, TensorSpec], num_actions: int, config: ModelConfig) -> None:
+    def __init__(self, obs_specs: Mapping[str, TensorSpec], actions: ActionSpec | int, config: ModelConfig) -> None:
         super().__init__()
         if config.recurrent is None:
             raise ValueError("model.recurrent: a recurrent model needs 'gru' or 'lstm'")
-        self.obs_spec, self.mask_spec = split_input_specs(obs_specs, num_actions)
-        self.num_actions = num_actions
+        self.action_spec = as_action_spec(actions)
+        self.obs_spec, self.mask_spec = split_input_specs(obs_specs, self.action_spec)
         self.torso = Torso(self.obs_spec, config, config.activation or "tanh")
         self.core = RecurrentCore(config.recurrent, self.torso.out_features, config.recurrent_size)
-        self.policy_head = layer_init(nn.Linear(config.recurrent_size, num_actions), std=0.01)
+        self.distribution: ActionDistribution = action_distribution(self.action_spec)
+        self.policy_head = layer_init(nn.Linear(config.recurrent_size, self.distribution.head_size), std=0.01)
+        self.log_std = gaussian_log_std(self.distribution, config)
         self.value_head = layer_init(nn.Linear(config.recurrent_size, 1), std=1.0)
         self.value_bound = config.value_bound
 
     def get_input_specs(self) -> list[TensorSpec]:
-        return [self.obs_spec, self.mask_spec]
+        return [self.obs_spec] if self.mask_spec is None else [self.obs_spec, self.mask_spec]
 
     def get_state_specs(self) -> list[TensorSpec]:
         return [TensorSpec(name, (self.core.size,)) for name in self.core.state_names]
 
     def get_action_specs(self) -> list[TensorSpec]:
-        return [TensorSpec("action", (), "int64")]
+        return [action_tensor_spec(self.action_spec)]
 
     def step(
         self, inputs: Mapping[str, torch.Tensor], states: Mapping[str, torch.Tensor]
@@ -122,4 +133,4 @@ class RecurrentActorCriticModel(Model):
 
     def _heads(self, features: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         values = bound_values(self.value_head(features).squeeze(-1), self.value_bound)
-        return apply_action_mask(self.policy_head(features), mask), values
+        return policy_params(self.distribution, self.policy_head(features), self.log_std, mask), values

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from common.algorithms.ppo import PPO, STATE_PREFIX, check_segments, choose_actions, minibatches, split_inputs
+from common.algorithms.ppo import PPO, STATE_PREFIX, check_segments, minibatches, split_inputs
 from common.algorithms.recurrent_models import RecurrentActorCriticModel
 from common.computation.algorithm import ForwardKwargs, LearnOutput
 from common.computation.specs import ACTION_MASK, TensorSpec
@@ -42,8 +42,9 @@ class RecurrentPPO(PPO):
     def predict(
         self, inputs: dict[str, torch.Tensor], states: dict[str, torch.Tensor], kwargs: ForwardKwargs
     ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        logits, value, next_states = self.model.step(inputs, states)
-        return choose_actions(logits, value, inputs.get(ACTION_MASK), kwargs, self.generator), next_states
+        params, value, next_states = self.model.step(inputs, states)
+        return self.model.distribution.choose(params, value, inputs.get(ACTION_MASK), kwargs, self.generator), \
+            next_states
 
     def learn(self, batch: dict[str, torch.Tensor]) -> LearnOutput:
         cfg = self.config

@@ -19,21 +19,36 @@ from common.algorithms.recurrent_models import RecurrentActorCriticModel
 from common.algorithms.recurrent_ppo import RecurrentPPO
 from common.computation.algorithm import Algorithm
 from common.computation.computation_task import ComputationTask
-from common.computation.specs import DiscreteActionSpec, ObsSpec, observation_specs
+from common.computation.specs import (
+    ActionSpec,
+    DiscreteActionSpec,
+    ObsSpec,
+    as_action_spec,
+    observation_specs,
+)
 from common.policy_config import ALGORITHM_NAMES, PolicyConfig
 
 
-def _build_ppo(obs: Mapping, actions: DiscreteActionSpec, config: PolicyConfig) -> Algorithm:
+def _build_ppo(obs: Mapping, actions: ActionSpec, config: PolicyConfig) -> Algorithm:
     if config.model.recurrent is not None:
-        return RecurrentPPO(RecurrentActorCriticModel(obs, actions.num_actions, config.model), config.ppo)
-    return PPO(ActorCriticModel(obs, actions.num_actions, config.model), config.ppo)
+        return RecurrentPPO(RecurrentActorCriticModel(obs, actions, config.model), config.ppo)
+    return PPO(ActorCriticModel(obs, actions, config.model), config.ppo)
 
 
-def _build_dqn(obs: Mapping, actions: DiscreteActionSpec, config: PolicyConfig) -> Algorithm:
+class UnsupportedActionError(ValueError):
+    """An algorithm that cannot act in the env's action space (DQN and a Box action)."""
+
+
+def _build_dqn(obs: Mapping, actions: ActionSpec, config: PolicyConfig) -> Algorithm:
+    if not isinstance(actions, DiscreteActionSpec):
+        raise UnsupportedActionError(
+            f"policy.algorithm dqn: DQN picks the action of highest value among N discrete actions; this env's "
+            f"action is a real vector (a Box of shape {actions.shape}): use policy.algorithm: ppo, whose Gaussian "
+            "policy acts in a Box")
     return DQN(QNetworkModel(obs, actions.num_actions, config.model), config.dqn)
 
 
-ALGORITHMS: dict[str, Callable[[Mapping, DiscreteActionSpec, PolicyConfig], Algorithm]] = {
+ALGORITHMS: dict[str, Callable[[Mapping, ActionSpec, PolicyConfig], Algorithm]] = {
     "ppo": _build_ppo,
     "dqn": _build_dqn,
 }
@@ -45,14 +60,13 @@ if set(ALGORITHMS) != set(ALGORITHM_NAMES):
 def make_computation_task(
     policy_config: Mapping[str, Any] | PolicyConfig | None,
     obs_spec: ObsSpec,
-    action_spec: DiscreteActionSpec | int,
+    action_spec: ActionSpec | int,
     device: str = "auto",
     seed: int | None = None,
 ) -> ComputationTask:
     """A ready task; ``seed`` fixes the initial weights and the acting/minibatch randomness."""
     config = PolicyConfig.from_mapping(policy_config)
-    if isinstance(action_spec, int):
-        action_spec = DiscreteActionSpec(action_spec)
+    action_spec = as_action_spec(action_spec)
     specs = observation_specs(obs_spec)
     if seed is None:
         algorithm = ALGORITHMS[config.algorithm](specs, action_spec, config)

@@ -28,6 +28,8 @@ from common.computation.data_processor import ComputationDataProcessor, PackedBa
 from common.computation.model import Model
 from common.computation.specs import (
     ACTION_MASK,
+    ActionSpec,
+    BoxActionSpec,
     DiscreteActionSpec,
     TensorSpec,
     observation_specs,
@@ -36,7 +38,9 @@ from common.computation.specs import (
 
 __all__ = [
     "ACTION_MASK",
+    "ActionSpec",
     "Algorithm",
+    "BoxActionSpec",
     "ComputationDataProcessor",
     "ComputationTask",
     "DiscreteActionSpec",

@@ -66,6 +66,75 @@ class DiscreteActionSpec:
             raise ValueError(f"num_actions must be a positive int, got {self.num_actions!r}")
 
 
+@dataclass(frozen=True)
+class BoxActionSpec:
+    """A real-valued action of ``shape`` (float32; () for one number), each entry within [``low``, ``high``] (per entry, flattened
+    row-major; ±inf where unbounded): a gymnasium Box action. Policies sample it unbounded and actors clip what
+    the env receives to the bounds (`clip`), so the recorded action keeps the probability it was drawn with."""
+
+    shape: tuple[int, ...]
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        shape = tuple(int(d) for d in self.shape)
+        object.__setattr__(self, "shape", shape)
+        if any(d < 1 for d in shape):
+            raise ValueError(f"a Box action's dimensions must be positive, got shape {self.shape}")
+        size = self.size
+        low, high = _flat_bounds(self.low, size, shape), _flat_bounds(self.high, size, shape)
+        if np.isnan(low).any() or np.isnan(high).any() or (low > high).any():
+            raise ValueError(f"Box action bounds must be numbers with low <= high, got low {low.tolist()} and "
+                             f"high {high.tolist()}")
+        object.__setattr__(self, "low", tuple(float(x) for x in low))
+        object.__setattr__(self, "high", tuple(float(x) for x in high))
+
+    @property
+    def size(self) -> int:
+        """Entries of one action (the policy's mean is this wide)."""
+        return int(np.prod(self.shape))
+
+    @property
+    def bounded(self) -> bool:
+        """Every entry has finite bounds (so a uniform draw over them exists)."""
+        return all(np.isfinite(self.low)) and all(np.isfinite(self.high))
+
+    def clip(self, action: np.ndarray) -> np.ndarray:
+        """``action`` (``shape``) as the env takes it: float32, each entry clipped to its bounds."""
+        flat = np.clip(np.asarray(action, np.float64).reshape(-1), self.low, self.high)
+        return flat.astype(np.float32).reshape(self.shape)
+
+
+def _flat_bounds(value: Any, size: int, shape: tuple[int, ...]) -> np.ndarray:
+    """Bounds as `size` float64 entries: one number for every entry, or one per entry (any layout)."""
+    flat = np.asarray(value, np.float64).reshape(-1)
+    if flat.size == 1:
+        return np.full(size, flat[0])
+    if flat.size != size:
+        raise ValueError(f"Box action bounds must have {size} entries (shape {shape}) or one, got {flat.size}")
+    return flat
+
+
+ActionSpec = DiscreteActionSpec | BoxActionSpec
+"""What a policy's action is: one of N choices, or a real vector."""
+
+
+def as_action_spec(spec: ActionSpec | int) -> ActionSpec:
+    """An action spec; a bare int is that many discrete actions (the form earlier callers pass)."""
+    if isinstance(spec, DiscreteActionSpec | BoxActionSpec):
+        return spec
+    if isinstance(spec, int | np.integer) and not isinstance(spec, bool):
+        return DiscreteActionSpec(int(spec))
+    raise TypeError(f"expected a DiscreteActionSpec, a BoxActionSpec or an int, got {type(spec).__name__}")
+
+
+def action_tensor_spec(spec: ActionSpec) -> TensorSpec:
+    """How one action is stored: an int64 index, or a float32 array of the Box's shape."""
+    if isinstance(spec, DiscreteActionSpec):
+        return TensorSpec("action", (), "int64")
+    return TensorSpec("action", spec.shape, "float32")
+
+
 ObsSpec = TensorSpec | Mapping[str, TensorSpec]
 
 
@@ -81,8 +150,9 @@ def observation_specs(obs_spec: ObsSpec) -> dict[str, TensorSpec]:
     return specs
 
 
-def specs_from_gym(observation_space: Any, action_space: Any) -> tuple[dict[str, TensorSpec], DiscreteActionSpec]:
-    """Specs for a gymnasium Box/Discrete/MultiBinary observation (or a Dict of them) and a Discrete action."""
+def specs_from_gym(observation_space: Any, action_space: Any) -> tuple[dict[str, TensorSpec], ActionSpec]:
+    """Specs for a gymnasium Box/Discrete/MultiBinary observation (or a Dict of them) and a Discrete or float Box
+    action."""
     import gymnasium.spaces as spaces
 
     def one(name: str, space: Any) -> TensorSpec:
@@ -96,6 +166,8 @@ def specs_from_gym(observation_space: Any, action_space: Any) -> tuple[dict[str,
         obs = {k: one(k, s) for k, s in observation_space.spaces.items()}
     else:
         obs = {OBSERVATION: one(OBSERVATION, observation_space)}
+    if isinstance(action_space, spaces.Box) and np.dtype(action_space.dtype).kind == "f":
+        return obs, BoxActionSpec(tuple(action_space.shape), action_space.low, action_space.high)
     if not isinstance(action_space, spaces.Discrete):
-        raise ValueError(f"action space {action_space!r}: only Discrete actions are supported")
+        raise ValueError(f"action space {action_space!r}: only Discrete and float Box actions are supported")
     return obs, DiscreteActionSpec(int(action_space.n))

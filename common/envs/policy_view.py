@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from common.computation.specs import ACTION_MASK, DiscreteActionSpec, TensorSpec
+from common.computation.specs import ACTION_MASK, ActionSpec, BoxActionSpec, DiscreteActionSpec, TensorSpec
 from common.envs.base import ArraySpec, DiscreteSpec, EnvInfo
 from common.trajectory import OBSERVATION
 
@@ -30,14 +30,11 @@ _WRAP_ADVICE = ("give env.name as 'python:<module>:<callable>' returning it wrap
                 "gymnasium.wrappers.FlattenObservation (a one-hot or flat Box)")
 
 
-def policy_specs(info: EnvInfo) -> tuple[dict[str, TensorSpec], DiscreteActionSpec]:
+def policy_specs(info: EnvInfo, algorithm: str = "ppo") -> tuple[dict[str, TensorSpec], ActionSpec]:
     """The model-input specs of one player's policy, and its action spec; UnsupportedEnvError for an env whose
-    actions are not one discrete choice or whose observations are not arrays of at least one dimension."""
-    if not isinstance(info.action_spec, DiscreteSpec):
-        raise UnsupportedEnvError(
-            f"env {info.name!r}: its action space is {_describe(info.action_spec)}; the policies here choose one "
-            "of N discrete actions (a gymnasium Discrete space starting at 0)")
-    action = DiscreteActionSpec(int(info.action_spec.num_values))
+    actions are neither one discrete choice nor a real vector (a float Box; not for `algorithm` dqn), or whose
+    observations are not arrays of at least one dimension."""
+    action = _action_spec(info, algorithm)
     obs_spec = info.obs_spec
     if isinstance(obs_spec, ArraySpec):
         _check_leaf(info, "its observation", obs_spec.shape)
@@ -63,6 +60,25 @@ def policy_specs(info: EnvInfo) -> tuple[dict[str, TensorSpec], DiscreteActionSp
     return specs, action
 
 
+def _action_spec(info: EnvInfo, algorithm: str) -> ActionSpec:
+    spec = info.action_spec
+    if isinstance(spec, DiscreteSpec):
+        return DiscreteActionSpec(int(spec.num_values))
+    if isinstance(spec, ArraySpec) and np.dtype(spec.dtype).kind == "f" and spec.nbytes > 0:
+        if algorithm == "dqn":
+            raise UnsupportedEnvError(
+                f"env {info.name!r}: its action space is {_describe(spec)}; DQN picks the action of highest value "
+                "among N discrete actions: use policy.algorithm: ppo, whose Gaussian policy acts in a Box")
+        return BoxActionSpec(spec.shape, _bound(spec.minimum, -np.inf), _bound(spec.maximum, np.inf))
+    raise UnsupportedEnvError(
+        f"env {info.name!r}: its action space is {_describe(spec)}; the policies here choose one of N discrete "
+        "actions (a gymnasium Discrete space starting at 0) or a real vector (a float Box)")
+
+
+def _bound(value: Any, unbounded: float) -> Any:
+    return unbounded if value is None else value
+
+
 def _check_dict_entries(info: EnvInfo, obs_spec: Mapping[str, Any]) -> None:
     """A dict observation must be what the models read (common.algorithms.models.split_input_specs): one array
     `observation` and, optionally, a bool `action_mask`. Other entries, or a mask of 0/1 integers (a gymnasium
@@ -74,6 +90,10 @@ def _check_dict_entries(info: EnvInfo, obs_spec: Mapping[str, Any]) -> None:
             f"{OBSERVATION!r} (and a bool {ACTION_MASK!r} of legal actions, if any): return those entries, or "
             f"{_WRAP_ADVICE}")
     mask = obs_spec.get(ACTION_MASK)
+    if mask is not None and not isinstance(info.action_spec, DiscreteSpec):
+        raise UnsupportedEnvError(
+            f"env {info.name!r}: its observation has an {ACTION_MASK!r}, which names legal actions among N "
+            f"discrete ones, but its action space is {_describe(info.action_spec)}: drop the mask")
     if mask is not None and np.dtype(mask.dtype) != np.bool_:
         raise UnsupportedEnvError(
             f"env {info.name!r}: its {ACTION_MASK!r} is {np.dtype(mask.dtype).name}; the models take a bool mask: "
@@ -136,6 +156,14 @@ def player_view(obs: Any, seat: int, info: EnvInfo) -> dict[str, np.ndarray]:
     return view
 
 
+def env_action(action: ActionSpec, chosen: Any, info: EnvInfo) -> Any:
+    """What the env receives for a policy's action: the index as an int, or the Box's array clipped to its
+    bounds in the env's dtype (the trajectory keeps the unclipped draw: its log-probability is the policy's)."""
+    if isinstance(action, DiscreteActionSpec):
+        return int(chosen)
+    return action.clip(chosen).astype(info.action_spec.dtype, copy=False)
+
+
 def to_play(obs: Any, info: EnvInfo) -> int:
     """Whose turn it is: the `to_play` entry of a turn-based env, else 0 (single-player envs)."""
     if isinstance(obs, Mapping) and TO_PLAY in obs:
@@ -148,4 +176,4 @@ def _tensor_spec(name: str, shape: tuple[int, ...], dtype: np.dtype) -> TensorSp
     return TensorSpec(name, tuple(int(d) for d in shape), dtype_name)
 
 
-__all__ = ["ACTION_MASK", "TO_PLAY", "UnsupportedEnvError", "player_view", "policy_specs", "to_play"]
+__all__ = ["ACTION_MASK", "TO_PLAY", "UnsupportedEnvError", "env_action", "player_view", "policy_specs", "to_play"]

@@ -491,3 +491,29 @@ def test_resuming_with_a_model_the_checkpoints_do_not_fit_is_a_config_error(leag
     assert "coordinator listening" not in out
     assert (run_dir / "config.yaml").read_text() == saved
     _assert_nothing_left_running(run)
+
+
+def test_a_solo_league_with_a_box_action_trains_publishes_and_its_checkpoint_plays(league_run, tmp_path):
+    """configs/solo_pendulum.yaml: a Gaussian policy end to end (actors clip the torque they send, the learner
+    takes the float actions, `league eval` plays the checkpoint's mean), with no chunk or job refused."""
+    cfg = yaml.safe_load((ROOT / "configs" / "solo_pendulum.yaml").read_text())
+    cfg["env"]["env_steps"] = 800  # 4 envs x 200: whole episodes, so returns are reported
+    cfg["env"]["env_num"] = 4
+    cfg["learner"]["batch_size"] = 256
+    config = tmp_path / "pendulum.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    run = league_run(seconds=25, config=config)
+    run.wait_for(lambda r: _counter(r, "jobs_finished") >= 2 and _active(r)["checkpoint_version"] >= 2,
+                 timeout_s=120, what="finished jobs and published checkpoints")
+    _assert_clean_end(run)
+    logs = "".join(p.read_text(errors="replace") for p in (run.run_dir / "logs").glob("*.log"))
+    assert " ERROR " not in logs and "invalid chunk" not in logs.lower(), logs[-3000:]
+    player = _active(_history(run.run_dir)[-1])
+    assert player["agent_steps"] > 0 and player["episodes"] > 0
+    played = subprocess.run(
+        [sys.executable, "-m", "league_cli", "eval", "--checkpoint",
+         str(run.run_dir / "shared" / player["player_id"]), "--games", "3", "--json"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert played.returncode == 0, played.stderr
+    result = json.loads(played.stdout.strip().splitlines()[-1])
+    assert result["episodes"] == 3 and -16.3 * 200 <= result["mean_return"] <= 0.0, result

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
+from common.computation.specs import BoxActionSpec
 from common.envs import DiscreteSpec, EpisodeStats
 from common.envs.gym_env import GymEnv
 from common.envs.gymnasium_view import GymnasiumView
@@ -99,12 +100,11 @@ class _ScalarBoxEnv(gymnasium.Env):
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: GymEnv("Pendulum-v1"), r"action space is continuous \(an array of shape \(1,\), float32\)"),
         (lambda: GymEnv("FrozenLake-v1"), r"observation is one integer .*FlattenObservation"),
         (lambda: GymEnv("Blackjack-v1"), r"observations are not arrays \(a gymnasium Tuple"),
         (lambda: GymEnv(_ScalarBoxEnv), r"action space is a Discrete space not starting at 0 \(from 2\)"),
     ],
-    ids=["box-action", "discrete-obs", "tuple-obs", "discrete-action-from-2"],
+    ids=["discrete-obs", "tuple-obs", "discrete-action-from-2"],
 )
 def test_spaces_no_policy_can_play_are_named_when_the_policy_is_built(make, message):
     """They failed deep in model building with an AttributeError or IndexError (the learner's job error, the
@@ -116,16 +116,24 @@ def test_spaces_no_policy_can_play_are_named_when_the_policy_is_built(make, mess
 
 
 @pytest.mark.parametrize(("space", "said"), [
-    (gymnasium.spaces.Box(-1.0, 1.0, (), np.float32), "a continuous scalar (float32)"),
     (gymnasium.spaces.Box(0, 5, (), np.int64), "an integer scalar (int64)"),
+    (gymnasium.spaces.Box(0, 5, (2,), np.int64), "multi-discrete or multi-binary (an array of shape (2,), int64)"),
 ])
-def test_a_scalar_box_action_is_not_called_a_discrete_space(space, said):
+def test_an_integer_box_action_is_not_called_a_discrete_space(space, said):
     class ScalarAction(_ScalarBoxEnv):
         observation_space = gymnasium.spaces.Box(-1.0, 1.0, (2,), np.float32)
         action_space = space
 
     with pytest.raises(UnsupportedEnvError, match=re.escape(f"its action space is {said};")):
         policy_specs(GymEnv(ScalarAction).info())
+
+
+def test_a_scalar_float_box_action_is_a_one_number_box():
+    class ScalarAction(_ScalarBoxEnv):
+        observation_space = gymnasium.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        action_space = gymnasium.spaces.Box(-1.0, 1.0, (), np.float32)
+
+    assert policy_specs(GymEnv(ScalarAction).info())[1] == BoxActionSpec((), -1.0, 1.0)
 
 
 def test_a_scalar_observation_is_named_too():

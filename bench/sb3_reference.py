@@ -1,10 +1,12 @@
-"""Stable-Baselines3 PPO on CartPole-v1 with the rl-baselines3-zoo tuned settings: the reference trainer.
+"""Stable-Baselines3 PPO with the rl-baselines3-zoo tuned settings (CartPole-v1 or Pendulum-v1): the reference
+trainer the solo leagues are timed against.
 
-Run as its own process by bench_system (so its start-up counts like ours): trains for `--steps` env steps,
-keeping a copy of the policy after every update with the seconds since `--launched` (the parent's wall
-clock at launch), then evaluates the copies offline with bench.learning_clock and prints one JSON line.
+Run as its own process by bench_system and bench_pendulum (so its start-up counts like ours): trains for
+`--steps` env steps, keeping a copy of the policy after every update with the seconds since `--launched` (the
+parent's wall clock at launch), then evaluates the copies offline with bench.learning_clock and prints one
+JSON line.
 
-`python bench/sb3_cartpole.py --launched UNIX_TIME [--steps N]`
+`python bench/sb3_reference.py --launched UNIX_TIME [--env CartPole-v1|Pendulum-v1] [--steps N] [--goal G]`
 """
 
 from __future__ import annotations
@@ -20,11 +22,25 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+def _linear(start: float):
+    return lambda progress: progress * start
+
+
+ZOO = {
+    # rl-baselines3-zoo hyperparams/ppo.yml (n_envs, PPO keyword arguments).
+    "CartPole-v1": lambda: (8, dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
+                                    ent_coef=0.0, learning_rate=_linear(0.001), clip_range=_linear(0.2))),
+    "Pendulum-v1": lambda: (4, dict(n_steps=1024, gae_lambda=0.95, gamma=0.9, n_epochs=10, ent_coef=0.0,
+                                    learning_rate=1e-3, clip_range=0.2, use_sde=True, sde_sample_freq=4)),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--launched", type=float, required=True, help="time.time() when the parent launched us")
     parser.add_argument("--steps", type=int, default=100_000, help="training env steps (zoo: 1e5)")
-    parser.add_argument("--goal", type=float, default=475.0)
+    parser.add_argument("--env", choices=sorted(ZOO), default="CartPole-v1")
+    parser.add_argument("--goal", type=float, default=475.0, help="greedy mean return to reach (100 episodes)")
     args = parser.parse_args(argv)
 
     import numpy as np
@@ -49,13 +65,9 @@ def main(argv: list[str] | None = None) -> int:
             self.kept.append((time.time() - args.launched, self.num_timesteps,
                               copy.deepcopy(self.model.policy.state_dict())))
 
-    def linear(start: float):
-        return lambda progress: progress * start
-
-    # rl-baselines3-zoo hyperparams/ppo.yml, CartPole-v1.
-    env = make_vec_env("CartPole-v1", n_envs=8, seed=0)
-    model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
-                ent_coef=0.0, learning_rate=linear(0.001), clip_range=linear(0.2), seed=0, verbose=0)
+    n_envs, settings = ZOO[args.env]()
+    env = make_vec_env(args.env, n_envs=n_envs, seed=0)
+    model = PPO("MlpPolicy", env, seed=0, verbose=0, **settings)
     keep = KeepPolicies()
     train_start = time.time() - args.launched
     model.learn(total_timesteps=args.steps, callback=keep)
@@ -74,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         return build
 
     snaps = [Snapshot(t, steps, make_act(state)) for t, steps, state in keep.kept]
-    reached = first_to_reach(snaps, args.goal)
+    reached = first_to_reach(snaps, args.goal, env_id=args.env)
     print(json.dumps({
         "train_start_s": train_start, "train_end_s": train_end, "env_steps": int(model.num_timesteps),
         "steps_per_s": model.num_timesteps / max(train_end - train_start, 1e-9), "snapshots": len(snaps),

@@ -1,0 +1,143 @@
+"""The action distributions of actor-critic policies: categorical over N choices, diagonal Gaussian over a Box.
+
+A model's policy output is one tensor of *parameters* per row (masked logits (..., A), or a Gaussian's mean and
+log standard deviation side by side (..., 2D)), so PPO slices, flattens and minibatches it the same way for
+both; the distribution object turns parameters into log-probabilities, entropies and actions.
+
+The Gaussian follows CleanRL's ``ppo_continuous_action``: a state-independent log std (a learned parameter of
+the model), actions sampled unbounded and clipped to the Box only where the env receives them
+(`BoxActionSpec.clip`), so the recorded action is the one whose density the behaviour log-probability is.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from common.algorithms.acting import check_legal, epsilon_explore, legal_count, sample_logits
+from common.computation.algorithm import ForwardKwargs
+from common.computation.specs import ActionSpec, BoxActionSpec, DiscreteActionSpec
+
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+"""Bounds of a Gaussian policy's log std: beyond them the density under- or overflows float32 (the entropy
+bonus alone pushes an unclamped std up for ever on a task whose reward ignores an action entry)."""
+
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+class Categorical:
+    """One of `num_actions` choices; parameters are the masked logits (..., A)."""
+
+    def __init__(self, spec: DiscreteActionSpec) -> None:
+        self.spec = spec
+        self.head_size = spec.num_actions
+        """Width of the linear layer whose output the parameters are made of."""
+
+    def log_prob(self, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(params, dim=-1).gather(-1, actions[..., None]).squeeze(-1)
+
+    def entropy(self, params: torch.Tensor) -> torch.Tensor:
+        log_probs = torch.log_softmax(params, dim=-1)
+        probs = log_probs.exp()
+        return -torch.where(probs > 0, probs * log_probs, torch.zeros_like(probs)).sum(-1)
+
+    def choose(
+        self, params: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, kwargs: ForwardKwargs,
+        generator: torch.Generator,
+    ) -> dict[str, torch.Tensor]:
+        """The action of each row (sampled, greedy and/or ε-explored) with its behaviour log-probability and
+        value."""
+        check_legal(mask)
+        log_probs = torch.log_softmax(params, dim=-1)
+        greedy_action = torch.argmax(params, dim=-1)
+        action = greedy_action if kwargs.greedy else sample_logits(params, generator)
+        action = epsilon_explore(action, params, mask, kwargs.eps, generator)
+        chosen = log_probs.gather(-1, action[:, None]).squeeze(-1)
+        if kwargs.eps > 0 or kwargs.greedy:
+            # The behaviour distribution is the mixture actually sampled from; V-trace corrects for it.
+            policy_prob = (action == greedy_action).to(value.dtype) if kwargs.greedy else chosen.exp()
+            logp = torch.log((1 - kwargs.eps) * policy_prob + kwargs.eps / legal_count(params, mask))
+        else:
+            logp = chosen
+        return {"action": action, "logp": logp, "value": value}
+
+
+class DiagGaussian:
+    """A real vector of the Box's shape; parameters are (..., 2D): the mean, then the log std, per entry."""
+
+    def __init__(self, spec: BoxActionSpec) -> None:
+        self.spec = spec
+        self.size = spec.size
+        self.head_size = spec.size
+        """Width of the linear layer that gives the mean (the log std is a parameter of its own)."""
+
+    def params(self, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+        """Parameters from a mean (..., D) and a log std (D) shared by every row."""
+        log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).expand_as(mean)
+        return torch.cat([mean, log_std], dim=-1)
+
+    def split(self, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return params[..., : self.size], params[..., self.size:]
+
+    def _flat(self, actions: torch.Tensor) -> torch.Tensor:
+        """(..., *shape) actions as (..., D)."""
+        return actions.reshape(*actions.shape[: actions.ndim - len(self.spec.shape)], self.size)
+
+    def log_prob(self, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        mean, log_std = self.split(params)
+        z = (self._flat(actions).to(mean.dtype) - mean) * torch.exp(-log_std)
+        return (-0.5 * z * z - log_std - _LOG_SQRT_2PI).sum(-1)
+
+    def entropy(self, params: torch.Tensor) -> torch.Tensor:
+        return (self.split(params)[1] + 0.5 + _LOG_SQRT_2PI).sum(-1)
+
+    def choose(
+        self, params: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, kwargs: ForwardKwargs,
+        generator: torch.Generator,
+    ) -> dict[str, torch.Tensor]:
+        """Each row's action (``shape``, unclipped), its behaviour log-density and value.
+
+        ``greedy``: the mean, recorded with the policy's density there (a deterministic choice has no density
+        to weigh its data with; train on sampled data). ``eps``: with that probability per row, a uniform draw
+        over the Box (bounded Boxes only), and the log-density of the mixture actually sampled from."""
+        mean, log_std = self.split(params)
+        if kwargs.greedy:
+            flat = mean
+        else:
+            noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype).to(mean.device)
+            flat = mean + torch.exp(log_std) * noise
+        if kwargs.eps > 0:
+            flat = self._explore(flat, kwargs.eps, generator)
+        action = flat.reshape(*flat.shape[:-1], *self.spec.shape)
+        logp = self.log_prob(params, action)
+        if kwargs.eps > 0:
+            low, high = self._bounds(mean)
+            inside = ((flat >= low) & (flat <= high)).all(-1)
+            log_uniform = torch.where(inside, -torch.log(high - low).sum(), -math.inf)
+            from_policy = logp + math.log1p(-kwargs.eps) if kwargs.eps < 1 else torch.full_like(logp, -math.inf)
+            logp = torch.logaddexp(from_policy, log_uniform + math.log(kwargs.eps))
+        return {"action": action, "logp": logp, "value": value}
+
+    def _explore(self, flat: torch.Tensor, eps: float, generator: torch.Generator) -> torch.Tensor:
+        if not self.spec.bounded or any(h <= lo for lo, h in zip(self.spec.low, self.spec.high, strict=True)):
+            raise ValueError(
+                f"forward_kwargs.eps {eps}: ε-exploration draws uniformly over the action space, and this env's "
+                f"Box action has unbounded or empty entries (low {list(self.spec.low)}, high {list(self.spec.high)}); "
+                "a Gaussian policy explores by its own standard deviation: leave eps at 0")
+        low, high = self._bounds(flat)
+        uniform = low + (high - low) * torch.rand(flat.shape, generator=generator, dtype=flat.dtype).to(flat.device)
+        explore = torch.rand(flat.shape[:-1], generator=generator).to(flat.device) < eps
+        return torch.where(explore[..., None], uniform, flat)
+
+    def _bounds(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        low = torch.tensor(self.spec.low, dtype=like.dtype, device=like.device)
+        high = torch.tensor(self.spec.high, dtype=like.dtype, device=like.device)
+        return low, high
+
+
+ActionDistribution = Categorical | DiagGaussian
+
+
+def action_distribution(spec: ActionSpec) -> ActionDistribution:
+    return Categorical(spec) if isinstance(spec, DiscreteActionSpec) else DiagGaussian(spec)

@@ -40,7 +40,7 @@ from common.checkpoint_store import (
     UnreadableCheckpointError,
 )
 from common.computation.computation_task import ComputationTask
-from common.computation.specs import DiscreteActionSpec
+from common.computation.specs import ActionSpec, DiscreteActionSpec, MultiDiscreteActionSpec
 from common.envs.base import EnvInfo
 from common.envs.policy_view import policy_specs
 from common.paths import UnsafePathError
@@ -103,10 +103,17 @@ def model_signature(policy_config: Mapping[str, Any], info: EnvInfo) -> str:
     inputs, actions = policy_specs(info, str(policy_config.get("algorithm", "ppo")))
     return json.dumps(
         {"policy": policy_config, "inputs": {k: [list(v.shape), v.dtype] for k, v in sorted(inputs.items())},
-         "actions": actions.num_actions if isinstance(actions, DiscreteActionSpec) else
-         {"box": list(actions.shape), "low": list(actions.low), "high": list(actions.high)}},
+         "actions": _action_signature(actions)},
         sort_keys=True, default=str,
     )
+
+
+def _action_signature(actions: ActionSpec) -> Any:
+    if isinstance(actions, DiscreteActionSpec):
+        return actions.num_actions
+    if isinstance(actions, MultiDiscreteActionSpec):
+        return {"multi_discrete": list(actions.shape), "nvec": list(actions.nvec)}
+    return {"box": list(actions.shape), "low": list(actions.low), "high": list(actions.high)}
 
 
 class PolicyPool:

@@ -16,7 +16,14 @@ import numpy as np
 from common.adder_config import MAX_UNROLL_LEN
 from common.algorithms.dqn import transitions_from_trajectory
 from common.algorithms.ppo import batch_from_trajectory
-from common.computation.specs import ACTION_MASK, ActionSpec, BoxActionSpec, TensorSpec, as_action_spec
+from common.computation.specs import (
+    ACTION_MASK,
+    ActionSpec,
+    BoxActionSpec,
+    MultiDiscreteActionSpec,
+    TensorSpec,
+    as_action_spec,
+)
 from common.policy_config import PolicyConfig
 from common.tensor_codec import ChunkHeader, DecodedChunk
 from common.trajectory import DEFAULT_AGENT, OBSERVATION, Trajectory, hidden_state_key
@@ -158,6 +165,16 @@ class ChunkPreparer:
                 raise InvalidChunkError(key, f"expected float {expected} (batch, steps, *the Box's shape), got "
                                              f"{actions.dtype}{actions.shape}")
             _check_finite(key, actions)  # unclipped draws may leave the Box; a NaN or inf poisons the update
+            return
+        if isinstance(self.actions, MultiDiscreteActionSpec):
+            expected = (*trajectory.rewards.shape, *self.actions.shape)
+            if actions.shape != expected or not np.issubdtype(actions.dtype, np.integer):
+                raise InvalidChunkError(key, f"expected integer {expected} (batch, steps, *the action's shape), got "
+                                             f"{actions.dtype}{actions.shape}")
+            flat = actions.reshape(-1, len(self.actions.nvec))
+            if flat.size and ((flat < 0).any() or (flat >= np.asarray(self.actions.nvec)).any()):
+                raise InvalidChunkError(key, f"entry i of an action must be in [0, nvec[i]), nvec "
+                                             f"{list(self.actions.nvec)}")
             return
         if actions.shape != trajectory.rewards.shape or not np.issubdtype(actions.dtype, np.integer):
             raise InvalidChunkError(key, f"expected integer (batch, steps), got {actions.dtype}{actions.shape}")

@@ -134,3 +134,26 @@ def flat_frozen_lake(**kwargs):
     from gymnasium.wrappers import FlattenObservation
 
     return FlattenObservation(gymnasium.make("FrozenLake-v1", **kwargs))
+
+
+def copy_digits(**kwargs):
+    """A gymnasium env with a MultiDiscrete action: copy the two digits the observation shows (one-hot, 3 and 4
+    values), one point per digit copied, one step per episode."""
+    import gymnasium
+
+    class CopyDigits(gymnasium.Env):
+        observation_space = gymnasium.spaces.Box(0.0, 1.0, (7,), np.float32)
+        action_space = gymnasium.spaces.MultiDiscrete([3, 4])
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            self.digits = (int(self.np_random.integers(3)), int(self.np_random.integers(4)))
+            obs = np.zeros(7, np.float32)
+            obs[self.digits[0]] = obs[3 + self.digits[1]] = 1.0
+            return obs, {}
+
+        def step(self, action):
+            reward = float(sum(int(a) == d for a, d in zip(action, self.digits, strict=True)))
+            return self.reset()[0], reward, True, False, {}
+
+    return CopyDigits(**kwargs)

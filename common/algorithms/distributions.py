@@ -1,8 +1,10 @@
-"""The action distributions of actor-critic policies: categorical over N choices, diagonal Gaussian over a Box.
+"""The action distributions of actor-critic policies: categorical over N choices, independent categoricals over
+several choices made together (MultiDiscrete), diagonal Gaussian over a Box.
 
-A model's policy output is one tensor of *parameters* per row (masked logits (..., A), or a Gaussian's mean and
-log standard deviation side by side (..., 2D)), so PPO slices, flattens and minibatches it the same way for
-both; the distribution object turns parameters into log-probabilities, entropies and actions.
+A model's policy output is one tensor of *parameters* per row (masked logits (..., A), the logits of every
+choice side by side (..., sum(nvec)), or a Gaussian's mean and log standard deviation side by side (..., 2D)),
+so PPO slices, flattens and minibatches it the same way for all; the distribution object turns parameters into
+log-probabilities, entropies and actions.
 
 The Gaussian follows CleanRL's ``ppo_continuous_action``: a state-independent log std (a learned parameter of
 the model), actions sampled unbounded and clipped to the Box only where the env receives them
@@ -17,7 +19,7 @@ import torch
 
 from common.algorithms.acting import check_legal, epsilon_explore, legal_count, sample_logits
 from common.computation.algorithm import ForwardKwargs
-from common.computation.specs import ActionSpec, BoxActionSpec, DiscreteActionSpec
+from common.computation.specs import ActionSpec, BoxActionSpec, DiscreteActionSpec, MultiDiscreteActionSpec
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 """Bounds of a Gaussian policy's log std: beyond them the density under- or overflows float32 (the entropy
@@ -38,9 +40,7 @@ class Categorical:
         return torch.log_softmax(params, dim=-1).gather(-1, actions[..., None]).squeeze(-1)
 
     def entropy(self, params: torch.Tensor) -> torch.Tensor:
-        log_probs = torch.log_softmax(params, dim=-1)
-        probs = log_probs.exp()
-        return -torch.where(probs > 0, probs * log_probs, torch.zeros_like(probs)).sum(-1)
+        return _categorical_entropy(params)
 
     def choose(
         self, params: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, kwargs: ForwardKwargs,
@@ -61,6 +61,58 @@ class Categorical:
         else:
             logp = chosen
         return {"action": action, "logp": logp, "value": value}
+
+
+class MultiCategorical:
+    """One choice per entry of a MultiDiscrete action, independent given the state; parameters are the logits of
+    every entry's choices side by side (..., sum(nvec))."""
+
+    def __init__(self, spec: MultiDiscreteActionSpec) -> None:
+        self.spec = spec
+        self.nvec = list(spec.nvec)
+        self.head_size = sum(self.nvec)
+
+    def _flat(self, actions: torch.Tensor) -> torch.Tensor:
+        """(..., *shape) actions as (..., K)."""
+        return actions.reshape(*actions.shape[: actions.ndim - len(self.spec.shape)], len(self.nvec))
+
+    def log_prob(self, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        flat = self._flat(actions)
+        parts = [torch.log_softmax(logits, dim=-1).gather(-1, flat[..., i, None]).squeeze(-1)
+                 for i, logits in enumerate(torch.split(params, self.nvec, dim=-1))]
+        return torch.stack(parts, dim=-1).sum(-1)
+
+    def entropy(self, params: torch.Tensor) -> torch.Tensor:
+        return torch.stack([_categorical_entropy(logits) for logits in torch.split(params, self.nvec, dim=-1)],
+                           dim=-1).sum(-1)
+
+    def choose(
+        self, params: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, kwargs: ForwardKwargs,
+        generator: torch.Generator,
+    ) -> dict[str, torch.Tensor]:
+        """Each row's choices (sampled or greedy, and with probability ``eps`` a uniform draw of all of them),
+        with the log-probability of the distribution actually sampled from."""
+        segments = torch.split(params, self.nvec, dim=-1)
+        greedy = torch.stack([torch.argmax(logits, dim=-1) for logits in segments], dim=-1)
+        flat = greedy if kwargs.greedy else torch.stack([sample_logits(logits, generator) for logits in segments], -1)
+        if kwargs.eps > 0:
+            uniform = torch.stack([epsilon_explore(torch.zeros_like(flat[..., 0]), logits, None, 1.0, generator)
+                                   for logits in segments], dim=-1)
+            explore = torch.rand(flat.shape[:-1], generator=generator).to(flat.device) < kwargs.eps
+            flat = torch.where(explore[..., None], uniform, flat)
+        action = flat.reshape(*flat.shape[:-1], *self.spec.shape)
+        logp = self.log_prob(params, action)
+        if kwargs.eps > 0 or kwargs.greedy:
+            policy_prob = (flat == greedy).all(-1).to(value.dtype) if kwargs.greedy else logp.exp()
+            uniform_prob = math.exp(-sum(math.log(n) for n in self.nvec))
+            logp = torch.log((1 - kwargs.eps) * policy_prob + kwargs.eps * uniform_prob)
+        return {"action": action, "logp": logp, "value": value}
+
+
+def _categorical_entropy(logits: torch.Tensor) -> torch.Tensor:
+    log_probs = torch.log_softmax(logits, dim=-1)
+    probs = log_probs.exp()
+    return -torch.where(probs > 0, probs * log_probs, torch.zeros_like(probs)).sum(-1)
 
 
 class DiagGaussian:
@@ -136,8 +188,12 @@ class DiagGaussian:
         return low, high
 
 
-ActionDistribution = Categorical | DiagGaussian
+ActionDistribution = Categorical | MultiCategorical | DiagGaussian
 
 
 def action_distribution(spec: ActionSpec) -> ActionDistribution:
-    return Categorical(spec) if isinstance(spec, DiscreteActionSpec) else DiagGaussian(spec)
+    if isinstance(spec, DiscreteActionSpec):
+        return Categorical(spec)
+    if isinstance(spec, MultiDiscreteActionSpec):
+        return MultiCategorical(spec)
+    return DiagGaussian(spec)

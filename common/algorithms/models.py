@@ -14,7 +14,12 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from common.algorithms.distributions import ActionDistribution, DiagGaussian, action_distribution
+from common.algorithms.distributions import (
+    ActionDistribution,
+    DiagGaussian,
+    MultiCategorical,
+    action_distribution,
+)
 from common.computation.model import Model
 from common.computation.specs import (
     ACTION_MASK,
@@ -101,8 +106,8 @@ def split_input_specs(
     mask = obs_specs.get(ACTION_MASK)
     if not isinstance(actions, DiscreteActionSpec):
         if mask is not None:
-            raise ValueError(f"obs_spec[{ACTION_MASK!r}]: a mask of legal actions needs discrete actions; this "
-                             f"policy's action is a real vector of shape {actions.shape}")
+            raise ValueError(f"obs_spec[{ACTION_MASK!r}]: a mask of legal actions needs one discrete choice; this "
+                             f"policy's action is {type(actions).__name__}{actions.shape}")
         return obs_specs[OBSERVATION], None
     num_actions = actions.num_actions
     if mask is not None and (mask.shape != (num_actions,) or mask.dtype != "bool"):
@@ -123,10 +128,13 @@ def policy_params(
     distribution: ActionDistribution, head_out: torch.Tensor, log_std: torch.Tensor | None,
     mask: torch.Tensor | None,
 ) -> torch.Tensor:
-    """The policy head's output as the distribution's parameters: masked logits, or mean and log std."""
+    """The policy head's output as the distribution's parameters: masked logits, every choice's logits, or mean
+    and log std."""
     if isinstance(distribution, DiagGaussian):
         assert log_std is not None
         return distribution.params(head_out, log_std)
+    if isinstance(distribution, MultiCategorical):
+        return head_out
     return apply_action_mask(head_out, mask)
 
 

@@ -43,8 +43,7 @@ def _build_dqn(obs: Mapping, actions: ActionSpec, config: PolicyConfig) -> Algor
     if not isinstance(actions, DiscreteActionSpec):
         raise UnsupportedActionError(
             f"policy.algorithm dqn: DQN picks the action of highest value among N discrete actions; this env's "
-            f"action is a real vector (a Box of shape {actions.shape}): use policy.algorithm: ppo, whose Gaussian "
-            "policy acts in a Box")
+            f"action is {type(actions).__name__}{actions.shape}: use policy.algorithm: ppo")
     return DQN(QNetworkModel(obs, actions.num_actions, config.model), config.dqn)
 
 

@@ -115,23 +115,47 @@ def _flat_bounds(value: Any, size: int, shape: tuple[int, ...]) -> np.ndarray:
     return flat
 
 
-ActionSpec = DiscreteActionSpec | BoxActionSpec
-"""What a policy's action is: one of N choices, or a real vector."""
+@dataclass(frozen=True)
+class MultiDiscreteActionSpec:
+    """Several discrete choices made together, one per entry of an int64 array of ``shape``: entry i (flattened
+    row-major) is one of ``nvec[i]`` values, from 0. A gymnasium MultiDiscrete (from 0) or MultiBinary action."""
+
+    shape: tuple[int, ...]
+    nvec: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        shape = tuple(int(d) for d in self.shape)
+        nvec = tuple(int(n) for n in np.asarray(self.nvec).reshape(-1))
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "nvec", nvec)
+        if not shape or any(d < 1 for d in shape):
+            raise ValueError(f"a MultiDiscrete action needs a shape of positive dimensions, got {self.shape}")
+        if len(nvec) != int(np.prod(shape)) or any(n < 1 for n in nvec):
+            raise ValueError(f"a MultiDiscrete action of shape {shape} needs {int(np.prod(shape))} choice counts >= 1, "
+                             f"got {list(nvec)}")
+
+
+ActionSpec = DiscreteActionSpec | BoxActionSpec | MultiDiscreteActionSpec
+"""What a policy's action is: one of N choices, several such choices at once, or a real vector."""
 
 
 def as_action_spec(spec: ActionSpec | int) -> ActionSpec:
     """An action spec; a bare int is that many discrete actions (the form earlier callers pass)."""
-    if isinstance(spec, DiscreteActionSpec | BoxActionSpec):
+    if isinstance(spec, DiscreteActionSpec | BoxActionSpec | MultiDiscreteActionSpec):
         return spec
     if isinstance(spec, int | np.integer) and not isinstance(spec, bool):
         return DiscreteActionSpec(int(spec))
-    raise TypeError(f"expected a DiscreteActionSpec, a BoxActionSpec or an int, got {type(spec).__name__}")
+    raise TypeError(f"expected an action spec (DiscreteActionSpec, MultiDiscreteActionSpec, BoxActionSpec) or an int, "
+                    f"got {type(spec).__name__}")
 
 
 def action_tensor_spec(spec: ActionSpec) -> TensorSpec:
-    """How one action is stored: an int64 index, or a float32 array of the Box's shape."""
+    """How one action is stored: an int64 index, an int64 array of choices, or a float32 array of the Box's
+    shape."""
     if isinstance(spec, DiscreteActionSpec):
         return TensorSpec("action", (), "int64")
+    if isinstance(spec, MultiDiscreteActionSpec):
+        return TensorSpec("action", spec.shape, "int64")
     return TensorSpec("action", spec.shape, "float32")
 
 
@@ -151,8 +175,8 @@ def observation_specs(obs_spec: ObsSpec) -> dict[str, TensorSpec]:
 
 
 def specs_from_gym(observation_space: Any, action_space: Any) -> tuple[dict[str, TensorSpec], ActionSpec]:
-    """Specs for a gymnasium Box/Discrete/MultiBinary observation (or a Dict of them) and a Discrete or float Box
-    action."""
+    """Specs for a gymnasium Box/Discrete/MultiBinary observation (or a Dict of them) and a Discrete,
+    MultiDiscrete, MultiBinary or float Box action."""
     import gymnasium.spaces as spaces
 
     def one(name: str, space: Any) -> TensorSpec:
@@ -168,6 +192,11 @@ def specs_from_gym(observation_space: Any, action_space: Any) -> tuple[dict[str,
         obs = {OBSERVATION: one(OBSERVATION, observation_space)}
     if isinstance(action_space, spaces.Box) and np.dtype(action_space.dtype).kind == "f":
         return obs, BoxActionSpec(tuple(action_space.shape), action_space.low, action_space.high)
+    if isinstance(action_space, spaces.MultiBinary):
+        return obs, MultiDiscreteActionSpec(tuple(action_space.shape), np.full(action_space.shape, 2))
+    if isinstance(action_space, spaces.MultiDiscrete) and not np.any(action_space.start):
+        return obs, MultiDiscreteActionSpec(tuple(action_space.shape), action_space.nvec)
     if not isinstance(action_space, spaces.Discrete):
-        raise ValueError(f"action space {action_space!r}: only Discrete and float Box actions are supported")
+        raise ValueError(f"action space {action_space!r}: only Discrete, MultiDiscrete (from 0), MultiBinary and "
+                         "float Box actions are supported")
     return obs, DiscreteActionSpec(int(action_space.n))

@@ -31,8 +31,11 @@ def spec_from_space(space: spaces.Space) -> ObsSpec:
         if int(space.start) != 0:
             return ArraySpec((), space.dtype, minimum=int(space.start), maximum=int(space.start + space.n - 1))
         return DiscreteSpec(int(space.n), space.dtype)
-    if isinstance(space, (spaces.MultiBinary, spaces.MultiDiscrete)):
-        return ArraySpec(space.shape, space.dtype)
+    if isinstance(space, spaces.MultiBinary):
+        return ArraySpec(space.shape, space.dtype, minimum=0, maximum=1)
+    if isinstance(space, spaces.MultiDiscrete):  # bounds per entry: a policy's choice counts are nvec
+        start = np.asarray(space.start)
+        return ArraySpec(space.shape, space.dtype, minimum=start, maximum=start + np.asarray(space.nvec) - 1)
     if isinstance(space, spaces.Dict):
         leaves = {key: spec_from_space(sub) for key, sub in space.spaces.items()}
         if all(isinstance(leaf, (ArraySpec, DiscreteSpec)) for leaf in leaves.values()):

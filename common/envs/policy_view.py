@@ -13,7 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from common.computation.specs import ACTION_MASK, ActionSpec, BoxActionSpec, DiscreteActionSpec, TensorSpec
+from common.computation.specs import (
+    ACTION_MASK,
+    ActionSpec,
+    BoxActionSpec,
+    DiscreteActionSpec,
+    MultiDiscreteActionSpec,
+    TensorSpec,
+)
 from common.envs.base import ArraySpec, DiscreteSpec, EnvInfo
 from common.trajectory import OBSERVATION
 
@@ -32,8 +39,9 @@ _WRAP_ADVICE = ("give env.name as 'python:<module>:<callable>' returning it wrap
 
 def policy_specs(info: EnvInfo, algorithm: str = "ppo") -> tuple[dict[str, TensorSpec], ActionSpec]:
     """The model-input specs of one player's policy, and its action spec; UnsupportedEnvError for an env whose
-    actions are neither one discrete choice nor a real vector (a float Box; not for `algorithm` dqn), or whose
-    observations are not arrays of at least one dimension."""
+    actions are neither one discrete choice, nor several (a MultiDiscrete from 0 or MultiBinary), nor a real vector
+    (a float Box) — the last two not for `algorithm` dqn —, or whose observations are not arrays of at least one
+    dimension."""
     action = _action_spec(info, algorithm)
     obs_spec = info.obs_spec
     if isinstance(obs_spec, ArraySpec):
@@ -65,14 +73,48 @@ def _action_spec(info: EnvInfo, algorithm: str) -> ActionSpec:
     if isinstance(spec, DiscreteSpec):
         return DiscreteActionSpec(int(spec.num_values))
     if isinstance(spec, ArraySpec) and np.dtype(spec.dtype).kind == "f" and spec.nbytes > 0:
-        if algorithm == "dqn":
-            raise UnsupportedEnvError(
-                f"env {info.name!r}: its action space is {_describe(spec)}; DQN picks the action of highest value "
-                "among N discrete actions: use policy.algorithm: ppo, whose Gaussian policy acts in a Box")
+        _check_not_dqn(info, spec, algorithm, "whose Gaussian policy acts in a Box")
         return BoxActionSpec(spec.shape, _bound(spec.minimum, -np.inf), _bound(spec.maximum, np.inf))
+    if _multi_discrete(spec):
+        _check_not_dqn(info, spec, algorithm, "which chooses every entry of a MultiDiscrete")
+        nvec = np.broadcast_to(np.asarray(spec.maximum, np.int64) + 1, spec.shape)
+        if int(nvec.sum()) > MAX_MULTI_DISCRETE_CHOICES:
+            raise UnsupportedEnvError(
+                f"env {info.name!r}: its action space is {_describe(spec)} with {int(nvec.sum()):,} choices over its "
+                f"entries; a policy's head holds one output per choice, at most {MAX_MULTI_DISCRETE_CHOICES:,}")
+        return MultiDiscreteActionSpec(spec.shape, nvec)
     raise UnsupportedEnvError(
         f"env {info.name!r}: its action space is {_describe(spec)}; the policies here choose one of N discrete "
-        "actions (a gymnasium Discrete space starting at 0) or a real vector (a float Box)")
+        "actions (a gymnasium Discrete space starting at 0), several (a MultiDiscrete starting at 0, a "
+        "MultiBinary) or a real vector (a float Box)")
+
+
+MAX_MULTI_DISCRETE_CHOICES = 65_536
+"""The most choices a MultiDiscrete action may sum to over its entries: the policy head has one output per
+choice (an integer Box of [0, 2**31) per entry would ask for billions)."""
+
+
+def _multi_discrete(spec: Any) -> bool:
+    """An integer array with bounds per entry, all from 0 (`gym_env.spec_from_space`'s MultiDiscrete and
+    MultiBinary; an integer Box of such bounds is the same action)."""
+    if not (isinstance(spec, ArraySpec) and np.dtype(spec.dtype).kind in "iub" and spec.shape and spec.nbytes > 0):
+        return False
+    if spec.minimum is None or spec.maximum is None:
+        return False
+    low, high = np.asarray(spec.minimum), np.asarray(spec.maximum)
+    try:
+        if np.broadcast_shapes(low.shape, high.shape, spec.shape) != spec.shape:
+            return False
+    except ValueError:
+        return False
+    return bool(np.all(low == 0) and np.all(high >= 0))
+
+
+def _check_not_dqn(info: EnvInfo, spec: Any, algorithm: str, instead: str) -> None:
+    if algorithm == "dqn":
+        raise UnsupportedEnvError(
+            f"env {info.name!r}: its action space is {_describe(spec)}; DQN picks the action of highest value "
+            f"among N discrete actions: use policy.algorithm: ppo, {instead}")
 
 
 def _bound(value: Any, unbounded: float) -> Any:
@@ -137,6 +179,8 @@ def _describe(spec: Any) -> str:
         return f"{'an integer' if integer else 'a continuous'} scalar ({np.dtype(spec.dtype).name})"
     if isinstance(spec, ArraySpec):
         kind = "continuous" if np.dtype(spec.dtype).kind == "f" else "multi-discrete or multi-binary"
+        if kind != "continuous" and spec.minimum is not None and np.any(np.asarray(spec.minimum) != 0):
+            kind = "multi-discrete not starting at 0"
         return f"{kind} (an array of shape {spec.shape}, {np.dtype(spec.dtype).name})"
     return type(spec).__name__
 
@@ -161,6 +205,8 @@ def env_action(action: ActionSpec, chosen: Any, info: EnvInfo) -> Any:
     bounds in the env's dtype (the trajectory keeps the unclipped draw: its log-probability is the policy's)."""
     if isinstance(action, DiscreteActionSpec):
         return int(chosen)
+    if isinstance(action, MultiDiscreteActionSpec):
+        return np.asarray(chosen).astype(info.action_spec.dtype, copy=False).reshape(action.shape)
     return action.clip(chosen).astype(info.action_spec.dtype, copy=False)
 
 

@@ -117,7 +117,7 @@ def test_spaces_no_policy_can_play_are_named_when_the_policy_is_built(make, mess
 
 @pytest.mark.parametrize(("space", "said"), [
     (gymnasium.spaces.Box(0, 5, (), np.int64), "an integer scalar (int64)"),
-    (gymnasium.spaces.Box(0, 5, (2,), np.int64), "multi-discrete or multi-binary (an array of shape (2,), int64)"),
+    (gymnasium.spaces.Box(1, 5, (2,), np.int64), "multi-discrete not starting at 0 (an array of shape (2,), int64)"),
 ])
 def test_an_integer_box_action_is_not_called_a_discrete_space(space, said):
     class ScalarAction(_ScalarBoxEnv):

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import argparse
 import pathlib
 import sys
 import tempfile
@@ -23,7 +22,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_system import evaluate, league_snapshots, run_league, run_sb3, steady_rate  # noqa: E402
-from bench.common import BenchRow, exit_on_sigterm, print_rows  # noqa: E402
+from bench.common import BenchRow, league_bench_args, print_rows  # noqa: E402
 from bench.learning_clock import first_to_reach  # noqa: E402
 from common.learner_config import MAX_KEEP_LAST  # noqa: E402
 
@@ -43,13 +42,8 @@ def league_config(seconds: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> list[BenchRow]:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--seconds", type=float, default=None, help="league run budget")
-    args = parser.parse_args(argv)
-    exit_on_sigterm()
-    seconds = args.seconds or (60.0 if args.quick else 180.0)
-    episodes = 20 if args.quick else 100
+    quick, seconds = league_bench_args(__doc__, argv, quick_s=60.0, full_s=180.0)
+    episodes = 20 if quick else 100
     config = league_config(seconds)
     rows: list[BenchRow] = []
     with tempfile.TemporaryDirectory(prefix="bench-pendulum-") as tmp:
@@ -61,7 +55,7 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
                              f"{seconds:.0f} s", mean, "return", "goal", GOAL, f"≥ {GOAL:g}", mean >= GOAL))
         league_reached = first_to_reach(league_snapshots(run_dir, config, launched), GOAL, env_id=ENV)
     league_s = league_reached.seconds if league_reached else float("nan")
-    sb3 = run_sb3(steps=SB3_STEPS // 2 if args.quick else SB3_STEPS, env=ENV, goal=GOAL)
+    sb3 = run_sb3(steps=SB3_STEPS // 2 if quick else SB3_STEPS, env=ENV, goal=GOAL)
     metric = f"seconds from launch to a greedy mean ≥ {GOAL:g} (100 episodes)"
     goal = "not slower than SB3 (ratio ≤ 1)"
     if sb3 is None:

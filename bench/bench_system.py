@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import subprocess
@@ -32,7 +31,7 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import BenchRow, exit_on_sigterm, print_rows, run_until_done  # noqa: E402
+from bench.common import BenchRow, league_bench_args, print_rows, run_until_done  # noqa: E402
 from bench.learning_clock import first_to_reach  # noqa: E402
 from common.learner_config import MAX_KEEP_LAST  # noqa: E402
 
@@ -205,17 +204,12 @@ def evaluate(run_dir: pathlib.Path, config: dict, episodes: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> list[BenchRow]:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--seconds", type=float, default=None, help="league run budget")
-    args = parser.parse_args(argv)
-    exit_on_sigterm()
-    seconds = args.seconds or (45.0 if args.quick else 150.0)
+    quick, seconds = league_bench_args(__doc__, argv, quick_s=45.0, full_s=150.0)
     config = solo_league_config(seconds)
     manager = config["run"]["manager"]
     env_num = int(config["env"]["env_num"])
     rows: list[BenchRow] = []
-    alone = env_manager_alone(env_num, manager, 5.0 if args.quick else 10.0)
+    alone = env_manager_alone(env_num, manager, 5.0 if quick else 10.0)
     with tempfile.TemporaryDirectory(prefix="bench-system-") as tmp:
         run_dir = pathlib.Path(tmp) / "run"
         history, launched = run_league(config, run_dir, seconds)
@@ -225,11 +219,11 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
                              f"({manager} manager), env steps/s", system, "steps/s",
                              f"one {manager} env manager alone, {env_num} envs, random actions", alone,
                              "≥ 0.7× (system vs one env manager)", system >= 0.7 * alone))
-        mean = evaluate(run_dir, config, episodes=20 if args.quick else 100)
-        rows.append(BenchRow(f"greedy mean return, {20 if args.quick else 100} episodes, after {seconds:.0f} s",
+        mean = evaluate(run_dir, config, episodes=20 if quick else 100)
+        rows.append(BenchRow(f"greedy mean return, {20 if quick else 100} episodes, after {seconds:.0f} s",
                              mean, "return", "goal", 475.0, "≥ 475", mean >= 475))
         league_reached = first_to_reach(league_snapshots(run_dir, config, launched), 475.0)
-    sb3 = run_sb3(steps=30_000 if args.quick else 60_000)
+    sb3 = run_sb3(steps=30_000 if quick else 60_000)
     goal = "faster than SB3 (ratio ≤ 1)"
     if sb3 is None:
         rows.append(BenchRow("seconds from launch to a greedy mean ≥ 475 (100 episodes)",
@@ -243,7 +237,7 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
                              bool(league_reached and sb3["reached_s"] is not None and league_s <= sb3_s)))
         rows.append(BenchRow("SB3 PPO training env steps/s (context)", sb3["steps_per_s"], "steps/s",
                              "league run env steps/s", system, "(context)", None))
-    rows.append(costly_env_throughput(config, 30.0 if args.quick else 60.0))
+    rows.append(costly_env_throughput(config, 30.0 if quick else 60.0))
     print_rows("System throughput and learning", rows)
     return rows
 

@@ -6,6 +6,7 @@ sentence, not an assertion (speed goals are met in benchmarks, never as timed te
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import os
 import platform
@@ -62,6 +63,17 @@ def exit_on_sigterm() -> None:
     """Turn SIGTERM into SystemExit, so a benchmark stopped that way (not only by Ctrl-C) unwinds: its
     `run_until_done` of a `league run` then stops that run and waits for it."""
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
+def league_bench_args(doc: str | None, argv: list[str] | None, quick_s: float, full_s: float) -> tuple[bool, float]:
+    """(`--quick`, the league run's budget) of a benchmark that runs one league (`--seconds` overrides the
+    budget); a SIGTERM from here on unwinds it (`exit_on_sigterm`)."""
+    parser = argparse.ArgumentParser(description=doc)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--seconds", type=float, default=None, help="league run budget")
+    args = parser.parse_args(argv)
+    exit_on_sigterm()
+    return args.quick, args.seconds or (quick_s if args.quick else full_s)
 
 
 STOP_GRACE_S = 60.0

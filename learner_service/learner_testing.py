@@ -23,7 +23,7 @@ from common.computation.specs import TensorSpec
 from common.envs import make_env
 from common.envs.policy_view import env_action, player_view, policy_specs
 from common.proto.league.v1 import league_pb2
-from common.tensor_codec import ChunkHeader, encode_chunk
+from common.tensor_codec import ChunkHeader, DecodedChunk, decode_chunk, encode_chunk
 from common.trajectory import DEFAULT_AGENT, AgentStep, Trajectory, TrajectoryBuilder
 from learner_service.chunks import EPISODE_RETURN_INFO
 from learner_service.config import LearnerSettings
@@ -159,6 +159,13 @@ def rollout_chunks(
         return source.chunks(task, count, policy_version)
     finally:
         source.close()
+
+
+def edited_chunk(chunk: league_pb2.TrajectoryChunk, key: str, value: np.ndarray) -> DecodedChunk:
+    """`chunk` decoded with trajectory key `key` replaced by `value` (what a buggy or hostile actor sends)."""
+    decoded = decode_chunk(chunk)
+    tensors = {**decoded.trajectory.tensors, key: value}
+    return decode_chunk(encode_chunk(Trajectory(tensors), decoded.header))
 
 
 def synthetic_chunk(

@@ -198,15 +198,20 @@ def test_a_second_learner_with_the_same_worker_id_takes_the_player_and_the_first
                 assert second.terminate() == 0, second.log_tail()
 
 
+def _frozen_coordinator_league(tmp_path, publish_every: int):
+    """The solo league of the frozen-coordinator tests (batches of 128) and its coordinator's argv."""
+    cfg = solo_config(batch_size=128, publish_every=publish_every)
+    config = tmp_path / "league.yaml"
+    config.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    return cfg, ["--config", str(config), "--shared-root", str(tmp_path), "--port", "0"]
+
+
 def test_sigterm_while_the_coordinator_is_frozen_publishes_and_exits_0_within_seconds(tmp_path):
     """A frozen coordinator (or a partition that drops packets): the stopping learner publishes its final
     checkpoint, tries its report and its release once, briefly, and exits 0. Before, UpdatePlayer and FinishJob
     were retried for ~40 s each, past any stop grace period (and past --stop-timeout, which then exited 1)."""
-    cfg = solo_config(batch_size=128, publish_every=100)  # only the final checkpoint is published after v0
-    config = tmp_path / "league.yaml"
-    config.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    cfg, argv = _frozen_coordinator_league(tmp_path, publish_every=100)  # only the final checkpoint after v0
     rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)
-    argv = ["--config", str(config), "--shared-root", str(tmp_path), "--port", "0"]
     try:
         with coordinator_process(argv, tmp_path / "coordinator.log") as coordinator:
             with _learner(coordinator.address, tmp_path, tmp_path / "learner.log", "learner-f") as proc:
@@ -228,11 +233,8 @@ def test_sigterm_during_a_report_the_frozen_coordinator_holds_cancels_it_and_exi
     """The SIGTERM landed during the first attempt of a patient UpdatePlayer (publish_every 1: every iteration
     reports): the learner waited that 10 s attempt out before its final report, and its stop took ~17 s. The
     attempt is cancelled at the stop; the final checkpoint is still published and reported once, briefly."""
-    cfg = solo_config(batch_size=128, publish_every=1)
-    config = tmp_path / "league.yaml"
-    config.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    cfg, argv = _frozen_coordinator_league(tmp_path, publish_every=1)
     rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)
-    argv = ["--config", str(config), "--shared-root", str(tmp_path), "--port", "0"]
     try:
         with coordinator_process(argv, tmp_path / "coordinator.log") as coordinator:
             with _learner(coordinator.address, tmp_path, tmp_path / "learner.log", "learner-r") as proc:

@@ -18,10 +18,10 @@ from common.computation.specs import BoxActionSpec, DiscreteActionSpec, TensorSp
 from common.envs.gym_env import GymEnv
 from common.envs.policy_view import UnsupportedEnvError, env_action, policy_specs
 from common.policy_config import ModelConfig, PolicyConfig
-from common.tensor_codec import decode_chunk, encode_chunk
-from common.trajectory import DEFAULT_AGENT, Trajectory
+from common.tensor_codec import decode_chunk
+from common.trajectory import DEFAULT_AGENT
 from learner_service.chunks import ChunkPreparer, InvalidChunkError
-from learner_service.learner_testing import rollout_chunks
+from learner_service.learner_testing import edited_chunk, rollout_chunks
 
 OBS = {"observation": TensorSpec("observation", (3,))}
 
@@ -169,13 +169,6 @@ def _pendulum_preparer():
     return task, ChunkPreparer(policy, task.input_specs, task.learn_specs, action)
 
 
-def _edited(chunk, key, value):
-    decoded = decode_chunk(chunk)
-    tensors = dict(decoded.trajectory.tensors)
-    tensors[key] = value
-    return decode_chunk(encode_chunk(Trajectory(tensors), decoded.header))
-
-
 def test_pendulum_chunks_become_ppo_rows_and_bad_actions_are_refused_by_key():
     task, preparer = _pendulum_preparer()
     chunk = rollout_chunks(task, player_id="p", env_name="Pendulum-v1", env_num=3, unroll_len=5, count=1)[0]
@@ -190,10 +183,10 @@ def test_pendulum_chunks_become_ppo_rows_and_bad_actions_are_refused_by_key():
         (np.where(np.arange(5) == 2, np.nan, actions[..., 0])[..., None].astype(np.float32), "NaN or infinite"),
     ]:
         with pytest.raises(InvalidChunkError, match=said) as caught:
-            preparer.prepare(_edited(chunk, key, bad))
+            preparer.prepare(edited_chunk(chunk, key, bad))
         assert caught.value.key == key
     # An unclipped draw outside the Box is a valid action: its density is what the behaviour logp is.
-    preparer.prepare(_edited(chunk, key, (actions * 0 + 7.5).astype(np.float32)))
+    preparer.prepare(edited_chunk(chunk, key, (actions * 0 + 7.5).astype(np.float32)))
 
 
 def test_specs_from_gym_takes_a_float_box_action():

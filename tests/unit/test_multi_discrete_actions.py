@@ -15,10 +15,10 @@ from common.computation.specs import MultiDiscreteActionSpec, specs_from_gym
 from common.envs.gym_env import GymEnv
 from common.envs.policy_view import UnsupportedEnvError, env_action, policy_specs
 from common.policy_config import PolicyConfig
-from common.tensor_codec import decode_chunk, encode_chunk
-from common.trajectory import DEFAULT_AGENT, Trajectory
+from common.tensor_codec import decode_chunk
+from common.trajectory import DEFAULT_AGENT
 from learner_service.chunks import ChunkPreparer, InvalidChunkError
-from learner_service.learner_testing import rollout_chunks
+from learner_service.learner_testing import edited_chunk, rollout_chunks
 from tests.env_doubles import copy_digits
 
 COPY_DIGITS = "python:tests.env_doubles:copy_digits"
@@ -121,13 +121,6 @@ def test_ppo_learns_to_copy_both_digits():
     assert greedy.tolist() == [[0, 0], [1, 3], [2, 1]]
 
 
-def _edited(chunk, key, value):
-    decoded = decode_chunk(chunk)
-    tensors = dict(decoded.trajectory.tensors)
-    tensors[key] = value
-    return decode_chunk(encode_chunk(Trajectory(tensors), decoded.header))
-
-
 def test_chunks_become_ppo_rows_and_out_of_range_choices_are_refused_by_key():
     inputs, action = policy_specs(GymEnv(copy_digits).info())
     policy = PolicyConfig.from_mapping({"algorithm": "ppo", "model": {"hidden": [16]}})
@@ -146,7 +139,7 @@ def test_chunks_become_ppo_rows_and_out_of_range_choices_are_refused_by_key():
                       (actions.astype(np.float32), r"expected integer \(3, 5, 2\)"),
                       (actions[..., 0], r"expected integer \(3, 5, 2\)")]:
         with pytest.raises(InvalidChunkError, match=said) as caught:
-            preparer.prepare(_edited(chunk, key, bad))
+            preparer.prepare(edited_chunk(chunk, key, bad))
         assert caught.value.key == key
 
 

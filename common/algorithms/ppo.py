@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from common.algorithms.distributions import Categorical
+from common.algorithms.distributions import LOG_STD_MAX, LOG_STD_MIN, Categorical
 from common.algorithms.models import ActorCriticModel
 from common.computation.algorithm import (
     Algorithm,
@@ -295,6 +295,9 @@ class PPO(Algorithm):
             behaviour_ratio=float(behaviour_log_ratio[targets.valid].exp().mean()) if samples else 1.0,
             rho_mean=float(targets.rho[targets.valid].mean()) if samples else 1.0,
         )
+        log_std = getattr(self.model, "log_std", None)
+        if log_std is not None:  # a Gaussian policy: how widely it still explores (TensorBoard train/action_std)
+            out["action_std"] = float(log_std.detach().clamp(LOG_STD_MIN, LOG_STD_MAX).exp().mean())
         return LearnOutput(out)
 
     def _learning_rate(self) -> float:

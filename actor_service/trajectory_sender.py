@@ -43,6 +43,10 @@ _RETRY_CODES = frozenset({
     grpc.StatusCode.RESOURCE_EXHAUSTED,
 })
 # Chunks are cut below this size; the learner's server must accept messages at least this large.
+QUIET_RETRY_S = 2.0
+"""Retries within this long of the first failure are logged at INFO, later ones at WARNING: a league's start
+has a learner refuse its first chunks for a moment ("not bound to a player yet": the coordinator hands out its
+address as it hands it the player, before its data plane opens), which a healthy run should not warn about."""
 MAX_CHUNK_BYTES = 4 * 1024 * 1024
 _CHANNEL_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
@@ -279,8 +283,9 @@ class TrajectorySender:
                                f"(last: {code.name}: {details})")
                     return
                 delay = backoff.next_delay()
-                log.warning("learner %s: %s (%s); %d chunk(s) to resend, retry in %.2f s",
-                            self.endpoint, code.name, details, len(stream.taken), delay)
+                log.log(logging.INFO if now - failing_since < QUIET_RETRY_S else logging.WARNING,
+                        "learner %s: %s (%s); %d chunk(s) to resend, retry in %.2f s",
+                        self.endpoint, code.name, details, len(stream.taken), delay)
                 self._close_channel()  # a fresh channel reconnects at once when the learner is back
                 with self._cond:
                     self._cond.wait_for(lambda: self._aborted, delay)

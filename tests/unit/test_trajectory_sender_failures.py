@@ -76,3 +76,22 @@ def test_a_chunk_being_encoded_when_the_sender_is_aborted_is_dropped_and_counted
         assert (stats.chunks_written, stats.chunks_acked, stats.chunks_dropped) == (0, 0, 1)
     finally:
         sender.close()
+
+
+def test_retries_are_logged_at_info_for_a_moment_then_at_warning(monkeypatch, caplog):
+    """A learner refuses a league's first chunks for a moment ("not bound to a player yet") in healthy runs:
+    each retry logged a WARNING. Failures are warned about once they last QUIET_RETRY_S."""
+    monkeypatch.setattr(sender_module, "QUIET_RETRY_S", 0.5)
+    caplog.set_level("INFO", logger="actor_service.trajectory_sender")
+    sender = TrajectorySender(f"127.0.0.1:{_closed_port()}", ChunkHeader("job", "p", "actor", 0, 0),
+                              stop=StopSignal(), settings=SenderSettings())
+    try:
+        sender.write(_trajectory(), 0)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not any(r.levelname == "WARNING" for r in caplog.records):
+            time.sleep(0.05)
+    finally:
+        sender.close()
+    retries = [r for r in caplog.records if "chunk(s) to resend" in r.getMessage()]
+    assert retries[0].levelname == "INFO"
+    assert any(r.levelname == "WARNING" for r in retries)

@@ -32,6 +32,13 @@ EPISODE_RETURN_INFO = "episode_return"
 """Optional ``/infos/episode_return`` (B, T): the episode's return, read at the steps that end an episode."""
 
 
+MAX_ABS_BOX_ACTION = 1e6
+"""Box (real-valued) actions beyond this magnitude are refused. Unclipped draws may leave the Box, but a draw is
+the policy's mean plus a few standard deviations (at most e^2 each); an action of 1e20 (finite in float32, or a
+float64 beyond float32) has a float32 log-density of -inf under the learner's Gaussian, and the update it is in
+went NaN. Within ±1e6, with a mean as large and the smallest std (e^-20), the density of any Box size is finite."""
+
+
 class InvalidChunkError(ValueError):
     """A chunk that does not fit the learner's model; ``key`` names the trajectory key at fault."""
 
@@ -165,6 +172,10 @@ class ChunkPreparer:
                 raise InvalidChunkError(key, f"expected float {expected} (batch, steps, *the Box's shape), got "
                                              f"{actions.dtype}{actions.shape}")
             _check_finite(key, actions)  # unclipped draws may leave the Box; a NaN or inf poisons the update
+            if actions.size and not np.abs(actions).max() <= MAX_ABS_BOX_ACTION:
+                raise InvalidChunkError(key, f"an entry of magnitude {float(np.abs(actions).max()):.3g}; a Gaussian "
+                                             f"policy's draws are within ±{MAX_ABS_BOX_ACTION:.0e} (its mean plus a "
+                                             "few standard deviations)")
             return
         if isinstance(self.actions, MultiDiscreteActionSpec):
             expected = (*trajectory.rewards.shape, *self.actions.shape)

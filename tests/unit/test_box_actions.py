@@ -190,6 +190,22 @@ def test_pendulum_chunks_become_ppo_rows_and_bad_actions_are_refused_by_key():
     preparer.prepare(edited_chunk(chunk, key, (actions * 0 + 7.5).astype(np.float32)))
 
 
+def test_finite_but_huge_box_actions_are_refused_by_key_before_they_make_an_update_nan():
+    """An action of 1e20 is finite in float32 (and 1e300 in float64), so it passed the finiteness check; the
+    learner's Gaussian gave it a log-density of -inf and the update it was in went NaN (rolled back, with the
+    batch of good data around it: an actor sending such chunks made the learner give up as diverged)."""
+    task, preparer = _pendulum_preparer()
+    chunk = rollout_chunks(task, player_id="p", env_name="Pendulum-v1", env_num=2, unroll_len=4, count=1)[0]
+    key = f"/agents/{DEFAULT_AGENT}/actions"
+    actions = decode_chunk(chunk).trajectory.tensors[key]
+    for bad in [np.where(np.arange(4)[:, None] == 1, 1e20, actions).astype(np.float32),
+                np.full(actions.shape, 1e300), np.full(actions.shape, -3e38, np.float32)]:
+        with pytest.raises(InvalidChunkError, match=r"magnitude .*within ±1e\+06") as caught:
+            preparer.prepare(_edited(chunk, key, bad))
+        assert caught.value.key == key
+    preparer.prepare(_edited(chunk, key, np.full(actions.shape, -1e6, np.float32)))  # far, and still a draw
+
+
 def test_specs_from_gym_takes_a_float_box_action():
     from common.computation.specs import specs_from_gym
 

@@ -103,6 +103,10 @@ def compute_targets(
     return Targets(advantages, returns, valid, rho)
 
 
+MAX_LOG_RATIO = 20.0
+"""The PPO ratio π/µ is taken as exp(min(log ratio, this)): 5e8, far beyond the clip range (the sample gives no
+gradient there), and finite in float32 with any advantage and gradient it multiplies."""
+
 STATE_PREFIX = "state_"
 """Learn-batch key prefix of a recurrent model's recorded states: ``state_<name>`` (B, T, ...)."""
 
@@ -260,7 +264,9 @@ class PPO(Algorithm):
         new_logp = distribution.log_prob(logits, actions)
         entropy = distribution.entropy(logits).mean()
         log_ratio = new_logp - old_logp
-        ratio = log_ratio.exp()
+        # Capped where exp() stays finite: a Gaussian's improbable draw (log-density -5e5) moves by hundreds
+        # per step, and exp(300) = inf made the unclipped branch, and so the whole update, NaN.
+        ratio = log_ratio.clamp(max=MAX_LOG_RATIO).exp()
         if cfg.normalize_advantages and len(adv) > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         policy_loss = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()

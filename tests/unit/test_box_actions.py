@@ -206,6 +206,27 @@ def test_finite_but_huge_box_actions_are_refused_by_key_before_they_make_an_upda
     preparer.prepare(_edited(chunk, key, np.full(actions.shape, -1e6, np.float32)))  # far, and still a draw
 
 
+@pytest.mark.parametrize("off_policy_correction", ["vtrace", "none"])
+def test_an_action_far_from_the_mean_does_not_overflow_the_ppo_ratio(off_policy_correction):
+    """A draw a thousand units from the mean (within the chunk bound) has a log-density near -5e5: the policy's
+    next steps moved it by hundreds, exp() of that overflowed float32, and the clipped objective's unclipped
+    branch made the whole update NaN (rolled back, the batch lost)."""
+    info = GymEnv("Pendulum-v1").info()
+    obs, action = policy_specs(info)
+    policy = PolicyConfig.from_mapping({"algorithm": "ppo", "model": {"hidden": [16]},
+                                        "ppo": {"off_policy_correction": off_policy_correction, "target_kl": None}})
+    task = make_computation_task(policy, obs, action, device="cpu", seed=0)
+    preparer = ChunkPreparer(policy, task.input_specs, task.learn_specs, action)
+    chunk = rollout_chunks(task, player_id="p", env_name="Pendulum-v1", env_num=8, unroll_len=16, count=1)[0]
+    key = f"/agents/{DEFAULT_AGENT}/actions"
+    actions = decode_chunk(chunk).trajectory.tensors[key].copy()
+    actions[0, 3, 0] = 1000.0
+    rows = preparer.prepare(_edited(chunk, key, actions)).rows
+    stats = task.learn(dict(rows)).stats
+    assert all(torch.isfinite(p).all() for p in task.algorithm.model.parameters()), stats
+    assert all(math.isfinite(v) for v in stats.values()), stats
+
+
 def test_specs_from_gym_takes_a_float_box_action():
     from common.computation.specs import specs_from_gym
 

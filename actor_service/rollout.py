@@ -44,9 +44,11 @@ from actor_service.policy_pool import Policy
 from actor_service.stop import StopSignal
 from actor_service.trajectory_sender import MAX_CHUNK_BYTES, TrajectorySink
 from actor_service.transitions import NO_STATE, Decision, Row, SeatTrajectory
+from common.algorithms.distributions import check_uniform_exploration
 from common.computation.algorithm import ForwardKwargs
+from common.computation.specs import BoxActionSpec
 from common.envs.base import EnvInfo, Outcome, TimeStep
-from common.envs.policy_view import env_action, player_view, policy_specs, to_play
+from common.envs.policy_view import UnsupportedEnvError, env_action, player_view, policy_specs, to_play
 from common.job_limits import MAX_EPISODES_PER_JOB
 from common.trajectory import Trajectory
 
@@ -210,6 +212,11 @@ class Rollout:
         self._manager = manager
         self._info = info
         self._action_spec = policy_specs(info)[1]  # what the env receives: an index, or a clipped Box array
+        if isinstance(self._action_spec, BoxActionSpec):
+            try:  # a config problem, said before the job plays (as a crash from the first step, with a traceback)
+                check_uniform_exploration(self._action_spec, target.forward_kwargs.eps)
+            except ValueError as err:
+                raise UnsupportedEnvError(f"env {info.name!r}: {err}") from None
         self._target = target
         self._policies = list(policies)
         self._stop = stop

@@ -172,11 +172,7 @@ class DiagGaussian:
         return {"action": action, "logp": logp, "value": value}
 
     def _explore(self, flat: torch.Tensor, eps: float, generator: torch.Generator) -> torch.Tensor:
-        if not self.spec.bounded or any(h <= lo for lo, h in zip(self.spec.low, self.spec.high, strict=True)):
-            raise ValueError(
-                f"forward_kwargs.eps {eps}: ε-exploration draws uniformly over the action space, and this env's "
-                f"Box action has unbounded or empty entries (low {list(self.spec.low)}, high {list(self.spec.high)}); "
-                "a Gaussian policy explores by its own standard deviation: leave eps at 0")
+        check_uniform_exploration(self.spec, eps)
         low, high = self._bounds(flat)
         uniform = low + (high - low) * torch.rand(flat.shape, generator=generator, dtype=flat.dtype).to(flat.device)
         explore = torch.rand(flat.shape[:-1], generator=generator).to(flat.device) < eps
@@ -186,6 +182,15 @@ class DiagGaussian:
         low = torch.tensor(self.spec.low, dtype=like.dtype, device=like.device)
         high = torch.tensor(self.spec.high, dtype=like.dtype, device=like.device)
         return low, high
+
+
+def check_uniform_exploration(spec: BoxActionSpec, eps: float) -> None:
+    """ValueError, naming forward_kwargs.eps, when ε-exploration (``eps`` > 0) cannot draw uniformly in `spec`."""
+    if eps > 0 and (not spec.bounded or any(h <= lo for lo, h in zip(spec.low, spec.high, strict=True))):
+        raise ValueError(
+            f"forward_kwargs.eps {eps}: ε-exploration draws uniformly over the action space, and this env's "
+            f"Box action has unbounded or empty entries (low {list(spec.low)}, high {list(spec.high)}); "
+            "a Gaussian policy explores by its own standard deviation: leave eps at 0")
 
 
 ActionDistribution = Categorical | MultiCategorical | DiagGaussian

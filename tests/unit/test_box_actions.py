@@ -282,3 +282,32 @@ def test_the_actor_sends_the_env_the_clipped_action_and_records_the_draw():
     assert received.dtype == np.float32 and np.abs(received).max() <= 2.0
     assert np.abs(recorded).max() > 2.0  # some draws left the Box (std 7.4) and are kept as drawn
     assert sorted(np.clip(recorded, -2, 2).tolist()) == sorted(received.tolist())
+
+
+class _UnboundedTorque(_TorqueEcho):
+    action_space = gymnasium.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+
+
+def test_eps_on_an_unbounded_box_fails_the_job_as_a_config_problem_in_one_line():
+    """forward_kwargs.eps in a player type's job template, with an env whose Box is unbounded: the ValueError came
+    from the first step's sampling, so the actor logged it as a crash and FinishJob carried its traceback (shown
+    by the coordinator and `league status`). Said before the job plays, as the env/config problem it is."""
+    import math as _math
+
+    from actor_service.actor import failure_text
+    from actor_service.envs.env_manager import BaseEnvManager, EnvManagerConfig
+    from actor_service.policy_pool import Policy
+    from actor_service.rollout import Rollout, RolloutTarget
+    from actor_service.stop import StopSignal
+    from actor_service.trajectory_sender import InMemorySink
+
+    manager = BaseEnvManager([lambda: GymEnv(_UnboundedTorque)], EnvManagerConfig(episode_num=_math.inf))
+    with manager:
+        manager.launch()
+        inputs, action = policy_specs(manager.env_info)
+        task = make_computation_task({"algorithm": "ppo", "model": {"hidden": [8]}}, inputs, action, device="cpu",
+                                     seed=0)
+        with pytest.raises(UnsupportedEnvError, match=r"forward_kwargs.eps 0.1: .*unbounded") as caught:
+            Rollout(manager, manager.env_info, RolloutTarget(("p",), 6, 0, ForwardKwargs(eps=0.1), 3),
+                    [Policy("p", task, version=1, path="")], stop=StopSignal(), sink=InMemorySink())
+    assert "Traceback" not in failure_text(caught.value) and "\n" not in failure_text(caught.value)

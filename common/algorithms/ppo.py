@@ -276,6 +276,13 @@ class PPO(Algorithm):
         loss.backward()
         nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
         self.optimizer.step()
+        log_std = getattr(self.model, "log_std", None)
+        if log_std is not None:
+            # Kept within the bounds the Gaussian clamps it to: beyond them the clamp passes no gradient, and a
+            # log std one step past 2 (the entropy bonus's push) stayed at a std of 7.4 for ever, whatever the
+            # rewards asked for later.
+            with torch.no_grad():
+                log_std.clamp_(LOG_STD_MIN, LOG_STD_MAX)
         with torch.no_grad():  # kept as tensors: one device sync at the end, not five per step
             stats["policy_loss"].append(policy_loss.detach())
             stats["value_loss"].append(value_loss.detach())

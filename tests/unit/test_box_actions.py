@@ -311,3 +311,30 @@ def test_eps_on_an_unbounded_box_fails_the_job_as_a_config_problem_in_one_line()
             Rollout(manager, manager.env_info, RolloutTarget(("p",), 6, 0, ForwardKwargs(eps=0.1), 3),
                     [Policy("p", task, version=1, path="")], stop=StopSignal(), sink=InMemorySink())
     assert "Traceback" not in failure_text(caught.value) and "\n" not in failure_text(caught.value)
+
+
+def test_a_log_std_the_entropy_bonus_pushed_to_its_bound_comes_back_when_rewards_ask():
+    """The Gaussian clamps its log std to [-20, 2] and the clamp passes no gradient beyond: the entropy bonus,
+    on a reward that ignored the action, pushed the parameter a step past 2, and there it stayed (a std of 7.4)
+    when the rewards later paid for precise actions. The parameter is kept within the bounds after each step."""
+    task = make_computation_task({"algorithm": "ppo", "model": {"hidden": [16], "log_std_init": 2.0},
+                                  "ppo": {"learning_rate": 0.03, "entropy_coef": 0.05, "update_epochs": 2,
+                                          "num_minibatches": 2, "gamma": 0.0, "target_kl": None}},
+                                 OBS, BoxActionSpec((1,), -10.0, 10.0), device="cpu", seed=0)
+    log_std = task.algorithm.model.log_std
+    rng = np.random.default_rng(0)
+
+    def learn(pays_precision: bool) -> None:
+        obs = rng.standard_normal((16, 4, 3)).astype(np.float32)
+        pred = task.predict({"observation": obs.reshape(-1, 3)})
+        actions = pred.actions["action"].reshape(16, 4, 1)
+        reward = -((np.clip(actions[..., 0], -10, 10) - 0.7) ** 2) if pays_precision else np.zeros((16, 4))
+        task.learn({"observation": obs, "next_observation": obs[:, -1], "action": actions,
+                    "reward": reward.astype(np.float32), "terminated": np.ones((16, 4), bool),
+                    "truncated": np.zeros((16, 4), bool), "behaviour_logp": pred.artifacts["logp"].reshape(16, 4)})
+
+    learn(pays_precision=False)  # only the entropy bonus pulls: up against the bound
+    assert float(log_std.detach().max()) <= LOG_STD_MAX
+    for _ in range(10):
+        learn(pays_precision=True)
+    assert float(log_std.detach().max()) < LOG_STD_MAX - 0.3  # the std shrinks for the precise action

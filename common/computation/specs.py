@@ -99,10 +99,12 @@ class BoxActionSpec:
         """Every entry has finite bounds (so a uniform draw over them exists)."""
         return all(np.isfinite(self.low)) and all(np.isfinite(self.high))
 
-    def clip(self, action: np.ndarray) -> np.ndarray:
-        """``action`` (``shape``) as the env takes it: float32, each entry clipped to its bounds."""
+    def clip(self, action: np.ndarray, dtype: Any = np.float32) -> np.ndarray:
+        """``action`` (``shape``) as the env takes it: `dtype` (the env's), each entry clipped to its bounds.
+        Clipped in float64 and then cast to the env's dtype, whose bounds are exact there: clipped in float32 and
+        cast up, a float64 Box's bound of 0.1 became 0.10000000149, outside the Box."""
         flat = np.clip(np.asarray(action, np.float64).reshape(-1), self.low, self.high)
-        return flat.astype(np.float32).reshape(self.shape)
+        return flat.astype(dtype).reshape(self.shape)
 
 
 def _flat_bounds(value: Any, size: int, shape: tuple[int, ...]) -> np.ndarray:

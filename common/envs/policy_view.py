@@ -207,7 +207,7 @@ def env_action(action: ActionSpec, chosen: Any, info: EnvInfo) -> Any:
         return int(chosen)
     if isinstance(action, MultiDiscreteActionSpec):
         return np.asarray(chosen).astype(info.action_spec.dtype, copy=False).reshape(action.shape)
-    return action.clip(chosen).astype(info.action_spec.dtype, copy=False)
+    return action.clip(chosen, info.action_spec.dtype)
 
 
 def to_play(obs: Any, info: EnvInfo) -> int:

@@ -338,3 +338,17 @@ def test_a_log_std_the_entropy_bonus_pushed_to_its_bound_comes_back_when_rewards
     for _ in range(10):
         learn(pays_precision=True)
     assert float(log_std.detach().max()) < LOG_STD_MAX - 0.3  # the std shrinks for the precise action
+
+
+class _Float64Box(_TorqueEcho):
+    action_space = gymnasium.spaces.Box(np.array([-0.1, 0.2]), np.array([0.1, 1 / 3]), (2,), np.float64)
+
+
+def test_env_action_of_a_float64_box_stays_inside_bounds_float32_cannot_hold():
+    """Clipped in float32 and cast up, a float64 Box's bound of 0.1 reached the env as 0.10000000149: outside
+    its Box (an env checking `action_space.contains` failed every episode of a league run)."""
+    info = GymEnv(_Float64Box).info()
+    action = policy_specs(info)[1]
+    for drawn in ([5.0, 5.0], [-5.0, -5.0], [0.1, 0.2]):
+        sent = env_action(action, np.array(drawn, np.float32), info)
+        assert sent.dtype == np.float64 and _Float64Box.action_space.contains(sent), sent.tolist()

@@ -18,6 +18,7 @@ from common.algorithms.dqn import transitions_from_trajectory
 from common.algorithms.ppo import batch_from_trajectory
 from common.computation.specs import (
     ACTION_MASK,
+    MAX_ABS_BOX_ACTION,
     ActionSpec,
     BoxActionSpec,
     MultiDiscreteActionSpec,
@@ -30,13 +31,6 @@ from common.trajectory import DEFAULT_AGENT, OBSERVATION, Trajectory, hidden_sta
 
 EPISODE_RETURN_INFO = "episode_return"
 """Optional ``/infos/episode_return`` (B, T): the episode's return, read at the steps that end an episode."""
-
-
-MAX_ABS_BOX_ACTION = 1e6
-"""Box (real-valued) actions beyond this magnitude are refused. Unclipped draws may leave the Box, but a draw is
-the policy's mean plus a few standard deviations (at most e^2 each); an action of 1e20 (finite in float32, or a
-float64 beyond float32) has a float32 log-density of -inf under the learner's Gaussian, and the update it is in
-went NaN. Within ±1e6, with a mean as large and the smallest std (e^-20), the density of any Box size is finite."""
 
 
 class InvalidChunkError(ValueError):

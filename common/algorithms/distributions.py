@@ -19,7 +19,13 @@ import torch
 
 from common.algorithms.acting import check_legal, epsilon_explore, legal_count, sample_logits
 from common.computation.algorithm import ForwardKwargs
-from common.computation.specs import ActionSpec, BoxActionSpec, DiscreteActionSpec, MultiDiscreteActionSpec
+from common.computation.specs import (
+    MAX_ABS_BOX_ACTION,
+    ActionSpec,
+    BoxActionSpec,
+    DiscreteActionSpec,
+    MultiDiscreteActionSpec,
+)
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 """Bounds of a Gaussian policy's log std: beyond them the density under- or overflows float32 (the entropy
@@ -186,11 +192,13 @@ class DiagGaussian:
 
 def check_uniform_exploration(spec: BoxActionSpec, eps: float) -> None:
     """ValueError, naming forward_kwargs.eps, when ε-exploration (``eps`` > 0) cannot draw uniformly in `spec`."""
-    if eps > 0 and (not spec.bounded or any(h <= lo for lo, h in zip(spec.low, spec.high, strict=True))):
+    if eps > 0 and (not spec.bounded or any(h <= lo for lo, h in zip(spec.low, spec.high, strict=True))
+                    or max(map(abs, spec.low + spec.high)) > MAX_ABS_BOX_ACTION):
         raise ValueError(
             f"forward_kwargs.eps {eps}: ε-exploration draws uniformly over the action space, and this env's "
-            f"Box action has unbounded or empty entries (low {list(spec.low)}, high {list(spec.high)}); "
-            "a Gaussian policy explores by its own standard deviation: leave eps at 0")
+            f"Box action has unbounded, empty or too wide entries (low {list(spec.low)}, high {list(spec.high)}; "
+            f"at most ±{MAX_ABS_BOX_ACTION:.0e}); a Gaussian policy explores by its own standard deviation: "
+            "leave eps at 0")
 
 
 ActionDistribution = Categorical | MultiCategorical | DiagGaussian

@@ -66,6 +66,14 @@ class DiscreteActionSpec:
             raise ValueError(f"num_actions must be a positive int, got {self.num_actions!r}")
 
 
+MAX_ABS_BOX_ACTION = 1e6
+"""Box (real-valued) actions beyond this magnitude are refused. Unclipped draws may leave the Box, but a draw is
+the policy's mean plus a few standard deviations (at most e^2 each); an action of 1e20 (finite in float32, or a
+float64 beyond float32) has a float32 log-density of -inf under the learner's Gaussian, and the update it is in
+went NaN. Within ±1e6, with a mean as large and the smallest std (e^-20), the density of any Box size is finite.
+ε-exploration draws uniformly in the Box, so it takes Boxes within these bounds only."""
+
+
 @dataclass(frozen=True)
 class BoxActionSpec:
     """A real-valued action of ``shape`` (float32; () for one number), each entry within [``low``, ``high``] (per entry, flattened

@@ -352,3 +352,17 @@ def test_env_action_of_a_float64_box_stays_inside_bounds_float32_cannot_hold():
     for drawn in ([5.0, 5.0], [-5.0, -5.0], [0.1, 0.2]):
         sent = env_action(action, np.array(drawn, np.float32), info)
         assert sent.dtype == np.float64 and _Float64Box.action_space.contains(sent), sent.tolist()
+
+
+@pytest.mark.parametrize("bound", [float(np.finfo(np.float32).max), 1e30])
+def test_eps_is_refused_on_a_box_too_wide_for_its_uniform_draws(bound):
+    """A Box of ±float32 max (the old spelling of 'unbounded') counted as bounded: its uniform draws were inf
+    (the chunks then refused as non-finite, the job failing on the learner's word), and those of a ±1e30 Box
+    had a log-density of -inf under the learner's Gaussian. Refused like an unbounded Box."""
+    dist = DiagGaussian(BoxActionSpec((2,), -bound, bound))
+    params = dist.params(torch.zeros(4, 2), torch.zeros(2))
+    with pytest.raises(ValueError, match=r"forward_kwargs.eps 0.5: .*too wide"):
+        dist.choose(params, torch.zeros(4), None, ForwardKwargs(eps=0.5), torch.Generator().manual_seed(0))
+    wide = DiagGaussian(BoxActionSpec((2,), -1e6, 1e6)).choose(params, torch.zeros(4), None, ForwardKwargs(eps=0.5),
+                                                             torch.Generator().manual_seed(0))
+    assert torch.isfinite(wide["action"]).all() and torch.isfinite(wide["logp"]).all()

@@ -201,9 +201,9 @@ def test_finite_but_huge_box_actions_are_refused_by_key_before_they_make_an_upda
     for bad in [np.where(np.arange(4)[:, None] == 1, 1e20, actions).astype(np.float32),
                 np.full(actions.shape, 1e300), np.full(actions.shape, -3e38, np.float32)]:
         with pytest.raises(InvalidChunkError, match=r"magnitude .*within ±1e\+06") as caught:
-            preparer.prepare(_edited(chunk, key, bad))
+            preparer.prepare(edited_chunk(chunk, key, bad))
         assert caught.value.key == key
-    preparer.prepare(_edited(chunk, key, np.full(actions.shape, -1e6, np.float32)))  # far, and still a draw
+    preparer.prepare(edited_chunk(chunk, key, np.full(actions.shape, -1e6, np.float32)))  # far, and still a draw
 
 
 @pytest.mark.parametrize("off_policy_correction", ["vtrace", "none"])
@@ -221,7 +221,7 @@ def test_an_action_far_from_the_mean_does_not_overflow_the_ppo_ratio(off_policy_
     key = f"/agents/{DEFAULT_AGENT}/actions"
     actions = decode_chunk(chunk).trajectory.tensors[key].copy()
     actions[0, 3, 0] = 1000.0
-    rows = preparer.prepare(_edited(chunk, key, actions)).rows
+    rows = preparer.prepare(edited_chunk(chunk, key, actions)).rows
     stats = task.learn(dict(rows)).stats
     assert all(torch.isfinite(p).all() for p in task.algorithm.model.parameters()), stats
     assert all(math.isfinite(v) for v in stats.values()), stats

@@ -7,8 +7,9 @@ Read top to bottom like CleanRL's ppo.py; the differences are what a distributed
   truncated inside a row (whose final observation is not stored) is dropped, the steps before it
   bootstrapping from the last observation of their episode that is known.
 - Legal-action masks: masked actions have zero probability when acting and in the loss.
-- Discrete actions (categorical) or a Box's real vector (diagonal Gaussian): the model's `distribution`
-  (`common.algorithms.distributions`) turns its policy output into log-probabilities, entropies and actions.
+- Discrete actions (categorical), several at once (a categorical per entry) or a Box's real vector (diagonal
+  Gaussian): the model's `distribution` (`common.algorithms.distributions`) turns its policy output into
+  log-probabilities, entropies and actions.
 - Actors act with a policy some versions old (the behaviour policy µ, whose log-probabilities come with
   the data). With ``off_policy_correction="vtrace"`` the update follows IMPALA and "decoupled" PPO: at the
   start of an update the learner's current policy π_prox is evaluated; value targets are V-trace targets

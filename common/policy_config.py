@@ -107,12 +107,22 @@ class ModelConfig:
     envs whose returns stay within that bound (a game won or lost: 1). An unbounded head can overshoot
     there (values of 1.0-1.2 were seen in won connect-four positions), which gives the winning move a
     negative advantage. On the default connect-four league it did not help (BENCHMARKS.md). None: unbounded."""
+    obs_norm: bool = False
+    """PPO: standardise each observation entry by a running mean and variance before the torso (SB3's
+    VecNormalize, CleanRL's NormalizeObservation), for envs whose observation entries differ in scale by orders
+    of magnitude (joint angles beside velocities). The learner updates the statistics from every batch it
+    trains on; they are buffers of the model, published with its weights, so an actor normalises with those
+    of the version it acts with. Scaled by `obs_scale` first."""
+    obs_norm_clip: float = 10.0
+    """With `obs_norm`: standardised entries are clipped to ±this (SB3's default)."""
     log_std_init: float = 0.0
     """Actor-critic models of an env with a Box (real-valued) action: the Gaussian policy's initial log standard
     deviation, the same for every action entry (0: a std of 1, CleanRL's; -0.5 to -1 for actions bounded to
     [-1, 1], whose samples a std of 1 clips half the time). Learned from there; unused for discrete actions."""
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.obs_norm_clip) and self.obs_norm_clip > 0):
+            raise ValueError(f"model.obs_norm_clip must be a finite number > 0, got {self.obs_norm_clip!r}")
         if not (math.isfinite(self.log_std_init) and -20.0 <= self.log_std_init <= 2.0):
             raise ValueError(f"model.log_std_init must be a finite number within [-20, 2] (a std of 2e-9 to 7.4), "
                              f"got {self.log_std_init!r}")
@@ -305,6 +315,9 @@ class PolicyConfig:
             raise ValueError(f"policy.model.recurrent: {self.model.recurrent!r} needs algorithm "
                              f"{' or '.join(RECURRENT_ALGORITHMS)}; {self.algorithm} trains feed-forward models only "
                              f"(remove model.recurrent)")
+        if self.model.obs_norm and self.algorithm == "dqn":
+            raise ValueError("policy.model.obs_norm: PPO only (its learner updates the statistics from the batches "
+                             "it trains on once each; DQN's replay samples transitions again and again)")
         if self.model.value_bound is not None and self.algorithm == "dqn":
             raise ValueError("policy.model.value_bound: dqn's model has no state-value head; it bounds only "
                              "actor-critic values (remove model.value_bound)")

@@ -17,9 +17,14 @@ from common.envs.registry import OPENSPIEL_PREFIX
 from common.policy_config import PolicyConfig
 from league_service.config import Config
 
-WEIGHT_SHAPING_MODEL_KEYS = ("hidden", "conv", "conv_padding", "shared_torso", "recurrent", "recurrent_size")
+WEIGHT_SHAPING_MODEL_KEYS = ("hidden", "conv", "conv_padding", "shared_torso", "recurrent", "recurrent_size",
+                             "obs_norm")
 """The `policy.model` settings that decide which weights a network has and their shapes (activation, obs_scale,
-value_bound and the algorithm's hyperparameters may change between runs of one league)."""
+value_bound and the algorithm's hyperparameters may change between runs of one league). `obs_norm` adds the
+running statistics' buffers."""
+ADDED_MODEL_KEY_DEFAULTS = {"obs_norm": False}
+"""Weight-shaping keys added after leagues were saved without them: a saved identity that lacks one had the
+default (no such weights), not a change."""
 
 
 def unread_model_keys(algorithm: str, model: dict[str, Any]) -> frozenset[str]:
@@ -77,7 +82,8 @@ class LeagueIdentity:
         # refused a resume whose checkpoints fit, saying they did not. Where only one network reads it, another
         # key (`recurrent`, `policy.algorithm`) differs too.
         unused = unread_model_keys(self.algorithm, self.model) & unread_model_keys(other.algorithm, other.model)
-        pairs += [(f"policy.model.{name}", self.model.get(name), other.model.get(name))
+        pairs += [(f"policy.model.{name}", self.model.get(name, ADDED_MODEL_KEY_DEFAULTS.get(name)),
+                   other.model.get(name, ADDED_MODEL_KEY_DEFAULTS.get(name)))
                   for name in WEIGHT_SHAPING_MODEL_KEYS if name not in unused]
         for key, mine, theirs in pairs:
             if mine != theirs:

@@ -48,6 +48,40 @@ def apply_action_mask(values: torch.Tensor, mask: torch.Tensor | None) -> torch.
     return values.masked_fill(~mask, torch.finfo(values.dtype).min)
 
 
+class RunningNorm(nn.Module):
+    """Standardises observations by a running mean and variance of every entry (`ModelConfig.obs_norm`).
+
+    The statistics are buffers (float64, so that millions of updates do not drift), so they travel with the
+    model's weights in checkpoints; only the learner calls `update`. Before the first update it is the identity
+    (mean 0, variance 1)."""
+
+    def __init__(self, shape: tuple[int, ...], clip: float) -> None:
+        super().__init__()
+        self.clip = clip
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        """Merge the statistics of the rows of `x` (..., *shape) into the running ones (Chan et al.'s parallel
+        variance, as SB3's RunningMeanStd)."""
+        rows = x.reshape(-1, *self.mean.shape).to(torch.float64)
+        n = rows.shape[0]
+        if n == 0:
+            return
+        batch_mean, batch_var = rows.mean(0), rows.var(0, unbiased=False)
+        total = self.count + n
+        delta = batch_mean - self.mean
+        self.mean += delta * (n / total)
+        self.var.copy_((self.var * self.count + batch_var * n + delta * delta * (self.count * n / total)) / total)
+        self.count.copy_(total)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mean, std = self.mean.to(x.dtype), torch.sqrt(self.var + 1e-8).to(x.dtype)
+        return ((x - mean) / std).clamp(-self.clip, self.clip)
+
+
 class Torso(nn.Module):
     """Observation -> features: conv stack for (C, H, W), else flatten; then the hidden MLP."""
 
@@ -56,6 +90,7 @@ class Torso(nn.Module):
         act = nn.Tanh if activation == "tanh" else nn.ReLU
         self.obs_shape = obs_spec.shape
         self.obs_scale = config.obs_scale
+        self.obs_norm = RunningNorm(obs_spec.shape, config.obs_norm_clip) if config.obs_norm else None
         layers: list[nn.Module] = []
         if len(obs_spec.shape) == 3:
             channels = obs_spec.shape[0]
@@ -87,10 +122,27 @@ class Torso(nn.Module):
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
         lead = observation.shape[: observation.ndim - len(self.obs_shape)]
-        x = observation.reshape(-1, *self.obs_shape).float()
-        if self.obs_scale != 1.0:
-            x = x * self.obs_scale
+        x = self._scaled(observation)
+        if self.obs_norm is not None:
+            x = self.obs_norm(x)
         return self.net(x).reshape(*lead, self.out_features)
+
+    def update_obs_stats(self, observation: torch.Tensor) -> None:
+        """Fold observations (..., *obs_shape) into the running statistics (`obs_norm`; nothing without)."""
+        if self.obs_norm is not None:
+            self.obs_norm.update(self._scaled(observation))
+
+    def _scaled(self, observation: torch.Tensor) -> torch.Tensor:
+        x = observation.reshape(-1, *self.obs_shape).float()
+        return x * self.obs_scale if self.obs_scale != 1.0 else x
+
+
+def update_obs_stats(model: nn.Module, observation: torch.Tensor) -> None:
+    """Fold a learn batch's observations into every torso's running statistics (`ModelConfig.obs_norm`): the
+    learner calls it once per batch, before its forward passes, so the targets and the update see them."""
+    for module in model.modules():
+        if isinstance(module, Torso):
+            module.update_obs_stats(observation)
 
 
 def split_input_specs(

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from common.algorithms.distributions import LOG_STD_MAX, LOG_STD_MIN, Categorical
-from common.algorithms.models import ActorCriticModel
+from common.algorithms.models import ActorCriticModel, update_obs_stats
 from common.computation.algorithm import (
     Algorithm,
     ForwardKwargs,
@@ -43,7 +43,7 @@ from common.computation.algorithm import (
 from common.computation.model import Model
 from common.computation.specs import ACTION_MASK, DiscreteActionSpec, TensorSpec
 from common.policy_config import PPOConfig
-from common.trajectory import DEFAULT_AGENT, Trajectory, hidden_state_key
+from common.trajectory import DEFAULT_AGENT, OBSERVATION, Trajectory, hidden_state_key
 
 
 @dataclass
@@ -56,6 +56,14 @@ class Targets:
     """(B, T) bool: steps whose target could be formed."""
     rho: torch.Tensor
     """(B, T) truncated importance weights (ones without correction)."""
+
+
+def valid_steps(truncated: torch.Tensor) -> torch.Tensor:
+    """(B, T) bool: the steps a target can be formed for. A step truncated inside a row (its final observation
+    is not stored; also a row's front padding) has none; a row's last step bootstraps from the next observation."""
+    last = torch.zeros_like(truncated)
+    last[:, -1] = True
+    return ~(truncated & ~last)
 
 
 def compute_targets(
@@ -75,9 +83,7 @@ def compute_targets(
     ``log_ratio`` = log π(a_t|x_t) − log µ(a_t|x_t) for V-trace.
     """
     batch, steps = rewards.shape
-    last = torch.zeros_like(truncated)
-    last[:, -1] = True
-    valid = ~(truncated & ~last)
+    valid = valid_steps(truncated)
     next_values = torch.cat([values[:, 1:], bootstrap_values[:, None]], dim=1)
     not_terminal = (~terminated).to(values.dtype)
     continues = (~(terminated | truncated)).to(values.dtype)
@@ -204,6 +210,7 @@ class PPO(Algorithm):
         inputs, next_inputs = split_inputs(self.model, batch)
         actions = batch["action"]
         check_segments(batch, inputs, next_inputs)
+        update_obs_stats(self.model, inputs[OBSERVATION][valid_steps(batch["truncated"])])
 
         with torch.no_grad():
             logits, values = self.model(inputs)

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import torch
 
-from common.algorithms.ppo import PPO, STATE_PREFIX, check_segments, minibatches, split_inputs
+from common.algorithms.models import update_obs_stats
+from common.algorithms.ppo import PPO, STATE_PREFIX, check_segments, minibatches, split_inputs, valid_steps
 from common.algorithms.recurrent_models import RecurrentActorCriticModel
 from common.computation.algorithm import ForwardKwargs, LearnOutput
 from common.computation.specs import ACTION_MASK, TensorSpec
 from common.policy_config import PPOConfig
+from common.trajectory import OBSERVATION
 
 
 def episode_starts(terminated: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:
@@ -50,6 +52,7 @@ class RecurrentPPO(PPO):
         cfg = self.config
         inputs, next_inputs = split_inputs(self.model, batch)
         check_segments(batch, inputs, next_inputs)
+        update_obs_stats(self.model, inputs[OBSERVATION][valid_steps(batch["truncated"])])
         recorded = self._recorded_states(batch)
         actions = batch["action"]
         starts = episode_starts(batch["terminated"], batch["truncated"])

@@ -8,6 +8,7 @@ variants.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -77,12 +78,16 @@ def _action_spec(info: EnvInfo, algorithm: str) -> ActionSpec:
         return BoxActionSpec(spec.shape, _bound(spec.minimum, -np.inf), _bound(spec.maximum, np.inf))
     if _multi_discrete(spec):
         _check_not_dqn(info, spec, algorithm, "which chooses every entry of a MultiDiscrete")
-        nvec = np.broadcast_to(np.asarray(spec.maximum, np.int64) + 1, spec.shape)
-        if int(nvec.sum()) > MAX_MULTI_DISCRETE_CHOICES:
+        # Counted in Python ints: an integer Box up to its dtype's maximum (2**63 - 1) would wrap around in int64.
+        high = np.broadcast_to(np.asarray(spec.maximum), spec.shape)
+        nvec = [int(h) + 1 for h in high.flat] if np.all(np.isfinite(high)) else None
+        total = math.inf if nvec is None else sum(nvec)
+        if total > MAX_MULTI_DISCRETE_CHOICES:
             raise UnsupportedEnvError(
-                f"env {info.name!r}: its action space is {_describe(spec)} with {int(nvec.sum()):,} choices over its "
+                f"env {info.name!r}: its action space is {_describe(spec)} with {total:,} choices over its "
                 f"entries; a policy's head holds one output per choice, at most {MAX_MULTI_DISCRETE_CHOICES:,}")
-        return MultiDiscreteActionSpec(spec.shape, nvec)
+        assert nvec is not None  # total is finite
+        return MultiDiscreteActionSpec(spec.shape, tuple(nvec))
     raise UnsupportedEnvError(
         f"env {info.name!r}: its action space is {_describe(spec)}; the policies here choose one of N discrete "
         "actions (a gymnasium Discrete space starting at 0), several (a MultiDiscrete starting at 0, a "

@@ -84,6 +84,20 @@ def test_policy_specs_of_multi_discrete_and_multi_binary_and_what_stays_refused(
     assert action == MultiDiscreteActionSpec((2,), (2, 5))
 
 
+@pytest.mark.parametrize("high, size, dtype, choices", [
+    (np.iinfo(np.int64).max, 2, np.int64, "18,446,744,073,709,551,616"),  # 2 * 2**63: negative in int64
+    (2**62, 4, np.int64, "18,446,744,073,709,551,620"),  # 4 * (2**62 + 1): 4 in int64, under the limit
+    (np.iinfo(np.uint64).max, 2, np.uint64, "36,893,488,147,419,103,232"),
+])
+def test_an_integer_box_of_huge_bounds_is_refused_by_its_count_of_choices(high, size, dtype, choices):
+    class Env(gymnasium.Env):
+        observation_space = gymnasium.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        action_space = gymnasium.spaces.Box(0, high, (size,), dtype)
+
+    with pytest.raises(UnsupportedEnvError, match=rf"{choices} choices over its entries; .* at most 65,536"):
+        policy_specs(GymEnv(Env).info())
+
+
 def test_env_action_gives_the_env_its_dtype_and_shape():
     info = GymEnv(copy_digits).info()
     sent = env_action(MultiDiscreteActionSpec((2,), (3, 4)), np.array([2, 3]), info)

@@ -109,9 +109,14 @@ class MultiCategorical:
         action = flat.reshape(*flat.shape[:-1], *self.spec.shape)
         logp = self.log_prob(params, action)
         if kwargs.eps > 0 or kwargs.greedy:
-            policy_prob = (flat == greedy).all(-1).to(value.dtype) if kwargs.greedy else logp.exp()
-            uniform_prob = math.exp(-sum(math.log(n) for n in self.nvec))
-            logp = torch.log((1 - kwargs.eps) * policy_prob + kwargs.eps * uniform_prob)
+            # The mixture's probability, added in log space: a joint action's probabilities are products over
+            # the entries (2**-200 for 200 binary ones), which float32 rounds to 0, and the log of the sum was
+            # -inf, a behaviour logp the learner refuses every chunk for.
+            policy_logp = (torch.zeros_like(logp).masked_fill(~(flat == greedy).all(-1), -math.inf)
+                           if kwargs.greedy else logp)
+            keep = math.log1p(-kwargs.eps) if kwargs.eps < 1 else -math.inf
+            explore = (math.log(kwargs.eps) if kwargs.eps > 0 else -math.inf) - sum(math.log(n) for n in self.nvec)
+            logp = torch.logaddexp(policy_logp + keep, torch.full_like(logp, explore))
         return {"action": action, "logp": logp, "value": value}
 
 

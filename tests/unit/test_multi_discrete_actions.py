@@ -56,6 +56,26 @@ def test_choose_samples_each_entry_greedy_takes_each_argmax_and_eps_records_the_
     assert 0.40 < off.float().mean() < 0.50  # half the rows explore, 11 in 12 of those leave the argmax
 
 
+@pytest.mark.parametrize("greedy", [False, True])
+def test_the_mixture_logp_of_many_entries_is_finite_where_a_joint_probability_underflows(greedy):
+    """200 binary entries: a joint action's probability is ~2**-200, 0 in float32. The mixture's log-probability
+    must still be the finite log((1 - eps) p + eps 2**-200), not log(0) = -inf (a chunk the learner refuses)."""
+    spec = MultiDiscreteActionSpec((200,), (2,) * 200)
+    dist = MultiCategorical(spec)
+    params = torch.randn(64, 400, generator=torch.Generator().manual_seed(5))
+    out = dist.choose(params, torch.zeros(64), None, ForwardKwargs(eps=0.3, greedy=greedy),
+                      torch.Generator().manual_seed(6))
+    logits = params.double()
+    if greedy:
+        chosen = (out["action"] == logits.reshape(64, 200, 2).argmax(-1)).all(-1)
+        policy = torch.where(chosen, 0.0, -torch.inf).double()
+    else:
+        policy = dist.log_prob(logits, out["action"])
+    expected = torch.logaddexp(policy + np.log(0.7), torch.full_like(policy, np.log(0.3) - 200 * np.log(2)))
+    assert torch.isfinite(out["logp"]).all()
+    assert torch.allclose(out["logp"].double(), expected, atol=1e-3)
+
+
 def test_policy_specs_of_multi_discrete_and_multi_binary_and_what_stays_refused():
     inputs, action = policy_specs(GymEnv(copy_digits).info())
     assert action == MultiDiscreteActionSpec((2,), (3, 4)) and inputs["observation"].shape == (7,)

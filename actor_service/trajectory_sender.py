@@ -42,11 +42,11 @@ _RETRY_CODES = frozenset({
     grpc.StatusCode.ABORTED,
     grpc.StatusCode.RESOURCE_EXHAUSTED,
 })
-# Chunks are cut below this size; the learner's server must accept messages at least this large.
 QUIET_RETRY_S = 2.0
 """Retries within this long of the first failure are logged at INFO, later ones at WARNING: a league's start
 has a learner refuse its first chunks for a moment ("not bound to a player yet": the coordinator hands out its
 address as it hands it the player, before its data plane opens), which a healthy run should not warn about."""
+# Chunks are cut below this size; the learner's server must accept messages at least this large.
 MAX_CHUNK_BYTES = 4 * 1024 * 1024
 _CHANNEL_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 

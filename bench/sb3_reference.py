@@ -14,8 +14,10 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import pathlib
 import sys
+import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -42,7 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env", choices=sorted(ZOO), default="CartPole-v1")
     parser.add_argument("--goal", type=float, default=475.0, help="greedy mean return to reach (100 episodes)")
     args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="sb3-log-") as log_dir:
+        # SB3's logger makes a folder even when it logs nothing (it left /tmp/SB3-<date> behind per run).
+        os.environ["SB3_LOGDIR"] = log_dir
+        return _train_and_judge(args)
 
+
+def _train_and_judge(args: argparse.Namespace) -> int:
     import numpy as np
     import torch
     from stable_baselines3 import PPO

@@ -267,7 +267,7 @@ class CheckpointStore:
         path = self._publish_path(player_id, ref.path)
         state_path = path.with_name(path.name + TRAINING_STATE_SUFFIX)
         manifest_path = path.with_name(path.name + MANIFEST_SUFFIX)
-        latest = self._latest_below(player_id, ref.version, log_corrupt=False, locked=True)  # logged before
+        latest = self._latest_below(player_id, ref.version, log_corrupt=False)  # logged by the check before
         if self.publish_guard is not None and not self.publish_guard():
             raise PublishWithdrawn(f"version {ref.version} of {player_id!r} withdrawn before it became visible: "
                                    "its writer may no longer publish this player")
@@ -310,14 +310,11 @@ class CheckpointStore:
             with self._retiring_lock:
                 self._retiring.append(_InThread(_delete_retired, path.parent, retired))
 
-    def _latest_below(
-        self, player_id: str, version: int, *, log_corrupt: bool, locked: bool = False
-    ) -> CheckpointRef | None:
+    def _latest_below(self, player_id: str, version: int, *, log_corrupt: bool) -> CheckpointRef | None:
         """The player's latest version, which `version` must exceed (else `VersionConflictError`); None when
-        there is none, or when no manifest of the player reads (this publish writes good ones). `locked`: the
-        caller holds the player's commit lock (no other commit can be under way)."""
+        there is none, or when no manifest of the player reads (this publish writes good ones)."""
         try:
-            latest = self.latest(player_id, await_commit=not locked)
+            latest = self.latest(player_id)
         except CorruptCheckpointError as err:
             if log_corrupt:
                 log.error("%s; publishing version %d over it", err, version)
@@ -329,9 +326,8 @@ class CheckpointStore:
         return latest
 
     # ---- read -------------------------------------------------------------------------------------------
-    def latest(self, player_id: str, *, await_commit: bool = True) -> CheckpointRef | None:
-        """The newest published version's reference, or None before the first publish. `await_commit`: a
-        missing latest.json is read again after a commit under way (not for a writer holding the lock itself).
+    def latest(self, player_id: str) -> CheckpointRef | None:
+        """The newest published version's reference, or None before the first publish.
 
         `latest.json` is a shortcut: every version's own manifest is published before it. So when it is
         missing (a writer that died between the two, a deleted file) or unreadable (a damaged or tampered
@@ -345,7 +341,7 @@ class CheckpointStore:
             except FileNotFoundError:
                 # A first publish between its manifest and latest.json (an actor's lookup as the learner
                 # publishes version 0) is no missing file: once the commit is over, latest.json is there.
-                if not (await_commit and self._after_commit(player_id)):
+                if not self._after_commit(player_id):
                     raise
                 ref = self._read_latest(player_id, where)
             self._latest_fallbacks.pop(player_id, None)

@@ -358,21 +358,6 @@ def test_a_lookup_during_a_commit_waits_for_its_latest_json_instead_of_logging_i
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
-def test_a_first_publish_does_not_wait_for_its_own_commit_lock(store, monkeypatch):
-    """The commit checks the latest version again under the lock; on a first publish latest.json is missing, and
-    the lookup waited for the commit lock the publish itself held (2 s for every player's first version)."""
-    import threading
-
-    import common.checkpoint_store as checkpoint_store
-
-    monkeypatch.setattr(checkpoint_store, "AFTER_COMMIT_WAIT_S", 600.0)
-    publishing = threading.Thread(target=store.publish, args=("fresh", weights(), 0), daemon=True)
-    publishing.start()
-    publishing.join(60)
-    assert not publishing.is_alive(), "the first publish waited on its own commit lock"
-    assert store.latest("fresh").version == 0
-
-
 def test_a_damaged_version_manifest_the_fallback_leaves_out_is_logged_once_too(store, caplog):
     """The fallback walks the version manifests, and `versions` logged a damaged one at ERROR at every lookup:
     with latest.json missing, an actor's 50 ms lookups still put 20 ERROR lines a second in its log."""

@@ -337,13 +337,12 @@ class CheckpointStore:
         where = f"{player_id}/{LATEST}"
         try:
             try:
-                ref = self._read_latest(player_id, where)
-            except FileNotFoundError:
-                # A first publish between its manifest and latest.json (an actor's lookup as the learner
-                # publishes version 0) is no missing file: once the commit is over, latest.json is there.
-                if not self._after_commit(player_id):
-                    raise
-                ref = self._read_latest(player_id, where)
+                path = self.root.resolve(where)
+            except UnsafePathError as err:  # latest.json a symlink out of the root: damaged, like any other
+                raise CorruptCheckpointError(f"{where}: {err}") from err
+            ref = _parse_manifest(_read_small(path), where)
+            if ref.path.split("/", 1)[0] != player_id:
+                raise CorruptCheckpointError(f"{where}: names {ref.path!r}, outside the player's directory")
             self._latest_fallbacks.pop(player_id, None)
             return ref
         except FileNotFoundError:
@@ -360,38 +359,6 @@ class CheckpointStore:
                 raise
             self._log_fallback(player_id, [*damaged, f"{err}; using the newest version manifest instead, {fallback.path}"])
             return fallback
-
-    def _read_latest(self, player_id: str, where: str) -> CheckpointRef:
-        try:
-            path = self.root.resolve(where)
-        except UnsafePathError as err:  # latest.json a symlink out of the root: damaged, like any other
-            raise CorruptCheckpointError(f"{where}: {err}") from err
-        ref = _parse_manifest(_read_small(path), where)
-        if ref.path.split("/", 1)[0] != player_id:
-            raise CorruptCheckpointError(f"{where}: names {ref.path!r}, outside the player's directory")
-        return ref
-
-    def _after_commit(self, player_id: str) -> bool:
-        """Wait for a commit of the player under way (its writer's lock) to end; False when there is no commit
-        lock to wait on (never published here, no locks on this filesystem) or it stays held."""
-        try:
-            fd = os.open(self.root.resolve(player_id) / COMMIT_LOCK, os.O_RDONLY | os.O_CLOEXEC)
-        except (OSError, UnsafePathError):
-            return False
-        try:
-            deadline = time.monotonic() + AFTER_COMMIT_WAIT_S
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                    return True  # released with the descriptor
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        return False
-                    time.sleep(0.002)
-                except OSError:
-                    return False
-        finally:
-            os.close(fd)
 
     def _log_fallback(self, player_id: str, messages: list[str]) -> None:
         """ERRORs once per fallback (until `latest.json` reads again or the fallback changes), DEBUG after.
@@ -929,11 +896,6 @@ COMMIT_LOCK_WAIT_S = 30.0
 """How long a publish waits for another writer's commit of the same player (a commit takes milliseconds; one
 held longer belongs to a frozen process). Then it fails as storage does, and the learner retries later."""
 COMMIT_LOCK = ".publish.lock"
-
-
-AFTER_COMMIT_WAIT_S = 2.0
-"""How long a reader that finds no latest.json waits for a commit under way (a commit takes a rename and two
-small fsynced writes)."""
 
 
 @contextlib.contextmanager

@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import pickle
-import time
 
 import numpy as np
 import pytest
@@ -327,35 +326,6 @@ def test_a_missing_latest_json_is_logged_once_per_fallback_not_per_lookup(store,
     latest.unlink()
     assert store.latest("p0") == second and store.latest("p0") == second
     assert len(errors()) == 3 and errors()[2].endswith("p0/v0000000002.pt")
-
-
-def test_a_lookup_during_a_commit_waits_for_its_latest_json_instead_of_logging_it_missing(store, caplog):
-    """An actor's lookup as the learner published a player's first version found its manifest but not yet its
-    latest.json, and logged an ERROR ("latest.json is missing") in a healthy league's start. The reader now waits
-    for the writer's commit lock and reads latest.json again."""
-    import threading
-
-    from common.checkpoint_store import _commit_lock
-
-    store.publish("p0", weights(), 1)
-    latest = store.root.resolve("p0/latest.json")
-    text = latest.read_text()
-    latest.unlink()  # as between the manifest and latest.json of a commit under way
-    locked, done = threading.Event(), threading.Event()
-
-    def committing() -> None:
-        with _commit_lock(latest.parent, "p0"):
-            locked.set()
-            time.sleep(0.3)
-            latest.write_text(text)
-        done.set()
-
-    writer = threading.Thread(target=committing)
-    writer.start()
-    assert locked.wait(10)
-    assert store.latest("p0").version == 1 and done.is_set()
-    writer.join()
-    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 def test_a_damaged_version_manifest_the_fallback_leaves_out_is_logged_once_too(store, caplog):

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from common.algorithms.distributions import LOG_STD_MAX, LOG_STD_MIN, Categorical
+from common.algorithms.distributions import LOG_STD_MAX, LOG_STD_MIN
 from common.algorithms.models import ActorCriticModel, update_obs_stats
 from common.computation.algorithm import (
     Algorithm,
@@ -41,7 +41,7 @@ from common.computation.algorithm import (
     training_counter,
 )
 from common.computation.model import Model
-from common.computation.specs import ACTION_MASK, DiscreteActionSpec, TensorSpec
+from common.computation.specs import ACTION_MASK, TensorSpec
 from common.policy_config import PPOConfig
 from common.trajectory import DEFAULT_AGENT, OBSERVATION, Trajectory, hidden_state_key
 
@@ -143,15 +143,6 @@ def batch_from_trajectory(
                                  f"acted with")
             batch[STATE_PREFIX + name] = recorded[name]
     return batch
-
-
-def choose_actions(
-    logits: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, kwargs: ForwardKwargs,
-    generator: torch.Generator,
-) -> dict[str, torch.Tensor]:
-    """The discrete action of each row (sampled, greedy and/or ε-explored) with its behaviour log-probability
-    and value (`Categorical.choose`; a model's own `distribution` chooses for Box actions too)."""
-    return Categorical(DiscreteActionSpec(logits.shape[-1])).choose(logits, value, mask, kwargs, generator)
 
 
 def split_inputs(

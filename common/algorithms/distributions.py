@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from common.algorithms.acting import check_legal, epsilon_explore, legal_count, sample_logits
+from common.algorithms.acting import check_legal, epsilon_explore, legal_count, sample_logits, uniform_legal
 from common.computation.algorithm import ForwardKwargs
 from common.computation.specs import (
     MAX_ABS_BOX_ACTION,
@@ -102,8 +102,7 @@ class MultiCategorical:
         greedy = torch.stack([torch.argmax(logits, dim=-1) for logits in segments], dim=-1)
         flat = greedy if kwargs.greedy else torch.stack([sample_logits(logits, generator) for logits in segments], -1)
         if kwargs.eps > 0:
-            uniform = torch.stack([epsilon_explore(torch.zeros_like(flat[..., 0]), logits, None, 1.0, generator)
-                                   for logits in segments], dim=-1)
+            uniform = torch.stack([uniform_legal(logits, None, generator) for logits in segments], dim=-1)
             explore = torch.rand(flat.shape[:-1], generator=generator).to(flat.device) < kwargs.eps
             flat = torch.where(explore[..., None], uniform, flat)
         action = flat.reshape(*flat.shape[:-1], *self.spec.shape)

@@ -336,17 +336,15 @@ class CheckpointStore:
         check_component(player_id, "player_id")
         where = f"{player_id}/{LATEST}"
         try:
-            try:
-                path = self.root.resolve(where)
-            except UnsafePathError as err:  # latest.json a symlink out of the root: damaged, like any other
-                raise CorruptCheckpointError(f"{where}: {err}") from err
-            ref = _parse_manifest(_read_small(path), where)
-            if ref.path.split("/", 1)[0] != player_id:
-                raise CorruptCheckpointError(f"{where}: names {ref.path!r}, outside the player's directory")
+            ref = self._read_latest(player_id, where)
             self._latest_fallbacks.pop(player_id, None)
             return ref
         except FileNotFoundError:
             fallback, damaged = self._newest_version_manifest(player_id)
+            if fallback is not None and player_id not in self._latest_fallbacks:
+                ref = self._latest_after_its_manifest(player_id, where)
+                if ref is not None:
+                    return ref
             said = [*damaged]
             if fallback is not None:
                 said.append(f"{where} is missing; using the newest version manifest, {fallback.path}")
@@ -359,6 +357,35 @@ class CheckpointStore:
                 raise
             self._log_fallback(player_id, [*damaged, f"{err}; using the newest version manifest instead, {fallback.path}"])
             return fallback
+
+    def _read_latest(self, player_id: str, where: str) -> CheckpointRef:
+        try:
+            path = self.root.resolve(where)
+        except UnsafePathError as err:  # latest.json a symlink out of the root: damaged, like any other
+            raise CorruptCheckpointError(f"{where}: {err}") from err
+        ref = _parse_manifest(_read_small(path), where)
+        if ref.path.split("/", 1)[0] != player_id:
+            raise CorruptCheckpointError(f"{where}: names {ref.path!r}, outside the player's directory")
+        return ref
+
+    def _latest_after_its_manifest(self, player_id: str, where: str) -> CheckpointRef | None:
+        """latest.json read again, briefly, after it was missing beside a version manifest: a commit renames
+        the manifest and then latest.json, so a lookup between the two (an actor's, as the learner publishes
+        the player's first version) finds the manifest but not yet latest.json, with nothing lost. Asked only
+        before a fallback is logged, so a latest.json really gone costs this wait once, not at every lookup.
+        No lock is taken: a writer asks its publish guard (an RPC) under the commit lock, so a reader waiting
+        on that lock waits on the network, and a lookup inside the commit would wait on its own lock."""
+        for pause in LATEST_REREAD_PAUSES_S:
+            time.sleep(pause)
+            try:
+                ref = self._read_latest(player_id, where)
+            except FileNotFoundError:
+                continue
+            except CorruptCheckpointError:
+                return None  # said by the caller's next lookup, which reads it again
+            self._latest_fallbacks.pop(player_id, None)
+            return ref
+        return None
 
     def _log_fallback(self, player_id: str, messages: list[str]) -> None:
         """ERRORs once per fallback (until `latest.json` reads again or the fallback changes), DEBUG after.
@@ -891,6 +918,11 @@ def _delete_retired(directory: Path, retired: list[Path]) -> None:
         unlink_quietly(path)
     fsync_dir(directory)
 
+
+LATEST_REREAD_PAUSES_S = (0.0, 0.005, 0.02, 0.1)
+"""Pauses before each new read of a latest.json missing beside a version manifest: the commit renames it right
+after the manifest (no disk wait between), so the first read again nearly always finds it; the longer pauses
+cover a writer descheduled between the two renames on a loaded machine."""
 
 COMMIT_LOCK_WAIT_S = 30.0
 """How long a publish waits for another writer's commit of the same player (a commit takes milliseconds; one

@@ -493,13 +493,8 @@ def test_resuming_with_a_model_the_checkpoints_do_not_fit_is_a_config_error(leag
     _assert_nothing_left_running(run)
 
 
-KNOWN_START_RACE = "latest.json is missing; using the newest version manifest"
-"""Not fixed yet (session 33's note): an actor's lookup as the learner publishes a player's first version can
-find its manifest before its latest.json, and logs this at ERROR though it reads the right version."""
-
-
 def _errors(logs: str) -> list[str]:
-    return [line for line in logs.splitlines() if " ERROR " in line and KNOWN_START_RACE not in line]
+    return [line for line in logs.splitlines() if " ERROR " in line]
 
 
 def test_a_solo_league_with_a_box_action_trains_publishes_and_its_checkpoint_plays(league_run, tmp_path):

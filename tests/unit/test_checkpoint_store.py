@@ -328,6 +328,41 @@ def test_a_missing_latest_json_is_logged_once_per_fallback_not_per_lookup(store,
     assert len(errors()) == 3 and errors()[2].endswith("p0/v0000000002.pt")
 
 
+def test_a_lookup_between_a_commits_manifest_and_its_latest_json_reads_latest_json_without_an_error(store, caplog):
+    """An actor's lookup as the learner published a player's first version found the version's manifest but not
+    yet latest.json (renamed right after it), and logged an ERROR ("latest.json is missing") in a healthy start.
+    The reader reads latest.json again before it falls back. Here the writer's rename lands just after the
+    reader listed the manifests, as in the race."""
+    store.publish("p0", weights(), 1)
+    latest = store.root.resolve("p0/latest.json")
+    text = latest.read_text()
+    latest.unlink()  # as between the manifest and latest.json of a commit under way
+    listing = store._newest_version_manifest
+
+    def listed_then_committed(player_id):
+        found = listing(player_id)
+        if not latest.exists():
+            latest.write_text(text)  # the writer's rename of latest.json
+        return found
+
+    store._newest_version_manifest = listed_then_committed
+    assert store.latest("p0").version == 1
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_a_latest_json_really_missing_is_read_again_only_before_its_fallback_is_said(store, monkeypatch):
+    """The new reads cost a moment: paid once when latest.json is gone, not at each of an actor's lookups."""
+    import common.checkpoint_store as checkpoint_store
+
+    store.publish("p0", weights(), 1)
+    store.root.resolve("p0/latest.json").unlink()
+    pauses: list[float] = []
+    monkeypatch.setattr(checkpoint_store.time, "sleep", pauses.append)
+    for _ in range(20):
+        assert store.latest("p0").version == 1
+    assert pauses == list(checkpoint_store.LATEST_REREAD_PAUSES_S)
+
+
 def test_a_damaged_version_manifest_the_fallback_leaves_out_is_logged_once_too(store, caplog):
     """The fallback walks the version manifests, and `versions` logged a damaged one at ERROR at every lookup:
     with latest.json missing, an actor's 50 ms lookups still put 20 ERROR lines a second in its log."""

@@ -15,6 +15,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,8 @@ DEFAULT_POINTS = 6
 if TYPE_CHECKING:
     from actor_service.evaluation import EvalResult, ReturnResult
     from common.checkpoint_store import CheckpointRef
+    from common.computation import ComputationTask
+    from common.envs.base import EnvInfo
 
 
 
@@ -66,35 +69,96 @@ def main(args: argparse.Namespace) -> int:
     for flag, value in (("--player", args.player), ("--points", args.points)):
         if value is not None:  # they choose along a run's snapshots: with a checkpoint they went unheard
             return _refuse(f"{flag} goes with --run-dir (--checkpoint evaluates the one checkpoint it names)")
-    if args.shared_root is None:  # the variable only where no --run-dir names the root (the image sets it)
-        args.shared_root = env_path(SHARED_ROOT_ENV_VAR)
     import torch
 
-    from actor_service.evaluation import load_policy, play_against_bot, play_episodes, resolve_checkpoint
-    from common.checkpoint_store import CheckpointNotFoundError
-    from common.computation import WeightsMismatchError
-    from common.envs.registry import make_env
+    from actor_service.evaluation import play_against_bot, play_episodes
 
     torch.set_num_threads(1)
     opponents = _opponents("random" if args.opponent is None else args.opponent)
     if (bad := _bad_opponent(opponents)) is not None:
         return _refuse(bad)
     opponent_given = args.opponent is not None
+    try:
+        loaded = load_checkpoint(args, "eval")
+    except CheckpointRefused as err:
+        return _refuse(str(err))
+    task, ref, info, env_name, env_kwargs = loaded.task, loaded.ref, loaded.info, loaded.env_name, loaded.env_kwargs
+    if info.num_players == 1:  # CartPole and the like: no opponent, the episodes' returns
+        if opponent_given:
+            return _refuse(f"--opponent: {env_name} is a single-player env; eval plays --games episodes of it "
+                           "alone and reports their returns")
+        try:
+            with _games_progress(f"{env_name} alone", args.games) as on_episode:
+                returns = play_episodes(task, env_name, env_kwargs, args.games, seed=args.seed,
+                                        on_episode=on_episode)
+        except (ValueError, OSError) as err:
+            return _refuse(str(err))
+        if args.json:
+            print(json.dumps({"checkpoint": ref.path, "version": ref.version, "env": env_name,
+                              **returns.to_dict()}))
+        else:
+            _print_returns(ref, env_name, returns)
+        return 0
+    for opponent in opponents:
+        try:
+            with _games_progress(f"vs {opponent}", args.games) as on_game:
+                result = play_against_bot(task, env_name, env_kwargs, opponent, args.games, seed=args.seed,
+                                          on_game=on_game)
+        except (ValueError, OSError) as err:
+            return _refuse(str(err))
+        if args.json:  # one line per opponent
+            print(json.dumps({"checkpoint": ref.path, "version": ref.version, "env": env_name,
+                              **result.to_dict()}), flush=True)
+        else:
+            _print_table(ref, env_name, result)
+    return 0
+
+
+class CheckpointRefused(Exception):
+    """What `load_checkpoint` could not load, said for the user (the command exits 2 with it)."""
+
+
+@dataclass(frozen=True)
+class LoadedCheckpoint:
+    """A checkpoint's policy, built for its league's env: what `league eval` plays and `league export` writes."""
+
+    task: ComputationTask
+    ref: CheckpointRef
+    info: EnvInfo
+    env_name: str
+    env_kwargs: dict[str, Any]
+    policy: dict[str, Any]
+    config: Path | None
+    """The league file whose policy and env were used (None: the embedded league)."""
+
+
+def load_checkpoint(args: argparse.Namespace, command: str) -> LoadedCheckpoint:
+    """The policy of ``args.checkpoint`` (``--shared-root``, ``--config``, ``--seed``), as `league <command>`
+    resolves them: a relative path is under the shared root (``$LEAGUE_SHARED_ROOT``), or a path from here; the
+    league is ``--config``, else the config.yaml of the run directory the checkpoint lies in, else the embedded
+    one. CheckpointRefused says what is wrong."""
+    if args.shared_root is None:  # the variable only where no --run-dir names the root (the image sets it)
+        args.shared_root = env_path(SHARED_ROOT_ENV_VAR)
+    from actor_service.evaluation import load_policy, resolve_checkpoint
+    from common.checkpoint_store import CheckpointNotFoundError
+    from common.computation import WeightsMismatchError
+    from common.envs.registry import make_env
+
     if not Path(args.checkpoint).is_absolute() and args.shared_root is None:
         # A path from here: it exists, or its directory does (a version retired by keep_last, a typo in the
         # file name): then resolving it says what is missing. Only a path that leads nowhere from here needs a
         # shared root.
         parent = Path(args.checkpoint).parent
         if not Path(args.checkpoint).exists() and (parent == Path(".") or not parent.is_dir()):
-            return _refuse(f"--checkpoint {args.checkpoint!r} is relative and not a path from here: give "
-                           f"--shared-root (or ${SHARED_ROOT_ENV_VAR})")
+            raise CheckpointRefused(f"--checkpoint {args.checkpoint!r} is relative and not a path from here: give "
+                                    f"--shared-root (or ${SHARED_ROOT_ENV_VAR})")
         args.checkpoint = str(Path(args.checkpoint).absolute())  # a path from the current directory
     config = args.config
     if config is None:
         config = _run_dir_config(Path(args.checkpoint) if args.shared_root is None
                                  else Path(args.shared_root) / args.checkpoint)
         if config is not None:
-            print(f"league eval: the league of {config}", file=sys.stderr)
+            print(f"league {command}: the league of {config}", file=sys.stderr)
     store = None
     try:
         policy, env_name, env_kwargs = _league_policy_and_env(config)
@@ -105,37 +169,16 @@ def main(args: argparse.Namespace) -> int:
         finally:
             env.close()
         task, ref = load_policy(store, path, policy, info, seed=args.seed)
-        if info.num_players == 1:  # CartPole and the like: no opponent, the episodes' returns
-            if opponent_given:
-                return _refuse(f"--opponent: {env_name} is a single-player env; eval plays --games episodes of it "
-                               "alone and reports their returns")
-            with _games_progress(f"{env_name} alone", args.games) as on_episode:
-                returns = play_episodes(task, env_name, env_kwargs, args.games, seed=args.seed,
-                                        on_episode=on_episode)
-            if args.json:
-                print(json.dumps({"checkpoint": ref.path, "version": ref.version, "env": env_name,
-                                  **returns.to_dict()}))
-            else:
-                _print_returns(ref, env_name, returns)
-            return 0
-        for opponent in opponents:
-            with _games_progress(f"vs {opponent}", args.games) as on_game:
-                result = play_against_bot(task, env_name, env_kwargs, opponent, args.games, seed=args.seed,
-                                          on_game=on_game)
-            if args.json:  # one line per opponent
-                print(json.dumps({"checkpoint": ref.path, "version": ref.version, "env": env_name,
-                                  **result.to_dict()}), flush=True)
-            else:
-                _print_table(ref, env_name, result)
     except CheckpointNotFoundError as err:  # a file with no manifest: in which root
-        return _refuse(f"{err}, in shared root {store.root.root if store is not None else args.shared_root}")
+        raise CheckpointRefused(f"{err}, in shared root "
+                                f"{store.root.root if store is not None else args.shared_root}") from err
     except (ValueError, OSError) as err:  # config, path, checkpoint (corrupt / missing) or model mismatch
         hint = ""
         if isinstance(err, WeightsMismatchError):  # layer names or shapes: another league's network
             hint = (f" (the model of {'the embedded league' if config is None else config}; give --config with the "
                     "league the checkpoint comes from, e.g. its run directory's config.yaml)")
-        return _refuse(f"{err}{hint}")
-    return 0
+        raise CheckpointRefused(f"{err}{hint}") from err
+    return LoadedCheckpoint(task, ref, info, env_name, env_kwargs, policy, config)
 
 
 @contextlib.contextmanager

@@ -48,6 +48,10 @@ class Categorical:
     def entropy(self, params: torch.Tensor) -> torch.Tensor:
         return _categorical_entropy(params)
 
+    def greedy(self, params: torch.Tensor) -> torch.Tensor:
+        """The most probable (legal: the logits are masked) action of each row."""
+        return torch.argmax(params, dim=-1)
+
     def choose(
         self, params: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, kwargs: ForwardKwargs,
         generator: torch.Generator,
@@ -56,7 +60,7 @@ class Categorical:
         value."""
         check_legal(mask)
         log_probs = torch.log_softmax(params, dim=-1)
-        greedy_action = torch.argmax(params, dim=-1)
+        greedy_action = self.greedy(params)
         action = greedy_action if kwargs.greedy else sample_logits(params, generator)
         action = epsilon_explore(action, params, mask, kwargs.eps, generator)
         chosen = log_probs.gather(-1, action[:, None]).squeeze(-1)
@@ -92,6 +96,15 @@ class MultiCategorical:
         return torch.stack([_categorical_entropy(logits) for logits in torch.split(params, self.nvec, dim=-1)],
                            dim=-1).sum(-1)
 
+    def greedy(self, params: torch.Tensor) -> torch.Tensor:
+        """Each row's most probable choice of every entry, in the action's shape."""
+        flat = self._greedy_flat(torch.split(params, self.nvec, dim=-1))
+        return flat.reshape(*flat.shape[:-1], *self.spec.shape)
+
+    @staticmethod
+    def _greedy_flat(segments: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return torch.stack([torch.argmax(logits, dim=-1) for logits in segments], dim=-1)
+
     def choose(
         self, params: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, kwargs: ForwardKwargs,
         generator: torch.Generator,
@@ -99,7 +112,7 @@ class MultiCategorical:
         """Each row's choices (sampled or greedy, and with probability ``eps`` a uniform draw of all of them),
         with the log-probability of the distribution actually sampled from."""
         segments = torch.split(params, self.nvec, dim=-1)
-        greedy = torch.stack([torch.argmax(logits, dim=-1) for logits in segments], dim=-1)
+        greedy = self._greedy_flat(segments)
         flat = greedy if kwargs.greedy else torch.stack([sample_logits(logits, generator) for logits in segments], -1)
         if kwargs.eps > 0:
             uniform = torch.stack([uniform_legal(logits, None, generator) for logits in segments], dim=-1)
@@ -141,6 +154,11 @@ class DiagGaussian:
 
     def split(self, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return params[..., : self.size], params[..., self.size:]
+
+    def greedy(self, params: torch.Tensor) -> torch.Tensor:
+        """Each row's mean, in the action's shape (unclipped, as `choose` gives it)."""
+        mean = self.split(params)[0]
+        return mean.reshape(*mean.shape[:-1], *self.spec.shape)
 
     def _flat(self, actions: torch.Tensor) -> torch.Tensor:
         """(..., *shape) actions as (..., D)."""

@@ -1,0 +1,84 @@
+"""`league export`: a published checkpoint as a standalone policy file (`torch.export`), to play it where only
+torch is installed (a game server, another framework, an evaluation of one's own).
+
+The checkpoint is found and built as `league eval` does (league_cli/eval.py `load_checkpoint`); the export is
+`common.algorithms.policy_export`. The file is written whole or not at all (a temporary file renamed into
+place), and an existing file is kept unless ``--force``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from common import cli_args
+from common.rpc import SHARED_ROOT_ENV_VAR
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", type=cli_args.path_text, required=True,
+                        help="checkpoint path relative to --shared-root, or an absolute path inside a shared root; "
+                             "a player's folder stands for its newest version")
+    parser.add_argument("--out", type=cli_args.path, required=True,
+                        help="the file to write (torch.export's archive; .pt2 by convention)")
+    parser.add_argument("--config", type=cli_args.path, default=None,
+                        help="league YAML whose policy and env the checkpoint belongs to (default: the config.yaml "
+                             "of the league run directory the checkpoint lies in, else the embedded league)")
+    parser.add_argument("--shared-root", type=cli_args.path, default=None,
+                        help=f"the checkpoints' shared root (default ${SHARED_ROOT_ENV_VAR})")
+    parser.add_argument("--force", action="store_true", help="replace --out if it exists")
+    parser.add_argument("--json", action="store_true", help="print the export's policy.json instead of a summary")
+    parser.set_defaults(seed=0)
+
+
+def main(args: argparse.Namespace) -> int:
+    out: Path = args.out
+    if out.is_dir():
+        return _refuse(f"--out {out} is a directory: name the file to write")
+    if not out.parent.is_dir():
+        return _refuse(f"--out {out}: its directory {out.parent} does not exist")
+    if out.exists() and not args.force:
+        return _refuse(f"--out {out} exists: give --force to replace it")
+    import torch
+
+    from common.algorithms.policy_export import ExportError, export_policy
+    from common.durable_files import atomic_write, full_disk_note
+    from league_cli.eval import CheckpointRefused, load_checkpoint
+
+    torch.set_num_threads(1)
+    try:
+        loaded = load_checkpoint(args, "export")
+    except CheckpointRefused as err:
+        return _refuse(str(err))
+    ref = loaded.ref
+    source = {
+        "checkpoint": {"path": ref.path, "version": ref.version,
+                       **{k: ref.metadata[k] for k in ("agent_steps", "worker_id") if k in ref.metadata}},
+        "env": {"name": loaded.env_name, "kwargs": loaded.env_kwargs},
+        "league_config": None if loaded.config is None else str(Path(loaded.config).absolute()),
+    }
+    print(f"league export: tracing {ref.path} (v{ref.version}) ...", file=sys.stderr, flush=True)
+    algorithm = str(loaded.policy.get("algorithm", "ppo"))
+    try:
+        exported = export_policy(loaded.task.algorithm.model, algorithm, source)
+    except ExportError as err:
+        return _refuse(f"{ref.path}: {err}")
+    try:
+        atomic_write(out, exported.data)
+    except OSError as err:
+        return _refuse(f"--out {out}: {err}{full_disk_note(out)}")
+    meta = exported.metadata
+    if args.json:
+        print(json.dumps(meta))
+        return 0
+    print(f"{ref.path} (v{ref.version}, {algorithm}, {loaded.env_name}) -> {out} ({len(exported.data) / 1e6:.1f} MB)")
+    print(f"  {meta['call']}")
+    print("  load it with torch alone: policy = torch.export.load(PATH).module(); the greedy action comes first")
+    return 0
+
+
+def _refuse(message: str) -> int:
+    print(f"league export: {message}", file=sys.stderr)
+    return 2

@@ -1,0 +1,162 @@
+"""`league export`: a published checkpoint becomes a file that a Python with torch but without this package loads
+and plays: the same moves `league eval` would make, on positions of real games."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import yaml
+
+from actor_service.evaluation import load_policy, resolve_checkpoint
+from common.checkpoint_store import CheckpointStore
+from common.envs.policy_view import env_action, player_view, policy_specs, to_play
+from common.envs.registry import make_env
+from league_cli import export as export_cli
+from tests.integration.test_eval import PPO, publish
+
+# A loader that must not reach this package: every module of ours is refused on import.
+STANDALONE = textwrap.dedent("""
+    import sys, numpy as np
+    class Refuse:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("common", "league_cli", "league_service", "actor_service", "learner_service"):
+                raise ImportError("the export must load without the league package, not " + name)
+    sys.meta_path.insert(0, Refuse())
+    import torch
+    policy = torch.export.load(sys.argv[1]).module()
+    given = dict(np.load(sys.argv[2]))
+    with torch.no_grad():
+        out = policy(**{k: torch.from_numpy(v) for k, v in given.items()})
+    np.save(sys.argv[3], out[0].numpy())
+""")
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    export_cli.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def _play_standalone(tmp_path, exported, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    (tmp_path / "loader.py").write_text(STANDALONE)
+    np.savez(tmp_path / "inputs.npz", **inputs)
+    done = subprocess.run([sys.executable, "-I", str(tmp_path / "loader.py"), str(exported),
+                           str(tmp_path / "inputs.npz"), str(tmp_path / "actions.npy")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return np.load(tmp_path / "actions.npy")
+
+
+def _positions(env_name: str, count: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """The views of the player to move along games of random legal moves of `env_name` (a board game)."""
+    env = make_env(env_name)
+    info = env.info()
+    rng = np.random.default_rng(seed)
+    views = []
+    try:
+        env.seed(seed)
+        obs = env.reset()
+        while len(views) < count:
+            view = player_view(obs, to_play(obs, info), info)
+            views.append(view)
+            ts = env.step(int(rng.choice(np.flatnonzero(view["action_mask"]))))
+            obs = env.reset() if ts.terminated or ts.truncated else ts.obs
+    finally:
+        env.close()
+    return views
+
+
+def test_an_exported_board_policy_plays_the_moves_league_eval_plays_without_the_package(tmp_path, capsys):
+    root = tmp_path / "shared"
+    root.mkdir()
+    path = publish(root, PPO, version=4, seed=3)
+    config = tmp_path / "league.yaml"
+    config.write_text(yaml.safe_dump({"policy": {"model": {**PPO["model"], "shared_torso": False}}}))
+    out = tmp_path / "policy.pt2"
+    assert export_cli.main(parse("--checkpoint", "p", "--shared-root", str(root), "--out", str(out),
+                                 "--config", str(config))) == 0
+    said = capsys.readouterr().out
+    assert f"{path} (v4, ppo, connect_four) -> {out}" in said
+    assert "policy(observation=<float32 (B, 5, 6, 7)>, action_mask=<bool (B, 7)>) -> (action, logits, value)" in said
+
+    views = _positions("connect_four", 200)
+    batch = {k: np.stack([v[k] for v in views]) for k in views[0]}
+    store, relative = resolve_checkpoint(path, root)
+    task, _ = load_policy(store, relative, PPO, make_env("connect_four").info())
+    want = task.predict(batch, forward_kwargs={"greedy": True}).actions["action"]
+    got = _play_standalone(tmp_path, out, batch)
+    assert np.array_equal(got, want) and len(set(want.tolist())) > 1  # a policy, not one column everywhere
+    assert batch["action_mask"][np.arange(len(got)), got].all()
+
+
+def test_an_exported_box_policy_gives_the_action_the_env_receives(tmp_path, capsys):
+    root = tmp_path / "shared"
+    root.mkdir()
+    league = {"league": {"league_type": "solo", "active_players": {"solo_active_player": 1}},
+              "env": {"name": "Pendulum-v1"}, "policy": {"model": {"hidden": [16], "log_std_init": -0.5}}}
+    config = tmp_path / "pendulum.yaml"
+    config.write_text(yaml.safe_dump(league))
+    from league_service.config import load_config
+
+    policy = dict(load_config(config, for_training=False).policy)
+    info = make_env("Pendulum-v1").info()
+    inputs, actions = policy_specs(info)
+    from common.algorithms.registry import make_computation_task
+
+    weights = make_computation_task(policy, inputs, actions, "cpu", 5).get_weights()
+    weights["policy_head.bias"] = weights["policy_head.bias"] + 2.0  # means around the Box's high bound, 2
+    CheckpointStore(root).publish("solo", weights, 2)
+    out = tmp_path / "pendulum.pt2"
+    assert export_cli.main(parse("--checkpoint", str(root / "solo"), "--out", str(out), "--config", str(config),
+                                 "--json")) == 0
+    meta = json.loads(capsys.readouterr().out)
+    assert meta["action"] == {"kind": "box", "shape": [1], "low": [-2.0], "high": [2.0]}
+    assert meta["checkpoint"]["version"] == 2 and meta["env"]["name"] == "Pendulum-v1"
+    assert meta["league_config"] == str(config)
+
+    rng = np.random.default_rng(0)
+    batch = {"observation": rng.normal(0, 3, (64, 3)).astype(np.float32)}
+    store, relative = resolve_checkpoint(str(root / "solo"), None)
+    task, _ = load_policy(store, relative, policy, info)
+    chosen = task.predict(batch, forward_kwargs={"greedy": True}).actions["action"]
+    want = np.stack([env_action(actions, row, info) for row in chosen])
+    got = _play_standalone(tmp_path, out, batch)
+    assert np.allclose(got, want) and (got == 2.0).any() and (got < 2.0).any()
+
+
+def test_an_existing_file_is_kept_unless_forced_and_bad_arguments_say_what_is_wrong(tmp_path, capsys):
+    root = tmp_path / "shared"
+    root.mkdir()
+    publish(root, PPO)
+    config = tmp_path / "league.yaml"
+    config.write_text(yaml.safe_dump({"policy": {"model": {**PPO["model"], "shared_torso": False}}}))
+    out = tmp_path / "policy.pt2"
+    out.write_bytes(b"keep me")
+    base = ("--checkpoint", "p", "--shared-root", str(root), "--config", str(config))
+    assert export_cli.main(parse(*base, "--out", str(out))) == 2
+    assert f"--out {out} exists: give --force to replace it" in capsys.readouterr().err
+    assert out.read_bytes() == b"keep me"
+    assert export_cli.main(parse(*base, "--out", str(tmp_path / "nowhere" / "p.pt2"))) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert export_cli.main(parse(*base, "--out", str(tmp_path))) == 2
+    assert "is a directory" in capsys.readouterr().err
+    assert export_cli.main(parse("--checkpoint", "q", "--shared-root", str(root), "--out", str(out), "--force")) == 2
+    assert "league export: checkpoint 'q' does not exist" in capsys.readouterr().err
+    assert out.read_bytes() == b"keep me"
+    # The embedded league's network is not this checkpoint's: eval's hint, naming --config.
+    assert export_cli.main(parse("--checkpoint", "p", "--shared-root", str(root), "--out", str(out), "--force")) == 2
+    assert "give --config with the league the checkpoint comes from" in capsys.readouterr().err
+    assert export_cli.main(parse(*base, "--out", str(out), "--force")) == 0
+    assert out.read_bytes() != b"keep me" and not list(tmp_path.glob("*.tmp"))
+
+
+@pytest.mark.parametrize("argv", [["export", "--help"]])
+def test_the_command_is_listed(argv):
+    done = subprocess.run([sys.executable, "-m", "league_cli", *argv], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "--checkpoint" in done.stdout and "--force" in done.stdout

@@ -356,11 +356,20 @@ def test_a_latest_json_really_missing_is_read_again_only_before_its_fallback_is_
 
     store.publish("p0", weights(), 1)
     store.root.resolve("p0/latest.json").unlink()
-    pauses: list[float] = []
-    monkeypatch.setattr(checkpoint_store.time, "sleep", pauses.append)
+    monkeypatch.setattr(checkpoint_store, "LATEST_REREAD_PAUSES_S", (0.0, 0.001))
+    reads = []
+    read_latest = store._read_latest
+
+    def counted(*args):
+        reads.append(args)
+        return read_latest(*args)
+
+    store._read_latest = counted
+    assert store.latest("p0").version == 1
+    assert len(reads) == 3  # the lookup's own read, then one per pause
     for _ in range(20):
         assert store.latest("p0").version == 1
-    assert pauses == list(checkpoint_store.LATEST_REREAD_PAUSES_S)
+    assert len(reads) == 23
 
 
 def test_a_damaged_version_manifest_the_fallback_leaves_out_is_logged_once_too(store, caplog):

@@ -41,6 +41,7 @@ def main(args: argparse.Namespace) -> int:
         return _refuse(f"--out {out}: its directory {out.parent} does not exist")
     if out.exists() and not args.force:
         return _refuse(f"--out {out} exists: give --force to replace it")
+    import numpy as np
     import torch
 
     from common.algorithms.policy_export import ExportError, export_policy
@@ -61,8 +62,11 @@ def main(args: argparse.Namespace) -> int:
     }
     print(f"league export: tracing {ref.path} (v{ref.version}) ...", file=sys.stderr, flush=True)
     algorithm = str(loaded.policy.get("algorithm", "ppo"))
+    # A Box action is given in the env's dtype, as league eval sends it (float64 for a float64 Box).
+    env_dtype = np.dtype(getattr(loaded.info.action_spec, "dtype", np.float32))
+    action_dtype = env_dtype.name if env_dtype.kind == "f" else "float32"
     try:
-        exported = export_policy(loaded.task.algorithm.model, algorithm, source)
+        exported = export_policy(loaded.task.algorithm.model, algorithm, source, action_dtype)
     except ExportError as err:
         return _refuse(f"{ref.path}: {err}")
     try:

@@ -10,9 +10,10 @@ observation scaling and running normalisation, the legal-action mask, a recurren
 
 Its ``policy.json`` (an extra file of the archive, `read_metadata`) names the inputs and outputs with their
 per-row shapes and dtypes, the action space and the checkpoint it came from. The action is the greedy one (the
-most probable choice, or a Gaussian's mean clipped to the Box), as `league eval` plays; the policy's parameters
-are there for callers that sample. An export is checked before it is handed out: loaded back and run on random
-inputs of two batch sizes, it must give the same actions and (to float32 rounding) the same outputs as the model.
+most probable choice, or a Gaussian's mean clipped to the Box in float64 and given in the env's dtype), as `league
+eval` plays; the policy's parameters are there for callers that sample. An export is checked before it is handed
+out: loaded back and run on random inputs of two batch sizes, it must give the same actions and (to float32
+rounding) the same outputs as the model.
 """
 
 from __future__ import annotations
@@ -68,16 +69,20 @@ class _GreedyPolicy(nn.Module):
     keyword inputs are the model's (the observation, the legal-action mask where the env gives one, a recurrent
     core's state); its outputs are a tuple in the order of `outputs`."""
 
-    def __init__(self, model: nn.Module, inputs: tuple[TensorIO, ...], state_names: tuple[str, ...]) -> None:
+    def __init__(self, model: nn.Module, inputs: tuple[TensorIO, ...], state_names: tuple[str, ...],
+                 action_dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.model = model
         self.input_names = tuple(i.name for i in inputs)
         self.state_names = state_names
         distribution = getattr(model, "distribution", None)
         self.distribution = distribution
-        if isinstance(distribution, DiagGaussian):  # the env receives the mean clipped to its Box
-            self.register_buffer("low", torch.tensor(distribution.spec.low, dtype=torch.float32))
-            self.register_buffer("high", torch.tensor(distribution.spec.high, dtype=torch.float32))
+        self.action_dtype = action_dtype
+        if isinstance(distribution, DiagGaussian):
+            # The env receives the mean clipped to its Box as `BoxActionSpec.clip` gives it: clipped in float64, then
+            # in the env's dtype. Clipped in float32, a float64 Box's bound of 0.1 came out as 0.10000000149, outside.
+            self.register_buffer("low", torch.tensor(distribution.spec.low, dtype=torch.float64))
+            self.register_buffer("high", torch.tensor(distribution.spec.high, dtype=torch.float64))
 
     def forward(self, observation: torch.Tensor, action_mask: torch.Tensor | None = None,
                 hidden: torch.Tensor | None = None, cell: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
@@ -99,24 +104,29 @@ class _GreedyPolicy(nn.Module):
         action = self.distribution.greedy(params)
         if isinstance(self.distribution, DiagGaussian):
             flat = action.reshape(*action.shape[: action.ndim - len(self.distribution.spec.shape)], -1)
-            clipped = torch.minimum(torch.maximum(flat, self.low), self.high)
-            action = clipped.reshape(action.shape)
+            clipped = torch.minimum(torch.maximum(flat.to(torch.float64), self.low), self.high)
+            action = clipped.to(self.action_dtype).reshape(action.shape)
         return action
 
 
-def export_policy(model: nn.Module, algorithm: str, source: Mapping[str, Any]) -> ExportedPolicy:
+def export_policy(model: nn.Module, algorithm: str, source: Mapping[str, Any],
+                  action_dtype: str = "float32") -> ExportedPolicy:
     """`model` (built for its env's specs, weights loaded) as an export archive; `source` (the checkpoint, env)
-    goes into policy.json as it is. ExportError when the model is of no exportable kind or its export does not
-    reproduce it."""
+    goes into policy.json as it is; `action_dtype` is the env's dtype of a Box action (the action output's; unused
+    for the other kinds). ExportError when the model is of no exportable kind or its export does not reproduce
+    it."""
     if not isinstance(model, ActorCriticModel | RecurrentActorCriticModel | QNetworkModel):
         raise ExportError(f"a {type(model).__name__} cannot be exported: the export knows the actor-critic, "
                           "recurrent actor-critic and Q-network models")
     model = copy.deepcopy(model).eval()  # the caller's model keeps its mode
     model.requires_grad_(False)  # a policy to play: its outputs need no autograd graph
+    dtype = getattr(torch, action_dtype, None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ExportError(f"action_dtype: a Box action's dtype is a float one (float32, float64), got {action_dtype!r}")
     inputs = _inputs(model)
     state_names = tuple(s.name for s in model.get_state_specs()) if isinstance(model, RecurrentActorCriticModel) else ()
-    wrapper = _GreedyPolicy(model, inputs, state_names).eval()
-    outputs = _outputs(model, state_names)
+    wrapper = _GreedyPolicy(model, inputs, state_names, dtype).eval()
+    outputs = _outputs(model, state_names, action_dtype)
     examples = _random_inputs(inputs, rows=2, seed=0)
     batch = torch.export.Dim("batch", min=1, max=MAX_BATCH)
     with torch.no_grad(), warnings.catch_warnings():
@@ -163,7 +173,7 @@ def _inputs(model: nn.Module) -> tuple[TensorIO, ...]:
     return tuple(TensorIO(s.name, tuple(int(d) for d in s.shape), str(s.dtype)) for s in specs)
 
 
-def _outputs(model: nn.Module, state_names: tuple[str, ...]) -> tuple[TensorIO, ...]:
+def _outputs(model: nn.Module, state_names: tuple[str, ...], action_dtype: str) -> tuple[TensorIO, ...]:
     if isinstance(model, QNetworkModel):
         return TensorIO("action", (), "int64"), TensorIO("q_values", (model.num_actions,), "float32")
     distribution = model.distribution
@@ -174,7 +184,7 @@ def _outputs(model: nn.Module, state_names: tuple[str, ...]) -> tuple[TensorIO, 
         action = TensorIO("action", tuple(spec.shape), "int64")
         params = TensorIO("logits", (distribution.head_size,), "float32")
     else:
-        action = TensorIO("action", tuple(spec.shape), "float32")
+        action = TensorIO("action", tuple(spec.shape), action_dtype)
         params = TensorIO("mean_and_log_std", (2 * distribution.size,), "float32")
     states = tuple(TensorIO(name, (model.core.size,), "float32") for name in state_names)
     return (action, params, TensorIO("value", (), "float32"), *states)

@@ -160,3 +160,41 @@ def test_an_existing_file_is_kept_unless_forced_and_bad_arguments_say_what_is_wr
 def test_the_command_is_listed(argv):
     done = subprocess.run([sys.executable, "-m", "league_cli", *argv], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "--checkpoint" in done.stdout and "--force" in done.stdout
+
+
+def test_an_exported_float64_box_policy_gives_the_env_its_own_dtype_inside_the_box(tmp_path, capsys):
+    """A float64 Box (bounds 0.1 and 1/3, which float32 cannot hold): the export gives float64 actions clipped as
+    `league eval` clips them, each inside the env's Box, not float32 ones a rounding outside it."""
+    from common.algorithms.policy_export import load_exported
+    from tests.unit.test_box_actions import _Float64Box
+
+    root = tmp_path / "shared"
+    root.mkdir()
+    league = {"league": {"league_type": "solo", "active_players": {"solo_active_player": 1}},
+              "env": {"name": "python:tests.unit.test_box_actions:_Float64Box"}, "policy": {"model": {"hidden": [8]}}}
+    config = tmp_path / "f64.yaml"
+    config.write_text(yaml.safe_dump(league))
+    from league_service.config import load_config
+
+    policy = dict(load_config(config, for_training=False).policy)
+    info = make_env(league["env"]["name"]).info()
+    inputs, actions = policy_specs(info)
+    from common.algorithms.registry import make_computation_task
+
+    weights = make_computation_task(policy, inputs, actions, "cpu", 5).get_weights()
+    weights["policy_head.bias"] = weights["policy_head.bias"] + np.array([3.0, -3.0], np.float32)
+    CheckpointStore(root).publish("solo", weights, 1)
+    out = tmp_path / "f64.pt2"
+    assert export_cli.main(parse("--checkpoint", str(root / "solo"), "--out", str(out), "--config", str(config),
+                                 "--json")) == 0
+    meta = json.loads(capsys.readouterr().out)
+    assert meta["outputs"][0] == {"name": "action", "shape": [2], "dtype": "float64"}
+    batch = {"observation": np.random.default_rng(0).normal(0, 1, (16, 3)).astype(np.float32)}
+    store, relative = resolve_checkpoint(str(root / "solo"), None)
+    task, _ = load_policy(store, relative, policy, info)
+    chosen = task.predict(batch, forward_kwargs={"greedy": True}).actions["action"]
+    want = np.stack([env_action(actions, row, info) for row in chosen])
+    module, _ = load_exported(out.read_bytes())
+    got = module(observation=__import__("torch").from_numpy(batch["observation"]))[0].numpy()
+    assert got.dtype == np.float64 and np.array_equal(got, want)
+    assert all(_Float64Box.action_space.contains(row) for row in got)

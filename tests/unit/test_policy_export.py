@@ -119,3 +119,24 @@ def test_inputs_of_another_shape_are_refused_by_the_exported_module():
 def test_a_module_of_another_kind_is_refused():
     with pytest.raises(ExportError, match="cannot be exported"):
         export_policy(torch.nn.Linear(4, 2), "ppo", SOURCE)
+
+
+def test_a_float64_box_policy_exports_the_action_league_eval_sends_inside_the_box():
+    """Clipped in float32, a float64 Box's bound of 0.1 came out as 0.10000000149: outside the Box, and not the
+    0.1 that `league eval` sends (`BoxActionSpec.clip`: clipped in float64, then in the env's dtype)."""
+    spec = BoxActionSpec((2,), (-0.1, 0.2), (0.1, 1 / 3))
+    model = ActorCriticModel(VECTOR, spec, ModelConfig(hidden=[8]))
+    with torch.no_grad():
+        model.policy_head.bias.copy_(torch.tensor([5.0, -5.0]))  # means past the high bound, then the low
+    exported = export_policy(model, "ppo", SOURCE, action_dtype="float64")
+    policy, meta = load_exported(exported.data)
+    assert meta["outputs"][0] == {"name": "action", "shape": [2], "dtype": "float64"}
+    given = _rows(4, 0, board=False)
+    action = policy(**given)[0]
+    with torch.no_grad():
+        mean = model(given)[0][:, :2].numpy()
+    want = np.stack([spec.clip(row, np.float64) for row in mean])
+    assert action.dtype == torch.float64 and np.array_equal(action.numpy(), want)
+    assert (action.numpy() <= np.array(spec.high)).all() and (action.numpy() >= np.array(spec.low)).all()
+    with pytest.raises(ExportError, match="action_dtype"):
+        export_policy(model, "ppo", SOURCE, action_dtype="int64")

@@ -8,6 +8,7 @@ tools poll (port files).
 from __future__ import annotations
 
 import ctypes
+import errno
 import io
 import os
 import secrets
@@ -49,6 +50,30 @@ def atomic_write(path: Path, data: bytes | memoryview, sync_dir: bool = True) ->
     except BaseException:
         unlink_quietly(tmp)
         raise
+    if sync_dir:
+        fsync_dir(path.parent)
+
+
+def atomic_create(path: Path, data: bytes | memoryview, sync_dir: bool = True) -> None:
+    """As `atomic_write`, but FileExistsError when `path` exists, also when another writer makes it while this
+    one writes: the temporary file is hard-linked to `path` (which fails where it exists) instead of renamed over
+    it, so a check before the write cannot be outrun. Where the filesystem has no hard links, `path` is checked
+    and the temporary file renamed (a writer in between is not seen there)."""
+    tmp = temp_name(path)
+    try:
+        write_new_file(tmp, data)
+        try:
+            os.link(tmp, path, follow_symlinks=False)
+        except FileExistsError:
+            raise
+        except OSError as err:
+            if err.errno not in (errno.EXDEV, errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+                raise
+            if os.path.lexists(path):
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(path)) from None
+            os.replace(tmp, path)
+    finally:
+        unlink_quietly(tmp)
     if sync_dir:
         fsync_dir(path.parent)
 

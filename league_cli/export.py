@@ -39,13 +39,13 @@ def main(args: argparse.Namespace) -> int:
         return _refuse(f"--out {out} is a directory: name the file to write")
     if not out.parent.is_dir():
         return _refuse(f"--out {out}: its directory {out.parent} does not exist")
-    if out.exists() and not args.force:
+    if (out.exists() or out.is_symlink()) and not args.force:  # (a dangling link too: the write would not replace it)
         return _refuse(f"--out {out} exists: give --force to replace it")
     import numpy as np
     import torch
 
     from common.algorithms.policy_export import ExportError, export_policy
-    from common.durable_files import atomic_write, full_disk_note
+    from common.durable_files import atomic_create, atomic_write, full_disk_note
     from league_cli.eval import CheckpointRefused, load_checkpoint
 
     torch.set_num_threads(1)
@@ -70,7 +70,10 @@ def main(args: argparse.Namespace) -> int:
     except ExportError as err:
         return _refuse(f"{ref.path}: {err}")
     try:
-        atomic_write(out, exported.data)
+        # Without --force, a file made at --out while the export was traced (another export) is kept, not replaced.
+        (atomic_write if args.force else atomic_create)(out, exported.data)
+    except FileExistsError:
+        return _refuse(f"--out {out} exists: give --force to replace it")
     except OSError as err:
         return _refuse(f"--out {out}: {err}{full_disk_note(out)}")
     meta = exported.metadata

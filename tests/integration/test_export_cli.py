@@ -198,3 +198,30 @@ def test_an_exported_float64_box_policy_gives_the_env_its_own_dtype_inside_the_b
     got = module(observation=__import__("torch").from_numpy(batch["observation"]))[0].numpy()
     assert got.dtype == np.float64 and np.array_equal(got, want)
     assert all(_Float64Box.action_space.contains(row) for row in got)
+
+
+def test_a_file_made_at_out_while_the_export_is_traced_is_kept_without_force(tmp_path, capsys, monkeypatch):
+    """--out is checked before the trace (seconds) and written after it: a file another export wrote there in
+    between was replaced without --force (two exports to one file both exited 0, the first one's lost)."""
+    from common.algorithms import policy_export
+
+    root = tmp_path / "shared"
+    root.mkdir()
+    publish(root, PPO)
+    config = tmp_path / "league.yaml"
+    config.write_text(yaml.safe_dump({"policy": {"model": {**PPO["model"], "shared_torso": False}}}))
+    out = tmp_path / "policy.pt2"
+    real = policy_export.export_policy
+
+    def racing(*args, **kwargs):
+        exported = real(*args, **kwargs)
+        out.write_bytes(b"another export's")  # written while this one traced
+        return exported
+
+    monkeypatch.setattr(policy_export, "export_policy", racing)
+    base = ("--checkpoint", "p", "--shared-root", str(root), "--config", str(config), "--out", str(out))
+    assert export_cli.main(parse(*base)) == 2
+    assert f"--out {out} exists: give --force to replace it" in capsys.readouterr().err
+    assert out.read_bytes() == b"another export's" and not list(tmp_path.glob(".*.tmp"))
+    assert export_cli.main(parse(*base, "--force")) == 0  # --force replaces it, as before
+    assert out.read_bytes() != b"another export's" and not list(tmp_path.glob(".*.tmp"))

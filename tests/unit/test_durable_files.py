@@ -85,3 +85,17 @@ def test_full_disk_note_names_a_full_disk_not_one_without_a_size_limit(tmp_path,
     monkeypatch.setattr(os, "statvfs", lambda path: os.statvfs_result(fields))
     got = durable_files.full_disk_note(tmp_path)
     assert (note in got and got) if note else got == "", got
+
+
+@pytest.mark.parametrize("hard_links", [True, False])
+def test_atomic_create_writes_a_new_file_whole_and_keeps_an_existing_one(tmp_path, monkeypatch, hard_links):
+    if not hard_links:  # a filesystem without them: checked, then renamed
+        def no_link(*args, **kwargs):
+            raise OSError(errno.EPERM, "Operation not permitted")
+        monkeypatch.setattr(os, "link", no_link)
+    target = tmp_path / "policy.pt2"
+    durable_files.atomic_create(target, b"first")
+    assert target.read_bytes() == b"first"
+    with pytest.raises(FileExistsError):
+        durable_files.atomic_create(target, b"second")
+    assert target.read_bytes() == b"first" and sorted(p.name for p in tmp_path.iterdir()) == ["policy.pt2"]

@@ -35,12 +35,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     out: Path = args.out
-    if out.is_dir():
-        return _refuse(f"--out {out} is a directory: name the file to write")
-    if not out.parent.is_dir():
-        return _refuse(f"--out {out}: its directory {out.parent} does not exist")
-    if (out.exists() or out.is_symlink()) and not args.force:  # (a dangling link too: the write would not replace it)
-        return _refuse(f"--out {out} exists: give --force to replace it")
+    try:  # (a directory on the way that may not be searched raises, as a PermissionError, rather than answers)
+        if out.is_dir():
+            return _refuse(f"--out {out} is a directory: name the file to write")
+        if not out.parent.is_dir():
+            return _refuse(f"--out {out}: its directory {out.parent} does not exist")
+        if (out.exists() or out.is_symlink()) and not args.force:  # (a dangling link too: the write keeps it)
+            return _refuse(f"--out {out} exists: give --force to replace it")
+    except OSError as err:
+        return _refuse(f"--out {out}: {err.strerror or err}")
     import numpy as np
     import torch
 

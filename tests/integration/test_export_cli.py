@@ -225,3 +225,22 @@ def test_a_file_made_at_out_while_the_export_is_traced_is_kept_without_force(tmp
     assert out.read_bytes() == b"another export's" and not list(tmp_path.glob(".*.tmp"))
     assert export_cli.main(parse(*base, "--force")) == 0  # --force replaces it, as before
     assert out.read_bytes() != b"another export's" and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_an_out_path_that_cannot_be_looked_at_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
+    """--out under a directory the user may not search (another user's, mode 700): Path.is_dir raised
+    PermissionError, and the command ended in a traceback."""
+    from pathlib import Path
+
+    locked = tmp_path / "locked"
+    real_stat = Path.stat
+
+    def stat(self, *args, **kwargs):  # as a non-root user finds a directory of mode 700 that is not theirs
+        if str(self).startswith(str(locked / "")):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_stat(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "stat", stat)
+    out = locked / "inner" / "policy.pt2"
+    assert export_cli.main(parse("--checkpoint", "p", "--shared-root", str(tmp_path), "--out", str(out))) == 2
+    assert capsys.readouterr().err == f"league export: --out {out}: Permission denied\n"

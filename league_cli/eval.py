@@ -149,7 +149,11 @@ def load_checkpoint(args: argparse.Namespace, command: str) -> LoadedCheckpoint:
         # file name): then resolving it says what is missing. Only a path that leads nowhere from here needs a
         # shared root.
         parent = Path(args.checkpoint).parent
-        if not Path(args.checkpoint).exists() and (parent == Path(".") or not parent.is_dir()):
+        try:
+            here = Path(args.checkpoint).exists() or (parent != Path(".") and parent.is_dir())
+        except OSError as err:  # a directory on the way that may not be searched: PermissionError, not False
+            raise CheckpointRefused(f"--checkpoint {args.checkpoint!r}: {err.strerror or err}") from err
+        if not here:
             raise CheckpointRefused(f"--checkpoint {args.checkpoint!r} is relative and not a path from here: give "
                                     f"--shared-root (or ${SHARED_ROOT_ENV_VAR})")
         args.checkpoint = str(Path(args.checkpoint).absolute())  # a path from the current directory

@@ -244,3 +244,32 @@ def test_an_out_path_that_cannot_be_looked_at_is_refused_in_one_line(tmp_path, c
     out = locked / "inner" / "policy.pt2"
     assert export_cli.main(parse("--checkpoint", "p", "--shared-root", str(tmp_path), "--out", str(out))) == 2
     assert capsys.readouterr().err == f"league export: --out {out}: Permission denied\n"
+
+
+@pytest.mark.parametrize("command", ["export", "eval"])
+def test_a_relative_checkpoint_under_a_directory_that_cannot_be_searched_is_refused_in_one_line(
+        tmp_path, capsys, monkeypatch, command):
+    """Without a shared root, load_checkpoint asks whether a relative --checkpoint is a path from here; under a
+    directory the user may not search, Path.exists raised PermissionError and both commands ended in a
+    traceback."""
+    from pathlib import Path
+
+    from league_cli import eval as eval_cli
+    from tests.integration.test_eval import parse as parse_eval
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LEAGUE_SHARED_ROOT", raising=False)
+    real_stat = Path.stat
+
+    def stat(self, *args, **kwargs):  # as a non-root user finds a directory of mode 700 that is not theirs
+        if str(self).startswith("locked/"):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_stat(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "stat", stat)
+    if command == "export":
+        code = export_cli.main(parse("--checkpoint", "locked/p", "--out", str(tmp_path / "policy.pt2")))
+    else:
+        code = eval_cli.main(parse_eval("--checkpoint", "locked/p"))
+    assert code == 2
+    assert capsys.readouterr().err == f"league {command}: --checkpoint 'locked/p': Permission denied\n"

@@ -336,20 +336,22 @@ class CheckpointStore:
         check_component(player_id, "player_id")
         where = f"{player_id}/{LATEST}"
         try:
-            ref = self._read_latest(player_id, where)
+            try:
+                ref = self._read_latest(player_id, where)
+            except FileNotFoundError:
+                fallback, damaged = self._newest_version_manifest(player_id)
+                reread = None
+                if fallback is not None and player_id not in self._latest_fallbacks:
+                    reread = self._latest_after_its_manifest(player_id, where)  # a damaged one raises here
+                if reread is None:
+                    said = [*damaged]
+                    if fallback is not None:
+                        said.append(f"{where} is missing; using the newest version manifest, {fallback.path}")
+                    self._log_fallback(player_id, said)
+                    return fallback
+                ref = reread
             self._latest_fallbacks.pop(player_id, None)
             return ref
-        except FileNotFoundError:
-            fallback, damaged = self._newest_version_manifest(player_id)
-            if fallback is not None and player_id not in self._latest_fallbacks:
-                ref = self._latest_after_its_manifest(player_id, where)
-                if ref is not None:
-                    return ref
-            said = [*damaged]
-            if fallback is not None:
-                said.append(f"{where} is missing; using the newest version manifest, {fallback.path}")
-            self._log_fallback(player_id, said)
-            return fallback
         except CorruptCheckpointError as err:
             fallback, damaged = self._newest_version_manifest(player_id)
             if fallback is None:
@@ -378,13 +380,9 @@ class CheckpointStore:
         for pause in LATEST_REREAD_PAUSES_S:
             time.sleep(pause)
             try:
-                ref = self._read_latest(player_id, where)
+                return self._read_latest(player_id, where)  # CorruptCheckpointError: damaged, as any other
             except FileNotFoundError:
                 continue
-            except CorruptCheckpointError:
-                return None  # said by the caller's next lookup, which reads it again
-            self._latest_fallbacks.pop(player_id, None)
-            return ref
         return None
 
     def _log_fallback(self, player_id: str, messages: list[str]) -> None:

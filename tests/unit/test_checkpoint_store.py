@@ -350,6 +350,25 @@ def test_a_lookup_between_a_commits_manifest_and_its_latest_json_reads_latest_js
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
+def test_a_latest_json_that_reappears_damaged_on_the_new_read_is_said_damaged_not_missing(store, caplog):
+    store.publish("p0", weights(), 1)
+    latest = store.root.resolve("p0/latest.json")
+    latest.unlink()
+    listing = store._newest_version_manifest
+
+    def listed_then_damaged(player_id):
+        found = listing(player_id)
+        if not latest.exists():
+            latest.write_text("{damaged")
+        return found
+
+    store._newest_version_manifest = listed_then_damaged
+    assert store.latest("p0").version == 1
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "using the newest version manifest instead" in errors[0], errors
+    assert "missing" not in errors[0]
+
+
 def test_a_latest_json_really_missing_is_read_again_only_before_its_fallback_is_said(store, monkeypatch):
     """The new reads cost a moment: paid once when latest.json is gone, not at each of an actor's lookups."""
     import common.checkpoint_store as checkpoint_store

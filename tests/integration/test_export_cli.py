@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -43,6 +44,17 @@ def parse(*argv: str) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
+def _board_checkpoint(tmp_path, **publish_kwargs) -> tuple[Path, Path, str]:
+    """A shared root with a connect-four PPO checkpoint of player "p", the league file of its network, and the
+    checkpoint's root-relative path."""
+    root = tmp_path / "shared"
+    root.mkdir()
+    path = publish(root, PPO, **publish_kwargs)
+    config = tmp_path / "league.yaml"
+    config.write_text(yaml.safe_dump({"policy": {"model": {**PPO["model"], "shared_torso": False}}}))
+    return root, config, path
+
+
 def _play_standalone(tmp_path, exported, inputs: dict[str, np.ndarray]) -> np.ndarray:
     (tmp_path / "loader.py").write_text(STANDALONE)
     np.savez(tmp_path / "inputs.npz", **inputs)
@@ -73,11 +85,7 @@ def _positions(env_name: str, count: int, seed: int = 0) -> list[dict[str, np.nd
 
 
 def test_an_exported_board_policy_plays_the_moves_league_eval_plays_without_the_package(tmp_path, capsys):
-    root = tmp_path / "shared"
-    root.mkdir()
-    path = publish(root, PPO, version=4, seed=3)
-    config = tmp_path / "league.yaml"
-    config.write_text(yaml.safe_dump({"policy": {"model": {**PPO["model"], "shared_torso": False}}}))
+    root, config, path = _board_checkpoint(tmp_path, version=4, seed=3)
     out = tmp_path / "policy.pt2"
     assert export_cli.main(parse("--checkpoint", "p", "--shared-root", str(root), "--out", str(out),
                                  "--config", str(config))) == 0
@@ -131,11 +139,7 @@ def test_an_exported_box_policy_gives_the_action_the_env_receives(tmp_path, caps
 
 
 def test_an_existing_file_is_kept_unless_forced_and_bad_arguments_say_what_is_wrong(tmp_path, capsys):
-    root = tmp_path / "shared"
-    root.mkdir()
-    publish(root, PPO)
-    config = tmp_path / "league.yaml"
-    config.write_text(yaml.safe_dump({"policy": {"model": {**PPO["model"], "shared_torso": False}}}))
+    root, config, _ = _board_checkpoint(tmp_path)
     out = tmp_path / "policy.pt2"
     out.write_bytes(b"keep me")
     base = ("--checkpoint", "p", "--shared-root", str(root), "--config", str(config))
@@ -205,11 +209,7 @@ def test_a_file_made_at_out_while_the_export_is_traced_is_kept_without_force(tmp
     between was replaced without --force (two exports to one file both exited 0, the first one's lost)."""
     from common.algorithms import policy_export
 
-    root = tmp_path / "shared"
-    root.mkdir()
-    publish(root, PPO)
-    config = tmp_path / "league.yaml"
-    config.write_text(yaml.safe_dump({"policy": {"model": {**PPO["model"], "shared_torso": False}}}))
+    root, config, _ = _board_checkpoint(tmp_path)
     out = tmp_path / "policy.pt2"
     real = policy_export.export_policy
 
@@ -230,8 +230,6 @@ def test_a_file_made_at_out_while_the_export_is_traced_is_kept_without_force(tmp
 def test_an_out_path_that_cannot_be_looked_at_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
     """--out under a directory the user may not search (another user's, mode 700): Path.is_dir raised
     PermissionError, and the command ended in a traceback."""
-    from pathlib import Path
-
     locked = tmp_path / "locked"
     real_stat = Path.stat
 
@@ -252,8 +250,6 @@ def test_a_relative_checkpoint_under_a_directory_that_cannot_be_searched_is_refu
     """Without a shared root, load_checkpoint asks whether a relative --checkpoint is a path from here; under a
     directory the user may not search, Path.exists raised PermissionError and both commands ended in a
     traceback."""
-    from pathlib import Path
-
     from league_cli import eval as eval_cli
     from tests.integration.test_eval import parse as parse_eval
 

@@ -606,7 +606,9 @@ def config_from_dict(data: Mapping[str, Any], *, for_training: bool = True) -> C
     When `data` names a policy algorithm other than the default's, the default `policy` and `learner` sections
     are dropped instead of merged: one algorithm's hyperparameters mean nothing to another. Likewise the
     default's reference bots play the default's game in a battle league: a config naming another env or league
-    type, or seating env bots of its own (`bots` in env kwargs), starts without them unless it names its own.
+    type, or seating env bots of its own (`bots` in env kwargs), starts without them unless it names its own. And
+    a config giving its own `policy.model.conv` starts without the default's padding and activation
+    (`CONV_COMPANION_KEYS`).
     """
     if not isinstance(data, Mapping):
         raise ConfigError("", f"the configuration must be a mapping, got {type(data).__name__}")
@@ -618,6 +620,11 @@ def config_from_dict(data: Mapping[str, Any], *, for_training: bool = True) -> C
     if (_names_other(data, defaults, "env", "name") or _names_other(data, defaults, "league", "league_type")
             or _bot_seat_paths(data)):
         defaults.get("league", {}).pop("reference_bots", None)
+    if _sets_own_conv(data) and isinstance(defaults.get("policy"), dict):
+        default_model = defaults["policy"].get("model")
+        if isinstance(default_model, dict):
+            for key in CONV_COMPANION_KEYS:
+                default_model.pop(key, None)
     user_league = data.get("league")
     if (isinstance(user_league, Mapping) and "player_category" in user_league
             and "pretrain_checkpoint_path" not in user_league and isinstance(defaults.get("league"), dict)):
@@ -723,6 +730,20 @@ def _bot_seat_paths(data: Mapping[str, Any]) -> list[str]:
             if has_bots(data.get("league"), player_type, *keys):
                 paths.append(".".join(("league", player_type, *keys, "bots")))
     return paths
+
+
+CONV_COMPANION_KEYS = ("conv_padding", "activation")
+"""`policy.model` keys of the default network that go with its conv stack: a config giving a `conv` of its own
+takes them from what it says, or else ModelConfig's defaults (unpadded, the algorithm's own activation), never
+from the default's. Run directories and states saved before the default network was same-padded relu (session 34)
+write out the old stack, [[64, 3, 1], [64, 3, 1]], without these keys: so they resume with the network they
+trained, and a user's config that names its conv means the same as before."""
+
+
+def _sets_own_conv(data: Mapping[str, Any]) -> bool:
+    policy = data.get("policy")
+    model = policy.get("model") if isinstance(policy, Mapping) else None
+    return isinstance(model, Mapping) and "conv" in model
 
 
 def _names_other(data: Mapping[str, Any], defaults: Mapping[str, Any], section: str, key: str) -> bool:

@@ -106,8 +106,9 @@ class Torso(nn.Module):
             except RuntimeError as err:  # e.g. the Nature stack's 8x8 kernels on a 6x7 board
                 stack = [list(layer) for layer in config.conv or NATURE_CONV]
                 if min(obs_spec.shape[1:]) >= 5:  # two unpadded 3x3 kernels take 5 rows and 5 columns
-                    hint = ("set policy.model.conv to one that does (small boards: 3x3 kernels of stride 1, as the "
-                            "default league's [[64, 3, 1], [64, 3, 1]])")
+                    hint = ("set policy.model.conv to one that does (small boards: 3x3 kernels of stride 1, as "
+                            "[[64, 3, 1], [64, 3, 1]], or the default league's [[32, 3, 1], [32, 3, 1]] with "
+                            "conv_padding: same)")
                 else:  # a board such as tic-tac-toe's (3x3): even that stack shrinks it to nothing unpadded
                     hint = ("set policy.model.conv_padding: same, which keeps each layer at the board's size, with "
                             "a policy.model.conv of odd kernels and stride 1 (as [[64, 3, 1], [64, 3, 1]])")

@@ -149,6 +149,27 @@ def test_config_round_trips_through_json():
     assert config_from_dict(json.loads(json.dumps(config_to_dict(cfg)))) == cfg
 
 
+def test_the_default_networks_padding_and_activation_go_with_its_conv_stack():
+    """The embedded league's network became same-padded relu (session 34). A run directory or state saved before
+    writes out its conv stack, [[64, 3, 1], [64, 3, 1]], without conv_padding or activation: merged over the new
+    default it would have resumed same-padded (refused: another network shape) or silently relu. A config giving
+    its own conv keeps ModelConfig's defaults for both unless it sets them; one that does not gets the default's."""
+    model = lambda data: config_from_dict(data).policy["model"]  # noqa: E731
+    default = model({})
+    assert default["conv"] == [[32, 3, 1], [32, 3, 1]] and default["conv_padding"] == "same"
+    assert default["activation"] == "relu"
+    saved_before = {"policy": {"algorithm": "ppo", "model": {"conv": [[64, 3, 1], [64, 3, 1]], "hidden": [128],
+                                                             "shared_torso": True}}}
+    old = model(saved_before)
+    assert "conv_padding" not in old and "activation" not in old  # ModelConfig's: valid, PPO's own tanh
+    assert model({"policy": {"model": {"conv": [], "hidden": [64]}}}).get("activation") is None
+    said = model({"policy": {"model": {"conv": [[16, 3, 1]], "activation": "relu", "conv_padding": "same"}}})
+    assert said["activation"] == "relu" and said["conv_padding"] == "same"
+    assert model({"policy": {"model": {"hidden": [256]}}})["conv_padding"] == "same"  # the default's stack: its own
+    cfg = config_from_dict({})
+    assert config_from_dict(json.loads(json.dumps(config_to_dict(cfg)))).policy["model"] == model({})
+
+
 def test_user_file_merges_over_defaults(tmp_path):
     path = tmp_path / "league.yaml"
     path.write_text(

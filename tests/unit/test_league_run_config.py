@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from common.config import ConfigError, from_dict
+from common.policy_config import PolicyConfig
 from common.proto.league.v1 import league_pb2
 from league_cli.plot import read_history, run_seconds, write_plots
 from league_cli.run import RunConfig, active_player_count
@@ -322,7 +323,7 @@ def test_a_resume_may_change_what_shapes_no_weights_but_not_the_env_or_the_netwo
         return _saved_model_mismatch(run_dir, path, load_config(path))
 
     assert mismatch(lambda d: None) is None  # the same content at another path
-    assert mismatch(lambda d: d["policy"]["model"].update(activation="tanh")) is None  # PPO's default, written out
+    assert mismatch(lambda d: d["policy"]["model"].update(activation="tanh")) is None  # shapes no weights
     assert mismatch(lambda d: d["policy"]["model"].update(obs_scale=0.5, value_bound=1.0)) is None
     assert mismatch(lambda d: d["policy"]["ppo"].update(learning_rate=0.0003)) is None
     assert mismatch(lambda d: d["env"].update(name="openspiel:connect_four")) is None
@@ -497,6 +498,29 @@ def test_league_run_says_when_one_job_outgrows_the_env_step_budget():
     assert job_size_note(5_000, 10_000) is None
     assert job_size_note(50_000, 0) is None  # no env-step budget
     assert "up to 50,000 env steps (env.env_steps)" in job_size_note(50_000, 10_000)
+
+
+def test_a_run_directory_saved_with_the_earlier_default_network_resumes_with_it(tmp_path):
+    """Before session 34 the default league's network was unpadded tanh with 64 channels, and a run directory's
+    config.yaml writes out its conv stack but neither padding nor activation (they were ModelConfig's defaults).
+    Merged over today's default (same-padded relu) it resumes with the network its checkpoints have; today's
+    default itself is another network for it, refused naming the conv stack."""
+    from league_cli.run import _saved_model_mismatch
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "league_state.sqlite").write_bytes(b"")
+    saved = yaml.safe_load((ROOT / "configs" / "league_connect_four.yaml").read_text())
+    saved["policy"]["model"] = {"conv": [[64, 3, 1], [64, 3, 1]], "hidden": [128], "shared_torso": True}
+    own = run_dir / "config.yaml"
+    own.write_text(yaml.safe_dump(saved))
+    resumed = load_config(own)
+    model = PolicyConfig.from_mapping(resumed.policy).model
+    assert model.conv == ((64, 3, 1), (64, 3, 1)) and model.conv_padding == "valid" and model.activation is None
+    assert _saved_model_mismatch(run_dir, own, resumed) is None
+    default = ROOT / "configs" / "league_connect_four.yaml"
+    refused = _saved_model_mismatch(run_dir, default, load_config(default))
+    assert refused is not None and refused.startswith("policy.model.conv:"), refused
 
 
 def test_a_resume_may_change_a_model_key_its_network_does_not_read():

@@ -89,7 +89,8 @@ def test_default_league_policy_and_learner_sections_build_a_connect_four_model()
     cfg = load_config(None)
     policy = PolicyConfig.from_mapping(_through_struct(cfg.policy))
     learner = LearnerConfig.from_mapping(_through_struct(cfg.learner))
-    assert policy.algorithm == "ppo" and policy.model.conv == ((64, 3, 1), (64, 3, 1))
+    assert policy.algorithm == "ppo" and policy.model.conv == ((32, 3, 1), (32, 3, 1))
+    assert policy.model.conv_padding == "same" and policy.model.activation == "relu"
     assert learner.batch_size >= 1
     env = make_env(cfg.env.name, **cfg.env.kwargs)
     obs_specs, action_spec = policy_specs(env.info())

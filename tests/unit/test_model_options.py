@@ -94,13 +94,15 @@ def test_a_conv_stack_that_does_not_fit_the_board_is_refused_naming_the_key():
 
 
 def test_the_advice_for_a_board_too_small_for_unpadded_3x3_kernels_is_a_stack_that_fits():
-    """On tic-tac-toe's (5, 3, 3) observations the default league's conv [[64, 3, 1], [64, 3, 1]] does not fit, and
-    the error advised that very stack; it now names conv_padding: same, with which such a stack fits."""
+    """On tic-tac-toe's (5, 3, 3) observations the conv [[64, 3, 1], [64, 3, 1]] (the default league's before session
+    34) does not fit unpadded, and the error advised that very stack; it now names conv_padding: same, with which
+    such a stack fits."""
     board = TensorSpec("observation", (5, 3, 3), "float32")
     stack = ((64, 3, 1), (64, 3, 1))
     with pytest.raises(ValueError, match=r"\(5, 3, 3\).*set policy.model.conv_padding: same") as refused:
         Torso(board, ModelConfig(conv=stack), "relu")
     assert "as the default league's" not in str(refused.value)
     assert Torso(board, ModelConfig(conv=stack, conv_padding="same", hidden=()), "relu").out_features == 64 * 9
-    with pytest.raises(ValueError, match=r"as the default league's \[\[64, 3, 1\], \[64, 3, 1\]\]"):
+    with pytest.raises(ValueError, match=r"as \[\[64, 3, 1\], \[64, 3, 1\]\], or the default league's \[\[32, 3, 1\], "
+                       r"\[32, 3, 1\]\] with conv_padding: same"):
         Torso(BOARD, ModelConfig(), "relu")  # a connect-four board: that stack fits it

@@ -107,7 +107,8 @@ def test_an_exported_box_policy_gives_the_action_the_env_receives(tmp_path, caps
     root = tmp_path / "shared"
     root.mkdir()
     league = {"league": {"league_type": "solo", "active_players": {"solo_active_player": 1}},
-              "env": {"name": "Pendulum-v1"}, "policy": {"model": {"hidden": [16], "log_std_init": -0.5}}}
+              "env": {"name": "Pendulum-v1"}, "policy": {"model": {"conv": [], "hidden": [16], "activation": "tanh",
+                                                                         "log_std_init": -0.5}}}
     config = tmp_path / "pendulum.yaml"
     config.write_text(yaml.safe_dump(league))
     from league_service.config import load_config

@@ -8,7 +8,7 @@ observation scaling and running normalisation, the legal-action mask, a recurren
     policy = torch.export.load("policy.pt2").module()
     action, logits, value = policy(observation=obs, action_mask=mask)  # a batch of rows; names in policy.json
 
-Its ``policy.json`` (an extra file of the archive, `read_metadata`) names the inputs and outputs with their
+Its ``policy.json`` (an extra file of the archive, read by `load_exported`) names the inputs and outputs with their
 per-row shapes and dtypes, the action space and the checkpoint it came from. The action is the greedy one (the
 most probable choice, or a Gaussian's mean clipped to the Box in float64 and given in the env's dtype), as `league
 eval` plays; the policy's parameters are there for callers that sample. An export is checked before it is handed

@@ -69,11 +69,9 @@ class _GreedyPolicy(nn.Module):
     keyword inputs are the model's (the observation, the legal-action mask where the env gives one, a recurrent
     core's state); its outputs are a tuple in the order of `outputs`."""
 
-    def __init__(self, model: nn.Module, inputs: tuple[TensorIO, ...], state_names: tuple[str, ...],
-                 action_dtype: torch.dtype = torch.float32) -> None:
+    def __init__(self, model: nn.Module, state_names: tuple[str, ...], action_dtype: torch.dtype) -> None:
         super().__init__()
         self.model = model
-        self.input_names = tuple(i.name for i in inputs)
         self.state_names = state_names
         distribution = getattr(model, "distribution", None)
         self.distribution = distribution
@@ -125,7 +123,7 @@ def export_policy(model: nn.Module, algorithm: str, source: Mapping[str, Any],
         raise ExportError(f"action_dtype: a Box action's dtype is a float one (float32, float64), got {action_dtype!r}")
     inputs = _inputs(model)
     state_names = tuple(s.name for s in model.get_state_specs()) if isinstance(model, RecurrentActorCriticModel) else ()
-    wrapper = _GreedyPolicy(model, inputs, state_names, dtype).eval()
+    wrapper = _GreedyPolicy(model, state_names, dtype).eval()
     outputs = _outputs(model, state_names, action_dtype)
     examples = _random_inputs(inputs, rows=2, seed=0)
     batch = torch.export.Dim("batch", min=1, max=MAX_BATCH)
@@ -148,11 +146,12 @@ def export_policy(model: nn.Module, algorithm: str, source: Mapping[str, Any],
         "torch": torch.__version__,
         **source,
     }
+    text = json.dumps(metadata, indent=1, default=_json_default)
     buffer = io.BytesIO()
-    torch.export.save(program, buffer, extra_files={METADATA_FILE: json.dumps(metadata, indent=1, default=_json_default)})
+    torch.export.save(program, buffer, extra_files={METADATA_FILE: text})
     data = buffer.getvalue()
     _check_reproduces(wrapper, data, inputs, outputs)
-    return ExportedPolicy(data, json.loads(json.dumps(metadata, default=_json_default)))
+    return ExportedPolicy(data, json.loads(text))  # as a reader of policy.json gets it (lists, not tuples)
 
 
 def load_exported(data: bytes) -> tuple[nn.Module, dict[str, Any]]:

@@ -176,6 +176,9 @@ def load_checkpoint(args: argparse.Namespace, command: str) -> LoadedCheckpoint:
     except CheckpointNotFoundError as err:  # a file with no manifest: in which root
         raise CheckpointRefused(f"{err}, in shared root "
                                 f"{store.root.root if store is not None else args.shared_root}") from err
+    except PermissionError as err:  # the checkpoint, or a directory on its way, the user may not read or search
+        # (--config's own errors are ConfigErrors naming the file; only the checkpoint's path is left to fail so)
+        raise CheckpointRefused(f"--checkpoint {args.checkpoint!r}: {err.strerror or err}") from err
     except (ValueError, OSError) as err:  # config, path, checkpoint (corrupt / missing) or model mismatch
         hint = ""
         if isinstance(err, WeightsMismatchError):  # layer names or shapes: another league's network

@@ -270,3 +270,30 @@ def test_a_relative_checkpoint_under_a_directory_that_cannot_be_searched_is_refu
         code = eval_cli.main(parse_eval("--checkpoint", "locked/p"))
     assert code == 2
     assert capsys.readouterr().err == f"league {command}: --checkpoint 'locked/p': Permission denied\n"
+
+
+@pytest.mark.parametrize("command", ["export", "eval"])
+def test_an_absolute_checkpoint_under_a_directory_that_cannot_be_searched_is_refused_naming_the_flag(
+        tmp_path, capsys, monkeypatch, command):
+    """The same for an absolute --checkpoint: the refusal was the bare OSError ("[Errno 13] Permission denied:
+    '/...'"), which did not say which argument it was about."""
+    from league_cli import eval as eval_cli
+    from tests.integration.test_eval import parse as parse_eval
+
+    monkeypatch.delenv("LEAGUE_SHARED_ROOT", raising=False)
+    locked = tmp_path / "locked"
+    real_stat = Path.stat
+
+    def stat(self, *args, **kwargs):  # as a non-root user finds a directory of mode 700 that is not theirs
+        if str(self).startswith(str(locked / "")):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_stat(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "stat", stat)
+    checkpoint = str(locked / "main" / "v1.pt")
+    if command == "export":
+        code = export_cli.main(parse("--checkpoint", checkpoint, "--out", str(tmp_path / "policy.pt2")))
+    else:
+        code = eval_cli.main(parse_eval("--checkpoint", checkpoint))
+    assert code == 2
+    assert capsys.readouterr().err == f"league {command}: --checkpoint {checkpoint!r}: Permission denied\n"

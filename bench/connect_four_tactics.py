@@ -14,8 +14,11 @@ or `league run --run-dir DIR`):
 3. With `--supervised`: the same network trained by supervision on positions from random games in which the
    player to move has a winning move; held-out accuracy by direction. Shows whether the model can represent
    the tactic at all.
+4. With `--baseline`: what those two tactics alone are worth against random, by seat: a player with no
+   learning that takes an immediate win when it has one, else blocks the opponent's immediate threat, else
+   moves uniformly at random.
 
-`python bench/connect_four_tactics.py RUN_DIR [--games N] [--supervised]`
+`python bench/connect_four_tactics.py RUN_DIR [--games N] [--supervised] [--baseline]`
 """
 
 from __future__ import annotations
@@ -196,12 +199,35 @@ def supervised(policy_config: dict, info, steps: int = 3000) -> None:
             print(f"  supervised, {step} steps of 256: held-out winning move chosen {hit.mean():.0%} ({by})")
 
 
+def baseline(games: int, seed: int = 30_000) -> None:
+    """Win, else block, else a uniformly random move, against uniform random: `games` games per seat."""
+    import pyspiel
+
+    game = pyspiel.load_game("connect_four")
+    rng = np.random.default_rng(seed)
+    for seat in (0, 1):
+        won = 0
+        for _ in range(games):
+            state = game.new_initial_state()
+            while not state.is_terminal():
+                move = int(rng.choice(state.legal_actions()))
+                if state.current_player() == seat:
+                    wins, threats = winning_columns(state, seat), winning_columns(state, 1 - seat)
+                    move = next(iter(wins)) if wins else next(iter(threats)) if threats else move
+                state.apply_action(move)
+            won += state.returns()[seat] > 0
+        print(f"  win-else-block-else-random as {'first' if seat == 0 else 'second'} player, {games} games: "
+              f"won {won / games:.1%}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", type=pathlib.Path)
     parser.add_argument("--games", type=int, default=300, help="games against random (and half that per "
                         "league opponent)")
     parser.add_argument("--supervised", action="store_true", help="also train the network by supervision")
+    parser.add_argument("--baseline", action="store_true", help="also play the win-else-block-else-random "
+                        "player against random")
     args = parser.parse_args(argv)
     config = yaml.safe_load((args.run_dir / "config.yaml").read_text())
     if config["env"]["name"] != "connect_four":
@@ -235,6 +261,8 @@ def main(argv: list[str] | None = None) -> None:
     env.close()
     if args.supervised:
         supervised(config["policy"], info)
+    if args.baseline:
+        baseline(args.games)
 
 
 if __name__ == "__main__":

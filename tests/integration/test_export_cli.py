@@ -228,69 +228,43 @@ def test_a_file_made_at_out_while_the_export_is_traced_is_kept_without_force(tmp
     assert out.read_bytes() != b"another export's" and not list(tmp_path.glob(".*.tmp"))
 
 
-def test_an_out_path_that_cannot_be_looked_at_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
-    """--out under a directory the user may not search (another user's, mode 700): Path.is_dir raised
-    PermissionError, and the command ended in a traceback."""
-    locked = tmp_path / "locked"
+def lock_directory(monkeypatch, prefix: str) -> None:
+    """Paths starting with `prefix` fail to stat with PermissionError, as a non-root user finds a directory of
+    mode 700 that is not theirs (the tests run as root, who may search anything)."""
     real_stat = Path.stat
 
-    def stat(self, *args, **kwargs):  # as a non-root user finds a directory of mode 700 that is not theirs
-        if str(self).startswith(str(locked / "")):
+    def stat(self, *args, **kwargs):
+        if str(self).startswith(prefix):
             raise PermissionError(13, "Permission denied", str(self))
         return real_stat(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "stat", stat)
-    out = locked / "inner" / "policy.pt2"
+
+
+def test_an_out_path_that_cannot_be_looked_at_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
+    """--out under a directory the user may not search: Path.is_dir raised PermissionError, and the command
+    ended in a traceback."""
+    lock_directory(monkeypatch, str(tmp_path / "locked" / ""))
+    out = tmp_path / "locked" / "inner" / "policy.pt2"
     assert export_cli.main(parse("--checkpoint", "p", "--shared-root", str(tmp_path), "--out", str(out))) == 2
     assert capsys.readouterr().err == f"league export: --out {out}: Permission denied\n"
 
 
+@pytest.mark.parametrize("relative", [True, False])
 @pytest.mark.parametrize("command", ["export", "eval"])
-def test_a_relative_checkpoint_under_a_directory_that_cannot_be_searched_is_refused_in_one_line(
-        tmp_path, capsys, monkeypatch, command):
-    """Without a shared root, load_checkpoint asks whether a relative --checkpoint is a path from here; under a
+def test_a_checkpoint_under_a_directory_that_cannot_be_searched_is_refused_naming_the_flag(
+        tmp_path, capsys, monkeypatch, command, relative):
+    """Without a shared root, load_checkpoint asks whether a relative --checkpoint is a path from here: under a
     directory the user may not search, Path.exists raised PermissionError and both commands ended in a
-    traceback."""
+    traceback. An absolute one was refused with the bare OSError ("[Errno 13] Permission denied: '/...'"), which
+    did not say which argument it was about."""
     from league_cli import eval as eval_cli
     from tests.integration.test_eval import parse as parse_eval
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("LEAGUE_SHARED_ROOT", raising=False)
-    real_stat = Path.stat
-
-    def stat(self, *args, **kwargs):  # as a non-root user finds a directory of mode 700 that is not theirs
-        if str(self).startswith("locked/"):
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_stat(self, *args, **kwargs)
-
-    monkeypatch.setattr(Path, "stat", stat)
-    if command == "export":
-        code = export_cli.main(parse("--checkpoint", "locked/p", "--out", str(tmp_path / "policy.pt2")))
-    else:
-        code = eval_cli.main(parse_eval("--checkpoint", "locked/p"))
-    assert code == 2
-    assert capsys.readouterr().err == f"league {command}: --checkpoint 'locked/p': Permission denied\n"
-
-
-@pytest.mark.parametrize("command", ["export", "eval"])
-def test_an_absolute_checkpoint_under_a_directory_that_cannot_be_searched_is_refused_naming_the_flag(
-        tmp_path, capsys, monkeypatch, command):
-    """The same for an absolute --checkpoint: the refusal was the bare OSError ("[Errno 13] Permission denied:
-    '/...'"), which did not say which argument it was about."""
-    from league_cli import eval as eval_cli
-    from tests.integration.test_eval import parse as parse_eval
-
-    monkeypatch.delenv("LEAGUE_SHARED_ROOT", raising=False)
-    locked = tmp_path / "locked"
-    real_stat = Path.stat
-
-    def stat(self, *args, **kwargs):  # as a non-root user finds a directory of mode 700 that is not theirs
-        if str(self).startswith(str(locked / "")):
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_stat(self, *args, **kwargs)
-
-    monkeypatch.setattr(Path, "stat", stat)
-    checkpoint = str(locked / "main" / "v1.pt")
+    checkpoint = "locked/main/v1.pt" if relative else str(tmp_path / "locked" / "main" / "v1.pt")
+    lock_directory(monkeypatch, "locked/" if relative else str(tmp_path / "locked" / ""))
     if command == "export":
         code = export_cli.main(parse("--checkpoint", checkpoint, "--out", str(tmp_path / "policy.pt2")))
     else:

@@ -6,6 +6,7 @@ signals. The envs here take ten minutes or hang for ever: a call that returns at
 from __future__ import annotations
 
 import linecache
+import logging
 import sys
 import threading
 from functools import partial
@@ -117,7 +118,10 @@ def playing_in_a_thread(manager: BaseEnvManager) -> tuple[threading.Thread, list
 
 
 @SERIAL_TIMEOUTS
-def test_serial_step_spinning_in_python_code_is_cut_short_outside_the_main_thread(tmp_path, timeouts):
+def test_serial_step_spinning_in_python_code_is_cut_short_outside_the_main_thread(tmp_path, timeouts, caplog):
+    """The cut is logged at INFO: it is what the stopping caller asked for (an actor's SIGTERM, which most often
+    lands in a step), and a WARNING for it showed in the logs of healthy `league run`s that ended."""
+    caplog.set_level(logging.INFO, logger="actor_service.envs.env_manager.watchdog")
     marker = tmp_path / "hung"
     env = partial(FlakyEnv, inner="python:tests.env_doubles:CountingEnv", hang_every=5, hang_kind="spin",
                   hang_marker=str(marker))
@@ -130,6 +134,8 @@ def test_serial_step_spinning_in_python_code_is_cut_short_outside_the_main_threa
         assert not driver.is_alive()
         assert len(raised) == 1 and isinstance(raised[0], EnvManagerInterrupted), raised
         assert manager.failure_counts == {0: 0, 1: 0}
+        cuts = [r for r in caplog.records if "was cut short (the manager was interrupted)" in r.getMessage()]
+        assert len(cuts) == 1 and cuts[0].levelno == logging.INFO, [(r.levelname, r.getMessage()) for r in cuts]
     finally:
         HANGS_RELEASED.set()
         driver.join(60)

@@ -307,4 +307,7 @@ class Watchdog:
             else:
                 _set_async_exc(ctypes.c_ulong(op[_THREAD]), ctypes.py_object(EnvHangInterrupt))
                 how = f"raised EnvHangInterrupt in thread {op[_THREAD]}"
-        logger.warning("%s: %s", self._describe(op), how)
+        # A cut is what a stopping caller asked for (an actor's SIGTERM lands in a step most of the time), not a
+        # fault: said at INFO. A timeout is the env's fault; one that does not come back is reported as an ERROR.
+        cut = self._cut
+        (logger.info if cut is not None and cut[0] is op else logger.warning)("%s: %s", self._describe(op), how)

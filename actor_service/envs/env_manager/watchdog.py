@@ -233,9 +233,13 @@ class Watchdog:
         cut = self._cut
         return min(deadline, cut[1]) if cut is not None and cut[0] is op else deadline
 
-    def _describe(self, op: _Op) -> str:
+    def _was_cut(self, op: _Op) -> bool:
+        """Whether `cut_short` asked to interrupt `op` (rather than its timeout)."""
         cut = self._cut
-        if cut is not None and cut[0] is op:
+        return cut is not None and cut[0] is op
+
+    def _describe(self, op: _Op) -> str:
+        if self._was_cut(op):
             return f"env {op[_ENV_ID]} {op[_STAGE]} was cut short (the manager was interrupted)"
         return _describe(op)
 
@@ -263,8 +267,7 @@ class Watchdog:
             now = time.monotonic()
             until = math.inf
             if op is not None and op[_CLAIM]:  # running
-                cut = self._cut
-                if cut is not None and cut[0] is op:
+                if self._was_cut(op):
                     self._interrupt(op)
                     continue
                 if op is not self._seen:  # it began since the last poll
@@ -309,5 +312,4 @@ class Watchdog:
                 how = f"raised EnvHangInterrupt in thread {op[_THREAD]}"
         # A cut is what a stopping caller asked for (an actor's SIGTERM lands in a step most of the time), not a
         # fault: said at INFO. A timeout is the env's fault; one that does not come back is reported as an ERROR.
-        cut = self._cut
-        (logger.info if cut is not None and cut[0] is op else logger.warning)("%s: %s", self._describe(op), how)
+        (logger.info if self._was_cut(op) else logger.warning)("%s: %s", self._describe(op), how)

@@ -6,7 +6,8 @@ relative to the shared root, or from an absolute path that must lie inside a sha
 the root is taken to be the checkpoint's grandparent: ``<root>/<player_id>/v<version>.pt``, or the parent of a
 player's folder ``<root>/<player_id>``, which a missing path not ending in ``.pt`` is taken to be). The network
 is built from the league config's ``policy`` section and the env's specs, exactly as actors and learners build
-it. Seats alternate game by game; the policy acts greedily (its most likely legal move).
+it. Seats alternate game by game; the policy acts greedily (its most likely legal move), or plays the moves of a
+search over its probabilities and value (actor_service.search).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from actor_service.search import PolicySearch, SearchConfig
 from common.algorithms.registry import make_computation_task
 from common.checkpoint_store import CheckpointError, CheckpointRef, CheckpointStore
 from common.computation.algorithm import ForwardKwargs
@@ -64,6 +66,8 @@ class EvalResult:
     opponent: str
     seats: tuple[SeatTally, ...]
     mean_length: float
+    search: int = 0
+    """Simulations of the search the agent played with a move (0: the policy's own greedy moves)."""
 
     @property
     def games(self) -> int:
@@ -94,7 +98,7 @@ class EvalResult:
         return {
             "opponent": self.opponent, "games": self.games, "wins": self.wins, "draws": self.draws,
             "losses": self.losses, "win_rate": self.win_rate, "win_rate_95": list(self.win_rate_interval),
-            "mean_length": self.mean_length,
+            "mean_length": self.mean_length, "search": self.search,
             "by_seat": [{**asdict(s), "win_rate": s.win_rate, "win_rate_95": list(s.win_rate_interval)}
                         for s in self.seats],
         }
@@ -109,9 +113,12 @@ def play_against_bot(
     seed: int = 0,
     greedy: bool = True,
     on_game: Callable[[int, int], None] | None = None,
+    search: SearchConfig | None = None,
 ) -> EvalResult:
     """`games` games of `task` against the bot `opponent` ("random", "mcts:N"), the agent's seat alternating.
-    `on_game(games played, games won)` after each game (progress: a strong bot takes seconds a game)."""
+    `on_game(games played, games won)` after each game (progress: a strong bot takes seconds a game). With
+    `search` the agent plays the moves of a search over its policy and value (actor_service.search) instead of
+    the policy's own."""
     if games < 1:
         raise ValueError(f"games must be >= 1, got {games}")
     env = make_env(env_name, **env_kwargs)
@@ -119,6 +126,7 @@ def play_against_bot(
         info = env.info()
         if not hasattr(env, "bot_seats") or info.num_players < 2:
             raise ValueError(f"env {env_name!r}: evaluation plays two-player OpenSpiel games against reference bots")
+        searcher = None if search is None else PolicySearch(task, env, search)
         seats = info.num_players
         tallies = {seat: [0, 0, 0, 0] for seat in range(seats)}  # games, wins, draws, losses
         lengths = []
@@ -133,8 +141,11 @@ def play_against_bot(
                 if to_play(obs, info) != seat:
                     raise RuntimeError(f"game {game}: the env asks seat {to_play(obs, info)} to move, the agent is {seat}")
                 view = player_view(obs, seat, info)
-                chosen, states = _decide(task, view, states, kwargs)
-                action = int(chosen)  # a two-player game's move: one of its actions
+                if searcher is not None:
+                    action = searcher.choose(env.state)  # type: ignore[attr-defined]  (an OpenSpielEnv's)
+                else:
+                    chosen, states = _decide(task, view, states, kwargs)
+                    action = int(chosen)  # a two-player game's move: one of its actions
                 if ACTION_MASK in view and not view[ACTION_MASK][action]:
                     raise RuntimeError(f"game {game}: the policy chose illegal action {action}")
                 ts = env.step(action)
@@ -155,6 +166,7 @@ def play_against_bot(
         opponent,
         tuple(SeatTally(seat, *counts) for seat, counts in tallies.items() if counts[0]),
         float(np.mean(lengths)),
+        0 if search is None else search.simulations,
     )
 
 

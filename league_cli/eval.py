@@ -57,6 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shared-root", type=cli_args.path, default=None,
                         help=f"the checkpoints' shared root (default: with --run-dir RUN/shared, else "
                              f"${SHARED_ROOT_ENV_VAR})")
+    parser.add_argument("--search", type=cli_args.positive_int, default=None, metavar="N",
+                        help="play the checkpoint's moves by a search of N simulations over its own policy and "
+                             "value (AlphaZero's PUCT; two-player zero-sum games of perfect information), not its "
+                             "greedy moves: how strong the network is with lookahead (default: no search)")
     parser.add_argument("--seed", type=cli_args.seed, default=0, help="seed of the games (bots, env) (default 0)")
     parser.add_argument("--json", action="store_true",
                         help="print JSON instead of a table: with --checkpoint, one line of JSON per opponent "
@@ -77,16 +81,19 @@ def main(args: argparse.Namespace) -> int:
     opponents = _opponents("random" if args.opponent is None else args.opponent)
     if (bad := _bad_opponent(opponents)) is not None:
         return _refuse(bad)
+    from actor_service.search import SearchConfig
+
     opponent_given = args.opponent is not None
+    search = None if args.search is None else SearchConfig(args.search)
     try:
         loaded = load_checkpoint(args, "eval")
     except CheckpointRefused as err:
         return _refuse(str(err))
     task, ref, info, env_name, env_kwargs = loaded.task, loaded.ref, loaded.info, loaded.env_name, loaded.env_kwargs
     if info.num_players == 1:  # CartPole and the like: no opponent, the episodes' returns
-        if opponent_given:
-            return _refuse(f"--opponent: {env_name} is a single-player env; eval plays --games episodes of it "
-                           "alone and reports their returns")
+        if opponent_given or search is not None:
+            return _refuse(f"{'--opponent' if opponent_given else '--search'}: {env_name} is a single-player env; "
+                           "eval plays --games episodes of it alone and reports their returns")
         try:
             with _games_progress(f"{env_name} alone", args.games) as on_episode:
                 returns = play_episodes(task, env_name, env_kwargs, args.games, seed=args.seed,
@@ -103,7 +110,7 @@ def main(args: argparse.Namespace) -> int:
         try:
             with _games_progress(f"vs {opponent}", args.games) as on_game:
                 result = play_against_bot(task, env_name, env_kwargs, opponent, args.games, seed=args.seed,
-                                          on_game=on_game)
+                                          on_game=on_game, search=search)
         except (ValueError, OSError) as err:
             return _refuse(str(err))
         if args.json:  # one line per opponent
@@ -249,6 +256,7 @@ def _progression_main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from actor_service.evaluation import load_policy, play_against_bot
+    from actor_service.search import SearchConfig
     from common.checkpoint_store import CheckpointNotFoundError, CheckpointStore
     from common.envs.registry import make_env
     from league_cli.progression import (
@@ -267,6 +275,7 @@ def _progression_main(args: argparse.Namespace) -> int:
     ladder = _opponents(",".join(DEFAULT_LADDER) if args.opponent is None else args.opponent)
     if (bad := _bad_opponent(ladder)) is not None:
         return _refuse(bad)
+    search = None if args.search is None else SearchConfig(args.search)
     shared_root = args.shared_root or args.run_dir / "shared"  # not $LEAGUE_SHARED_ROOT: the run's own root
     try:
         own = args.run_dir / "config.yaml"  # a --config given must be read (a typo ran the embedded league)
@@ -298,7 +307,7 @@ def _progression_main(args: argparse.Namespace) -> int:
             task, _ = load_policy(store, point.checkpoint_path, policy, info, seed=args.seed)
             with _games_progress(f"v{point.checkpoint_version} vs {opponent}", args.games) as on_game:
                 return play_against_bot(task, env_name, env_kwargs, opponent, args.games, seed=args.seed,
-                                        on_game=on_game).to_dict()
+                                        on_game=on_game, search=search).to_dict()
 
         def progress(result: PointResult, opponent: str) -> None:
             console.print(f"{result.point.checkpoint_path} ({result.point.agent_steps:,} steps) vs {opponent}: "
@@ -310,7 +319,7 @@ def _progression_main(args: argparse.Namespace) -> int:
         return _refuse(f"{err}, in shared root {shared_root} ({given})")
     except (ValueError, OSError) as err:
         return _refuse(str(err))
-    report = progression_to_dict(player_id, results, args.games)
+    report = {**progression_to_dict(player_id, results, args.games), "search": args.search or 0}
     if args.json:
         print(json.dumps(report))
     else:
@@ -330,7 +339,11 @@ def _print_progression(report: dict[str, Any], ladder: tuple[str, ...]) -> None:
         kind = "snapshot" if point["snapshot"] else "latest"
         table.add_row(f"v{point['version']} ({kind})", f"{point['agent_steps']:,}",
                       *(f"{point['win_rate'][o]:.0%}" for o in ladder), point["strongest_beaten"])
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    if report["search"]:
+        console.print(f"each of the player's moves: a search of {report['search']} simulations over its policy and "
+                      "value")
 
 
 def _league_policy_and_env(config: Path | None) -> tuple[dict[str, Any], str, dict[str, Any]]:
@@ -362,6 +375,8 @@ def _print_table(ref: CheckpointRef, env_name: str, result: EvalResult) -> None:
     console = Console()
     console.print(table)
     console.print(f"mean game length: {result.mean_length:.1f} moves of the evaluated policy")
+    if result.search:
+        console.print(f"each of its moves: a search of {result.search} simulations over its policy and value")
 
 
 def _print_returns(ref: CheckpointRef, env_name: str, result: ReturnResult) -> None:

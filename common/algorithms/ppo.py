@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from common.algorithms.distributions import LOG_STD_MAX, LOG_STD_MIN
+from common.algorithms.distributions import LOG_STD_MAX, LOG_STD_MIN, Categorical
 from common.algorithms.models import ActorCriticModel, update_obs_stats
 from common.computation.algorithm import (
     Algorithm,
@@ -194,6 +194,13 @@ class PPO(Algorithm):
     ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         params, value = self.model(inputs)
         return self.model.distribution.choose(params, value, inputs.get(ACTION_MASK), kwargs, self.generator), states
+
+    def policy_and_value(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        if not isinstance(self.model.distribution, Categorical):
+            raise NotImplementedError(f"a policy over {type(self.model.distribution).__name__} actions has no "
+                                      "probability per action to search with (one discrete choice only)")
+        logits, value = self.model(inputs)  # masked logits: an illegal action's probability is 0
+        return torch.softmax(logits, dim=-1), value
 
     # ---- learning ---------------------------------------------------------------------------------------
     def learn(self, batch: dict[str, torch.Tensor]) -> LearnOutput:

@@ -48,6 +48,10 @@ class RecurrentPPO(PPO):
         return self.model.distribution.choose(params, value, inputs.get(ACTION_MASK), kwargs, self.generator), \
             next_states
 
+    def policy_and_value(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError("a recurrent policy acts on the memory of the moves that led to a position, "
+                                  "which a search's imagined positions do not have")
+
     def learn(self, batch: dict[str, torch.Tensor]) -> LearnOutput:
         cfg = self.config
         inputs, next_inputs = split_inputs(self.model, batch)

@@ -114,6 +114,17 @@ class ComputationTask:
             new_states = self._to_numpy(next_states, self.state_specs, batch, "state")
         return Prediction(actions, artifacts, new_states)
 
+    def policy_and_value(self, inputs: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's probability of every action (batch, num_actions) and state value (batch,), for a search at
+        play time; NotImplementedError where the algorithm has none (`Algorithm.policy_and_value`)."""
+        with self._lock:
+            tensors = self._to_torch(inputs, self.input_specs, "inputs", leading_dims=1)
+            _common_leading(tensors, "inputs")
+            self._set_training(False)
+            with torch.inference_mode():
+                probs, values = self.algorithm.policy_and_value(tensors)
+            return probs.to("cpu").numpy(), values.to("cpu").numpy()
+
     def learn(self, batch: Mapping[str, np.ndarray]) -> LearnResult:
         """One training update; the batch keys are the algorithm's learn specs."""
         with self._lock:

@@ -295,8 +295,15 @@ class OpenSpielEnv(Env):
             else:
                 return
 
+    def observation_of(self, state: pyspiel.State) -> dict[str, np.ndarray]:
+        """The observation the env gives at `state`, a state of this env's game that need not be its own: what a
+        search over the game's states (actor_service.search) shows the policy at the positions it imagines."""
+        return self._observation_of(state)
+
     def _observation(self) -> dict[str, np.ndarray]:
-        state = self._state
+        return self._observation_of(self._state)
+
+    def _observation_of(self, state: pyspiel.State) -> dict[str, np.ndarray]:
         observation = np.empty((self._num_players, *self._obs_shape), np.float32)
         raw = self._raw_shape[0]
         for player in range(self._num_players):

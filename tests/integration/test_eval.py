@@ -165,6 +165,33 @@ def test_a_single_player_checkpoint_is_judged_by_its_episode_returns(tmp_path, c
     assert "mean return" in capsys.readouterr().out
     assert eval_cli.main(parse(*common, "--opponent", "random")) == 2
     assert "single-player env" in capsys.readouterr().err
+    assert eval_cli.main(parse(*common, "--search", "8")) == 2
+    assert "--search: CartPole-v1 is a single-player env" in capsys.readouterr().err
+
+
+def test_search_plays_the_checkpoints_moves_by_lookahead_and_says_so(tmp_path, capsys):
+    """`--search N`: each move a search of N simulations over the checkpoint's policy and value; the report and
+    the table say so. A policy the search cannot use is refused with the reason, not played without it."""
+    config = tmp_path / "league.yaml"
+    config.write_text(json.dumps({"policy": PPO}))
+    path = publish(tmp_path, dict(load_config(config, for_training=False).policy))  # as merged over the default
+    common = ("--checkpoint", path, "--shared-root", str(tmp_path), "--config", str(config), "--games", "4")
+    assert eval_cli.main(parse(*common, "--search", "12", "--json", "--opponent", "random,mcts:2")) == 0
+    reports = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["opponent"], r["search"], r["games"]) for r in reports] == [("random", 12, 4), ("mcts:2", 12, 4)]
+    assert eval_cli.main(parse(*common, "--search", "12")) == 0
+    assert "each of its moves: a search of 12 simulations" in capsys.readouterr().out
+    assert eval_cli.main(parse(*common, "--json")) == 0
+    assert json.loads(capsys.readouterr().out)["search"] == 0
+
+    dqn_path = publish(tmp_path, DQN, player="q")
+    config.write_text(json.dumps({"policy": DQN}))
+    assert eval_cli.main(parse("--checkpoint", dqn_path, "--shared-root", str(tmp_path), "--config", str(config),
+                               "--search", "12")) == 2
+    assert "search: DQN has no action probabilities and state value" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse(*common, "--search", "0")
+    assert "--search" in capsys.readouterr().err
 
 
 def test_the_win_rate_interval_is_wilsons_and_narrows_with_games():
@@ -304,6 +331,9 @@ def test_run_dir_reads_the_runs_shared_root_not_the_environments(tmp_path, capsy
     assert eval_cli.main(parse(*argv)) == 0, capsys.readouterr().err
     report = json.loads(capsys.readouterr().out)
     assert report["player_id"] == "main" and [p["version"] for p in report["points"]] == [1]
+    assert report["search"] == 0
+    assert eval_cli.main(parse(*argv, "--search", "6")) == 2  # the run's policy is a DQN: said, not played without
+    assert "search: DQN has no action probabilities" in capsys.readouterr().err
 
     assert eval_cli.main(parse(*argv, "--shared-root", str(other))) == 2
     err = capsys.readouterr().err

@@ -6,7 +6,8 @@ run against random and OpenSpiel's MCTS bot at growing simulation counts. Goals:
 beats random >= 95%, judged on FINAL_RANDOM_GAMES games of the final checkpoint (one standard error ~0.7
 points there, ~2.4 on the ladder's 100); its results against MCTS improve over the run (the strongest MCTS it
 beats more than half the time is reported). The league's own view (historical players, rated games, rating
-spread) is reported from its last status.
+spread) is reported from its last status, and, for context, the final main player's result against random when
+each of its moves is a search of SEARCH simulations over its own policy and value (`league eval --search`).
 
 `python bench/bench_league.py [--quick] [--seconds S] [--games N] [--config FILE]`
 """
@@ -30,6 +31,8 @@ from league_service.status import REFERENCE_BOT_TYPE  # noqa: E402
 LADDER = ("random", "mcts:10", "mcts:25", "mcts:50", "mcts:100", "mcts:200")
 FINAL_RANDOM_GAMES = 1000
 """Games of the final main player against random for the goal row (greedy games against random are cheap)."""
+SEARCH = 50
+"""Simulations a move of the context row that plays the final main player with lookahead (`league eval --search`)."""
 
 
 def _mcts_sims(opponent: str) -> int:
@@ -70,6 +73,12 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
              "--opponent", "random", "--games", str(final_games), "--seed", "1", "--json"],
             check=True, capture_output=True, text=True, timeout=3600)
         final_random = json.loads(out.stdout.strip().splitlines()[-1])
+        out = subprocess.run(
+            [sys.executable, "-m", "league_cli", "eval", "--checkpoint", report["points"][-1]["checkpoint"],
+             "--shared-root", str(run_dir / "shared"), "--config", str(run_dir / "config.yaml"),
+             "--opponent", "random", "--games", str(final_games), "--seed", "1", "--search", str(SEARCH), "--json"],
+            check=True, capture_output=True, text=True, timeout=3600)
+        searched_random = json.loads(out.stdout.strip().splitlines()[-1])
         history = (run_dir / "status_history.jsonl").read_text().splitlines()
         status = json.loads(history[-1])
     points = report["points"]
@@ -80,6 +89,9 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
         BenchRow(f"main player after {run_s:.0f} s (v{last['version']}, {last['agent_steps']:,} agent steps) "
                  f"vs uniform random, {final_games:,} games (95% interval {low:.1%}-{high:.1%})",
                  final_rate * 100, "% won", "goal", 95.0, "≥ 95%", final_rate >= 0.95),
+        BenchRow(f"the same checkpoint, each move a search of {SEARCH} simulations over its policy and value "
+                 f"(`league eval --search {SEARCH}`), {final_games:,} games", searched_random["win_rate"] * 100,
+                 "% won", "its greedy moves (the row above)", final_rate * 100, "(context: with lookahead)", None),
     ]
     for opponent in LADDER[1:]:
         rows.append(BenchRow(f"main player vs {opponent}: first snapshot (v{first['version']}, "

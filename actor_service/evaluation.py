@@ -119,37 +119,87 @@ def play_against_bot(
     `on_game(games played, games won)` after each game (progress: a strong bot takes seconds a game). With
     `search` the agent plays the moves of a search over its policy and value (actor_service.search) instead of
     the policy's own."""
+    return _play_games(task, env_name, env_kwargs, games, seed, opponent, _Opponent(bot=opponent),
+                       ForwardKwargs(greedy=greedy), on_game, search)
+
+
+def play_against_policy(
+    task: ComputationTask,
+    opponent_task: ComputationTask,
+    env_name: str,
+    env_kwargs: Mapping[str, Any],
+    games: int,
+    seed: int = 0,
+    opponent: str = "policy",
+    on_game: Callable[[int, int], None] | None = None,
+    search: SearchConfig | None = None,
+) -> EvalResult:
+    """`games` games of `task` against another policy, `opponent_task` (named `opponent` in the result), the
+    agent's seat alternating. Both sample their moves from their policies, as the league's own matches are played:
+    two greedy policies in a game without chance would play the same two games over and over. With `search` the
+    agent plays the moves of a search instead (the opponent still samples)."""
+    return _play_games(task, env_name, env_kwargs, games, seed, opponent, _Opponent(task=opponent_task),
+                       ForwardKwargs(), on_game, search)
+
+
+@dataclass(frozen=True)
+class _Opponent:
+    """Who plays the seats that are not the agent's: a reference bot the env plays inside, or a policy here."""
+
+    bot: str | None = None
+    task: ComputationTask | None = None
+
+
+def _play_games(
+    task: ComputationTask,
+    env_name: str,
+    env_kwargs: Mapping[str, Any],
+    games: int,
+    seed: int,
+    label: str,
+    opponent: _Opponent,
+    kwargs: ForwardKwargs,
+    on_game: Callable[[int, int], None] | None,
+    search: SearchConfig | None,
+) -> EvalResult:
     if games < 1:
         raise ValueError(f"games must be >= 1, got {games}")
     env = make_env(env_name, **env_kwargs)
     try:
         info = env.info()
         if not hasattr(env, "bot_seats") or info.num_players < 2:
-            raise ValueError(f"env {env_name!r}: evaluation plays two-player OpenSpiel games against reference bots")
+            raise ValueError(f"env {env_name!r}: evaluation plays two-player OpenSpiel games against reference bots "
+                             "or another policy")
         searcher = None if search is None else PolicySearch(task, env, search)
         seats = info.num_players
         tallies = {seat: [0, 0, 0, 0] for seat in range(seats)}  # games, wins, draws, losses
         lengths = []
-        kwargs = ForwardKwargs(greedy=greedy)
         for game in range(games):
             seat = game % seats
             env.seed(seed + game)
-            obs = env.reset(bots={other: opponent for other in range(seats) if other != seat})
+            obs = env.reset(bots={other: opponent.bot for other in range(seats) if other != seat and opponent.bot})
             length = 0
             states = task.initial_states(1)  # a recurrent policy's memory starts afresh with every game
+            other_states = None if opponent.task is None else opponent.task.initial_states(1)
             while True:
-                if to_play(obs, info) != seat:
-                    raise RuntimeError(f"game {game}: the env asks seat {to_play(obs, info)} to move, the agent is {seat}")
-                view = player_view(obs, seat, info)
-                if searcher is not None:
-                    action = searcher.choose(env.state)  # type: ignore[attr-defined]  (an OpenSpielEnv's)
+                mover = to_play(obs, info)
+                view = player_view(obs, mover, info)
+                if mover == seat:
+                    length += 1
+                    if searcher is not None:
+                        action = searcher.choose(env.state)  # type: ignore[attr-defined]  (an OpenSpielEnv's)
+                    else:
+                        chosen, states = _decide(task, view, states, kwargs)
+                        action = int(chosen)  # a two-player game's move: one of its actions
+                elif opponent.task is not None:
+                    chosen, other_states = _decide(opponent.task, view, other_states, kwargs)
+                    action = int(chosen)
                 else:
-                    chosen, states = _decide(task, view, states, kwargs)
-                    action = int(chosen)  # a two-player game's move: one of its actions
+                    raise RuntimeError(f"game {game}: the env asks seat {mover} to move, the agent is {seat}")
                 if ACTION_MASK in view and not view[ACTION_MASK][action]:
-                    raise RuntimeError(f"game {game}: the policy chose illegal action {action}")
+                    who = "the policy" if mover == seat else "the opponent policy"
+                    raise RuntimeError(f"game {game}: {who} chose illegal action {action}")
                 ts = env.step(action)
-                length = ts.info.episode.length if ts.info.episode is not None else length + 1
                 obs = ts.obs
                 if ts.terminated or ts.truncated:
                     break
@@ -163,7 +213,7 @@ def play_against_bot(
     finally:
         env.close()
     return EvalResult(
-        opponent,
+        label,
         tuple(SeatTally(seat, *counts) for seat, counts in tallies.items() if counts[0]),
         float(np.mean(lengths)),
         0 if search is None else search.simulations,

@@ -28,6 +28,7 @@ DEFAULT_POINTS = 6
 
 if TYPE_CHECKING:
     from actor_service.evaluation import EvalResult, ReturnResult
+    from actor_service.search import SearchConfig
     from common.checkpoint_store import CheckpointRef
     from common.computation import ComputationTask
     from common.envs.base import EnvInfo
@@ -44,6 +45,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--opponent", default=None,
                         help="reference bot: random or mcts:N (N simulations), or a comma-separated list of them "
                              f"(default: random; with --run-dir {','.join(DEFAULT_LADDER)})")
+    parser.add_argument("--against", type=cli_args.path_text, default=None, metavar="CHECKPOINT",
+                        help="with --checkpoint: play another checkpoint instead of bots (found as --checkpoint is); "
+                             "both sample their moves from their policies, as the league's matches are played")
+    parser.add_argument("--against-config", type=cli_args.path, default=None, metavar="FILE",
+                        help="the league of the --against checkpoint (default: --config if given, else the "
+                             "config.yaml of the league run directory it lies in, else the embedded league)")
     parser.add_argument("--player", default=None,
                         help="with --run-dir: the active player whose snapshots to evaluate (default: the main player)")
     parser.add_argument("--points", type=cli_args.positive_int, default=None,
@@ -69,10 +76,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.run_dir is not None:
+        for flag, value in (("--against", args.against), ("--against-config", args.against_config)):
+            if value is not None:
+                return _refuse(f"{flag} goes with --checkpoint (--run-dir plays the player's snapshots against bots)")
         return _progression_main(args)
     for flag, value in (("--player", args.player), ("--points", args.points)):
         if value is not None:  # they choose along a run's snapshots: with a checkpoint they went unheard
             return _refuse(f"{flag} goes with --run-dir (--checkpoint evaluates the one checkpoint it names)")
+    if args.against_config is not None and args.against is None:
+        return _refuse("--against-config goes with --against (the league of the checkpoint played against)")
+    if args.against is not None and args.opponent is not None:
+        return _refuse("--against plays another checkpoint, --opponent reference bots: give one of them")
     import torch
 
     from actor_service.evaluation import play_against_bot, play_episodes
@@ -83,7 +97,6 @@ def main(args: argparse.Namespace) -> int:
         return _refuse(bad)
     from actor_service.search import SearchConfig
 
-    opponent_given = args.opponent is not None
     search = None if args.search is None else SearchConfig(args.search)
     try:
         loaded = load_checkpoint(args, "eval")
@@ -91,9 +104,11 @@ def main(args: argparse.Namespace) -> int:
         return _refuse(str(err))
     task, ref, info, env_name, env_kwargs = loaded.task, loaded.ref, loaded.info, loaded.env_name, loaded.env_kwargs
     if info.num_players == 1:  # CartPole and the like: no opponent, the episodes' returns
-        if opponent_given or search is not None:
-            return _refuse(f"{'--opponent' if opponent_given else '--search'}: {env_name} is a single-player env; "
-                           "eval plays --games episodes of it alone and reports their returns")
+        given = next((flag for flag, value in (("--opponent", args.opponent), ("--against", args.against),
+                                               ("--search", search)) if value is not None), None)
+        if given is not None:
+            return _refuse(f"{given}: {env_name} is a single-player env; eval plays --games episodes of it alone and "
+                           "reports their returns")
         try:
             with _games_progress(f"{env_name} alone", args.games) as on_episode:
                 returns = play_episodes(task, env_name, env_kwargs, args.games, seed=args.seed,
@@ -106,6 +121,8 @@ def main(args: argparse.Namespace) -> int:
         else:
             _print_returns(ref, env_name, returns)
         return 0
+    if args.against is not None:
+        return _against_main(args, loaded, search)
     for opponent in opponents:
         try:
             with _games_progress(f"vs {opponent}", args.games) as on_game:
@@ -118,6 +135,39 @@ def main(args: argparse.Namespace) -> int:
                               **result.to_dict()}), flush=True)
         else:
             _print_table(ref, env_name, result)
+    return 0
+
+
+def _against_main(args: argparse.Namespace, loaded: LoadedCheckpoint, search: SearchConfig | None) -> int:
+    """`--against`: the checkpoint against another one, both sampling their moves."""
+    from actor_service.evaluation import play_against_policy
+
+    against_args = argparse.Namespace(**{**vars(args), "checkpoint": args.against,
+                                         "config": args.against_config or args.config})
+    try:
+        other = load_checkpoint(against_args, "eval", flag="--against", config_flag="--against-config")
+    except CheckpointRefused as err:
+        return _refuse(str(err) if str(err).startswith("--against") else f"--against: {err}")
+    if (other.env_name, other.env_kwargs) != (loaded.env_name, loaded.env_kwargs):
+        return _refuse(f"--against: its league plays {other.env_name} {other.env_kwargs}, the checkpoint's "
+                       f"{loaded.env_name} {loaded.env_kwargs}: the two must play the same env")
+    label = f"{other.ref.path} (v{other.ref.version})"
+    try:
+        with _games_progress(f"vs {label}", args.games) as on_game:
+            result = play_against_policy(loaded.task, other.task, loaded.env_name, loaded.env_kwargs, args.games,
+                                         seed=args.seed, opponent=label, on_game=on_game, search=search)
+    except (ValueError, OSError) as err:
+        return _refuse(str(err))
+    if args.json:
+        print(json.dumps({"checkpoint": loaded.ref.path, "version": loaded.ref.version, "env": loaded.env_name,
+                          **result.to_dict(), "opponent_checkpoint": other.ref.path,
+                          "opponent_version": other.ref.version, "sampled": True}), flush=True)
+    else:
+        _print_table(loaded.ref, loaded.env_name, result)
+        from rich.console import Console
+
+        Console().print("both sampled their moves from their policies" + (
+            " (the checkpoint's were searched)" if search is not None else ""))
     return 0
 
 
@@ -139,11 +189,12 @@ class LoadedCheckpoint:
     """The league file whose policy and env were used (None: the embedded league)."""
 
 
-def load_checkpoint(args: argparse.Namespace, command: str) -> LoadedCheckpoint:
+def load_checkpoint(args: argparse.Namespace, command: str, flag: str = "--checkpoint",
+                    config_flag: str = "--config") -> LoadedCheckpoint:
     """The policy of ``args.checkpoint`` (``--shared-root``, ``--config``, ``--seed``), as `league <command>`
     resolves them: a relative path is under the shared root (``$LEAGUE_SHARED_ROOT``), or a path from here; the
     league is ``--config``, else the config.yaml of the run directory the checkpoint lies in, else the embedded
-    one. CheckpointRefused says what is wrong."""
+    one. CheckpointRefused says what is wrong, naming the checkpoint as `flag` and the league as `config_flag`."""
     if args.shared_root is None:  # the variable only where no --run-dir names the root (the image sets it)
         args.shared_root = env_path(SHARED_ROOT_ENV_VAR)
     from actor_service.evaluation import load_policy, resolve_checkpoint
@@ -159,9 +210,9 @@ def load_checkpoint(args: argparse.Namespace, command: str) -> LoadedCheckpoint:
         try:
             here = Path(args.checkpoint).exists() or (parent != Path(".") and parent.is_dir())
         except OSError as err:  # a directory on the way that may not be searched: PermissionError, not False
-            raise CheckpointRefused(f"--checkpoint {args.checkpoint!r}: {err.strerror or err}") from err
+            raise CheckpointRefused(f"{flag} {args.checkpoint!r}: {err.strerror or err}") from err
         if not here:
-            raise CheckpointRefused(f"--checkpoint {args.checkpoint!r} is relative and not a path from here: give "
+            raise CheckpointRefused(f"{flag} {args.checkpoint!r} is relative and not a path from here: give "
                                     f"--shared-root (or ${SHARED_ROOT_ENV_VAR})")
         args.checkpoint = str(Path(args.checkpoint).absolute())  # a path from the current directory
     config = args.config
@@ -185,11 +236,11 @@ def load_checkpoint(args: argparse.Namespace, command: str) -> LoadedCheckpoint:
                                 f"{store.root.root if store is not None else args.shared_root}") from err
     except PermissionError as err:  # the checkpoint, or a directory on its way, the user may not read or search
         # (--config's own errors are ConfigErrors naming the file; only the checkpoint's path is left to fail so)
-        raise CheckpointRefused(f"--checkpoint {args.checkpoint!r}: {err.strerror or err}") from err
+        raise CheckpointRefused(f"{flag} {args.checkpoint!r}: {err.strerror or err}") from err
     except (ValueError, OSError) as err:  # config, path, checkpoint (corrupt / missing) or model mismatch
         hint = ""
         if isinstance(err, WeightsMismatchError):  # layer names or shapes: another league's network
-            hint = (f" (the model of {'the embedded league' if config is None else config}; give --config with the "
+            hint = (f" (the model of {'the embedded league' if config is None else config}; give {config_flag} with the "
                     "league the checkpoint comes from, e.g. its run directory's config.yaml)")
         raise CheckpointRefused(f"{err}{hint}") from err
     return LoadedCheckpoint(task, ref, info, env_name, env_kwargs, policy, config)

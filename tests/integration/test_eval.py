@@ -419,3 +419,59 @@ def test_a_link_to_a_run_directorys_checkpoint_is_judged_as_the_checkpoint_it_le
     assert eval_cli.main(parse("--checkpoint", str(link), "--games", "2", "--json")) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["checkpoint"] == path and "the league of" in captured.err
+
+
+def test_against_plays_another_checkpoint_both_sampling(tmp_path, capsys):
+    """`--against CHECKPOINT`: two published policies play each other, seats alternating, both sampling (two
+    greedy policies would play the same two games over and over); a checkpoint whose league plays another env,
+    a missing one, or flags that do not go together are refused naming the flag."""
+    config = tmp_path / "league.yaml"
+    config.write_text(json.dumps({"policy": PPO}))
+    policy = dict(load_config(config, for_training=False).policy)
+    mine = publish(tmp_path, policy, player="a", seed=0)
+    theirs = publish(tmp_path, policy, player="b", seed=1)
+    common = ("--checkpoint", mine, "--shared-root", str(tmp_path), "--config", str(config), "--games", "6")
+    assert eval_cli.main(parse(*common, "--against", theirs, "--json")) == 0, capsys.readouterr().err
+    report = json.loads(capsys.readouterr().out)
+    assert report["opponent"] == f"{theirs} (v1)" and report["opponent_checkpoint"] == theirs
+    assert report["games"] == 6 and [s["games"] for s in report["by_seat"]] == [3, 3] and report["sampled"]
+    assert eval_cli.main(parse(*common, "--against", theirs)) == 0
+    out = capsys.readouterr().out
+    assert "both sampled their moves" in out and "total" in out
+    # The same seed plays the same games; another seed others.
+    assert eval_cli.main(parse(*common, "--against", theirs, "--json", "--games", "20")) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert eval_cli.main(parse(*common, "--against", theirs, "--json", "--games", "20")) == 0
+    assert json.loads(capsys.readouterr().out) == first
+    # With --search the checkpoint's moves are searched; the opponent still samples.
+    assert eval_cli.main(parse(*common, "--against", theirs, "--json", "--search", "10")) == 0
+    searched = json.loads(capsys.readouterr().out)
+    assert searched["search"] == 10 and searched["wins"] >= 5  # lookahead against a policy that knows nothing
+
+    tic_tac_toe = tmp_path / "ttt.yaml"
+    tic_tac_toe.write_text(json.dumps({"env": {"name": "openspiel:tic_tac_toe"}, "policy": PPO}))
+    other_game = publish(tmp_path, dict(load_config(tic_tac_toe, for_training=False).policy), player="t",
+                         env="openspiel:tic_tac_toe")
+    refusals = [
+        (["--against", other_game, "--against-config", str(tic_tac_toe)], "the two must play the same env"),
+        (["--against", "b/v0000000009.pt"], "--against: checkpoint 'b/v0000000009.pt' does not exist"),
+        (["--against", theirs, "--opponent", "random"], "give one of them"),
+        (["--against-config", str(config)], "--against-config goes with --against"),
+    ]
+    for extra, message in refusals:
+        assert eval_cli.main(parse(*common, *extra)) == 2, extra
+        err = capsys.readouterr().err
+        assert message in err, (extra, err)
+    assert eval_cli.main(parse("--run-dir", str(tmp_path), "--against", theirs)) == 2
+    assert "--against goes with --checkpoint" in capsys.readouterr().err
+
+
+def test_against_a_checkpoint_of_another_network_names_against_config(tmp_path, capsys):
+    config = tmp_path / "league.yaml"
+    config.write_text(json.dumps({"policy": PPO}))
+    mine = publish(tmp_path, dict(load_config(config, for_training=False).policy), player="a")
+    theirs = publish(tmp_path, DQN, player="q")  # a DQN league's checkpoint, played with the PPO league's model
+    assert eval_cli.main(parse("--checkpoint", mine, "--shared-root", str(tmp_path), "--config", str(config),
+                               "--against", theirs, "--games", "2")) == 2
+    err = capsys.readouterr().err
+    assert "--against: weights do not fit the model" in err and "give --against-config with the league" in err

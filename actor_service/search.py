@@ -14,6 +14,12 @@ probabilities (the priors of its own moves later) and its value; that value is b
 the other player's moves. The move played is the root's most visited (of equals, the more probable). There is no
 noise and no sampling: the same weights and position give the same move.
 
+Two departures from AlphaZero, both for a policy's blind spots: the root tries every move once before the
+priors steer (PUCT alone never visits a move the policy gives ~0 probability, however bad the alternatives), and
+a position is first checked for a move that wins at once, which the rules know without the network: the
+position is then a win for its mover and that move is the one taken there. From about as many simulations as
+there are moves on, the search takes every immediate win and sees every single immediate threat it must block.
+
 Scope: two-player zero-sum deterministic games of perfect information (connect four, tic-tac-toe, ...) played
 through `OpenSpielEnv`, whose true game state the search copies and moves on; and policies that give a
 probability to every move and a value (feed-forward PPO). Anything else is refused with the reason.

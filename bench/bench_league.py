@@ -32,6 +32,7 @@ LADDER = ("random", "mcts:10", "mcts:25", "mcts:50", "mcts:100", "mcts:200")
 FINAL_RANDOM_GAMES = 1000
 """Games of the final main player against random for the goal row (greedy games against random are cheap)."""
 SEARCH = 50
+SEARCH_LADDER = ("mcts:10", "mcts:25", "mcts:50", "mcts:100", "mcts:200", "mcts:400")
 """Simulations a move of the context row that plays the final main player with lookahead (`league eval --search`)."""
 
 
@@ -79,6 +80,12 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
              "--opponent", "random", "--games", str(final_games), "--seed", "1", "--search", str(SEARCH), "--json"],
             check=True, capture_output=True, text=True, timeout=3600)
         searched_random = json.loads(out.stdout.strip().splitlines()[-1])
+        out = subprocess.run(
+            [sys.executable, "-m", "league_cli", "eval", "--checkpoint", report["points"][-1]["checkpoint"],
+             "--shared-root", str(run_dir / "shared"), "--config", str(run_dir / "config.yaml"),
+             "--opponent", ",".join(SEARCH_LADDER), "--games", str(games), "--search", str(SEARCH), "--json"],
+            check=True, capture_output=True, text=True, timeout=3600)
+        searched_ladder = [json.loads(line) for line in out.stdout.strip().splitlines()]
         history = (run_dir / "status_history.jsonl").read_text().splitlines()
         status = json.loads(history[-1])
     points = report["points"]
@@ -104,6 +111,11 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
     rows.append(BenchRow("largest MCTS simulation count the final main player beats > 50% (0: random only)",
                          strongest_last, "simulations", "the same for the first snapshot", strongest_first,
                          "reported (and not below the first snapshot's)", strongest_last >= strongest_first))
+    searched_beaten = max((_mcts_sims(r["opponent"]) for r in searched_ladder if r["win_rate"] > 0.5), default=0)
+    rows.append(BenchRow(f"largest MCTS count the final main player beats > 50% with `--search {SEARCH}` ({games} "
+                         "games each: " + ", ".join(f"{r['opponent']} {r['win_rate']:.0%}" for r in searched_ladder)
+                         + ")", searched_beaten, "simulations", "greedy (the row above)", max(strongest_last, 0),
+                         "(context: with lookahead)", None))
     historical = sum(1 for p in status["players"] if not p.get("active") and p.get("player_type") != REFERENCE_BOT_TYPE)
     elos = [p.get("elo", 0.0) for p in status["players"]]
     c = status["counters"]

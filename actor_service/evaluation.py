@@ -133,13 +133,27 @@ def play_against_policy(
     opponent: str = "policy",
     on_game: Callable[[int, int], None] | None = None,
     search: SearchConfig | None = None,
+    opening: int = 0,
 ) -> EvalResult:
     """`games` games of `task` against another policy, `opponent_task` (named `opponent` in the result), the
     agent's seat alternating. Both sample their moves from their policies, as the league's own matches are played:
     two greedy policies in a game without chance would play the same two games over and over. With `search` the
-    agent plays the moves of a search instead (the opponent still samples)."""
+    agent plays the moves of a search instead (the opponent still samples). The first `opening` moves of every
+    game (both players') are uniformly random legal ones: distinct games where neither player samples (a DQN's
+    moves, a search's), which is refused without an opening."""
+    if opening < 0:
+        raise ValueError(f"opening must be >= 0, got {opening}")
+    if opening == 0 and (search is not None or not samples_moves(task)) and not samples_moves(opponent_task):
+        raise ValueError("neither player samples its moves (a DQN's argmax, a search's choice): every game of a seat "
+                         "would be the same one; give an opening of random moves (--opening K)")
     return _play_games(task, env_name, env_kwargs, games, seed, opponent, _Opponent(task=opponent_task),
-                       ForwardKwargs(), on_game, search)
+                       ForwardKwargs(), on_game, search, opening)
+
+
+def samples_moves(task: ComputationTask) -> bool:
+    """Whether `task` draws its moves from a distribution (its predictions carry their log-probability, as PPO's
+    do) rather than taking the argmax of values (DQN's): two players that both take argmaxes play one game."""
+    return any(spec.name == "logp" for spec in task.artifact_specs)
 
 
 @dataclass(frozen=True)
@@ -161,6 +175,7 @@ def _play_games(
     kwargs: ForwardKwargs,
     on_game: Callable[[int, int], None] | None,
     search: SearchConfig | None,
+    opening: int = 0,
 ) -> EvalResult:
     if games < 1:
         raise ValueError(f"games must be >= 1, got {games}")
@@ -181,10 +196,14 @@ def _play_games(
             length = 0
             states = task.initial_states(1)  # a recurrent policy's memory starts afresh with every game
             other_states = None if opponent.task is None else opponent.task.initial_states(1)
+            rng = np.random.default_rng(seed + game)
+            played = 0
             while True:
                 mover = to_play(obs, info)
                 view = player_view(obs, mover, info)
-                if mover == seat:
+                if played < opening:  # (a recurrent player's memory does not see them: its game starts after)
+                    action = int(rng.choice(np.flatnonzero(view[ACTION_MASK])))
+                elif mover == seat:
                     length += 1
                     if searcher is not None:
                         action = searcher.choose(env.state)  # type: ignore[attr-defined]  (an OpenSpielEnv's)
@@ -200,6 +219,7 @@ def _play_games(
                     who = "the policy" if mover == seat else "the opponent policy"
                     raise RuntimeError(f"game {game}: {who} chose illegal action {action}")
                 ts = env.step(action)
+                played += 1
                 obs = ts.obs
                 if ts.terminated or ts.truncated:
                     break

@@ -51,6 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--against-config", type=cli_args.path, default=None, metavar="FILE",
                         help="the league of the --against checkpoint (default: --config if given, else the "
                              "config.yaml of the league run directory it lies in, else the embedded league)")
+    parser.add_argument("--opening", type=cli_args.non_negative_int, default=None, metavar="K",
+                        help="with --against: the first K moves of every game (both players') are uniformly random "
+                             "legal moves, for distinct games between players that do not sample (DQN's argmax, "
+                             "--search) (default 0)")
     parser.add_argument("--player", default=None,
                         help="with --run-dir: the active player whose snapshots to evaluate (default: the main player)")
     parser.add_argument("--points", type=cli_args.positive_int, default=None,
@@ -76,15 +80,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.run_dir is not None:
-        for flag, value in (("--against", args.against), ("--against-config", args.against_config)):
+        for flag, value in (("--against", args.against), ("--against-config", args.against_config),
+                            ("--opening", args.opening)):
             if value is not None:
                 return _refuse(f"{flag} goes with --checkpoint (--run-dir plays the player's snapshots against bots)")
         return _progression_main(args)
     for flag, value in (("--player", args.player), ("--points", args.points)):
         if value is not None:  # they choose along a run's snapshots: with a checkpoint they went unheard
             return _refuse(f"{flag} goes with --run-dir (--checkpoint evaluates the one checkpoint it names)")
-    if args.against_config is not None and args.against is None:
-        return _refuse("--against-config goes with --against (the league of the checkpoint played against)")
+    for flag, value in (("--against-config", args.against_config), ("--opening", args.opening)):
+        if value is not None and args.against is None:
+            return _refuse(f"{flag} goes with --against (a game against another checkpoint)")
     if args.against is not None and args.opponent is not None:
         return _refuse("--against plays another checkpoint, --opponent reference bots: give one of them")
     import torch
@@ -155,19 +161,21 @@ def _against_main(args: argparse.Namespace, loaded: LoadedCheckpoint, search: Se
     try:
         with _games_progress(f"vs {label}", args.games) as on_game:
             result = play_against_policy(loaded.task, other.task, loaded.env_name, loaded.env_kwargs, args.games,
-                                         seed=args.seed, opponent=label, on_game=on_game, search=search)
+                                         seed=args.seed, opponent=label, on_game=on_game, search=search,
+                                         opening=args.opening or 0)
     except (ValueError, OSError) as err:
         return _refuse(str(err))
     if args.json:
         print(json.dumps({"checkpoint": loaded.ref.path, "version": loaded.ref.version, "env": loaded.env_name,
                           **result.to_dict(), "opponent_checkpoint": other.ref.path,
-                          "opponent_version": other.ref.version, "sampled": True}), flush=True)
+                          "opponent_version": other.ref.version, "opening": args.opening or 0}), flush=True)
     else:
         _print_table(loaded.ref, loaded.env_name, result)
         from rich.console import Console
 
-        Console().print("both sampled their moves from their policies" + (
-            " (the checkpoint's were searched)" if search is not None else ""))
+        opening = f"after {args.opening} random opening moves, " if args.opening else ""
+        searched = "; the checkpoint's chosen by search" if search is not None else ""
+        Console().print(f"{opening}moves drawn from each player's policy (a DQN's: its argmax{searched})")
     return 0
 
 

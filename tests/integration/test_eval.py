@@ -15,7 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from actor_service.evaluation import load_policy, play_against_bot, resolve_checkpoint, win_rate_interval
+from actor_service.evaluation import (
+    load_policy,
+    play_against_bot,
+    play_against_policy,
+    resolve_checkpoint,
+    win_rate_interval,
+)
+from actor_service.search import SearchConfig
 from common.algorithms.registry import make_computation_task
 from common.checkpoint_store import CheckpointStore
 from common.envs.policy_view import policy_specs
@@ -434,10 +441,10 @@ def test_against_plays_another_checkpoint_both_sampling(tmp_path, capsys):
     assert eval_cli.main(parse(*common, "--against", theirs, "--json")) == 0, capsys.readouterr().err
     report = json.loads(capsys.readouterr().out)
     assert report["opponent"] == f"{theirs} (v1)" and report["opponent_checkpoint"] == theirs
-    assert report["games"] == 6 and [s["games"] for s in report["by_seat"]] == [3, 3] and report["sampled"]
+    assert report["games"] == 6 and [s["games"] for s in report["by_seat"]] == [3, 3] and report["opening"] == 0
     assert eval_cli.main(parse(*common, "--against", theirs)) == 0
     out = capsys.readouterr().out
-    assert "both sampled their moves" in out and "total" in out
+    assert "moves drawn from each player's policy" in out and "total" in out
     # The same seed plays the same games; another seed others.
     assert eval_cli.main(parse(*common, "--against", theirs, "--json", "--games", "20")) == 0
     first = json.loads(capsys.readouterr().out)
@@ -457,6 +464,7 @@ def test_against_plays_another_checkpoint_both_sampling(tmp_path, capsys):
         (["--against", "b/v0000000009.pt"], "--against: checkpoint 'b/v0000000009.pt' does not exist"),
         (["--against", theirs, "--opponent", "random"], "give one of them"),
         (["--against-config", str(config)], "--against-config goes with --against"),
+        (["--opening", "2"], "--opening goes with --against"),
     ]
     for extra, message in refusals:
         assert eval_cli.main(parse(*common, *extra)) == 2, extra
@@ -475,3 +483,35 @@ def test_against_a_checkpoint_of_another_network_names_against_config(tmp_path, 
                                "--against", theirs, "--games", "2")) == 2
     err = capsys.readouterr().err
     assert "--against: weights do not fit the model" in err and "give --against-config with the league" in err
+
+
+def test_players_that_do_not_sample_need_an_opening_of_random_moves(tmp_path, capsys):
+    """Two DQN policies (argmax) would play one game a seat over and over: refused, pointing at --opening; with an
+    opening of random moves the games differ. A searched checkpoint against a DQN is the same case."""
+    config = tmp_path / "league.yaml"
+    config.write_text(json.dumps({"policy": DQN}))
+    policy = dict(load_config(config, for_training=False).policy)
+    mine, theirs = publish(tmp_path, policy, player="a", seed=0), publish(tmp_path, policy, player="b", seed=1)
+    common = ("--checkpoint", mine, "--shared-root", str(tmp_path), "--config", str(config), "--against", theirs,
+              "--games", "12", "--json")
+    assert eval_cli.main(parse(*common)) == 2
+    assert "neither player samples its moves" in capsys.readouterr().err
+    assert eval_cli.main(parse(*common, "--opening", "3")) == 0, capsys.readouterr().err
+    report = json.loads(capsys.readouterr().out)
+    assert report["games"] == 12 and report["opening"] == 3
+
+    # The same loop with the games' moves recorded: an opening gives distinct games, none gives one a seat.
+    store, relative = resolve_checkpoint(mine, tmp_path)
+    task, _ = load_policy(store, relative, policy, make_env("connect_four").info())
+    store, relative = resolve_checkpoint(theirs, tmp_path)
+    other, _ = load_policy(store, relative, policy, make_env("connect_four").info())
+    lengths = {play_against_policy(task, other, "connect_four", {}, games=2, seed=seed, opening=3).mean_length
+               for seed in range(0, 40, 2)}
+    assert len(lengths) > 1
+    with pytest.raises(ValueError, match="neither player samples"):
+        play_against_policy(task, other, "connect_four", {}, games=2)
+    inputs, actions = policy_specs(make_env("connect_four").info())
+    sampling = make_computation_task(PPO, inputs, actions, "cpu", 0)
+    assert play_against_policy(sampling, other, "connect_four", {}, games=2).games == 2  # one of them samples
+    with pytest.raises(ValueError, match="neither player samples"):  # ... but not once its moves are searched
+        play_against_policy(sampling, other, "connect_four", {}, games=2, search=SearchConfig(5))

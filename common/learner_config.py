@@ -67,6 +67,13 @@ class LearnerConfig:
     """... and their total bytes."""
     seed: int | None = None
     """Seed of the initial weights and of minibatch order; None: derived from the player id."""
+    average_decay: float = 0.0
+    """Decay of a moving average of the network's weights the learner keeps over its updates (Polyak averaging,
+    ``avg += (1 - decay) * (weights - avg)`` after each; 0: none). When the learner releases its player (the
+    league's end, a stop), the average becomes the player's last checkpoint, one version after its last update:
+    the run's final network is the average of its last ~1 / (1 - decay) updates rather than the last one, as
+    stochastic weight averaging makes it, which smooths the update-to-update swings of a policy (BENCHMARKS.md,
+    #6). A learner that resumes the player goes on training from that average."""
     tensorboard_every_s: float = 5.0
     """Seconds between TensorBoard writes, each the mean of the iterations since the last (0: every iteration).
     Written at every iteration, a DQN learner's events grew ~200 MB an hour."""
@@ -84,6 +91,9 @@ class LearnerConfig:
         if not (math.isfinite(self.tensorboard_every_s) and 0 <= self.tensorboard_every_s <= MAX_DURATION_S):
             raise ValueError(f"learner.tensorboard_every_s must be a number of seconds in [0, {MAX_DURATION_S:g}], "
                              f"got {self.tensorboard_every_s}")
+        if not (math.isfinite(self.average_decay) and 0 <= self.average_decay < 1):
+            raise ValueError(f"learner.average_decay must be a number in [0, 1) (0: no average), got "
+                             f"{self.average_decay}")
         if self.seed is not None and not 0 <= self.seed <= MAX_SEED:
             raise ValueError(f"learner.seed must be within [0, 2**53] or null, got {self.seed}")
 

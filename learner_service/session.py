@@ -312,6 +312,10 @@ class LearnSession:
                 log.warning("%s: no final checkpoint: no heartbeat was confirmed within the lease, so the player may "
                             "be another learner's by now", self.job.player_id)
             else:
+                if self.trainer.adopt_average():
+                    log.info("%s: its last checkpoint, version %d, is the moving average of its weights "
+                             "(learner.average_decay %g)", self.job.player_id, self.trainer.version,
+                             self.trainer.config.average_decay)
                 ref = self._publish() if self.trainer.version > self.publisher.last_version else None
                 current = ref or self.publisher.last  # None: nothing of the player was ever published
                 # A failed or withdrawn final publish leaves the league's view as it is.
@@ -361,6 +365,7 @@ class LearnSession:
                 self._roll_back(report)
                 continue
             self._recent_rollbacks.append(False)
+            self.trainer.update_average()
             writes = self.telemetry.writes
             scalars = self.telemetry.iteration(report, self.trainer.progress, self.trainer.buffered_samples)
             written = self.telemetry.writes != writes

@@ -99,6 +99,8 @@ class Trainer:
         """The version of the seeded fresh initialisation this trainer was built with (None: built from weights)."""
         if spec.policy.algorithm == "dqn":
             self._replay = make_replay(spec.policy.dqn, seed)
+        self._average: dict[str, torch.Tensor] | None = None
+        """The moving average of the parameters over this trainer's updates (learner.average_decay), or None."""
 
     @property
     def version(self) -> int:
@@ -122,6 +124,33 @@ class Trainer:
                 self.task.input_specs, self.task.learn_specs, self.task.state_specs):
             raise ValueError("replace_task: the new task's specs differ from the trainer's")
         self.task = task
+
+    def update_average(self) -> None:
+        """Fold the weights of the update just made (a finite one) into the moving average of the parameters;
+        the first update since the trainer began (or since the average was adopted) starts it."""
+        decay = self.config.average_decay
+        if decay <= 0:
+            return
+        with torch.no_grad():
+            parameters = dict(self.task.algorithm.model.named_parameters())
+            if self._average is None:
+                self._average = {name: p.detach().clone() for name, p in parameters.items()}
+            else:
+                for name, p in parameters.items():
+                    self._average[name].lerp_(p.detach(), 1.0 - decay)
+
+    def adopt_average(self) -> bool:
+        """Make the moving average the network's weights, as version + 1 (buffers such as observation statistics
+        stay the current ones); False when there is none (learner.average_decay 0, or no update since the trainer
+        began or last adopted it). Called at the player's release: the average is its last checkpoint."""
+        if self._average is None:
+            return False
+        weights = self.task.get_weights()
+        for name, average in self._average.items():
+            weights[name] = average.to("cpu").numpy().copy()
+        self.task.set_weights(weights, self.task.version + 1)
+        self._average = None
+        return True
 
     def restore_algorithm_updates(self, updates: int) -> None:
         if hasattr(self.task.algorithm, "updates"):

@@ -11,6 +11,7 @@ import time
 from concurrent import futures
 
 import grpc
+import numpy as np
 
 from common.checkpoint_store import CheckpointStore
 from common.learner_config import LearnerConfig
@@ -283,3 +284,26 @@ def test_a_stop_while_binding_ends_the_wait_for_the_leagues_progress():
         assert len(get_status.futures) == 1 and get_status.futures[0].cancelled.is_set()
     finally:
         client.close()
+
+
+def test_a_release_publishes_the_moving_average_of_the_weights_as_the_last_checkpoint(tmp_path, caplog):
+    """learner.average_decay > 0: the release publishes the average as one more version (what the run's final
+    network is), after the updates of the stop's training were folded into it."""
+    client = _Client()
+    config = LearnerConfig(batch_size=16, average_decay=0.9)
+    trainer = _trainer(batch_size=16, average_decay=0.9)
+    publisher = CheckpointPublisher(CheckpointStore(tmp_path), "p", "w")
+    publisher.try_publish(trainer)
+    context = SessionContext(client, DataPlane(), tmp_path, "cpu", lambda: True, lambda *a: None)
+    job = LearnJob("job-1", "p", "", 0, "CartPole-v1", {}, {}, {}, 30.0, 0.0)
+    session = LearnSession(context, job, _HeldLease(), trainer, publisher, config, seed=0)
+    for seq in range(4):
+        assert session.queue.put(_prepared(trainer, seq=seq))  # 16 samples each: one update each
+    with caplog.at_level(logging.INFO, logger="learner_service.session"):
+        session.release()
+    assert trainer.progress.train_iteration == 4
+    assert publisher.last_version == trainer.version == 5  # four updates, then the average
+    assert "its last checkpoint, version 5, is the moving average of its weights" in caplog.text
+    final = publisher.store.load(publisher.last.path).tensors
+    assert all(np.array_equal(final[k], v) for k, v in trainer.task.get_weights().items())
+    assert client.finished == [("job-1", league_pb2.FINISH_STATUS_RELEASED)]

@@ -501,3 +501,34 @@ def test_failed_event_writers_leave_no_empty_event_files(tmp_path, monkeypatch):
     telemetry.close()
     assert telemetry.write_failures >= 3
     assert [p.name for p in (tmp_path / "tb").iterdir() if p.stat().st_size == 0] == []
+
+
+def test_the_moving_average_of_the_weights_is_adopted_as_one_more_version():
+    """learner.average_decay: the trainer averages the parameters over its updates; adopting the average makes it
+    the network's weights at version + 1 (buffers stay the current ones), and starts a new average after."""
+    decay = 0.5
+    trainer = _trainer(batch_size=16, average_decay=decay)
+    expected = None
+    for seq in range(3):
+        trainer.add(_prepared(trainer, seq=seq))
+        assert trainer.train_ready() is not None
+        trainer.update_average()
+        weights = {k: v.detach().clone() for k, v in trainer.task.algorithm.model.named_parameters()}
+        expected = weights if expected is None else {k: decay * expected[k] + (1 - decay) * weights[k] for k in weights}
+    version, last = trainer.version, trainer.task.get_weights()
+    assert trainer.adopt_average() and trainer.version == version + 1
+    adopted = trainer.task.get_weights()
+    for name, value in expected.items():
+        np.testing.assert_allclose(adopted[name], value.numpy(), rtol=1e-6, atol=1e-7)
+        assert not np.array_equal(adopted[name], last[name])  # three different updates were averaged
+    buffers = dict(trainer.task.algorithm.model.named_buffers())
+    assert all(np.array_equal(adopted[name], last[name]) for name in buffers)
+    assert not trainer.adopt_average()  # nothing averaged since
+
+
+def test_no_average_is_kept_or_adopted_without_a_decay():
+    trainer = _trainer(batch_size=16)
+    trainer.add(_prepared(trainer, seq=0))
+    assert trainer.train_ready() is not None
+    trainer.update_average()
+    assert not trainer.adopt_average() and trainer.version == 1

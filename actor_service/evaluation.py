@@ -143,9 +143,6 @@ def play_against_policy(
     moves, a search's), which is refused without an opening."""
     if opening < 0:
         raise ValueError(f"opening must be >= 0, got {opening}")
-    if opening == 0 and (search is not None or not samples_moves(task)) and not samples_moves(opponent_task):
-        raise ValueError("neither player samples its moves (a DQN's argmax, a search's choice): every game of a seat "
-                         "would be the same one; give an opening of random moves (--opening K)")
     return _play_games(task, env_name, env_kwargs, games, seed, opponent, _Opponent(task=opponent_task),
                        ForwardKwargs(), on_game, search, opening)
 
@@ -186,6 +183,10 @@ def _play_games(
             raise ValueError(f"env {env_name!r}: evaluation plays two-player OpenSpiel games against reference bots "
                              "or another policy")
         searcher = None if search is None else PolicySearch(task, env, search)
+        if (opponent.task is not None and opening == 0 and (searcher is not None or not samples_moves(task))
+                and not samples_moves(opponent.task)):
+            raise ValueError("neither player samples its moves (a DQN's argmax, a search's choice): every game of a "
+                             "seat would be the same one; give an opening of random moves (--opening K)")
         seats = info.num_players
         tallies = {seat: [0, 0, 0, 0] for seat in range(seats)}  # games, wins, draws, losses
         lengths = []
@@ -196,7 +197,7 @@ def _play_games(
             length = 0
             states = task.initial_states(1)  # a recurrent policy's memory starts afresh with every game
             other_states = None if opponent.task is None else opponent.task.initial_states(1)
-            rng = np.random.default_rng(seed + game)
+            rng = np.random.default_rng(seed + game // seats)  # each opening once from every seat
             played = 0
             while True:
                 mover = to_play(obs, info)
@@ -222,6 +223,9 @@ def _play_games(
                 played += 1
                 obs = ts.obs
                 if ts.terminated or ts.truncated:
+                    if played <= opening:
+                        raise ValueError(f"game {game} ended within its opening of {opening} random moves: give a "
+                                         "shorter one")
                     break
             outcome = ts.info.outcome[seat] if ts.info.outcome else Outcome.DRAW
             tally = tallies[seat]

@@ -17,8 +17,9 @@ noise and no sampling: the same weights and position give the same move.
 Two departures from AlphaZero, both for a policy's blind spots: the root tries every move once before the
 priors steer (PUCT alone never visits a move the policy gives ~0 probability, however bad the alternatives), and
 a position is first checked for a move that wins at once, which the rules know without the network: the
-position is then a win for its mover and that move is the one taken there. From about as many simulations as
-there are moves on, the search takes every immediate win and sees every single immediate threat it must block.
+position is then a win for its mover and that move is the one taken there. A move after which the opponent
+wins at once is known lost and not taken while another is not. From as many simulations as there are moves on,
+the search takes every immediate win and blocks every single immediate threat, whatever the policy's priors.
 
 Scope: two-player zero-sum deterministic games of perfect information (connect four, tic-tac-toe, ...) played
 through `OpenSpielEnv`, whose true game state the search copies and moves on; and policies that give a
@@ -75,7 +76,7 @@ class _Node:
     the mover's side), and the positions after them (None until first taken)."""
 
     __slots__ = ("state", "player", "value", "returns", "actions", "priors", "visits", "value_sums", "children",
-                 "winning")
+                 "winning", "lost")
 
     def __init__(self, state: pyspiel.State) -> None:
         self.state = state
@@ -91,11 +92,23 @@ class _Node:
         self.children: list[_Node | None] = []
         self.winning: int | None = None
         """The index of a move that wins at once: the position's value is then known, and that move is taken."""
+        self.lost = np.zeros(0, np.bool_)
+        """The moves known to lose: they end the game lost, or the opponent wins at once after them."""
 
     def value_for(self, player: int) -> float:
         if self.returns is not None:
             return float(self.returns[player])
         return self.value if player == self.player else -self.value
+
+
+def _open(node: _Node) -> np.ndarray:
+    """The moves the search may take at `node`: those not known lost, or all of them if every one is."""
+    return ~node.lost if not node.lost.all() else np.ones_like(node.lost)
+
+
+def _mean_values(node: _Node) -> np.ndarray:
+    """Each move's mean value for the mover so far (0 before its first visit)."""
+    return np.divide(node.value_sums, node.visits, out=np.zeros_like(node.value_sums), where=node.visits > 0)
 
 
 class PolicySearch:
@@ -111,6 +124,7 @@ class PolicySearch:
         self._env = env
         self._info = env.info()
         self._best_return = env.game.max_utility()
+        self._worst_return = env.game.min_utility()
         self.config = config
         self.evaluations = 0
         """Positions shown to the network so far (the search's cost)."""
@@ -131,8 +145,9 @@ class PolicySearch:
             return int(root.actions[0])
         for _ in range(self.config.simulations):
             self._simulate(root)
-        best = np.lexsort((root.priors, root.visits))[-1]  # most visits, then highest prior
-        return int(root.actions[best])
+        # Most visits, then the best mean value, then the highest prior; a move known lost only if all are.
+        order = np.lexsort((root.priors, _mean_values(root), root.visits))
+        return int(root.actions[[i for i in order if _open(root)[i]][-1]])
 
     def _simulate(self, root: _Node) -> None:
         path: list[tuple[_Node, int]] = []
@@ -145,6 +160,8 @@ class PolicySearch:
                 state = node.state.clone()
                 state.apply_action(int(node.actions[index]))
                 child = node.children[index] = self._expand(state)
+                # The opponent wins at once after it: lost for the mover, never taken while another move is not.
+                node.lost[index] = child.winning is not None and child.player != node.player
                 break
             if child.returns is not None:
                 break
@@ -156,12 +173,12 @@ class PolicySearch:
     def _select(self, node: _Node, root: bool) -> int:
         if node.winning is not None:
             return node.winning
-        visits = node.visits
-        if root and not visits.all():  # every move once: a blind spot of the policy (prior ~0) is looked at
-            return int(np.flatnonzero(visits == 0)[np.argmax(node.priors[visits == 0])])
-        q = np.divide(node.value_sums, visits, out=np.zeros_like(node.value_sums), where=visits > 0)
+        visits, open_moves = node.visits, _open(node)
+        unvisited = (visits == 0) & open_moves
+        if root and unvisited.any():  # every move once: a blind spot of the policy (prior ~0) is looked at
+            return int(np.flatnonzero(unvisited)[np.argmax(node.priors[unvisited])])
         u = self.config.c_puct * node.priors * math.sqrt(max(visits.sum(), 1.0)) / (1.0 + visits)
-        return int(np.argmax(q + u))
+        return int(np.argmax(np.where(open_moves, _mean_values(node) + u, -np.inf)))
 
     def _expand(self, state: pyspiel.State) -> _Node:
         node = _Node(state)
@@ -175,11 +192,13 @@ class PolicySearch:
         node.children = [None] * len(actions)
         node.visits = np.zeros(len(actions))
         node.value_sums = np.zeros(len(actions))
+        node.lost = np.zeros(len(actions), np.bool_)
         for index, action in enumerate(actions):  # the rules, before the network: a move that wins at once
             after = state.clone()
             after.apply_action(int(action))
             if after.is_terminal():
                 child = node.children[index] = self._expand(after)
+                node.lost[index] = child.returns[player] <= self._worst_return
                 if child.returns[player] >= self._best_return:
                     node.winning = index
                     node.value = self._best_return

@@ -154,7 +154,7 @@ def _against_main(args: argparse.Namespace, loaded: LoadedCheckpoint, search: Se
         other = load_checkpoint(against_args, "eval", flag="--against", config_flag="--against-config")
     except CheckpointRefused as err:
         return _refuse(str(err) if str(err).startswith("--against") else f"--against: {err}")
-    if (other.env_name, other.env_kwargs) != (loaded.env_name, loaded.env_kwargs):
+    if _env_identity(other.env_name, other.env_kwargs) != _env_identity(loaded.env_name, loaded.env_kwargs):
         return _refuse(f"--against: its league plays {other.env_name} {other.env_kwargs}, the checkpoint's "
                        f"{loaded.env_name} {loaded.env_kwargs}: the two must play the same env")
     label = f"{other.ref.path} (v{other.ref.version})"
@@ -177,6 +177,21 @@ def _against_main(args: argparse.Namespace, loaded: LoadedCheckpoint, search: Se
         searched = "; the checkpoint's chosen by search" if search is not None else ""
         Console().print(f"{opening}moves drawn from each player's policy (a DQN's: its argmax{searched})")
     return 0
+
+
+def _env_identity(name: str, kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """What makes two leagues' envs the same game seen the same way, however their files spell it
+    (`connect_four` and `openspiel:connect_four`; `{}` and `{perspective: absolute}`)."""
+    from common.envs.openspiel_env import OpenSpielEnv
+    from common.envs.registry import make_env
+
+    env = make_env(name, **kwargs)
+    try:
+        if isinstance(env, OpenSpielEnv):
+            return str(env.game), env.perspective
+        return name, sorted(kwargs.items()), env.info()
+    finally:
+        env.close()
 
 
 class CheckpointRefused(Exception):

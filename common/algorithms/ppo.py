@@ -200,7 +200,9 @@ class PPO(Algorithm):
             raise NotImplementedError(f"a policy over {type(self.model.distribution).__name__} actions has no "
                                       "probability per action to search with (one discrete choice only)")
         logits, value = self.model(inputs)  # masked logits: an illegal action's probability is 0
-        return torch.softmax(logits, dim=-1), value
+        # In the env's own units (the head learns returns of rewards scaled by reward_scale): a search compares it
+        # with the game's final scores.
+        return torch.softmax(logits, dim=-1), value / self.config.reward_scale
 
     # ---- learning ---------------------------------------------------------------------------------------
     def learn(self, batch: dict[str, torch.Tensor]) -> LearnOutput:

@@ -72,8 +72,8 @@ class Algorithm(ABC):
         """Actions and artifacts by spec name, and the next recurrent states."""
 
     def policy_and_value(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each row's probability of every action (0 for an illegal one) and its state value: the prior and the
-        leaf evaluation of a search at play time (actor_service.search). Only a feed-forward policy over one
+        """Each row's probability of every action (0 for an illegal one) and its state value in the env's units of
+        return: the prior and the leaf evaluation of a search at play time (actor_service.search). Only a feed-forward policy over one
         discrete choice has both; the others raise NotImplementedError saying why."""
         raise NotImplementedError(f"{type(self).__name__} has no action probabilities and state value to search with")
 

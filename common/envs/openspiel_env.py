@@ -202,6 +202,10 @@ class OpenSpielEnv(Env):
         return self._state
 
     @property
+    def perspective(self) -> str:
+        return "absolute" if self._piece_planes is None else "relative"
+
+    @property
     def bot_seats(self) -> tuple[int, ...]:
         return tuple(sorted(self._bots))
 

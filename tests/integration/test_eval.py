@@ -515,3 +515,20 @@ def test_players_that_do_not_sample_need_an_opening_of_random_moves(tmp_path, ca
     assert play_against_policy(sampling, other, "connect_four", {}, games=2).games == 2  # one of them samples
     with pytest.raises(ValueError, match="neither player samples"):  # ... but not once its moves are searched
         play_against_policy(sampling, other, "connect_four", {}, games=2, search=SearchConfig(5))
+    with pytest.raises(ValueError, match="search: DQN has no action probabilities"):  # the search's own refusal
+        play_against_policy(task, other, "connect_four", {}, games=2, search=SearchConfig(5))
+    with pytest.raises(ValueError, match="ended within its opening of 42 random moves"):
+        play_against_policy(task, other, "connect_four", {}, games=2, opening=42)
+
+
+def test_against_takes_two_spellings_of_one_env_for_the_same_env(tmp_path, capsys):
+    config, aliased = tmp_path / "league.yaml", tmp_path / "aliased.yaml"
+    config.write_text(json.dumps({"policy": PPO}))
+    aliased.write_text(json.dumps({"policy": PPO, "env": {"name": "openspiel:connect_four",
+                                                          "kwargs": {"perspective": "absolute"}}}))
+    policy = dict(load_config(config, for_training=False).policy)
+    mine, theirs = publish(tmp_path, policy, player="a"), publish(tmp_path, policy, player="b", seed=1)
+    assert eval_cli.main(parse("--checkpoint", mine, "--shared-root", str(tmp_path), "--config", str(config),
+                               "--against", theirs, "--against-config", str(aliased), "--games", "2", "--json")) == 0, \
+        capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["games"] == 2

@@ -48,10 +48,13 @@ def greedy_move(task, env, state):
     return int(task.predict({k: v[None] for k, v in view.items()}, forward_kwargs={"greedy": True}).actions["action"][0])
 
 
-def test_takes_a_win_and_blocks_a_threat_the_policy_would_miss(connect_four):
+@pytest.mark.parametrize("simulations", [7, 8, 15, 100])
+def test_takes_a_win_and_blocks_a_threat_the_policy_would_miss(connect_four, simulations):
+    """From as many simulations as there are moves: a move after which the opponent wins at once is known lost
+    (a reviewer found the search playing it on up to 15 simulations, its prior pulling the visits there)."""
     task = task_for(connect_four)
     favour_column(task, 3)
-    search = PolicySearch(task, connect_four, SearchConfig(100))
+    search = PolicySearch(task, connect_four, SearchConfig(simulations))
     win = position(connect_four, [0, 6, 0, 6, 0, 5])  # first player: three in column 0, to move
     threat = position(connect_four, [0, 6, 0, 6, 0])  # second player: must play column 0
     assert greedy_move(task, connect_four, win) == 3 and greedy_move(task, connect_four, threat) == 3
@@ -130,3 +133,17 @@ def test_observation_of_a_state_is_what_the_env_shows_there(connect_four):
     assert set(imagined) == set(obs)
     for name in obs:
         np.testing.assert_array_equal(imagined[name], obs[name])
+
+
+def test_the_searched_value_is_in_the_games_units_whatever_the_reward_scale(connect_four):
+    """PPO's value head learns returns of rewards times reward_scale; the search compares values with the game's
+    final scores (+-1), so `policy_and_value` gives them back in the env's units."""
+    scaled = {**PPO, "ppo": {"reward_scale": 4.0}}
+    plain, four = task_for(connect_four), task_for(connect_four, scaled)
+    four.set_weights(plain.get_weights(), 0)
+    view = player_view(connect_four.observation_of(position(connect_four, [3])), 1, connect_four.info())
+    batch = {k: v[None] for k, v in view.items()}
+    (probs, value), (probs4, value4) = plain.policy_and_value(batch), four.policy_and_value(batch)
+    np.testing.assert_allclose(probs4, probs)
+    np.testing.assert_allclose(value4 * 4.0, value, rtol=1e-6)
+    assert probs.shape == (1, 7) and probs[0].sum() == pytest.approx(1.0)

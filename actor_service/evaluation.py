@@ -183,8 +183,8 @@ def _play_games(
             raise ValueError(f"env {env_name!r}: evaluation plays two-player OpenSpiel games against reference bots "
                              "or another policy")
         searcher = None if search is None else PolicySearch(task, env, search)
-        if (opponent.task is not None and opening == 0 and (searcher is not None or not samples_moves(task))
-                and not samples_moves(opponent.task)):
+        if (opponent.task is not None and opening == 0 and not getattr(env, "has_chance", False)
+                and (searcher is not None or not samples_moves(task)) and not samples_moves(opponent.task)):
             raise ValueError("neither player samples its moves (a DQN's argmax, a search's choice): every game of a "
                              "seat would be the same one; give an opening of random moves (--opening K)")
         seats = info.num_players

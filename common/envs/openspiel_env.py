@@ -202,6 +202,11 @@ class OpenSpielEnv(Env):
         return self._state
 
     @property
+    def has_chance(self) -> bool:
+        """The game has chance events (dice, deals): its games differ by the env's seed whoever plays them."""
+        return self._game.get_type().chance_mode != pyspiel.GameType.ChanceMode.DETERMINISTIC
+
+    @property
     def perspective(self) -> str:
         return "absolute" if self._piece_planes is None else "relative"
 

@@ -532,3 +532,13 @@ def test_against_takes_two_spellings_of_one_env_for_the_same_env(tmp_path, capsy
                                "--against", theirs, "--against-config", str(aliased), "--games", "2", "--json")) == 0, \
         capsys.readouterr().err
     assert json.loads(capsys.readouterr().out)["games"] == 2
+
+
+def test_argmax_players_need_no_opening_in_a_game_of_chance():
+    """Dice make the games differ whoever plays them: two DQN players of pig are not refused."""
+    env = make_env("openspiel:pig")
+    policy = {"algorithm": "dqn", "model": {"hidden": [8]}}
+    inputs, actions = policy_specs(env.info(), "dqn")
+    env.close()
+    tasks = [make_computation_task(policy, inputs, actions, "cpu", seed) for seed in (0, 1)]
+    assert play_against_policy(*tasks, "openspiel:pig", {}, games=2).games == 2

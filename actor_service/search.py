@@ -146,8 +146,8 @@ class PolicySearch:
         for _ in range(self.config.simulations):
             self._simulate(root)
         # Most visits, then the best mean value, then the highest prior; a move known lost only if all are.
-        order = np.lexsort((root.priors, _mean_values(root), root.visits))
-        return int(root.actions[[i for i in order if _open(root)[i]][-1]])
+        order, open_moves = np.lexsort((root.priors, _mean_values(root), root.visits)), _open(root)
+        return int(root.actions[[i for i in order if open_moves[i]][-1]])
 
     def _simulate(self, root: _Node) -> None:
         path: list[tuple[_Node, int]] = []

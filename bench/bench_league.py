@@ -32,8 +32,15 @@ LADDER = ("random", "mcts:10", "mcts:25", "mcts:50", "mcts:100", "mcts:200")
 FINAL_RANDOM_GAMES = 1000
 """Games of the final main player against random for the goal row (greedy games against random are cheap)."""
 SEARCH = 50
+"""Simulations a move of the context rows that play the final main player with lookahead (`league eval --search`)."""
 SEARCH_LADDER = ("mcts:10", "mcts:25", "mcts:50", "mcts:100", "mcts:200", "mcts:400")
-"""Simulations a move of the context row that plays the final main player with lookahead (`league eval --search`)."""
+
+
+def _eval_lines(*argv: str) -> list[dict]:
+    """`league eval ARGV --json`: its JSON lines (one per opponent; one document with --run-dir)."""
+    out = subprocess.run([sys.executable, "-m", "league_cli", "eval", *argv, "--json"],
+                         check=True, capture_output=True, text=True, timeout=3600)
+    return [json.loads(line) for line in out.stdout.strip().splitlines()]
 
 
 def _mcts_sims(opponent: str) -> int:
@@ -62,30 +69,16 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
         start = time.monotonic()
         run_until_done(cmd, stdout=subprocess.DEVNULL, timeout=(seconds or 300) + 300)
         run_s = time.monotonic() - start
-        out = subprocess.run(
-            [sys.executable, "-m", "league_cli", "eval", "--run-dir", str(run_dir), "--opponent", ",".join(LADDER),
-             "--games", str(games), "--points", "4", "--json"],
-            check=True, capture_output=True, text=True, timeout=3600)
-        report = json.loads(out.stdout.strip().splitlines()[-1])
+        report = _eval_lines("--run-dir", str(run_dir), "--opponent", ",".join(LADDER), "--games", str(games),
+                             "--points", "4")[-1]
         final_games = max(games, 100 if args.quick else FINAL_RANDOM_GAMES)
-        out = subprocess.run(
-            [sys.executable, "-m", "league_cli", "eval", "--checkpoint", report["points"][-1]["checkpoint"],
-             "--shared-root", str(run_dir / "shared"), "--config", str(run_dir / "config.yaml"),
-             "--opponent", "random", "--games", str(final_games), "--seed", "1", "--json"],
-            check=True, capture_output=True, text=True, timeout=3600)
-        final_random = json.loads(out.stdout.strip().splitlines()[-1])
-        out = subprocess.run(
-            [sys.executable, "-m", "league_cli", "eval", "--checkpoint", report["points"][-1]["checkpoint"],
-             "--shared-root", str(run_dir / "shared"), "--config", str(run_dir / "config.yaml"),
-             "--opponent", "random", "--games", str(final_games), "--seed", "1", "--search", str(SEARCH), "--json"],
-            check=True, capture_output=True, text=True, timeout=3600)
-        searched_random = json.loads(out.stdout.strip().splitlines()[-1])
-        out = subprocess.run(
-            [sys.executable, "-m", "league_cli", "eval", "--checkpoint", report["points"][-1]["checkpoint"],
-             "--shared-root", str(run_dir / "shared"), "--config", str(run_dir / "config.yaml"),
-             "--opponent", ",".join(SEARCH_LADDER), "--games", str(games), "--search", str(SEARCH), "--json"],
-            check=True, capture_output=True, text=True, timeout=3600)
-        searched_ladder = [json.loads(line) for line in out.stdout.strip().splitlines()]
+        final = ("--checkpoint", report["points"][-1]["checkpoint"], "--shared-root", str(run_dir / "shared"),
+                 "--config", str(run_dir / "config.yaml"))
+        final_random = _eval_lines(*final, "--opponent", "random", "--games", str(final_games), "--seed", "1")[-1]
+        searched_random = _eval_lines(*final, "--opponent", "random", "--games", str(final_games), "--seed", "1",
+                                      "--search", str(SEARCH))[-1]
+        searched_ladder = _eval_lines(*final, "--opponent", ",".join(SEARCH_LADDER), "--games", str(games),
+                                      "--search", str(SEARCH))
         history = (run_dir / "status_history.jsonl").read_text().splitlines()
         status = json.loads(history[-1])
     points = report["points"]

@@ -101,9 +101,7 @@ def main(args: argparse.Namespace) -> int:
     opponents = _opponents("random" if args.opponent is None else args.opponent)
     if (bad := _bad_opponent(opponents)) is not None:
         return _refuse(bad)
-    from actor_service.search import SearchConfig
-
-    search = None if args.search is None else SearchConfig(args.search)
+    search = _search(args)
     try:
         loaded = load_checkpoint(args, "eval")
     except CheckpointRefused as err:
@@ -142,6 +140,13 @@ def main(args: argparse.Namespace) -> int:
         else:
             _print_table(ref, env_name, result)
     return 0
+
+
+def _search(args: argparse.Namespace) -> SearchConfig | None:
+    """The search `--search N` asks each move to be chosen by, or None (the policy's own moves)."""
+    from actor_service.search import SearchConfig
+
+    return None if args.search is None else SearchConfig(args.search)
 
 
 def _against_main(args: argparse.Namespace, loaded: LoadedCheckpoint, search: SearchConfig | None) -> int:
@@ -330,7 +335,6 @@ def _progression_main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from actor_service.evaluation import load_policy, play_against_bot
-    from actor_service.search import SearchConfig
     from common.checkpoint_store import CheckpointNotFoundError, CheckpointStore
     from common.envs.registry import make_env
     from league_cli.progression import (
@@ -349,7 +353,7 @@ def _progression_main(args: argparse.Namespace) -> int:
     ladder = _opponents(",".join(DEFAULT_LADDER) if args.opponent is None else args.opponent)
     if (bad := _bad_opponent(ladder)) is not None:
         return _refuse(bad)
-    search = None if args.search is None else SearchConfig(args.search)
+    search = _search(args)
     shared_root = args.shared_root or args.run_dir / "shared"  # not $LEAGUE_SHARED_ROOT: the run's own root
     try:
         own = args.run_dir / "config.yaml"  # a --config given must be read (a typo ran the embedded league)

@@ -69,7 +69,7 @@ class LearnerConfig:
     """Seed of the initial weights and of minibatch order; None: derived from the player id."""
     average_decay: float = 0.0
     """Decay of a moving average of the network's weights the learner keeps over its updates (Polyak averaging,
-    ``avg += (1 - decay) * (weights - avg)`` after each; 0: none). When the learner releases its player (the
+    ``avg += (1 - decay) * (weights - avg)`` after each, a plain mean of the first ``1 / (1 - decay)``; 0: none). When the learner releases its player (the
     league's end, a stop), the average becomes the player's last checkpoint, one version after its last update:
     the run's final network is the average of its last ~1 / (1 - decay) updates rather than the last one, as
     stochastic weight averaging makes it, which smooths the update-to-update swings of a policy (BENCHMARKS.md,

@@ -101,6 +101,11 @@ class Trainer:
             self._replay = make_replay(spec.policy.dqn, seed)
         self._average: dict[str, torch.Tensor] | None = None
         """The moving average of the parameters over this trainer's updates (learner.average_decay), or None."""
+        self._averaged = 0
+        """Updates folded into ``_average``."""
+        self._published_average: tuple[dict[str, torch.Tensor] | None, int] = (None, 0)
+        """``_average`` and ``_averaged`` as they were when the trainer last published: what a roll-back to the
+        published weights goes back to, so the updates it abandons leave the average too."""
 
     @property
     def version(self) -> int:
@@ -124,32 +129,47 @@ class Trainer:
                 self.task.input_specs, self.task.learn_specs, self.task.state_specs):
             raise ValueError("replace_task: the new task's specs differ from the trainer's")
         self.task = task
+        average, self._averaged = self._published_average
+        self._average = _clone(average)
 
     def update_average(self) -> None:
-        """Fold the weights of the update just made (a finite one) into the moving average of the parameters;
-        the first update since the trainer began (or since the average was adopted) starts it."""
+        """Fold the weights of the update just made (a finite one) into the moving average of the parameters.
+
+        Until ``1 / (1 - decay)`` updates are in, it is their plain mean (weight ``1 / n`` for the n-th); an
+        exponential average seeded with the first update would keep that update at ``decay ** (n - 1)`` (0.76
+        after 10 updates at 0.97): a player reset or a learner restarted a few updates before the release would
+        publish little more than the first update after it."""
         decay = self.config.average_decay
         if decay <= 0:
             return
+        self._averaged += 1
         with torch.no_grad():
             parameters = dict(self.task.algorithm.model.named_parameters())
             if self._average is None:
                 self._average = {name: p.detach().clone() for name, p in parameters.items()}
             else:
+                rate = max(1.0 - decay, 1.0 / self._averaged)
                 for name, p in parameters.items():
-                    self._average[name].lerp_(p.detach(), 1.0 - decay)
+                    self._average[name].lerp_(p.detach(), rate)
 
     def adopt_average(self) -> bool:
         """Make the moving average the network's weights, as version + 1 (buffers such as observation statistics
         stay the current ones); False when there is none (learner.average_decay 0, or no update since the trainer
-        began or last adopted it). Called at the player's release: the average is its last checkpoint."""
-        if self._average is None:
+        began or last adopted it), or when it is not finite (logged; the last update's weights stay). Called at
+        the player's release: the average is its last checkpoint."""
+        average, self._average, self._averaged = self._average, None, 0
+        if average is None or self.config.average_decay <= 0:  # (a kept trainer whose new config has no average)
+            return False
+        with torch.no_grad():
+            finite = all(bool(torch.isfinite(value).all()) for value in average.values())
+        if not finite:  # finite updates can still average past float32's range; never published
+            log.warning("the moving average of the weights is not finite: the last update's weights stay the "
+                        "player's (version %d)", self.task.version)
             return False
         weights = self.task.get_weights()
-        for name, average in self._average.items():
-            weights[name] = average.to("cpu").numpy().copy()
+        for name, value in average.items():
+            weights[name] = value.to("cpu").numpy().copy()
         self.task.set_weights(weights, self.task.version + 1)
-        self._average = None
         return True
 
     def restore_algorithm_updates(self, updates: int) -> None:
@@ -158,7 +178,9 @@ class Trainer:
 
     def publish(self, store: CheckpointStore, player_id: str, metadata: Mapping[str, object]) -> CheckpointRef:
         """Publish the weights at the trainer's version, with the training state a restart resumes."""
-        return self.task.publish(store, player_id, metadata, training_state=True)
+        ref = self.task.publish(store, player_id, metadata, training_state=True)
+        self._published_average = (_clone(self._average), self._averaged)
+        return ref
 
     def resume_training_state(self, store: CheckpointStore, ref: CheckpointRef) -> bool:
         """Adopt the training state published with ``ref``, the checkpoint this trainer's weights came from.
@@ -280,6 +302,10 @@ class Trainer:
     def _report(self, stats: dict[str, float], samples: int) -> IterationReport:
         self.progress.train_iteration += 1
         return IterationReport(self.progress.train_iteration, self.task.version, samples, stats)
+
+
+def _clone(tensors: Mapping[str, torch.Tensor] | None) -> dict[str, torch.Tensor] | None:
+    return None if tensors is None else {name: value.clone() for name, value in tensors.items()}
 
 
 PAD_LIMIT = 8

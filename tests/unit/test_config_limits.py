@@ -450,6 +450,8 @@ def test_a_replay_that_never_holds_learning_starts_transitions_is_refused():
         ({"replay_ratio": 1e30}, f"learner.replay_ratio must be a finite number in (0, {MAX_REPLAY_RATIO:g}]"),
         ({"tensorboard_every_s": -1.0}, "learner.tensorboard_every_s must be a number of seconds in [0, 1e+07]"),
         ({"tensorboard_every_s": 1e300}, "learner.tensorboard_every_s must be a number of seconds in [0, 1e+07]"),
+        ({"average_decay": 1.0}, "learner.average_decay must be a number in [0, 1)"),
+        ({"average_decay": -0.1}, "learner.average_decay must be a number in [0, 1)"),
     ],
 )
 def test_learner_integers_that_hang_a_learner_or_exhaust_its_memory_are_refused(learner, message):

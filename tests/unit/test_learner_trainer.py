@@ -17,7 +17,7 @@ from learner_service.chunks import PreparedChunk
 from learner_service.learner_testing import rollout_chunks, synthetic_chunk
 from learner_service.publisher import CheckpointPublisher
 from learner_service.telemetry import EpisodeTracker, Telemetry
-from learner_service.trainer import ModelSpec, Progress, build_trainer, front_pad
+from learner_service.trainer import ModelSpec, Progress, build_task, build_trainer, front_pad
 
 OBS = {"observation": TensorSpec("observation", (4,))}
 ACTIONS = DiscreteActionSpec(2)
@@ -524,6 +524,70 @@ def test_the_moving_average_of_the_weights_is_adopted_as_one_more_version():
     buffers = dict(trainer.task.algorithm.model.named_buffers())
     assert all(np.array_equal(adopted[name], last[name]) for name in buffers)
     assert not trainer.adopt_average()  # nothing averaged since
+
+
+def _update_and_average(trainer, seq):
+    trainer.add(_prepared(trainer, seq=seq))
+    assert trainer.train_ready() is not None
+    trainer.update_average()
+    return {k: v.detach().clone() for k, v in trainer.task.algorithm.model.named_parameters()}
+
+
+def _assert_adopted(trainer, expected):
+    assert trainer.adopt_average()
+    adopted = trainer.task.get_weights()
+    for name, value in expected.items():
+        np.testing.assert_allclose(adopted[name], value.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_the_average_of_fewer_updates_than_its_window_is_their_plain_mean():
+    """A review found the first update kept decay ** (n - 1) of the average (0.76 after 10 updates at 0.97): a
+    player reset a few updates before the release published little more than its first update after the reset."""
+    trainer = _trainer(batch_size=16, average_decay=0.97)
+    updates = [_update_and_average(trainer, seq) for seq in range(6)]
+    _assert_adopted(trainer, {k: sum(u[k] for u in updates) / len(updates) for k in updates[0]})
+
+
+def test_past_its_window_the_average_decays_exponentially():
+    decay = 0.75  # a window of 4 updates: a plain mean up to the 4th, then avg += 0.25 * (weights - avg)
+    trainer = _trainer(batch_size=16, average_decay=decay)
+    updates = [_update_and_average(trainer, seq) for seq in range(7)]
+    expected = {k: sum(u[k] for u in updates[:4]) / 4 for k in updates[0]}
+    for u in updates[4:]:
+        expected = {k: decay * expected[k] + (1 - decay) * u[k] for k in expected}
+    _assert_adopted(trainer, expected)
+
+
+def test_a_roll_back_to_the_published_weights_takes_the_average_back_with_them(tmp_path):
+    """Updates a roll-back abandons (they led to the non-finite one) leave the average too: it goes back to what
+    it was when the weights rolled back to were published."""
+    trainer = _trainer(batch_size=16, average_decay=0.9)
+    kept = [_update_and_average(trainer, seq) for seq in range(2)]
+    store = CheckpointStore(tmp_path)
+    ref = trainer.publish(store, "p", {})
+    for seq in range(2, 5):
+        _update_and_average(trainer, seq)  # abandoned by the roll-back below
+    trainer.replace_task(build_task(trainer.spec, seed=3, device="cpu", weights=store.load(ref.path).tensors,
+                                    version=trainer.version))
+    kept.append(_update_and_average(trainer, 5))
+    _assert_adopted(trainer, {k: sum(u[k] for u in kept) / len(kept) for k in kept[0]})
+
+
+def test_an_average_that_is_not_finite_is_never_adopted(caplog):
+    trainer = _trainer(batch_size=16, average_decay=0.5)
+    _update_and_average(trainer, 0)
+    with torch.no_grad():  # finite weights whose average overflows float32
+        for p in trainer.task.algorithm.model.parameters():
+            p.fill_(3e38)
+    trainer.update_average()
+    with torch.no_grad():
+        for p in trainer.task.algorithm.model.parameters():
+            p.fill_(-3e38)
+    trainer.update_average()
+    version = trainer.version
+    assert not trainer.adopt_average() and trainer.version == version
+    assert trainer.weights_finite() and "the moving average of the weights is not finite" in caplog.text
+    assert not trainer.adopt_average()  # and it is gone
 
 
 def test_no_average_is_kept_or_adopted_without_a_decay():

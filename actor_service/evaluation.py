@@ -12,6 +12,7 @@ search over its probabilities and value (actor_service.search).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Callable, Mapping
@@ -147,6 +148,42 @@ def play_against_policy(
                        ForwardKwargs(), on_game, search, opening)
 
 
+def game_seeds(seed: int, game: int) -> tuple[int, int]:
+    """Two seeds for game `game` of an evaluation seeded `seed` (the env's, the opening's), mixed from both
+    numbers: with `seed + game`, --seed 1 replayed games 1, 2, ... of --seed 0, and runs meant to add games
+    re-counted the same ones."""
+    env_seed, opening_seed = np.random.SeedSequence([seed, game]).generate_state(2)
+    return int(env_seed), int(opening_seed)
+
+
+def _seeded_reset(env: Any, seed: int, bots: Mapping[int, str]) -> Any:
+    env.seed(seed)
+    return env.reset(bots=bots)
+
+
+MAX_OPENING_DRAWS = 100
+"""Openings drawn for one game before giving up: each one that ends the game is drawn again."""
+
+
+def _play_opening(env: Any, reset: Callable[[], Any], info: EnvInfo, opening: int, rng: np.random.Generator,
+                  game: int) -> Any:
+    """The observation after `opening` uniformly random legal moves from `reset()`. An opening that ends the
+    game is drawn again from the same generator, so the two games of a pair (whose generators are seeded alike)
+    still open alike in a game without chance."""
+    for _ in range(MAX_OPENING_DRAWS):
+        obs = reset()
+        for _ in range(opening):
+            view = player_view(obs, to_play(obs, info), info)
+            ts = env.step(int(rng.choice(np.flatnonzero(view[ACTION_MASK]))))
+            obs = ts.obs
+            if ts.terminated or ts.truncated:
+                break
+        else:
+            return obs
+    raise ValueError(f"game {game}: {MAX_OPENING_DRAWS} openings of {opening} random moves in a row ended the "
+                     "game: give a shorter one (--opening)")
+
+
 def samples_moves(task: ComputationTask) -> bool:
     """Whether `task` draws its moves from a distribution (its predictions carry their log-probability, as PPO's
     do) rather than taking the argmax of values (DQN's): two players that both take argmaxes play one game."""
@@ -188,31 +225,39 @@ def _play_games(
             raise ValueError("neither player samples its moves (a DQN's argmax, a search's choice): every game of a "
                              "seat would be the same one; give an opening of random moves (--opening K)")
         seats = info.num_players
+        max_length = env.game.max_game_length() if hasattr(env, "game") else None
+        if opening and max_length is not None and opening >= max_length:
+            raise ValueError(f"an opening of {opening} random moves (--opening) leaves nothing to play: "
+                             f"{env_name} lasts at most {max_length} moves")
         tallies = {seat: [0, 0, 0, 0] for seat in range(seats)}  # games, wins, draws, losses
         lengths = []
         for game in range(games):
-            seat = game % seats
-            env.seed(seed + game)
-            obs = env.reset(bots={other: opponent.bot for other in range(seats) if other != seat and opponent.bot})
+            seat, pair = game % seats, game // seats
+            # Seeds of the pair of games (one from each seat), mixed with `seed`: another --seed plays other games,
+            # not these shifted by one (seed + game did: --seed 1 replayed games 1.. of --seed 0).
+            env_seed, opening_seed = game_seeds(seed, pair)
+            bots = {other: opponent.bot for other in range(seats) if other != seat and opponent.bot}
+
+            reset = functools.partial(_seeded_reset, env, env_seed, bots)
+            # The opening's moves (a recurrent player's memory does not see them: its game starts after).
+            obs = (reset() if not opening
+                   else _play_opening(env, reset, info, opening, np.random.default_rng(opening_seed), game))
             length = 0
             states = task.initial_states(1)  # a recurrent policy's memory starts afresh with every game
-            other_states = None if opponent.task is None else opponent.task.initial_states(1)
-            rng = np.random.default_rng(seed + game // seats)  # each opening once from every seat
-            played = 0
+            other_states = ({} if opponent.task is None
+                            else {other: opponent.task.initial_states(1) for other in range(seats) if other != seat})
             while True:
                 mover = to_play(obs, info)
                 view = player_view(obs, mover, info)
-                if played < opening:  # (a recurrent player's memory does not see them: its game starts after)
-                    action = int(rng.choice(np.flatnonzero(view[ACTION_MASK])))
-                elif mover == seat:
+                if mover == seat:
                     length += 1
                     if searcher is not None:
                         action = searcher.choose(env.state)  # type: ignore[attr-defined]  (an OpenSpielEnv's)
                     else:
                         chosen, states = _decide(task, view, states, kwargs)
                         action = int(chosen)  # a two-player game's move: one of its actions
-                elif opponent.task is not None:
-                    chosen, other_states = _decide(opponent.task, view, other_states, kwargs)
+                elif opponent.task is not None:  # one memory per seat it plays (games of more than two players)
+                    chosen, other_states[mover] = _decide(opponent.task, view, other_states[mover], kwargs)
                     action = int(chosen)
                 else:
                     raise RuntimeError(f"game {game}: the env asks seat {mover} to move, the agent is {seat}")
@@ -220,12 +265,8 @@ def _play_games(
                     who = "the policy" if mover == seat else "the opponent policy"
                     raise RuntimeError(f"game {game}: {who} chose illegal action {action}")
                 ts = env.step(action)
-                played += 1
                 obs = ts.obs
                 if ts.terminated or ts.truncated:
-                    if played <= opening:
-                        raise ValueError(f"game {game} ended within its opening of {opening} random moves: give a "
-                                         "shorter one")
                     break
             outcome = ts.info.outcome[seat] if ts.info.outcome else Outcome.DRAW
             tally = tallies[seat]
@@ -268,8 +309,8 @@ def play_episodes(
     greedy: bool = True,
     on_episode: Callable[[int], None] | None = None,
 ) -> ReturnResult:
-    """`episodes` episodes of `task` alone in a single-player env (seeds seed, seed + 1, ...); `on_episode(episodes
-    played)` after each."""
+    """`episodes` episodes of `task` alone in a single-player env, each seeded from (`seed`, its index);
+    `on_episode(episodes played)` after each."""
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     env = make_env(env_name, **env_kwargs)
@@ -281,7 +322,7 @@ def play_episodes(
         kwargs = ForwardKwargs(greedy=greedy)
         action_spec = policy_specs(info)[1]
         for episode in range(episodes):
-            env.seed(seed + episode)
+            env.seed(game_seeds(seed, episode)[0])
             obs = env.reset()
             states = task.initial_states(1)
             total, length = 0.0, 0

@@ -154,7 +154,8 @@ def _against_main(args: argparse.Namespace, loaded: LoadedCheckpoint, search: Se
     from actor_service.evaluation import play_against_policy
 
     against_args = argparse.Namespace(**{**vars(args), "checkpoint": args.against,
-                                         "config": args.against_config or args.config})
+                                         "config": args.against_config or args.config,
+                                         "seed": opponent_seed(args.seed)})
     try:
         other = load_checkpoint(against_args, "eval", flag="--against", config_flag="--against-config")
     except CheckpointRefused as err:
@@ -182,6 +183,15 @@ def _against_main(args: argparse.Namespace, loaded: LoadedCheckpoint, search: Se
         searched = "; the checkpoint's chosen by search" if search is not None else ""
         Console().print(f"{opening}moves drawn from each player's policy (a DQN's: its argmax{searched})")
     return 0
+
+
+def opponent_seed(seed: int) -> int:
+    """The seed of the `--against` policy's move sampling: another stream than the checkpoint's. With the same
+    seed both drew the same numbers move by move, and two similar policies played the same move 84% of the time
+    where 1 in 7 is chance (a review, one checkpoint against itself in connect four)."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, 1]).generate_state(1)[0])
 
 
 def _env_identity(name: str, kwargs: dict[str, Any]) -> tuple[Any, ...]:
@@ -222,9 +232,11 @@ def load_checkpoint(args: argparse.Namespace, command: str, flag: str = "--check
     """The policy of ``args.checkpoint`` (``--shared-root``, ``--config``, ``--seed``), as `league <command>`
     resolves them: a relative path is under the shared root (``$LEAGUE_SHARED_ROOT``), or a path from here; the
     league is ``--config``, else the config.yaml of the run directory the checkpoint lies in, else the embedded
-    one. CheckpointRefused says what is wrong, naming the checkpoint as `flag` and the league as `config_flag`."""
+    one. CheckpointRefused says what is wrong, naming the checkpoint as `flag` and the league as `config_flag`.
+    ``args`` is left as it was (`--against` loads a second checkpoint from the same flags)."""
+    args = argparse.Namespace(**vars(args))
     if args.shared_root is None:  # the variable only where no --run-dir names the root (the image sets it)
-        args.shared_root = env_path(SHARED_ROOT_ENV_VAR)
+        args.shared_root = _variable_root_for(args.checkpoint)
     from actor_service.evaluation import load_policy, resolve_checkpoint
     from common.checkpoint_store import CheckpointNotFoundError
     from common.computation import WeightsMismatchError
@@ -272,6 +284,17 @@ def load_checkpoint(args: argparse.Namespace, command: str, flag: str = "--check
                     "league the checkpoint comes from, e.g. its run directory's config.yaml)")
         raise CheckpointRefused(f"{err}{hint}") from err
     return LoadedCheckpoint(task, ref, info, env_name, env_kwargs, policy, config)
+
+
+def _variable_root_for(checkpoint: str) -> Path | None:
+    """$LEAGUE_SHARED_ROOT as the root of `checkpoint`: for a relative path, or an absolute one inside it. An
+    absolute path elsewhere (another run's checkpoint, say for `--against`, where the image sets the variable)
+    is the checkpoint's own: its root is found from the path, as with no variable set."""
+    root = env_path(SHARED_ROOT_ENV_VAR)
+    path = Path(checkpoint)
+    if root is None or not path.is_absolute():
+        return root
+    return root if Path(os.path.abspath(path)).is_relative_to(os.path.abspath(root)) else None
 
 
 @contextlib.contextmanager

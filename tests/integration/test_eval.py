@@ -15,7 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from actor_service import evaluation
 from actor_service.evaluation import (
+    _play_opening,
+    game_seeds,
     load_policy,
     play_against_bot,
     play_against_policy,
@@ -517,7 +520,7 @@ def test_players_that_do_not_sample_need_an_opening_of_random_moves(tmp_path, ca
         play_against_policy(sampling, other, "connect_four", {}, games=2, search=SearchConfig(5))
     with pytest.raises(ValueError, match="search: DQN has no action probabilities"):  # the search's own refusal
         play_against_policy(task, other, "connect_four", {}, games=2, search=SearchConfig(5))
-    with pytest.raises(ValueError, match="ended within its opening of 42 random moves"):
+    with pytest.raises(ValueError, match=r"an opening of 42 random moves \(--opening\) leaves nothing to play"):
         play_against_policy(task, other, "connect_four", {}, games=2, opening=42)
 
 
@@ -542,3 +545,86 @@ def test_argmax_players_need_no_opening_in_a_game_of_chance():
     env.close()
     tasks = [make_computation_task(policy, inputs, actions, "cpu", seed) for seed in (0, 1)]
     assert play_against_policy(*tasks, "openspiel:pig", {}, games=2).games == 2
+
+
+def test_another_seed_plays_other_games_not_the_same_ones_shifted():
+    """Games were seeded `seed + game`: --seed 1 replayed games 1, 2, ... of --seed 0 (a review), so runs meant to
+    add games re-counted the same ones."""
+    first = {game_seeds(0, game) for game in range(1000)}
+    second = {game_seeds(1, game) for game in range(1000)}
+    assert len(first) == 1000 and not first & second
+    assert game_seeds(0, 5) == game_seeds(0, 5)
+
+
+def test_an_opening_that_ends_the_game_is_drawn_again_alike_for_both_seats():
+    """Five random moves can end a game of tic-tac-toe: the whole evaluation was refused at the first such game
+    (game 10 of 100); now that opening is drawn again, from the pair's generator, so both games of the pair open
+    alike. An opening as long as the game is refused up front, naming --opening."""
+    policy = {"algorithm": "dqn", "model": {"conv": [[8, 3, 1]], "conv_padding": "same", "hidden": [8]}}
+    env = make_env("openspiel:tic_tac_toe")
+    info = env.info()
+    inputs, actions = policy_specs(info, "dqn")
+    tasks = [make_computation_task(policy, inputs, actions, "cpu", seed) for seed in (0, 1)]
+    result = play_against_policy(*tasks, "openspiel:tic_tac_toe", {}, games=100, opening=5)
+    assert result.games == 100 and [s.games for s in result.seats] == [50, 50]
+
+    resets = []
+
+    def reset():
+        resets.append(1)
+        env.seed(0)
+        return env.reset()
+
+    redrawn = 0
+    for seed in range(60):
+        openings = []
+        for _ in range(2):  # both games of a pair: the same seed, the same opening
+            resets.clear()
+            openings.append((_play_opening(env, reset, info, 5, np.random.default_rng(seed), game=0), str(env.state)))
+            assert not env.state.is_terminal() and env.state.move_number() == 5
+        redrawn += len(resets) > 1
+        assert openings[0][1] == openings[1][1]
+        np.testing.assert_array_equal(openings[0][0]["observation"], openings[1][0]["observation"])
+    assert redrawn  # some first draws ended the game
+    env.close()
+    with pytest.raises(ValueError, match=r"an opening of 9 random moves \(--opening\) leaves nothing to play"):
+        play_against_policy(*tasks, "openspiel:tic_tac_toe", {}, games=2, opening=9)
+
+
+def test_against_samples_the_two_players_moves_from_different_streams(tmp_path, capsys, monkeypatch):
+    """Both policies were built with --seed: the same random numbers drew both players' moves, and one checkpoint
+    against itself played the same move as its opponent 84% of the time (a review)."""
+    config = tmp_path / "league.yaml"
+    config.write_text(json.dumps({"policy": PPO}))
+    mine = publish(tmp_path, dict(load_config(config, for_training=False).policy), player="a")
+    seeds = []
+    real = evaluation.load_policy
+
+    def recording(*args, seed=0, **kwargs):
+        seeds.append(seed)
+        return real(*args, seed=seed, **kwargs)
+
+    monkeypatch.setattr(evaluation, "load_policy", recording)
+    assert eval_cli.main(parse("--checkpoint", mine, "--shared-root", str(tmp_path), "--config", str(config),
+                               "--against", mine, "--games", "2", "--seed", "7")) == 0, capsys.readouterr().err
+    assert len(seeds) == 2 and seeds[0] == 7 and seeds[1] != 7
+
+
+def test_against_a_checkpoint_of_another_run_where_the_image_sets_the_shared_root(tmp_path, capsys, monkeypatch):
+    """The image sets $LEAGUE_SHARED_ROOT: `--against` an absolute path in another run's shared root was refused as
+    outside it (a review). An absolute path outside the variable's root is the checkpoint's own."""
+    config = tmp_path / "league.yaml"
+    config.write_text(json.dumps({"policy": PPO}))
+    policy = dict(load_config(config, for_training=False).policy)
+    here, other = tmp_path / "run1" / "shared", tmp_path / "run2" / "shared"
+    here.mkdir(parents=True)
+    other.mkdir(parents=True)
+    mine, theirs = publish(here, policy, player="a"), publish(other, policy, player="b", seed=1)
+    monkeypatch.setenv("LEAGUE_SHARED_ROOT", str(here))
+    assert eval_cli.main(parse("--checkpoint", mine, "--config", str(config), "--against", str(other / theirs),
+                               "--games", "2", "--json")) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["opponent_checkpoint"] == theirs
+    # A relative path is still under the variable's root.
+    assert eval_cli.main(parse("--checkpoint", mine, "--config", str(config), "--against", theirs,
+                               "--games", "2")) == 2
+    assert "--against" in capsys.readouterr().err

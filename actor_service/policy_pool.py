@@ -138,6 +138,8 @@ class PolicyPool:
         self._last_check: dict[str, float] = {}
         self._rejected: set[tuple[str, int]] = set()
         """(path, version) of checkpoints that failed verification: never read again."""
+        self._unreadable: set[tuple[str, int]] = set()
+        """Versions that could not be read at some look (logged once each; not rejected)."""
 
     # ---- launch player -----------------------------------------------------------------------------------
 
@@ -178,7 +180,13 @@ class PolicyPool:
             return False
         self._last_check[policy.player_id] = now
         latest = self.store.latest(policy.player_id)
-        if latest is None or latest.version <= policy.version or (latest.path, latest.version) in self._rejected:
+        if latest is None or (latest.path, latest.version) in self._rejected:
+            return False
+        # The learner's own publish of a fresh initialisation under the number the actor's stands in for (its
+        # first version, or a reset's: built with learner.seed where the config sets one, not player_seed).
+        learners_init = (latest.version == policy.version and not policy.path
+                         and bool(latest.metadata.get(FRESH_INIT_METADATA)))
+        if latest.version < policy.version or (latest.version == policy.version and not learners_init):
             return False
         try:
             self._load_into(policy, latest)
@@ -337,6 +345,15 @@ class PolicyPool:
                                      f"version of {policy.player_id} verifies")
 
     def _reject(self, ref: CheckpointRef, err: CheckpointError) -> None:
+        """Never read `ref` again, unless it only cannot be read *now* (no permission, an I/O error: it may read
+        once the share is fixed), which is skipped this time and tried again at the next look."""
+        if isinstance(err, UnreadableCheckpointError):
+            key = (ref.path, ref.version)
+            if key not in self._unreadable:  # once: a reload looks every 50 ms
+                self._unreadable.add(key)
+                log.warning("%s (version %d) cannot be read now (%s); acting with another version until it can",
+                            ref.path, ref.version, err)
+            return
         self._rejected.add((ref.path, ref.version))
         log.error("%s (version %d) was not loaded and will not be read again: %s", ref.path, ref.version, err)
 

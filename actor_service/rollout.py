@@ -371,7 +371,8 @@ class Rollout:
                 final = player_view(ts.obs, seat, self._info)
                 episode_return = float(slot.returns[seat])
                 self._collect(trajectory.end_episode(final, ts.terminated, ts.truncated, episode_return))
-            if slot.counted or (self._target.episode_num == 0 and len(self.episodes) < MAX_EPISODES_PER_JOB):
+            # An env-step job reports what one FinishJob can hold (its slots start counted: their first episodes too).
+            if slot.counted if self._target.episode_num > 0 else len(self.episodes) < MAX_EPISODES_PER_JOB:
                 self.episodes.append(self._record(slot, ts))
             slot.episode_index += 1
             slot.start_episode()

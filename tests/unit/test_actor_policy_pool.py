@@ -343,3 +343,55 @@ def test_a_historical_opponent_whose_manifest_cannot_be_read_now_is_not_named_un
             policies.opponent_policy(slot, launch)
     assert not isinstance(err.value, UnloadableOpponentError)
     assert policies.opponent_policy(slot, launch).version == 1  # readable again: it plays
+
+
+def test_a_newer_version_that_cannot_be_read_now_is_loaded_once_it_can(store, monkeypatch):
+    """An I/O error or a permission refused on a manifest, for a moment, rejected the version for the life of the
+    actor (a review): the player never moved past the version it held, or a job naming that version played an
+    older one for good. It is now skipped while it cannot be read, and loaded once it can."""
+    import errno
+
+    import common.checkpoint_store as checkpoint_store
+
+    store.publish("p", weights(1), 1)
+    store.publish("p", weights(2), 2)
+    opened = checkpoint_store._open_regular
+
+    def io_error(path):
+        if path.name == "v0000000002.pt.json":
+            raise OSError(errno.EIO, "Input/output error", str(path))
+        return opened(path)
+
+    policies = pool(store)
+    with monkeypatch.context() as patched:
+        patched.setattr(checkpoint_store, "_open_regular", io_error)
+        launch = policies.launch_policy(PlayerSlot("p", "p/v0000000002.pt", 2, True))
+        assert launch.version == 1  # the newest it can read now
+        assert not policies.maybe_reload(launch)
+    assert policies.maybe_reload(launch) and launch.version == 2
+    np.testing.assert_array_equal(value(launch), value(pool(store).launch_policy(PlayerSlot("p", "", 0, True))))
+
+
+def test_the_learners_first_version_replaces_the_actors_stand_in_under_the_same_number(store):
+    """A first checkpoint published after the actor stopped waiting for it: the actor acted with its own fresh
+    initialisation as version 0, and the learner's version 0 (built with learner.seed, another network) was never
+    loaded, since it was no newer; trajectories were tagged with a version the learner holds other weights under
+    (a review). A later publish of the same number that is no fresh initialisation is not taken."""
+    policies = pool(store)
+    launch = policies.launch_policy(PlayerSlot("p", "", 0, True))
+    assert (launch.version, launch.path) == (0, "")
+    store.publish("p", weights(5), 0, metadata={"fresh_init": True})
+    assert policies.maybe_reload(launch) and launch.path == "p/v0000000000.pt"
+    np.testing.assert_array_equal(value(launch), value(pool(store).launch_policy(PlayerSlot("p", "", 0, True))))
+    assert not policies.maybe_reload(launch)  # held now
+
+
+def test_a_tie_that_is_no_fresh_initialisation_is_not_taken_for_the_reset(store):
+    """The league's reset to a fresh initialisation at version 3 ties with the learner's publish of the weights
+    the reset throws away (the same number): the actor keeps playing the reset."""
+    store.publish("p", weights(1), 2)
+    policies = pool(store)
+    launch = policies.launch_policy(PlayerSlot("p", "", 3, True))
+    assert (launch.version, launch.path) == (3, "")
+    store.publish("p", weights(2), 3)
+    assert not policies.maybe_reload(launch) and launch.path == ""

@@ -236,6 +236,24 @@ def test_an_env_step_budget_ends_at_the_episodes_one_finish_job_can_report(manag
     assert result.end is RolloutEnd.COMPLETED and len(result.episodes) == 5
 
 
+def test_an_env_step_budget_caps_the_first_episodes_of_its_envs_too():
+    """Every env's first episode counted past the cap (a review): envs finishing their first episodes in the step
+    that reached it reported more than one FinishJob may hold, and the job's results were refused."""
+    manager = BaseEnvManager([TakeAwayGame] * 6, EnvManagerConfig(episode_num=math.inf))
+    manager.launch()
+    try:
+        cap = 3
+        target = RolloutTarget(("a", "b"), 0, 10**9, ForwardKwargs(), 8)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(rollout_module, "MAX_EPISODES_PER_JOB", cap)
+            rollout = Rollout(manager, manager.env_info, target, [make_policy("a", 1), make_policy("b", 2)],
+                              stop=StopSignal(), sink=InMemorySink())
+            result = rollout.run()
+        assert result.end is RolloutEnd.COMPLETED and len(result.episodes) == cap
+    finally:
+        manager.close()
+
+
 def test_stop_ends_after_the_current_step_with_the_episodes_so_far(manager):
     stop = StopSignal()
     home, away = make_policy("home", 1), make_policy("away", 2)

@@ -17,3 +17,12 @@ MAX_EPISODES_PER_JOB = 5_000
 with the default ids, ~420 with the longest ids allowed), which must fit gRPC's 4 MiB message limit: a job of
 60,000 episodes was refused RESOURCE_EXHAUSTED at every attempt, and its games were never counted. A job with an
 env-step budget (`env.episode_num: 0`) ends early once it has played this many episodes."""
+
+
+def shown_id(text: str, limit: int = 80) -> str:
+    """An id or key a peer sent, for an error message or a log line: quoted and escaped (no control characters
+    reach a terminal or forge a log line) and cut to `limit` characters (a 20 MB id made a 20 MB log record, and a
+    status detail over gRPC's metadata limit, which the peer saw as RESOURCE_EXHAUSTED and retried)."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text)} characters)"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common.job_limits import shown_id
 from common.proto.league.v1 import league_pb2
 from common.trajectory import ALLOWED_DTYPES, Trajectory, TrajectoryError, check_key
 
@@ -22,7 +23,9 @@ class CodecError(ValueError):
     """Data that cannot be encoded or decoded; ``key`` names the tensor at fault (empty if none)."""
 
     def __init__(self, key: str, message: str) -> None:
-        super().__init__(f"{key}: {message}" if key else message)
+        # A key from the network may be megabytes or hold control characters: shown escaped and cut then.
+        shown = key if len(key) <= 200 and key.isprintable() else shown_id(key)
+        super().__init__(f"{shown}: {message}" if key else message)
         self.key = key
 
 
@@ -62,9 +65,9 @@ def decode_tensor(message: league_pb2.Tensor, key: str = "", limits: CodecLimits
     wire = _WIRE_DTYPES.get(message.dtype)
     if wire is None:
         raise CodecError(key, f"dtype {message.dtype!r} is not allowed (allowed: {sorted(ALLOWED_DTYPES)})")
+    if len(message.shape) > limits.max_ndim:  # before building it: a packed shape of millions of entries
+        raise CodecError(key, f"{len(message.shape)} dimensions exceed the limit {limits.max_ndim}")
     shape = tuple(int(d) for d in message.shape)
-    if len(shape) > limits.max_ndim:
-        raise CodecError(key, f"{len(shape)} dimensions exceed the limit {limits.max_ndim}")
     if any(d < 0 for d in shape):
         raise CodecError(key, f"negative dimension in shape {shape}")
     expected = math.prod(shape) * wire.itemsize  # Python ints: no overflow

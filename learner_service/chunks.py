@@ -30,6 +30,11 @@ from common.tensor_codec import ChunkHeader, DecodedChunk
 from common.trajectory import DEFAULT_AGENT, OBSERVATION, Trajectory, hidden_state_key
 
 EPISODE_RETURN_INFO = "episode_return"
+MAX_CATEGORICAL_LOGP = 1e-3
+"""A discrete action's log-probability is <= 0; this much above it is rounding."""
+MIN_CATEGORICAL_LOGP = -104.0
+"""log of float32's smallest positive number (1.4e-45): no policy samples a move less likely."""
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 """Optional ``/infos/episode_return`` (B, T): the episode's return, read at the steps that end an episode."""
 
 
@@ -103,6 +108,7 @@ class ChunkPreparer:
             if logp.shape != trajectory.rewards.shape or not np.issubdtype(logp.dtype, np.floating):
                 raise InvalidChunkError(logp_key, f"expected float (batch, steps), got {logp.dtype}{logp.shape}")
             _check_finite(logp_key, logp)
+            self._check_categorical_logp(logp_key, logp)
             sources["behaviour_logp"] = logp_key
             self._check_states(trajectory, agent)
             rows = batch_from_trajectory(trajectory, agent, [s.name for s in self.state_specs])
@@ -121,6 +127,20 @@ class ChunkPreparer:
         )
 
     # ---- checks ---------------------------------------------------------------------------------------
+    def _check_categorical_logp(self, key: str, logp: np.ndarray) -> None:
+        """A discrete action's probability is at most 1: a log-probability above 0 (but rounding), or below
+        any a float32 policy gives a move it takes, is no behaviour policy's. Accepted, +25 made the samples'
+        ratios ~0 (the data silently cancelled), -200 an infinite behaviour ratio in the telemetry. A Gaussian's
+        density can exceed 1, so Box actions are not checked."""
+        if isinstance(self.actions, BoxActionSpec):
+            return
+        # (a MultiDiscrete action's is the sum of its entries')
+        floor = MIN_CATEGORICAL_LOGP * (len(self.actions.nvec) if isinstance(self.actions, MultiDiscreteActionSpec)
+                                        else 1)
+        if logp.size and (logp.max() > MAX_CATEGORICAL_LOGP or logp.min() < floor):
+            raise InvalidChunkError(key, f"log-probabilities of discrete actions must lie in [{floor:g}, 0], got "
+                                         f"{logp.min():g}..{logp.max():g}")
+
     @staticmethod
     def _agent(trajectory: Trajectory) -> str:
         agents = trajectory.agents()
@@ -243,6 +263,8 @@ class ChunkPreparer:
             raise InvalidChunkError(key, f"expected numeric (batch, steps), got {returns.dtype}{returns.shape}")
         ended = returns[dones].astype(np.float64)
         _check_finite(key, ended)
+        if ended.size and np.abs(ended).max() > FLOAT32_MAX:  # finite in float64, inf in TensorBoard's float32
+            raise InvalidChunkError(key, "holds returns beyond float32's range")
         return ended
 
 

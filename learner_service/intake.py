@@ -101,6 +101,11 @@ class _StreamSeqs:
     """Seen seqs >= below (out of order)."""
 
 
+MAX_OUT_OF_ORDER = 4096
+"""Seqs one stream may have accepted past a gap before the gap is given up on (an actor has a few dozen chunks
+in flight at most; resends come first)."""
+
+
 class SeqDeduper:
     """Remembers which (worker_id, job_id, seq) were accepted, for the most recent ``max_streams`` streams.
 
@@ -140,6 +145,14 @@ class SeqDeduper:
             else:
                 stream.above = stream.above or set()
                 stream.above.add(seq)
+                if len(stream.above) > MAX_OUT_OF_ORDER:
+                    # Seqs below the oldest held out of order never came (a stream first seen past seq 0: its
+                    # learner restarted mid-job; or a sender skipping some): given up on, so memory stays bounded
+                    # and no later seq walks a million-long gap under the lock. A resend of one is a duplicate.
+                    stream.below = min(stream.above)
+                    while stream.above and stream.below in stream.above:
+                        stream.above.discard(stream.below)
+                        stream.below += 1
             return True
 
     def release(self, worker_id: str, job_id: str, seq: int) -> None:

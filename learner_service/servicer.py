@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from common.job_limits import MAX_ID_CHARS
+from common.job_limits import MAX_ID_CHARS, shown_id
 from common.proto.league.v1 import league_pb2, league_pb2_grpc
 from common.tensor_codec import CodecError, decode_chunk
 from learner_service.chunks import ChunkPreparer, InvalidChunkError, PreparedChunk
@@ -70,11 +70,46 @@ class DataPlaneCounts:
     samples_accepted: int
 
 
+STAGING_CHUNKS = 2
+"""Chunks decoded into learn rows at once, by streams checking them or waiting for room in the queue. Rows can be
+several times their message (bool observations as float32, DQN's observation pairs: 11x), and every stream
+blocked on a full queue held its own (a review: 6 streams of 8 MiB chunks, 634 MB against a 1 MiB queue bound);
+past this, streams wait with only their message, which gRPC's receive limit bounds."""
+
+
+class _StagingGate:
+    """At most `limit` holders; a waiter leaves when its stream is abandoned (woken by `wake`)."""
+
+    def __init__(self, limit: int) -> None:
+        self._room = threading.Condition()
+        self._held = 0
+        self.limit = limit
+
+    def enter(self, abandoned) -> bool:
+        with self._room:
+            while self._held >= self.limit:
+                if abandoned():
+                    return False
+                self._room.wait(0.1)  # (and a cancelled stream's wake)
+            self._held += 1
+            return True
+
+    def leave(self) -> None:
+        with self._room:
+            self._held -= 1
+            self._room.notify()
+
+    def wake(self) -> None:
+        with self._room:
+            self._room.notify_all()
+
+
 class DataPlane:
     """Thread-safe: many streams call `accept` while the learner opens and closes sessions."""
 
     def __init__(self, deduper: SeqDeduper | None = None) -> None:
         self._lock = threading.Lock()
+        self._staging = _StagingGate(STAGING_CHUNKS)
         self._intake: Intake | None = None
         self._stopping = False
         """Set for good by `mark_stopping`: no session opens again, and refused streams are told why."""
@@ -116,16 +151,16 @@ class DataPlane:
                 raise ChunkRefused(grpc.StatusCode.UNAVAILABLE,
                                    "the learner is stopping; retry (the player's next learner takes the data)")
             raise ChunkRefused(grpc.StatusCode.UNAVAILABLE, "the learner is not bound to a player yet; retry")
-        if chunk.player_id != intake.player_id:
-            raise ChunkRefused(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"player_id: this learner trains {intake.player_id!r}, not {chunk.player_id!r}",
-            )
-        for name in ("worker_id", "job_id"):
+        for name in ("worker_id", "job_id"):  # first: the refusals below name them in the log
             if not getattr(chunk, name):
                 raise ChunkRefused(grpc.StatusCode.INVALID_ARGUMENT, f"{name}: required (duplicates are keyed by it)")
             if len(getattr(chunk, name)) > MAX_ID_CHARS:
                 raise ChunkRefused(grpc.StatusCode.INVALID_ARGUMENT, f"{name}: longer than {MAX_ID_CHARS} characters")
+        if chunk.player_id != intake.player_id:
+            raise ChunkRefused(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"player_id: this learner trains {intake.player_id!r}, not {shown_id(chunk.player_id)}",
+            )
         if chunk.seq < 0:
             raise ChunkRefused(grpc.StatusCode.INVALID_ARGUMENT, f"seq: must be >= 0, got {chunk.seq}")
         key = (chunk.worker_id, chunk.job_id, chunk.seq)
@@ -140,8 +175,11 @@ class DataPlane:
             else:
                 self._duplicates += 1
                 return AcceptResult(Accepted.DUPLICATE)
-        queued = False
+        queued = staged = False
         try:
+            staged = self._staging.enter(abandoned)
+            if not staged:
+                return AcceptResult(Accepted.ABANDONED)
             prepared = intake.preparer.prepare(decode_chunk(chunk))
             queued = intake.queue.put(prepared, abandoned)
             if not queued:
@@ -151,6 +189,8 @@ class DataPlane:
         except IntakeClosedError as err:
             raise ChunkRefused(grpc.StatusCode.UNAVAILABLE, str(err)) from err
         finally:
+            if staged:
+                self._staging.leave()
             with self._lock:
                 self._receiving.discard(key)
                 if not queued:  # not accepted after all: a resend is new
@@ -169,6 +209,7 @@ class DataPlane:
 
     def wake(self) -> None:
         """Wake blocked streams so they notice their cancellation."""
+        self._staging.wake()
         with self._lock:
             intake = self._intake
         if intake is not None:
@@ -226,7 +267,8 @@ class LearnerServicer(league_pb2_grpc.LearnerServiceServicer):
             try:
                 result = self._plane.accept(chunk, cancelled.is_set)
             except ChunkRefused as refused:
-                log.info("refused a chunk from %s (job %s): %s", chunk.worker_id, chunk.job_id, refused)
+                log.info("refused a chunk from %s (job %s): %s", shown_id(chunk.worker_id), shown_id(chunk.job_id),
+                         refused)
                 context.abort(refused.code, str(refused))
                 raise  # abort raises; this keeps the flow explicit
             if result.status is Accepted.ABANDONED:

@@ -56,9 +56,13 @@ class EpisodeTracker:
     ever reported as a whole one.
     """
 
-    def __init__(self, max_streams: int = 1024) -> None:
+    def __init__(self, max_streams: int = 1024, max_rows: int = 1 << 20) -> None:
         self.max_streams = max_streams
+        self.max_rows = max_rows
+        """Env rows summed across all streams (~9 bytes each): the oldest streams are forgotten past it, and a
+        chunk of more rows is not tracked (its episodes' returns go unreported unless the actor sends them)."""
         self._streams: OrderedDict[tuple[str, str], _RowReturns] = OrderedDict()
+        self._rows = 0
 
     def observe(self, chunk: PreparedChunk) -> np.ndarray:
         """Returns of the episodes that ended in this chunk."""
@@ -67,12 +71,18 @@ class EpisodeTracker:
         header = chunk.header
         key = (header.worker_id, header.job_id)
         rows = chunk.rewards.shape[0]
+        if rows > self.max_rows:
+            return np.zeros(0, dtype=np.float64)
         state = self._streams.get(key)
         if state is None or state.sums.shape[0] != rows:
+            if state is not None:
+                self._rows -= state.sums.shape[0]
             state = _RowReturns(np.zeros(rows), np.full(rows, header.seq == 0), header.seq)
             self._streams[key] = state
-            while len(self._streams) > self.max_streams:
-                self._streams.popitem(last=False)
+            self._rows += rows
+            while len(self._streams) > self.max_streams or self._rows > self.max_rows:
+                _, forgotten = self._streams.popitem(last=False)
+                self._rows -= forgotten.sums.shape[0]
         self._streams.move_to_end(key)
         if header.seq != state.next_seq:
             state.complete[:] = False

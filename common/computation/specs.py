@@ -51,6 +51,14 @@ class TensorSpec:
         if array.dtype != np.dtype(self.dtype):
             if not np.can_cast(array.dtype, self.dtype, casting="same_kind"):
                 raise ValueError(f"{self.name}: dtype {array.dtype} cannot be cast to {self.dtype}")
+            target = np.dtype(self.dtype)
+            if (target.kind in "iu" and array.dtype.kind in "iu" and array.size
+                    and not np.can_cast(array.dtype, target, casting="safe")):
+                # A narrowing integer cast wraps (uint16 300 -> uint8 44): only values the target holds pass.
+                info = np.iinfo(target)
+                low, high = int(array.min()), int(array.max())
+                if low < info.min or high > info.max:
+                    raise ValueError(f"{self.name}: values {low}..{high} do not fit {self.dtype}")
             array = array.astype(self.dtype)
         return array
 

@@ -91,6 +91,10 @@ def test_connect_four_view_with_action_masks_is_accepted():
         # Finite in float64 but not once held as float32: refused, not accepted and turned into inf by the cast.
         ({"__rewards": np.full((3, 5), 1e300)}, "/rewards"),
         ({"__agents__agent__artifacts__logp": np.full((3, 5), -1e300)}, "/agents/agent/artifacts/logp"),
+        # No discrete action is more likely than 1, or less than any float32 policy samples (a review: +25
+        # silently cancelled the samples' ratios, -200 made the behaviour ratio's telemetry infinite).
+        ({"__agents__agent__artifacts__logp": np.full((3, 5), 25.0, np.float32)}, "/agents/agent/artifacts/logp"),
+        ({"__agents__agent__artifacts__logp": np.full((3, 5), -200.0, np.float32)}, "/agents/agent/artifacts/logp"),
     ],
 )
 def test_bad_chunks_name_the_key(changes, key):
@@ -147,3 +151,20 @@ def test_episode_returns_come_from_the_info_when_sent():
     ended = prepared.dones.sum()
     assert ended >= 1 and prepared.episode_returns.shape == (ended,)
     assert np.all(prepared.episode_returns >= 1)
+    # Finite in float64, infinite as TensorBoard's float32: refused (a review).
+    huge = np.full(decode_chunk(chunk).trajectory.rewards.shape, 1.7e308)
+    with pytest.raises(InvalidChunkError, match="beyond float32's range") as err:
+        preparer.prepare(_edited(chunk, __infos__episode_return=huge))
+    assert err.value.key == "/infos/episode_return"
+
+
+def test_integer_observations_that_do_not_fit_the_specs_dtype_are_refused_not_wrapped():
+    """A same-kind cast narrows: uint16 300 became uint8 44 in the learn rows (a review)."""
+    from common.computation.specs import TensorSpec
+
+    spec = TensorSpec("observation", (2,), "uint8")
+    assert spec.check(np.array([[3, 255]], np.uint16)).dtype == np.uint8  # values that fit pass
+    with pytest.raises(ValueError, match="values 44..300 do not fit uint8"):
+        spec.check(np.array([[300, 44]], np.uint16))
+    with pytest.raises(ValueError, match="do not fit int8"):
+        TensorSpec("observation", (1,), "int8").check(np.array([[-129]], np.int64))

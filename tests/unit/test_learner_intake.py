@@ -1,6 +1,7 @@
 """The learner's intake: bounded queue (backpressure), duplicate detection, and the data plane's refusals."""
 
 import threading
+import time
 
 import grpc
 import numpy as np
@@ -163,6 +164,76 @@ def test_data_plane_refusals_have_their_status_codes(plane):
     with pytest.raises(ChunkRefused) as refused:
         plane.accept(_chunk(1))
     assert refused.value.code == grpc.StatusCode.UNAVAILABLE
+
+
+def test_echoed_ids_are_cut_and_escaped_and_checked_before_the_player(plane, caplog):
+    """A 20 MB player id was echoed whole into the status detail (over gRPC's metadata limit: the client saw
+    RESOURCE_EXHAUSTED and retried) and a long worker id into the log (a review)."""
+    plane, _ = plane
+    huge = _chunk(0, player="x" * 20_000_000 + "\x1b[2J")
+    with pytest.raises(ChunkRefused) as refused:
+        plane.accept(huge)
+    assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION and len(str(refused.value)) < 300
+    assert "(20000004 characters)" in str(refused.value)
+    long_worker = _chunk(0, player="someone-else")
+    long_worker.worker_id = "w" * 10_000
+    with pytest.raises(ChunkRefused, match="worker_id: longer than"):  # before the player: ids are logged
+        plane.accept(long_worker)
+
+
+def test_a_gap_that_never_fills_is_given_up_on_with_bounded_memory():
+    """A stream first seen past seq 0 (its learner restarted mid-job) kept every later seq in its out-of-order
+    set, and the seq that filled the gap walked it all under the lock (a review)."""
+    from learner_service.intake import MAX_OUT_OF_ORDER
+
+    deduper = SeqDeduper()
+    for seq in range(1, MAX_OUT_OF_ORDER + 3):
+        assert deduper.reserve("w", "j", seq)
+    stream = deduper._streams[("w", "j")]
+    assert stream.below == MAX_OUT_OF_ORDER + 3 and not stream.above
+    assert not deduper.reserve("w", "j", 0)  # given up on: taken for a duplicate
+    assert not deduper.reserve("w", "j", 5) and deduper.reserve("w", "j", MAX_OUT_OF_ORDER + 3)
+    # Out of order within the bound is remembered exactly, as before.
+    deduper.reserve("v", "j", 2)
+    assert deduper.reserve("v", "j", 0) and deduper.reserve("v", "j", 1) and not deduper.reserve("v", "j", 2)
+
+
+def test_streams_waiting_for_room_beyond_the_staging_bound_hold_only_their_message(plane, monkeypatch):
+    """Every stream blocked on a full queue held its chunk's learn rows (several times the message: 634 MB for six
+    8 MiB DQN chunks against a 1 MiB queue, a review). Only STAGING_CHUNKS streams decode at once; the others wait
+    with their message, and leave when cancelled; all get in once the queue drains."""
+    from learner_service.servicer import STAGING_CHUNKS
+
+    plane, queue = plane
+    plane.accept(_chunk(0))  # the queue is full
+    prepared = []
+    real = plane._intake.preparer.prepare
+    monkeypatch.setattr(plane._intake.preparer, "prepare", lambda decoded: prepared.append(1) or real(decoded))
+    outcomes: dict[int, object] = {}
+    cancelled = threading.Event()
+
+    def push(seq: int, abandoned=lambda: False) -> None:
+        outcomes[seq] = plane.accept(_chunk(seq), abandoned).status
+
+    threads = [threading.Thread(target=push, args=(seq,), daemon=True) for seq in range(1, 5)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while len(prepared) < STAGING_CHUNKS and time.monotonic() < deadline:
+        time.sleep(0.01)
+    threads.append(threading.Thread(target=push, args=(5, cancelled.is_set), daemon=True))  # waits at the gate
+    threads[-1].start()
+    threads[-1].join(0.5)
+    assert len(prepared) == STAGING_CHUNKS and not outcomes
+    cancelled.set()
+    plane.wake()
+    threads[-1].join(5)
+    assert outcomes == {5: Accepted.ABANDONED}
+    taken = [queue.get().header.seq for _ in range(5)]
+    for thread in threads:
+        thread.join(5)
+    assert sorted(taken) == [0, 1, 2, 3, 4] and len(prepared) == 4
+    assert all(outcomes[seq] is Accepted.NEW for seq in range(1, 5))
 
 
 def test_data_plane_blocks_a_stream_on_a_full_queue_and_close_releases_it(plane):

@@ -265,6 +265,19 @@ def test_episode_returns_are_summed_across_a_jobs_chunks():
     assert tracker.observe(_chunk(ones, [[1, 0, 0], [0, 0, 0]], seq=2, returns=given)) is given
 
 
+def test_the_episode_tracker_keeps_a_bounded_number_of_rows():
+    """It kept the sums of every (worker, job) stream's rows, up to 1,024 streams of any width: chunks of 4M rows
+    kept ~35 MB each (a review). Past max_rows the oldest streams are forgotten; a wider chunk is not tracked."""
+    tracker = EpisodeTracker(max_rows=10)
+    ones = np.ones((4, 2))
+    assert tracker.observe(_chunk(ones, [[0, 1]] * 4, seq=0, job="a")).tolist() == [2.0] * 4
+    tracker.observe(_chunk(ones, [[0, 0]] * 4, seq=0, job="b"))
+    tracker.observe(_chunk(ones, [[0, 0]] * 4, seq=0, job="c"))  # 12 rows: "a" is forgotten
+    assert tracker._rows == 8 and ("w", "a") not in tracker._streams
+    assert tracker.observe(_chunk(np.ones((11, 1)), [[1]] * 11, seq=0, job="wide")).size == 0
+    assert tracker._rows == 8
+
+
 def test_telemetry_writes_scalars_for_tensorboard(tmp_path):
     trainer = _trainer(batch_size=16)
     telemetry = Telemetry(tmp_path / "tb")

@@ -81,6 +81,8 @@ def test_decode_is_zero_copy_and_read_only():
         (league_pb2.Tensor(dtype="uint8", shape=[2**40, 2**40], data=b""), "limit"),
         (league_pb2.Tensor(dtype="float32", shape=[0, 2**62, 2**62], data=b""), "limit"),  # empty, absurd
         (league_pb2.Tensor(dtype="uint8", shape=[1] * 9, data=b"\0"), "dimensions"),
+        # Refused before the shape is built (a review: 30M entries cost 1.1 GB and 3 s first).
+        (league_pb2.Tensor(dtype="uint8", shape=[257] * 100_000, data=b""), "100000 dimensions exceed"),
         (league_pb2.Tensor(dtype="bool", shape=[2], data=b"\x01\x07"), "bool"),
     ],
 )
@@ -194,3 +196,11 @@ def test_the_per_tensor_limit_is_inclusive_both_ways():
         encode_tensor(array, "/x", under)
     with pytest.raises(CodecError, match="/x"):
         decode_tensor(encode_tensor(array, "/x", exact), "/x", under)
+
+
+def test_a_key_from_the_network_is_shown_cut_and_escaped():
+    """A 20 MB tensor key was echoed whole into the status detail and the log, control characters and all."""
+    err = CodecError("/x" * 1_000_000 + "\x1b[2J", "not a trajectory key")
+    assert len(str(err)) < 200 and "\\x1b" not in str(err)[:100] and "(2000004 characters)" in str(err)
+    assert "\x1b" not in str(CodecError("/a\x1b[2J", "bad"))
+    assert str(CodecError("/observations", "bad")) == "/observations: bad"  # a plain key as it is

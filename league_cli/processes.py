@@ -28,6 +28,7 @@ from types import ModuleType
 
 from common.durable_files import full_disk_note
 from common.pids import pid_alive
+from common.signal_flag import SignalFlag
 
 SUPERVISOR_ENV_VAR = "LEAGUE_SUPERVISOR_PID"
 HURRY_POLL_S = 0.1
@@ -208,6 +209,11 @@ class ManagedProcess:
             data = data[data.find(b"\n") + 1:] if b"\n" in data else b""
         return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
 
+    def last_words(self) -> str:
+        """`log_tail`, or where to look when it is empty: a process that died during its imports (a crash loop's
+        sixth death) wrote nothing of its own, and "last log lines:" was followed by nothing (a review)."""
+        return self.log_tail() or f"(nothing since it last started; earlier lines are in {self.log_path})"
+
     def exit_words(self) -> str:
         """"exited with CODE", and what it died of when its log ends in an uncaught traceback (`crash_line`);
         when the log's disk is full, that too (`full_disk_note`)."""
@@ -296,7 +302,7 @@ class ProcessGroup:
         return [p for p in self.processes if not p.alive()]
 
     def stop(self, procs: list[ManagedProcess] | None = None, grace_s: float = 10.0,
-             hurry: threading.Event | None = None) -> dict[str, int]:
+             hurry: threading.Event | SignalFlag | None = None) -> dict[str, int]:
         """SIGTERM, wait up to `grace_s` (or until `hurry` is set: a second Ctrl-C), then SIGKILL; returns each
         process's exit code."""
         targets = list(self.processes if procs is None else procs)

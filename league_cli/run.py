@@ -36,6 +36,7 @@ from league_service.cli import RUN_PORT_FILE
 
 PORT_WAIT_S = 90.0
 CONFIG_FILE = "config.yaml"  # the league a run directory holds (what resuming it uses)
+PREVIOUS_CONFIG_FILE = "config.prev.yaml"  # what a resume with another file replaced
 PENDING_CONFIG_FILE = "config.pending.yaml"  # the config of a run whose coordinator has not accepted it yet
 STATE_FILE = "league_state.sqlite"  # the coordinator's state: the league itself
 MAX_WORKER_RESTARTS = 5
@@ -172,8 +173,11 @@ class Supervisor:
         self.learner_ports: dict[str, int] = {}
         self.stop_requested = stop
         """Set by Ctrl-C or SIGTERM: a coordinator still starting is not waited for."""
-        self.hurry = threading.Event()
-        """Set by a second Ctrl-C while stopping: processes are killed instead of waited for."""
+        self.hurry = SignalFlag()
+        """Set by a second Ctrl-C while stopping: processes are killed instead of waited for. A SignalFlag, as
+        `stop` is: with `threading.Event`, a third signal landing inside the second's `set()` waited for the
+        event's lock in its own thread forever (a review hung `league run` so, and a burst of signals ended it
+        in a RecursionError with nothing stopped in order)."""
 
     def start_coordinator(self, port: int | None = None) -> str:
         """Start the coordinator and wait until it listens; returns its address. On `port` (a restart: the
@@ -206,10 +210,10 @@ class Supervisor:
                 # On a full disk SQLite cannot even open the state (exit 2, "disk I/O error"): not this league's
                 # configuration, which a rerun with space back runs (league run's exit 2 says it would not).
                 error = RuntimeError if full else _COORDINATOR_START_ERRORS.get(code, RuntimeError)
-                raise error(f"the coordinator exited ({code}){full}:\n{proc.log_tail()}")
+                raise error(f"the coordinator exited ({code}){full}:\n{proc.last_words()}")
             time.sleep(0.1)  # a child process's file: nothing to wait on but the file system
         raise RuntimeError(f"the coordinator did not report its port within {PORT_WAIT_S:.0f} s"
-                           f"{proc.full_disk_note()}:\n{proc.log_tail()}")
+                           f"{proc.full_disk_note()}:\n{proc.last_words()}")
 
     def _coordinator_argv(self, port: int) -> list[str]:
         return league_command(
@@ -263,11 +267,11 @@ class Supervisor:
             if proc.popen.returncode == SETUP_ERROR_EXIT:
                 raise CannotRunLeague(f"{proc.name} cannot run this league (exit {SETUP_ERROR_EXIT}: bad arguments "
                                       f"or a job it cannot set up, which a restart does not fix); last log lines:\n"
-                                      f"{proc.log_tail()}")
+                                      f"{proc.last_words()}")
             n = self.restarts.get(proc.name, 0)
             if n >= MAX_WORKER_RESTARTS:
                 raise RuntimeError(f"{proc.name} died {n + 1} times{proc.full_disk_note()}; last log lines:\n"
-                                   f"{proc.log_tail()}")
+                                   f"{proc.last_words()}")
             self.restarts[proc.name] = n + 1
             moved = ""
             if proc.name.startswith("learner") and proc.popen.returncode == ADDRESS_IN_USE_EXIT:
@@ -289,11 +293,11 @@ class Supervisor:
         (README: faults it survives), and the workers, which keep retrying that address, carry on."""
         code = proc.popen.returncode
         if code == SETUP_ERROR_EXIT and not proc.full_disk_note():  # (see _start_coordinator_on)
-            raise CannotRunLeague(f"the coordinator cannot run this league (exit {code}):\n{proc.log_tail()}")
+            raise CannotRunLeague(f"the coordinator cannot run this league (exit {code}):\n{proc.last_words()}")
         n = self.restarts.get(proc.name, 0)
         if n >= MAX_WORKER_RESTARTS:
             raise RuntimeError(f"the coordinator died {n + 1} times{proc.full_disk_note()}; last log lines:\n"
-                               f"{proc.log_tail()}")
+                               f"{proc.last_words()}")
         self.restarts[proc.name] = n + 1
         exited = proc.exit_words()  # (read before the restart writes its mark into the same log)
         proc.kill_group()
@@ -323,9 +327,15 @@ class Supervisor:
         return codes
 
     def stop(self) -> dict[str, int]:
-        """Stop everything: the workers, then the coordinator."""
+        """Stop everything: the workers, then the coordinator. An actor killed (a second Ctrl-C, a stop past its
+        grace) died with its resource tracker, and its env managers' shared-memory blocks stayed in /dev/shm
+        until some later subprocess env manager's start-up swept them: swept here, every owner being gone."""
         codes = self.stop_workers()
         codes.update(self.group.stop(grace_s=self.run_cfg.stop_grace_s, hurry=self.hurry))
+        if -signal.SIGKILL in codes.values():
+            from actor_service.envs.env_manager.shm_blocks import remove_orphaned_blocks
+
+            remove_orphaned_blocks()
         return codes
 
 
@@ -554,6 +564,31 @@ def job_size_note(job_env_steps: int, budget_env_steps: int) -> str | None:
             f"finish: the first jobs overshoot the budget of {budget_env_steps:,}")
 
 
+def config_changes(saved: Path, new: dict[str, Any], shown: int = 8) -> str:
+    """What `new` changes of the config saved at `saved`, as "key: old -> new" (dotted keys, the first `shown`);
+    "" when nothing (or nothing readable is saved)."""
+    try:
+        old = yaml.safe_load(saved.read_text())
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return ""
+    if not isinstance(old, dict):
+        return ""
+    before, after = _flat(old), _flat(new)
+    keys = [k for k in sorted(before.keys() | after.keys()) if before.get(k, "(unset)") != after.get(k, "(unset)")]
+    text = ", ".join(f"{k}: {before.get(k, '(unset)')} -> {after.get(k, '(unset)')}" for k in keys[:shown])
+    return text + (f" and {len(keys) - shown} more" if len(keys) > shown else "")
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, cfg_dict: dict[str, Any],
          run_dir: Path, run_lock: ExclusiveLock, token: str | None) -> int:
     """`token`: $LEAGUE_TOKEN, which the coordinator checks (it inherits the environment): without it on this
@@ -567,6 +602,12 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
     # refuses (another league type than the saved state's) must not make the directory describe another league.
     config_path = run_dir / CONFIG_FILE
     pending_path = run_dir / PENDING_CONFIG_FILE
+    changes = config_changes(config_path, cfg_dict)
+    if changes:  # a resume with another file: it printed nothing, and the old config was gone (a review)
+        console.print(f"league run: resuming the league in {run_dir} with {args.config}, which changes its "
+                      f"{CONFIG_FILE}: {changes}; once the coordinator takes it, the old file is kept as "
+                      f"{PREVIOUS_CONFIG_FILE}", markup=False,
+                      soft_wrap=True)
     try:  # (atomic: a full disk left an empty file, which the next run took for a config)
         atomic_write(pending_path, yaml.safe_dump(cfg_dict, sort_keys=False).encode())
     except OSError as err:
@@ -614,6 +655,8 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
                     console.print(f"league run: {note}", style="yellow", markup=False, soft_wrap=True)
             launched = time.monotonic()  # the budget counts start-up too
             address = sup.start_coordinator()
+            if changes:
+                atomic_write(run_dir / PREVIOUS_CONFIG_FILE, config_path.read_bytes())
             os.replace(pending_path, config_path)
             sup.config_path = config_path
             start = launched  # (None until the coordinator is up: then there is a final status to record)

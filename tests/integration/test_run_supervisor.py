@@ -1,5 +1,6 @@
 """`league run`'s supervisor with real child processes standing in for workers."""
 
+import signal
 import sys
 import threading
 import time
@@ -342,3 +343,26 @@ def test_a_coordinator_refusing_its_state_on_a_full_disk_is_no_setup_error(tmp_p
         assert not isinstance(err.value, CannotRunLeague)
     finally:
         sup.group.stop(grace_s=5.0)
+
+
+def test_a_stop_that_kills_sweeps_the_shared_memory_its_processes_left(supervisor, tmp_path):
+    """An actor killed at the stop (a second Ctrl-C, past its grace) dies with its resource tracker: its env
+    managers' /dev/shm blocks stayed until a later subprocess env manager's start swept them (a review)."""
+    from actor_service.envs.env_manager import shm_blocks
+
+    ignores = supervisor.group.start("actor-0", [sys.executable, "-c",
+                                                 "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                                                 "print('up', flush=True); time.sleep(60)"])
+    deadline = time.monotonic() + 10
+    while "up" not in ignores.log_tail() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    swept: list[bool] = []
+    real = shm_blocks.remove_orphaned_blocks
+    shm_blocks.remove_orphaned_blocks = lambda *a: swept.append(True) or real(*a)
+    try:
+        supervisor.run_cfg = RunConfig(stop_grace_s=0.5)
+        codes = supervisor.stop()
+    finally:
+        shm_blocks.remove_orphaned_blocks = real
+    assert codes["actor-0"] == -signal.SIGKILL and swept == [True]
+    assert supervisor.hurry.__class__.__name__ == "SignalFlag"  # safe to set from a signal handler

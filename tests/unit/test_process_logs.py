@@ -53,3 +53,13 @@ def test_the_log_tail_reads_only_the_end_of_a_long_log(tmp_path, monkeypatch):
     proc.popen.wait(30)
     tail = proc.log_tail(lines=100).splitlines()
     assert tail == [f"line {i:04d} " + "x" * 20 for i in range(997, 1000)]  # whole lines only, the last ones
+
+
+def test_a_process_that_wrote_nothing_says_where_its_earlier_lines_are(tmp_path):
+    """A crash loop's last death during imports left "last log lines:" followed by nothing (a review)."""
+    group = ProcessGroup(tmp_path)
+    proc = group.start("quiet", [sys.executable, "-c", "pass"])
+    proc.popen.wait(30)
+    assert proc.log_tail() == ""
+    assert proc.last_words() == f"(nothing since it last started; earlier lines are in {proc.log_path})"
+    group.stop()

@@ -79,7 +79,11 @@ LATEST = "latest.json"
 MANIFEST_SUFFIX = ".json"
 PIN_SUFFIX = ".pin"
 TRAINING_STATE_SUFFIX = ".train"
-_VERSION_FILE = re.compile(r"^v(\d{10})\.pt$")
+_VERSION_FILE = re.compile(r"v([0-9]{10})\.pt", re.ASCII)
+"""A version's file name, matched whole (`fullmatch`): a Unicode-digit pattern took Arabic-Indic digits, and
+`$` a trailing newline, so a planted name of ten such digits counted as a version above every real one."""
+MAX_VERSION = 10**10 - 1
+"""The largest version a file name of 10 digits holds: one above was written, and never seen as a version."""
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _DIGEST = re.compile(r"^(blake3|sha256):[0-9a-f]{64}$")
 _MAX_MANIFEST_BYTES = 64 * 1024
@@ -191,8 +195,8 @@ class CheckpointStore:
     @staticmethod
     def version_path(player_id: str, version: int) -> str:
         check_component(player_id, "player_id")
-        if version < 0:
-            raise ValueError(f"version must be >= 0, got {version}")
+        if not 0 <= version <= MAX_VERSION:
+            raise ValueError(f"version must be in [0, {MAX_VERSION}], got {version}")
         return f"{player_id}/v{version:010d}.pt"
 
     # ---- publish ----------------------------------------------------------------------------------------
@@ -368,6 +372,11 @@ class CheckpointStore:
         ref = _parse_manifest(_read_small(path), where)
         if ref.path.split("/", 1)[0] != player_id:
             raise CorruptCheckpointError(f"{where}: names {ref.path!r}, outside the player's directory")
+        named = _VERSION_FILE.fullmatch(ref.path.rsplit("/", 1)[-1])
+        if named is None or int(named.group(1)) != ref.version:
+            # No digest covers latest.json: a version of 2**62 in it made every later publish a version
+            # conflict, and the player's learner never published again.
+            raise CorruptCheckpointError(f"{where}: says version {ref.version} of {ref.path!r}")
         return ref
 
     def _latest_after_its_manifest(self, player_id: str, where: str) -> CheckpointRef | None:
@@ -443,14 +452,14 @@ class CheckpointStore:
     def versions_on_disk(self, player_id: str) -> list[int]:
         """The version numbers of the player's weight files on disk, oldest first, published or not and readable
         or not: whether the player ever had weights here (a damaged store), unlike `versions`."""
-        return [int(_VERSION_FILE.match(name).group(1)) for name in self._version_files(player_id)]
+        return [int(_VERSION_FILE.fullmatch(name).group(1)) for name in self._version_files(player_id)]
 
     def _version_files(self, player_id: str) -> list[str]:
         """Names of the player's versioned weight files on disk, oldest first ([] without its directory)."""
         directory = self.root.resolve(player_id)
         if not directory.is_dir():
             return []
-        return sorted(name for name in os.listdir(directory) if _VERSION_FILE.match(name))
+        return sorted(name for name in os.listdir(directory) if _VERSION_FILE.fullmatch(name))
 
     def load(self, path: str, expected_version: int | None = None) -> Checkpoint:
         """Load and verify the checkpoint at ``path``; raises `CorruptCheckpointError` on any mismatch."""
@@ -507,7 +516,12 @@ class CheckpointStore:
         ref = self.verify(source) if verify else self.manifest(source)
         if not dest.endswith(".pt"):
             raise ValueError(f"snapshot destination {dest!r} must end with .pt")
-        src_path, dest_path = self.root.resolve(source), self.root.resolve(dest)
+        check_relative(dest)
+        folder, _, name = dest.rpartition("/")
+        # The destination's own name is never resolved: a symlink planted there sent the snapshot's weights and
+        # manifest into another player's directory (as one of its versions), and the cleanup of an unfinished
+        # snapshot below deleted the file the link named. Only its directory is.
+        src_path, dest_path = self.root.resolve(source), (self.root.resolve(folder) if folder else self.root.root) / name
         dest_manifest = dest_path.with_name(dest_path.name + MANIFEST_SUFFIX)
         if dest_manifest.exists():
             raise FileExistsError(f"snapshot destination {dest!r} exists")
@@ -515,7 +529,7 @@ class CheckpointStore:
             # Weights without a manifest: an earlier attempt that failed (a full disk) or was killed between the
             # two writes. Never published, so no reader uses it; this attempt replaces it.
             log.warning("%s: weights left by an unfinished snapshot; replacing them", dest)
-            dest_path.unlink()
+            dest_path.unlink()  # (the name itself: a symlink there is removed, not what it names)
         dest_path.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.link(src_path, dest_path, follow_symlinks=False)
@@ -575,8 +589,7 @@ class CheckpointStore:
         for a few seconds must be backed by the host again on first touch, which made writing 100 MB cost
         60-140 ms of CPU instead of ~25 ms."""
         directory = self.root.resolve(player_id)
-        names = sorted((n for n in os.listdir(directory)
-                        if (m := _VERSION_FILE.match(n)) and int(m.group(1)) <= newest), reverse=True)
+        names = [n for n in _published_version_names(directory)[0] if int(n[1:11]) <= newest]
         for name in names[self.keep_last - 1:]:
             if not (directory / (name + PIN_SUFFIX)).exists():
                 for victim in (name, name + TRAINING_STATE_SUFFIX):
@@ -589,10 +602,10 @@ class CheckpointStore:
         directory = self.root.resolve(player_id)
         if not directory.is_dir():
             return [], []
-        names = sorted((n for n in os.listdir(directory) if _VERSION_FILE.match(n)), reverse=True)
+        published, orphans = _published_version_names(directory)
         removed: list[str] = []
         retired: list[Path] = []
-        for name in names[keep_last:]:
+        for name in published[keep_last:] + orphans:
             relative = f"{player_id}/{name}"
             if relative in pinned or (directory / (name + PIN_SUFFIX)).exists():
                 continue
@@ -608,19 +621,43 @@ class CheckpointStore:
             removed.append(relative)
         now = time.time()
         for name in os.listdir(directory):
-            if not name.startswith("."):
+            stale = None
+            if name.startswith(".") and name.endswith(_RETIRED_SUFFIX) and directory / name not in retired:
+                stale = "left by a process that exited while deleting it"
+            elif name.startswith(".") and name.endswith(".tmp"):
+                stale = "left by a writer that crashed mid-publish"
+            elif (name.endswith(TRAINING_STATE_SUFFIX) and _VERSION_FILE.fullmatch(name[:-len(TRAINING_STATE_SUFFIX)])
+                  and not (directory / name[:-len(TRAINING_STATE_SUFFIX)]).exists()):
+                stale = "a training state whose weights a crash never put beside it"
+            if stale is None:
                 continue
             try:
-                if name.endswith(_RETIRED_SUFFIX) and directory / name not in retired:
-                    os.unlink(directory / name)  # left by a process that exited while deleting it
-                elif name.endswith(".tmp") and now - os.stat(directory / name).st_mtime > _STALE_TEMP_S:
-                    os.unlink(directory / name)  # left by a writer that crashed mid-publish
+                if not name.endswith(_RETIRED_SUFFIX) and now - os.lstat(directory / name).st_mtime <= _STALE_TEMP_S:
+                    continue  # (maybe a publish under way)
+                os.unlink(directory / name)
             except FileNotFoundError:
                 pass
+            except OSError as err:  # one entry that cannot go (a directory, another user's) stops nothing else:
+                # it raised, after the versions above were unpublished, and their files were never deleted
+                log.warning("%s: cannot remove %s (%s): %s", player_id, name, stale, err)
         return removed, retired
 
 
 # ---- helpers ----------------------------------------------------------------------------------------------
+def _published_version_names(directory: Path) -> tuple[list[str], list[str]]:
+    """The version files of a player's directory that are published (they have a manifest), newest first, and
+    the orphans below the newest of them: weights whose publish a crash (kill -9) cut between the file's rename
+    and its manifest. Retention counted those as versions: a restarted learner publishing below such an orphan
+    (its versions count updates; a reset goes back to the job's) saw each new version retired at once with
+    keep_last 1, latest.json naming a deleted file. Orphans above the newest are left for the publish of their
+    number to replace."""
+    names = sorted((n for n in os.listdir(directory) if _VERSION_FILE.fullmatch(n)), reverse=True)
+    published = [n for n in names if (directory / (n + MANIFEST_SUFFIX)).exists()]
+    newest = published[0] if published else None
+    orphans = [n for n in names if newest is not None and n < newest and n not in published]
+    return published, orphans
+
+
 def _to_torch(tensors: Mapping[str, np.ndarray | torch.Tensor]) -> dict[str, torch.Tensor]:
     import torch
 
@@ -825,8 +862,8 @@ def _manifest_bytes(ref: CheckpointRef) -> bytes:
 def _parse_manifest(data: bytes, where: str) -> CheckpointRef:
     try:
         body = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CorruptCheckpointError(f"{where}: manifest is not JSON") from e
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # (deep nesting; an int of 5,000 digits)
+        raise CorruptCheckpointError(f"{where}: manifest is not JSON ({type(e).__name__})") from e
     form = body.get("format") if isinstance(body, dict) else None
     if form == MANIFEST_FORMAT:
         digest = body.get("digest")
@@ -844,7 +881,7 @@ def _parse_manifest(data: bytes, where: str) -> CheckpointRef:
         check_relative(path)
     except ValueError as e:
         raise CorruptCheckpointError(f"{where}: manifest path {path!r} is unsafe") from e
-    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+    if not isinstance(version, int) or isinstance(version, bool) or not 0 <= version <= MAX_VERSION:
         raise CorruptCheckpointError(f"{where}: manifest version {version!r} invalid")
     _check_digest(digest, size, f"{where}: manifest")
     metadata = body.get("metadata", {})
@@ -894,14 +931,16 @@ def _drop_page_cache(path: Path) -> None:
     if not hasattr(os, "posix_fadvise"):
         return
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:  # gone meanwhile: nothing to drop
+        fd = os.open(path, _READ_FLAGS)  # (non-blocking: a FIFO planted under an old version's name hung the
+    except FileNotFoundError:  # gone meanwhile: nothing to drop     publish here, holding the commit lock)
         return
     except OSError as e:
         if e.errno == errno.ELOOP:  # a symlink where a version should be: not ours to touch
             return
         raise
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     except OSError as e:
         if e.errno not in (errno.EINVAL, errno.ESPIPE, errno.ENOSYS):  # a filesystem without the hint
@@ -932,7 +971,17 @@ COMMIT_LOCK = ".publish.lock"
 def _commit_lock(directory: Path, player_id: str) -> Iterator[None]:
     """An exclusive `flock` on the player's ``.publish.lock`` for one commit. The kernel releases it when its
     holder dies; on NFS, Linux clients take it as a lock on the server (unless mounted with ``local_lock``)."""
-    fd = os.open(directory / COMMIT_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:  # never through a symlink (it created a file outside the shared root), nor a FIFO or device
+        fd = os.open(directory / COMMIT_LOCK,
+                     os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0), 0o644)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise UnsafePathError(f"{directory / COMMIT_LOCK} is a symlink: the commit lock must be a file of the "
+                                  "player's own directory") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafePathError(f"{directory / COMMIT_LOCK} is not a regular file")
     wait_s = COMMIT_LOCK_WAIT_S
     try:
         deadline = time.monotonic() + wait_s

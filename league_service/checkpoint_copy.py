@@ -15,6 +15,7 @@ no-op, so a restart that repeats a snapshot whose league state was not yet saved
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -23,6 +24,7 @@ from common.durable_files import fsync_dir, fsync_file
 from common.paths import SharedRoot, UnsafePathError
 
 MANIFEST_SUFFIX = ".json"  # the checkpoint store's manifest beside each published file
+_STORE_VERSION = re.compile(r"v[0-9]{10}\.pt", re.ASCII)  # a store version's file name
 
 
 class SnapshotCopier:
@@ -33,11 +35,18 @@ class SnapshotCopier:
 
     def __call__(self, src: str, dst: str) -> None:
         source = self._root.resolve(src)
-        target = self._root.resolve(dst)
+        folder, _, name = dst.rpartition("/")
+        # Not the destination's own name: a symlink planted there made the copy replace (rmtree) the directory
+        # it named, another player's. A link there is replaced like any old copy.
+        target = (self._root.resolve(folder) if folder else self._root.root) / name
         if not source.exists():
             raise FileNotFoundError(f"checkpoint_path: {src!r} does not exist under the shared root")
         if source.with_name(source.name + MANIFEST_SUFFIX).is_file():
             self._snapshot_published(src, dst)
+        elif _STORE_VERSION.fullmatch(source.name) and (source.parent / "latest.json").exists():  # a player's
+            # A store version whose manifest is gone: retention unpublished it a moment ago (manifest first, then
+            # the file). Copied as a plain file, the snapshot had no manifest and could never be loaded.
+            raise FileNotFoundError(f"checkpoint_path: {src!r} was retired (no manifest)")
         else:
             self._copy_tree(source, target, self._root.root)
 
@@ -73,7 +82,9 @@ class SnapshotCopier:
                 shutil.copytree(source, staged, copy_function=copy_target, symlinks=False)
                 for folder, _, _ in os.walk(staged):  # the copies' names, durable before the rename names them
                     fsync_dir(Path(folder))
-                if target.is_dir():
+                if target.is_symlink():
+                    target.unlink()
+                elif target.is_dir():
                     shutil.rmtree(target)
             else:
                 shutil.copy2(source, staged)

@@ -132,8 +132,13 @@ def test_a_failure_after_latest_json_names_the_version_does_not_fail_the_publish
     """Once latest.json names a version, readers load it: a failed cleanup or directory sync after that made the
     publisher report it unpublished, retry the same version and take the conflict for another learner's."""
     store.publish("p0", weights(), 1)
-    (store.root.root / "p0" / ".stray.retired").mkdir()  # not a file retention can delete
-    ref = store.publish("p0", weights(2.0), 2)
+
+    def failing(*_args):
+        raise OSError(errno.EACCES, "Permission denied")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(store, "_retire_beyond", failing)
+        ref = store.publish("p0", weights(2.0), 2)
     assert store.latest("p0") == ref and ref.version == 2
     assert "version 2 of 'p0' is published, but retiring the versions beyond keep_last=3 failed" in caplog.text
     import common.checkpoint_store as module
@@ -671,3 +676,71 @@ def test_retention_during_publish_never_removes_the_latest(tmp_path):
     for version in range(4, 7):
         pinned.publish("p", weights(version), version)
     assert [r.version for r in pinned.versions("p")] == [3, 5, 6]
+
+
+def test_an_entry_retention_cannot_remove_stops_nothing_else(tmp_path, caplog):
+    """A directory named like a retired file (or a file of another user) raised out of the sweep after the
+    versions beyond keep_last were unpublished and renamed: their files were never deleted, at every publish (a
+    review). It is logged and the rest goes on."""
+    store = CheckpointStore(tmp_path, keep_last=1)
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / ".junk.retired").mkdir()
+    for version in range(1, 5):
+        store.publish("p", weights(float(version)), version)
+    store.wait_for_retention()
+    assert [r.version for r in store.versions("p")] == [4]
+    assert not [n for n in os.listdir(tmp_path / "p") if n.endswith(".retired") and n != ".junk.retired"]
+    assert "cannot remove .junk.retired" in caplog.text
+
+
+def test_weights_a_crash_left_without_a_manifest_are_not_counted_as_versions(tmp_path):
+    """kill -9 between a version's rename and its manifest leaves weights no reader sees. Retention counted them:
+    a restarted learner publishing below them (a reset goes back to the job's version) had each new version
+    retired at once with keep_last 1, latest.json naming a deleted file (a review)."""
+    store = CheckpointStore(tmp_path, keep_last=1)
+    store.publish("p", weights(1.0), 4)
+    (tmp_path / "p" / "v0000000010.pt").write_bytes(b"half a publish")  # above: left for v10's publish
+    (tmp_path / "p" / "v0000000002.pt").write_bytes(b"half a publish")  # below: retired like an old version
+    ref = store.publish("p", weights(2.0), 9)
+    store.wait_for_retention()
+    assert store.latest("p") == ref and store.load_latest("p").ref == ref
+    assert [r.version for r in store.versions("p")] == [9]
+    assert sorted(n for n in os.listdir(tmp_path / "p") if n.startswith("v")) == [
+        "v0000000009.pt", "v0000000009.pt.json", "v0000000010.pt"]
+    assert store.publish("p", weights(3.0), 10).version == 10  # its publish replaces the orphan
+
+
+def test_names_that_only_look_like_versions_are_not_versions(tmp_path):
+    store = CheckpointStore(tmp_path, keep_last=2)
+    store.publish("p", weights(1.0), 1)
+    (tmp_path / "p" / ("v" + "\u0660" * 9 + "\u0669.pt")).write_bytes(b"x")  # Arabic-Indic digits
+    (tmp_path / "p" / "v0000000003.pt\n").write_bytes(b"x")
+    assert store.versions_on_disk("p") == [1]
+    with pytest.raises(ValueError, match="version must be in"):
+        store.publish("p", weights(2.0), 10**10)
+
+
+@pytest.mark.parametrize("latest", ['[' * 30_000, '{"version": ' + "1" * 5000 + "}"])
+def test_a_manifest_json_that_python_refuses_to_parse_is_corrupt_not_a_crash(tmp_path, latest):
+    """Deep nesting raised RecursionError, a 5,000-digit int a plain ValueError: neither a CheckpointError, so
+    lookups crashed instead of falling back to the version manifests (a review)."""
+    store = CheckpointStore(tmp_path)
+    ref = store.publish("p", weights(1.0), 1)
+    (tmp_path / "p" / "latest.json").unlink()  # (it may be a hard link of the version's manifest)
+    (tmp_path / "p" / "latest.json").write_text(latest)
+    assert store.latest("p") == ref  # the version manifest stands in
+
+
+def test_latest_json_must_agree_with_the_version_it_names(tmp_path):
+    """No digest covers latest.json: a version of 2**62 in it made every later publish a conflict (a review)."""
+    import json
+
+    store = CheckpointStore(tmp_path)
+    ref = store.publish("p", weights(1.0), 1)
+    body = json.loads((tmp_path / "p" / "latest.json").read_text())
+    for wrong in (2**62, 5):  # out of range; in range but not the version of the file it names
+        body["version"] = wrong
+        (tmp_path / "p" / "latest.json").unlink()
+        (tmp_path / "p" / "latest.json").write_text(json.dumps(body))
+        assert store.latest("p") == ref
+    assert store.publish("p", weights(2.0), 2).version == 2

@@ -119,3 +119,77 @@ def test_a_copied_snapshot_is_fsynced_before_and_after_its_rename(tmp_path, copi
     synced.clear()
     copier("p/one.pt", "p/one_100.pt")
     assert synced == ["file one_100.pt", "dir p"]
+
+
+def test_a_symlink_at_the_destination_never_sends_a_copy_or_its_cleanup_elsewhere(tmp_path, copier):
+    """dst resolved through a symlink planted at its name: the copy replaced (rmtree) the directory it named,
+    another player's (a review). The link is replaced like an old copy; what it named is untouched."""
+    (tmp_path / "ext" / "ckpt").mkdir(parents=True)
+    (tmp_path / "ext" / "ckpt" / "a.bin").write_bytes(b"new")
+    (tmp_path / "q").mkdir()
+    (tmp_path / "q" / "precious.bin").write_bytes(b"q's")
+    (tmp_path / "ext" / "ckpt_100").symlink_to("../q")
+    copier("ext/ckpt", "ext/ckpt_100")
+    assert (tmp_path / "q" / "precious.bin").read_bytes() == b"q's"
+    assert not (tmp_path / "ext" / "ckpt_100").is_symlink()
+    assert (tmp_path / "ext" / "ckpt_100" / "a.bin").read_bytes() == b"new"
+
+
+def test_a_store_version_retired_mid_snapshot_is_missing_not_copied_without_a_manifest(tmp_path, copier):
+    """Retention unpublishes a version (manifest first) before moving its file: a snapshot in between copied the
+    file as a plain one, with no manifest, and the historical player could never be loaded (a review)."""
+    from common.checkpoint_store import CheckpointStore
+
+    store = CheckpointStore(tmp_path)
+    ref = store.publish("main", {"w": np.arange(4, dtype=np.float32)}, version=3)
+    (tmp_path / (ref.path + ".json")).unlink()  # the moment between the two steps of its retirement
+    with pytest.raises(FileNotFoundError, match="retired"):
+        copier(ref.path, ref.path[:-3] + "_500.pt")
+    assert not (tmp_path / (ref.path[:-3] + "_500.pt")).exists()
+
+
+def test_a_snapshot_destination_that_is_a_symlink_is_replaced_not_followed(tmp_path):
+    """The store's snapshot resolved its destination through a symlink: the weights and manifest landed in
+    another player's directory as one of its versions, and an unfinished snapshot's cleanup deleted the file
+    the link named (a review)."""
+    from common.checkpoint_store import CheckpointStore
+
+    store = CheckpointStore(tmp_path)
+    ref = store.publish("p", {"w": np.arange(4, dtype=np.float32)}, version=12)
+    store.publish("q", {"w": np.ones(4, dtype=np.float32)}, version=3)
+    (tmp_path / "q" / "precious.pt").write_bytes(b"q's")
+    (tmp_path / "p" / "v0000000012_5000.pt").symlink_to("../q/precious.pt")
+    snap = store.snapshot(ref.path, "p/v0000000012_5000.pt")
+    assert (tmp_path / "q" / "precious.pt").read_bytes() == b"q's"
+    assert store.versions_on_disk("q") == [3] and not (tmp_path / "q" / "precious.pt.json").exists()
+    assert not (tmp_path / "p" / "v0000000012_5000.pt").is_symlink() and store.load(snap.path).ref == snap
+
+
+def test_a_fifo_or_a_symlinked_commit_lock_in_a_players_directory_cannot_hang_or_redirect_a_publish(tmp_path):
+    """A FIFO under an old version's name hung the publish that dropped its page cache, holding the commit lock;
+    a symlink at .publish.lock made the learner create a file outside the shared root (a review)."""
+    import os
+    import threading
+
+    from common.checkpoint_store import CheckpointStore
+    from common.paths import UnsafePathError
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    store = CheckpointStore(root, keep_last=2)
+    store.publish("p", {"w": np.zeros(2, np.float32)}, 1)
+    store.publish("p", {"w": np.zeros(2, np.float32)}, 2)
+    os.unlink(root / "p" / "v0000000001.pt.train") if (root / "p" / "v0000000001.pt.train").exists() else None
+    os.mkfifo(root / "p" / "v0000000001.pt.train")
+    done = []
+    thread = threading.Thread(target=lambda: done.append(store.publish("p", {"w": np.ones(2, np.float32)}, 3)),
+                              daemon=True)
+    thread.start()
+    thread.join(20)
+    assert done and done[0].version == 3
+    (root / "q").mkdir()
+    (root / "q" / ".publish.lock").symlink_to(outside / "created_by_learner")
+    with pytest.raises(UnsafePathError, match="symlink"):
+        store.publish("q", {"w": np.zeros(2, np.float32)}, 1)
+    assert not (outside / "created_by_learner").exists()

@@ -135,13 +135,13 @@ class BattleSharedPayoff(_SharedPayoff):
                 ids = sorted(po.player_id for po in outcomes)
                 if ids != sorted(result.players):
                     raise InvalidResultError(
-                        f"episodes[{i}].player_outcomes",
+                        f"episodes[{i}].players",
                         f"must name the match's players {list(result.players)}, got {ids}",
                     )
                 pair = (outcomes[0].outcome, outcomes[1].outcome)
                 if pair not in _CONSISTENT:
                     raise InvalidResultError(
-                        f"episodes[{i}].player_outcomes",
+                        f"episodes[{i}].players",
                         f"inconsistent outcomes {pair[0].value}/{pair[1].value} "
                         "(expected win/loss or draw/draw)",
                     )
@@ -276,7 +276,7 @@ class SoloSharedPayoff(_SharedPayoff):
                 ids = [po.player_id for po in episode.player_outcomes]
                 if ids != list(result.players):
                     raise InvalidResultError(
-                        f"episodes[{i}].player_outcomes", f"must be exactly {list(result.players)}, got {ids}"
+                        f"episodes[{i}].players", f"must be exactly {list(result.players)}, got {ids}"
                     )
 
     def update(self, result: JobResult) -> int:

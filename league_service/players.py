@@ -335,7 +335,7 @@ class ActivePlayer(Player):
             )
         self._pending_reset = pending
         self._total_agent_step = update.agent_steps
-        self._train_iteration = update.train_iteration
+        self._train_iteration = max(self._train_iteration, update.train_iteration)  # a count: never shown going back
         if pending is not None:
             return UpdateOutcome(
                 mutated=True, reset_checkpoint_path=pending.path, reset_checkpoint_version=pending.version

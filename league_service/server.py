@@ -72,10 +72,23 @@ async def _answer(context: grpc.aio.ServicerContext, call: Callable[[], T]) -> T
         raise  # context.abort always raises; this keeps the type checker informed
 
 
+MAX_DETAIL_CHARS = 1000
+"""The longest status detail a refusal sends. Details echo what the request held (a checkpoint path of 4,096
+characters, a list of players): over gRPC's 16 KiB metadata limit (non-ASCII is percent-encoded, ~6 bytes a
+character) the client saw RESOURCE_EXHAUSTED instead of the refusal, and retried it for ever (a review)."""
+
+
+def status_detail(message: str) -> str:
+    if len(message) <= MAX_DETAIL_CHARS:
+        return message
+    return f"{message[:MAX_DETAIL_CHARS]}... ({len(message)} characters)"
+
+
 async def _refuse(context: grpc.aio.ServicerContext, err: RequestError) -> None:
     code = next((c for cls, c in _STATUS_CODES if isinstance(err, cls)), grpc.StatusCode.INVALID_ARGUMENT)
-    log.debug("refused with %s: %s", code.name, err)
-    await context.abort(code, str(err))
+    detail = status_detail(str(err))
+    log.debug("refused with %s: %s", code.name, detail)
+    await context.abort(code, detail)
 
 
 def _process_of(context: grpc.aio.ServicerContext) -> str:

@@ -64,6 +64,10 @@ def optional_text(value: str, field: str, max_chars: int = MAX_ID_CHARS) -> str:
     return value
 
 
+MAX_MATCH_PLAYERS = 64
+"""The most players one match (one job) names: leagues pit two players (solo ones, one); room for games of many
+seats, and a bound on what one FinishJob makes the coordinator parse on its event loop."""
+
 # The largest count a request may carry: beyond any real job or player, and small enough that totals of
 # such counts stay within the int64 fields of the status and job replies.
 MAX_COUNT = 2**53
@@ -138,6 +142,13 @@ def parse_finish(req: league_pb2.FinishJobRequest) -> FinishReport:
         raise InvalidArgumentError("status", "must be COMPLETED, RELEASED or FAILED")
     if len(req.episodes) > MAX_EPISODES_PER_JOB:  # refused before checking each (68,000 held the loop ~3 s)
         raise InvalidArgumentError("episodes", f"at most {MAX_EPISODES_PER_JOB} per job, got {len(req.episodes)}")
+    for i, ep in enumerate(req.episodes):  # (the same: one episode of 700,000 players held it ~3 s, a review)
+        if len(ep.players) > MAX_MATCH_PLAYERS:
+            raise InvalidArgumentError(f"episodes[{i}].players",
+                                       f"at most {MAX_MATCH_PLAYERS} players a match, got {len(ep.players)}")
+    if len(req.unloadable_player_ids) > MAX_MATCH_PLAYERS:
+        raise InvalidArgumentError("unloadable_player_ids", f"at most {MAX_MATCH_PLAYERS}, the players of a match, "
+                                                            f"got {len(req.unloadable_player_ids)}")
     return FinishReport(
         worker_id=require_id(req.worker_id, "worker_id"),
         job_id=require_id(req.job_id, "job_id"),
@@ -186,6 +197,18 @@ def _parse_episode(ep: league_pb2.EpisodeResult, i: int) -> EpisodeOutcome:
     return EpisodeOutcome(tuple(outcomes), length)
 
 
+MAX_CHECKPOINT_VERSION = 10**10 - 1
+"""The largest version the checkpoint store writes (ten digits in the file name). A learner's report is at
+most one below: a reset numbers its checkpoint one above the player's, and a reset above what this accepts
+back could never be acknowledged (a review: every later reply repeated the reset)."""
+
+
+def _version(value: int, field: str, maximum: int) -> int:
+    if not 0 <= value <= maximum:
+        raise InvalidArgumentError(field, f"must be in [0, {maximum}], got {value}")
+    return value
+
+
 def parse_update(req: league_pb2.UpdatePlayerRequest) -> PlayerUpdateRequest:
     return PlayerUpdateRequest(
         worker_id=require_id(req.worker_id, "worker_id"),
@@ -194,8 +217,8 @@ def parse_update(req: league_pb2.UpdatePlayerRequest) -> PlayerUpdateRequest:
             train_iteration=require_count(req.train_iteration, "train_iteration"),
             agent_steps=require_count(req.agent_steps, "agent_steps"),
             checkpoint_path=optional_text(req.checkpoint_path, "checkpoint_path", max_chars=4096),
-            checkpoint_version=require_count(req.checkpoint_version, "checkpoint_version"),
-            reset_applied_version=require_count(req.reset_applied_version, "reset_applied_version"),
+            checkpoint_version=_version(req.checkpoint_version, "checkpoint_version", MAX_CHECKPOINT_VERSION - 1),
+            reset_applied_version=_version(req.reset_applied_version, "reset_applied_version", MAX_CHECKPOINT_VERSION),
         ),
     )
 

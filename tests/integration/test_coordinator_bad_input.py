@@ -73,6 +73,15 @@ def test_unknown_ids_are_not_found(served):
         ("Heartbeat", pb.HeartbeatRequest(worker_id="actor", job_ids=["j"] * 4097), "job_ids"),
         ("FinishJob", pb.FinishJobRequest(worker_id="actor", job_id="j", status=1,
                                           episodes=[pb.EpisodeResult()] * 5001), "episodes"),
+        # (the same for one episode of 700,000 players, or as many unloadable ids: a review)
+        ("FinishJob", pb.FinishJobRequest(worker_id="actor", job_id="j", status=1, episodes=[
+            pb.EpisodeResult(players=[pb.PlayerOutcome(player_id="a")] * 65)]), "episodes[0].players"),
+        ("FinishJob", pb.FinishJobRequest(worker_id="actor", job_id="j", status=1,
+                                          unloadable_player_ids=["a"] * 65), "unloadable_player_ids"),
+        # A reset numbers its checkpoint one above the player's: one above what is accepted back was never
+        # acknowledged (a review). Versions are the store's ten digits.
+        ("UpdatePlayer", pb.UpdatePlayerRequest(worker_id="actor", player_id="p", checkpoint_version=10**10 - 1),
+         "checkpoint_version"),
         ("GetJob", pb.GetJobRequest(worker_id="actor", role=ACTOR, wait_s=math.nan), "wait_s"),
         ("GetJob", pb.GetJobRequest(worker_id="actor", role=ACTOR, wait_s=-1), "wait_s"),
         ("GetJob", pb.GetJobRequest(worker_id="actor", role=ACTOR, wait_s=math.inf), "wait_s"),
@@ -264,3 +273,14 @@ def test_a_job_the_server_cannot_encode_fails_at_once_with_the_reason(tmp_path):
             assert "cannot encode this job" in player.last_job_error
             # The server keeps serving.
             stub.Heartbeat(pb.HeartbeatRequest(worker_id="actor"))
+
+
+def test_a_refusal_that_echoes_a_long_request_is_cut_not_resource_exhausted(served):
+    """A checkpoint path of 4,000 non-ASCII characters, echoed in the refusal, made a status detail over gRPC's
+    16 KiB metadata limit: the client saw RESOURCE_EXHAUSTED (which it retries), not INVALID_ARGUMENT (a
+    review)."""
+    _, stub = served
+    code, details = refused(stub.UpdatePlayer, pb.UpdatePlayerRequest(
+        worker_id="actor", player_id="main_player_default_0", checkpoint_path="\u00e9" * 4000 + "/.."))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("checkpoint_path:"), (code, details)
+    assert len(details) < 1100 and "characters)" in details

@@ -136,24 +136,24 @@ def test_self_play_is_not_recorded():
         (
             JobResult("a", ("a", "b"), (EpisodeOutcome((PlayerOutcome("a", W), PlayerOutcome("b", W))),)),
             InvalidResultError,
-            "episodes[0].player_outcomes",
+            "episodes[0].players",
         ),
         (
             JobResult("a", ("a", "b"), (EpisodeOutcome((PlayerOutcome("a", W), PlayerOutcome("c", L))),)),
             InvalidResultError,
-            "episodes[0].player_outcomes",
+            "episodes[0].players",
         ),
         (
             JobResult("a", ("a", "b"), (EpisodeOutcome((PlayerOutcome("a", W),)),)),
             InvalidResultError,
-            "episodes[0].player_outcomes",
+            "episodes[0].players",
         ),
         (
             JobResult(
                 "a", ("a", "b"), (EpisodeOutcome((PlayerOutcome("a", Outcome.NONE), PlayerOutcome("b", L))),)
             ),
             InvalidResultError,
-            "episodes[0].player_outcomes",
+            "episodes[0].players",
         ),
     ],
 )

@@ -304,6 +304,14 @@ def _update(player: ActivePlayer, steps: int, path: str = "", version: int = 0, 
     return player.apply_update(PlayerUpdate(player.player_id, iteration, steps, path, version, reset_applied))
 
 
+def test_the_train_iteration_shown_never_goes_back():
+    """Steps and versions refused going back; the train iteration was taken as sent (100, then 1: status said 1)."""
+    player = _active(_payoff(), NaiveSpPlayer, "sp", NaiveSpPlayerConfig(one_phase_step=100))
+    _update(player, 10, iteration=100)
+    _update(player, 20, iteration=1)
+    assert player.train_iteration == 100
+
+
 def test_trained_enough_after_one_phase_without_the_strong_rule():
     payoff = _payoff()
     player = _active(payoff, NaiveSpPlayer, "sp", NaiveSpPlayerConfig(one_phase_step=100))

@@ -137,6 +137,12 @@ def _error_summary(text: str) -> str:
     return f"{lines[0]} [...] {lines[-1].strip()}"
 
 
+def _continued(text: str) -> str:
+    """A worker's multi-line error (a traceback) for the log, its lines after the first marked as continuations:
+    a line of its own could pass for one of the coordinator's (a forged timestamp and level)."""
+    return text.strip().replace("\n", "\n    | ")
+
+
 def _raised(text: str) -> str:
     """The exception a worker's error ends with, without its type: "path: digest does not match ..."."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
@@ -778,7 +784,8 @@ class Coordinator:
                 self._counters = self._counters.plus(jobs_given_up=1)
                 log.error("collect job of %s (players %s) failed %d attempts in a row; given up (%d failed attempts "
                           "of this player since its last completed job%s). Last error: %s", player,
-                          list(lease.players), lease.attempt, books.failures_in_a_row, wait, books.last_error)
+                          list(lease.players), lease.attempt, books.failures_in_a_row, wait,
+                          _continued(books.last_error))
         self._persist(job_failures=(books,))
 
     def _unloadable_to_verify(self, report: FinishReport, process: str) -> bool:

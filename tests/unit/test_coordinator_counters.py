@@ -152,3 +152,13 @@ def test_status_builds_the_payoff_rows_and_player_views_outside_the_locks_every_
         assert later.job_id not in {j.job_id for j in now.jobs} and now.league.counters.matches == 4
     finally:
         coordinator.close()
+
+
+def test_a_workers_multi_line_error_is_logged_as_continuation_lines():
+    """A worker's error text (a traceback) went into the log line by line: a line of it could pass for one of the
+    coordinator's own (a review)."""
+    from league_service.coordinator import _continued
+
+    forged = "Traceback (most recent call last):\n2026-11-29 12:00:00 ERROR league: all jobs lost\nValueError: x"
+    assert _continued(forged).splitlines()[1:] == ["    | 2026-11-29 12:00:00 ERROR league: all jobs lost",
+                                                   "    | ValueError: x"]

@@ -7,6 +7,12 @@ MAX_ID_CHARS = 256
 """The longest worker, job or player id a service accepts. The coordinator issues none longer; a learner keeps the
 (worker id, job id) of the streams it has seen (to drop resent chunks), and kept ids of megabytes before."""
 
+STATUS_MAX_BYTES = 256 * 2**20
+"""Largest GetStatus reply the coordinator sends and status clients take (tools, `league run`, and learners,
+which read their player's totals from it when they bind). The status lists every player, payoff entry and
+registered worker, so it outgrows gRPC's default 4 MB in a long league (~6,000 historical players, or ~5,000
+workers with long ids); requests keep the small default limit."""
+
 MAX_ENV_NUM = 4096
 """The most environments one actor runs for a job (`env.env_num`, `run.env_num_per_actor`, `league actor
 --env-num`; the wire field is an int32): each is a live env (a process of its own with the subprocess manager)

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-STATUS_MAX_BYTES = 256 * 2**20
-"""Largest GetStatus reply the coordinator sends and status clients take. The status lists every player,
-payoff entry and registered worker, so it outgrows gRPC's default 4 MB in a long league (~6,000 historical
-players, or ~5,000 workers with long ids); requests keep the small default limit."""
+from common.job_limits import STATUS_MAX_BYTES  # noqa: F401  (its home before learners needed it too)
 
 REFERENCE_BOT_TYPE = "reference_bot"
 """The `player_type` of a reference bot (players.ReferenceBotPlayer), as status readers see it."""

@@ -24,6 +24,7 @@ from typing import Any
 
 import grpc
 
+from common.job_limits import STATUS_MAX_BYTES
 from common.proto.league.v1 import league_pb2, league_pb2_grpc
 from common.rpc import RetryPolicy, call_idempotent, check_registration, make_channel, stoppable
 from common.struct_data import struct_to_dict
@@ -137,12 +138,15 @@ class LeagueClient:
         self.address = address
         self.worker_id = worker_id
         self.max_backoff_s = max_backoff_s
-        self._channel = make_channel(address, token=token, tls_ca=tls_ca)
+        # Replies up to the status's size: a learner binding a player reads the league's totals for it from
+        # GetStatus, which outgrows gRPC's default 4 MB in a long league (~6,000 historical players), and every
+        # bind then failed RESOURCE_EXHAUSTED, the learner exiting 1 (a review).
+        self._channel = make_channel(address, token=token, tls_ca=tls_ca, max_message_bytes=STATUS_MAX_BYTES)
         self._stub = league_pb2_grpc.LeagueServiceStub(self._channel)
         self._cond = threading.Condition()
         self._interrupted = False
         self._stopped = threading.Event()  # set with `_interrupted`: cuts the backoff of retried calls short
-        # player id -> reset_checkpoint_version of the latest reset handed to the caller (see update_player).
+        # player id -> reset_checkpoint_version of the latest reset the caller applied (`ack_reset`).
         self._resets_handed_out: dict[str, int] = {}
 
     def leave(self) -> None:
@@ -264,10 +268,15 @@ class LeagueClient:
             if err.code() in BINDING_REFUSED:
                 raise BindingLost(f"UpdatePlayer refused: {err.details()}") from err
             raise
-        if reply.mutated:
-            latest = self._resets_handed_out.get(player_id, 0)
-            self._resets_handed_out[player_id] = max(latest, reply.reset_checkpoint_version)
         return reply
+
+    def ack_reset(self, player_id: str, version: int) -> None:
+        """The caller continues from the league's reset of `player_id` numbered `version`: the next updates say so
+        (`reset_applied_version`). Told by the caller once it loaded the reset, not on the reply that named it: a
+        reset whose checkpoint could not be loaded was acknowledged anyway, and the league accepted checkpoints
+        trained on from the weights it had thrown away (a review)."""
+        latest = self._resets_handed_out.get(player_id, 0)
+        self._resets_handed_out[player_id] = max(latest, version)
 
     def finish(self, job_id: str, status: int, error: str = "", *, patient: bool = True) -> bool:
         """FinishJob (idempotent by job id); False if the coordinator was unreachable or refused it. Not

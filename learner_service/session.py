@@ -504,6 +504,7 @@ class LearnSession:
             self.trainer.spec, self.config, self.trainer.progress, seed=self.seed,
             device=self._context.device, weights=weights, version=new_version,
         )
+        self.client.ack_reset(self.job.player_id, version)  # training goes on from it: the next report says so
         ref = self._publish()
         log.info("%s was reset by the league to %s: continuing at version %d", self.job.player_id,
                  path or "a fresh initialisation", new_version)

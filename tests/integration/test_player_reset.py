@@ -1,6 +1,6 @@
 """A mutation (reset) decided by the snapshot thread is not lost with an UpdatePlayer reply: every reply repeats
 it until the learner acknowledges it (reset_applied_version), across a coordinator restart too; the learner's
-LeagueClient acknowledges the resets it handed to its caller."""
+LeagueClient acknowledges the resets its caller applied."""
 
 from __future__ import annotations
 
@@ -59,6 +59,11 @@ def test_a_reset_is_repeated_until_the_learner_acknowledges_it(tmp_path):
             # The learner's client sees it this time, and its next report (trained from the reset) says so.
             seen = client.update_player(PLAYER, Progress(agent_steps=130, train_iteration=13), f"{PLAYER}/v2.pt", 2)
             assert seen is not None and seen.mutated and seen.reset_checkpoint_version == reset_version
+            # Not applied (its checkpoint could not be loaded, say): not acknowledged, so the reset stays. It was
+            # acknowledged on sight, and the league took checkpoints trained from the weights it threw away.
+            again = client.update_player(PLAYER, Progress(agent_steps=135, train_iteration=13), f"{PLAYER}/v2.pt", 2)
+            assert again is not None and again.mutated
+            client.ack_reset(PLAYER, seen.reset_checkpoint_version)  # what the session does once it applied it
             after = client.update_player(PLAYER, Progress(agent_steps=140, train_iteration=14), f"{PLAYER}/v3.pt", 3)
             assert after is not None and not after.mutated
             status = _player(stub)

@@ -286,6 +286,35 @@ def test_a_stop_while_binding_ends_the_wait_for_the_leagues_progress():
         client.close()
 
 
+class _BigStatus(league_pb2_grpc.LeagueServiceServicer):
+    """A long league's status: over gRPC's default 4 MB."""
+
+    def GetStatus(self, request, context):
+        players = [league_pb2.PlayerStatus(player_id=f"historical_{i:06d}_" + "x" * 60, active=False)
+                   for i in range(60_000)]
+        players.append(league_pb2.PlayerStatus(player_id="p", active=True, agent_steps=1234, train_iteration=56))
+        return league_pb2.LeagueStatus(players=players)
+
+
+def test_a_learner_binds_a_player_of_a_league_whose_status_is_over_4_mb():
+    """The status outgrows 4 MB in a long league (~6,000 historical players); the learner read its player's totals
+    from it over a channel of the default limit, so every bind failed RESOURCE_EXHAUSTED and the learner exited 1
+    (a review)."""
+    from common.job_limits import STATUS_MAX_BYTES
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2),
+                         options=[("grpc.max_send_message_length", STATUS_MAX_BYTES)])
+    league_pb2_grpc.add_LeagueServiceServicer_to_server(_BigStatus(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    client = LeagueClient(f"127.0.0.1:{port}", "w")
+    try:
+        assert client.player_progress("p") == Progress(1234, 56)
+    finally:
+        client.close()
+        server.stop(None)
+
+
 def test_a_release_publishes_the_moving_average_of_the_weights_as_the_last_checkpoint(tmp_path, caplog):
     """learner.average_decay > 0: the release publishes the average as one more version (what the run's final
     network is), after the updates of the stop's training were folded into it."""

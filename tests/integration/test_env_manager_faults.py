@@ -366,3 +366,60 @@ def test_an_env_that_fails_to_build_is_the_only_one_charged(launched, tmp_path):
     for _ in range(6):
         _step_all(manager)  # env 1 fails once: its one retry
     assert manager.failure_counts == {0: 1, 1: 1} and not manager.closed
+
+
+class SlowThenUnbuildable(FaultyEnv):
+    """Its first step takes 0.5 s and raises, and from then on it cannot be built again (the marker file)."""
+
+    def __init__(self, marker: pathlib.Path):
+        if marker.exists():
+            raise OSError("cannot be built any more")
+        super().__init__()
+        self._marker = marker
+
+    def step(self, action: int) -> TimeStep:
+        time.sleep(0.5)
+        self._marker.write_text("x")
+        raise ValueError("boom, and broken for good")
+
+
+def test_a_reset_waiting_for_a_step_whose_env_breaks_for_good_raises_instead_of_looping(launched, tmp_path):
+    """Failures found while a reset waits for the last job's steps were never counted: an env whose rebuild kept
+    failing kept the reset waiting for ever (thousands of rebuilds, a review). One is let go; the next count."""
+    manager = launched([FaultyEnv, partial(SlowThenUnbuildable, tmp_path / "broken")], num_workers=1, num_splits=2,
+                       wait_num=1, max_retry=2)
+    out = manager.step({0: 0, 1: 0})
+    assert list(out) == [0]  # env 1 still stepping
+    with pytest.raises(EnvError, match="max_retry=2"):
+        manager.reset()
+    assert manager.closed
+
+
+class EndsAtOnce(FaultyEnv):
+    def step(self, action: int) -> TimeStep:
+        return TimeStep(np.array([1.0], np.float32), 1.0, True, False, NO_INFO)
+
+
+def test_a_timestep_received_before_its_worker_died_is_returned_not_replaced(launched, tmp_path):
+    """Env 0 ended its episode in the worker's first split, env 1 killed the worker in the second: env 0's real
+    last step (reward, terminated) was replaced by a failure's, with the next episode's first observation (a
+    review). It is returned as it was; env 1's is the failure."""
+    manager = launched([EndsAtOnce, partial(FaultyEnv, "kill", tmp_path / "budget", 1, fail_at=1)],
+                       num_workers=1, num_splits=2, max_retry=1)
+    out = manager.step({0: 0, 1: 0})
+    assert out[0].terminated and out[0].reward == 1.0 and out[0].info.failure is None, out[0]
+    assert out[1].truncated and out[1].info.failure is not None
+
+
+def test_an_action_that_cannot_be_pickled_is_refused_and_leaves_the_envs_ready(launched):
+    """It failed inside the send, after the command counted as sent: the envs stayed in flight, and the next call
+    killed the healthy worker as hung (a review)."""
+    manager = launched([FaultyEnv, FaultyEnv], num_workers=1, step_timeout=2.0)
+    pids = manager.worker_pids
+    with pytest.raises(ValueError, match="action of env 0 cannot be sent"):
+        manager.step({1: 0, 0: threading.Lock()})
+    assert manager.ready_env == [0, 1]
+    assert set(_step_all(manager)) == {0, 1} and manager.worker_pids == pids
+    with pytest.raises(ValueError, match="reset_params of env 1 cannot be sent"):
+        manager.reset({1: {"lock": threading.Lock()}})
+    assert manager.ready_env == [0, 1]

@@ -508,8 +508,12 @@ class BaseEnvManager:
             if not isinstance(params, Mapping):
                 raise TypeError(f"reset_params[{env_id}]: expected a mapping of reset arguments, got "
                                 f"{type(params).__name__}")
+            self._check_sendable(env_id, params, "reset_params")
             out[env_id] = params
         return out
+
+    def _check_sendable(self, env_id: int, value: Any, what: str) -> None:
+        """Hook: whether `value` can reach env `env_id` (the subprocess manager pickles it to a worker)."""
 
     def _env_id(self, env_id: Any, what: str) -> int:
         if isinstance(env_id, bool) or not isinstance(env_id, numbers.Integral) or not 0 <= env_id < self.env_num:
@@ -566,8 +570,19 @@ class BaseEnvManager:
         counted = env_id not in self._uncounted
         if counted:
             self._failures[env_id] += 1
+        else:  # one failure of the wait before a reset is not counted; a second is (a rebuild failing again
+            # and again kept that wait, and the reset, going for ever: a review)
+            self._uncounted = self._uncounted - {env_id}
         self._in_flight.discard(env_id)
-        if self._state[env_id] is EnvState.RUN:
+        pending = self._results.get(env_id)
+        if pending is not None:
+            # A timestep the caller has not received yet (the env stepped; a sibling env killed the worker): kept,
+            # not overwritten by a failure's with the next episode's first observation and no reward. One that
+            # ended its episode stays as it is; one mid-episode ends it here, as any failure does.
+            if not (pending.terminated or pending.truncated):
+                self._results[env_id] = replace(
+                    pending, truncated=True, info=replace(pending.info, failure=f"{failure.stage}: {failure.description}"))
+        elif self._state[env_id] is EnvState.RUN:
             self._results[env_id] = TimeStep(
                 obs=self._next_obs.pop(env_id),
                 reward=self._zero_reward(),

@@ -31,6 +31,7 @@ import math
 import multiprocessing
 import multiprocessing.util
 import os
+import pickle
 import queue
 import select
 import signal
@@ -292,6 +293,10 @@ class _Worker:
         return f"env worker {self.index} (pid {self.pid}, envs {list(self.env_ids)})"
 
 
+_PLAIN_ACTIONS = (int, float, np.integer, np.floating)
+"""Actions that always pickle (the hot path checks no further)."""
+
+
 class SubprocessEnvManager(BaseEnvManager):
     """Same interface and trajectories as BaseEnvManager; envs run in `num_workers` processes."""
 
@@ -385,6 +390,9 @@ class SubprocessEnvManager(BaseEnvManager):
         pooled = buffer is not None and bool(buffer.pool_slots)
         step_slot = self._step_slot
         undelivered = self._results  # timesteps not returned yet (landed during a partial reset)
+        for env_id, action in actions.items():  # before anything changes: a send that fails leaves it as it was
+            if not isinstance(action, _PLAIN_ACTIONS):
+                self._check_sendable(env_id, action, "action")
         for env_id, action in actions.items():
             if env_id not in next_obs or env_id in in_flight or env_id in undelivered or isinstance(env_id, _BOOLS):
                 raise ValueError(self._not_ready_message(env_id))
@@ -546,6 +554,18 @@ class SubprocessEnvManager(BaseEnvManager):
         worker.process.close()
         worker.conn.close()
         return code
+
+    def _check_sendable(self, env_id: int, value: Any, what: str) -> None:
+        """An action or reset argument that cannot be pickled failed inside the send, after the command was
+        counted as sent: its envs stayed in flight, and the next call killed the healthy worker as hung (a
+        review). Refused before anything changes, naming the env."""
+        if isinstance(value, np.ndarray) and value.dtype.kind != "O":
+            return
+        try:
+            pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+        except Exception as err:
+            raise ValueError(f"{what} of env {env_id} cannot be sent to its worker process (it is pickled): "
+                             f"{type(err).__name__}: {err}") from None
 
     def _send(self, worker: _Worker, command: Any, what: str, timeout: float | None) -> None:
         worker.sent(what, timeout)

@@ -40,9 +40,12 @@ class MainPlayer(BattleActivePlayer):
         return self._get_players(lambda p: isinstance(p, HistoricalPlayer))
 
     def _past_versions_of(self, player: Player) -> list[Player]:
-        return self._get_players(
+        """Oldest first (by the step they were taken at, not the order they joined): a pretrained historical
+        player added when a resumed league turned use_pretrain_init_historical on joins last, and was taken for
+        the newest version, defeating the forgetting check's monotonic-suffix rule (a review)."""
+        return sorted(self._get_players(
             lambda p: isinstance(p, HistoricalPlayer) and p.parent_id == player.player_id
-        )
+        ), key=lambda p: p.total_agent_step)
 
     def _pfsp_branch(self, rng: np.random.Generator) -> Player:
         historical = self._historical()

@@ -495,6 +495,7 @@ class BaseLeagueManager(ABC):
         if reset_path is None:
             return False
         ref = player.reset_checkpoint(reset_path)
+        self.payoff.forget_results_of(player.player_id)  # other weights: their win rates are not known yet
         log.info("mutated %s: reset to %r (version %d)", player.player_id, ref.path, ref.version)
         return True
 

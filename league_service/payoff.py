@@ -102,6 +102,9 @@ class _SharedPayoff:
                 raise ValueError(f"player_id: {player.player_id!r} is already in the payoff")
             self._players[player.player_id] = player
 
+    def forget_results_of(self, player_id: str) -> None:
+        """Start `player_id`'s records afresh (a reset player); solo records are its episodes' returns: kept."""
+
     def has_player(self, player_id: str) -> bool:
         with self._lock:
             return player_id in self._players
@@ -171,6 +174,19 @@ class BattleSharedPayoff(_SharedPayoff):
                 record["played"] += 1
                 record[_OUTCOME_KEY[outcome.reverse() if reverse else outcome]] += 1.0
             return len(matches)
+
+    def forget_results_of(self, player_id: str) -> None:
+        """A player reset to other weights (a mutation) starts its records afresh: its win rates are the
+        default again until it has played. The old ones were the discarded weights': a main exploiter below
+        min_valid_win_rate against the main player played only that player's past versions, so its record
+        against the main player never changed again, and the stuck rule reset it at every snapshot however it
+        did (a review). The games played (`played`) stay counted."""
+        with self._lock:
+            for key, record in self._data.items():
+                if player_id in key:
+                    for name in BattleRecordDict.data_keys:
+                        record[name] = 0.0
+                    self._changed.add(key)
 
     def record(self, home: str, away: str) -> BattleRecordDict:
         """A copy of the record of `home` against `away`, from home's side."""
@@ -242,6 +258,9 @@ class BattleSharedPayoff(_SharedPayoff):
             try:
                 home, away = str(row["home"]), str(row["away"])
                 values = [float(row[k]) for k in BattleRecordDict.data_keys]
+                if not all(math.isfinite(v) and v >= 0 for v in values):  # (a damaged or hand-edited state: a
+                    # NaN count made a NaN win rate, PFSP raised, and the league stopped launching jobs for good)
+                    raise ValueError(f"wins, draws, losses and games must be finite and >= 0, got {values}")
                 played = row.get("played", 0)  # absent from records saved before it was counted
                 if isinstance(played, bool) or not isinstance(played, int) or played < 0:
                     raise ValueError(f"played must be an integer >= 0, got {played!r}")

@@ -522,6 +522,24 @@ def test_mutation_resets_to_the_pretrained_checkpoint_and_tells_the_learner(make
     assert next(p for p in status.players if p.player_id == LEAGUE_EXPLOITER).mutations == 1
 
 
+def test_a_reset_player_starts_its_win_rates_afresh(make_league):
+    """A main exploiter below min_valid_win_rate against the main player plays only that player's past versions,
+    so its record against the main player never changed again, and the stuck rule reset it at every snapshot (a
+    review). A reset player's records start afresh (the default rate); its games played stay counted."""
+    cfg = _cfg(main_exploiter={"one_phase_step": 100, "strong_win_rate": None, "reset_after_steps": 100})
+    league = make_league(cfg, save=lambda s, d: None)
+    league.payoff.record_validated([(EXPLOITER, MAIN, Outcome.LOSS)] * 10)  # (its jobs' results)
+    assert league.payoff.win_rate(EXPLOITER, MAIN) == 0.0
+    _update(league, EXPLOITER, 100, "ex/v1.pt", 1)
+    league.snapshot_ready_players()
+    assert league.get_player(EXPLOITER).mutations == 1
+    default = cfg.league.payoff.default_win_rate
+    assert league.payoff.win_rate(EXPLOITER, MAIN) == default and league.payoff.win_rate(MAIN, EXPLOITER) == default
+    assert league.payoff.record(EXPLOITER, MAIN)["played"] == 10
+    changed = league.payoff.take_changed_records()  # what the state store writes
+    assert any({r["home"], r["away"]} == {EXPLOITER, MAIN} and r["games"] == 0.0 for r in changed)
+
+
 def test_main_exploiter_resets_after_its_step_limit(make_league):
     cfg = _cfg(main_exploiter={"one_phase_step": 100, "strong_win_rate": None, "reset_after_steps": 100})
     league = make_league(cfg, save=lambda s, d: None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import threading
 
 import numpy as np
@@ -119,6 +120,10 @@ def test_the_games_played_are_counted_beside_the_decayed_counts_and_saved():
     for bad in (-1, 1.5, "7", True):
         with pytest.raises(LeagueStateError, match="played"):
             restored.load_records({"records": [{**old["records"][0], "played": bad}]})
+    # A NaN count made a NaN win rate, PFSP raised, and the league stopped launching jobs (a review).
+    for key, bad in (("wins", math.nan), ("games", math.inf), ("losses", -1.0)):
+        with pytest.raises(LeagueStateError, match="finite and >= 0"):
+            restored.load_records({"records": [{**old["records"][0], key: bad}]})
 
 
 def test_self_play_is_not_recorded():

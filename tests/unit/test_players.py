@@ -161,6 +161,20 @@ def test_main_player_verification_replays_forgotten_past_versions():
     _assert_distribution(_opponent_frequencies(main), {"main_0": 0.9, "main_1": 0.1, "main_2": 0.0})
 
 
+def test_past_versions_are_oldest_first_by_step_whatever_order_they_joined_in():
+    """A pretrained historical player (step 0) added when a resumed league turned use_pretrain_init_historical
+    on joins last: it was taken for the newest past version (a review)."""
+    payoff = _payoff()
+    main = _active(payoff, MainPlayer, "main", MainPlayerConfig(branch_probs={"verification": 1.0}))
+    past = []
+    for step in (100, 200, 300, 0):
+        player = HistoricalPlayer(player_id=f"main_{step}", category="default", payoff=payoff, parent_id="main",
+                                  parent_type="main_player", total_agent_step=step)
+        payoff.add_player(player)
+        past.append(player)
+    assert [p.player_id for p in main._past_versions_of(main)] == ["main_0", "main_100", "main_200", "main_300"]
+
+
 def test_main_player_verification_without_weakness_is_self_play():
     payoff = _payoff()
     main = _active(payoff, MainPlayer, "main", MainPlayerConfig(branch_probs={"verification": 1.0}))

@@ -168,6 +168,15 @@ MAX_FIGURE_INCHES = 30.0
 MAX_TICK_LABELS = 60
 
 
+def _decayed_games(row: dict[str, Any]) -> float:
+    """The pair's decayed game count, what its win rate rests on: 0 for a pair whose records a reset started
+    afresh (its rate is then the default, not an observation; it showed as 0.50 (40) here, a review)."""
+    try:
+        return float(row.get("games", 1.0))
+    except (TypeError, ValueError):
+        return 0.0
+
+
 def _games_played(row: dict[str, Any]) -> float:
     """The games a payoff row's pair played (JSON writes int64 as a string); a history from before the count
     was kept has only the decayed `games`."""
@@ -365,7 +374,7 @@ def write_plots(history_path: Path, out_dir: Path, notes: list[str] | None = Non
         games = np.zeros((len(rows), len(names)))
         for row in payoff:
             i, j = row_index.get(row["home"]), index[row["away"]]
-            if i is not None:
+            if i is not None and _decayed_games(row) > 0:  # (none: a reset player's pair, as `league status`)
                 rate[i, j] = row.get("win_rate", np.nan)
                 games[i, j] = _games_played(row)
         per_column = 0.6 if rows is names else 0.3  # a strip of a few rows reads fine with narrower cells
@@ -414,6 +423,9 @@ def plot_main(args: argparse.Namespace) -> int:
         written = write_plots(args.history, args.out, notes)
     except (OSError, ValueError) as err:  # a missing or foreign file, an --out that cannot be a directory
         print(f"league plot: {err}", file=sys.stderr)
+        return SETUP_ERROR_EXIT
+    except TypeError as err:  # a record of the right shape with values of the wrong types (a null player id)
+        print(f"league plot: --history {args.history}: a malformed status record ({err})", file=sys.stderr)
         return SETUP_ERROR_EXIT
     for note in notes:
         print(f"league plot: {note}", file=sys.stderr)

@@ -45,9 +45,13 @@ def status_console() -> Console:
     squeezed the active-player table's steps, iteration and rating columns to nothing in `league status |
     less` and in the summary `league run` leaves in its log; a terminal keeps its own width."""
     # No emoji codes either: ":ok:" in a worker's id or an error message is text, not a picture.
-    if sys.stdout.isatty() or "COLUMNS" in os.environ:
+    if sys.stdout.isatty() or _positive(os.environ.get("COLUMNS", "")):  # (COLUMNS=0 printed nothing at all)
         return Console(emoji=False)
     return Console(width=PIPED_WIDTH, emoji=False)
+
+
+def _positive(text: str) -> bool:
+    return text.strip().isdigit() and int(text) > 0
 
 
 def status_to_json(status: league_pb2.LeagueStatus, *, compact: bool = False) -> str:
@@ -59,9 +63,11 @@ def status_to_json(status: league_pb2.LeagueStatus, *, compact: bool = False) ->
         always_print_fields_with_no_presence=True,
         unquote_int64_if_possible=True,
     )
+    # Keys sorted: protobuf puts fields left at their zero value after the set ones, so a key's place moved with
+    # its value (a counter leaving zero reordered the lines of --watch --json; a review).
     if compact:
-        return json.dumps(data, separators=(",", ":"))
-    return json.dumps(data, indent=2, sort_keys=False)
+        return json.dumps(data, separators=(",", ":"), sort_keys=True)
+    return json.dumps(data, indent=2, sort_keys=True)
 
 
 def render_status(status: league_pb2.LeagueStatus, workers: bool = True) -> Group:
@@ -100,7 +106,7 @@ def _players(status: league_pb2.LeagueStatus) -> list[Table]:
     columns = ["type", "steps", "iter", "checkpoint", *(["mean return", "episodes"] if solo else ["elo", "trueskill"]),
                "slots", "learner"]
     rows = [[p.player_id, p.player_type, f"{p.agent_steps:,}", str(p.train_iteration), _checkpoint(p),
-             *([f"{p.mean_return:.2f}", str(p.episodes)] if solo else _ratings(p)),
+             *([f"{p.mean_return:.2f}" if p.episodes else "-", str(p.episodes)] if solo else _ratings(p)),
              f"{p.slots_used}/{p.slots_limit}", p.learner_worker_id or "-"] for p in active]
     tables: list[RenderableType] = [_fitted("active players", active, columns, rows,
                                             ["checkpoint", "trueskill", "learner", "type", "slots", "iter",
@@ -121,10 +127,11 @@ def _players(status: league_pb2.LeagueStatus) -> list[Table]:
         shown = _newest_per_parent(historical, HISTORICAL_ROWS)
         title = f"historical players ({len(historical)}" + (
             f"; the newest {len(shown)}, all with --json)" if len(shown) < len(historical) else ")")
+        # (solo: no ratings, as for its active players; a snapshot's were the starting values for good)
         rows = [[p.player_id, "(reference bot)" if p.player_type == REFERENCE_BOT_TYPE else p.parent_id or "-",
-                 f"{p.agent_steps:,}", _checkpoint(p), *_ratings(p)] for p in shown]
-        tables.append(_fitted(title, shown, ["parent", "steps", "checkpoint", "elo", "trueskill"], rows,
-                              ["checkpoint", "trueskill", "parent"]))
+                 f"{p.agent_steps:,}", _checkpoint(p), *([] if solo else _ratings(p))] for p in shown]
+        tables.append(_fitted(title, shown, ["parent", "steps", "checkpoint", *([] if solo else ["elo", "trueskill"])],
+                              rows, ["checkpoint", "trueskill", "parent"] if not solo else ["checkpoint", "parent"]))
     set_aside = [p for p in historical if p.set_aside]
     if set_aside:
         table = PlainTable(title="set aside from matchmaking: their checkpoints cannot be loaded", title_justify="left")

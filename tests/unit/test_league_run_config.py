@@ -132,6 +132,15 @@ def test_plots_are_written_from_history(tmp_path):
     assert all(p.stat().st_size > 1000 for p in written)
 
 
+def test_a_pair_whose_records_a_reset_started_afresh_is_no_observed_rate_in_the_plot():
+    """A reset player's pair keeps its games played and has no decayed games: its rate is the default, which the
+    plot showed as 0.50 (40) where `league status` shows "-" (a review)."""
+    from league_cli.plot import _decayed_games
+
+    assert _decayed_games({"games": 0.0, "games_played": 40}) == 0.0
+    assert _decayed_games({"games": 5.0}) == 5.0 and _decayed_games({}) == 1.0  # (older histories: no count)
+
+
 def test_the_ratings_plot_names_the_reference_bots_it_is_read_against():
     """Only the active players had a legend entry: the bots, sold as the ratings' yardsticks, were unnamed lines."""
     from league_cli.plot import rating_line
@@ -200,6 +209,10 @@ def test_corrupt_history_in_the_middle_is_an_error(tmp_path):
     ('{"players": [], "payoff": [{"home": "a"}]}\n', r"h.jsonl:1: not a status record"),
     (b"\xd0\x00\xff", r"h.jsonl: not a status history \(not UTF-8"),
     ("", r"h.jsonl: no status records"),
+    # Records of the right shape with values of the wrong types: a traceback, exit 1 (a review).
+    ('{"players": [{"player_id": "a", "active": false, "agent_steps": [1]}, {"player_id": "b", "active": false}], '
+     '"payoff": [{"home": "b", "away": "a", "wins": 1, "draws": 0, "losses": 0, "games": 1, "win_rate": 1.0}]}\n',
+     r"malformed status record"),
 ])
 def test_league_plot_refuses_a_file_that_is_not_a_status_history_in_one_line(tmp_path, capsys, content, message):
     import argparse

@@ -188,3 +188,40 @@ def test_text_from_workers_and_errors_is_shown_as_it_is_not_read_as_markup():
     for literal in ("[/l]", "/r/[/y]/v1.pt", "learner[/z]", "KeyError: '[bold]x'", "damaged [red]", "actor[/w]:ok:",
                     "[/h]", "[/j]"):
         assert literal in text, literal
+
+
+def test_a_solo_league_shows_no_ratings_for_snapshots_nor_a_return_before_any_episode():
+    """A solo snapshot's Elo and TrueSkill were the starting values for good; a player with no episode showed a
+    mean return of 0.00 (a review)."""
+    status = league_pb2.LeagueStatus(league_id="L", league_type="solo")
+    status.players.add(player_id="solo_active_player_default_0", player_type="solo_active_player", active=True)
+    status.players.add(player_id="solo_active_player_default_0_100", player_type="historical_player",
+                       parent_id="solo_active_player_default_0", agent_steps=100, active=False, elo=1200.0)
+    text = _text(status)
+    assert "elo" not in text and "trueskill" not in text and "1200" not in text
+    row = next(line for line in text.splitlines() if line.lstrip("│ ").startswith("solo_active_player_default_0 "))
+    assert "0.00" not in row
+
+
+def test_status_json_keys_keep_their_order_whatever_the_values():
+    """Fields left at zero came after the set ones, so a key's place moved with its value (a review)."""
+    import json
+
+    from league_service.status_view import status_to_json
+
+    zero, set_ = league_pb2.LeagueStatus(league_id="L"), league_pb2.LeagueStatus(league_id="L", league_type="solo")
+    zero.counters.jobs_issued, set_.counters.jobs_issued = 0, 5
+    for compact in (False, True):
+        keys = [list(json.loads(status_to_json(s, compact=compact))["counters"]) for s in (zero, set_)]
+        assert keys[0] == keys[1] == sorted(keys[0])
+
+
+def test_columns_that_is_not_a_positive_width_is_ignored(monkeypatch):
+    """COLUMNS=0 made a console of width 0: `league status` printed nothing and exited 0 (a review)."""
+    from league_service.status_view import PIPED_WIDTH, status_console
+
+    for value in ("0", "abc", ""):
+        monkeypatch.setenv("COLUMNS", value)
+        assert status_console().width == PIPED_WIDTH  # stdout is not a terminal under pytest
+    monkeypatch.setenv("COLUMNS", "120")
+    assert status_console().width == 120

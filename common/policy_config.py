@@ -104,7 +104,9 @@ class ModelConfig:
     """Width of the recurrent core's state (with ``recurrent``)."""
     value_bound: float | None = None
     """Actor-critic models: values squashed into (-value_bound, value_bound) by ``value_bound * tanh``, for
-    envs whose returns stay within that bound (a game won or lost: 1). An unbounded head can overshoot
+    envs whose returns stay within that bound (a game won or lost: 1), in the value head's units: PPO's
+    ``reward_scale`` multiplies the returns first (a bound of 1 with a scale of 10 caps targets of 10 at 1).
+    An unbounded head can overshoot
     there (values of 1.0-1.2 were seen in won connect-four positions), which gives the winning move a
     negative advantage. On the default connect-four league it did not help (BENCHMARKS.md). None: unbounded."""
     obs_norm: bool = False

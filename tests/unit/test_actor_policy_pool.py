@@ -32,6 +32,20 @@ def store(tmp_path):
     return CheckpointStore(tmp_path)
 
 
+def _failing_open(name: str, error: OSError):
+    """The store's `_open_regular`, raising `error` for files called `name` (a share refusing one file now)."""
+    import common.checkpoint_store as checkpoint_store
+
+    opened = checkpoint_store._open_regular
+
+    def failing(path):
+        if path.name == name:
+            raise type(error)(error.errno, error.strerror, str(path))
+        return opened(path)
+
+    return failing
+
+
 def pool(store, **settings) -> PolicyPool:
     defaults = dict(first_checkpoint_wait_s=0.0, reload_interval_s=1e-6)  # a publish takes far longer
     return PolicyPool(store, POLICY, INFO, PolicySettings(**{**defaults, **settings}), StopSignal())
@@ -327,12 +341,7 @@ def test_a_historical_opponent_whose_manifest_cannot_be_read_now_is_not_named_un
 
     store.publish("h", weights(1), 1)
     store.snapshot("h/v0000000001.pt", "h/v0000000001_100.pt")
-    opened = checkpoint_store._open_regular
-
-    def no_permission(path):
-        if path.name == "v0000000001_100.pt.json":
-            raise PermissionError(errno.EACCES, "Permission denied", str(path))
-        return opened(path)
+    no_permission = _failing_open("v0000000001_100.pt.json", PermissionError(errno.EACCES, "Permission denied"))
 
     policies = pool(store)
     launch = policies.launch_policy(PlayerSlot("p", "", 0, True))
@@ -355,12 +364,7 @@ def test_a_newer_version_that_cannot_be_read_now_is_loaded_once_it_can(store, mo
 
     store.publish("p", weights(1), 1)
     store.publish("p", weights(2), 2)
-    opened = checkpoint_store._open_regular
-
-    def io_error(path):
-        if path.name == "v0000000002.pt.json":
-            raise OSError(errno.EIO, "Input/output error", str(path))
-        return opened(path)
+    io_error = _failing_open("v0000000002.pt.json", OSError(errno.EIO, "Input/output error"))
 
     policies = pool(store)
     with monkeypatch.context() as patched:

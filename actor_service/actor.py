@@ -83,7 +83,7 @@ class ActorSettings:
     env_cpus: int | None = None
     """CPUs the subprocess env manager sizes itself for (None: all this process may run on); see
     SubprocessEnvManagerConfig.cpus."""
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)  # (never in a printed settings object)
     tls_ca: Path | None = None
     max_jobs: int | None = None
     """Return after this many jobs (None: until stopped)."""

@@ -58,7 +58,7 @@ def _aio_abort_handler(like: grpc.RpcMethodHandler, code: grpc.StatusCode, detai
     async def abort(_request: Any, context: grpc.aio.ServicerContext) -> Any:
         await context.abort(code, details)
 
-    return handler_like(like, abort)
+    return handler_like(like, abort, decode=False)  # (the refusal needs no request: parsing it cost the loop)
 
 
 @dataclass

@@ -2,8 +2,7 @@
 
 Why: the generated `add_*Servicer_to_server` functions give gRPC `Message.FromString` as the request
 deserializer, and gRPC answers a deserializer that raises with INTERNAL ("Exception deserializing request!",
-threaded server) or UNKNOWN ("Unexpected DecodeError", grpc.aio), even to a call without the token (the
-token check's refusal decodes the request too): it reads as a bug in the server and names neither the method
+threaded server) or UNKNOWN ("Unexpected DecodeError", grpc.aio): it reads as a bug in the server and names neither the method
 nor the message. `add_service` builds the same method handlers from the service's descriptor instead, with a
 deserializer that turns bytes protobuf cannot decode into a marker, and a behaviour that refuses the marker
 before the servicer sees it:

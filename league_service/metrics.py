@@ -11,6 +11,7 @@ latencies were open to anyone who could reach a port whose RPCs need the token.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import socket
 import threading
@@ -203,19 +204,59 @@ a bound, a client that connected and sent nothing (no token needed for that) hel
 them would take every thread the coordinator's process may start."""
 
 
+MAX_CONNECTIONS = 32
+"""/metrics connections served at once (a thread each); more are closed at once. Without a bound, 300 idle
+connections (no token needed to open one) made 160 threads (a review); enough would take every thread the
+process may start, and the coordinator's calls that run in threads with them."""
+
+
 class _QuietHandler(WSGIRequestHandler):
-    """No line on stderr per scrape; a client silent for CLIENT_TIMEOUT_S is dropped."""
+    """No line on stderr per scrape; a client silent for CLIENT_TIMEOUT_S, or connected that long in all, is
+    dropped (the socket timeout is per read: a byte every 29 s kept a connection for ever)."""
 
     timeout = CLIENT_TIMEOUT_S  # (socketserver sets it on the connection)
 
     def handle(self) -> None:
+        deadline = threading.Timer(CLIENT_TIMEOUT_S, self._cut)
+        deadline.daemon = True
+        deadline.start()
         try:
             super().handle()
-        except (TimeoutError, ConnectionError):
-            self.close_connection = True  # stalled or gone: nothing to answer (not a traceback on stderr)
+        except (TimeoutError, ConnectionError, OSError):
+            self.close_connection = True  # stalled, cut or gone: nothing to answer (not a traceback on stderr)
+        finally:
+            deadline.cancel()
+
+    def _cut(self) -> None:
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+
+class _BoundedThreadingServer(ThreadingWSGIServer):
+    """ThreadingWSGIServer with at most MAX_CONNECTIONS connections (threads) at once."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)  # full: closed at once, no thread
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 class MetricsServer:
@@ -227,7 +268,7 @@ class MetricsServer:
             app = bearer_token_required(app, token)
         try:
             family, addr = _best_family(host, port)
-            server_class = type("MetricsHttpServer", (ThreadingWSGIServer,), {"address_family": family})
+            server_class = type("MetricsHttpServer", (_BoundedThreadingServer,), {"address_family": family})
             self._server = make_server(addr, port, app, server_class, handler_class=_QuietHandler)
         except OSError as err:  # name the metrics port: the process listens on two
             where = f"--metrics-port: {join_host_port(host, port)}"

@@ -8,7 +8,7 @@ error naming ``learner.<field>``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 MAX_CHUNK_BYTES = 64 * 2**20
@@ -26,7 +26,7 @@ class LearnerSettings:
     port: int = 0
     advertise: str = ""
     """The address actors stream to; empty: host:bound_port (the machine's hostname for a wildcard host)."""
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)  # (never in a printed settings object)
     insecure: bool = False
     """Serve a non-loopback host without a token (the operator said --insecure)."""
     tls_ca: Path | None = None

@@ -25,8 +25,9 @@ What is checked, from a status: every job in flight listed once, leased to a reg
 limit, which a restart allows while jobs are in flight) and no fewer than the
 player's collect jobs in flight, none for snapshots; jobs_issued == finished + expired + failed + in flight;
 solo leagues: the players' episodes add up to counters.matches; battle leagues: rated games pair up and never
-exceed the matches, payoff rows mirror each other, wins+draws+losses == games, no player has more payoff games
-than rated games (exactly as many in total with payoff_decay 1.0), ratings finite. From the ledger: the stored
+exceed the matches, payoff rows mirror each other, wins+draws+losses == games, no player has played more payoff
+games than rated games (exactly as many in total: games played are never decayed, nor forgotten at a reset),
+ratings finite. From the ledger: the stored
 match total and counters.episodes equal the episodes of the ended jobs, no job both in flight and ended, only
 completed/released jobs count episodes, every accepted job recorded with its count, ended jobs stay ended.
 """
@@ -89,8 +90,8 @@ def check_status(
     since: a ledger read before this status was taken (e.g. right after a coordinator was killed): whatever
     was durable then must still be there — match and job counters at least as high, every stored snapshot
     still a player with the same checkpoint.
-    payoff_decay: the league's `payoff.decay`; with 1.0 payoff game counts must add up exactly to the rated
-    episodes, otherwise they may only fall short of them. shared_root: every snapshot's checkpoint file must
+    payoff_decay: the league's `payoff.decay` (kept for callers: the games played, which the check adds up, are
+    never decayed, so they equal the rated episodes whatever it is). shared_root: every snapshot's checkpoint file must
     exist under it (snapshots are frozen copies; they must never vanish).
     """
     s = as_status(status)
@@ -213,15 +214,16 @@ def _accounting_problems(s: league_pb2.LeagueStatus, payoff_decay: float | None)
         elif (abs(other.wins - e.losses) > _TOL * max(1.0, e.games) or abs(other.games - e.games) > _TOL
               * max(1.0, e.games) or abs(other.draws - e.draws) > _TOL * max(1.0, e.games)):
             problems.append(f"payoff {home} vs {away} disagrees with its mirror row")
-        games_of[home] += e.games
+        # Games played, not the decayed counts: those of a player reset by a mutation start afresh.
+        games_of[home] += e.games_played
         if home < away:
-            pair_games += e.games
+            pair_games += e.games_played
     rated = {p.player_id: p.episodes for p in s.players}
     for pid, games in games_of.items():
         if games > rated.get(pid, 0) + _TOL * max(1.0, games):
             problems.append(f"player {pid}: payoff games {games:.3f} > its rated games {rated.get(pid, 0)}")
-    if payoff_decay == 1.0 and abs(pair_games - episodes / 2) > _TOL * max(1.0, pair_games):
-        problems.append(f"payoff games {pair_games} != rated episodes {episodes / 2} (decay 1.0)")
+    if abs(pair_games - episodes / 2) > _TOL * max(1.0, pair_games):
+        problems.append(f"payoff games played {pair_games} != rated episodes {episodes / 2}")
     for p in s.players:
         if not all(math.isfinite(v) for v in (p.elo, p.trueskill_mu, p.trueskill_sigma)) or p.trueskill_sigma <= 0:
             problems.append(f"player {p.player_id}: bad ratings elo {p.elo} mu {p.trueskill_mu} "
@@ -249,12 +251,12 @@ def _progress_problems(before: league_pb2.LeagueStatus, after: league_pb2.League
             problems.append(f"player {p.player_id}: episodes went back {p.episodes} -> {q.episodes}")
         if not p.active and (q.active or q.checkpoint_path != p.checkpoint_path or q.parent_id != p.parent_id):
             problems.append(f"snapshot {p.player_id} changed: {p.checkpoint_path!r} -> {q.checkpoint_path!r}")
-    games = {(e.home, e.away): e.games for e in after.payoff}
+    played = {(e.home, e.away): e.games_played for e in after.payoff}
     for e in before.payoff:
-        # g' = g * decay + 1 >= g while g <= 1 / (1 - decay), which the decayed count never exceeds.
-        if games.get((e.home, e.away), 0.0) < e.games - _TOL * max(1.0, e.games):
-            problems.append(f"payoff {e.home} vs {e.away}: games went back {e.games} -> "
-                            f"{games.get((e.home, e.away), 0.0)}")
+        # (the decayed count may go back: a reset player's records start afresh; the games played never do)
+        if played.get((e.home, e.away), 0) < e.games_played:
+            problems.append(f"payoff {e.home} vs {e.away}: games played went back {e.games_played} -> "
+                            f"{played.get((e.home, e.away), 0)}")
     return problems
 
 

@@ -176,7 +176,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self._expire_model()
         assert status.league.counters.matches == self.accepted_episodes
         assert status.counters.episodes == self.accepted_episodes
-        games = sum(r.games for r in status.league.payoff if r.home < r.away)
+        # Games played: the decayed counts of a player reset by a mutation start afresh; these never do.
+        games = sum(r.played for r in status.league.payoff if r.home < r.away)
         assert games == self.accepted_cross_games
         assert {j.job_id: j.worker_id for j in status.jobs} == {j: h.worker for j, h in self.held.items()}
         for player in status.league.players:

@@ -53,3 +53,51 @@ def test_a_client_that_connects_and_sends_nothing_is_dropped(monkeypatch, capfd)
     finally:
         server.close()
     assert "Traceback" not in capfd.readouterr().err  # a dropped client is no error of the coordinator's
+
+
+def test_a_trickling_client_is_dropped_and_connections_are_capped(monkeypatch, capfd):
+    """The timeout was per read: a byte every 29 s kept a connection (and its thread) for ever; and connections
+    had no cap: 300 idle ones made 160 threads (a review). A connection is cut after CLIENT_TIMEOUT_S in all, and
+    past MAX_CONNECTIONS more are closed at once, while a scrape is answered once one is free."""
+    import threading
+    import time
+
+    from league_service import metrics
+
+    monkeypatch.setattr(metrics, "CLIENT_TIMEOUT_S", 0.6)
+    monkeypatch.setattr(metrics._QuietHandler, "timeout", 0.6)
+    monkeypatch.setattr(metrics, "MAX_CONNECTIONS", 3)
+    server = MetricsServer(CollectorRegistry(), "127.0.0.1", 0)
+    try:
+        trickler = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        stop = threading.Event()
+
+        def trickle() -> None:
+            with trickler:
+                for byte in b"GET /metrics HTTP/1.0\r\nX-Slow: " + b"a" * 100:
+                    if stop.wait(0.2):
+                        return
+                    try:
+                        trickler.sendall(bytes([byte]))
+                    except OSError:
+                        return
+
+        thread = threading.Thread(target=trickle, daemon=True)
+        thread.start()
+        idle = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(2)]
+        time.sleep(0.1)
+        over = socket.create_connection(("127.0.0.1", server.port), timeout=5)  # a fourth: closed at once
+        with over:
+            assert over.recv(1024) == b""
+        started = time.monotonic()
+        thread.join(10)
+        assert time.monotonic() - started < 5  # cut at its deadline, not after the 100 bytes' 20 s
+        for client in idle:
+            client.close()
+        time.sleep(0.2)
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=5) as reply:
+            assert reply.status == 200
+    finally:
+        stop.set()
+        server.close()
+    assert "Traceback" not in capfd.readouterr().err

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from common.durable_files import fsync_dir, fsync_file
-from common.paths import SharedRoot, UnsafePathError
+from common.paths import SharedRoot, UnsafePathError, check_relative
 
 MANIFEST_SUFFIX = ".json"  # the checkpoint store's manifest beside each published file
 _STORE_VERSION = re.compile(r"v[0-9]{10}\.pt", re.ASCII)  # a store version's file name
@@ -35,6 +35,7 @@ class SnapshotCopier:
 
     def __call__(self, src: str, dst: str) -> None:
         source = self._root.resolve(src)
+        check_relative(dst)  # (what resolving it whole checked: no "..", nothing absolute, no NUL)
         folder, _, name = dst.rpartition("/")
         # Not the destination's own name: a symlink planted there made the copy replace (rmtree) the directory
         # it named, another player's. A link there is replaced like any old copy.

@@ -193,3 +193,12 @@ def test_a_fifo_or_a_symlinked_commit_lock_in_a_players_directory_cannot_hang_or
     with pytest.raises(UnsafePathError, match="symlink"):
         store.publish("q", {"w": np.zeros(2, np.float32)}, 1)
     assert not (outside / "created_by_learner").exists()
+
+
+def test_a_destination_that_leaves_its_folder_is_refused(tmp_path, copier):
+    """Only the destination's folder is resolved now: its name must still be a plain one (the whole path was
+    checked when it was resolved)."""
+    (tmp_path / "ext" / "ckpt").mkdir(parents=True)
+    for bad in ("ext/..", "ext/.", "/abs/x"):
+        with pytest.raises(UnsafePathError):
+            copier("ext/ckpt", bad)

@@ -468,7 +468,15 @@ class LeagueStore:
         if tables and "meta" not in tables:  # every store of ours, however old or half made, begins with meta
             raise ValueError(f"an SQLite database of something else (tables: {', '.join(sorted(tables)[:8])}); "
                              "not taken over: give a new --state path")
-        self._conn.execute("PRAGMA journal_mode=WAL")
+        # A newer coordinator's store is refused before anything of it is changed (it was switched to WAL and
+        # given this version's tables first).
+        if "meta" in tables and (newer := self._meta("schema_version")) is not None and int(newer) > SCHEMA_VERSION:
+            raise ValueError(f"state: {self.path} has schema version {newer}, expected {SCHEMA_VERSION} (a newer "
+                             "coordinator's): not changed")
+        (mode,) = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()
+        if str(mode).lower() != "wal":  # (SQLite keeps its old mode where WAL cannot be used, silently)
+            log.warning("state: %s is in journal mode %r, not WAL (this filesystem does not support it?): commits "
+                        "are durable, but each blocks readers", self.path, mode)
         self._conn.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
         self._conn.execute("PRAGMA wal_autocheckpoint=0")
         self._conn.executescript(_SCHEMA)

@@ -270,3 +270,22 @@ def test_a_state_file_with_a_second_name_is_refused(tmp_path):
         LeagueStore(state)
     other.unlink()
     LeagueStore(state).close()
+
+
+def test_a_newer_coordinators_store_is_refused_before_anything_of_it_changes(tmp_path):
+    """It was switched to WAL and given this version's tables before its schema version was read (a review)."""
+    from league_service.store import SCHEMA_VERSION
+
+    path = tmp_path / "state.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+        conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION + 1),))
+    conn.close()
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match="a newer coordinator's"):
+        LeagueStore(path)
+    assert path.read_bytes() == before
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal"
+        assert [name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["meta"]
+    conn.close()

@@ -61,6 +61,7 @@ from common.durable_files import (
     unlink_quietly,
     write_new_file,
 )
+from common.job_limits import MAX_CHECKPOINT_VERSION
 from common.paths import SharedRoot, UnsafePathError, check_component, check_relative
 from common.trajectory import ALLOWED_DTYPES
 
@@ -82,8 +83,6 @@ TRAINING_STATE_SUFFIX = ".train"
 _VERSION_FILE = re.compile(r"v([0-9]{10})\.pt", re.ASCII)
 """A version's file name, matched whole (`fullmatch`): a Unicode-digit pattern took Arabic-Indic digits, and
 `$` a trailing newline, so a planted name of ten such digits counted as a version above every real one."""
-MAX_VERSION = 10**10 - 1
-"""The largest version a file name of 10 digits holds: one above was written, and never seen as a version."""
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _DIGEST = re.compile(r"^(blake3|sha256):[0-9a-f]{64}$")
 _MAX_MANIFEST_BYTES = 64 * 1024
@@ -195,8 +194,8 @@ class CheckpointStore:
     @staticmethod
     def version_path(player_id: str, version: int) -> str:
         check_component(player_id, "player_id")
-        if not 0 <= version <= MAX_VERSION:
-            raise ValueError(f"version must be in [0, {MAX_VERSION}], got {version}")
+        if not 0 <= version <= MAX_CHECKPOINT_VERSION:
+            raise ValueError(f"version must be in [0, {MAX_CHECKPOINT_VERSION}], got {version}")
         return f"{player_id}/v{version:010d}.pt"
 
     # ---- publish ----------------------------------------------------------------------------------------
@@ -881,7 +880,7 @@ def _parse_manifest(data: bytes, where: str) -> CheckpointRef:
         check_relative(path)
     except ValueError as e:
         raise CorruptCheckpointError(f"{where}: manifest path {path!r} is unsafe") from e
-    if not isinstance(version, int) or isinstance(version, bool) or not 0 <= version <= MAX_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool) or not 0 <= version <= MAX_CHECKPOINT_VERSION:
         raise CorruptCheckpointError(f"{where}: manifest version {version!r} invalid")
     _check_digest(digest, size, f"{where}: manifest")
     metadata = body.get("metadata", {})

@@ -7,6 +7,11 @@ MAX_ID_CHARS = 256
 """The longest worker, job or player id a service accepts. The coordinator issues none longer; a learner keeps the
 (worker id, job id) of the streams it has seen (to drop resent chunks), and kept ids of megabytes before."""
 
+MAX_CHECKPOINT_VERSION = 10**10 - 1
+"""The largest checkpoint version: the store names a version's file with ten digits (a version above was written
+and never seen again), and the coordinator takes no report above it (a reset numbers its checkpoint one above
+the player's, so a report is at most one below)."""
+
 STATUS_MAX_BYTES = 256 * 2**20
 """Largest GetStatus reply the coordinator sends and status clients take (tools, `league run`, and learners,
 which read their player's totals from it when they bind). The status lists every player, payoff entry and

@@ -12,7 +12,7 @@ from typing import Any
 
 from google.protobuf import struct_pb2
 
-from common.job_limits import MAX_EPISODES_PER_JOB, MAX_ID_CHARS
+from common.job_limits import MAX_CHECKPOINT_VERSION, MAX_EPISODES_PER_JOB, MAX_ID_CHARS
 from common.ports import check_host_port
 from common.proto.league.v1 import league_pb2
 from league_service.coordinator_messages import (
@@ -195,12 +195,6 @@ def _parse_episode(ep: league_pb2.EpisodeResult, i: int) -> EpisodeOutcome:
     if length < 0:
         require_count(length, f"episodes[{i}].length")
     return EpisodeOutcome(tuple(outcomes), length)
-
-
-MAX_CHECKPOINT_VERSION = 10**10 - 1
-"""The largest version the checkpoint store writes (ten digits in the file name). A learner's report is at
-most one below: a reset numbers its checkpoint one above the player's, and a reset above what this accepts
-back could never be acknowledged (a review: every later reply repeated the reset)."""
 
 
 def _version(value: int, field: str, maximum: int) -> int:

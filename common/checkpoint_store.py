@@ -61,7 +61,7 @@ from common.durable_files import (
     unlink_quietly,
     write_new_file,
 )
-from common.job_limits import MAX_CHECKPOINT_VERSION
+from common.job_limits import MAX_CHECKPOINT_VERSION, VERSION_FILE
 from common.paths import SharedRoot, UnsafePathError, check_component, check_relative
 from common.trajectory import ALLOWED_DTYPES
 
@@ -80,9 +80,6 @@ LATEST = "latest.json"
 MANIFEST_SUFFIX = ".json"
 PIN_SUFFIX = ".pin"
 TRAINING_STATE_SUFFIX = ".train"
-_VERSION_FILE = re.compile(r"v([0-9]{10})\.pt", re.ASCII)
-"""A version's file name, matched whole (`fullmatch`): a Unicode-digit pattern took Arabic-Indic digits, and
-`$` a trailing newline, so a planted name of ten such digits counted as a version above every real one."""
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _DIGEST = re.compile(r"^(blake3|sha256):[0-9a-f]{64}$")
 _MAX_MANIFEST_BYTES = 64 * 1024
@@ -371,7 +368,7 @@ class CheckpointStore:
         ref = _parse_manifest(_read_small(path), where)
         if ref.path.split("/", 1)[0] != player_id:
             raise CorruptCheckpointError(f"{where}: names {ref.path!r}, outside the player's directory")
-        named = _VERSION_FILE.fullmatch(ref.path.rsplit("/", 1)[-1])
+        named = VERSION_FILE.fullmatch(ref.path.rsplit("/", 1)[-1])
         if named is None or int(named.group(1)) != ref.version:
             # No digest covers latest.json: a version of 2**62 in it made every later publish a version
             # conflict, and the player's learner never published again.
@@ -451,14 +448,14 @@ class CheckpointStore:
     def versions_on_disk(self, player_id: str) -> list[int]:
         """The version numbers of the player's weight files on disk, oldest first, published or not and readable
         or not: whether the player ever had weights here (a damaged store), unlike `versions`."""
-        return [int(_VERSION_FILE.fullmatch(name).group(1)) for name in self._version_files(player_id)]
+        return [int(VERSION_FILE.fullmatch(name).group(1)) for name in self._version_files(player_id)]
 
     def _version_files(self, player_id: str) -> list[str]:
         """Names of the player's versioned weight files on disk, oldest first ([] without its directory)."""
         directory = self.root.resolve(player_id)
         if not directory.is_dir():
             return []
-        return sorted(name for name in os.listdir(directory) if _VERSION_FILE.fullmatch(name))
+        return sorted(name for name in os.listdir(directory) if VERSION_FILE.fullmatch(name))
 
     def load(self, path: str, expected_version: int | None = None) -> Checkpoint:
         """Load and verify the checkpoint at ``path``; raises `CorruptCheckpointError` on any mismatch."""
@@ -625,7 +622,7 @@ class CheckpointStore:
                 stale = "left by a process that exited while deleting it"
             elif name.startswith(".") and name.endswith(".tmp"):
                 stale = "left by a writer that crashed mid-publish"
-            elif (name.endswith(TRAINING_STATE_SUFFIX) and _VERSION_FILE.fullmatch(name[:-len(TRAINING_STATE_SUFFIX)])
+            elif (name.endswith(TRAINING_STATE_SUFFIX) and VERSION_FILE.fullmatch(name[:-len(TRAINING_STATE_SUFFIX)])
                   and not (directory / name[:-len(TRAINING_STATE_SUFFIX)]).exists()):
                 stale = "a training state whose weights a crash never put beside it"
             if stale is None:
@@ -650,7 +647,7 @@ def _published_version_names(directory: Path) -> tuple[list[str], list[str]]:
     (its versions count updates; a reset goes back to the job's) saw each new version retired at once with
     keep_last 1, latest.json naming a deleted file. Orphans above the newest are left for the publish of their
     number to replace."""
-    names = sorted((n for n in os.listdir(directory) if _VERSION_FILE.fullmatch(n)), reverse=True)
+    names = sorted((n for n in os.listdir(directory) if VERSION_FILE.fullmatch(n)), reverse=True)
     published = [n for n in names if (directory / (n + MANIFEST_SUFFIX)).exists()]
     newest = published[0] if published else None
     orphans = [n for n in names if newest is not None and n < newest and n not in published]

@@ -3,6 +3,8 @@ actor checks jobs and plays within them; and on the ids every service takes from
 
 from __future__ import annotations
 
+import re
+
 MAX_ID_CHARS = 256
 """The longest worker, job or player id a service accepts. The coordinator issues none longer; a learner keeps the
 (worker id, job id) of the streams it has seen (to drop resent chunks), and kept ids of megabytes before."""
@@ -11,6 +13,12 @@ MAX_CHECKPOINT_VERSION = 10**10 - 1
 """The largest checkpoint version: the store names a version's file with ten digits (a version above was written
 and never seen again), and the coordinator takes no report above it (a reset numbers its checkpoint one above
 the player's, so a report is at most one below)."""
+
+VERSION_FILE = re.compile(r"v([0-9]{10})\.pt", re.ASCII)
+"""A checkpoint version's file name in its player's directory, matched whole (`fullmatch`): a Unicode-digit
+pattern took Arabic-Indic digits, and `$` a trailing newline, so a planted name of ten such digits counted as a
+version above every real one. Here, not in the store, so the coordinator's snapshot copier reads it without
+importing torch."""
 
 STATUS_MAX_BYTES = 256 * 2**20
 """Largest GetStatus reply the coordinator sends and status clients take (tools, `league run`, and learners,

@@ -15,16 +15,15 @@ no-op, so a restart that repeats a snapshot whose league state was not yet saved
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
 
 from common.durable_files import fsync_dir, fsync_file
+from common.job_limits import VERSION_FILE
 from common.paths import SharedRoot, UnsafePathError, check_relative
 
 MANIFEST_SUFFIX = ".json"  # the checkpoint store's manifest beside each published file
-_STORE_VERSION = re.compile(r"v[0-9]{10}\.pt", re.ASCII)  # a store version's file name
 
 
 class SnapshotCopier:
@@ -44,7 +43,7 @@ class SnapshotCopier:
             raise FileNotFoundError(f"checkpoint_path: {src!r} does not exist under the shared root")
         if source.with_name(source.name + MANIFEST_SUFFIX).is_file():
             self._snapshot_published(src, dst)
-        elif _STORE_VERSION.fullmatch(source.name) and (source.parent / "latest.json").exists():  # a player's
+        elif VERSION_FILE.fullmatch(source.name) and (source.parent / "latest.json").exists():  # a player's
             # A store version whose manifest is gone: retention unpublished it a moment ago (manifest first, then
             # the file). Copied as a plain file, the snapshot had no manifest and could never be loaded.
             raise FileNotFoundError(f"checkpoint_path: {src!r} was retired (no manifest)")

@@ -222,7 +222,7 @@ class _QuietHandler(WSGIRequestHandler):
         deadline.start()
         try:
             super().handle()
-        except (TimeoutError, ConnectionError, OSError):
+        except OSError:  # (TimeoutError and ConnectionError among them)
             self.close_connection = True  # stalled, cut or gone: nothing to answer (not a traceback on stderr)
         finally:
             deadline.cancel()

@@ -4,8 +4,10 @@ The plain loop trains an identically initialised copy of the same model with the
 inline, CleanRL style (tensors straight from numpy, GAE loop, shuffled minibatch epochs); the framework path
 adds spec checks, numpy->torch conversion, the algorithm's bookkeeping and result conversion. Calls
 alternate between the two so that machine-speed swings hit both; medians of per-call rates are reported.
+`--device cuda` runs both on the GPU (each timed call ends when its results are on the host), and `--obs
+4x84x84` swaps the 8-float observation for an image the Nature conv torso reads, the size where a GPU pays.
 
-    python bench/bench_computation.py [--quick]
+    python bench/bench_computation.py [--quick] [--device cpu|cuda] [--obs 8 | 4x84x84]
 """
 
 from __future__ import annotations
@@ -30,16 +32,17 @@ from bench.common import BenchRow, print_rows  # noqa: E402
 from common.algorithms import PPOConfig, make_computation_task  # noqa: E402
 from common.algorithms.models import ActorCriticModel, ModelConfig  # noqa: E402
 from common.computation import TensorSpec  # noqa: E402
+from common.computation.computation_task import resolve_device  # noqa: E402
 
-OBS_DIM, ACTIONS, ENVS, STEPS = 8, 4, 8, 256  # 2048 samples per learn call, CleanRL's default batch
+ACTIONS, ENVS, STEPS = 4, 8, 256  # 2048 samples per learn call, CleanRL's default batch
 PPO = {"update_epochs": 4, "num_minibatches": 4, "off_policy_correction": "none"}
 
 
-def make_batch(seed: int) -> dict[str, np.ndarray]:
+def make_batch(seed: int, obs_shape: tuple[int, ...]) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     return {
-        "observation": rng.normal(size=(ENVS, STEPS, OBS_DIM)).astype(np.float32),
-        "next_observation": rng.normal(size=(ENVS, OBS_DIM)).astype(np.float32),
+        "observation": rng.normal(size=(ENVS, STEPS, *obs_shape)).astype(np.float32),
+        "next_observation": rng.normal(size=(ENVS, *obs_shape)).astype(np.float32),
         "action": rng.integers(0, ACTIONS, (ENVS, STEPS)),
         "reward": rng.normal(size=(ENVS, STEPS)).astype(np.float32),
         "terminated": rng.random((ENVS, STEPS)) < 0.01,
@@ -51,23 +54,23 @@ def make_batch(seed: int) -> dict[str, np.ndarray]:
 class PlainPPO:
     """The same PPO update written inline against the model, no framework."""
 
-    def __init__(self, model: ActorCriticModel, cfg: PPOConfig) -> None:
-        self.model, self.cfg = model, cfg
+    def __init__(self, model: ActorCriticModel, cfg: PPOConfig, device: torch.device) -> None:
+        self.model, self.cfg, self.device = model.to(device), cfg, device
         self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps)
         self.generator = torch.Generator().manual_seed(0)
 
     def learn(self, b: dict[str, np.ndarray]) -> None:
-        cfg = self.cfg
-        obs = torch.from_numpy(b["observation"])
-        actions = torch.from_numpy(b["action"])
-        rewards = torch.from_numpy(b["reward"])
-        dones = torch.from_numpy(b["terminated"] | b["truncated"]).float()
-        old_logp = torch.from_numpy(b["behaviour_logp"])
+        cfg, dev = self.cfg, self.device
+        obs = torch.from_numpy(b["observation"]).to(dev)
+        actions = torch.from_numpy(b["action"]).to(dev)
+        rewards = torch.from_numpy(b["reward"]).to(dev)
+        dones = torch.from_numpy(b["terminated"] | b["truncated"]).float().to(dev)
+        old_logp = torch.from_numpy(b["behaviour_logp"]).to(dev)
         with torch.no_grad():
             _, values = self.model({"observation": obs})
-            next_value = self.model.value({"observation": torch.from_numpy(b["next_observation"])})
+            next_value = self.model.value({"observation": torch.from_numpy(b["next_observation"]).to(dev)})
             advantages = torch.zeros_like(rewards)
-            last = torch.zeros(rewards.shape[0])
+            last = torch.zeros(rewards.shape[0], device=dev)
             for t in reversed(range(rewards.shape[1])):
                 nxt = next_value if t == rewards.shape[1] - 1 else values[:, t + 1]
                 delta = rewards[:, t] + cfg.gamma * nxt * (1 - dones[:, t]) - values[:, t]
@@ -79,7 +82,7 @@ class PlainPPO:
         n = len(b_act)
         size = n // cfg.num_minibatches
         for _ in range(cfg.update_epochs):
-            order = torch.randperm(n, generator=self.generator)
+            order = torch.randperm(n, generator=self.generator).to(dev)
             for start in range(0, n, size):
                 mb = order[start:start + size]
                 logits, new_value = self.model({"observation": b_obs[mb]})
@@ -96,18 +99,26 @@ class PlainPPO:
                 loss.backward()
                 nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
                 self.optimizer.step()
+        _synchronize(dev)
+
+
+def _synchronize(device: torch.device) -> None:
+    """A CUDA call returns before its kernels finish: wait for them, or the timer would stop early."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _median_rate(seconds: list[float], items: int) -> float:
     return items / statistics.median(seconds)
 
 
-def bench_learn(rounds: int, calls: int, ppo: dict) -> tuple[float, float]:
-    obs = TensorSpec("observation", (OBS_DIM,))
-    task = make_computation_task({"algorithm": "ppo", "ppo": ppo}, obs, ACTIONS, device="cpu", seed=0)
+def bench_learn(rounds: int, calls: int, ppo: dict, device: torch.device,
+                obs_shape: tuple[int, ...]) -> tuple[float, float]:
+    obs = TensorSpec("observation", obs_shape)
+    task = make_computation_task({"algorithm": "ppo", "ppo": ppo}, obs, ACTIONS, device=str(device), seed=0)
     torch.manual_seed(0)
-    plain = PlainPPO(ActorCriticModel({"observation": obs}, ACTIONS, ModelConfig()), PPOConfig(**ppo))
-    batches = [make_batch(i) for i in range(calls)]
+    plain = PlainPPO(ActorCriticModel({"observation": obs}, ACTIONS, ModelConfig()), PPOConfig(**ppo), device)
+    batches = [make_batch(i, obs_shape) for i in range(calls)]
     task.learn(batches[0])  # warm-up both
     plain.learn(batches[0])
     framework_s, plain_s = [], []
@@ -123,19 +134,20 @@ def bench_learn(rounds: int, calls: int, ppo: dict) -> tuple[float, float]:
     return _median_rate(framework_s, samples), _median_rate(plain_s, samples)
 
 
-def bench_predict(rounds: int, calls: int, rows: int = 8) -> tuple[float, float]:
-    obs = TensorSpec("observation", (OBS_DIM,))
-    task = make_computation_task({"algorithm": "ppo"}, obs, ACTIONS, device="cpu", seed=0)
+def bench_predict(rounds: int, calls: int, device: torch.device, obs_shape: tuple[int, ...],
+                  rows: int = 8) -> tuple[float, float]:
+    obs = TensorSpec("observation", obs_shape)
+    task = make_computation_task({"algorithm": "ppo"}, obs, ACTIONS, device=str(device), seed=0)
     model = task.algorithm.model
-    observation = np.random.default_rng(0).normal(size=(rows, OBS_DIM)).astype(np.float32)
-    generator = torch.Generator().manual_seed(0)
+    observation = np.random.default_rng(0).normal(size=(rows, *obs_shape)).astype(np.float32)
+    generator = torch.Generator(device=device).manual_seed(0)
 
-    def plain_step() -> np.ndarray:
+    def plain_step() -> tuple[np.ndarray, ...]:
         with torch.inference_mode():
-            logits, value = model({"observation": torch.from_numpy(observation)})
+            logits, value = model({"observation": torch.from_numpy(observation).to(device)})
             action = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator).squeeze(-1)
             logp = torch.log_softmax(logits, -1).gather(-1, action[:, None])
-            return np.asarray(action), np.asarray(logp), np.asarray(value)
+            return action.cpu().numpy(), logp.cpu().numpy(), value.cpu().numpy()
 
     framework_s, plain_s = [], []
     block = 50
@@ -154,14 +166,18 @@ def bench_predict(rounds: int, calls: int, rows: int = 8) -> tuple[float, float]
 def main(argv: list[str] | None = None) -> list[BenchRow]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (framework and plain loop alike)")
+    parser.add_argument("--obs", type=_obs_shape, default=(8,), help="observation shape: 8 (default) or 4x84x84")
     args = parser.parse_args(argv)
+    device = resolve_device(args.device)
     rounds = 3 if args.quick else 8
     calls = 3 if args.quick else 5
-    ct, plain = bench_learn(rounds, calls, PPO)
-    ct_vtrace, plain_again = bench_learn(rounds, calls, {**PPO, "off_policy_correction": "vtrace"})
-    pred, plain_pred = bench_predict(rounds, 200 if args.quick else 1000)
+    ct, plain = bench_learn(rounds, calls, PPO, device, args.obs)
+    ct_vtrace, plain_again = bench_learn(rounds, calls, {**PPO, "off_policy_correction": "vtrace"}, device, args.obs)
+    pred, plain_pred = bench_predict(rounds, 200 if args.quick else 1000, device, args.obs)
+    where = f"{device.type}, observation {'x'.join(map(str, args.obs))}"
     rows = [
-        BenchRow("ComputationTask.learn PPO (GAE), 2048-sample batches, 4x4 minibatches", ct, "samples/s",
+        BenchRow(f"ComputationTask.learn PPO (GAE), 2048-sample batches, 4x4 minibatches ({where})", ct, "samples/s",
                  "plain PyTorch PPO loop, same model", plain, "ratio >= 0.9 (overhead <= 10%)", ct / plain >= 0.9),
         BenchRow("ComputationTask.learn PPO (V-trace correction)", ct_vtrace, "samples/s",
                  "plain PyTorch PPO loop (GAE, no correction)", plain_again, "informational", None),
@@ -170,6 +186,16 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
     ]
     print_rows("ComputationTask.learn", rows)
     return rows
+
+
+def _obs_shape(text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected sizes joined by x (8, 4x84x84), got {text!r}") from None
+    if not shape or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"sizes must be positive, got {text!r}")
+    return shape
 
 
 if __name__ == "__main__":

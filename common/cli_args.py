@@ -78,6 +78,14 @@ def seed(text: str) -> int:
     return value
 
 
+def device(text: str) -> str:
+    """Where a learner trains: auto, cpu, cuda, or cuda:N for one GPU of several (a learner per GPU on a node)."""
+    if text in ("auto", "cpu", "cuda") or (text.startswith("cuda:") and text[5:].isascii() and text[5:].isdigit()
+                                          and len(text) <= 8):
+        return text
+    raise argparse.ArgumentTypeError(f"expected auto, cpu, cuda or cuda:N (a GPU's index), got {text!r}")
+
+
 def non_negative_int(text: str) -> int:
     value = _int(text)
     if value < 0:

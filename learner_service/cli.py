@@ -73,8 +73,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-cert", type=cli_args.path, default=None,
                         help="PEM certificate chain of the trajectory server (with --tls-key; needed with --tls-ca)")
     parser.add_argument("--tls-key", type=cli_args.path, default=None, help="PEM private key (with --tls-cert)")
-    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
-                        help="where to train (default auto: cuda when there is a GPU)")
+    parser.add_argument("--device", type=cli_args.device, default="auto", metavar="{auto,cpu,cuda,cuda:N}",
+                        help="where to train (default auto: cuda when there is a GPU; cuda:N picks one of several)")
     parser.add_argument("--publish-timeout", type=cli_args.positive_seconds_or_none, default=300.0,
                         metavar="SECONDS",
                         help="a checkpoint publish or read still under way after this long (a hung network "
@@ -90,7 +90,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     # Imported here so that `league --help` does not pay for torch.
-    from common.computation.computation_task import resolve_device
+    from common.computation.computation_task import describe_device, resolve_device
     from learner_service.config import LearnerSettings
     from learner_service.learner import JobSetupError, Learner, WorkerIdTaken
 
@@ -101,7 +101,7 @@ def main(args: argparse.Namespace) -> int:
     if refusal is not None:
         return _refuse(refusal)
     try:
-        resolve_device(args.device)  # `cuda` on a machine without one: refuse now, not at the first job
+        device = resolve_device(args.device)  # `cuda` on a machine without one: refuse now, not at the first job
         if args.tls_ca is not None:
             check_tls_ca(args.tls_ca)
         if args.tls_cert is not None and args.tls_key is not None:
@@ -151,8 +151,8 @@ def main(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: wake.set())
     worker = threading.Thread(target=serve, name="learner", daemon=True)
     announce_listening("learner", address)
-    log.info("learner %s serving trajectories on %s (advertised %s), coordinator %s", settings.worker_id, address,
-             learner.data_endpoint, settings.coordinator)
+    log.info("learner %s serving trajectories on %s (advertised %s), coordinator %s, training on %s",
+             settings.worker_id, address, learner.data_endpoint, settings.coordinator, describe_device(device))
     worker.start()
     try:
         wake.wait()

@@ -22,6 +22,7 @@ from common.computation.computation_task import (
     LearnResult,
     Prediction,
     WeightsMismatchError,
+    describe_device,
     resolve_device,
 )
 from common.computation.data_processor import ComputationDataProcessor, PackedBatch, pack, unpack
@@ -57,6 +58,7 @@ __all__ = [
     "WeightsMismatchError",
     "observation_specs",
     "pack",
+    "describe_device",
     "resolve_device",
     "specs_from_gym",
     "unpack",

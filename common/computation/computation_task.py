@@ -39,7 +39,19 @@ def resolve_device(device: str) -> torch.device:
         raise ValueError(f"device {device!r} requested but CUDA is not available")
     if resolved.type not in ("cpu", "cuda"):
         raise ValueError(f"device {device!r}: only 'cpu', 'cuda[:N]' and 'auto' are supported")
+    if resolved.type == "cuda" and resolved.index is not None and resolved.index >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r} requested but this machine has {torch.cuda.device_count()} CUDA "
+                         f"device(s) (cuda:0 to cuda:{torch.cuda.device_count() - 1})")
     return resolved
+
+
+def describe_device(device: torch.device) -> str:
+    """What a log line says a worker computes on: `cpu`, or the GPU by index and name (`auto` is a guess the
+    user should be able to check)."""
+    if device.type != "cuda":
+        return device.type
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
 
 
 @dataclass(frozen=True)

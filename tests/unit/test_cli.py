@@ -89,6 +89,25 @@ def test_workers_refuse_a_number_out_of_range_naming_the_flag(tmp_path, capsys, 
     assert f"argument {flag}: must be " in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value", ["gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:١", "cuda:12345"])
+def test_a_learner_device_that_is_no_device_is_a_usage_error_naming_the_flag(tmp_path, capsys, value):
+    with pytest.raises(SystemExit) as exited:
+        main(["learner", "--coordinator", "127.0.0.1:1", "--shared-root", str(tmp_path), "--device", value])
+    assert exited.value.code == 2
+    assert "argument --device: expected auto, cpu, cuda or cuda:N" in capsys.readouterr().err
+
+
+def test_a_learner_given_a_gpu_the_machine_lacks_refuses_at_start_naming_it(tmp_path, capsys):
+    """`cuda:N` is accepted by the parser (one learner per GPU of a node): a GPU that is not there is refused
+    before the learner registers, not at its first job. (On a machine with a GPU, the index past its last.)"""
+    import torch
+
+    gpu = f"cuda:{torch.cuda.device_count()}"
+    assert main(["learner", "--coordinator", "127.0.0.1:1", "--shared-root", str(tmp_path), "--device", gpu]) == 2
+    err = capsys.readouterr().err
+    assert f"device {gpu!r} requested but" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("command", ["coordinator", "actor", "learner"])
 def test_a_log_level_that_does_not_exist_is_a_usage_error(tmp_path, capsys, command):
     """It was a traceback from `logging` (ValueError: Unknown level), exit 1."""

@@ -20,6 +20,7 @@ from common.computation import (
     Model,
     TensorSpec,
     WeightsMismatchError,
+    describe_device,
     resolve_device,
     specs_from_gym,
 )
@@ -174,6 +175,10 @@ def test_device_resolution():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA"):
             resolve_device("cuda")
+    # A GPU index past the machine's is refused here, not at the first job (`cuda:0` where none exists too).
+    with pytest.raises(ValueError, match="CUDA"):
+        resolve_device(f"cuda:{torch.cuda.device_count()}")
+    assert describe_device(torch.device("cpu")) == "cpu"
 
 
 def test_forward_kwargs_are_typed():

@@ -236,7 +236,7 @@ class LeagueExploiterConfig(ActivePlayerConfig):
 
     branch_probs: dict[str, float] = field(default_factory=lambda: {"pfsp": 1.0}, metadata=REPLACE)
     strong_win_rate: float | None = 0.7
-    pfsp_weighting: Weighting = "linear"
+    pfsp_weighting: Weighting = "linear_capped"  # AlphaStar's (and DI-engine's) league exploiter
     # Probability of resetting to the pretrained checkpoint at each snapshot.
     mutate_prob: float = 0.25
 

@@ -13,6 +13,7 @@ import yaml
 from common.config import REPLACE, ConfigError, deep_merge, from_dict, load_yaml, merge_with_defaults, to_dict
 from league_service.config import (
     Config,
+    LeagueExploiterConfig,
     config_from_dict,
     config_to_dict,
     default_config_dict,
@@ -140,6 +141,10 @@ def test_embedded_defaults_are_a_connect_four_battle_league():
     assert cfg.league.active_players == {"main_player": 1, "main_exploiter": 1, "league_exploiter": 1}
     assert cfg.league.main_player.branch_probs == {"pfsp": 0.5, "sp": 0.35, "verification": 0.15}
     assert cfg.league.league_exploiter.mutate_prob == 0.25
+    # AlphaStar's PFSP weightings: main players `squared`, league exploiters `linear_capped` (was `linear`).
+    assert cfg.league.main_player.pfsp_weighting == "squared"
+    assert cfg.league.league_exploiter.pfsp_weighting == "linear_capped"
+    assert LeagueExploiterConfig().pfsp_weighting == "linear_capped"
     assert cfg.coordinator.lease_timeout_s == 30.0
     assert config_from_dict({}) == cfg
 

@@ -246,7 +246,8 @@ def test_league_exploiter_pfsp_over_all_historical_players():
     a, b = _historical(payoff, "a", main), _historical(payoff, "b", league_exploiter)
     _set_win_rate(payoff, league_exploiter, a, 0.25)
     _set_win_rate(payoff, league_exploiter, b, 0.75)
-    _assert_distribution(_opponent_frequencies(league_exploiter), {"a": 0.75, "b": 0.25, "main": 0.0})
+    # AlphaStar's linear_capped: min(0.5, 1 - x) weighs a (0.25) at 0.5, not 0.75 (plain `linear`), b at 0.25.
+    _assert_distribution(_opponent_frequencies(league_exploiter), {"a": 2 / 3, "b": 1 / 3, "main": 0.0})
 
 
 def test_naive_sp_player_splits_self_play_and_pfsp():

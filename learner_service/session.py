@@ -231,6 +231,11 @@ class LearnSession:
         """Updates undone because they made the weights non-finite."""
         self._recent_rollbacks: deque[bool] = deque(maxlen=DIVERGED_WINDOW)  # per update: rolled back?
         self._unloadable_reset: str | None = None  # the reset checkpoint last found unloadable (logged once)
+        self._reset_version = 0
+        """The first version of the weights of the league's last reset: chunks acted with an older one are games
+        of the weights the reset threw away (queued, or still played by actors that have not reloaded)."""
+        self.pre_reset_dropped = 0
+        """Chunks dropped since the last reset for having been acted before it."""
         self._last_log = time.monotonic()
         self.heap_trimmer = HeapTrimmer()
         """Gives the heap's free memory back to the OS every few seconds of training (see `heap_trim`)."""
@@ -299,6 +304,8 @@ class LearnSession:
                 if time.monotonic() >= deadline:
                     left = chunks[taken:]
                     break
+                if self._acted_before_reset(chunk):
+                    continue
                 self.telemetry.observe(chunk, self.trainer.version)
                 self.trainer.add(chunk)
                 self._train_ready(publish=False, deadline=deadline)
@@ -306,6 +313,7 @@ class LearnSession:
                 # Batches the session had ready when it was told to stop, then what is held short of a batch:
                 # the actors were told it arrived, and will not send it again.
                 self._train_ready(publish=False, rest=True, deadline=deadline)
+            self._log_pre_reset_dropped()
             if left or self.trainer.untrained_samples or self.trainer.owes_updates:
                 self._log_cut_short(train_s, left)
             if not self.lease.held:
@@ -341,9 +349,28 @@ class LearnSession:
             self._consume(chunk)
 
     def _consume(self, chunk: PreparedChunk) -> None:
+        if self._acted_before_reset(chunk):
+            return
         self.telemetry.observe(chunk, self.trainer.version)
         self.trainer.add(chunk)
         self._train_ready(publish=True)
+
+    def _acted_before_reset(self, chunk: PreparedChunk) -> bool:
+        """A chunk the weights thrown away by the league's last reset acted: not trained on (the reset player's
+        updates would follow the old policy's games, with importance ratios against another network), and not
+        counted in its agent steps. Logged once per reset."""
+        if chunk.header.policy_version >= self._reset_version:
+            return False
+        if not self.pre_reset_dropped:
+            log.info("%s: dropping chunks acted before the reset (policy version below %d): the reset player "
+                     "trains on its own games", self.job.player_id, self._reset_version)
+        self.pre_reset_dropped += 1
+        return True
+
+    def _log_pre_reset_dropped(self) -> None:
+        if self.pre_reset_dropped:
+            log.info("%s: %d chunk(s) acted before the reset to version %d were dropped", self.job.player_id,
+                     self.pre_reset_dropped, self._reset_version)
 
     def _log_cut_short(self, train_s: float, untrained: Sequence[PreparedChunk]) -> None:
         samples = sum(chunk.agent_steps for chunk in untrained) + self.trainer.untrained_samples
@@ -505,6 +532,8 @@ class LearnSession:
             device=self._context.device, weights=weights, version=new_version,
         )
         self.client.ack_reset(self.job.player_id, version)  # training goes on from it: the next report says so
+        self._log_pre_reset_dropped()
+        self._reset_version, self.pre_reset_dropped = new_version, 0
         ref = self._publish()
         log.info("%s was reset by the league to %s: continuing at version %d", self.job.player_id,
                  path or "a fresh initialisation", new_version)

@@ -371,8 +371,11 @@ def _mutating_league(**league) -> tuple[Config, dict[str, TensorSpec], DiscreteA
     return cfg, obs, action
 
 
-def test_a_mutated_player_is_reset_and_keeps_counting_up(tmp_path):
-    """A league exploiter that mutates at every snapshot (every 80 agent steps) back to a fresh start."""
+def test_a_mutated_player_is_reset_and_keeps_counting_up(tmp_path, caplog):
+    """A league exploiter that mutates at every snapshot (every 80 agent steps) back to a fresh start. Chunks
+    acted before the reset (still queued, or from actors that have not reloaded) are dropped: before, the reset
+    weights trained on the thrown-away policy's games, and counted them in the player's agent steps."""
+    caplog.set_level(logging.INFO, logger="learner_service.session")
     cfg, obs, action = _mutating_league()
     player = MUTATING_PLAYER
     with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
@@ -395,8 +398,18 @@ def test_a_mutated_player_is_reset_and_keeps_counting_up(tmp_path):
             status = eventually(lambda: (s := player_status(coordinator.address, player)).checkpoint_version
                                 == reset.ref.version and s)
             assert status.agent_steps == 128 and status.checkpoint_path == reset.ref.path
-            push(learner.address, chunks[4:])  # training goes on from the reset weights, versions keep rising
-            assert learner.learner.wait_published(player, reset.ref.version + 1, 60).metadata["agent_steps"] >= 160
+            stale = synthetic_chunk(obs, action.num_actions, player_id=player, batch=2, steps=16, seq=6, seed=6,
+                                    policy_version=reset.ref.version - 1)  # the thrown-away weights' last version
+            after = [synthetic_chunk(obs, action.num_actions, player_id=player, batch=2, steps=16, seq=s, seed=s,
+                                     policy_version=reset.ref.version) for s in (7, 8)]
+            push(learner.address, [stale, *after])  # training goes on from the reset weights, versions keep rising
+            eventually(lambda: player_status(coordinator.address, player).agent_steps >= 192)
+            assert learner.learner.wait_published(player, reset.ref.version + 2, 60).metadata["agent_steps"] == 192
+            assert player_status(coordinator.address, player).agent_steps == 192  # the stale chunk not among them
+    dropped = [r.getMessage() for r in caplog.records if "acted before the reset" in r.getMessage()]
+    assert dropped[0] == f"{player}: dropping chunks acted before the reset (policy version below " \
+                         f"{reset.ref.version}): the reset player trains on its own games"
+    assert dropped[-1] == f"{player}: 1 chunk(s) acted before the reset to version {reset.ref.version} were dropped"
 
 
 def _free_port() -> int:

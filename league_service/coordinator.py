@@ -24,6 +24,7 @@ import math
 import os
 import random
 import re
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -514,7 +515,7 @@ class Coordinator:
     def update_player(self, request: PlayerUpdateRequest, process: str = "") -> UpdateOutcome:
         """A learner's progress for the player it is bound to; the snapshot thread takes it from there."""
         update = request.update
-        missing: InvalidArgumentError | None = None
+        bad_path: InvalidArgumentError | None = None
         if update.checkpoint_path:
             # The snapshot thread will copy this file: it must be there, inside the shared root. (Looked at
             # before the lock: no file I/O under it.)
@@ -523,14 +524,22 @@ class Coordinator:
             except UnsafePathError as err:
                 raise InvalidArgumentError("checkpoint_path", str(err)) from None
             try:
-                exists = path.exists()
+                mode: int | None = path.stat().st_mode  # (a stat: a FIFO is not opened, so cannot block)
+            except (FileNotFoundError, NotADirectoryError):
+                mode = None
             except OSError as err:  # a name too long, say: a path no learner published
                 raise InvalidArgumentError("checkpoint_path", f"{update.checkpoint_path!r}: {err.strerror}") from None
-            if not exists:
-                # Raised after the binding check: a learner that lost the player (its old versions retired by
-                # the player's next learner) is told it is not bound, which it handles, not that its path is bad.
-                missing = InvalidArgumentError(
+            # Raised after the binding check: a learner that lost the player (its old versions retired by the
+            # player's next learner) is told it is not bound, which it handles, not that its path is bad.
+            if mode is None:
+                bad_path = InvalidArgumentError(
                     "checkpoint_path", f"{update.checkpoint_path!r} does not exist under the shared root"
+                )
+            elif not stat.S_ISREG(mode):
+                # A directory or a FIFO named as the player's checkpoint: the snapshot thread's copy of it failed
+                # (a directory) or hung on it (a FIFO), and actors given it could not load the player.
+                bad_path = InvalidArgumentError(
+                    "checkpoint_path", f"{update.checkpoint_path!r} is not a regular file (a checkpoint is one)"
                 )
         with self._lock:
             now = self._clock()
@@ -545,8 +554,8 @@ class Coordinator:
                     raise FailedPreconditionError(
                         "worker_id", f"worker {request.worker_id!r} holds no learn job of player {update.player_id!r}"
                     )
-            if missing is not None:
-                raise missing
+            if bad_path is not None:
+                raise bad_path
             outcome = self._league.update_active_player(update)
             self._persist(league_state=True)
             self._reply_waits_locked()
@@ -1128,7 +1137,10 @@ def _check_pretrained_checkpoints(league: LeagueConfig, root: SharedRoot) -> Non
         try:
             path = root.resolve(relative)
             found = path.exists()
+            regular = path.is_file()
         except (UnsafePathError, OSError) as err:
             raise ConfigError(key, str(err)) from None
         if not found:
             raise ConfigError(key, f"{relative!r} does not exist under the shared root {root.root}")
+        if not regular:  # a directory (the player's directory named instead of one of its versions, say)
+            raise ConfigError(key, f"{relative!r} is not a regular file (a checkpoint is one)")

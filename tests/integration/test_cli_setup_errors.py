@@ -112,6 +112,9 @@ def test_coordinator_refuses_a_pretrained_checkpoint_that_is_not_under_the_share
     proc = league("coordinator", "--config", str(config), "--shared-root", str(files["shared"]), "--port", "0")
     assert_setup_error(proc, "league.pretrain_checkpoint_path.default: 'sl/pretrained.pt' does not exist under "
                        f"the shared root {files['shared']}")
+    (files["shared"] / "sl" / "pretrained.pt").mkdir(parents=True)  # a directory of that name is no checkpoint
+    proc = league("coordinator", "--config", str(config), "--shared-root", str(files["shared"]), "--port", "0")
+    assert_setup_error(proc, "league.pretrain_checkpoint_path.default: 'sl/pretrained.pt' is not a regular file")
 
 
 def test_a_port_file_in_no_directory_is_refused_before_serving(files):

@@ -203,7 +203,7 @@ def test_update_player_snapshots_a_plain_file_checkpoint_as_a_copy(league):
 
 
 def test_update_player_refusals(league):
-    _, stub, _ = league
+    _, stub, root = league
     bound = bind_learners(stub)
     learner, _ = bound["main_player_default_0"]
     other, _ = bound["main_exploiter_default_0"]
@@ -223,6 +223,12 @@ def test_update_player_refusals(league):
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "worker_id" in err.details()
     err = update(checkpoint_path="main_player_default_0/v0000000009.pt")  # not there
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "does not exist" in err.details()
+    # A directory or a FIFO is no checkpoint: the snapshot thread's copy failed on one and hung on the other.
+    (root / "main_player_default_0" / "v0000000010.pt").mkdir(parents=True)
+    os.mkfifo(root / "main_player_default_0" / "v0000000011.pt")
+    for name in ("v0000000010.pt", "v0000000011.pt"):
+        err = update(checkpoint_path=f"main_player_default_0/{name}")
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "is not a regular file" in err.details()
     # A learner that lost the player, reporting a version its successor's retention removed, is told it is not
     # bound (which it handles by leaving the player), not that its path is bad (which stopped it with an error).
     err = update(worker_id=other, checkpoint_path="main_player_default_0/v0000000009.pt")

@@ -375,7 +375,8 @@ def write_plots(history_path: Path, out_dir: Path, notes: list[str] | None = Non
         for row in payoff:
             i, j = row_index.get(row["home"]), index[row["away"]]
             if i is not None and _decayed_games(row) > 0:  # (none: a reset player's pair, as `league status`)
-                rate[i, j] = row.get("win_rate", np.nan)
+                # A default rate (too few recent games) is no measure: left blank, its games still said.
+                rate[i, j] = np.nan if row.get("win_rate_is_default") else row.get("win_rate", np.nan)
                 games[i, j] = _games_played(row)
         per_column = 0.6 if rows is names else 0.3  # a strip of a few rows reads fine with narrower cells
         width = min(MAX_FIGURE_INCHES, max(5.0, per_column * len(names) + 2))
@@ -391,7 +392,8 @@ def write_plots(history_path: Path, out_dir: Path, notes: list[str] | None = Non
             for i in range(len(rows)):
                 for j in range(len(names)):
                     if games[i, j]:
-                        ax.text(j, i, f"{rate[i, j]:.2f}\n({games[i, j]:.0f})", ha="center", va="center",
+                        shown = "-" if np.isnan(rate[i, j]) else f"{rate[i, j]:.2f}"
+                        ax.text(j, i, f"{shown}\n({games[i, j]:.0f})", ha="center", va="center",
                                 fontsize="xx-small")
         fig.colorbar(im, ax=ax)
         fig.tight_layout()

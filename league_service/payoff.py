@@ -202,8 +202,11 @@ class BattleSharedPayoff(_SharedPayoff):
         record = self.record(home, away)
         return self._rate(record["wins"], record["draws"], record["games"])
 
+    def _too_few(self, games: float) -> bool:
+        return games < self._cfg.min_win_rate_games or games <= 0.0
+
     def _rate(self, wins: float, draws: float, games: float) -> float:
-        if games < self._cfg.min_win_rate_games or games <= 0.0:
+        if self._too_few(games):
             return self._cfg.default_win_rate
         # wins, draws and games decay separately, so their roundings differ: after a draw and a long run of wins
         # (the default decay, ~3,200 wins) wins + draws / 2 came out an ulp above games, and PFSP refused the rate
@@ -232,8 +235,10 @@ class BattleSharedPayoff(_SharedPayoff):
         """The rows of `counts()`: both sides of every pair, sorted by (home, away)."""
         rows = []
         for a, b, wins, draws, losses, games, played in counts:
-            rows.append(PayoffRow(a, b, wins, draws, losses, games, self._rate(wins, draws, games), played))
-            rows.append(PayoffRow(b, a, losses, draws, wins, games, self._rate(losses, draws, games), played))
+            default = self._too_few(games)
+            rows.append(PayoffRow(a, b, wins, draws, losses, games, self._rate(wins, draws, games), played, default))
+            rows.append(PayoffRow(b, a, losses, draws, wins, games, self._rate(losses, draws, games), played,
+                                  default))
         rows.sort(key=lambda r: (r.home, r.away))
         return rows
 

@@ -50,6 +50,8 @@ class PayoffRow:
     games: float
     win_rate: float
     played: int = 0
+    win_rate_is_default: bool = False
+    """Fewer decayed games than min_win_rate_games: `win_rate` is the configured default, PFSP's view."""
 
 
 @dataclass(frozen=True)

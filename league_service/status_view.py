@@ -224,6 +224,22 @@ def _ratings(p: league_pb2.PlayerStatus) -> tuple[str, str]:
     return f"{p.elo:.0f}", f"{p.trueskill_mu:.1f}±{p.trueskill_sigma:.1f}"
 
 
+DEFAULT_RATE_NOTE = ("*: fewer recent games than league.payoff.min_win_rate_games: the default rate, as PFSP takes "
+                     "the pair")
+
+
+def _rate_cell(e: league_pb2.PayoffEntry) -> str:
+    """A pair's win rate and games played; starred while the rate is the default (PFSP's view of a pair with too
+    few recent games), which read as a measured 50% before."""
+    return f"{e.win_rate:.0%}{'*' if e.win_rate_is_default else ''} ({e.games_played:,})"
+
+
+def _note_defaults(table: Table, cells: Sequence[league_pb2.PayoffEntry]) -> None:
+    if any(e.win_rate_is_default for e in cells):
+        table.caption = f"{table.caption}; {DEFAULT_RATE_NOTE}" if table.caption else DEFAULT_RATE_NOTE
+        table.caption_justify = "left"
+
+
 def _win_rates(status: league_pb2.LeagueStatus) -> Table:
     """Rows are home players, columns away players; a cell is the home win rate (over the decayed counts, as
     PFSP sees it) and the games the two have played."""
@@ -240,8 +256,9 @@ def _win_rates(status: league_pb2.LeagueStatus) -> Table:
         row = [home]
         for away in aways:
             e = cells.get((home, away))
-            row.append(f"{e.win_rate:.0%} ({e.games_played:,})" if e is not None and e.games > 0 else "-")
+            row.append(_rate_cell(e) if e is not None and e.games > 0 else "-")
         table.add_row(*row)
+    _note_defaults(table, [e for e in status.payoff if e.games > 0])
     return table
 
 
@@ -263,19 +280,24 @@ def _win_rates_of_active_players(status: league_pb2.LeagueStatus, least: bool = 
     else:
         table.caption = "left out at this width: the historical player each beats least (--json has it)"
         table.caption_justify = "left"
+    shown: list[league_pb2.PayoffEntry] = []
     for home in active:
         row = [home]
         for away in opponents:
             e = cells.get((home, away))
-            row.append(f"{e.win_rate:.0%} ({e.games_played:,})" if e is not None else "-")
+            row.append(_rate_cell(e) if e is not None else "-")
+            shown += [e] if e is not None else []
         past = [e for (h, a), e in cells.items() if h == home and a in historical]
-        games = sum(e.games for e in past)  # the rate is weighted as PFSP weighs the games: decayed
+        games = sum(e.games for e in past)  # over the decayed counts, as PFSP weighs the games
         played = sum(e.games_played for e in past)
-        row.append(f"{sum(e.win_rate * e.games for e in past) / games:.0%} ({played:,})" if past else "-")
-        if least:
-            worst = min(past, key=lambda e: (e.win_rate, -e.games), default=None)
-            row.append(f"{worst.away} {worst.win_rate:.0%} ({worst.games_played:,})" if worst is not None else "-")
+        scored = sum(e.wins + 0.5 * e.draws for e in past)  # (not the rates: a default would count as played)
+        row.append(f"{min(max(scored / games, 0.0), 1.0):.0%} ({played:,})" if past else "-")
+        if least:  # among the pairs with a rate of their own: a default 50% is no measure of the weakest
+            worst = min((e for e in past if not e.win_rate_is_default), key=lambda e: (e.win_rate, -e.games),
+                        default=None)
+            row.append(f"{worst.away} {_rate_cell(worst)}" if worst is not None else "-")
         table.add_row(*row)
+    _note_defaults(table, shown)
     return table
 
 

@@ -369,7 +369,7 @@ def status_reply(s: CoordinatorStatus) -> league_pb2.LeagueStatus:
         payoff=[
             league_pb2.PayoffEntry(
                 home=r.home, away=r.away, wins=r.wins, draws=r.draws, losses=r.losses, games=r.games,
-                win_rate=r.win_rate, games_played=r.played,
+                win_rate=r.win_rate, games_played=r.played, win_rate_is_default=r.win_rate_is_default,
             )
             for r in league.payoff
         ],

@@ -141,6 +141,23 @@ def test_a_pair_whose_records_a_reset_started_afresh_is_no_observed_rate_in_the_
     assert _decayed_games({"games": 5.0}) == 5.0 and _decayed_games({}) == 1.0  # (older histories: no count)
 
 
+def test_a_default_rate_is_a_blank_cell_with_its_games(tmp_path, monkeypatch):
+    """Fewer recent games than min_win_rate_games: the status's `win_rate_is_default` pair was drawn as a
+    measured 0.50; now blank, its games still written."""
+    import matplotlib.axes
+
+    texts = []
+    real_text = matplotlib.axes.Axes.text
+    monkeypatch.setattr(matplotlib.axes.Axes, "text", lambda ax, x, y, s, **kw: texts.append(s) or real_text(
+        ax, x, y, s, **kw))
+    history = tmp_path / "h.jsonl"
+    payoff = [{"home": "a", "away": "b_100", "losses": 3, "games": 3, "win_rate": 0.5, "games_played": "3",
+               "win_rate_is_default": True}]
+    history.write_text(json.dumps(_record(1, 1000, 1000, payoff)) + "\n")
+    assert "win_rates.png" in {p.name for p in write_plots(history, tmp_path / "plots")}
+    assert texts == ["-\n(3)"]
+
+
 def test_the_ratings_plot_names_the_reference_bots_it_is_read_against():
     """Only the active players had a legend entry: the bots, sold as the ratings' yardsticks, were unnamed lines."""
     from league_cli.plot import rating_line

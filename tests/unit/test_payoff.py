@@ -126,6 +126,16 @@ def test_the_games_played_are_counted_beside_the_decayed_counts_and_saved():
             restored.load_records({"records": [{**old["records"][0], key: bad}]})
 
 
+def test_rows_say_when_the_win_rate_is_the_default():
+    """Below min_win_rate_games the rate is the configured default: the rows say so (status marks it)."""
+    payoff = _battle_payoff(decay=0.99, min_win_rate_games=8)
+    payoff.update(battle_result(("a", "b"), [W] * 3))
+    assert [(r.win_rate, r.win_rate_is_default) for r in payoff.rows()] == [(0.5, True), (0.5, True)]
+    payoff.update(battle_result(("a", "b"), [W] * 20))
+    assert [(r.home, r.win_rate, r.win_rate_is_default) for r in payoff.rows()] == [
+        ("a", 1.0, False), ("b", 0.0, False)]
+
+
 def test_self_play_is_not_recorded():
     payoff = _battle_payoff()
     assert payoff.update(battle_result(("a", "a"), [W, L])) == 2

@@ -55,6 +55,32 @@ def test_a_league_with_many_historical_players_gets_a_row_per_active_player():
     assert f"({played:,})" in main_row
 
 
+def test_a_default_rate_is_starred_and_left_out_of_the_weakest_and_the_historical_rate():
+    """Pairs with fewer recent games than min_win_rate_games showed PFSP's default 50% as if measured (a new
+    snapshot after 3 games, a reset pair after a few), could be named the historical player beaten least, and
+    counted 50% in the rate against all historical players."""
+    status = _status(snapshots_per_parent=20)
+    new = f"{ACTIVE[1]}_21000"
+    status.players.add(player_id=new, player_type="historical_player", parent_id=ACTIVE[1], agent_steps=21000)
+    # 3 games, all lost by the main player: PFSP takes 50% until min_win_rate_games; the table says which it is.
+    status.payoff.add(home=ACTIVE[0], away=new, losses=3, games=3, win_rate=0.5, games_played=3,
+                      win_rate_is_default=True)
+    status.payoff[0].win_rate_is_default = True  # (as if the main exploiter had just been reset)
+    text = _text(status)
+    (main_row,) = [line for line in text.split("of the active players")[1].splitlines()
+                   if line.startswith("│ main_player_default_0 ")]
+    assert "90%* (1,500)" in main_row
+    assert "main_exploiter_default_0_2000 30% (" in main_row  # not the new one at a default 50%
+    past = [e for e in status.payoff if e.home == ACTIVE[0] and e.away.endswith("000")]
+    scored = sum(e.wins for e in past) / sum(e.games for e in past)  # the 3 losses count as losses
+    assert f"{scored:.0%} ({sum(e.games_played for e in past):,})" in main_row
+    assert "*: fewer recent games than league.payoff.min_win_rate_games" in " ".join(text.split())
+    small = _status(snapshots_per_parent=1)
+    assert "*:" not in _text(small)  # no note without a default rate
+    small.payoff[0].win_rate_is_default = True
+    assert "90%* (1,500)" in _text(small) and "league.payoff.min_win_rate_games" in " ".join(_text(small).split())
+
+
 def test_historical_players_are_listed_newest_per_parent_up_to_a_limit():
     text = _text(_status(snapshots_per_parent=20))
     assert f"historical players (60; the newest {HISTORICAL_ROWS}, all with --json)" in text

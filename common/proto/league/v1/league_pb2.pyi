@@ -295,7 +295,7 @@ class PlayerStatus(_message.Message):
     def __init__(self, player_id: _Optional[str] = ..., player_type: _Optional[str] = ..., active: _Optional[bool] = ..., parent_id: _Optional[str] = ..., agent_steps: _Optional[int] = ..., train_iteration: _Optional[int] = ..., checkpoint_path: _Optional[str] = ..., checkpoint_version: _Optional[int] = ..., elo: _Optional[float] = ..., trueskill_mu: _Optional[float] = ..., trueskill_sigma: _Optional[float] = ..., slots_used: _Optional[int] = ..., slots_limit: _Optional[int] = ..., learner_worker_id: _Optional[str] = ..., snapshots: _Optional[int] = ..., mutations: _Optional[int] = ..., mean_return: _Optional[float] = ..., episodes: _Optional[int] = ..., failed_attempts_in_a_row: _Optional[int] = ..., jobs_given_up: _Optional[int] = ..., jobs_held_until: _Optional[float] = ..., last_job_error: _Optional[str] = ..., set_aside: _Optional[str] = ...) -> None: ...
 
 class PayoffEntry(_message.Message):
-    __slots__ = ("home", "away", "wins", "draws", "losses", "games", "win_rate", "games_played")
+    __slots__ = ("home", "away", "wins", "draws", "losses", "games", "win_rate", "games_played", "win_rate_is_default")
     HOME_FIELD_NUMBER: _ClassVar[int]
     AWAY_FIELD_NUMBER: _ClassVar[int]
     WINS_FIELD_NUMBER: _ClassVar[int]
@@ -304,6 +304,7 @@ class PayoffEntry(_message.Message):
     GAMES_FIELD_NUMBER: _ClassVar[int]
     WIN_RATE_FIELD_NUMBER: _ClassVar[int]
     GAMES_PLAYED_FIELD_NUMBER: _ClassVar[int]
+    WIN_RATE_IS_DEFAULT_FIELD_NUMBER: _ClassVar[int]
     home: str
     away: str
     wins: float
@@ -312,7 +313,8 @@ class PayoffEntry(_message.Message):
     games: float
     win_rate: float
     games_played: int
-    def __init__(self, home: _Optional[str] = ..., away: _Optional[str] = ..., wins: _Optional[float] = ..., draws: _Optional[float] = ..., losses: _Optional[float] = ..., games: _Optional[float] = ..., win_rate: _Optional[float] = ..., games_played: _Optional[int] = ...) -> None: ...
+    win_rate_is_default: bool
+    def __init__(self, home: _Optional[str] = ..., away: _Optional[str] = ..., wins: _Optional[float] = ..., draws: _Optional[float] = ..., losses: _Optional[float] = ..., games: _Optional[float] = ..., win_rate: _Optional[float] = ..., games_played: _Optional[int] = ..., win_rate_is_default: _Optional[bool] = ...) -> None: ...
 
 class JobStatus(_message.Message):
     __slots__ = ("job_id", "kind", "launch_player", "players", "worker_id", "lease_deadline", "issued_at")

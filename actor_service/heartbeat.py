@@ -52,7 +52,7 @@ class JobHeartbeat:
         self._on_revoked = on_revoked
         self._gate = StallGate(watches, f"job {job_id}", "the job expires and is issued again", log)
         self._closed = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{job_id}", daemon=True)
+        self._thread = threading.Thread(target=self._run_guarded, name=f"heartbeat-{job_id}", daemon=True)
         self.beats = 0
         self.withheld = 0
         """Renewals skipped because the job thread was stuck (past a watch's limit)."""
@@ -80,6 +80,15 @@ class JobHeartbeat:
             if deadline is not None and now >= deadline:
                 return
             self._thread.join(0.1 if deadline is None else min(0.1, deadline - now))
+
+    def _run_guarded(self) -> None:
+        """`_run`, whose death by an unexpected error (a bug, a reply it cannot read) abandons the job: else the
+        job ran on unrenewed, its lease expired and it was issued again while this actor still played it."""
+        try:
+            self._run()
+        except Exception as err:
+            log.exception("heartbeat of job %s failed; abandoning the job", self._job_id)
+            self._on_revoked(f"heartbeat failed: {type(err).__name__}: {err}")
 
     def _run(self) -> None:
         while not self._closed.wait(self._interval_s):  # the interval is a timer, not a poll for a state

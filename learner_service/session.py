@@ -114,7 +114,7 @@ class LeaseKeeper:
         self._lock = threading.Lock()
         self._lost: SessionEnd | None = None
         self._on_lost: Callable[[SessionEnd], None] | None = None
-        self._thread = threading.Thread(target=self._run, name="learner-heartbeat", daemon=True)
+        self._thread = threading.Thread(target=self._run_guarded, name="learner-heartbeat", daemon=True)
 
     def start(self) -> LeaseKeeper:
         self._thread.start()
@@ -161,6 +161,16 @@ class LeaseKeeper:
             on_lost = None if self._closed.is_set() else self._on_lost  # a late answer after close: nobody's
         if on_lost is not None:
             on_lost(reason)
+
+    def _run_guarded(self) -> None:
+        """`_run`, whose death by an unexpected error (a bug, a reply it cannot read) ends the session: else the
+        learner trained on with no lease, publishing nothing, and never heard that its job was revoked."""
+        try:
+            self._run()
+        except Exception:
+            log.exception("heartbeat of learn job %s (%s) failed; asking for a job again", self._job.job_id,
+                          self._job.player_id)
+            self._lose(SessionEnd.LOST)
 
     def _run(self) -> None:
         lapsed = False

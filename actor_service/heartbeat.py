@@ -87,6 +87,8 @@ class JobHeartbeat:
         try:
             self._run()
         except Exception as err:
+            if self._closed.is_set():  # (the job ended meanwhile: a call on a channel closed under it, say)
+                return
             log.exception("heartbeat of job %s failed; abandoning the job", self._job_id)
             self._on_revoked(f"heartbeat failed: {type(err).__name__}: {err}")
 

@@ -241,9 +241,6 @@ class LearnSession:
         """Updates undone because they made the weights non-finite."""
         self._recent_rollbacks: deque[bool] = deque(maxlen=DIVERGED_WINDOW)  # per update: rolled back?
         self._unloadable_reset: str | None = None  # the reset checkpoint last found unloadable (logged once)
-        self._reset_version = 0
-        """The first version of the weights of the league's last reset: chunks acted with an older one are games
-        of the weights the reset threw away (queued, or still played by actors that have not reloaded)."""
         self.pre_reset_dropped = 0
         """Chunks dropped since the last reset for having been acted before it."""
         self._last_log = time.monotonic()
@@ -369,18 +366,18 @@ class LearnSession:
         """A chunk the weights thrown away by the league's last reset acted: not trained on (the reset player's
         updates would follow the old policy's games, with importance ratios against another network), and not
         counted in its agent steps. Logged once per reset."""
-        if chunk.header.policy_version >= self._reset_version:
+        if chunk.header.policy_version >= self.trainer.lineage_from:
             return False
         if not self.pre_reset_dropped:
             log.info("%s: dropping chunks acted before the reset (policy version below %d): the reset player "
-                     "trains on its own games", self.job.player_id, self._reset_version)
+                     "trains on its own games", self.job.player_id, self.trainer.lineage_from)
         self.pre_reset_dropped += 1
         return True
 
     def _log_pre_reset_dropped(self) -> None:
         if self.pre_reset_dropped:
-            log.info("%s: %d chunk(s) acted before the reset to version %d were dropped", self.job.player_id,
-                     self.pre_reset_dropped, self._reset_version)
+            log.info("%s: %d chunk(s) acted before version %d (the reset's) were dropped", self.job.player_id,
+                     self.pre_reset_dropped, self.trainer.lineage_from)
 
     def _log_cut_short(self, train_s: float, untrained: Sequence[PreparedChunk]) -> None:
         samples = sum(chunk.agent_steps for chunk in untrained) + self.trainer.untrained_samples
@@ -537,14 +534,22 @@ class LearnSession:
         weights = self.publisher.load_reset(path)
         self._unloadable_reset = None
         new_version = self.publisher.next_version(version)
+        self._log_pre_reset_dropped()  # (of the reset before, if any: the trainer's floor names it)
+        self.pre_reset_dropped = 0
         self.trainer = build_trainer(
             self.trainer.spec, self.config, self.trainer.progress, seed=self.seed,
             device=self._context.device, weights=weights, version=new_version,
         )
         self.client.ack_reset(self.job.player_id, version)  # training goes on from it: the next report says so
-        self._log_pre_reset_dropped()
-        self._reset_version, self.pre_reset_dropped = new_version, 0
+        # Actors play the reset under the league's number (`version`) until this learner publishes it as
+        # `new_version`; that number may also be the learner's own last publish of the weights thrown away (the
+        # league numbers a reset one past the version it last heard of). Once the reset is published, only its
+        # own number is sure to be the reset's games; unpublished (storage failing), the actors' games under
+        # the league's number are the only ones to train on, and dropping them left the learner with none.
+        self.trainer.lineage_from = version
         ref = self._publish()
+        if ref is not None:
+            self.trainer.lineage_from = new_version
         log.info("%s was reset by the league to %s: continuing at version %d", self.job.player_id,
                  path or "a fresh initialisation", new_version)
         return ref

@@ -97,6 +97,9 @@ class Trainer:
         """Replay batches whose TD errors were not finite (a diverging network): their priorities were kept."""
         self.fresh_at: int | None = None
         """The version of the seeded fresh initialisation this trainer was built with (None: built from weights)."""
+        self.lineage_from = 0
+        """Chunks acted with a policy version below this were played by weights these do not descend from (the
+        ones a league reset threw away): the session drops them. Kept with the trainer across sessions."""
         if spec.policy.algorithm == "dqn":
             self._replay = make_replay(spec.policy.dqn, seed)
         self._average: dict[str, torch.Tensor] | None = None

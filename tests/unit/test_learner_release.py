@@ -336,3 +336,67 @@ def test_a_release_publishes_the_moving_average_of_the_weights_as_the_last_check
     final = publisher.store.load(publisher.last.path).tensors
     assert all(np.array_equal(final[k], v) for k, v in trainer.task.get_weights().items())
     assert client.finished == [("job-1", league_pb2.FINISH_STATUS_RELEASED)]
+
+
+class _ResetClient(_Client):
+    def __init__(self) -> None:
+        super().__init__()
+        self.acked: list[int] = []
+
+    def ack_reset(self, player_id, version):
+        self.acked.append(version)
+
+
+def _reset_session(tmp_path, guard=lambda: True):
+    trainer = _trainer(batch_size=16)
+    publisher = CheckpointPublisher(CheckpointStore(tmp_path, publish_guard=lambda: guard()), "p", "w")
+    publisher.try_publish(trainer)  # v0
+    client = _ResetClient()
+    context = SessionContext(client, DataPlane(), tmp_path, "cpu", lambda: False, lambda *a: None)
+    job = LearnJob("job-1", "p", "", 0, "CartPole-v1", {}, {}, {}, 30.0, 0.0)
+    session = LearnSession(context, job, _HeldLease(), trainer, publisher, LearnerConfig(batch_size=16, publish_every=1),
+                           seed=0)
+    return session, publisher, client
+
+
+def test_chunks_of_the_weights_a_reset_threw_away_are_dropped_and_the_floor_goes_with_the_trainer(tmp_path):
+    session, publisher, client = _reset_session(tmp_path)
+    trainer = session.trainer
+    trainer.add(_prepared(trainer, seq=0))
+    trainer.add(_prepared(trainer, seq=1))
+    assert trainer.train_ready() is not None  # v1 trained; the league resets the player as v2 (one past v1)
+    publisher.try_publish(trainer)
+    assert session.apply_reset("", 2) is not None and client.acked == [2]
+    assert session.trainer.version == 2 and session.trainer.lineage_from == 2  # (next_version(2) = 2: unpublished)
+    steps = session.trainer.progress.agent_steps
+    session._consume(_prepared(session.trainer, seq=2, policy_version=1))  # acted by the thrown-away weights
+    assert session.trainer.progress.agent_steps == steps and session.pre_reset_dropped == 1
+    session._consume(_prepared(session.trainer, seq=3, policy_version=2))  # the reset's own games
+    assert session.trainer.progress.agent_steps == steps + 16
+    # A later session of this learner that keeps the trainer (its lease was lost, the player came back) keeps
+    # the floor: it lives on the trainer, not the session.
+    again = LearnSession(session._context, session.job, _HeldLease(), session.trainer, publisher,
+                         LearnerConfig(batch_size=16, publish_every=1), seed=0)
+    again._consume(_prepared(again.trainer, seq=4, policy_version=1))
+    assert again.pre_reset_dropped == 1 and again.trainer.progress.agent_steps == steps + 16
+
+
+def test_a_reset_whose_publish_failed_trains_on_the_games_actors_play_it_under_the_leagues_number(tmp_path):
+    """The league numbers a reset one past the version it last heard of (v1 here: the learner's own publish of
+    the weights thrown away is v1 too), so the learner continues at v2. Its publish of v2 failed (a lapsed lease,
+    a full disk): actors kept playing the reset as v1, and a floor of v2 dropped every chunk, so no iteration ran
+    and no publish was tried again: the learner sat idle for the rest of the session (a review)."""
+    allow = [True]
+    session, publisher, _ = _reset_session(tmp_path, guard=lambda: allow[0])
+    trainer = session.trainer
+    trainer.add(_prepared(trainer, seq=0))
+    trainer.add(_prepared(trainer, seq=1))
+    assert trainer.train_ready() is not None and publisher.try_publish(trainer) is not None  # v1
+    allow[0] = False
+    assert session.apply_reset("", 1) is None  # reset as v1, continued as v2, not published
+    assert session.trainer.version == 2 and session.trainer.lineage_from == 1
+    allow[0] = True
+    session._consume(_prepared(session.trainer, seq=2, policy_version=1))
+    session._consume(_prepared(session.trainer, seq=3, policy_version=1))
+    assert session.pre_reset_dropped == 0 and session.trainer.progress.train_iteration == 3  # 1 + one a chunk
+    assert publisher.last_version == session.trainer.version == 4  # trained, and published again

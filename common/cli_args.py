@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common.config import MAX_DURATION_S
+from common.config import MAX_DURATION_S, is_device
 from common.job_limits import MAX_ENV_NUM
 from common.ports import check_host_port, check_target
 from common.rpc import COORDINATOR_ENV_VAR, SHARED_ROOT_ENV_VAR
@@ -80,8 +80,7 @@ def seed(text: str) -> int:
 
 def device(text: str) -> str:
     """Where a learner trains: auto, cpu, cuda, or cuda:N for one GPU of several (a learner per GPU on a node)."""
-    if text in ("auto", "cpu", "cuda") or (text.startswith("cuda:") and text[5:].isascii() and text[5:].isdigit()
-                                          and len(text) <= 8):
+    if is_device(text):
         return text
     raise argparse.ArgumentTypeError(f"expected auto, cpu, cuda or cuda:N (a GPU's index), got {text!r}")
 

@@ -446,3 +446,12 @@ def _convert_sequence(tp: Any, value: Any, path: str) -> list[Any] | tuple[Any, 
     item_tp = args[0] if args else Any
     items = [_convert(item_tp, v, join_path(path, i)) for i, v in enumerate(value)]
     return tuple(items) if origin is tuple else items
+
+
+def is_device(text: object) -> bool:
+    """auto, cpu, cuda or cuda:N (N a GPU's index, ASCII digits): what a learner may be told to train on."""
+    if not isinstance(text, str):
+        return False
+    index = text[5:]
+    return text in ("auto", "cpu", "cuda") or (text.startswith("cuda:") and index.isascii() and index.isdigit()
+                                               and len(index) <= 3 and (index == "0" or not index.startswith("0")))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.config import MAX_DURATION_S, ConfigError
+from common.config import MAX_DURATION_S, ConfigError, is_device
 from common.job_limits import MAX_ENV_NUM
 
 MAX_RUN_ACTORS = 256
@@ -40,6 +40,8 @@ class RunConfig:
     status_interval_s: float = 2.0
     # Seconds each process gets to stop after SIGTERM before it is killed.
     stop_grace_s: float = 15.0
+    # Where the learners train: the learners' --device (auto: the GPU when there is one).
+    learner_device: str = "auto"
 
     def __post_init__(self) -> None:
         # Paths relative to the section: from_dict(RunConfig, ..., "run") puts "run." in front.
@@ -60,5 +62,7 @@ class RunConfig:
         if not 0 < self.status_interval_s <= MAX_DURATION_S:
             raise ConfigError("status_interval_s", f"must be > 0 and at most {MAX_DURATION_S:g}, "
                                                    f"got {self.status_interval_s}")
+        if not is_device(self.learner_device):
+            raise ConfigError("learner_device", f"expected auto, cpu, cuda or cuda:N, got {self.learner_device!r}")
         if not 0 <= self.stop_grace_s <= MAX_DURATION_S:
             raise ConfigError("stop_grace_s", f"must be >= 0 and at most {MAX_DURATION_S:g}, got {self.stop_grace_s}")

@@ -227,7 +227,8 @@ class Supervisor:
             # A restarted learner keeps its address, as a StatefulSet pod or a compose service would: collect
             # jobs already handed out name that endpoint.
             port = self.learner_ports.setdefault(name, restartable_port())
-            argv = league_command("learner", *common, "--host", "127.0.0.1", "--port", str(port))
+            argv = league_command("learner", *common, "--host", "127.0.0.1", "--port", str(port),
+                                  "--device", self.run_cfg.learner_device)
             stop_timeout = learner_stop_timeout(self.run_cfg.stop_grace_s)
             if stop_timeout > 0:  # `run.stop_grace_s: 0` kills at once: no backstop fits, and 0 is no --stop-timeout
                 argv += ["--stop-timeout", f"{stop_timeout:g}"]

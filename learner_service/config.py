@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.config import is_device
+
 MAX_CHUNK_BYTES = 64 * 2**20
 """Largest TrajectoryChunk the learner's server accepts (its gRPC receive limit; fixed before any job)."""
 
@@ -75,5 +77,5 @@ class LearnerSettings:
                 "--tls-cert: the coordinator is reached over TLS (--tls-ca), so actors reach this learner over TLS "
                 "too: give --tls-cert/--tls-key for the trajectory server"
             )
-        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise ValueError(f"device: expected auto, cpu or cuda[:N], got {self.device!r}")
+        if not is_device(self.device):
+            raise ValueError(f"device: expected auto, cpu, cuda or cuda:N, got {self.device!r}")

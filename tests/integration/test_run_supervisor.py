@@ -65,6 +65,18 @@ def test_actors_get_the_runs_env_max_retry(tmp_path):
         RunConfig(env_max_retry=-1)
 
 
+def test_learners_train_on_the_runs_learner_device(tmp_path):
+    """`league run` had no way to keep its learners off a GPU (`auto` picks it), where the default league's small
+    network made 0.82x the env steps of CPU learners (BENCHMARKS.md)."""
+    from league_cli.main import build_parser
+
+    for device in ("auto", "cpu", "cuda:1"):
+        sup = Supervisor(tmp_path, tmp_path / "league.yaml", RunConfig(learner_device=device), learners=1)
+        sup.address = "127.0.0.1:1"
+        argv = sup._worker_argv("learner-0")
+        assert build_parser().parse_args(argv[argv.index("learner"):]).device == device
+
+
 def test_a_learner_under_a_grace_of_zero_gets_arguments_it_accepts(tmp_path):
     """`run.stop_grace_s: 0` is a valid config (kill at once), but its learners were given `--stop-timeout 0`,
     which `league learner` refuses (> 0): every learner exited 2 and the run stopped as misconfigured."""

@@ -89,7 +89,7 @@ def test_workers_refuse_a_number_out_of_range_naming_the_flag(tmp_path, capsys, 
     assert f"argument {flag}: must be " in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("value", ["gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:١", "cuda:12345"])
+@pytest.mark.parametrize("value", ["gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:١", "cuda:12345", "cuda:00", "CPU"])
 def test_a_learner_device_that_is_no_device_is_a_usage_error_naming_the_flag(tmp_path, capsys, value):
     with pytest.raises(SystemExit) as exited:
         main(["learner", "--coordinator", "127.0.0.1:1", "--shared-root", str(tmp_path), "--device", value])

@@ -38,6 +38,8 @@ def test_run_section_is_typed_and_errors_name_the_key():
         ({"seconds": 5e7}, "run.seconds: must be > 0 and at most 1e+07"),  # as every duration (README)
         ({"seconds": float("inf")}, "run.seconds: expected a finite float"),
         ({"env_steps": -5}, "run.env_steps: must be >= 0"),
+        ({"learner_device": "gpu"}, "run.learner_device: expected auto, cpu, cuda or cuda:N, got 'gpu'"),
+        ({"learner_device": "cuda:00"}, "run.learner_device: expected auto, cpu, cuda or cuda:N"),
     ],
 )
 def test_run_section_values_are_checked_with_the_keys_path(section, message):

@@ -24,7 +24,7 @@ import numpy as np
 
 from actor_service.search import PolicySearch, SearchConfig
 from common.algorithms.registry import make_computation_task
-from common.checkpoint_store import CheckpointError, CheckpointRef, CheckpointStore
+from common.checkpoint_store import LATEST, CheckpointError, CheckpointRef, CheckpointStore
 from common.computation.algorithm import ForwardKwargs
 from common.computation.computation_task import ComputationTask
 from common.envs.base import EnvInfo, Outcome
@@ -359,6 +359,9 @@ def resolve_checkpoint(checkpoint: str, shared_root: Path | None) -> tuple[Check
     (`<root>/<player_id>`) stands for that player's newest published version. The version's manifest is read
     here, so that a path that is no published checkpoint is refused with the root it was looked for in."""
     path = Path(checkpoint)
+    if path.name == LATEST:  # the pointer to the player's newest version: its folder says the same
+        path = path.parent
+        checkpoint = str(path)
     # A missing path is a player's folder unless it names a .pt file: a player with nothing published yet has
     # no folder, and taking its path for a file guessed the run directory, not the shared root, as the root.
     folder = path.is_dir() if path.is_absolute() and path.exists() else path.suffix != ".pt"

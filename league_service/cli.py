@@ -283,6 +283,14 @@ def _status_address(args: argparse.Namespace) -> str:
         try:
             port = int(port_file.read_text().strip())
         except FileNotFoundError:
+            if not args.run_dir.is_dir():
+                raise ValueError(f"--run-dir: {args.run_dir} is not a directory") from None
+            history = args.run_dir / "status_history.jsonl"
+            if history.is_file():  # a run that ended: its port file goes with its coordinator
+                raise ValueError(
+                    f"--run-dir: no `league run` is going on in {args.run_dir} ({port_file} is removed when a run "
+                    f"ends): `league plot --history {history}` shows how it went, `league eval --run-dir "
+                    f"{args.run_dir}` how strong its players grew") from None
             raise ValueError(f"--run-dir: {port_file} does not exist (is a `league run` going on there?)") from None
         except (OSError, ValueError) as err:
             raise ValueError(f"--run-dir: cannot read the coordinator's port from {port_file}: {err}") from None

@@ -102,6 +102,9 @@ def main(args: argparse.Namespace) -> int:
         return _refuse(refusal)
     try:
         device = resolve_device(args.device)  # `cuda` on a machine without one: refuse now, not at the first job
+    except ValueError as err:
+        return _refuse(f"--device: {err}")
+    try:
         if args.tls_ca is not None:
             check_tls_ca(args.tls_ca)
         if args.tls_cert is not None and args.tls_key is not None:

@@ -49,6 +49,8 @@ class BotSpec:
         if kind == "mcts" and colon:  # "mcts:" too: a number left out is a typo, not a wish for the default
             if not (sims.isascii() and sims.isdigit()):  # ("²" is a digit to str.isdigit, not to int)
                 raise ValueError(f"bot spec {text!r}: simulations must be an integer, as in 'mcts:200'")
+            if not 1 <= int(sims) <= MAX_SIMULATIONS:  # (said as the user wrote it, not as the class's field)
+                raise ValueError(f"bot spec {text!r}: simulations must be within [1, {MAX_SIMULATIONS:,}]")
             return cls("mcts", num_simulations=int(sims))
         if colon:
             raise ValueError(f"bot spec {text!r}: only mcts takes ':<num_simulations>'")

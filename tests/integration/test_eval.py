@@ -122,7 +122,7 @@ def test_cli_prints_a_table_and_json(tmp_path, capsys):
         (["--checkpoint", "p/v0000000001.pt", "--shared-root", "{root}", "--opponent", " , "], "names no bot"),
         (["--checkpoint", "p/v0000000001.pt", "--shared-root", "{root}", "--opponent", "random,mcts,mcts:100"],
          "'mcts:100' is the same bot as 'mcts'"),
-        (["--checkpoint", "p/v0000000001.pt", "--opponent", "mcts:0"], "--opponent 'mcts:0': "),
+        (["--checkpoint", "p/v0000000001.pt", "--opponent", "mcts:0"], "simulations must be within [1, 100,000]"),
     ],
 )
 def test_cli_refuses_bad_input_with_a_message(tmp_path, capsys, monkeypatch, argv, message):
@@ -253,6 +253,9 @@ def test_a_players_folder_stands_for_its_newest_version_and_a_missing_file_says_
     store, path = resolve_checkpoint("p", tmp_path)
     assert path == newest
     assert resolve_checkpoint(str(tmp_path / "p"), None)[1] == newest  # absolute: the folder's parent is the root
+    # The player's latest.json, what a user looking in the folder tries: "no published checkpoint" before.
+    assert resolve_checkpoint("p/latest.json", tmp_path)[1] == newest
+    assert resolve_checkpoint(str(tmp_path / "p" / "latest.json"), None)[1] == newest
     with pytest.raises(ValueError, match="'p/v9.pt' does not exist"):
         resolve_checkpoint("p/v9.pt", tmp_path)
     (tmp_path / "empty").mkdir()

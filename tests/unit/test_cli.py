@@ -105,7 +105,7 @@ def test_a_learner_given_a_gpu_the_machine_lacks_refuses_at_start_naming_it(tmp_
     gpu = f"cuda:{torch.cuda.device_count()}"
     assert main(["learner", "--coordinator", "127.0.0.1:1", "--shared-root", str(tmp_path), "--device", gpu]) == 2
     err = capsys.readouterr().err
-    assert f"device {gpu!r} requested but" in err and "Traceback" not in err
+    assert f"--device: device {gpu!r} requested but" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("command", ["coordinator", "actor", "learner"])

@@ -181,6 +181,7 @@ def check_env_seats(name: str, env_kwargs: Mapping[str, Any], league: LeagueConf
                               f"league (league.league_type: solo), or name a two-player game{_openspiel_hint(name)}")
         return
     for player in player_envs(env_kwargs, league):
+        _check_openspiel_kwargs(name, player)
         game = load_game(name, player)
         if game.unsupported is not None:
             raise ConfigError("env.name", f"OpenSpiel's {openspiel_game(name)!r} {game.unsupported}")
@@ -201,6 +202,28 @@ def check_env_seats(name: str, env_kwargs: Mapping[str, Any], league: LeagueConf
                               f"players and a solo league's job has one: the env's bots must take the other "
                               f"{seats - 1} seat(s), got {seated} (for {player.player_type}), e.g. env.kwargs.bots: "
                               "{1: random}; or train it in a battle league (league.league_type: one_vs_one)")
+
+
+OPENSPIEL_KWARGS = ("game_params", "bots", "perspective")
+"""What `OpenSpielEnv` takes besides the game (its keyword arguments)."""
+
+
+def _check_openspiel_kwargs(name: str, player: PlayerEnv) -> None:
+    """The env kwargs an OpenSpiel game's env takes, and its `perspective`: a typo in either loaded fine and
+    failed every job in the workers (a short `league run` ended 0 before any worker said so)."""
+    from common.envs.openspiel_env import PERSPECTIVES, PIECE_PLANES
+
+    for key in player.kwargs:
+        if key not in OPENSPIEL_KWARGS:
+            raise ConfigError(player.sources.get(key, f"env.kwargs.{key}"),
+                              f"an OpenSpiel env takes {', '.join(OPENSPIEL_KWARGS)}, not {key!r}")
+    perspective = player.kwargs.get("perspective", "absolute")
+    where = player.sources.get("perspective", "env.kwargs.perspective")
+    if perspective not in PERSPECTIVES:
+        raise ConfigError(where, f"must be one of {', '.join(PERSPECTIVES)}, got {perspective!r}")
+    if perspective == "relative" and openspiel_game(name) not in PIECE_PLANES:
+        raise ConfigError(where, f"'relative' is defined only for {', '.join(sorted(PIECE_PLANES))} (games whose "
+                          f"pieces lie in one plane per player), not {openspiel_game(name)!r}")
 
 
 def longest_episode(name: str, env_kwargs: Mapping[str, Any], league: LeagueConfig) -> int | None:

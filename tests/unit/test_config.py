@@ -631,6 +631,14 @@ SOLO = {"league_type": "solo", "active_players": {"solo_active_player": 1}}
         ({"league": SOLO, "env": {"name": "openspiel:kuhn_poker", "kwargs": {"bots": {1: "random"},
                                                                             "game_params": {"players": 3}}}},
          "env.kwargs.bots: 'openspiel:kuhn_poker' gives a game of 3 players"),
+        # An OpenSpiel env's own keyword arguments: a typo loaded fine and failed every job in the workers.
+        ({"env": {"kwargs": {"perspective": "absolute_ish"}}},
+         "env.kwargs.perspective: must be one of absolute, relative, got 'absolute_ish'"),
+        ({"env": {"name": "openspiel:kuhn_poker", "kwargs": {"perspective": "relative"}}},
+         "env.kwargs.perspective: 'relative' is defined only for connect_four, tic_tac_toe"),
+        ({"league": {"main_player": {"env_kwargs": {"perspectiv": "relative"}}}},
+         "league.main_player.env_kwargs.perspectiv: an OpenSpiel env takes game_params, bots, perspective, not "
+         "'perspectiv'"),
     ],
 )
 def test_a_league_whose_matches_cannot_fill_the_envs_seats_is_refused_at_load(data, message):
@@ -646,6 +654,7 @@ def test_leagues_whose_matches_fill_the_envs_seats_load():
     config_from_dict({"league": SOLO, "env": {"name": "openspiel:catch"}})
     config_from_dict({"env": {"name": "openspiel:kuhn_poker", "kwargs": {"game_params": {"players": 2}}}})
     config_from_dict({"env": {"name": "python:tests.env_doubles:CountingEnv"}})  # known only once built
+    config_from_dict({"env": {"kwargs": {"perspective": "relative"}}})
 
 
 @pytest.mark.parametrize(

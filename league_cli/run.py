@@ -575,7 +575,10 @@ def config_changes(saved: Path, new: dict[str, Any], shown: int = 8) -> str:
     if not isinstance(old, dict):
         return ""
     before, after = _flat(old), _flat(new)
-    keys = [k for k in sorted(before.keys() | after.keys()) if before.get(k, "(unset)") != after.get(k, "(unset)")]
+    # A key the saved file lacks is one a newer version added with its default (run.learner_device, say): every
+    # plain resume of an older run reported it as "(unset) -> auto" and set the old file aside as changed.
+    keys = [k for k in sorted(before.keys() | after.keys())
+            if k in before and before[k] != after.get(k, "(unset)")]
     text = ", ".join(f"{k}: {before.get(k, '(unset)')} -> {after.get(k, '(unset)')}" for k in keys[:shown])
     return text + (f" and {len(keys) - shown} more" if len(keys) > shown else "")
 

@@ -288,8 +288,9 @@ def _status_address(args: argparse.Namespace) -> str:
             history = args.run_dir / "status_history.jsonl"
             if history.is_file():  # a run that ended: its port file goes with its coordinator
                 raise ValueError(
-                    f"--run-dir: no `league run` is going on in {args.run_dir} ({port_file} is removed when a run "
-                    f"ends): `league plot --history {history}` shows how it went, `league eval --run-dir "
+                    f"--run-dir: no `league run` is going on in {args.run_dir}, or its coordinator is starting "
+                    f"({port_file} is removed when a run ends, and written once its coordinator listens): for a run "
+                    f"that ended, `league plot --history {history}` shows how it went, `league eval --run-dir "
                     f"{args.run_dir}` how strong its players grew") from None
             raise ValueError(f"--run-dir: {port_file} does not exist (is a `league run` going on there?)") from None
         except (OSError, ValueError) as err:

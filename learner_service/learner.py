@@ -321,10 +321,8 @@ class Learner:
             trainer.restore_algorithm_updates(start.algorithm_updates)
             if start.published is not None:  # the player's own latest version: resume its optimizer state too
                 trainer.resume_training_state(publisher.store, start.published)
+            trainer.lineage_from = start.lineage_from  # (a reset or pretrained checkpoint the league names)
             if start.published is None:
-                # Not the player's own latest weights (a first start, a pretrained or reset checkpoint the league
-                # names): games acted before the league's version of the player are not these weights' games.
-                trainer.lineage_from = job.checkpoint_version
                 publisher.try_publish(trainer)  # a full disk is logged; the session retries on a backoff
             log.info("%s: starting from %s at version %d (%d agent steps, %d train iterations)", job.player_id,
                      start.source, trainer.version, start.progress.agent_steps, start.progress.train_iteration)

@@ -88,6 +88,10 @@ class StartPoint:
     algorithm_updates: int
     published: CheckpointRef | None
     """The store's latest version of the player when it *is* the start point (nothing to publish)."""
+    lineage_from: int = 0
+    """Chunks acted with an older version are not these weights' games (the trainer's `lineage_from`): the
+    league's version when the session starts from the checkpoint it names (a reset, a pretrained one) or a fresh
+    start under its number; 0 when it resumes the player's own weights, whose older versions actors may play."""
 
 
 _MAX_META_INT = 2**63 - 1  # UpdatePlayer's int64 fields
@@ -249,8 +253,8 @@ class CheckpointPublisher:
                 log.error("%s: the league's checkpoint cannot be used (%s); resuming from %s instead", job_path,
                           err, own.path)
                 return StartPoint(max(own.version, job_version + 1), own_weights, own.path, progress, updates, None)
-            return StartPoint(job_version, weights, job_path, progress, 0, None)
-        return StartPoint(job_version, None, "fresh", progress, 0, None)
+            return StartPoint(job_version, weights, job_path, progress, 0, None, lineage_from=job_version)
+        return StartPoint(job_version, None, "fresh", progress, 0, None, lineage_from=job_version)
 
     def _newest_readable(self) -> tuple[CheckpointRef | None, Mapping[str, np.ndarray] | None]:
         """The player's newest version that loads; a corrupt one is logged and skipped for the one before.

@@ -35,8 +35,8 @@ def test_status_reads_the_coordinator_address_from_the_environment_or_a_run_dire
         _status_address(run)
     # A run that ended (its history is there, its port file gone): where to look instead; no such directory.
     (tmp_path / "status_history.jsonl").write_text("")
-    with pytest.raises(ValueError, match=r"no `league run` is going on in .*`league plot --history .*"
-                                         r"status_history.jsonl` shows how it went"):
+    with pytest.raises(ValueError, match=r"no `league run` is going on in .*, or its coordinator is starting.*"
+                                         r"`league plot --history .*status_history.jsonl` shows how it went"):
         _status_address(run)
     with pytest.raises(ValueError, match="is not a directory"):
         _status_address(_parse(add_status_arguments, ["--run-dir", str(tmp_path / "nope")], monkeypatch))

@@ -225,3 +225,25 @@ def test_manifests_that_cannot_be_read_now_fail_the_start_instead_of_losing_the_
         learner.close()
     assert sorted(os.listdir(tmp_path / "p")).count(os.path.basename(ref.path)) == 1  # nothing published over it
     assert not (tmp_path / "p" / "v0000000003.pt").exists()
+
+
+def test_the_start_says_below_which_version_chunks_are_not_its_weights_games(tmp_path):
+    """The trainer drops chunks acted below `lineage_from` (games of weights a reset threw away). A start from
+    the player's own weights takes none as foreign: when the league's checkpoint is damaged, learner and actors
+    fall back to the same older own version, and a floor at the league's number dropped every chunk they sent,
+    for good when the learner's first publish failed (a review)."""
+    trainer = _trainer()
+    publisher = _publisher(tmp_path)
+    for seq in range(3):
+        _train_once(trainer, seq)
+        ref = publisher.publish(trainer)  # v1..v3
+    (tmp_path / ref.path).write_bytes(b"garbage")  # the league names v3: damaged
+    start = _publisher(tmp_path).choose_start(ref.path, ref.version, Progress())
+    assert start.source.endswith("v0000000002.pt") and start.version == 4 and start.lineage_from == 0
+    # The league's reset of the player to a fresh start under its own number, or to a pretrained checkpoint.
+    (tmp_path / "fresh").mkdir()
+    assert _publisher(tmp_path / "fresh").choose_start("", 7, Progress()).lineage_from == 7
+    pretrained = CheckpointStore(tmp_path).publish("sl", _trainer().task.get_weights(), 1).path
+    reset = _publisher(tmp_path).choose_start(pretrained, 9, Progress())
+    assert reset.source == pretrained and reset.lineage_from == 9
+    assert _publisher(tmp_path).choose_start("", 0, Progress()).lineage_from == 0  # resuming its own v2

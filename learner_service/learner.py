@@ -322,6 +322,11 @@ class Learner:
             if start.published is not None:  # the player's own latest version: resume its optimizer state too
                 trainer.resume_training_state(publisher.store, start.published)
             trainer.lineage_from = start.lineage_from  # (a reset or pretrained checkpoint the league names)
+            if start.lineage_from:
+                # Started from the checkpoint the league names (a reset of the player pending since its last
+                # learner, say): said in the first report, or the league repeated the reset and this learner
+                # started over, dropping what it trained meanwhile (all of it, if its first publish had failed).
+                self.client.ack_reset(job.player_id, start.lineage_from)
             if start.published is None:
                 publisher.try_publish(trainer)  # a full disk is logged; the session retries on a backoff
             log.info("%s: starting from %s at version %d (%d agent steps, %d train iterations)", job.player_id,

@@ -247,3 +247,24 @@ def test_the_start_says_below_which_version_chunks_are_not_its_weights_games(tmp
     reset = _publisher(tmp_path).choose_start(pretrained, 9, Progress())
     assert reset.source == pretrained and reset.lineage_from == 9
     assert _publisher(tmp_path).choose_start("", 0, Progress()).lineage_from == 0  # resuming its own v2
+
+
+def test_a_learner_starting_on_the_leagues_reset_says_so_in_its_first_report(tmp_path):
+    """A reset pending since the player's last learner (the league names it in the job): the new learner starts
+    from it, but its first report did not say so, so the league answered with the same reset and the learner
+    started over (a review)."""
+    learner = Learner(LearnerSettings(coordinator="127.0.0.1:1", shared_root=tmp_path, worker_id="w", device="cpu"))
+    learner.client.player_progress = lambda player_id: Progress(500, 7)
+    job = LearnJob("job-1", "p", "", 5, "CartPole-v1", {}, POLICY, {}, 30.0, 0.0)  # reset to fresh, as v5
+    try:
+        session = learner._open_session(job, None, tmp_path)
+        assert session.trainer.version == 5 and session.trainer.lineage_from == 5
+        assert learner.client._resets_handed_out == {"p": 5}  # the next UpdatePlayer acknowledges it
+        own = LearnJob("job-2", "p", session.publisher.last.path, 5, "CartPole-v1", {}, POLICY, {}, 30.0, 0.0)
+        learner.client._resets_handed_out.clear()
+        learner._kept = None
+        assert learner._open_session(own, None, tmp_path).trainer.lineage_from == 0  # its own weights: no reset
+        assert learner.client._resets_handed_out == {}
+    finally:
+        learner.close()
+

@@ -259,7 +259,9 @@ def test_a_job_the_server_cannot_encode_fails_at_once_with_the_reason(tmp_path):
     the job is failed with the reason at once (and retried or given up by the usual rules), not left leased
     to a worker that got only an error until the lease expires."""
     cfg = small_league_config()
-    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, kwargs={"when": datetime.date(2026, 1, 1)}))
+    # (An env of the user's own: its kwargs are known only to it, so config load checks none of them.)
+    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, name="python:tests.env_doubles:CountingEnv",
+                                                           kwargs={"when": datetime.date(2026, 1, 1)}))
     with running_coordinator(cfg, tmp_path, lease_timeout_s=60.0, needs_learner=False) as server:
         channel, stub = league_stub(server.address)
         with channel:

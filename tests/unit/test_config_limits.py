@@ -593,10 +593,11 @@ def test_a_registration_with_a_lease_past_what_a_wait_takes_is_refused():
 
 def test_a_surrogate_pair_as_json_writes_it_is_the_character_it_stands_for():
     """json.dumps writes a character beyond the BMP as two escapes ("\\ud83d\\ude00"): valid JSON and YAML."""
-    cfg = config_from_dict(parse_yaml('env:\n  kwargs:\n    note: "\\ud83d\\ude00"\n'))
+    env = 'env:\n  name: "python:tests.env_doubles:CountingEnv"\n  kwargs:\n    note: '  # (kwargs of its own)
+    cfg = config_from_dict(parse_yaml(env + '"\\ud83d\\ude00"\n'))
     assert cfg.env.kwargs["note"] == "\U0001F600"
     with pytest.raises(ConfigError, match="lone surrogate"):
-        config_from_dict(parse_yaml('env:\n  kwargs:\n    note: "\\ude00\\ud83d"\n'))  # the wrong way round
+        config_from_dict(parse_yaml(env + '"\\ude00\\ud83d"\n'))  # the wrong way round
 
 
 def test_league_health_reports_an_unknown_argument_with_exit_1_through_the_league_command(capsys):

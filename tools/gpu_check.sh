@@ -7,6 +7,13 @@
 #
 # On a machine whose Python lacks this project's dependencies, put their wheels in .gpu-wheels/ (git-ignored
 # through .git/info/exclude): they are installed first, without an index (such machines often have no network).
+# For the lent H200 machines (Python 3.12, torch and most else already there), made beside the checkout with:
+#   pip download --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
+#     --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 --implementation cp --no-deps -d .gpu-wheels \
+#     grpcio==1.85.1 grpcio-health-checking==1.85.1 grpcio-reflection==1.85.1 blake3 gymnasium \
+#     farama-notifications open-spiel ml-collections 'protobuf>=6.31,<8'
+#   pip wheel --no-deps -w .gpu-wheels trueskill
+# and carried (`carry: [".gpu-wheels"]`); the run there: `OUT=$OUT tools/gpu_check.sh 150` (about 4 minutes).
 set -uo pipefail
 seconds=${1:-150}
 OUT=${OUT:-/tmp/gpu_check}

@@ -204,26 +204,23 @@ def check_env_seats(name: str, env_kwargs: Mapping[str, Any], league: LeagueConf
                               "{1: random}; or train it in a battle league (league.league_type: one_vs_one)")
 
 
-OPENSPIEL_KWARGS = ("game_params", "bots", "perspective")
-"""What `OpenSpielEnv` takes besides the game (its keyword arguments)."""
-
-
 def _check_openspiel_kwargs(name: str, player: PlayerEnv) -> None:
-    """The env kwargs an OpenSpiel game's env takes, and its `perspective`: a typo in either loaded fine and
-    failed every job in the workers (a short `league run` ended 0 before any worker said so)."""
-    from common.envs.openspiel_env import PERSPECTIVES, PIECE_PLANES
+    """The env kwargs an OpenSpiel game's env takes (its keyword arguments), and its `perspective`: a typo in
+    either loaded fine and failed every job in the workers (a short `league run` ended 0 before any worker said
+    so)."""
+    import inspect
 
+    from common.envs.openspiel_env import OpenSpielEnv, perspective_problem
+
+    takes = [kwarg for kwarg, parameter in inspect.signature(OpenSpielEnv).parameters.items()
+             if parameter.kind is inspect.Parameter.KEYWORD_ONLY]
     for key in player.kwargs:
-        if key not in OPENSPIEL_KWARGS:
+        if key not in takes:
             raise ConfigError(player.sources.get(key, f"env.kwargs.{key}"),
-                              f"an OpenSpiel env takes {', '.join(OPENSPIEL_KWARGS)}, not {key!r}")
-    perspective = player.kwargs.get("perspective", "absolute")
-    where = player.sources.get("perspective", "env.kwargs.perspective")
-    if perspective not in PERSPECTIVES:
-        raise ConfigError(where, f"must be one of {', '.join(PERSPECTIVES)}, got {perspective!r}")
-    if perspective == "relative" and openspiel_game(name) not in PIECE_PLANES:
-        raise ConfigError(where, f"'relative' is defined only for {', '.join(sorted(PIECE_PLANES))} (games whose "
-                          f"pieces lie in one plane per player), not {openspiel_game(name)!r}")
+                              f"an OpenSpiel env takes {', '.join(takes)}, not {key!r}")
+    problem = perspective_problem(openspiel_game(name) or name, player.kwargs.get("perspective", "absolute"))
+    if problem is not None:
+        raise ConfigError(player.sources.get("perspective", "env.kwargs.perspective"), problem)
 
 
 def longest_episode(name: str, env_kwargs: Mapping[str, Any], league: LeagueConfig) -> int | None:

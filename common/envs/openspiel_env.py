@@ -50,6 +50,16 @@ PERSPECTIVES = ("absolute", "relative")
 PIECE_PLANES: dict[str, tuple[int, int]] = {"connect_four": (0, 1), "tic_tac_toe": (2, 1)}
 
 
+def perspective_problem(game: str, perspective: str) -> str | None:
+    """What is wrong with `perspective` for `game` (None: nothing): the env's check, which config load makes too."""
+    if perspective not in PERSPECTIVES:
+        return f"must be one of {', '.join(PERSPECTIVES)}, got {perspective!r}"
+    if perspective == "relative" and game not in PIECE_PLANES:
+        return (f"'relative' is defined only for {', '.join(sorted(PIECE_PLANES))} (games whose pieces lie in one "
+                f"plane per player), not {game!r}")
+    return None
+
+
 class ReferenceBot:
     """A pyspiel bot bound to one seat.
 
@@ -145,11 +155,8 @@ class OpenSpielEnv(Env):
         bots: Mapping[Any, BotSpec | str] | None = None,
         perspective: str = "absolute",
     ) -> None:
-        if perspective not in PERSPECTIVES:
-            raise ValueError(f"OpenSpielEnv: perspective must be one of {PERSPECTIVES}, got {perspective!r}")
-        if perspective == "relative" and game not in PIECE_PLANES:
-            raise ValueError(f"OpenSpielEnv: perspective 'relative' is defined only for {sorted(PIECE_PLANES)}, "
-                             f"not {game!r}")
+        if (problem := perspective_problem(game, perspective)) is not None:
+            raise ValueError(f"OpenSpielEnv: perspective {problem}")
         self._piece_planes = PIECE_PLANES[game] if perspective == "relative" else None
         self._game = pyspiel.load_game(game, _typed_params(game, game_params or {}))
         unsupported = unsupported_game(self._game)

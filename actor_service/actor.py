@@ -6,7 +6,9 @@ One job at a time:
 3. Reset (or build) the env manager, load the players' policies (`PolicyPool`), open the trajectory sender
    of a collect job, and play (`Rollout`).
 4. Wait until the learner acknowledged every chunk, then FinishJob(COMPLETED) with every episode's result —
-   or FinishJob(RELEASED) with the episodes so far when the actor is stopping (SIGTERM), FAILED on an error.
+   or FinishJob(RELEASED) when the actor is stopping (SIGTERM), FAILED on an error. A job the stop cut short
+   is released without results: the episodes it finished are the short ones (the long ones were still
+   running), and counting them would skew the payoff and a solo player's returns toward short games.
 
 Faults: an env that crashes or hangs (`env_step_timeout_s`) is rebuilt by the env manager
 and its episode is dropped, up to `env_max_retry` times per env and job; past that, or on any other error in a
@@ -170,7 +172,7 @@ class Actor:
         return self.settings.worker_id
 
     def request_stop(self) -> None:
-        """Finish the current step, release the job with the episodes so far, then leave `run`."""
+        """Finish the current step, release the job, then leave `run`."""
         self._stop.set()
 
     @property
@@ -207,14 +209,14 @@ class Actor:
 
     def release_stuck_job(self) -> str | None:
         """For the process shell, when a stop could not get the job thread back from an env call (an env stuck
-        in C code in this process): release the job from the calling thread with the episodes finished so far,
-        so that its slot is free now rather than when its lease expires. As for a job that broke while stopping,
-        their trajectories may not all have reached the learner. Returns FinishJob's outcome (`_finish`), None
-        without a job. The job thread must not get back meanwhile: the process exits right after."""
+        in C code in this process): release the job from the calling thread, so that its slot is free now
+        rather than when its lease expires; without results, as any job a stop cut short (`unreported`).
+        Returns FinishJob's outcome (`_finish`), None without a job. The job thread must not get back
+        meanwhile: the process exits right after."""
         plan, rollout = self._job, self._rollout
         if plan is None:
             return None
-        episodes = tuple(rollout.episodes) if rollout is not None else ()
+        episodes = reportable(plan, rollout)
         env_steps = rollout.env_steps if rollout is not None else 0
         agent_steps = rollout.agent_steps if rollout is not None else 0
         log.warning("job %s: releasing it from outside its stuck thread with %d episode(s)", plan.job_id,
@@ -365,13 +367,15 @@ class Actor:
                 return self._abandoned(plan, result, sender)
             if not flushed:
                 # A stop came while chunks were on their way: the job did not complete (COMPLETED would also
-                # end its player's failure streak). Its episodes are released, and still counted.
+                # end its player's failure streak). Its episodes are released, and still counted: all of them
+                # finished, before the stop.
                 log.warning("job %s: %d chunk(s) not delivered before shutdown", plan.job_id, sender.held)
                 stopping = True
+        episodes = result.episodes if result.end is RolloutEnd.COMPLETED else unreported(plan, result.episodes)
         status = league_pb2.FINISH_STATUS_RELEASED if stopping else league_pb2.FINISH_STATUS_COMPLETED
-        outcome = self._finish(plan.job_id, status, result.episodes, result.env_steps, result.agent_steps)
+        outcome = self._finish(plan.job_id, status, episodes, result.env_steps, result.agent_steps)
         name = outcome if outcome != "counted" else "released" if stopping else "completed"
-        return self._job_report(plan, name, result.episodes, result.env_steps, result.agent_steps, sender,
+        return self._job_report(plan, name, episodes, result.env_steps, result.agent_steps, sender,
                                 env_failures=result.failed_episodes)
 
     def _abandoned(self, plan: JobPlan, result: RolloutResult, sender: TrajectorySender | None) -> JobReport:
@@ -384,12 +388,12 @@ class Actor:
         self, plan: JobPlan, rollout: Rollout | None, sender: TrajectorySender | None, revoked: StopSignal,
         err: Exception,
     ) -> JobReport:
-        """The job broke. Stopping (env workers killed with the actor's process group, say): release it with
-        the episodes that did finish; else FAILED. The env manager is kept: the next job resets every env (or
-        rebuilds the manager if an env failure closed it)."""
+        """The job broke. Stopping (env workers killed with the actor's process group, say): release it, with
+        its episodes if it had reached its bound (`unreported`); else FAILED. The env manager is kept: the next
+        job resets every env (or rebuilds the manager if an env failure closed it)."""
         if sender is not None:
             sender.abort()
-        episodes = tuple(rollout.episodes) if rollout is not None else ()
+        episodes = reportable(plan, rollout)
         env_steps = rollout.env_steps if rollout is not None else 0
         agent_steps = rollout.agent_steps if rollout is not None else 0
         env_failures = rollout.failed_episodes if rollout is not None else 0
@@ -449,6 +453,27 @@ class Actor:
                       code, details)
             return "unreported"
         return "refused" if reply is None else "counted"
+
+
+def reportable(plan: JobPlan, rollout: Rollout | None) -> tuple[EpisodeRecord, ...]:
+    """The episodes a job that broke or is being released reports: all of them if its rollout had reached its
+    bound, else none (`unreported`)."""
+    if rollout is None:
+        return ()
+    episodes = tuple(rollout.episodes)
+    return episodes if rollout.reached_bound else unreported(plan, episodes)
+
+
+def unreported(plan: JobPlan, episodes: tuple[EpisodeRecord, ...]) -> tuple[EpisodeRecord, ...]:
+    """A job cut short (by a stop) reports no episode: the ones it finished are those that were short, while
+    the longer ones it had started were still running, so their results would favour short games (a solo
+    player's mean return fell by a third at the end of a run when they counted). Its trajectories were sent
+    and train as usual; the league just learns no results from it. Returns the empty tuple."""
+    if episodes:
+        log.info("job %s was cut short: its %d finished episode(s) are not reported (the ones still running are "
+                 "the longer ones; the finished ones alone would favour short episodes)", plan.job_id,
+                 len(episodes))
+    return ()
 
 
 KEPT_REPORTS = 1000

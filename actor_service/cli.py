@@ -5,7 +5,8 @@ actor ...` runs the same without the `league` entry point.
 
 The process: the job loop runs on a worker thread; the main thread only waits for it and turns SIGTERM / SIGINT
 into `Actor.request_stop()` — the current step finishes (or is cut short, if its envs are slow), the job is
-released with the episodes so far, the env workers are closed, and the process exits 0. An env stuck in C code
+released (without results: a job cut short would report only its short episodes), the env workers are closed,
+and the process exits 0. An env stuck in C code
 in this process (`--manager base`) can hold the job thread where no interrupt gets in: once it has been stuck
 for `STUCK_AFTER_STOP_S` since the stop, the main thread releases the job itself and the process exits 1. The
 same happens, with the job thread's stack in the log, when the job thread is still setting up or playing its job

@@ -25,6 +25,8 @@ once they are all finished. An env that finishes while the others play the last 
 their results are not reported — reporting the first episodes *finished* would favour short games in the
 payoff, and parking the env would leave it idle. With `episode_num` 0 the job ends once `env_steps` env steps
 were taken. An episode cut short by an env failure is not reported and its replacement takes its place.
+A job cut short by a stop has finished the counted episodes that were short and not the long ones: its
+`episodes` are no fair sample, and the actor reports them only if the job reached its bound (`reached_bound`).
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ State = Mapping[str, np.ndarray]
 
 class RolloutEnd(enum.Enum):
     COMPLETED = "completed"  # played every episode (or step) the job asked for
-    STOPPED = "stopped"  # the actor is shutting down; results so far are valid
+    STOPPED = "stopped"  # the actor is shutting down; the episodes finished so far favour short ones
     REVOKED = "revoked"  # the lease was taken back; nothing is to be reported
 
 
@@ -285,6 +287,11 @@ class Rollout:
             self._write_rows(final=True)
         return RolloutResult(end, tuple(self.episodes), self.env_steps, self.agent_steps, self.failed_episodes,
                              self.rows_written)
+
+    @property
+    def reached_bound(self) -> bool:
+        """The job's bound was reached: `episodes` are the ones its target names (no stop or error cut them)."""
+        return self._finished()
 
     # ---- one step ----------------------------------------------------------------------------------------
 

@@ -163,6 +163,11 @@ def _count_values(value: Any, counted: dict[int, int], open_: set[int], source: 
 def parse_yaml(text: str, source: str = "<string>") -> dict[str, Any]:
     try:
         data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        for mark in (exc.context_mark, exc.problem_mark):  # named "<unicode string>", the text's stand-in
+            if mark is not None:
+                mark.name = source
+        raise ConfigError("", f"{source}: not valid YAML: {exc}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError("", f"{source}: not valid YAML: {exc}") from exc
     except ValueError as exc:  # an integer of more than 4300 digits (Python's int-from-str limit)

@@ -138,10 +138,16 @@ def _load(args: argparse.Namespace) -> tuple[Any, RunConfig, dict[str, Any]]:
         from_dict(RunConfig, run_dict, "run")
     except ConfigError as err:
         raise ConfigError(err.path, f"{err.message} (in {args.config})" if args.config else err.message) from None
-    for key, value in (("actors", args.actors), ("seconds", args.seconds), ("env_steps", args.env_steps)):
-        if value is not None:
-            run_dict[key] = value
-    run_cfg = from_dict(RunConfig, run_dict, "run")
+    flags = {"actors": args.actors, "seconds": args.seconds, "env_steps": args.env_steps}
+    given = {key: value for key, value in flags.items() if value is not None}
+    run_dict.update(given)
+    try:
+        run_cfg = from_dict(RunConfig, run_dict, "run")
+    except ConfigError as err:  # a flag's value: named as the user typed it
+        key = err.path.removeprefix("run.")
+        if key in given:
+            raise ConfigError(f"--{key.replace('_', '-')} (run.{key})", err.message) from None
+        raise
     return cfg, run_cfg, config_to_dict(cfg)
 
 

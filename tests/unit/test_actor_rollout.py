@@ -249,6 +249,7 @@ def test_an_env_step_budget_caps_the_first_episodes_of_its_envs_too():
             rollout = Rollout(manager, manager.env_info, target, [make_policy("a", 1), make_policy("b", 2)],
                               stop=StopSignal(), sink=InMemorySink())
             result = rollout.run()
+            assert rollout.reached_bound
         assert result.end is RolloutEnd.COMPLETED and len(result.episodes) == cap
     finally:
         manager.close()
@@ -264,6 +265,7 @@ def test_stop_ends_after_the_current_step_with_the_episodes_so_far(manager):
     result = rollout.run()
     assert result.end is RolloutEnd.STOPPED
     assert 3 <= len(result.episodes) < 1000
+    assert not rollout.reached_bound  # its finished episodes are the short ones: the actor reports none
     # Open decisions were dropped: every transition that was sent belongs to a finished episode or row.
     assert sum(traj.num_steps for traj, _ in sink.items) <= result.agent_steps
 

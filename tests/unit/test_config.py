@@ -125,8 +125,9 @@ def test_load_yaml_reads_a_mapping_and_rejects_others(tmp_path):
         load_yaml(listed)
     broken = tmp_path / "broken.yaml"
     broken.write_text("a: [1, 2\n")
-    with pytest.raises(ConfigError, match="not valid YAML"):
+    with pytest.raises(ConfigError, match="not valid YAML") as info:
         load_yaml(broken)
+    assert f'in "{broken}", line 2' in str(info.value)  # the file, not "<unicode string>"
 
 
 # -- the league schema -------------------------------------------------------------------------------------

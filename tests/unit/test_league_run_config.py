@@ -63,6 +63,25 @@ def test_a_bad_run_section_in_the_file_is_refused_even_when_a_flag_overrides_it(
     assert _load(argparse.Namespace(config=path, actors=None, seconds=15.0, env_steps=None))[1].seconds == 15.0
 
 
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        ({"actors": 0}, "--actors (run.actors): must be within [1, 256], got 0"),
+        ({"env_steps": -3}, "--env-steps (run.env_steps): must be >= 0, got -3"),
+    ],
+)
+def test_a_bad_flag_is_named_as_typed(flags, message):
+    """`league run --actors 0` was refused as `run.actors`, a key the user never wrote."""
+    import argparse
+
+    from league_cli.run import _load
+
+    args = argparse.Namespace(config=None, **{"actors": None, "seconds": None, "env_steps": None, **flags})
+    with pytest.raises(ConfigError) as info:
+        _load(args)
+    assert str(info.value) == message
+
+
 def test_the_refusal_to_resume_another_league_type_says_how_to_resume_it(tmp_path):
     """Its hint was pasted after "resume it with" and read as garbage."""
     from league_cli.run import _saved_league_mismatch

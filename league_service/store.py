@@ -399,6 +399,23 @@ def _refuse_hard_links(path: Path) -> None:
                          f"{shlex.quote(str(path))}` lists them; a symlink is fine)")
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+"""The first 16 bytes of every SQLite database file (an empty file is one too, to SQLite: a new database)."""
+
+
+def _refuse_foreign_file(path: Path) -> None:
+    """Refuse an existing file that is no SQLite database before anything is made beside it: SQLite said only
+    "file is not a database", and after the lock file had been left next to the user's file."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        return  # a new state, or a problem the checks that follow word better
+    if head and head != SQLITE_HEADER:
+        raise ValueError(f"not an SQLite database (it begins {head!r}): not taken over; give the league's state "
+                         "file, or a new --state path")
+
+
 class LeagueStore:
     """One SQLite file; `transaction()` serialises writers and commits all-or-nothing."""
 
@@ -422,6 +439,7 @@ class LeagueStore:
             raise ValueError(f"its path is {length} bytes long (symlinks resolved: {os.path.realpath(self.path)}); "
                              f"SQLite opens no database whose path is longer than {SQLITE_MAX_PATH_BYTES} bytes: "
                              "give a shorter path (league run: a shorter --run-dir; league coordinator: --state)")
+        _refuse_foreign_file(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # One process per state file: a second coordinator would keep its own league in memory and overwrite
         # this one's commits. Held until close() or the process's exit (kill -9 included).

@@ -53,7 +53,8 @@ def test_coordinator_refuses_files_it_cannot_use(files):
     assert_setup_error(league(*base, "--tls-cert", garbage, "--tls-key", garbage),
                        "--tls-cert/--tls-key", "not a PEM certificate chain")
     assert_setup_error(league(*base, "--token-file", missing), "--token-file", "No such file")
-    assert_setup_error(league(*base, "--state", garbage), "state", "not a database")
+    assert_setup_error(league(*base, "--state", garbage), "state", "not an SQLite database (it begins b'not a ce")
+    assert not Path(garbage + ".lock").exists()  # refused before a lock file was made beside the user's file
 
 
 def test_coordinator_refuses_the_state_of_another_league(files):
@@ -301,24 +302,27 @@ def test_a_port_file_that_fails_to_be_written_once_serving_is_a_clear_exit(files
 def test_a_state_that_cannot_be_opened_on_a_full_disk_is_a_failure_naming_the_disk(files, monkeypatch, capsys):
     """Restarted on a full disk, the coordinator could not open its state (SQLite cannot make the WAL's
     shared-memory file) and exited 2 with "state ...: disk I/O error": a setup error, as if the state could
-    never be used. Now exit 1, naming the full disk. (A state SQLite refuses stands in for the full disk's,
-    and os.statvfs says the disk is full.)"""
+    never be used. Now exit 1, naming the full disk. (A state SQLite refuses, a damaged database, stands in
+    for the full disk's, and os.statvfs says the disk is full.)"""
     import gc
     import signal
 
     from league_cli.main import main
+    from league_service.store import SQLITE_HEADER
 
+    damaged = files["garbage"].with_name("damaged.sqlite")
+    damaged.write_bytes(SQLITE_HEADER + b"not a database page\n" * 20)
     full = os.statvfs_result((4096, 4096, 512, 0, 0, 1000, 900, 900, 0, 255))
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         with monkeypatch.context() as patched:
             patched.setattr(os, "statvfs", lambda path: full)
             code = main(["coordinator", "--shared-root", str(files["shared"]), "--port", "0",
-                         "--state", str(files["garbage"])])
+                         "--state", str(damaged)])
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
         gc.unfreeze()
     err = capsys.readouterr().err
     assert code == 1, err
-    assert f"state {files['garbage']}: file is not a database; the disk of {files['garbage'].parent} is full" in err
+    assert f"state {damaged}: file is not a database; the disk of {damaged.parent} is full" in err

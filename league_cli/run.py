@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import os
 import shlex
 import signal
@@ -151,6 +152,26 @@ def _load(args: argparse.Namespace) -> tuple[Any, RunConfig, dict[str, Any]]:
     return cfg, run_cfg, config_to_dict(cfg)
 
 
+def spread_device(device: str, learner: int, gpus: int) -> str:
+    """Learner number `learner`'s `--device`: with `auto` or `cuda` on a machine of several GPUs, each learner
+    its own in turn (`cuda:learner % gpus`; every learner trained on cuda:0 before, the others idle);
+    otherwise `device` as given (cpu, cuda:N, or auto/cuda with at most one GPU)."""
+    if device in ("auto", "cuda") and gpus > 1:
+        return f"cuda:{learner % gpus}"
+    return device
+
+
+@functools.cache
+def gpu_count() -> int:
+    """GPUs torch sees (CUDA_VISIBLE_DEVICES respected). Without an NVIDIA driver's or ROCm's device file there
+    is none, and torch is not imported for nothing (~2 s of `league run`'s start on a CPU-only machine)."""
+    if not any(os.path.exists(f) for f in ("/dev/nvidiactl", "/dev/kfd")):
+        return 0
+    import torch
+
+    return torch.cuda.device_count()
+
+
 def active_player_count(cfg: Any) -> int:
     league = cfg.league
     return sum(league.active_players.values()) * len(league.player_category)
@@ -233,8 +254,10 @@ class Supervisor:
             # A restarted learner keeps its address, as a StatefulSet pod or a compose service would: collect
             # jobs already handed out name that endpoint.
             port = self.learner_ports.setdefault(name, restartable_port())
-            argv = league_command("learner", *common, "--host", "127.0.0.1", "--port", str(port),
-                                  "--device", self.run_cfg.learner_device)
+            device = self.run_cfg.learner_device
+            if device in ("auto", "cuda"):
+                device = spread_device(device, int(name.removeprefix("learner-")), gpu_count())
+            argv = league_command("learner", *common, "--host", "127.0.0.1", "--port", str(port), "--device", device)
             stop_timeout = learner_stop_timeout(self.run_cfg.stop_grace_s)
             if stop_timeout > 0:  # `run.stop_grace_s: 0` kills at once: no backstop fits, and 0 is no --stop-timeout
                 argv += ["--stop-timeout", f"{stop_timeout:g}"]

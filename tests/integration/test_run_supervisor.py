@@ -77,6 +77,24 @@ def test_learners_train_on_the_runs_learner_device(tmp_path):
         assert build_parser().parse_args(argv[argv.index("learner"):]).device == device
 
 
+def test_learners_spread_over_several_gpus(tmp_path, monkeypatch):
+    """With `auto` (or `cuda`) every learner of a machine of several GPUs trained on cuda:0, the others idle."""
+    from league_cli import run as run_module
+    from league_cli.main import build_parser
+
+    def devices(device: str, gpus: int) -> list[str]:
+        monkeypatch.setattr(run_module, "gpu_count", lambda: gpus)
+        sup = Supervisor(tmp_path, tmp_path / "league.yaml", RunConfig(learner_device=device), learners=3)
+        sup.address = "127.0.0.1:1"
+        argvs = [sup._worker_argv(f"learner-{i}") for i in range(3)]
+        return [build_parser().parse_args(argv[argv.index("learner"):]).device for argv in argvs]
+
+    assert devices("auto", 2) == devices("cuda", 2) == ["cuda:0", "cuda:1", "cuda:0"]
+    assert devices("auto", 4) == ["cuda:0", "cuda:1", "cuda:2"]
+    assert devices("auto", 1) == ["auto"] * 3 and devices("auto", 0) == ["auto"] * 3
+    assert devices("cpu", 4) == ["cpu"] * 3 and devices("cuda:1", 4) == ["cuda:1"] * 3  # as the user set it
+
+
 def test_a_learner_under_a_grace_of_zero_gets_arguments_it_accepts(tmp_path):
     """`run.stop_grace_s: 0` is a valid config (kill at once), but its learners were given `--stop-timeout 0`,
     which `league learner` refuses (> 0): every learner exited 2 and the run stopped as misconfigured."""

@@ -8,8 +8,9 @@ object and forward kwargs) that seat's decisions are recorded too: they are on-p
 player, and recording them doubles what a self-play game teaches its learner.
 
 Seats: with as many players as the env has seats, player i sits at seat (i + r) % seats, where
-r = (env_id + episode_index) % seats, so the launch player's seat alternates per episode (and differs across
-envs). Reference-bot players (no policy: the env plays their seats, given to it at reset) keep their seats for
+r = (env_id + episode_index + the job's seed) % seats, so the launch player's seat alternates per episode (and
+differs across envs), and a job of an odd number of episodes gives its extra one to a seat its seed chooses
+(without the seed, always to seat 0: the first mover's, in every one-env job). Reference-bot players (no policy: the env plays their seats, given to it at reset) keep their seats for
 the job, r = (env_id + the job's seed) % seats, so the seats still differ across envs and jobs. A single player
 in a multi-seat env (the other seats played by the env's reference bots) plays whichever seat it is asked to
 act in.
@@ -110,10 +111,10 @@ class RolloutTarget:
 class Seating:
     """Which seat each job player takes in an episode.
 
-    A job with reference-bot players (the env plays their seats itself, given at reset: `seat_bots`) keeps each
-    env's seats for the whole job, since the env keeps its bots from reset to reset; the seats then differ from
-    env to env, and `offset` (from the job's seed) shifts them from job to job so that a one-env job does not
-    always seat its players alike."""
+    Seats differ from env to env and `offset` (from the job's seed) shifts them from job to job, so that a
+    one-env job does not always seat its players alike. A job with reference-bot players (the env plays their
+    seats itself, given at reset: `seat_bots`) keeps each env's seats for the whole job, since the env keeps its
+    bots from reset to reset; otherwise they rotate with every episode."""
 
     def __init__(self, num_players: int, num_seats: int, bots: frozenset[int] = frozenset(), offset: int = 0) -> None:
         if num_players != num_seats and (num_players != 1 or bots):
@@ -135,7 +136,7 @@ class Seating:
         """Seat of each player; None: taken at the player's first turn (a lone player among bots)."""
         if self.num_players == 1:
             return [0] if self.num_seats == 1 else [None]
-        rotation = (env_id + (self._offset if self.bots else episode_index)) % self.num_seats
+        rotation = (env_id + self._offset + (0 if self.bots else episode_index)) % self.num_seats
         return [(i + rotation) % self.num_seats for i in range(self.num_players)]
 
 

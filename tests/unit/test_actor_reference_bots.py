@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from actor_service.actor import job_seed
 from actor_service.env_managers import EnvManagers
 from actor_service.job import JobError, JobPlan
 from actor_service.policy_pool import Policy
@@ -30,6 +31,16 @@ def test_seat_bots_follow_the_seating_and_the_offset():
         Seating(2, 2, frozenset({0}))
     with pytest.raises(JobError, match="cannot fill"):
         Seating(1, 2, frozenset({1}))
+
+
+def test_policy_players_rotate_per_episode_from_a_seat_the_jobs_seed_picks():
+    """Without the offset, a job of an odd number of episodes gave its extra one to seat 0 (the first mover's)
+    in every job: a one-env job of one episode always seated the launch player first."""
+    assert [Seating(2, 2).seats(0, episode) for episode in range(3)] == [[0, 1], [1, 0], [0, 1]]
+    assert [Seating(2, 2, offset=1).seats(0, episode) for episode in range(3)] == [[1, 0], [0, 1], [1, 0]]
+    assert [Seating(2, 2, offset=7).seats(env, 0) for env in range(2)] == [[1, 0], [0, 1]]
+    first_seats = {Seating(2, 2, offset=job_seed(f"job-{j}")).seats(0, 0)[0] for j in range(16)}
+    assert first_seats == {0, 1}
 
 
 def test_a_battle_match_on_an_env_of_another_seat_count_names_the_keys_to_change():

@@ -429,7 +429,8 @@ class Actor:
         self, job_id: str, status: int, episodes: tuple[EpisodeRecord, ...], env_steps: int, agent_steps: int,
         error: str = "", unloadable_player_ids: tuple[str, ...] = (), once: bool = False,
     ) -> str:
-        """FinishJob; returns "counted", "refused" (the coordinator no longer holds the job for us) or
+        """FinishJob; returns "counted", "refused" (the coordinator no longer holds the job for us, or refused
+        its report: then the job is finished as failed, with the refusal) or
         "unreported" (the coordinator did not answer: the lease expires and the job is issued again). A
         stopping actor (or ``once``) tries once, within STOP_FINISH_S, so that a stop is quick whatever the
         coordinator does."""
@@ -449,6 +450,14 @@ class Actor:
         except grpc.RpcError as err:  # the coordinator away past the retries: expected, no traceback needed
             code = err.code().name if isinstance(err, grpc.Call) else type(err).__name__
             details = err.details() if isinstance(err, grpc.Call) else str(err)
+            if code == grpc.StatusCode.INVALID_ARGUMENT.name and status != league_pb2.FINISH_STATUS_FAILED:
+                # The report itself is refused (a result the coordinator cannot take): no retry gets it through,
+                # and its lease is renewed by nobody now. Failed with the refusal, so that its slot is free at once
+                # and the league sees why, rather than an expiry a lease later.
+                log.error("FinishJob of %s refused its report (%s); finishing the job as failed", job_id, details)
+                self._finish(job_id, league_pb2.FINISH_STATUS_FAILED, (), env_steps, agent_steps,
+                             f"the coordinator refused the job's report: {details}", once=once)
+                return "refused"
             log.error("FinishJob of %s failed (%s: %s); its lease will expire and the job be issued again", job_id,
                       code, details)
             return "unreported"

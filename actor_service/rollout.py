@@ -360,6 +360,11 @@ class Rollout:
             rewards = np.asarray(ts.reward, np.float64).reshape(-1)
             if rewards.shape != (seats,):
                 raise RuntimeError(f"env {env_id}: reward of shape {np.shape(ts.reward)} for {seats} seat(s)")
+            if not np.isfinite(rewards).all():
+                # An env bug: no learner trains on it, and no result could be reported (FinishJob refuses a
+                # non-finite return, and refused the job's other episodes with it). The job fails, saying why.
+                raise RuntimeError(f"env {env_id} ({self._info.name}) gave a non-finite reward {rewards.tolist()} "
+                                   f"(step {slot.length + 1} of its episode)")
             slot.returns += rewards
             slot.length += 1
             recorded = [(trajectory, slot.seat_of[player]) for player, trajectory in slot.trajectories.items()

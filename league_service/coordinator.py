@@ -48,7 +48,7 @@ from league_service.coordinator_messages import (
     Registration,
     WorkerView,
 )
-from league_service.errors import FailedPreconditionError, InvalidArgumentError
+from league_service.errors import FailedPreconditionError, InvalidArgumentError, RequestError
 from league_service.factory import create_league
 from league_service.group_commit import GroupCommitter
 from league_service.job_retries import JobRetryPolicy, PlayerJobFailures
@@ -310,7 +310,9 @@ class Coordinator:
         self, worker_id: str, job_ids: Iterable[str], process: str = "", leaving: bool = False
     ) -> HeartbeatResult:
         """Renew the named leases. `leaving`: the worker's last call before a clean exit; it leaves the registry
-        now (unless it still holds a lease), not when its silence passes forget_workers_after_s."""
+        now (unless it still holds a lease it names), not when its silence passes forget_workers_after_s."""
+        if leaving:
+            self._release_left_behind(worker_id, frozenset(job_ids), process)
         with self._lock:
             now = self._clock()
             self._expire_locked(now)
@@ -323,6 +325,23 @@ class Coordinator:
                 self._commits.note_lazy()
             self._reply_waits_locked()
             return result
+
+    def _release_left_behind(self, worker_id: str, named: frozenset[str], process: str) -> None:
+        """A worker leaving while it holds leases it does not name: jobs it never heard of (a GetJob reply lost
+        to its stop) or could not finish (FinishJob unanswered). Nobody will finish them, and expiring a lease
+        later counted a failed attempt against a job that never ran: released now, with no results."""
+        with self._lock:
+            self._table.claim(worker_id, process)  # (another process's worker id: refused, as any call of it)
+            left = [job_id for job_id in self._table.jobs_of(worker_id) if job_id not in named]
+        for job_id in left:
+            report = FinishReport(worker_id=worker_id, job_id=job_id, status=JobEndStatus.RELEASED, episodes=(),
+                                  env_steps=0, agent_steps=0, error="")
+            try:
+                self.finish_job(report, process)
+            except RequestError as err:  # ended meanwhile (expired, say): nothing left to release
+                log.debug("job %s of leaving worker %s: %s", job_id, worker_id, err)
+                continue
+            log.info("job %s released: its worker %s left without finishing it", job_id, worker_id)
 
     def job_wait_s(self, wait_s: float) -> float:
         """How long a GetJob asking to wait `wait_s` may long-poll (checked, capped by max_wait_s)."""

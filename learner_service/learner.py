@@ -191,7 +191,7 @@ class Learner:
                 with self._lock:
                     self._job = None
                 lease.close(LAST_WORD_TIMEOUT_S if self.stopping else None)
-        self.client.leave()  # stopping: its learn job was released (or its lease lapses)
+        self.client.leave()  # stopping: its learn job was released (or the leave releases it)
 
     def _stall_watches(self) -> list[StallWatch]:
         """What the session may be stuck in where nothing breaks it off: the lease keeper lets the lease go past

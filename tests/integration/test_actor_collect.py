@@ -417,3 +417,28 @@ def test_the_actor_waits_for_a_coordinator_that_is_away(tmp_path):
         finally:
             server.stop(grace_s=1.0)
     assert [r.status for r in reports] == ["completed"]
+
+
+def test_a_report_the_coordinator_refuses_fails_the_job_at_once(tmp_path, caplog):
+    """FinishJob refusing the report itself (INVALID_ARGUMENT: here a non-finite return) was taken for an
+    outage: the job's lease, renewed by nobody once the job ended, expired a lease later. It is failed now,
+    with the refusal as its error, and its slot is free at once."""
+    from actor_service.rollout import EpisodeRecord
+
+    caplog.set_level(logging.INFO, logger="actor_service.actor")
+    with running_coordinator(solo_config(), tmp_path, needs_learner=False) as server:
+        channel, stub = league_stub(server.address)
+        with channel:
+            actor = Actor(actor_settings(server.address, tmp_path))
+            try:
+                assert actor._client.register() is not None
+                job = actor._client.next_job(10)
+                assert job is not None
+                bad = EpisodeRecord(12, (job.players[0].player_id,), (None,), (float("inf"),))
+                assert actor._finish(job.job_id, pb.FINISH_STATUS_COMPLETED, (bad,), 12, 12) == "refused"
+            finally:
+                actor._client.close()
+            status = stub.GetStatus(pb.GetStatusRequest())
+    assert status.counters.jobs_failed == 1 and status.counters.jobs_expired == 0
+    assert job.job_id not in [j.job_id for j in status.jobs] and status.players[0].episodes == 0
+    assert "refused its report" in caplog.text and "must be a finite number" in caplog.text

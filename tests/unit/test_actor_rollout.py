@@ -274,3 +274,30 @@ def test_players_that_do_not_fit_the_seats_are_refused(manager):
     policies = [make_policy(p, i) for i, p in enumerate(("a", "b", "c"))]
     with pytest.raises(JobError, match="players"):
         play(manager, policies)
+
+
+class InfiniteRewardGame(TakeAwayGame):
+    """A broken env: the winning move pays +inf."""
+
+    def step(self, action: int) -> TimeStep:
+        ts = super().step(action)
+        if ts.terminated:
+            reward = np.where(np.asarray(ts.reward) > 0.5, np.inf, ts.reward).astype(np.float32)
+            return TimeStep(ts.obs, reward, ts.terminated, ts.truncated, ts.info)
+        return ts
+
+
+def test_a_non_finite_reward_fails_the_job_naming_the_env():
+    """It went into the episode's return: FinishJob refused the job's results whole (the actor took the refusal
+    for an outage, and the job's lease expired unrenewed), and the learner refused the chunk."""
+    manager = BaseEnvManager([InfiniteRewardGame], EnvManagerConfig(episode_num=math.inf))
+    manager.launch()
+    try:
+        target = RolloutTarget(("home", "away"), 4, 0, ForwardKwargs(), 8)
+        rollout = Rollout(manager, manager.env_info, target, [make_policy("home", 1), make_policy("away", 2)],
+                          stop=StopSignal(), sink=InMemorySink())
+        with pytest.raises(RuntimeError, match=r"env 0 \(take_away\) gave a non-finite reward \[.*inf.*\] \(step \d+ of its episode\)"):
+            rollout.run()
+        assert not rollout.episodes
+    finally:
+        manager.close()

@@ -185,3 +185,26 @@ def test_a_worker_that_says_it_is_leaving_leaves_the_registry_at_once_unless_it_
         assert {w.worker_id for w in second.status().workers} == {"busy"}
     finally:
         second.close()
+
+
+def test_a_leaving_worker_releases_the_leases_it_does_not_name(tmp_path):
+    """A GetJob reply lost to the actor's stop left a lease nobody knew of: it expired a lease later and counted
+    as a failed attempt of a job that never ran. Leaving releases it now: no results, no failed attempt."""
+    clock = ManualClock()
+    settings = CoordinatorSettings(shared_root=tmp_path, lease_timeout_s=300.0, needs_learner=False, rng_seed=0)
+    coordinator = Coordinator(small_league_config(), settings, clock=clock, expiry_thread=False)
+    coordinator.start()
+    try:
+        coordinator.register_worker("a", WorkerRole.ACTOR, "host", "")
+        lost = coordinator.get_job("a", WorkerRole.ACTOR, "", 5.0)  # the reply that never arrived
+        coordinator.heartbeat("a", (), leaving=True)
+        status = coordinator.status()
+        assert lost.job_id not in [j.job_id for j in status.jobs]
+        assert status.counters.jobs_finished == 1 and status.counters.jobs_failed == 0
+        assert status.counters.jobs_expired == 0 and status.counters.episodes == 0
+        assert "a" not in {w.worker_id for w in status.workers}  # and it left the registry
+        clock.now += 600.0
+        coordinator.expire_due()
+        assert coordinator.status().counters.jobs_expired == 0
+    finally:
+        coordinator.close()

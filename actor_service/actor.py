@@ -4,7 +4,8 @@ One job at a time:
 1. GetJob (long poll; backoff while the coordinator is away) and check it (`JobPlan`; a bad job is FAILED).
 2. Start the job's heartbeat; a revoked lease abandons the job without FinishJob.
 3. Reset (or build) the env manager, load the players' policies (`PolicyPool`), open the trajectory sender
-   of a collect job, and play (`Rollout`).
+   of a collect job, and play (`Rollout`). A step-budget job of the same match as the last one (a solo
+   league's) plays on the episodes that job left under way instead of resetting (`carry_shape`).
 4. Wait until the learner acknowledged every chunk, then FinishJob(COMPLETED) with every episode's result —
    or FinishJob(RELEASED) when the actor is stopping (SIGTERM), FAILED on an error. A job the stop cut short
    is released without results: the episodes it finished are the short ones (the long ones were still
@@ -24,6 +25,7 @@ process) keeps the job thread; the process shell then calls `release_stuck_job` 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import socket
@@ -47,7 +49,15 @@ from actor_service.policy_pool import (
     UnloadableOpponentError,
     model_signature,
 )
-from actor_service.rollout import EpisodeRecord, Rollout, RolloutEnd, RolloutResult, RolloutTarget, seat_bots
+from actor_service.rollout import (
+    EnvCarry,
+    EpisodeRecord,
+    Rollout,
+    RolloutEnd,
+    RolloutResult,
+    RolloutTarget,
+    seat_bots,
+)
 from actor_service.stop import StopSignal
 from actor_service.trajectory_sender import SenderSettings, SenderStats, TrajectorySender
 from common.busy_clock import StallWatch
@@ -163,6 +173,7 @@ class Actor:
         self._job: JobPlan | None = None  # the job being played, and its rollout once it has one ...
         self._rollout: Rollout | None = None  # ... for `release_stuck_job`, from another thread
         self._playing = False  # the job thread is setting up or playing a job (not yet winding it down)
+        self._carry: _Carry | None = None  # the last job's episodes under way, when the next may play on
         self.reports: deque[JobReport] = deque(maxlen=KEPT_REPORTS)
         """The newest jobs' reports (an actor runs for weeks: all of them would grow without bound)."""
         self.jobs_run = 0
@@ -286,12 +297,16 @@ class Actor:
             sender = self._sender(plan)
             if sender is not None:
                 revoked.add_listener(sender.abort)  # a writer blocked on a full queue must not wait for the learner
-            rollout = self._rollout = self._new_rollout(plan, sender, revoked)
+            carry, self._carry = self._carry, None  # the previous job's episodes under way, used up here or lost
+            rollout = self._rollout = self._new_rollout(plan, sender, revoked, carry)
             result = rollout.run()
             self._playing = False
             if result.end is RolloutEnd.REVOKED:
                 return self._abandoned(plan, result, sender)
-            return self._report(plan, result, sender, revoked)
+            report = self._report(plan, result, sender, revoked)
+            if report.status == "completed" and (shape := carry_shape(plan)) is not None:
+                self._carry = (shape, rollout.carry_out())
+            return report
         except Exception as err:  # whatever broke the job fails the job, not the actor
             self._playing = False
             return self._after_error(plan, rollout, sender, revoked, err)
@@ -327,11 +342,20 @@ class Actor:
                                 settings=self.settings.sender.within(plan.adder.chunks_in_flight),
                                 token=self.settings.token, tls_ca=self.settings.tls_ca)
 
-    def _new_rollout(self, plan: JobPlan, sender: TrajectorySender | None, revoked: StopSignal) -> Rollout:
+    def _new_rollout(
+        self, plan: JobPlan, sender: TrajectorySender | None, revoked: StopSignal, carry: _Carry | None,
+    ) -> Rollout:
         env_num = min(plan.env_num, plan.episode_num) if plan.episode_num > 0 else plan.env_num
         seed = job_seed(plan.job_id)
         bots = seat_bots(plan.player_bots, env_num, seed) if any(plan.player_bots) else None
-        manager = self._managers.acquire(plan.env_name, plan.env_kwargs, env_num, seed, bots)
+        manager = None
+        if carry is not None and carry[0] == carry_shape(plan):
+            manager = self._managers.resume(plan.env_name, plan.env_kwargs, env_num)
+        carried = carry[1] if manager is not None and carry is not None else None
+        if manager is None:
+            manager = self._managers.acquire(plan.env_name, plan.env_kwargs, env_num, seed, bots)
+        else:
+            log.debug("job %s plays on the %d episodes under way", plan.job_id, env_num)
         info = manager.env_info
         pool = self._pool_for(plan, info)
         launch = pool.launch_policy(plan.launch, cancel=revoked)
@@ -345,7 +369,7 @@ class Actor:
         target = RolloutTarget(tuple(s.player_id for s in plan.players), plan.episode_num, plan.env_steps,
                                plan.forward_kwargs, plan.adder.unroll_len)
         return Rollout(manager, info, target, policies, stop=self._stop, revoked=revoked, sink=sender,
-                       reload=lambda: pool.maybe_reload(launch), seat_offset=seed)
+                       reload=lambda: pool.maybe_reload(launch), seat_offset=seed, carry=carried)
 
     def _pool_for(self, plan: JobPlan, info: EnvInfo) -> PolicyPool:
         if self._pool is None or self._pool.signature != model_signature(plan.policy, info):
@@ -462,6 +486,22 @@ class Actor:
                       code, details)
             return "unreported"
         return "refused" if reply is None else "counted"
+
+
+_Carry = tuple[str, tuple[EnvCarry, ...]]
+"""A completed step-budget job's shape (`carry_shape`) and its envs' episodes under way."""
+
+
+def carry_shape(plan: JobPlan) -> str | None:
+    """What a step-budget job's episodes under way need to go on in the next job: the same envs, players and
+    policy (its recurrent state included). None for a job whose episodes cannot go on: one of `episode_num`
+    episodes (it reports the first ones started, and ends when they have), or one with reference bots (seated
+    per job by its seed)."""
+    if plan.episode_num > 0 or any(plan.player_bots):
+        return None
+    return json.dumps({"env": plan.env_name, "kwargs": plan.env_kwargs, "env_num": plan.env_num,
+                       "players": [p.player_id for p in plan.players], "policy": plan.policy},
+                      sort_keys=True, default=str)
 
 
 def reportable(plan: JobPlan, rollout: Rollout | None) -> tuple[EpisodeRecord, ...]:

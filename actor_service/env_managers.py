@@ -132,6 +132,16 @@ class EnvManagers:
         self._manager, self._key = manager, key
         return manager
 
+    def resume(self, env_name: str, env_kwargs: Mapping[str, Any], env_num: int) -> BaseEnvManager | None:
+        """The manager the last job left, envs mid-episode, when it runs these envs (and no reference bots):
+        the next job plays on from there (`Rollout(carry=...)`). None when there is none to play on."""
+        self._check_interrupted()
+        key = (env_name, json.dumps(env_kwargs, sort_keys=True, default=str), env_num)
+        manager = self._manager
+        if manager is None or key != self._key or manager.closed or self._bots_seated:
+            return None
+        return manager
+
     def _check_interrupted(self) -> None:
         if self._interrupted:
             raise EnvManagerInterrupted("the actor is stopping: no env manager is launched or reset any more")

@@ -25,7 +25,11 @@ once they are all finished. An env that finishes while the others play the last 
 "surplus" episodes meanwhile: their transitions are sent (the learner can use them; the job's end cuts them),
 their results are not reported — reporting the first episodes *finished* would favour short games in the
 payoff, and parking the env would leave it idle. With `episode_num` 0 the job ends once `env_steps` env steps
-were taken. An episode cut short by an env failure is not reported and its replacement takes its place.
+were taken; the episodes then under way go on in the actor's next job when it is one of the same shape
+(`EnvCarry`: a solo league's are), and are reported where they end. Cut at every job's end instead, a job
+reported the episodes that ended within its steps, short ones favoured: a solo CartPole player's mean return
+read 207 where its episodes averaged 275 (a review's test). An episode cut short by an env failure is not
+reported and its replacement takes its place.
 A job cut short by a stop has finished the counted episodes that were short and not the long ones: its
 `episodes` are no fair sample, and the actor reports them only if the job reached its bound (`reached_bound`).
 """
@@ -88,6 +92,18 @@ class RolloutResult:
     agent_steps: int
     failed_episodes: int
     rows_written: int
+
+
+@dataclass(frozen=True)
+class EnvCarry:
+    """One env's episode under way at the end of a step-budget job, for the next job of the same shape to play
+    on (`Rollout(carry=...)`), so that an episode is reported whole wherever it ends."""
+
+    episode_index: int
+    seat_of: tuple[int | None, ...]
+    returns: np.ndarray
+    length: int
+    states: Mapping[int, State]
 
 
 @dataclass(frozen=True)
@@ -165,6 +181,14 @@ class _EnvSlot:
         """Recurrent policies: job player index -> the state it continues from (absent: its initial state)."""
         self.start_episode()
 
+    def resume(self, kept: EnvCarry) -> None:
+        """Play on the episode a previous job left under way in this env."""
+        self.episode_index = kept.episode_index
+        self.seat_of = list(kept.seat_of)
+        self.returns[:] = kept.returns
+        self.length = kept.length
+        self.states = dict(kept.states)
+
     def start_episode(self) -> None:
         self.seat_of = self._seating.seats(self.env_id, self.episode_index)
         self.returns[:] = 0.0
@@ -206,10 +230,12 @@ class Rollout:
         reload: Callable[[], Any] | None = None,
         chunk_rows: int | None = None,
         seat_offset: int = 0,
+        carry: Sequence[EnvCarry] | None = None,
     ) -> None:
         """`policies[i]` acts for `target.player_ids[i]`; None: a reference bot the env plays itself, at the
         seats `seat_bots(..., seat_offset)` gave the envs; `sink` None: no trajectories (eval); `reload` is
-        called once per loop (the launch policy's reload check)."""
+        called once per loop (the launch policy's reload check). `carry`: the previous rollout's `carry_out()`
+        when `manager` was not reset since (a step-budget job of the same players, env and policy)."""
         if len(policies) != len(target.player_ids):
             raise ValueError(f"{len(policies)} policies for {len(target.player_ids)} players")
         self._manager = manager
@@ -240,6 +266,12 @@ class Rollout:
                      {i: SeatTrajectory(target.unroll_len) for i in self._recorded} if sink is not None else {})
             for env_id in range(env_num)
         ]
+        if carry is not None:
+            if target.episode_num > 0 or bots or len(carry) != env_num:
+                raise ValueError(f"carry: {len(carry)} envs' episodes for a job of {env_num} envs (step budget "
+                                 f"{target.env_steps}, episode_num {target.episode_num}, bots {sorted(bots)})")
+            for slot, kept in zip(self._slots, carry, strict=True):
+                slot.resume(kept)
         self._to_start = 0  # counted episodes not yet started
         if target.episode_num > 0:
             for slot in self._slots[target.episode_num:]:
@@ -288,6 +320,11 @@ class Rollout:
             self._write_rows(final=True)
         return RolloutResult(end, tuple(self.episodes), self.env_steps, self.agent_steps, self.failed_episodes,
                              self.rows_written)
+
+    def carry_out(self) -> tuple[EnvCarry, ...]:
+        """Each env's episode under way, for the next job to play on (`carry`); after `run`."""
+        return tuple(EnvCarry(slot.episode_index, tuple(slot.seat_of), slot.returns.copy(), slot.length,
+                              dict(slot.states)) for slot in self._slots)
 
     @property
     def reached_bound(self) -> bool:

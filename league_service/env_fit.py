@@ -252,18 +252,23 @@ def _gymnasium_limit(name: str) -> int | None:
 
 
 def cut_episodes_note(cfg: Config) -> str | None:
-    """The start-up warning of `league run` and the coordinator when jobs end (`env.episode_num: 0`) before the
-    env's longest episode could finish in them: such episodes are cut at the job's end and their returns never
-    reported, so the returns in status and TensorBoard count only the shorter ones, or none."""
+    """The start-up warning of `league run` and the coordinator when step-budget jobs (`env.episode_num: 0`) cut
+    the episodes under way at their end. An actor's next job plays on from where its last one stopped only when
+    it is the same match (a solo league of one player; actor_service/rollout.py, `EnvCarry`); otherwise each job
+    reports the episodes that ended within its steps: the shorter ones favoured, and none longer than its steps
+    per env."""
     env = cfg.env
     if env.episode_num or not env.env_steps:
         return None
-    longest = longest_episode(env.name, env.kwargs, cfg.league)
-    per_env = env.env_steps / env.env_num
-    if longest is None or per_env >= longest:
+    league = cfg.league
+    if league.league_type == "solo" and sum(league.active_players.values()) * len(league.player_category) == 1:
         return None
-    return (f"env.env_steps / env.env_num = {env.env_steps} / {env.env_num} = {per_env:g} steps per env and job, "
-            f"below the longest episode {env.name} allows ({longest} steps): with env.episode_num 0 an episode still "
-            "running when its job ends is cut and its return (and a match's result) never reported, so status and "
-            f"TensorBoard count only the shorter episodes; raise env.env_steps to {longest * env.env_num} or more, "
-            "lower env.env_num, or end jobs after whole episodes (env.episode_num > 0)")
+    note = ("env.episode_num 0 ends jobs on a step budget, and an actor's next job is another match, so the "
+            "episodes under way when a job ends are cut and their results never reported: status and TensorBoard "
+            "count the episodes that ended within a job's steps, the shorter ones favoured")
+    longest = longest_episode(env.name, env.kwargs, league)
+    per_env = env.env_steps / env.env_num
+    if longest is not None and per_env < longest:
+        note += (f", and none longer than env.env_steps / env.env_num = {env.env_steps} / {env.env_num} = "
+                 f"{per_env:g} steps (episodes of {env.name} last up to {longest})")
+    return note + "; end jobs after whole episodes (env.episode_num > 0)"

@@ -301,3 +301,52 @@ def test_a_non_finite_reward_fails_the_job_naming_the_env():
         assert not rollout.episodes
     finally:
         manager.close()
+
+
+class TenStepEnv(Env):
+    """A solo env of 10-step episodes paying 1 a step, with no episode stats of its own (the rollout counts)."""
+
+    def __init__(self) -> None:
+        self._t = 0
+
+    def info(self) -> EnvInfo:
+        return EnvInfo("ten_steps", ArraySpec((2,), np.float32), DiscreteSpec(2))
+
+    def seed(self, seed: int) -> None:
+        pass
+
+    def reset(self) -> np.ndarray:
+        self._t = 0
+        return np.zeros(2, np.float32)
+
+    def step(self, action: int) -> TimeStep:
+        self._t += 1
+        return TimeStep(np.array([self._t, action], np.float32), 1.0, self._t >= 10, False, NO_INFO)
+
+
+def test_a_step_budget_rollout_plays_on_the_episodes_its_predecessor_left_under_way():
+    """`carry_out()` into the next rollout's `carry`: episodes longer than a job's steps are reported whole,
+    with their length and return counted across the jobs (returns started at 0 in every job before)."""
+    manager = BaseEnvManager([TenStepEnv, TenStepEnv], EnvManagerConfig(episode_num=math.inf))
+    manager.launch()
+    try:
+        inputs, actions = policy_specs(TenStepEnv().info())
+        task = make_computation_task({"algorithm": "ppo", "model": {"hidden": [8]}}, inputs, actions, "cpu", 0)
+        policy = Policy("solo", task, version=1, path="")
+        target = RolloutTarget(("solo",), 0, 8, ForwardKwargs(), 4)  # 4 steps per env and job
+        carry = None
+        episodes = []
+        for _ in range(3):
+            rollout = Rollout(manager, manager.env_info, target, [policy], stop=StopSignal(), sink=InMemorySink(),
+                              carry=carry)
+            result = rollout.run()
+            episodes.append(result.episodes)
+            carry = rollout.carry_out()
+        assert [len(e) for e in episodes] == [0, 0, 2]
+        assert [(e.length, e.returns) for e in episodes[2]] == [(10, (10.0,))] * 2
+        assert [c.length for c in carry] == [2, 2]  # the next episodes, two steps in
+        with pytest.raises(ValueError, match="carry: 2 envs' episodes for a job of 2 envs"):
+            Rollout(manager, manager.env_info, RolloutTarget(("solo",), 4, 0, ForwardKwargs(), 4), [policy],
+                    stop=StopSignal(), carry=carry)  # a job of episodes reports the first started: no carry
+    finally:
+        manager.close()

@@ -694,25 +694,28 @@ def test_main_exploiters_without_a_main_player_are_refused():
     config_from_dict({"league": {"active_players": {"league_exploiter": 2}}})
 
 
-def test_jobs_too_short_for_the_envs_longest_episode_are_named_at_start():
-    """With episode_num 0 an episode still running at the job's end is cut and its return never reported: 1024
-    steps over 8 CartPoles (128 each) reported only episodes under 128 steps, a learning curve capped there."""
+def test_step_budget_jobs_that_cut_episodes_are_named_at_start():
+    """With episode_num 0 an episode still running at a job's end is cut and its result never reported, unless
+    the actor's next job plays on from there: the same match, as in a solo league of one player. Elsewhere the
+    results favour short episodes (and never count one longer than a job's steps per env)."""
     from league_service.env_fit import cut_episodes_note
 
     def note(env, league=SOLO):
         return cut_episodes_note(config_from_dict({"league": league, "env": {"episode_num": 0, **env}}))
 
     cartpole = {"name": "CartPole-v1", "env_num": 8, "env_steps": 1024}
-    assert note(cartpole).startswith("env.env_steps / env.env_num = 1024 / 8 = 128 steps per env and job, below the "
-                                     "longest episode CartPole-v1 allows (500 steps)")
-    assert "raise env.env_steps to 4000 or more, lower env.env_num, or end jobs after whole episodes" in note(cartpole)
-    assert note({**cartpole, "env_steps": 4000}) is None
-    assert note({**cartpole, "kwargs": {"max_episode_steps": 100}}) is None  # gymnasium.make's own limit
-    assert note({**cartpole, "name": "python:tests.env_doubles:CountingEnv"}) is None  # known only once built
-    assert cut_episodes_note(config_from_dict({"league": SOLO, "env": {**cartpole, "episode_num": 8}})) is None
+    assert note(cartpole) is None  # one solo player: its episodes go on in the actor's next job
+    two_solo = {**SOLO, "active_players": {"solo_active_player": 2}}
+    assert note(cartpole, two_solo).startswith("env.episode_num 0 ends jobs on a step budget, and an actor's next job "
+                                               "is another match, so the episodes under way")
+    assert ("and none longer than env.env_steps / env.env_num = 1024 / 8 = 128 steps (episodes of CartPole-v1 last "
+            "up to 500); end jobs after whole episodes (env.episode_num > 0)") in note(cartpole, two_solo)
+    assert "none longer" not in note({**cartpole, "env_steps": 4000}, two_solo)
+    assert "none longer" not in note({**cartpole, "kwargs": {"max_episode_steps": 100}}, two_solo)
+    assert cut_episodes_note(config_from_dict({"league": two_solo, "env": {**cartpole, "episode_num": 8}})) is None
     connect_four = {"name": "connect_four", "env_num": 4, "env_steps": 64}
-    assert "longest episode connect_four allows (42 steps)" in note(connect_four, league={})
-    assert note({**connect_four, "kwargs": {"bots": {1: "random"}}}) is None  # bots' moves are no env steps
+    assert "(episodes of connect_four last up to 42)" in note(connect_four, league={})
+    assert "another match" in note({**connect_four, "env_steps": 4096}, league={})  # a battle league's always are
 
 
 def test_a_number_in_exponent_form_without_a_dot_is_named_as_the_yaml_text_it_is(tmp_path):

@@ -93,6 +93,23 @@ def run_dir_label(run_dir: Path, *, given: bool) -> str:
     return f"--run-dir {run_dir}" if given else f"run directory {run_dir}"
 
 
+RUN_ENTRIES = frozenset({
+    CONFIG_FILE, PREVIOUS_CONFIG_FILE, PENDING_CONFIG_FILE, STATE_FILE, f"{STATE_FILE}-wal", f"{STATE_FILE}-shm",
+    f"{STATE_FILE}.lock", "league_run.lock", RUN_PORT_FILE, "shared", "logs", "plots", "status_history.jsonl",
+})
+"""What `league run` puts in a run directory (`shared` may be there first: a pretrained checkpoint)."""
+
+
+def _foreign_entries(run_dir: Path) -> list[str]:
+    """The entries of an existing `run_dir` that holds something and nothing of a run (hidden files aside):
+    a mistyped --run-dir (a run's `shared` folder, a project's) started a new league inside it. Else []."""
+    try:
+        names = sorted(e.name for e in os.scandir(run_dir) if not e.name.startswith("."))
+    except OSError:
+        return []  # new (made below), or an error the checks below word (a loop of links, a file)
+    return [] if RUN_ENTRIES.intersection(names) else names
+
+
 def _dangling_link(path: Path) -> Path | None:
     """`path` or the first folder above it that is a symlink to nothing (a `runs` link to a disk not mounted), or
     None: making the run directory through one said only "[Errno 17] File exists"."""
@@ -427,6 +444,12 @@ def run_main(args: argparse.Namespace) -> int:
         console.print(f"league run: {err}", style="red", markup=False, soft_wrap=True)
         return 2
     where = run_dir_label(run_dir, given=not fresh)
+    if not fresh and (foreign := _foreign_entries(run_dir)):
+        listed = ", ".join(foreign[:4]) + (f" and {len(foreign) - 4} more" if len(foreign) > 4 else "")
+        console.print(f"league run: {where} holds no league run but other things ({listed}): not used, so that "
+                      "nothing of a run is written among them; give the directory of a run to resume, or a new or "
+                      "empty one", style="red", markup=False, soft_wrap=True)
+        return 2
     if (link := _dangling_link(run_dir)) is not None:  # (mkdir said only "[Errno 17] File exists")
         console.print(f"league run: {where}{'' if link == run_dir else f': {link}'} is a link to "
                       f"{os.readlink(link)}, which does not exist", style="red", markup=False, soft_wrap=True)
@@ -647,6 +670,9 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
         console.print(f"league run: {run_dir_label(run_dir, given=args.run_dir is not None)}: cannot write "
                       f"{PENDING_CONFIG_FILE}: {err}", style="red", markup=False, soft_wrap=True)
         return 2
+    if not (run_dir / STATE_FILE).exists():  # said as resuming is: a mistyped resume started afresh unsaid
+        source = args.config if args.config is not None else f"the embedded {cfg.env.name} league"
+        console.print(f"league run: a new league in {run_dir}, from {source}", markup=False, soft_wrap=True)
     history_path = run_dir / "status_history.jsonl"
     quiet = args.quiet or not console.is_terminal  # a live table piped to a file shows only at the end
 

@@ -290,8 +290,8 @@ def _status_address(args: argparse.Namespace) -> str:
                 raise ValueError(
                     f"--run-dir: no `league run` is going on in {args.run_dir}, or its coordinator is starting "
                     f"({port_file} is removed when a run ends, and written once its coordinator listens): for a run "
-                    f"that ended, `league plot --history {history}` shows how it went, `league eval --run-dir "
-                    f"{args.run_dir}` how strong its players grew") from None
+                    f"that ended, `league plot --history {history}` shows how it went, {_eval_hint(args.run_dir)}"
+                ) from None
             raise ValueError(f"--run-dir: {port_file} does not exist (is a `league run` going on there?)") from None
         except (OSError, ValueError) as err:
             raise ValueError(f"--run-dir: cannot read the coordinator's port from {port_file}: {err}") from None
@@ -308,6 +308,26 @@ def _status_address(args: argparse.Namespace) -> str:
     except ValueError as err:
         raise ValueError(f"${COORDINATOR_ENV_VAR}: {err}") from None
     return address
+
+
+def _eval_hint(run_dir: Path) -> str:
+    """How to see how strong an ended run's players grew: `league eval --run-dir` plays a battle league's
+    snapshots against bots; a solo league's (single-player envs) has none to play, so its player's checkpoint."""
+    import yaml
+
+    try:
+        league_type = (yaml.safe_load((run_dir / "config.yaml").read_text()) or {}).get("league", {}).get("league_type")
+    except (OSError, yaml.YAMLError, AttributeError):
+        league_type = None
+    if league_type != "solo":
+        return f"`league eval --run-dir {run_dir}` how strong its players grew"
+    try:
+        players = sorted(e.name for e in os.scandir(run_dir / "shared")
+                         if e.is_dir() and any(Path(e.path).glob("v*.pt")))  # (not its tensorboard folder)
+    except OSError:
+        players = []
+    checkpoint = run_dir / "shared" / (players[0] if len(players) == 1 else "<player>")
+    return f"`league eval --checkpoint {checkpoint}` how well its player plays"
 
 
 def status_main(args: argparse.Namespace) -> int:

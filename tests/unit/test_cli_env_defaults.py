@@ -36,7 +36,16 @@ def test_status_reads_the_coordinator_address_from_the_environment_or_a_run_dire
     # A run that ended (its history is there, its port file gone): where to look instead; no such directory.
     (tmp_path / "status_history.jsonl").write_text("")
     with pytest.raises(ValueError, match=r"no `league run` is going on in .*, or its coordinator is starting.*"
-                                         r"`league plot --history .*status_history.jsonl` shows how it went"):
+                                         r"`league plot --history .*status_history.jsonl` shows how it went, "
+                                         r"`league eval --run-dir .*` how strong its players grew"):
+        _status_address(run)
+    # A solo league's players have no snapshots for `eval --run-dir` to play against bots: its checkpoint.
+    (tmp_path / "config.yaml").write_text("league:\n  league_type: solo\n")
+    (tmp_path / "shared" / "solo_active_player_default_0").mkdir(parents=True)
+    (tmp_path / "shared" / "solo_active_player_default_0" / "v0000000003.pt").write_bytes(b"")
+    (tmp_path / "shared" / "tensorboard").mkdir()
+    with pytest.raises(ValueError, match=r"`league eval --checkpoint .*/shared/solo_active_player_default_0` how "
+                                         r"well its player plays$"):
         _status_address(run)
     with pytest.raises(ValueError, match="is not a directory"):
         _status_address(_parse(add_status_arguments, ["--run-dir", str(tmp_path / "nope")], monkeypatch))

@@ -506,6 +506,29 @@ def test_an_empty_pending_config_is_refused_not_taken_for_the_embedded_league(tm
     assert sorted(p.name for p in run_dir.iterdir()) == ["config.pending.yaml"]
 
 
+def test_a_run_dir_that_holds_other_things_and_no_run_is_refused(tmp_path, capsys):
+    """`--run-dir RUN/shared` (a run's checkpoints, by mistake for the run) started a new connect-four league
+    inside it, writing its state, logs and a nested shared/ among the checkpoints."""
+    from league_cli.main import build_parser
+    from league_cli.run import _foreign_entries, run_main
+
+    shared = tmp_path / "run" / "shared"
+    (shared / "solo_active_player_default_0").mkdir(parents=True)
+    (shared / "tensorboard").mkdir()
+    assert run_main(build_parser().parse_args(["run", "--run-dir", str(shared), "--seconds", "5"])) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert (f"--run-dir {shared} holds no league run but other things (solo_active_player_default_0, tensorboard): "
+            "not used") in out
+    assert sorted(p.name for p in shared.iterdir()) == ["solo_active_player_default_0", "tensorboard"]
+    # A new directory, an empty one (hidden files aside), or one holding what a run holds, such as shared/ with a
+    # pretrained checkpoint put there before the first run: used.
+    assert _foreign_entries(tmp_path / "new") == []
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / ".nfs0001").write_text("")
+    assert _foreign_entries(tmp_path / "empty") == []
+    assert _foreign_entries(tmp_path / "run") == []
+
+
 def test_a_pending_config_that_cannot_be_written_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
     """On a full disk it was a traceback (exit 1), and left an empty file behind."""
     import errno

@@ -29,7 +29,8 @@ were taken; the episodes then under way go on in the actor's next job when it is
 (`EnvCarry`: a solo league's are), and are reported where they end. Cut at every job's end instead, a job
 reported the episodes that ended within its steps, short ones favoured: a solo CartPole player's mean return
 read 207 where its episodes averaged 275 (a review's test). An episode cut short by an env failure is not
-reported and its replacement takes its place.
+reported and its replacement takes its place; a failure that may strike at any step strikes long episodes more
+often, so an env failing often tilts the results toward short episodes too (each job's report counts them).
 A job cut short by a stop has finished the counted episodes that were short and not the long ones: its
 `episodes` are no fair sample, and the actor reports them only if the job reached its bound (`reached_bound`).
 """

@@ -499,7 +499,7 @@ def carry_shape(plan: JobPlan) -> str | None:
     per job by its seed)."""
     if plan.episode_num > 0 or any(plan.player_bots):
         return None
-    return json.dumps({"env": plan.env_name, "kwargs": plan.env_kwargs, "env_num": plan.env_num,
+    return json.dumps({"kind": plan.kind.value, "env": plan.env_name, "kwargs": plan.env_kwargs, "env_num": plan.env_num,
                        "players": [p.player_id for p in plan.players], "policy": plan.policy},
                       sort_keys=True, default=str)
 

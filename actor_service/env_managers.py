@@ -138,7 +138,7 @@ class EnvManagers:
         self._check_interrupted()
         key = (env_name, json.dumps(env_kwargs, sort_keys=True, default=str), env_num)
         manager = self._manager
-        if manager is None or key != self._key or manager.closed or self._bots_seated:
+        if manager is None or key != self._key or manager.closed or self._bots_seated or not manager.play_on():
             return None
         return manager
 

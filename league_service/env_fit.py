@@ -263,7 +263,7 @@ def cut_episodes_note(cfg: Config) -> str | None:
     league = cfg.league
     if league.league_type == "solo" and sum(league.active_players.values()) * len(league.player_category) == 1:
         return None
-    note = ("env.episode_num 0 ends jobs on a step budget, and an actor's next job is another match, so the "
+    note = ("env.episode_num 0 ends jobs on a step budget, and an actor's next job is mostly another match, so the "
             "episodes under way when a job ends are cut and their results never reported: status and TensorBoard "
             "count the episodes that ended within a job's steps, the shorter ones favoured")
     longest = longest_episode(env.name, env.kwargs, league)

@@ -464,3 +464,39 @@ def test_step_budget_jobs_play_on_the_episodes_under_way_and_report_them_whole(t
     # Each env ends an episode at its steps 10 and 20: in the third job (steps 9-12) and the fifth (17-20).
     assert [r.episodes for r in reports] == [0, 0, 2, 0, 2, 0]
     assert status.players[0].episodes == 4
+
+
+def test_jobs_that_play_on_start_a_fresh_env_retry_budget_each(tmp_path):
+    """env_max_retry counts an env's failures per job: played on without a reset, the failures of every job added
+    up (a reset zeroed them), and the (max_retry + 1)-th of the actor's life failed a job."""
+    cfg = config_from_dict({
+        "league": {"league_type": "solo", "active_players": {"solo_active_player": 1}, "max_active_player_job": 1},
+        "env": {"name": "python:tests.env_doubles:FlakyEnv", "kwargs": {"crash_every": 20}, "env_num": 2,
+                "episode_num": 0, "env_steps": 16},  # about one failure a job
+    })
+    cfg = dataclasses.replace(cfg, policy=CARTPOLE_POLICY)
+    with running_coordinator(cfg, tmp_path, needs_learner=False) as server:
+        channel, stub = league_stub(server.address)
+        with channel:
+            reports = Actor(actor_settings(server.address, tmp_path, max_jobs=6, env_max_retry=1)).run()
+    assert [r.status for r in reports] == ["completed"] * 6, [(r.status, r.error) for r in reports]
+    assert sum(r.env_failures for r in reports) >= 4
+
+
+def test_a_subprocess_env_worker_that_died_between_jobs_is_not_played_on(tmp_path):
+    """Its envs are rebuilt (their episodes under way gone): the next job resets, which replaces the worker
+    without counting a failure, rather than playing on and failing at once with max_retry 0."""
+    from actor_service.env_managers import EnvManagers
+
+    managers = EnvManagers("subprocess", max_retry=0, cpus=2)
+    try:
+        manager = managers.acquire("CartPole-v1", {}, 4, seed=0)
+        assert managers.resume("CartPole-v1", {}, 4) is manager  # all alive: played on
+        victim = next(w for w in manager._workers if w is not None).process
+        victim.kill()
+        victim.join(10)
+        assert managers.resume("CartPole-v1", {}, 4) is None
+        assert managers.acquire("CartPole-v1", {}, 4, seed=1) is manager  # reset, the worker replaced uncounted
+        assert all(n == 0 for n in manager.failure_counts.values())
+    finally:
+        managers.close()

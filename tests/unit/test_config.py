@@ -707,7 +707,7 @@ def test_step_budget_jobs_that_cut_episodes_are_named_at_start():
     assert note(cartpole) is None  # one solo player: its episodes go on in the actor's next job
     two_solo = {**SOLO, "active_players": {"solo_active_player": 2}}
     assert note(cartpole, two_solo).startswith("env.episode_num 0 ends jobs on a step budget, and an actor's next job "
-                                               "is another match, so the episodes under way")
+                                               "is mostly another match, so the episodes under way")
     assert ("and none longer than env.env_steps / env.env_num = 1024 / 8 = 128 steps (episodes of CartPole-v1 last "
             "up to 500); end jobs after whole episodes (env.episode_num > 0)") in note(cartpole, two_solo)
     assert "none longer" not in note({**cartpole, "env_steps": 4000}, two_solo)
@@ -715,7 +715,7 @@ def test_step_budget_jobs_that_cut_episodes_are_named_at_start():
     assert cut_episodes_note(config_from_dict({"league": two_solo, "env": {**cartpole, "episode_num": 8}})) is None
     connect_four = {"name": "connect_four", "env_num": 4, "env_steps": 64}
     assert "(episodes of connect_four last up to 42)" in note(connect_four, league={})
-    assert "another match" in note({**connect_four, "env_steps": 4096}, league={})  # a battle league's always are
+    assert "another match" in note({**connect_four, "env_steps": 4096}, league={})  # a battle league's mostly are
 
 
 def test_a_number_in_exponent_form_without_a_dot_is_named_as_the_yaml_text_it_is(tmp_path):

@@ -255,6 +255,15 @@ class BaseEnvManager:
             self._failures[env_id] = 0
         self._reset_envs(env_ids)
 
+    def play_on(self) -> bool:
+        """Start a fresh `max_retry` budget for every env as `reset` does, without a reset: for a job that plays
+        on the episodes under way (without it, failures added up over all such jobs, the manager's whole life in
+        a solo league). False, with nothing renewed, when the envs cannot play on as they are (a subprocess
+        worker that died between jobs): reset them instead."""
+        self._check_running()
+        self._failures = [0] * self.env_num
+        return True
+
     def step(self, actions: Mapping[int, Any]) -> dict[int, TimeStep]:
         """Apply one action per env id (envs from `ready_env`); returns their timesteps by env id."""
         self._check_running()

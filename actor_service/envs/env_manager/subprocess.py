@@ -491,6 +491,13 @@ class SubprocessEnvManager(BaseEnvManager):
         for env_id in env_ids:
             self._results.pop(env_id, None)
 
+    def play_on(self) -> bool:
+        """As the base's, and False when a worker died while idle (between jobs: the OOM killer, say): replacing
+        it rebuilds its envs, whose episodes under way are then gone; a reset replaces it uncounted."""
+        if any(w is not None and not w.pending and not w.process.is_alive() for w in self._workers):
+            return False
+        return super().play_on()
+
     def _idle(self) -> bool:
         return not any(w.pending for w in self._workers)
 

@@ -499,9 +499,9 @@ def carry_shape(plan: JobPlan) -> str | None:
     per job by its seed)."""
     if plan.episode_num > 0 or any(plan.player_bots):
         return None
-    return json.dumps({"kind": plan.kind.value, "env": plan.env_name, "kwargs": plan.env_kwargs, "env_num": plan.env_num,
-                       "players": [p.player_id for p in plan.players], "policy": plan.policy},
-                      sort_keys=True, default=str)
+    shape = {"kind": plan.kind.value, "env": plan.env_name, "kwargs": plan.env_kwargs, "env_num": plan.env_num,
+             "players": [p.player_id for p in plan.players], "policy": plan.policy}
+    return json.dumps(shape, sort_keys=True, default=str)
 
 
 def reportable(plan: JobPlan, rollout: Rollout | None) -> tuple[EpisodeRecord, ...]:

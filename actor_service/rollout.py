@@ -10,8 +10,9 @@ player, and recording them doubles what a self-play game teaches its learner.
 Seats: with as many players as the env has seats, player i sits at seat (i + r) % seats, where
 r = (env_id + episode_index + the job's seed) % seats, so the launch player's seat alternates per episode (and
 differs across envs), and a job of an odd number of episodes gives its extra one to a seat its seed chooses
-(without the seed, always to seat 0: the first mover's, in every one-env job). Reference-bot players (no policy: the env plays their seats, given to it at reset) keep their seats for
-the job, r = (env_id + the job's seed) % seats, so the seats still differ across envs and jobs. A single player
+(without the seed, always to seat 0: the first mover's, in every one-env job). Reference-bot players (no
+policy: the env plays their seats, given to it at reset) keep their seats for the job,
+r = (env_id + the job's seed) % seats, so the seats still differ across envs and jobs. A single player
 in a multi-seat env (the other seats played by the env's reference bots) plays whichever seat it is asked to
 act in.
 

@@ -32,6 +32,7 @@ import logging
 import os
 import shlex
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -407,9 +408,11 @@ def _refuse_foreign_file(path: Path) -> None:
     """Refuse an existing file that is no SQLite database before anything is made beside it: SQLite said only
     "file is not a database", and after the lock file had been left next to the user's file."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # (reading a FIFO would wait for a writer)
+            return
         with open(path, "rb") as f:
             head = f.read(len(SQLITE_HEADER))
-    except (FileNotFoundError, IsADirectoryError, PermissionError):
+    except OSError:
         return  # a new state, or a problem the checks that follow word better
     if head and head != SQLITE_HEADER:
         raise ValueError(f"not an SQLite database (it begins {head!r}): not taken over; give the league's state "

@@ -41,6 +41,15 @@ def _stored_last_seen(path) -> dict[str, float]:
         conn.close()
 
 
+def _settings(tmp_path, lease_timeout_s: float) -> CoordinatorSettings:
+    return CoordinatorSettings(shared_root=tmp_path, lease_timeout_s=lease_timeout_s, needs_learner=False, rng_seed=0)
+
+
+def _coordinator(settings: CoordinatorSettings, clock: ManualClock) -> Coordinator:
+    """The small league's coordinator on `settings`, on a clock the test moves (no expiry thread)."""
+    return Coordinator(small_league_config(), settings, clock=clock, expiry_thread=False)
+
+
 @pytest.fixture
 def store(tmp_path):
     store = LeagueStore(tmp_path / "state.sqlite")
@@ -88,8 +97,8 @@ def test_the_committer_thread_flushes_last_seen_times_when_no_request_commits(st
 def test_a_restarted_coordinator_shows_the_last_heartbeats_it_had_written(tmp_path):
     """No clean stop is needed: the times are on disk within the flush interval, before any close."""
     clock = ManualClock()
-    settings = CoordinatorSettings(shared_root=tmp_path, lease_timeout_s=0.3, needs_learner=False, rng_seed=0)
-    first = Coordinator(small_league_config(), settings, clock=clock, expiry_thread=False)
+    settings = _settings(tmp_path, lease_timeout_s=0.3)
+    first = _coordinator(settings, clock)
     first.start()
     try:
         first.register_worker("actor-1", WorkerRole.ACTOR, "host", "")
@@ -103,7 +112,7 @@ def test_a_restarted_coordinator_shows_the_last_heartbeats_it_had_written(tmp_pa
         first.close()
 
     clock.now = 1_100.0
-    second = Coordinator(small_league_config(), settings, clock=clock, expiry_thread=False)
+    second = _coordinator(settings, clock)
     try:
         workers = {w.worker_id: w for w in second.status().workers}
         assert workers["actor-1"].last_heartbeat == 1_050.0
@@ -164,8 +173,8 @@ def test_a_worker_that_says_it_is_leaving_leaves_the_registry_at_once_unless_it_
     """A worker that exited cleanly stayed listed as alive for a lease more (a reviewer's actor after
     --max-jobs). Its last Heartbeat now says it is leaving; one still holding a lease stays until it ends."""
     clock = ManualClock()
-    settings = CoordinatorSettings(shared_root=tmp_path, lease_timeout_s=300.0, needs_learner=False, rng_seed=0)
-    first = Coordinator(small_league_config(), settings, clock=clock, expiry_thread=False)
+    settings = _settings(tmp_path, lease_timeout_s=300.0)
+    first = _coordinator(settings, clock)
     first.start()
     try:
         for worker in ("done", "busy"):
@@ -179,7 +188,7 @@ def test_a_worker_that_says_it_is_leaving_leaves_the_registry_at_once_unless_it_
                    lambda: set(_stored_last_seen(settings.resolved_state_path)) <= {"busy"}, timeout_s=30)
     finally:
         first.close()
-    second = Coordinator(small_league_config(), settings, clock=clock, expiry_thread=False)
+    second = _coordinator(settings, clock)
     second.start()
     try:
         assert {w.worker_id for w in second.status().workers} == {"busy"}
@@ -191,8 +200,8 @@ def test_a_leaving_worker_releases_the_leases_it_does_not_name(tmp_path):
     """A GetJob reply lost to the actor's stop left a lease nobody knew of: it expired a lease later and counted
     as a failed attempt of a job that never ran. Leaving releases it now: no results, no failed attempt."""
     clock = ManualClock()
-    settings = CoordinatorSettings(shared_root=tmp_path, lease_timeout_s=300.0, needs_learner=False, rng_seed=0)
-    coordinator = Coordinator(small_league_config(), settings, clock=clock, expiry_thread=False)
+    settings = _settings(tmp_path, lease_timeout_s=300.0)
+    coordinator = _coordinator(settings, clock)
     coordinator.start()
     try:
         coordinator.register_worker("a", WorkerRole.ACTOR, "host", "")

@@ -353,14 +353,33 @@ class BaseLeagueManager(ABC):
         """The next job of `player` (called under the lock; players[0] must be the player)."""
 
     def _job_spec(self, player: ActivePlayer, job: PlayerJob) -> JobSpec:
+        players = (player.player_id, *(o.player_id for o in job.opponents))
         return JobSpec(
             launch_player=player.player_id,
-            players=(player.player_id, *(o.player_id for o in job.opponents)),
+            players=players,
             env_kwargs=job.env_kwargs,
             forward_kwargs=job.forward_kwargs,
             adder_kwargs=job.adder_kwargs,
             extra=job.extra,
+            generations=self._generations_locked(players),
         )
+
+    def _generations_locked(self, player_ids: tuple[str, ...]) -> tuple[int, ...]:
+        """Each player's reset generation: an active player's mutations so far; 0 for a historical one."""
+        return tuple(p.mutations if isinstance(p := self._roster.get(pid), ActivePlayer) else 0 for pid in player_ids)
+
+    def _played_by_replaced_weights(self, result: JobResult) -> bool:
+        """A job made before one of its players was reset (mutated) was played, in part at least, by the weights
+        the reset replaced: its results are no record of the reset player's new weights, whose win rates
+        start afresh (`Payoff.forget_results_of`). Counted, a stuck main exploiter's last job's losses were
+        its fresh record at once, and it was reset again at the next snapshot. Under the lock."""
+        if not result.generations or result.generations == self._generations_locked(result.players):
+            return False
+        log.info("a job of %s made before a reset of %s finished: its %d result(s) are not counted (played by the "
+                 "weights the reset replaced)", result.launch_player,
+                 ", ".join(pid for pid, g in zip(result.players, result.generations, strict=True)
+                           if g != self._generations_locked((pid,))[0]), len(result.episodes))
+        return True
 
     def finish_job(self, result: JobResult) -> int:
         """A job ended with results: free the launch player's slot, count its episodes in the payoff and the

@@ -506,7 +506,10 @@ class Coordinator:
             elif report.status is not JobEndStatus.FAILED:
                 self._check_episode_count(report, lease)
                 self._check_episode_players(report, lease.players)
-                counted = self._league.finish_job(JobResult(lease.launch_player, lease.players, report.episodes))
+                # (A lease restored after a restart has no spec: its results count as before generations.)
+                generations = lease.payload.generations if lease.payload is not None else ()
+                counted = self._league.finish_job(
+                    JobResult(lease.launch_player, lease.players, report.episodes, generations))
                 league_changed = True
                 self._refill_locked()
             _, end = self._table.end(lease.job_id, report.status, counted, now)

@@ -70,12 +70,22 @@ class JobSpec:
     adder_kwargs: dict[str, Any] = field(default_factory=dict)
     # The rest of the player's job template.
     extra: dict[str, Any] = field(default_factory=dict)
+    # Each player's reset generation when the job was made (an active player's mutations so far, 0 for a
+    # historical one): results of weights a reset has since replaced are not counted (`JobResult`). () unknown.
+    generations: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         _require_player_ids(self.players, "players")
         _require(self.players[0] == self.launch_player, "players", "players[0] must be the launch player")
         for name in ("env_kwargs", "forward_kwargs", "adder_kwargs", "extra"):
             _require_mapping(getattr(self, name), name)
+        _require_generations(self.generations, self.players)
+
+
+def _require_generations(generations: tuple[int, ...], players: tuple[str, ...]) -> None:
+    _require(isinstance(generations, tuple) and len(generations) in (0, len(players))
+             and all(type(g) is int and g >= 0 for g in generations),
+             "generations", f"must be () or one int >= 0 per player ({len(players)}), got {generations!r}")
 
 
 @dataclass(frozen=True)
@@ -122,10 +132,13 @@ class JobResult:
     launch_player: str
     players: tuple[str, ...]
     episodes: tuple[EpisodeOutcome, ...] = ()
+    # The job's `JobSpec.generations`: results of a player reset since the job was made are not counted.
+    generations: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         _require_player_ids(self.players, "players")
         _require(self.players[0] == self.launch_player, "players", "players[0] must be the launch player")
+        _require_generations(self.generations, self.players)
         _require(isinstance(self.episodes, tuple), "episodes", "must be a tuple")
         for i, ep in enumerate(self.episodes):
             if not isinstance(ep, EpisodeOutcome):

@@ -24,6 +24,8 @@ class OneVsOneLeague(BaseLeagueManager):
     def _record_result(self, result: JobResult) -> int:
         payoff = self.payoff
         payoff.validate(result)
+        if self._played_by_replaced_weights(result):
+            return 0
         matches = battle_outcomes(result)
         ratings = self._roster.ratings.compute(matches)
         counted = payoff.record_validated(matches)

@@ -540,6 +540,31 @@ def test_a_reset_player_starts_its_win_rates_afresh(make_league):
     assert any({r["home"], r["away"]} == {EXPLOITER, MAIN} and r["games"] == 0.0 for r in changed)
 
 
+def test_results_of_a_job_made_before_a_reset_are_not_the_reset_players_record(make_league):
+    """A job in flight at a reset was played by the weights it replaced: its 32 losses became the reset main
+    exploiter's fresh record at once (past min_win_rate_games), and the stuck rule reset it again at the next
+    snapshot (a review). Such results are not counted; a job made after the reset counts as usual."""
+    cfg = _cfg(main_exploiter={"one_phase_step": 100, "strong_win_rate": None, "reset_after_steps": 100})
+    league = make_league(cfg, save=lambda s, d: None)
+    before = next(s for s in league.launch_ready_jobs() if s.launch_player == EXPLOITER)
+    assert before.generations == (0, 0)
+    _update(league, EXPLOITER, 100, "ex/v1.pt", 1)
+    league.snapshot_ready_players()
+    assert league.get_player(EXPLOITER).mutations == 1
+    stale = battle_result((EXPLOITER, MAIN), [Outcome.LOSS] * 32)
+    assert league.finish_job(JobResult(stale.launch_player, stale.players, stale.episodes, before.generations)) == 0
+    default = cfg.league.payoff.default_win_rate
+    assert league.payoff.win_rate(EXPLOITER, MAIN) == default
+    assert league.status().counters.matches == 0
+    after = next(s for s in league.launch_ready_jobs() if s.launch_player == EXPLOITER)
+    assert after.generations == (1, 0)
+    fresh = battle_result((EXPLOITER, MAIN), [Outcome.LOSS] * 10)
+    assert league.finish_job(JobResult(fresh.launch_player, fresh.players, fresh.episodes, after.generations)) == 10
+    assert league.payoff.win_rate(EXPLOITER, MAIN) == 0.0
+    with pytest.raises(ValueError, match="generations: must be"):
+        JobResult(MAIN, (MAIN, EXPLOITER), (), (0,))
+
+
 def test_main_exploiter_resets_after_its_step_limit(make_league):
     cfg = _cfg(main_exploiter={"one_phase_step": 100, "strong_win_rate": None, "reset_after_steps": 100})
     league = make_league(cfg, save=lambda s, d: None)

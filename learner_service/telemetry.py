@@ -103,6 +103,8 @@ class _Window:
 
     samples: int = 0
     staleness: list[int] = field(default_factory=list)
+    staleness_weights: list[int] = field(default_factory=list)
+    """Each chunk's agent steps: staleness/mean is per sample (chunks run from 1 to thousands of steps)."""
     returns: list[float] = field(default_factory=list)
     iterations: int = 0
     trained_samples: int = 0
@@ -132,9 +134,13 @@ class Telemetry:
     also keeps the last values written."""
 
     def __init__(self, log_dir: Path | None, clock: Callable[[], float] = time.monotonic,
-                 every_s: float = 0.0) -> None:
+                 every_s: float = 0.0, purge_from: int | None = None) -> None:
+        """`purge_from`: the agent steps the learner resumes from. The steps a crashed learner wrote past its
+        last checkpoint are trained again: TensorBoard hides those older points at and past it (`purge_step`),
+        where the curves ran back and overlapped in a zig-zag."""
         self._writer = None
         self._log_dir = log_dir
+        self._purge_from = purge_from  # (the first writer only: a reopened one would hide this session's points)
         self._clock = clock
         self._every_s = every_s
         self._latest: _Latest | None = None
@@ -163,6 +169,7 @@ class Telemetry:
         self._window.samples += chunk.agent_steps
         if staleness >= 0:
             self._window.staleness.append(staleness)
+            self._window.staleness_weights.append(chunk.agent_steps)
             self.staleness_max = max(self.staleness_max, staleness)
         elif staleness == -1:
             # The league reset the player to a fresh initialisation, numbered one past the version it last heard
@@ -230,7 +237,8 @@ class Telemetry:
             "throughput/trained_samples": window.trained_samples / window.iterations,
         })
         if window.staleness:
-            scalars["staleness/mean"] = float(np.mean(window.staleness))
+            weights = window.staleness_weights if sum(window.staleness_weights) > 0 else None
+            scalars["staleness/mean"] = float(np.average(window.staleness, weights=weights))
             scalars["staleness/max"] = float(np.max(window.staleness))
         if window.returns:
             scalars["episode/return_mean"] = float(np.mean(window.returns))
@@ -277,7 +285,9 @@ class Telemetry:
             # blocks while it is full. At the default (10), every iteration's ~18 scalars waited for that
             # thread one by one: ~9% of a busy learner's time in a league sharing two cores.
             before = _files_in(self._log_dir)
-            self._writer = SummaryWriter(log_dir=str(self._log_dir), flush_secs=10, max_queue=EVENT_QUEUE)
+            self._writer = SummaryWriter(log_dir=str(self._log_dir), flush_secs=10, max_queue=EVENT_QUEUE,
+                                         purge_step=self._purge_from)
+            self._purge_from = None
         except OSError as err:
             self._failed(err)
             for made in _files_in(self._log_dir) - before:  # (a writer failed as it began: nothing else names it)

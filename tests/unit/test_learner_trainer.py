@@ -299,6 +299,20 @@ def test_telemetry_writes_scalars_for_tensorboard(tmp_path):
     assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
 
 
+def test_staleness_mean_is_per_sample_not_per_chunk(tmp_path):
+    """A 1-step chunk weighed as much as one of thousands: a chunk of 32 fresh samples and one of 8 stale by 3
+    read 1.5, where the samples' mean is 0.6 (a review)."""
+    trainer = _trainer(batch_size=16)
+    telemetry = Telemetry(tmp_path / "tb")
+    for seq, (batch, version) in enumerate(((4, 3), (1, 0))):
+        chunk = _prepared(trainer, batch=batch, steps=8, seq=seq, policy_version=version)
+        telemetry.observe(chunk, learner_version=3)
+        trainer.add(chunk)
+    scalars = telemetry.iteration(trainer.train_ready(), trainer.progress, trainer.buffered_samples)
+    telemetry.close()
+    assert scalars["staleness/mean"] == pytest.approx(0.6) and scalars["staleness/max"] == 3
+
+
 def _read_scalars(log_dir):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -326,6 +340,27 @@ def test_telemetry_writes_the_mean_of_the_iterations_between_writes(tmp_path):
     written = _read_scalars(tmp_path / "tb")
     assert written["train/loss"] == [(100, 9.0), (400, 2.0), (500, 7.0)]  # at the player's agent steps
     assert [v for _, v in written["learner/train_iteration"]] == [1.0, 4.0, 5.0]
+
+
+def test_a_resumed_learners_curves_hide_the_points_a_crashed_one_wrote_past_its_checkpoint(tmp_path):
+    """The steps past the last checkpoint are trained again after a restart: the curves ran back to them and
+    overlapped the old points in a zig-zag ((100, 1), (200, 2), (300, 3), then (250, 3), (350, 4); a review)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from learner_service.trainer import IterationReport
+
+    def write(telemetry, points):
+        for version, steps in points:
+            telemetry.iteration(IterationReport(version, version, samples=10, stats={}),
+                                Progress(agent_steps=steps, train_iteration=version), buffered=0)
+        telemetry.close()
+
+    write(Telemetry(tmp_path / "tb", purge_from=0), [(1, 100), (2, 200), (3, 300)])  # crashed after v2's checkpoint
+    write(Telemetry(tmp_path / "tb", purge_from=250), [(3, 250), (4, 350)])
+    events = EventAccumulator(str(tmp_path / "tb"), size_guidance={"scalars": 0})
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("learner/version")] == [
+        (100, 1.0), (200, 2.0), (250, 3.0), (350, 4.0)]
 
 
 @pytest.mark.parametrize("algorithm", ["ppo", "dqn"])

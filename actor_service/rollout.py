@@ -316,9 +316,17 @@ class Rollout:
             self._observe(timesteps)
             self._write_rows(final=False)
         if end is not RolloutEnd.REVOKED and self._sink is not None:
+            # Each player's last decision in an episode going on ends at its next view if the env waits on
+            # that player (its transition is whole: its reward and the replies are in), else it is dropped.
+            waiting = self._manager.next_obs if end is RolloutEnd.COMPLETED else {}
             for slot in self._slots:
-                for trajectory in slot.trajectories.values():
-                    self._collect(trajectory.cut())
+                obs = waiting.get(slot.env_id)
+                seat = to_play(obs, self._info) if obs is not None else None
+                for player, trajectory in slot.trajectories.items():
+                    if seat is not None and slot.seat_of[player] == seat:
+                        self._collect(trajectory.close_open(player_view(obs, seat, self._info)))
+                    else:
+                        self._collect(trajectory.cut())
             self._write_rows(final=True)
         return RolloutResult(end, tuple(self.episodes), self.env_steps, self.agent_steps, self.failed_episodes,
                              self.rows_written)

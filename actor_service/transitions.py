@@ -112,6 +112,13 @@ class SeatTrajectory:
             rows += self._end_row()
         return rows
 
+    def close_open(self, next_observation: View) -> list[Row]:
+        """The job ends with the episode going on and the player about to act at `next_observation`: the
+        transition waiting for it ends there, not done (its row bootstraps from that view), and so does the
+        row. Cut instead, the step was played and never trained on: one per env and job."""
+        rows = self._close(next_observation, terminated=False, truncated=False) if self._open else []
+        return rows + self._end_row()
+
     def cut(self) -> list[Row]:
         """Drop the decision waiting for its outcome and end the row (env failure, end of the job)."""
         self._open = None

@@ -205,10 +205,11 @@ def test_self_play_uses_one_policy_for_both_seats_and_records_both_seats(manager
     assert all(e.player_ids == ("me", "me") for e in result.episodes)
     assert sum(me.task.batches) == result.env_steps  # both seats act through the same forward
     assert max(me.task.batches) == 2
-    # Every decision is the player's own, on-policy: both seats are trained on (the job's end may cut the
-    # last decision of each seat of a surplus episode).
+    # Every decision is the player's own, on-policy: both seats are trained on. The job's end drops at most
+    # the last decision of the seat that just moved in each env's surplus episode (2 envs); the seat to move
+    # has its transition whole, ended at its next view.
     assert result.agent_steps == result.env_steps
-    assert result.agent_steps - 4 <= sum(traj.num_steps for traj, _ in sink.items) <= result.agent_steps
+    assert result.agent_steps - 2 <= sum(traj.num_steps for traj, _ in sink.items) <= result.agent_steps
     # Each counted episode ends two rows, one per seat, each with that seat's return.
     sent = sorted(float(r) for traj, _ in sink.items for r in traj.infos()["episode_return"][traj.terminals])
     for episode in result.episodes:
@@ -337,11 +338,14 @@ def test_a_step_budget_rollout_plays_on_the_episodes_its_predecessor_left_under_
         carry = None
         episodes = []
         for _ in range(3):
-            rollout = Rollout(manager, manager.env_info, target, [policy], stop=StopSignal(), sink=InMemorySink(),
-                              carry=carry)
+            sink = InMemorySink()
+            rollout = Rollout(manager, manager.env_info, target, [policy], stop=StopSignal(), sink=sink, carry=carry)
             result = rollout.run()
             episodes.append(result.episodes)
             carry = rollout.carry_out()
+            # Every step played becomes a transition: the last one of each env is not dropped at the job's end.
+            rewards = sum(float(t.tensors["/rewards"].sum()) for t, _ in sink.items)
+            assert sum(t.num_steps for t, _ in sink.items) == result.agent_steps == 8 and rewards == 8.0
         assert [len(e) for e in episodes] == [0, 0, 2]
         assert [(e.length, e.returns) for e in episodes[2]] == [(10, (10.0,))] * 2
         assert [c.length for c in carry] == [2, 2]  # the next episodes, two steps in

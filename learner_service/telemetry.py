@@ -49,11 +49,13 @@ class _RowReturns:
 
 
 class EpisodeTracker:
-    """Episode returns summed from rewards, per env row of a (worker, job) stream, across its chunks.
+    """Episode returns summed from rewards, per env row of a (worker, job) stream, across its chunks: the
+    fallback for an actor that sends no ``/infos/episode_return`` (this project's always does).
 
-    Rows of consecutive chunks of one job are the same envs (the actor's builder batch). A stream first seen
-    past seq 0, or with a gap in seq, starts its sums only at the next episode end, so no partial episode is
-    ever reported as a whole one.
+    It holds only for an actor whose rows of consecutive chunks of one job are the same envs, and whose
+    episodes start within the job: this project's actor groups rows by length, not by env, and plays a solo
+    job's episodes on into its next job, which is why it sends each episode's return itself. A stream first
+    seen past seq 0, or with a gap in seq, starts its sums only at the next episode end.
     """
 
     def __init__(self, max_streams: int = 1024, max_rows: int = 1 << 20) -> None:

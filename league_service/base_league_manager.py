@@ -515,6 +515,7 @@ class BaseLeagueManager(ABC):
             return False
         ref = player.reset_checkpoint(reset_path)
         self.payoff.forget_results_of(player.player_id)  # other weights: their win rates are not known yet
+        self._roster.ratings.restart(player.player_id)  # nor their rating
         log.info("mutated %s: reset to %r (version %d)", player.player_id, ref.path, ref.version)
         return True
 

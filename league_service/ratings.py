@@ -174,6 +174,14 @@ class RatingBook:
             self._ratings[player_id] = Rating(self._elo.initial, self._trueskill.mu, self._trueskill.sigma, 0)
         self._changed.add(player_id)
 
+    def restart(self, player_id: str) -> None:
+        """A player reset to other weights (a mutation) is rated afresh: the initial rating, as the pretrained
+        weights it is reset to are rated (roster), its rated games still counted. It kept the replaced weights'
+        rating, its TrueSkill sigma shrunk by hundreds of games, so that it moved only slowly to its own."""
+        games = self.get(player_id).games
+        self._ratings[player_id] = Rating(self._elo.initial, self._trueskill.mu, self._trueskill.sigma, games)
+        self._changed.add(player_id)
+
     def get(self, player_id: str) -> Rating:
         try:
             return self._ratings[player_id]

@@ -540,6 +540,25 @@ def test_a_reset_player_starts_its_win_rates_afresh(make_league):
     assert any({r["home"], r["away"]} == {EXPLOITER, MAIN} and r["games"] == 0.0 for r in changed)
 
 
+def test_a_reset_player_is_rated_afresh(make_league):
+    """It kept the replaced weights' Elo and a TrueSkill sigma shrunk by their games (a review): the initial
+    rating now, as the pretrained weights it is reset to are rated; its rated games stay counted."""
+    cfg = _cfg(main_exploiter={"one_phase_step": 100, "strong_win_rate": None, "reset_after_steps": 100})
+    league = make_league(cfg, save=lambda s, d: None)
+    spec = next(s for s in league.launch_ready_jobs() if s.launch_player == EXPLOITER)
+    loss = battle_result((EXPLOITER, MAIN), [Outcome.LOSS] * 20)
+    league.finish_job(JobResult(loss.launch_player, loss.players, loss.episodes, spec.generations))
+    rated = league.status().players
+    before = next(p for p in rated if p.player_id == EXPLOITER)
+    assert before.elo < cfg.league.elo.initial and before.trueskill_sigma < cfg.league.trueskill.sigma
+    _update(league, EXPLOITER, 100, "ex/v1.pt", 1)
+    league.snapshot_ready_players()
+    after = next(p for p in league.status().players if p.player_id == EXPLOITER)
+    assert (after.elo, after.trueskill_mu, after.trueskill_sigma) == (
+        cfg.league.elo.initial, cfg.league.trueskill.mu, cfg.league.trueskill.sigma)
+    assert after.episodes == 20
+
+
 def test_results_of_a_job_made_before_a_reset_are_not_the_reset_players_record(make_league):
     """A job in flight at a reset was played by the weights it replaced: its 32 losses became the reset main
     exploiter's fresh record at once (past min_win_rate_games), and the stuck rule reset it again at the next

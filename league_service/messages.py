@@ -83,9 +83,9 @@ class JobSpec:
 
 
 def _require_generations(generations: tuple[int, ...], players: tuple[str, ...]) -> None:
-    _require(isinstance(generations, tuple) and len(generations) in (0, len(players))
-             and all(type(g) is int and g >= 0 for g in generations),
-             "generations", f"must be () or one int >= 0 per player ({len(players)}), got {generations!r}")
+    if not (isinstance(generations, tuple) and len(generations) in (0, len(players))
+            and all(type(g) is int and g >= 0 for g in generations)):  # (the message formatted only on failure)
+        _require(False, "generations", f"must be () or one int >= 0 per player ({len(players)}), got {generations!r}")
 
 
 @dataclass(frozen=True)

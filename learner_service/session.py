@@ -231,7 +231,9 @@ class LearnSession:
         self.seed = seed
         self.queue = ChunkQueue(config.queue_chunks, config.queue_bytes)
         self.telemetry = Telemetry(Path(context.shared_root) / "tensorboard" / job.player_id,
-                                   every_s=config.tensorboard_every_s, purge_from=trainer.progress.agent_steps)
+                                   every_s=config.tensorboard_every_s,
+                                   # past the resumed steps: a point at them is of the weights resumed from
+                                   purge_from=trainer.progress.agent_steps + 1)
         self._ended = threading.Event()
         self._end_lock = threading.Lock()
         self.end_reason: SessionEnd | None = None

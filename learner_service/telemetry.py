@@ -137,9 +137,9 @@ class Telemetry:
 
     def __init__(self, log_dir: Path | None, clock: Callable[[], float] = time.monotonic,
                  every_s: float = 0.0, purge_from: int | None = None) -> None:
-        """`purge_from`: the agent steps the learner resumes from. The steps a crashed learner wrote past its
-        last checkpoint are trained again: TensorBoard hides those older points at and past it (`purge_step`),
-        where the curves ran back and overlapped in a zig-zag."""
+        """`purge_from`: TensorBoard hides the older points at and past these agent steps (`purge_step`): a
+        learner resuming at a checkpoint's steps trains again the steps a crashed one wrote past them, and the
+        curves ran back and overlapped in a zig-zag."""
         self._writer = None
         self._log_dir = log_dir
         self._purge_from = purge_from  # (the first writer only: a reopened one would hide this session's points)

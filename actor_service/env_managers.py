@@ -84,7 +84,7 @@ class EnvManagers:
         `seat_bots[i]` (seat -> bot spec): the reference bots env i plays itself in this job, given as a reset
         param (`reset(bots=...)`, which the env keeps for its later episodes), so a job with bots reuses the
         manager of a job without; the next job without bots resets them away."""
-        key = (env_name, json.dumps(env_kwargs, sort_keys=True, default=str), env_num)
+        key = _manager_key(env_name, env_kwargs, env_num)
         if seat_bots is not None and len(seat_bots) != env_num:
             raise ValueError(f"seat_bots: {len(seat_bots)} entries for {env_num} envs")
         bot_params = ({i: {"bots": {str(seat): bot for seat, bot in bots.items()}} for i, bots in enumerate(seat_bots)}
@@ -136,9 +136,8 @@ class EnvManagers:
         """The manager the last job left, envs mid-episode, when it runs these envs (and no reference bots):
         the next job plays on from there (`Rollout(carry=...)`). None when there is none to play on."""
         self._check_interrupted()
-        key = (env_name, json.dumps(env_kwargs, sort_keys=True, default=str), env_num)
         manager = self._manager
-        if manager is None or key != self._key or manager.closed or self._bots_seated or not manager.play_on():
+        if manager is None or _manager_key(env_name, env_kwargs, env_num) != self._key or manager.closed or self._bots_seated or not manager.play_on():
             return None
         return manager
 
@@ -154,3 +153,8 @@ class EnvManagers:
 
     def close(self) -> None:
         self.discard()
+
+
+def _manager_key(env_name: str, env_kwargs: Mapping[str, Any], env_num: int) -> tuple[str, str, int]:
+    """What makes a manager reusable for a job: the same envs, built alike, as many."""
+    return env_name, json.dumps(env_kwargs, sort_keys=True, default=str), env_num

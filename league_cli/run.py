@@ -190,8 +190,7 @@ def gpu_count() -> int:
 
 
 def active_player_count(cfg: Any) -> int:
-    league = cfg.league
-    return sum(league.active_players.values()) * len(league.player_category)
+    return cfg.league.active_player_total
 
 
 class Supervisor:

@@ -378,7 +378,7 @@ class LeagueConfig:
             _check_within(count, 0, MAX_ACTIVE_PER_TYPE, f"active_players.{name}")
         if sum(self.active_players.values()) < 1:
             raise ConfigError("active_players", "needs at least one active player")
-        total = sum(self.active_players.values()) * len(self.player_category)
+        total = self.active_player_total
         if total > MAX_ACTIVE_PLAYERS:
             raise ConfigError("active_players", f"{total} active players in all (the counts times "
                               f"{len(self.player_category)} categories); at most {MAX_ACTIVE_PLAYERS}")
@@ -451,6 +451,11 @@ class LeagueConfig:
     def pretrain_path(self, category: str) -> str:
         """The checkpoint the league starts a category from and resets mutated players to ("" = fresh)."""
         return self.pretrain_checkpoint_path.get(category, "")
+
+    @property
+    def active_player_total(self) -> int:
+        """Active players in all: each type's count in every category (one learner each)."""
+        return sum(self.active_players.values()) * len(self.player_category)
 
 
 @dataclass(frozen=True)

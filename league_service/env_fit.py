@@ -261,7 +261,7 @@ def cut_episodes_note(cfg: Config) -> str | None:
     if env.episode_num or not env.env_steps:
         return None
     league = cfg.league
-    if league.league_type == "solo" and sum(league.active_players.values()) * len(league.player_category) == 1:
+    if league.league_type == "solo" and league.active_player_total == 1:
         return None
     note = ("env.episode_num 0 ends jobs on a step budget, and an actor's next job is mostly another match, so the "
             "episodes under way when a job ends are cut and their results never reported: status and TensorBoard "

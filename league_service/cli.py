@@ -315,6 +315,8 @@ def _eval_hint(run_dir: Path) -> str:
     snapshots against bots; a solo league's (single-player envs) has none to play, so its player's checkpoint."""
     import yaml
 
+    from common.job_limits import VERSION_FILE
+
     try:
         league_type = (yaml.safe_load((run_dir / "config.yaml").read_text()) or {}).get("league", {}).get("league_type")
     except (OSError, yaml.YAMLError, AttributeError):
@@ -322,8 +324,8 @@ def _eval_hint(run_dir: Path) -> str:
     if league_type != "solo":
         return f"`league eval --run-dir {run_dir}` how strong its players grew"
     try:
-        players = sorted(e.name for e in os.scandir(run_dir / "shared")
-                         if e.is_dir() and any(Path(e.path).glob("v*.pt")))  # (not its tensorboard folder)
+        players = sorted(e.name for e in os.scandir(run_dir / "shared")  # (not its tensorboard folder)
+                         if e.is_dir() and any(VERSION_FILE.fullmatch(name) for name in os.listdir(e.path)))
     except OSError:
         players = []
     checkpoint = run_dir / "shared" / (players[0] if len(players) == 1 else "<player>")

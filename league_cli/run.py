@@ -16,6 +16,7 @@ import shlex
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -169,11 +170,12 @@ def _load(args: argparse.Namespace) -> tuple[Any, RunConfig, dict[str, Any]]:
     return cfg, run_cfg, config_to_dict(cfg)
 
 
-def spread_device(device: str, learner: int, gpus: int) -> str:
+def spread_device(device: str, learner: int, gpu_count: Callable[[], int]) -> str:
     """Learner number `learner`'s `--device`: with `auto` or `cuda` on a machine of several GPUs, each learner
     its own in turn (`cuda:learner % gpus`; every learner trained on cuda:0 before, the others idle);
-    otherwise `device` as given (cpu, cuda:N, or auto/cuda with at most one GPU)."""
-    if device in ("auto", "cuda") and gpus > 1:
+    otherwise `device` as given (cpu, cuda:N, or auto/cuda with at most one GPU). `gpu_count` is asked only for
+    auto and cuda."""
+    if device in ("auto", "cuda") and (gpus := gpu_count()) > 1:
         return f"cuda:{learner % gpus}"
     return device
 
@@ -270,9 +272,7 @@ class Supervisor:
             # A restarted learner keeps its address, as a StatefulSet pod or a compose service would: collect
             # jobs already handed out name that endpoint.
             port = self.learner_ports.setdefault(name, restartable_port())
-            device = self.run_cfg.learner_device
-            if device in ("auto", "cuda"):
-                device = spread_device(device, int(name.removeprefix("learner-")), gpu_count())
+            device = spread_device(self.run_cfg.learner_device, int(name.removeprefix("learner-")), gpu_count)
             argv = league_command("learner", *common, "--host", "127.0.0.1", "--port", str(port), "--device", device)
             stop_timeout = learner_stop_timeout(self.run_cfg.stop_grace_s)
             if stop_timeout > 0:  # `run.stop_grace_s: 0` kills at once: no backstop fits, and 0 is no --stop-timeout

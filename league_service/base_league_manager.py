@@ -373,12 +373,14 @@ class BaseLeagueManager(ABC):
         the reset replaced: its results are no record of the reset player's new weights, whose win rates
         start afresh (`Payoff.forget_results_of`). Counted, a stuck main exploiter's last job's losses were
         its fresh record at once, and it was reset again at the next snapshot. Under the lock."""
-        if not result.generations or result.generations == self._generations_locked(result.players):
+        if not result.generations:
             return False
+        now = self._generations_locked(result.players)
+        if result.generations == now:
+            return False
+        reset = [pid for pid, then, current in zip(result.players, result.generations, now, strict=True) if then != current]
         log.info("a job of %s made before a reset of %s finished: its %d result(s) are not counted (played by the "
-                 "weights the reset replaced)", result.launch_player,
-                 ", ".join(pid for pid, g in zip(result.players, result.generations, strict=True)
-                           if g != self._generations_locked((pid,))[0]), len(result.episodes))
+                 "weights the reset replaced)", result.launch_player, ", ".join(reset), len(result.episodes))
         return True
 
     def finish_job(self, result: JobResult) -> int:

@@ -39,6 +39,8 @@ from common.checkpoint_store import CheckpointStore  # noqa: E402
 
 GOAL = 0.7
 KEEP_LAST = 2
+SMALL_KEEP_LAST = 5
+"""The default `learner.keep_last`: the baseline of the many-versions row."""
 
 
 def state_dict(total_bytes: int) -> dict[str, np.ndarray]:
@@ -119,8 +121,39 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
         BenchRow(f"load {size} (read+blake3+weights-only unpickle)", load, "MB/s", "dd read (page cache)", read,
                  "informational", None),
     ]
+    rows.append(many_versions_row(500 if args.quick else 2_000, work_dir=args.dir))
     print_rows("Checkpoint publish + load", rows)
     return rows
+
+
+def many_versions_row(versions: int, work_dir: pathlib.Path | None = None, timed: int = 100) -> BenchRow:
+    """CPU per publish of a small network (CartPole's PPO, ~40 KB, with its training state) once `versions`
+    versions are kept (`learner.keep_last` large: the system benchmark keeps every version to judge them), against
+    the same publish with `SMALL_KEEP_LAST` kept, in the same run. Every publish lists the player's directory, so
+    the cost grows with the versions kept; it grew with their square before session 40 (125 ms of CPU a publish
+    at 2,000 versions against 6 ms)."""
+    import torch
+
+    weights = {"layer.weight": torch.zeros(64, 64), "layer.bias": torch.zeros(64),
+               "head.weight": torch.zeros(2, 64)}
+    state = {"exp_avg": {k: torch.zeros_like(v) for k, v in weights.items()}, "updates": 0}
+    costs = {}
+    for keep_last, total in ((SMALL_KEEP_LAST, timed + SMALL_KEEP_LAST), (versions + timed, versions + timed)):
+        work = pathlib.Path(tempfile.mkdtemp(prefix="bench_ckpt_versions_", dir=work_dir))
+        try:
+            store = CheckpointStore(work, keep_last=keep_last)
+            for version in range(1, total - timed + 1):  # not timed: the versions already on disk
+                store.publish("player", weights, version, training_state=state)
+            start = time.process_time()
+            for version in range(total - timed + 1, total + 1):
+                store.publish("player", weights, version, training_state=state)
+            costs[keep_last] = (time.process_time() - start) / timed * 1e3
+            store.close()
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    many = costs[versions + timed]
+    return BenchRow(f"publish a 40 KB network with {versions:,} versions kept, CPU per publish", many, "ms",
+                    f"the same with keep_last {SMALL_KEEP_LAST}", costs[SMALL_KEEP_LAST], "informational", None)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from common.computation.algorithm import (
     ForwardKwargs,
     LearnOutput,
     load_optimizer_state,
+    make_adam,
     training_counter,
 )
 from common.computation.specs import ACTION_MASK, TensorSpec
@@ -112,7 +113,7 @@ class DQN(Algorithm):
         self.updates = 0
 
     def make_optimizer(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.model.parameters(), lr=self.config.learning_rate, eps=self.config.adam_eps)
+        return make_adam(self.model.parameters(), lr=self.config.learning_rate, eps=self.config.adam_eps)
 
     def to(self, device: torch.device) -> None:
         self.model.to(device)

@@ -38,6 +38,7 @@ from common.computation.algorithm import (
     ForwardKwargs,
     LearnOutput,
     load_optimizer_state,
+    make_adam,
     training_counter,
 )
 from common.computation.model import Model
@@ -162,7 +163,7 @@ class PPO(Algorithm):
         self.updates = 0
 
     def make_optimizer(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.model.parameters(), lr=self.config.learning_rate, eps=self.config.adam_eps)
+        return make_adam(self.model.parameters(), lr=self.config.learning_rate, eps=self.config.adam_eps)
 
     def get_artifact_specs(self) -> list[TensorSpec]:
         return [TensorSpec("logp", ()), TensorSpec("value", ())]

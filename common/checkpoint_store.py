@@ -664,6 +664,8 @@ class _DirectoryListing:
     benchmarks keep every version) a publish cost 125 ms of CPU at 2,000 versions, against 6 ms with 5."""
 
     entries: frozenset[str]
+    versions: list[str]
+    """Every version file, newest first."""
     published: list[str]
     orphans: list[str]
 
@@ -671,17 +673,22 @@ class _DirectoryListing:
     def of(cls, directory: Path) -> _DirectoryListing:
         entries = frozenset(os.listdir(directory))
         names = sorted((n for n in entries if n.endswith(".pt") and VERSION_FILE.fullmatch(n)), reverse=True)
-        published = [n for n in names if n + MANIFEST_SUFFIX in entries]
+        return cls._of(entries, names, [n for n in names if n + MANIFEST_SUFFIX in entries])
+
+    @classmethod
+    def _of(cls, entries: frozenset[str], names: list[str], published: list[str]) -> _DirectoryListing:
         newest = published[0] if published else None
         kept = set(published)
         orphans = [n for n in names if newest is not None and n < newest and n not in kept]
-        return cls(entries, published, orphans)
+        return cls(entries, names, published, orphans)
 
     def with_newest(self, name: str) -> _DirectoryListing:
-        """The listing once the version file ``name``, above every published one, is published (the entries
-        stay as listed: the sweep of stale files reads only those that were there before)."""
-        return _DirectoryListing(self.entries, [name, *(n for n in self.published if n != name)],
-                                 [n for n in self.orphans if n != name])
+        """The listing once the version file ``name`` is published and latest.json names it: first of the
+        published, the one retention keeps first (a newer manifest that a crash left without latest.json naming
+        it counts after it), and the orphans are those below it. The entries stay as listed: the sweep of stale
+        files reads only what was there before."""
+        names = self.versions if name in self.versions else sorted([name, *self.versions], reverse=True)
+        return self._of(self.entries, names, [name, *(n for n in self.published if n != name)])
 
 
 def _to_torch(tensors: Mapping[str, np.ndarray | torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -325,3 +325,19 @@ def test_adam_is_fused_and_a_state_saved_by_the_unfused_one_resumes_fused():
     resumed.learn(batch)
     for name, value in old.get_weights().items():
         np.testing.assert_allclose(resumed.get_weights()[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_adam_is_not_fused_over_a_non_contiguous_parameter():
+    """torch 2.13's fused CPU Adam writes a non-contiguous parameter's memory as if it were contiguous (a review's
+    reproduction): such a parameter gets the unfused optimizer, whose step is right."""
+    from common.computation.algorithm import make_adam
+
+    base = torch.zeros(3, 2)
+    strided = nn.Parameter(base.t())  # a view: (2, 3) with strides (1, 2)
+    assert not strided.is_contiguous()
+    optimizer = make_adam([strided], lr=1e-3, eps=1e-8)
+    assert optimizer.param_groups[0]["fused"] is None
+    strided.grad = torch.ones_like(strided)
+    optimizer.step()
+    np.testing.assert_allclose(strided.detach().numpy(), np.full((2, 3), -1e-3), rtol=1e-4)
+    assert make_adam([nn.Parameter(torch.zeros(2, 3))], lr=1e-3, eps=1e-8).param_groups[0]["fused"] is True

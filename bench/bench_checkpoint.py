@@ -13,6 +13,9 @@ version, as every timed dd truncates its previous file (on this ext4, mounted wi
 removing 100 MB waits ~15 ms for the disk), and the first few 100 MB loads of a process, several times slower
 while the VM backs fresh memory, are behind us.
 
+A last row times publishing a small network with many versions kept against the default keep_last
+(`many_versions_row`): every publish lists the player's directory.
+
     python bench/bench_checkpoint.py [--quick] [--dir DIR]
 """
 

@@ -60,7 +60,9 @@ class LearnerConfig:
     iteration is one gradient step; publishing every DQN step meant ~100 checkpoints, UpdatePlayer calls and
     actor reloads a second, and a third of the env steps and of the learning (measured on CartPole)."""
     keep_last: int = 5
-    """Checkpoint versions kept per player (older unpinned ones are removed)."""
+    """Checkpoint versions kept per player (older unpinned ones are removed). Each is a whole checkpoint and its
+    training state on the shared filesystem, and each publish lists them: with thousands kept a small network's
+    publish costs ~1.5x its cost with 5 (BENCHMARKS.md, "Checkpoint publish + load")."""
     queue_chunks: int = 64
     """Decoded chunks waiting for the trainer; a full queue blocks the pushing stream (backpressure)."""
     queue_bytes: int = 256 * 2**20

@@ -465,14 +465,19 @@ class LearnSession:
 
     def _roll_back(self, report: IterationReport) -> None:
         """The update made the weights NaN/inf: never publish them; continue from the last published weights
+        (those the trainer started from, if it has published nothing yet: a league reset whose publish failed)
         with a fresh optimizer (the data of that batch is gone; rows held for the next batch, and a DQN
         player's replay, are kept), numbering on from the current version."""
-        ref = self._current_ref()
-        log.error("%s: train iteration %d diverged (non-finite weights; stats %s): back to the weights of version "
-                  "%d with a fresh optimizer (%d roll-backs before)", self.job.player_id, report.train_iteration,
-                  report.stats, ref.version, self.rollbacks)
+        start = self.trainer.unpublished_start
+        if start is None:
+            ref = self._current_ref()
+            weights, origin = self.publisher.store.load(ref.path).tensors, f"the weights of version {ref.version}"
+        else:
+            weights, origin = start.weights, "the weights it started from (not published yet)"
+        log.error("%s: train iteration %d diverged (non-finite weights; stats %s): back to %s with a fresh "
+                  "optimizer (%d roll-backs before)", self.job.player_id, report.train_iteration, report.stats,
+                  origin, self.rollbacks)
         updates = self.trainer.algorithm_updates
-        weights = self.publisher.store.load(ref.path).tensors
         self.trainer.replace_task(build_task(
             self.trainer.spec, seed=self.seed, device=self._context.device, weights=weights,
             version=self.trainer.version,

@@ -73,6 +73,14 @@ class IterationReport:
     stats: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class StartWeights:
+    """The weights a trainer was built with."""
+
+    weights: Mapping[str, np.ndarray] | None
+    """None: the seeded fresh initialisation (`build_task` makes it again from the seed)."""
+
+
 class Trainer:
     """Owns the task and the data buffers of one player (not thread-safe: one caller)."""
 
@@ -109,6 +117,10 @@ class Trainer:
         self._published_average: tuple[dict[str, torch.Tensor] | None, int] = (None, 0)
         """``_average`` and ``_averaged`` as they were when the trainer last published: what a roll-back to the
         published weights goes back to, so the updates it abandons leave the average too."""
+        self.unpublished_start: StartWeights | None = None
+        """The weights `build_trainer` started this trainer from, until it first publishes: what a roll-back goes
+        back to meanwhile. The last published checkpoint may be the weights a league reset threw away (the reset's
+        publish failed), and a roll-back to it undid the reset without a word."""
 
     @property
     def version(self) -> int:
@@ -183,6 +195,7 @@ class Trainer:
         """Publish the weights at the trainer's version, with the training state a restart resumes."""
         ref = self.task.publish(store, player_id, metadata, training_state=True)
         self._published_average = (_clone(self._average), self._averaged)
+        self.unpublished_start = None
         return ref
 
     def resume_training_state(self, store: CheckpointStore, ref: CheckpointRef) -> bool:
@@ -357,6 +370,7 @@ def build_trainer(
     trainer = Trainer(build_task(spec, seed=seed, device=device, weights=weights, version=version), spec, config,
                       progress, seed)
     trainer.fresh_at = version if weights is None else None
+    trainer.unpublished_start = StartWeights(weights)
     return trainer
 
 

@@ -400,3 +400,58 @@ def test_a_reset_whose_publish_failed_trains_on_the_games_actors_play_it_under_t
     session._consume(_prepared(session.trainer, seq=3, policy_version=1))
     assert session.pre_reset_dropped == 0 and session.trainer.progress.train_iteration == 3  # 1 + one a chunk
     assert publisher.last_version == session.trainer.version == 4  # trained, and published again
+
+
+def test_a_roll_back_before_a_reset_is_published_goes_back_to_the_reset_not_to_the_weights_it_replaced(tmp_path):
+    """A reset whose publish failed left the last published checkpoint holding the weights the reset threw away;
+    an update that then diverged rolled back to those, and so undid the reset without a word (session 39's note).
+    Until a trainer publishes, a roll-back goes back to the weights it was built from."""
+    allow = [True]
+    session, publisher, _ = _reset_session(tmp_path, guard=lambda: allow[0])
+    trainer = session.trainer
+    trainer.add(_prepared(trainer, seq=0))
+    trainer.add(_prepared(trainer, seq=1))
+    assert trainer.train_ready() is not None and publisher.try_publish(trainer) is not None  # v1: trained weights
+    thrown_away = trainer.task.get_weights()
+    allow[0] = False
+    assert session.apply_reset("", 1) is None  # reset to the fresh initialisation, not published
+    reset = session.trainer.task.get_weights()
+    assert any(not np.array_equal(reset[k], thrown_away[k]) for k in reset)
+    session.trainer.add(_prepared(session.trainer, seq=2, policy_version=1))
+    session.trainer.add(_prepared(session.trainer, seq=3, policy_version=1))
+    report = session.trainer.train_ready()
+    assert report is not None
+    session._roll_back(report)  # as if that update had made the weights non-finite
+    after = session.trainer.task.get_weights()
+    assert all(np.array_equal(after[k], reset[k]) for k in reset)
+    assert session.trainer.version == report.version and session.rollbacks == 1
+    # Once the trainer has published, the published checkpoint is the roll-back point again.
+    allow[0] = True
+    session.trainer.add(_prepared(session.trainer, seq=4, policy_version=1))
+    session.trainer.add(_prepared(session.trainer, seq=5, policy_version=1))
+    assert session.trainer.train_ready() is not None
+    ref = publisher.try_publish(session.trainer)
+    assert ref is not None and session.trainer.unpublished_start is None
+    published = session.trainer.task.get_weights()
+    session.trainer.add(_prepared(session.trainer, seq=6, policy_version=1))
+    session.trainer.add(_prepared(session.trainer, seq=7, policy_version=1))
+    session._roll_back(session.trainer.train_ready())
+    after = session.trainer.task.get_weights()
+    assert all(np.array_equal(after[k], published[k]) for k in published)
+
+
+def test_a_roll_back_of_a_trainer_whose_first_publish_failed_goes_back_to_its_start(tmp_path):
+    """Nothing published yet (the disk was full from the start): a diverged update raised "nothing published
+    yet" and took the session down; the trainer's start is its roll-back point."""
+    trainer = _trainer(batch_size=16)
+    start = trainer.task.get_weights()
+    publisher = CheckpointPublisher(CheckpointStore(tmp_path, publish_guard=lambda: False), "p", "w")
+    assert publisher.try_publish(trainer) is None
+    context = SessionContext(_ResetClient(), DataPlane(), tmp_path, "cpu", lambda: False, lambda *a: None)
+    job = LearnJob("job-1", "p", "", 0, "CartPole-v1", {}, {}, {}, 30.0, 0.0)
+    session = LearnSession(context, job, _HeldLease(), trainer, publisher, LearnerConfig(batch_size=16), seed=3)
+    trainer.add(_prepared(trainer, seq=0))
+    trainer.add(_prepared(trainer, seq=1))
+    session._roll_back(trainer.train_ready())
+    after = session.trainer.task.get_weights()
+    assert all(np.array_equal(after[k], start[k]) for k in start) and session.trainer.version == 1

@@ -19,7 +19,7 @@ import grpc
 from actor_service.backoff import TRANSIENT_CODES, Backoff, BackoffSettings, status_code
 from actor_service.stop import StopSignal
 from common.proto.league.v1 import league_pb2, league_pb2_grpc
-from common.rpc import RetryPolicy, call_idempotent, check_registration, make_channel
+from common.rpc import SERVER_FAULT_CODES, RetryPolicy, call_idempotent, check_registration, make_channel
 
 log = logging.getLogger(__name__)
 
@@ -214,8 +214,15 @@ class CoordinatorClient:
             return self._stub
 
     def _on_failure(self, what: str, err: grpc.RpcError) -> None:
-        """A transient failure: back off (a fresh channel for the next try); anything else raises."""
+        """A transient failure: back off (a fresh channel for the next try); the coordinator failing the call
+        itself (`SERVER_FAULT_CODES`): logged as an error, back off; anything else raises."""
         code = status_code(err)
+        if code in SERVER_FAULT_CODES:
+            delay = self._backoff.next_delay()
+            log.error("%s at %s failed in the coordinator (%s: %s); asking again in %.2f s", what, self.address,
+                      code.name, err.details() if hasattr(err, "details") else err, delay)
+            self._stop.wait(delay)
+            return
         if code not in TRANSIENT_CODES:
             raise CoordinatorError(f"{what} at {self.address} failed: {code.name if code else code}: "
                                    f"{err.details() if hasattr(err, 'details') else err}") from err

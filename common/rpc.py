@@ -581,6 +581,13 @@ def make_channel(
     return grpc.intercept_channel(channel, _ClientDefaultsInterceptor(default_deadline_s, token))
 
 
+SERVER_FAULT_CODES: frozenset[grpc.StatusCode] = frozenset({grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN})
+"""The server failed the call itself (an exception in a handler, a reply it could not encode), where a refusal of
+the request has a code of its own. A worker asking for work (RegisterWorker, GetJob) logs it as an error and asks
+again after a backoff: an actor exited on one (exit 2, which `league run` does not restart), and a job the
+coordinator could not encode, answered INTERNAL and issued again, took down one actor per attempt (a review)."""
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Exponential backoff with full jitter; only for idempotent calls."""

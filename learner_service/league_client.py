@@ -26,7 +26,14 @@ import grpc
 
 from common.job_limits import STATUS_MAX_BYTES
 from common.proto.league.v1 import league_pb2, league_pb2_grpc
-from common.rpc import RetryPolicy, call_idempotent, check_registration, make_channel, stoppable
+from common.rpc import (
+    SERVER_FAULT_CODES,
+    RetryPolicy,
+    call_idempotent,
+    check_registration,
+    make_channel,
+    stoppable,
+)
 from common.struct_data import struct_to_dict
 from learner_service.trainer import Progress
 
@@ -182,9 +189,7 @@ class LeagueClient:
                 check_registration(self.address, reply.heartbeat_interval_s, reply.lease_timeout_s)
                 return Registration(reply.heartbeat_interval_s, reply.lease_timeout_s)
             except grpc.RpcError as err:
-                if err.code() not in RETRYABLE:
-                    raise
-                self._back_off(backoff, f"RegisterWorker: {err.code().name}")
+                self._back_off_or_raise(backoff, "RegisterWorker", err)
 
     def next_learn_job(self, data_endpoint: str, wait_s: float) -> LearnJob:
         """GetJob(role LEARNER) until a learn job comes: long polls, the server's retry hints, backoff while
@@ -202,9 +207,7 @@ class LeagueClient:
                     log.warning("the coordinator does not know worker %s: registering again", self.worker_id)
                     self.register(data_endpoint)
                     continue
-                if err.code() not in RETRYABLE:
-                    raise
-                self._back_off(backoff, f"GetJob: {err.code().name}")
+                self._back_off_or_raise(backoff, "GetJob", err)
                 continue
             backoff.reset()
             if reply.HasField("job"):
@@ -322,6 +325,19 @@ class LeagueClient:
         with self._cond:
             if self._cond.wait_for(lambda: self._interrupted, seconds):
                 raise Interrupted()
+
+    def _back_off_or_raise(self, backoff: Backoff, what: str, err: grpc.RpcError) -> None:
+        """After a failed call that asks for work: back off if the coordinator is away (`RETRYABLE`) or failed
+        the call itself (`SERVER_FAULT_CODES`, logged as an error); raise `err` for a refusal."""
+        if err.code() in SERVER_FAULT_CODES:
+            delay = backoff.next_delay()
+            log.error("%s at %s failed in the coordinator (%s: %s); asking again in %.1fs", what, self.address,
+                      err.code().name, err.details(), delay)
+            self._wait(delay)
+        elif err.code() in RETRYABLE:
+            self._back_off(backoff, f"{what}: {err.code().name}")
+        else:
+            raise err
 
     def _back_off(self, backoff: Backoff, why: str) -> None:
         delay = backoff.next_delay()

@@ -398,7 +398,7 @@ class Actor:
         episodes = result.episodes if result.end is RolloutEnd.COMPLETED else unreported(plan, result.episodes)
         status = league_pb2.FINISH_STATUS_RELEASED if stopping else league_pb2.FINISH_STATUS_COMPLETED
         outcome = self._finish(plan.job_id, status, episodes, result.env_steps, result.agent_steps)
-        name = outcome if outcome != "counted" else "released" if stopping else "completed"
+        name = _ended_as("released" if stopping else "completed", outcome)
         return self._job_report(plan, name, episodes, result.env_steps, result.agent_steps, sender,
                                 env_failures=result.failed_episodes)
 
@@ -428,17 +428,18 @@ class Actor:
                                     env_failures)
         if self._stop.is_set():
             log.warning("job %s broke while stopping (%s); releasing it", plan.job_id, message)
-            self._finish(plan.job_id, league_pb2.FINISH_STATUS_RELEASED, episodes, env_steps, agent_steps)
-            return self._job_report(plan, "released", episodes, env_steps, agent_steps, sender, message,
-                                    env_failures)
+            outcome = self._finish(plan.job_id, league_pb2.FINISH_STATUS_RELEASED, episodes, env_steps, agent_steps)
+            return self._job_report(plan, _ended_as("released", outcome), episodes, env_steps, agent_steps, sender,
+                                    message, env_failures)
         if isinstance(err, UnsupportedEnvError):  # a config problem, said in full by its message
             log.error("job %s failed: %s", plan.job_id, message)
         else:
             log.error("job %s failed", plan.job_id, exc_info=err)
         unloadable = (err.player_id,) if isinstance(err, UnloadableOpponentError) else ()
-        self._finish(plan.job_id, league_pb2.FINISH_STATUS_FAILED, (), env_steps, agent_steps, failure_text(err),
-                     unloadable)
-        return self._job_report(plan, "failed", (), env_steps, agent_steps, sender, message, env_failures)
+        outcome = self._finish(plan.job_id, league_pb2.FINISH_STATUS_FAILED, (), env_steps, agent_steps,
+                               failure_text(err), unloadable)
+        return self._job_report(plan, _ended_as("failed", outcome), (), env_steps, agent_steps, sender, message,
+                                env_failures)
 
     @staticmethod
     def _job_report(
@@ -490,6 +491,12 @@ class Actor:
 
 _Carry = tuple[str, tuple[EnvCarry, ...]]
 """A completed step-budget job's shape (`carry_shape`) and its envs' episodes under way."""
+
+
+def _ended_as(status: str, outcome: str) -> str:
+    """A job report's status: `status` when its FinishJob counted, else what became of it ("refused",
+    "unreported"): a job the coordinator refused was reported as failed or released in the log and the summary."""
+    return status if outcome == "counted" else outcome
 
 
 def carry_shape(plan: JobPlan) -> str | None:

@@ -365,6 +365,25 @@ def test_a_job_the_actor_cannot_run_is_finished_as_failed(tmp_path):
     assert status.counters.jobs_failed == 1 and status.players[0].episodes == 0
 
 
+
+def test_a_failed_job_whose_finish_the_coordinator_refuses_is_reported_as_refused(tmp_path, monkeypatch):
+    """A job that broke was reported "failed" (log line, per-minute summary) whatever FinishJob came to; the
+    coordinator refusing it (a lease gone meanwhile: here a finish naming a job it never issued) is "refused",
+    as for a job that played to its end (a review)."""
+    from actor_service.coordinator_client import CoordinatorClient
+
+    original = CoordinatorClient.finish_job
+
+    def finish_of_a_job_not_held(self, request, **kwargs):
+        request.job_id = "job-the-coordinator-does-not-hold"
+        return original(self, request, **kwargs)
+
+    monkeypatch.setattr(CoordinatorClient, "finish_job", finish_of_a_job_not_held)
+    cfg = dataclasses.replace(solo_config(), policy={"algorithm": "ppo", "model": {"no_such_field": 1}})
+    with running_coordinator(cfg, tmp_path, needs_learner=False) as server:
+        (report,) = Actor(actor_settings(server.address, tmp_path, max_jobs=1)).run()
+    assert report.status == "refused" and "no_such_field" in report.error
+
 def test_a_newer_checkpoint_is_picked_up_mid_job(tmp_path):
     records = ChunkRecords()
     learner = serve_recording_learner(records, delay_s=0.01)

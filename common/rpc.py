@@ -225,14 +225,19 @@ def check_registration(address: str, heartbeat_interval_s: float, lease_timeout_
         )
 
 
+MIN_HEARTBEAT_INTERVAL_S = 0.01
+"""No job's heartbeat goes out more often: a lease of a nanosecond (a coordinator's bug; configs only bound it
+above 0) made an actor send ~7,600 heartbeats a second (a review)."""
+
+
 def job_heartbeat_interval(registered_s: float, lease_timeout_s: float) -> float:
     """How often a job's heartbeat goes out: as registration said, and at least three times per the job's own
     lease. A worker registers once, so a coordinator restarted with a shorter lease (which still knows the
     worker), or one whose lease is barely longer than its heartbeat interval, would otherwise see a lease
-    expire between two heartbeats."""
+    expire between two heartbeats. Never below `MIN_HEARTBEAT_INTERVAL_S`."""
     if math.isfinite(lease_timeout_s) and lease_timeout_s > 0:
-        return min(registered_s, lease_timeout_s / 3)
-    return registered_s
+        registered_s = min(registered_s, lease_timeout_s / 3)
+    return max(registered_s, MIN_HEARTBEAT_INTERVAL_S)
 
 
 def join_host_port(host: str, port: int) -> str:

@@ -10,7 +10,7 @@ from actor_service.trajectory_sender import SenderSettings
 from common.adder_config import DEFAULT_UNROLL_LEN
 from common.envs.base import Outcome
 from common.proto.league.v1 import league_pb2 as pb
-from common.rpc import job_heartbeat_interval
+from common.rpc import MIN_HEARTBEAT_INTERVAL_S, job_heartbeat_interval
 
 
 def struct(data: dict) -> struct_pb2.Struct:
@@ -120,3 +120,9 @@ def test_a_jobs_heartbeat_beats_at_least_three_times_per_its_own_lease():
     assert job_heartbeat_interval(5.0, 30.0) == 5.0
     assert job_heartbeat_interval(5.0, 3.0) == 1.0
     assert job_heartbeat_interval(5.0, 0.0) == 5.0  # no lease in the job (an older coordinator): as registered
+
+
+def test_a_heartbeat_never_goes_out_more_often_than_the_floor():
+    """A lease of a nanosecond (a coordinator's bug) made an actor's heartbeat a busy loop (a review)."""
+    assert job_heartbeat_interval(5.0, 1e-9) == MIN_HEARTBEAT_INTERVAL_S
+    assert job_heartbeat_interval(1e-9, 30.0) == MIN_HEARTBEAT_INTERVAL_S

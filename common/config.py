@@ -137,6 +137,13 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+# YAML 1.1 (PyYAML's) reads a float only with a dot: `learning_rate: 1e-3` was the string '1e-3', refused as
+# "expected a number" (a review). YAML 1.2 and Python read it as 0.001; so does this loader. Quoted, it stays a
+# string.
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789"))
+
+
 def _count_values(value: Any, counted: dict[int, int], open_: set[int], source: str) -> int:
     """How many values `value` holds with its aliases expanded (each shared part is counted once, then
     multiplied): ConfigError past MAX_CONFIG_VALUES, or when an alias refers to a value it is inside of."""

@@ -107,6 +107,16 @@ def test_a_key_given_twice_in_one_mapping_is_refused():
     assert parse_yaml("a: {x: 1}\nb: {x: 2}\n") == {"a": {"x": 1}, "b": {"x": 2}}  # the same key, elsewhere
 
 
+
+def test_a_number_with_an_exponent_and_no_dot_is_a_number():
+    """YAML 1.1 (PyYAML) reads `1e-3` as a string: `learning_rate: 1e-3` was refused as "expected a number" (a
+    review). Read as YAML 1.2 and Python do; quoted, it stays a string; other loaders are left as they are."""
+    assert parse_yaml("lr: 1e-3\nn: 2E5\nm: -1e+2\nq: '1e-3'\nk: 10\nv: 1e\n") == {
+        "lr": 0.001, "n": 200000.0, "m": -100.0, "q": "1e-3", "k": 10, "v": "1e"}
+    assert yaml.safe_load("lr: 1e-3") == {"lr": "1e-3"}
+    config = config_from_dict(parse_yaml("policy: {ppo: {learning_rate: 1e-3}}\nenv: {env_steps: 1e5}\n"))
+    assert config.policy["ppo"]["learning_rate"] == 0.001 and config.env.env_steps == 100_000
+
 def test_the_embedded_default_and_shipped_configs_load():
     assert default_config_dict()["league"]["league_type"] == "one_vs_one"
     for path in [*sorted((ROOT / "configs").glob("*.yaml")), ROOT / "deploy" / "league.yaml"]:

@@ -101,6 +101,7 @@ def main(args: argparse.Namespace) -> int:
     opponents = _opponents("random" if args.opponent is None else args.opponent)
     if (bad := _bad_opponent(opponents)) is not None:
         return _refuse(bad)
+    opponents = _spelled_out(opponents)
     search = _search(args)
     try:
         loaded = load_checkpoint(args, "eval")
@@ -353,6 +354,13 @@ def _opponents(text: str) -> tuple[str, ...]:
     return tuple(o.strip() for o in text.split(","))
 
 
+def _spelled_out(opponents: tuple[str, ...]) -> tuple[str, ...]:
+    """Valid bot specs as tables and JSON name them: "mcts" alone is "mcts:100" (its strength never showed)."""
+    from common.envs.bot_spec import BotSpec
+
+    return tuple(BotSpec.parse(opponent).text for opponent in opponents)
+
+
 def _progression_main(args: argparse.Namespace) -> int:
     import torch
     from rich.console import Console
@@ -376,6 +384,7 @@ def _progression_main(args: argparse.Namespace) -> int:
     ladder = _opponents(",".join(DEFAULT_LADDER) if args.opponent is None else args.opponent)
     if (bad := _bad_opponent(ladder)) is not None:
         return _refuse(bad)
+    ladder = _spelled_out(ladder)
     search = _search(args)
     shared_root = args.shared_root or args.run_dir / "shared"  # not $LEAGUE_SHARED_ROOT: the run's own root
     try:

@@ -47,6 +47,8 @@ class BotSpec:
         """`"random"`, `"mcts"` or `"mcts:<num_simulations>"` (the form job configs carry)."""
         kind, colon, sims = text.partition(":")
         if kind == "mcts" and colon:  # "mcts:" too: a number left out is a typo, not a wish for the default
+            if sims.startswith("-") and sims[1:].isascii() and sims[1:].isdigit():
+                raise ValueError(f"bot spec {text!r}: simulations must be within [1, {MAX_SIMULATIONS:,}]")
             if not (sims.isascii() and sims.isdigit()):  # ("²" is a digit to str.isdigit, not to int)
                 raise ValueError(f"bot spec {text!r}: simulations must be an integer, as in 'mcts:200'")
             if not 1 <= int(sims) <= MAX_SIMULATIONS:  # (said as the user wrote it, not as the class's field)
@@ -54,4 +56,7 @@ class BotSpec:
             return cls("mcts", num_simulations=int(sims))
         if colon:
             raise ValueError(f"bot spec {text!r}: only mcts takes ':<num_simulations>'")
+        if kind not in BOT_KINDS:  # (said as a spec, not as the class's field)
+            raise ValueError(f"bot spec {text!r}: unknown bot; one of 'random', 'mcts:<num_simulations>' "
+                             f"(as 'mcts:200'; 'mcts' alone: {cls.num_simulations} simulations)")
         return cls(kind)

@@ -110,6 +110,11 @@ def test_cli_prints_a_table_and_json(tmp_path, capsys):
     reports = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["opponent"] for r in reports] == ["random", "mcts:2"] and all(r["games"] == 2 for r in reports)
 
+    # "mcts" alone is the bot at its default strength, and named so (it showed as "mcts", strength unsaid).
+    assert eval_cli.main(parse("--checkpoint", absolute, "--config", str(config), "--games", "1", "--json",
+                               "--opponent", "mcts")) == 0
+    assert json.loads(capsys.readouterr().out)["opponent"] == "mcts:100"
+
 
 @pytest.mark.parametrize(
     ("argv", "message"),
@@ -123,6 +128,8 @@ def test_cli_prints_a_table_and_json(tmp_path, capsys):
         (["--checkpoint", "p/v0000000001.pt", "--shared-root", "{root}", "--opponent", "random,mcts,mcts:100"],
          "'mcts:100' is the same bot as 'mcts'"),
         (["--checkpoint", "p/v0000000001.pt", "--opponent", "mcts:0"], "simulations must be within [1, 100,000]"),
+        (["--checkpoint", "p/v0000000001.pt", "--opponent", "mcts:-3"], "simulations must be within [1, 100,000]"),
+        (["--checkpoint", "p/v0000000001.pt", "--opponent", "foo"], "'foo': unknown bot; one of 'random', 'mcts:"),
     ],
 )
 def test_cli_refuses_bad_input_with_a_message(tmp_path, capsys, monkeypatch, argv, message):

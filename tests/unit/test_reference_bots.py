@@ -73,7 +73,7 @@ def test_the_default_league_has_bots_and_a_config_for_another_game_does_not_inhe
 @pytest.mark.parametrize(
     ("data", "field", "message"),
     [
-        ({"league": {"reference_bots": ["minimax"]}}, "league.reference_bots[0]", "must be one of"),
+        ({"league": {"reference_bots": ["minimax"]}}, "league.reference_bots[0]", "unknown bot; one of .random."),
         ({"league": {"reference_bots": ["random", "mcts:0"]}}, "league.reference_bots[1]", "simulations must be within"),
         # Searched for over ten minutes a move, and no Ctrl-C gets into pyspiel's search.
         ({"league": {"reference_bots": ["mcts:100000000"]}}, "league.reference_bots[0]", r"within \[1, 100,000\]"),

@@ -18,6 +18,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+HISTORY_FILE = "status_history.jsonl"
+"""Its name in a run directory."""
+
 HISTORY_BYTES_PER_S = 16 * 1024
 """Average growth limit of the history file: ~58 MB an hour."""
 

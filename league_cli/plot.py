@@ -22,13 +22,14 @@ from typing import Any
 from common import cli_args
 from common.durable_files import atomic_write
 from common.exit_codes import SETUP_ERROR_EXIT
+from league_cli.history import HISTORY_FILE
 from league_service.status import REFERENCE_BOT_TYPE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--history", type=cli_args.path, required=True,
-                        help="status_history.jsonl written by `league run`, or the JSON lines of "
-                             "`league status --watch N --json`")
+                        help="status_history.jsonl written by `league run` (or its run directory), or the JSON "
+                             "lines of `league status --watch N --json`")
     parser.add_argument("--out", type=cli_args.path, required=True, help="directory for the PNG files")
 
 
@@ -71,7 +72,12 @@ def iter_history(path: Path, max_records: int | None = None) -> Iterator[dict[st
             try:
                 record = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError) as err:
-                raise ValueError(f"{path}:{number}: not JSON ({err})") from err
+                hint = ""
+                if number == 1 and raw.strip() == b"{":  # `league status --json > FILE`: one indented document
+                    hint = ("; a `league status --json` snapshot is one document over many lines, and plots read "
+                            "one status record a line: a run's status_history.jsonl, or `league status --watch N "
+                            "--json`")
+                raise ValueError(f"{path}:{number}: not JSON ({err}){hint}") from err
             if not _is_status_record(record):
                 raise ValueError(f"{path}:{number}: not a status record (`league run` writes them, as does "
                                  f"`league status --watch --json`)")
@@ -405,6 +411,9 @@ def write_plots(history_path: Path, out_dir: Path, notes: list[str] | None = Non
 
 def plot_main(args: argparse.Namespace) -> int:
     notes: list[str] = []
+    in_run_dir = args.history / HISTORY_FILE
+    if args.history.is_dir() and in_run_dir.is_file():  # a run directory: its history
+        args.history = in_run_dir
     # Which flag is wrong, said before the plots are read: an OSError from write_plots named neither ("[Errno 17]
     # File exists: 'plots.png'" for an --out that is a file, "[Errno 21] Is a directory" for a --history folder).
     try:
@@ -423,7 +432,13 @@ def plot_main(args: argparse.Namespace) -> int:
         return SETUP_ERROR_EXIT
     try:
         written = write_plots(args.history, args.out, notes)
-    except (OSError, ValueError) as err:  # a missing or foreign file, an --out that cannot be a directory
+    except OSError as err:
+        if err.filename is not None and _within(Path(err.filename), args.out):  # ("/proc/x" named no flag)
+            print(f"league plot: --out {args.out}: cannot write there: {err.strerror or err}", file=sys.stderr)
+        else:
+            print(f"league plot: {err}", file=sys.stderr)
+        return SETUP_ERROR_EXIT
+    except ValueError as err:  # a foreign file
         print(f"league plot: {err}", file=sys.stderr)
         return SETUP_ERROR_EXIT
     except TypeError as err:  # a record of the right shape with values of the wrong types (a null player id)
@@ -434,3 +449,8 @@ def plot_main(args: argparse.Namespace) -> int:
     for p in written:
         print(p)
     return 0
+
+
+def _within(path: Path, directory: Path) -> bool:
+    path, directory = path.absolute(), directory.absolute()
+    return path == directory or directory in path.parents

@@ -289,6 +289,31 @@ def test_league_plot_names_the_flag_of_a_path_it_cannot_use(tmp_path, capsys):
     assert not (tmp_path / "plots").exists()
 
 
+
+def test_league_plot_reads_a_run_directory_and_says_what_a_status_snapshot_is(tmp_path, capsys):
+    """A CLI review: `--history RUN_DIR` said "Is a directory", a saved `league status --json` (one indented
+    document) said only "not JSON", and an --out the system refuses (/proc/x) named no flag."""
+    import argparse
+
+    from league_cli.plot import plot_main
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    record = _record(0, 1000, 1000, [])
+    (run_dir / "status_history.jsonl").write_text(json.dumps(record) + "\n")
+    assert plot_main(argparse.Namespace(history=run_dir, out=tmp_path / "plots")) == 0
+    assert (tmp_path / "plots" / "ratings.png").is_file()
+    capsys.readouterr()
+
+    snapshot = tmp_path / "status.json"
+    snapshot.write_text(json.dumps(record, indent=2))
+    assert plot_main(argparse.Namespace(history=snapshot, out=tmp_path / "plots")) == 2
+    err = capsys.readouterr().err
+    assert "one document over many lines" in err and "--watch N --json" in err, err
+
+    assert plot_main(argparse.Namespace(history=run_dir, out=Path("/proc/no-such-dir"))) == 2
+    assert capsys.readouterr().err.startswith("league plot: --out /proc/no-such-dir: cannot write there")
+
 def test_plot_time_continues_across_resumed_runs():
     """A second `league run` in the same run dir appends to the history with elapsed_s from 0 again."""
     elapsed = [0.0, 2.0, 4.0, 0.1, 2.1, 0.0, 1.0]

@@ -24,10 +24,11 @@ import numpy as np
 
 from actor_service.search import PolicySearch, SearchConfig
 from common.algorithms.registry import make_computation_task
-from common.checkpoint_store import LATEST, CheckpointError, CheckpointRef, CheckpointStore
+from common.checkpoint_store import LATEST, MANIFEST_SUFFIX, CheckpointError, CheckpointRef, CheckpointStore
 from common.computation.algorithm import ForwardKwargs
 from common.computation.computation_task import ComputationTask
 from common.envs.base import EnvInfo, Outcome
+from common.envs.bot_spec import REFERENCE_BOT_PREFIX
 from common.envs.policy_view import ACTION_MASK, env_action, player_view, policy_specs, to_play
 from common.envs.registry import make_env
 
@@ -362,6 +363,9 @@ def resolve_checkpoint(checkpoint: str, shared_root: Path | None) -> tuple[Check
     if path.name == LATEST:  # the pointer to the player's newest version: its folder says the same
         path = path.parent
         checkpoint = str(path)
+    if path.name.endswith(".pt" + MANIFEST_SUFFIX):  # a version's manifest: that version ("no manifest", it said)
+        path = path.with_name(path.name.removesuffix(MANIFEST_SUFFIX))
+        checkpoint = str(path)
     # A missing path is a player's folder unless it names a .pt file: a player with nothing published yet has
     # no folder, and taking its path for a file guessed the run directory, not the shared root, as the root.
     folder = path.is_dir() if path.is_absolute() and path.exists() else path.suffix != ".pt"
@@ -392,6 +396,10 @@ def resolve_checkpoint(checkpoint: str, shared_root: Path | None) -> tuple[Check
                 raise ValueError(f"checkpoint {checkpoint!r}: a folder with no published checkpoint in it")
             return store, latest.path
         if not target.exists():
+            if folder and path.name.startswith(REFERENCE_BOT_PREFIX):
+                raise ValueError(f"checkpoint {checkpoint!r}: {path.name} is a reference bot's player id, a bot of "
+                                 "OpenSpiel's with no checkpoint: play against it with --opponent (as --opponent "
+                                 "random or mcts:25)")
             raise ValueError(f"checkpoint {checkpoint!r} does not exist" + (
                 ": taken to be a player's folder (it does not end in .pt), which appears with the player's "
                 "first published checkpoint" if folder else ""))

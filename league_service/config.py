@@ -28,7 +28,7 @@ from common.config import (
     parse_yaml,
     to_dict,
 )
-from common.envs.bot_spec import BotSpec
+from common.envs.bot_spec import REFERENCE_BOT_PREFIX, BotSpec
 from common.envs.registry import OPENSPIEL_ALIASES, OPENSPIEL_PREFIX, PYTHON_PREFIX
 from common.job_limits import MAX_ENV_NUM, MAX_EPISODES_PER_JOB
 from common.paths import MAX_COMPONENT_CHARS, UnsafePathError, check_component, check_relative
@@ -41,7 +41,7 @@ from league_service.env_fit import check_env_seats
 def reference_bot_id(text: str) -> str:
     """The player id of the reference bot `text` names: `bot_random`, `bot_mcts_25` ("mcts" is mcts:100).
     Raises ValueError for a spec OpenSpiel's bots do not take."""
-    return "bot_" + BotSpec.parse(text).text.replace(":", "_")
+    return REFERENCE_BOT_PREFIX + BotSpec.parse(text).text.replace(":", "_")
 
 
 Weighting = Literal["squared", "variance", "linear", "linear_capped", "uniform"]  # league_service/pfsp.py

@@ -11,6 +11,10 @@ from dataclasses import dataclass
 
 BOT_KINDS = ("random", "mcts")
 
+REFERENCE_BOT_PREFIX = "bot_"
+"""A league's reference bot is the player `bot_<spec>` (`bot_random`, `bot_mcts_25`); active players' ids begin
+with their type (`main_player_...`), so never with this."""
+
 
 MAX_SIMULATIONS = 100_000
 """The most MCTS simulations per move a spec takes: seconds a move on connect four. One move of mcts:100000000

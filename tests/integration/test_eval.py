@@ -84,6 +84,18 @@ def test_a_policy_that_wants_an_illegal_column_plays_legal_moves_only(tmp_path):
     assert result.games == 2
 
 
+
+def test_a_versions_manifest_stands_for_the_version_and_a_bots_id_is_said_to_be_a_bot(tmp_path):
+    """A CLI review: `--checkpoint .../v0000000001.pt.json` (the manifest) said "no published checkpoint (no
+    manifest)", and `--checkpoint RUN/shared/bot_random` said the player's folder does not exist."""
+    path = publish(tmp_path, PPO)
+    assert resolve_checkpoint(str(tmp_path / (path + ".json")), None)[1] == path
+    assert resolve_checkpoint(path + ".json", tmp_path)[1] == path
+    with pytest.raises(ValueError, match="bot_random is a reference bot's player id.*--opponent"):
+        resolve_checkpoint("bot_random", tmp_path)
+    with pytest.raises(ValueError, match="does not exist: taken to be a player's folder"):
+        resolve_checkpoint("main_player_default_0", tmp_path)
+
 def test_cli_prints_a_table_and_json(tmp_path, capsys):
     path = publish(tmp_path, DQN)
     config = tmp_path / "league.yaml"

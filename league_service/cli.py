@@ -154,6 +154,7 @@ def coordinator_main(args: argparse.Namespace) -> int:
     stop = SignalFlag()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    state_existed = settings.resolved_state_path.exists()
     try:
         coordinator = Coordinator(cfg, settings)
     except LockedError as err:  # another coordinator serves this state
@@ -175,11 +176,11 @@ def coordinator_main(args: argparse.Namespace) -> int:
             metrics_port=args.metrics_port,
         )
     except AddressInUseError as err:
-        coordinator.close()
+        _close_unserved(coordinator, settings.resolved_state_path, state_existed)
         print(f"league coordinator: {err}", file=sys.stderr)
         return ADDRESS_IN_USE_EXIT
     except (RuntimeError, OSError) as err:
-        coordinator.close()
+        _close_unserved(coordinator, settings.resolved_state_path, state_existed)
         return _refuse(f"cannot listen on {join_host_port(host, port)}: {err}")
     # Everything built so far lives as long as the process: keep it out of full GC passes (shorter pauses).
     gc.freeze()
@@ -213,6 +214,18 @@ def coordinator_main(args: argparse.Namespace) -> int:
         if args.port_file is not None:
             _remove_port_file(args.port_file, server.port)
     return 0 if failure is None and closed else FAILURE_EXIT
+
+
+def _close_unserved(coordinator: Coordinator, state_path: Path, state_existed: bool) -> None:
+    """Close a coordinator that never served; a state file this start created goes too. Kept, it was "restored"
+    by the next start as a league of its own (a CLI review: a taken port, then a start with the config mended,
+    restored the league made from the first one)."""
+    coordinator.close()
+    if state_existed:
+        return
+    for path in (state_path, *(state_path.with_name(state_path.name + s) for s in ("-wal", "-shm", ".lock"))):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
 
 
 def _remove_port_file(path: Path, port: int) -> None:

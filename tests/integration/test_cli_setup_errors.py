@@ -78,6 +78,8 @@ def test_coordinator_says_when_its_port_is_taken(files):
         proc = league("coordinator", "--shared-root", shared, "--port", str(port))
         assert_setup_error(proc, f"port: 127.0.0.1:{port} is in use by another process", code=ADDRESS_IN_USE_EXIT)
         assert "add_port" not in proc.stderr and "Errno" not in proc.stderr, proc.stderr  # gRPC's own line, before
+        # A start that never served leaves no league behind for the next start to restore as its own.
+        assert not list(Path(shared).glob("league_state*")), list(Path(shared).iterdir())
         proc = league("coordinator", "--shared-root", shared, "--port", "0", "--metrics-port", str(port))
         assert_setup_error(proc, f"--metrics-port: 127.0.0.1:{port} is in use by another process",
                            code=ADDRESS_IN_USE_EXIT)

@@ -411,7 +411,8 @@ def _progression_main(args: argparse.Namespace) -> int:
             env.close()
         if info.num_players == 1:
             return _refuse(f"{env_name} is a single-player env: --run-dir plays two-player games against bots; "
-                           "evaluate one of its checkpoints with --checkpoint PATH --config RUN_DIR/config.yaml")
+                           f"evaluate one of its checkpoints with --checkpoint {args.run_dir / 'shared' / '<player id>'} (a "
+                           "checkpoint of a run directory is played with the run's own config)")
 
         def play(point: LineagePoint, opponent: str) -> dict[str, Any]:
             task, _ = load_policy(store, point.checkpoint_path, policy, info, seed=args.seed)

@@ -25,7 +25,7 @@ import grpc
 from actor_service.backoff import status_code
 from actor_service.coordinator_client import CoordinatorClient
 from common.busy_clock import StallGate, StallWatch
-from common.rpc import job_heartbeat_interval
+from common.rpc import SERVER_FAULT_CODES, job_heartbeat_interval
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +104,11 @@ class JobHeartbeat:
                 if code in _RETRY_CODES:
                     log.warning("heartbeat of job %s failed (%s); trying again in %.2f s", self._job_id,
                                 code.name, self._interval_s)
+                    continue
+                if code in SERVER_FAULT_CODES:  # the coordinator failed the call: no word on the lease either way
+                    log.error("heartbeat of job %s failed in the coordinator (%s: %s); trying again in %.2f s",
+                              self._job_id, code.name, err.details() if hasattr(err, "details") else err,
+                              self._interval_s)
                     continue
                 log.error("heartbeat of job %s refused (%s: %s); abandoning the job", self._job_id,
                           code.name if code else code, err.details() if hasattr(err, "details") else err)

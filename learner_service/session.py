@@ -28,7 +28,7 @@ from common.busy_clock import StallGate, StallWatch
 from common.checkpoint_store import CheckpointError, CheckpointRef
 from common.learner_config import LearnerConfig
 from common.proto.league.v1 import league_pb2
-from common.rpc import job_heartbeat_interval
+from common.rpc import SERVER_FAULT_CODES, job_heartbeat_interval
 from learner_service.chunks import PreparedChunk
 from learner_service.heap_trim import HeapTrimmer
 from learner_service.intake import ChunkQueue
@@ -194,6 +194,10 @@ class LeaseKeeper:
                     return
                 if err.code() in RETRYABLE:
                     log.info("heartbeat: %s (coordinator away?)", err.code().name)
+                    continue
+                if err.code() in SERVER_FAULT_CODES:  # the coordinator failed the call: no word on the lease
+                    log.error("heartbeat of learn job %s failed in the coordinator (%s: %s); trying again",
+                              self._job.job_id, err.code().name, err.details())
                     continue
                 log.error("heartbeat refused: %s: %s; asking for a job again", err.code().name, err.details())
                 self._lose(SessionEnd.LOST)

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+
+import grpc
 
 from actor_service.heartbeat import JobHeartbeat
-from learner_service.league_client import LearnJob, Registration
+from common.proto.league.v1 import league_pb2
+from learner_service.league_client import LearnJob, Registration, Renewal
 from learner_service.session import LeaseKeeper, SessionEnd
 
 
@@ -37,8 +41,6 @@ def test_an_actor_job_whose_heartbeat_breaks_is_abandoned(caplog):
 
 
 def test_a_learn_session_whose_heartbeat_breaks_ends_as_lost(caplog):
-    import time
-
     job = LearnJob("job-1", "p", "", 0, "CartPole-v1", {}, {}, {}, 30.0, time.monotonic())
     lease = LeaseKeeper(_BrokenClient(), job, Registration(heartbeat_interval_s=0.01, lease_timeout_s=30.0))
     ended: list[SessionEnd] = []
@@ -52,3 +54,58 @@ def test_a_learn_session_whose_heartbeat_breaks_ends_as_lost(caplog):
     assert ended == [SessionEnd.LOST] and not lease.held
     (record,) = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert record.getMessage() == "heartbeat of learn job job-1 (p) failed; asking for a job again"
+
+
+
+class _Failure(grpc.RpcError):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+class _FaultThenAnswer:
+    """Heartbeat fails in the coordinator (INTERNAL, then UNKNOWN), then answers `reply`."""
+
+    def __init__(self, reply) -> None:
+        self.calls = 0
+        self.reply = reply
+        self.answered = threading.Event()
+
+    def heartbeat(self, *args):
+        self.calls += 1
+        if self.calls <= 2:
+            code = grpc.StatusCode.INTERNAL if self.calls == 1 else grpc.StatusCode.UNKNOWN
+            raise _Failure(code, "a bug in the coordinator's handler")
+        self.answered.set()
+        return self.reply
+
+
+def test_a_heartbeat_the_coordinator_fails_is_tried_again_not_taken_for_a_revocation(caplog):
+    """INTERNAL or UNKNOWN (an exception in the coordinator's handler) abandoned an actor's job and ended a learn
+    session at once: the coordinator said nothing about the lease, which runs on; the next beat may get through."""
+    revoked: list[str] = []
+    client = _FaultThenAnswer(league_pb2.HeartbeatResponse())
+    heartbeat = JobHeartbeat(client, "job-7", interval_s=0.01, on_revoked=revoked.append).start()
+    try:
+        assert client.answered.wait(30)
+    finally:
+        heartbeat.close(5)
+    assert revoked == [] and client.calls >= 3
+    assert "failed in the coordinator (INTERNAL: a bug in the coordinator's handler)" in caplog.text
+
+    job = LearnJob("job-1", "p", "", 0, "CartPole-v1", {}, {}, {}, 30.0, time.monotonic())
+    client = _FaultThenAnswer(Renewal(None))
+    lease = LeaseKeeper(client, job, Registration(heartbeat_interval_s=0.01, lease_timeout_s=30.0))
+    ended: list[SessionEnd] = []
+    lease.attach(ended.append)
+    lease.start()
+    try:
+        assert client.answered.wait(30)
+    finally:
+        lease.close(5)
+    assert ended == [] and client.calls >= 3 and lease.held

@@ -25,33 +25,45 @@ from league_service.coordinator_testing import league_stub, running_coordinator,
 from learner_service.league_client import LeagueClient
 
 
-class CancelsFirstCalls(league_pb2_grpc.LeagueServiceServicer):
-    """The first RegisterWorker and the first GetJob are cancelled; later ones are answered."""
+class FirstCallsFail(league_pb2_grpc.LeagueServiceServicer):
+    """The first calls of RegisterWorker and GetJob fail, one per entry of `failures[method]`: a status code the
+    handler aborts with, or an exception it raises (UNKNOWN to the client); later calls are answered. `refuse`:
+    every GetJob is aborted with that code."""
 
-    def __init__(self) -> None:
+    def __init__(self, failures: dict[str, list], refuse: grpc.StatusCode | None = None) -> None:
+        self.failures = failures
+        self.refuse = refuse
         self.calls: dict[str, int] = {"RegisterWorker": 0, "GetJob": 0}
 
+    def _fail_first(self, method: str, context) -> None:
+        self.calls[method] += 1
+        failures = self.failures.get(method, [])
+        if self.calls[method] <= len(failures):
+            failure = failures[self.calls[method] - 1]
+            if isinstance(failure, Exception):
+                raise failure
+            context.abort(failure, "the server is stopping" if failure is grpc.StatusCode.CANCELLED
+                          else "the coordinator cannot encode this job")
+
     def RegisterWorker(self, request, context):  # noqa: N802 (the gRPC method's name)
-        self.calls["RegisterWorker"] += 1
-        if self.calls["RegisterWorker"] == 1:
-            context.abort(grpc.StatusCode.CANCELLED, "the server is stopping")
+        self._fail_first("RegisterWorker", context)
         return league_pb2.RegisterWorkerResponse(worker_id=request.worker_id, heartbeat_interval_s=1.0,
                                                  lease_timeout_s=10.0, league_id="league-x")
 
     def GetJob(self, request, context):  # noqa: N802
-        self.calls["GetJob"] += 1
-        if self.calls["GetJob"] == 1:
-            context.abort(grpc.StatusCode.CANCELLED, "the server is stopping")
-        return league_pb2.GetJobResponse(job=league_pb2.Job(job_id="job-1"))
+        if self.refuse is not None:
+            context.abort(self.refuse, "not for you")
+        self._fail_first("GetJob", context)
+        learn = request.role == league_pb2.WORKER_ROLE_LEARNER
+        return league_pb2.GetJobResponse(job=league_pb2.Job(
+            job_id="job-1", kind=league_pb2.JOB_KIND_LEARN if learn else league_pb2.JOB_KIND_COLLECT,
+            players=[league_pb2.PlayerRef(player_id="p")]))
 
 
 def test_register_and_get_job_answered_cancelled_are_called_again():
-    servicer = CancelsFirstCalls()
-    server = make_server(
-        ServerOptions(host="127.0.0.1", port=0),
-        lambda s: league_pb2_grpc.add_LeagueServiceServicer_to_server(servicer, s),
-        ["league.v1.LeagueService"],
-    )
+    cancelled = [grpc.StatusCode.CANCELLED]
+    servicer = FirstCallsFail({"RegisterWorker": cancelled, "GetJob": cancelled})
+    server = _serve(servicer)
     client = CoordinatorClient(server.address, "actor-0", stop=StopSignal(),
                                backoff=BackoffSettings(initial_s=0.01, max_s=0.02))
     try:
@@ -63,35 +75,6 @@ def test_register_and_get_job_answered_cancelled_are_called_again():
         server.stop(0)
 
 
-class FailsFirstCalls(league_pb2_grpc.LeagueServiceServicer):
-    """RegisterWorker fails INTERNAL once; GetJob raises in its handler (UNKNOWN), then fails INTERNAL, then
-    answers; `refuse` answers every GetJob PERMISSION_DENIED instead."""
-
-    def __init__(self, refuse: bool = False) -> None:
-        self.refuse = refuse
-        self.calls: dict[str, int] = {"RegisterWorker": 0, "GetJob": 0}
-
-    def RegisterWorker(self, request, context):  # noqa: N802
-        self.calls["RegisterWorker"] += 1
-        if self.calls["RegisterWorker"] == 1:
-            context.abort(grpc.StatusCode.INTERNAL, "the registry broke")
-        return league_pb2.RegisterWorkerResponse(worker_id=request.worker_id, heartbeat_interval_s=1.0,
-                                                 lease_timeout_s=10.0, league_id="league-x")
-
-    def GetJob(self, request, context):  # noqa: N802
-        self.calls["GetJob"] += 1
-        if self.refuse:
-            context.abort(grpc.StatusCode.PERMISSION_DENIED, "not for you")
-        if self.calls["GetJob"] == 1:
-            raise RuntimeError("a bug in the handler")
-        if self.calls["GetJob"] == 2:
-            context.abort(grpc.StatusCode.INTERNAL, "the coordinator cannot encode this job")
-        learn = request.role == league_pb2.WORKER_ROLE_LEARNER
-        return league_pb2.GetJobResponse(job=league_pb2.Job(
-            job_id="job-1", kind=league_pb2.JOB_KIND_LEARN if learn else league_pb2.JOB_KIND_COLLECT,
-            players=[league_pb2.PlayerRef(player_id="p")]))
-
-
 def _serve(servicer):
     return make_server(ServerOptions(host="127.0.0.1", port=0),
                        lambda s: league_pb2_grpc.add_LeagueServiceServicer_to_server(servicer, s),
@@ -99,7 +82,9 @@ def _serve(servicer):
 
 
 def test_register_and_get_job_failed_in_the_coordinator_are_logged_and_called_again(caplog):
-    servicer = FailsFirstCalls()
+    faults = {"RegisterWorker": [grpc.StatusCode.INTERNAL],
+              "GetJob": [RuntimeError("a bug in the handler"), grpc.StatusCode.INTERNAL]}
+    servicer = FirstCallsFail(faults)
     server = _serve(servicer)
     actor = CoordinatorClient(server.address, "actor-0", stop=StopSignal(),
                               backoff=BackoffSettings(initial_s=0.01, max_s=0.02))
@@ -122,7 +107,7 @@ def test_register_and_get_job_failed_in_the_coordinator_are_logged_and_called_ag
 
 def test_a_refusal_still_ends_the_asking():
     """PERMISSION_DENIED (the wrong role, say) is no fault of the coordinator: retrying cannot fix it."""
-    server = _serve(FailsFirstCalls(refuse=True))
+    server = _serve(FirstCallsFail({}, refuse=grpc.StatusCode.PERMISSION_DENIED))
     actor = CoordinatorClient(server.address, "actor-0", stop=StopSignal(),
                               backoff=BackoffSettings(initial_s=0.01, max_s=0.02))
     learner = LeagueClient(server.address, "learner-0", max_backoff_s=0.02)

@@ -15,6 +15,7 @@ from actor_service.heartbeat import JobHeartbeat
 from common.proto.league.v1 import league_pb2
 from learner_service.league_client import LearnJob, Registration, Renewal
 from learner_service.session import LeaseKeeper, SessionEnd
+from tests.unit.test_actor_finish_retries import Failure
 
 
 class _BrokenClient:
@@ -57,17 +58,6 @@ def test_a_learn_session_whose_heartbeat_breaks_ends_as_lost(caplog):
 
 
 
-class _Failure(grpc.RpcError):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        self._code, self._details = code, details
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
-
-
 class _FaultThenAnswer:
     """Heartbeat fails in the coordinator (INTERNAL, then UNKNOWN), then answers `reply`."""
 
@@ -80,7 +70,7 @@ class _FaultThenAnswer:
         self.calls += 1
         if self.calls <= 2:
             code = grpc.StatusCode.INTERNAL if self.calls == 1 else grpc.StatusCode.UNKNOWN
-            raise _Failure(code, "a bug in the coordinator's handler")
+            raise Failure(code, "a bug in the coordinator's handler")
         self.answered.set()
         return self.reply
 

@@ -137,11 +137,13 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-# YAML 1.1 (PyYAML's) reads a float only with a dot: `learning_rate: 1e-3` was the string '1e-3', refused as
-# "expected a number" (a review). YAML 1.2 and Python read it as 0.001; so does this loader. Quoted, it stays a
-# string.
+# YAML 1.1 (PyYAML's) reads a number in exponent form as a float only with a dot in the mantissa and a sign in
+# the exponent (`1.0e-3`): `learning_rate: 1e-3` was the string '1e-3', refused as "expected a number" (a review;
+# an earlier fix only told users how to write it). YAML 1.2 and Python read `1e-3`, `1.5e3` and `1e+3` as
+# numbers; so does this loader. Quoted, they stay strings.
 _StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789"))
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"))
 
 
 def _count_values(value: Any, counted: dict[int, int], open_: set[int], source: str) -> int:
@@ -259,27 +261,9 @@ def _type_name(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
-_YAML_TEXT_EXPONENT = re.compile(r"([-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))[eE]([-+]?)([0-9]+)")
-"""A number in exponent form, which PyYAML (YAML 1.1: a dot in the mantissa and a sign in the exponent) reads as
-a string unless it is written like `1.0e+3`: `1e3`, `1.0e3` and `1e+3` are all text there."""
-
-
-def _yaml_float_spelling(text: str) -> str | None:
-    """How to write `text`, a number YAML 1.1 took for a string, so that it is a float (`1e3` -> `1.0e+3`)."""
-    match = _YAML_TEXT_EXPONENT.fullmatch(text.strip())
-    if match is None:
-        return None
-    mantissa, sign, digits = match.groups()
-    return f"{mantissa if '.' in mantissa else mantissa + '.0'}e{sign or '+'}{digits}"
-
-
 def _describe(value: Any) -> str:
     if isinstance(value, str | int | float):
-        text = repr(value)
-        if isinstance(value, str) and (spelling := _yaml_float_spelling(value)) is not None:
-            return (f"{_type_name(value)} ({text[:40]}: YAML reads a number so written as text; write "
-                    f"{spelling})")
-        return f"{_type_name(value)} ({text[:40]})"
+        return f"{_type_name(value)} ({repr(value)[:40]})"
     return _type_name(value)
 
 

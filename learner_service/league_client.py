@@ -234,7 +234,8 @@ class LeagueClient:
         self, player_id: str, progress: Progress, checkpoint_path: str, checkpoint_version: int, *,
         patient: bool = True, stop: threading.Event | None = None,
     ) -> league_pb2.UpdatePlayerResponse | None:
-        """UpdatePlayer with a few retries; None if the coordinator stayed unreachable (report again later).
+        """UpdatePlayer with a few retries; None if the coordinator stayed unreachable or failed the call itself
+        (`SERVER_FAULT_CODES`: a learner exited 1 on one, a review): report again later.
 
         A reply that says `mutated` binds the caller to continue from that reset before it reports again
         (LearnSession._report does, in the same call): the next updates of the player acknowledge it
@@ -270,6 +271,11 @@ class LeagueClient:
                 return None
             if err.code() in BINDING_REFUSED:
                 raise BindingLost(f"UpdatePlayer refused: {err.details()}") from err
+            if err.code() in SERVER_FAULT_CODES:  # the coordinator failed the call: as if it had not answered
+                log.error("UpdatePlayer %s v%d failed in the coordinator (%s: %s); %s", player_id, checkpoint_version,
+                          err.code().name, err.details(), "will report again" if patient else
+                          "not reported (the player's next learner resumes from this checkpoint)")
+                return None
             raise
         return reply
 

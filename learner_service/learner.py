@@ -29,6 +29,7 @@ from common.learner_config import LearnerConfig
 from common.policy_config import PolicyConfig, player_seed
 from common.proto.league.v1 import league_pb2
 from common.rpc import (
+    SERVER_FAULT_CODES,
     ServerOptions,
     ServerTls,
     ServingServer,
@@ -214,6 +215,10 @@ class Learner:
             self.client.finish(job.job_id, league_pb2.FINISH_STATUS_RELEASED, patient=False)
             return
         except grpc.RpcError as err:
+            if err.code() in SERVER_FAULT_CODES:
+                log.error("%s: the coordinator failed a call while binding (%s: %s); asking again", job.player_id,
+                          err.code().name, err.details())
+                return
             if err.code() not in RETRYABLE:
                 raise
             log.warning("%s: coordinator unreachable while binding (%s); asking again", job.player_id,

@@ -344,6 +344,8 @@ class LearnSession:
                     self._report(current, patient=False)
         except BindingLost as err:
             log.warning("%s: final report refused (%s); releasing anyway", self.job.player_id, err)
+        except UpdatesDiverge as err:  # while training what was accepted: FinishJob was skipped (a review)
+            log.error("%s: %s; releasing with the last published checkpoint", self.job.player_id, err)
         finally:
             self.telemetry.close()
         self.client.finish(self.job.job_id, league_pb2.FINISH_STATUS_RELEASED, patient=False)

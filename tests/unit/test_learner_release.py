@@ -19,7 +19,7 @@ from common.proto.league.v1 import league_pb2, league_pb2_grpc
 from learner_service.league_client import Interrupted, LeagueClient, LearnJob
 from learner_service.publisher import CheckpointPublisher
 from learner_service.servicer import DataPlane
-from learner_service.session import LearnSession, SessionContext, SessionEnd
+from learner_service.session import DIVERGED_WINDOW, LearnSession, SessionContext, SessionEnd
 from learner_service.trainer import Progress
 from tests.unit.test_learner_trainer import _prepared, _trainer
 
@@ -455,3 +455,17 @@ def test_a_roll_back_of_a_trainer_whose_first_publish_failed_goes_back_to_its_st
     session._roll_back(trainer.train_ready())
     after = session.trainer.task.get_weights()
     assert all(np.array_equal(after[k], start[k]) for k in start) and session.trainer.version == 1
+
+
+def test_updates_that_diverge_while_the_stop_trains_still_release_the_job(tmp_path, caplog):
+    """The stop trains on what was accepted; updates that kept diverging there raised UpdatesDiverge out of
+    `release`, past its FinishJob(RELEASED): the player waited out its lease (a review)."""
+    session, publisher, client = _reset_session(tmp_path)
+    session.trainer.weights_finite = lambda: False  # every update diverges
+    for seq in range(DIVERGED_WINDOW):
+        assert session.queue.put(_prepared(session.trainer, seq=seq))
+    session.end(SessionEnd.STOPPED)
+    session.release()
+    assert client.finished == [("job-1", league_pb2.FINISH_STATUS_RELEASED)]
+    assert publisher.last_version == 0 and client.reports == []  # the rolled-back weights are not published
+    assert "updates made the weights non-finite" in caplog.text

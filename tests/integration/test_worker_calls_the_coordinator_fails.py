@@ -50,6 +50,12 @@ class FirstCallsFail(league_pb2_grpc.LeagueServiceServicer):
         return league_pb2.RegisterWorkerResponse(worker_id=request.worker_id, heartbeat_interval_s=1.0,
                                                  lease_timeout_s=10.0, league_id="league-x")
 
+    def UpdatePlayer(self, request, context):  # noqa: N802
+        context.abort(grpc.StatusCode.INTERNAL, "a bug in the handler")
+
+    def GetStatus(self, request, context):  # noqa: N802
+        context.abort(grpc.StatusCode.INTERNAL, "a bug in the status")
+
     def GetJob(self, request, context):  # noqa: N802
         if self.refuse is not None:
             context.abort(self.refuse, "not for you")
@@ -158,3 +164,43 @@ def _next_job(client: CoordinatorClient):
         return client.next_job(wait_s=0.5)
     except Exception as err:  # noqa: BLE001 (the test asserts there is none)
         return err
+
+
+
+def test_an_update_player_the_coordinator_fails_is_reported_again_later(caplog):
+    """A learner exited 1 on an INTERNAL answer to UpdatePlayer (while training, and at its stop before its
+    release): the report is as good as unanswered, and the next one catches up (a review)."""
+    from learner_service.trainer import Progress
+
+    server = _serve(FirstCallsFail({}))
+    learner = LeagueClient(server.address, "learner-0", max_backoff_s=0.02)
+    try:
+        with caplog.at_level(logging.ERROR):
+            for patient in (True, False):
+                assert learner.update_player("p", Progress(10, 1), "p/v0000000001.pt", 1, patient=patient) is None
+        assert "UpdatePlayer p v1 failed in the coordinator (INTERNAL: a bug in the handler)" in caplog.text
+    finally:
+        learner.close()
+        server.stop(0)
+
+
+
+def test_a_status_the_coordinator_fails_while_a_learner_binds_sends_it_asking_again(tmp_path, caplog):
+    """Binding a player reads the league's totals for it (GetStatus); an INTERNAL answer there made the learner
+    exit 1 without handing its learn job back (a review). It asks for a job again; the lease runs out."""
+    from learner_service.league_client import LearnJob
+    from learner_service.learner import Learner, LearnerSettings
+
+    class Held:
+        held = True
+
+    server = _serve(FirstCallsFail({}))
+    learner = Learner(LearnerSettings(coordinator=server.address, shared_root=tmp_path, worker_id="l", device="cpu"))
+    try:
+        job = LearnJob("job-1", "p", "", 0, "CartPole-v1", {}, {}, {}, 30.0, 0.0)
+        with caplog.at_level(logging.ERROR):
+            assert learner._serve_job(job, Held(), tmp_path) is None
+        assert "p: the coordinator failed a call while binding (INTERNAL: a bug in the status)" in caplog.text
+    finally:
+        learner.close()
+        server.stop(0)

@@ -429,18 +429,22 @@ class LearnSession:
                 return
 
     def _held_back(self) -> bool:
-        """Publishing fails and the trainer is as far ahead of the actors' version as training may go."""
+        """Publishing fails, or may not be done (the lease is unconfirmed: the coordinator away), and the trainer
+        is as far ahead of the actors' version as training may go. (Cut off from its coordinator, with actors
+        still pushing, a learner trained without bound on ever older data: a review.)"""
         limit = max(MIN_UNPUBLISHED_UPDATES, 2 * self._publish_every)
-        return self.publisher.failing and self.trainer.version - self.publisher.last_version >= limit
+        return ((self.publisher.failing or not self.lease.held)
+                and self.trainer.version - self.publisher.last_version >= limit)
 
     def _wait_to_publish(self) -> None:
         """Training waits: retry publishing on the publisher's backoff until it works or the session ends."""
         if not self._waiting_to_publish:
             self._waiting_to_publish = True
-            log.warning("%s: training waits until publishing works again: %d updates are not published (actors "
-                        "act with version %d), and training further ahead of them would learn from ever older "
-                        "data", self.job.player_id, self.trainer.version - self.publisher.last_version,
-                        self.publisher.last_version)
+            log.warning("%s: training waits until %s: %d updates are not published (actors act with version %d), "
+                        "and training further ahead of them would learn from ever older data", self.job.player_id,
+                        "publishing works again" if self.publisher.failing else
+                        "the coordinator confirms the lease again (publishing waits for it)",
+                        self.trainer.version - self.publisher.last_version, self.publisher.last_version)
         if self._ended.wait(max(WAIT_TO_PUBLISH_MIN_S, self.publisher.retry_in())):
             return
         if self.lease.held:  # else the player may be another learner's by now: never two writers

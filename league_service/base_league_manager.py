@@ -364,6 +364,12 @@ class BaseLeagueManager(ABC):
             generations=self._generations_locked(players),
         )
 
+    def generations(self, player_ids: tuple[str, ...]) -> tuple[int, ...]:
+        """Each player's reset generation now (`_generations_locked`): a collect job's lease keeps those of the
+        weights it is played with."""
+        with self._lock:
+            return self._generations_locked(player_ids)
+
     def _generations_locked(self, player_ids: tuple[str, ...]) -> tuple[int, ...]:
         """Each player's reset generation: an active player's mutations so far; 0 for a historical one."""
         return tuple(p.mutations if isinstance(p := self._roster.get(pid), ActivePlayer) else 0 for pid in player_ids)

@@ -506,8 +506,9 @@ class Coordinator:
             elif report.status is not JobEndStatus.FAILED:
                 self._check_episode_count(report, lease)
                 self._check_episode_players(report, lease.players)
-                # (A lease restored after a restart has no spec: its results count as before generations.)
-                generations = lease.payload.generations if lease.payload is not None else ()
+                # The generations of the weights the job was leased to play (a job offered before a reset and
+                # leased after it plays the reset's: counted). A lease restored from a store that kept none: ().
+                generations = lease.generations if lease.generations is not None else ()
                 counted = self._league.finish_job(
                     JobResult(lease.launch_player, lease.players, report.episodes, generations))
                 league_changed = True
@@ -702,7 +703,9 @@ class Coordinator:
 
     def _lease_locked(self, info: WorkerInfo, now: float) -> Lease[JobSpec] | None:
         if info.role is WorkerRole.ACTOR:
-            lease = self._table.lease_collect(info.worker_id, now, self._cfg.env.episode_num)
+            # The generations when leased, before `_grant` reads the checkpoints: a reset in between throws the
+            # job's results away (played by the reset's weights, but stamped before it), never the other way.
+            lease = self._table.lease_collect(info.worker_id, now, self._cfg.env.episode_num, self._league.generations)
             regrant = False
         else:
             held = set(self._table.jobs_of(info.worker_id))
@@ -738,8 +741,10 @@ class Coordinator:
         self._counters = self._counters.plus(jobs_expired=len(stale))
         self._persist(ends=ends)
         for lease in stale:
-            if lease.payload is not None:
-                self._table.offer(lease.launch_player, lease.players, lease.payload, attempt=lease.attempt)
+            if lease.payload is not None:  # (within the player's backoff, if its jobs are held back: LEASES.md)
+                books = self._job_failures.get(lease.launch_player)
+                self._table.offer(lease.launch_player, lease.players, lease.payload, attempt=lease.attempt,
+                                  not_before=books.held_until if books is not None else 0.0)
             else:  # restored after a restart (its spec is not stored): the league matches anew
                 self._league.release_job(lease.launch_player)
         self._refill_locked()

@@ -90,6 +90,10 @@ class Lease(Generic[P]):
     # Collect jobs: the episodes the job was granted with (0: until its env steps), so that its finish is held to
     # them also after a restart; None for learn jobs and for one restored from a state that did not store it.
     episode_num: int | None = None
+    # Collect jobs: each player's reset generation when the job was leased, i.e. of the weights it is played with
+    # (results of a player reset since are not counted); None for learn jobs and for one restored from a state
+    # that did not store them.
+    generations: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -357,9 +361,13 @@ class LeaseTable(Generic[P]):
             del self._pending[job.job_id]
         return gone
 
-    def lease_collect(self, worker_id: str, now: float, episode_num: int | None = None) -> Lease[P] | None:
+    def lease_collect(
+        self, worker_id: str, now: float, episode_num: int | None = None,
+        generations_of: Callable[[tuple[str, ...]], tuple[int, ...]] | None = None,
+    ) -> Lease[P] | None:
         """Lease the oldest pending collect job whose player is ready and which is not held back, or None;
-        `episode_num`: the episodes it is granted with (kept on the lease)."""
+        `episode_num`: the episodes it is granted with; `generations_of`: the players' reset generations now (both
+        kept on the lease)."""
         self._require_role(worker_id, WorkerRole.ACTOR)
         self._touch(worker_id, now)
         for job in self._pending.values():
@@ -379,6 +387,7 @@ class LeaseTable(Generic[P]):
                         payload=job.payload,
                         attempt=job.attempt,
                         episode_num=episode_num,
+                        generations=generations_of(job.players) if generations_of is not None else None,
                     )
                 )
         return None

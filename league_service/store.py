@@ -55,8 +55,10 @@ from league_service.leases import JobEnd, JobEndStatus, JobKind, Lease, WorkerIn
 log = logging.getLogger(__name__)
 
 # 2: the league state in parts and the counters in `state_parts`; 3: a job in flight keeps the `episode_num` it
-# was granted with (NULL in the jobs of an upgraded store). Older stores are upgraded when opened.
-SCHEMA_VERSION = 3
+# was granted with (NULL in the jobs of an upgraded store); 4: and its players' reset generations when leased
+# (NULL likewise: a restart counted a job's results played by weights a reset had replaced, a review). Older
+# stores are upgraded when opened.
+SCHEMA_VERSION = 4
 CHECKPOINT_EVERY = 500
 WAL_MAX_BYTES = 64 * 1024 * 1024
 """How large the WAL may grow before a checkpoint holds writers back to start it over. A PASSIVE checkpoint
@@ -95,7 +97,8 @@ CREATE TABLE IF NOT EXISTS workers (
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY, kind TEXT NOT NULL, launch_player TEXT NOT NULL, players TEXT NOT NULL,
     worker_id TEXT NOT NULL, issued_at REAL NOT NULL, endpoint TEXT NOT NULL,
-    episode_num INTEGER) WITHOUT ROWID; -- last: where ALTER TABLE adds it to an older store (NULL: not stored)
+    episode_num INTEGER, generations TEXT) WITHOUT ROWID; -- last: where ALTER TABLE adds them to an older store
+    -- (NULL: not stored)
 -- A rowid table on purpose: rowid order is commit order, which `load` uses to keep the latest ends.
 CREATE TABLE IF NOT EXISTS ended_jobs (
     job_id TEXT PRIMARY KEY, status TEXT NOT NULL, episodes_counted INTEGER NOT NULL, ended_at REAL NOT NULL);
@@ -195,7 +198,7 @@ class StoreWriter:
             "INSERT OR REPLACE INTO jobs VALUES",
             [
                 (x.job_id, x.kind.value, x.launch_player, _dumps(list(x.players)), x.worker_id, x.issued_at, x.endpoint,
-                 x.episode_num)
+                 x.episode_num, None if x.generations is None else _dumps(list(x.generations)))
                 for x in leases
             ],
         )
@@ -503,7 +506,7 @@ class LeagueStore:
         self._conn.executescript(_SCHEMA)
         with self._sql_transaction():
             version = self._meta("schema_version")
-            if version is None or int(version) in (1, 2):
+            if version is None or int(version) in (1, 2, 3):
                 if version is None or int(version) == 1:
                     # Schema 1 kept the counters in meta (moved here); its whole-document league state is read as is.
                     self._conn.execute(
@@ -511,10 +514,13 @@ class LeagueStore:
                         (_COUNTERS, _COUNTERS),
                     )
                     self._conn.execute("DELETE FROM meta WHERE key = ?", (_COUNTERS,))
-                # Schemas 1 and 2 did not keep a job's episode_num: their jobs in flight keep NULL (not checked).
+                # Schemas 1 and 2 did not keep a job's episode_num, 1-3 its generations: their jobs in flight keep
+                # NULL (not checked; counted as before generations). Added in column order.
                 columns = {row[1] for row in self._conn.execute("PRAGMA table_info(jobs)")}
                 if "episode_num" not in columns:
                     self._conn.execute("ALTER TABLE jobs ADD COLUMN episode_num INTEGER")
+                if "generations" not in columns:
+                    self._conn.execute("ALTER TABLE jobs ADD COLUMN generations TEXT")
                 self._conn.execute(
                     "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
                 )
@@ -632,10 +638,10 @@ class LeagueStore:
                     deadline=float("nan"),
                     endpoint=endpoint,
                     episode_num=episode_num,
+                    generations=None if generations is None else tuple(json.loads(generations)),
                 )
-                for job_id, kind, launch, players, worker_id, issued_at, endpoint, episode_num in self._conn.execute(
-                    "SELECT * FROM jobs ORDER BY issued_at, job_id"
-                )
+                for (job_id, kind, launch, players, worker_id, issued_at, endpoint, episode_num,
+                     generations) in self._conn.execute("SELECT * FROM jobs ORDER BY issued_at, job_id")
             )
             rows = self._conn.execute(
                 "SELECT * FROM ended_jobs ORDER BY rowid DESC LIMIT ?", (recent_ends,)

@@ -346,3 +346,93 @@ def test_a_new_league_on_a_shared_root_holding_its_players_checkpoints_says_so(t
     with caplog.at_level(logging.WARNING, logger="league_service.coordinator"):
         _open_at(root, tmp_path / "a.sqlite").close()  # a league resumed on its state: nothing to say
     assert "already holds checkpoints" not in caplog.text
+
+
+EXPLOITER = "main_exploiter_default_0"
+RESET_AT_SNAPSHOT = {"league": {"main_exploiter": {"one_phase_step": 100, "strong_win_rate": None,
+                                                   "reset_after_steps": 100}}}
+"""The main exploiter snapshots at 100 steps and is reset there (its reset_after_steps passed, below 20%)."""
+
+
+def _reset_exploiter(coordinator: Coordinator, tmp_path) -> None:
+    (tmp_path / "ckpt").mkdir(exist_ok=True)
+    (tmp_path / "ckpt" / "ex.pt").write_bytes(b"weights")
+    coordinator.update_player(PlayerUpdateRequest("l", PlayerUpdate(EXPLOITER, 1, 100, "ckpt/ex.pt", 1, 0)))
+    deadline = time.monotonic() + 10
+    while coordinator._league.get_player(EXPLOITER).mutations == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert coordinator._league.get_player(EXPLOITER).mutations == 1
+
+
+def _finish_with_losses(coordinator: Coordinator, grant: JobGrant):
+    home, away = (p.player_id for p in grant.players)
+    episode = EpisodeOutcome((PlayerOutcome(home, Outcome.LOSS), PlayerOutcome(away, Outcome.WIN)), 5)
+    return coordinator.finish_job(FinishReport("a", grant.job_id, JobEndStatus.COMPLETED, (episode,) * 4, 20, 0, ""))
+
+
+def test_a_job_leased_before_a_reset_is_not_counted_after_a_restart_either(tmp_path):
+    """The jobs table kept no reset generations: after a restart a job leased before its player's reset counted
+    as if no reset had happened, the replaced weights' losses becoming the reset player's record (a review)."""
+    state = tmp_path / "state.sqlite"
+    first = _open(tmp_path, state, RESET_AT_SNAPSHOT)
+    try:
+        first.register_worker("a", WorkerRole.ACTOR, "host", "")
+        first.register_worker("l", WorkerRole.LEARNER, "host", "127.0.0.1:1")
+        grants = [first.get_job("a", WorkerRole.ACTOR, "", wait_s=0.0) for _ in range(4)]
+        stale = next(g for g in grants if g.launch_player == EXPLOITER)
+        _reset_exploiter(first, tmp_path)
+    finally:
+        first.close()
+    second = _open(tmp_path, state, RESET_AT_SNAPSHOT)
+    try:
+        assert _finish_with_losses(second, stale).episodes_counted == 0
+    finally:
+        second.close()
+
+
+def test_a_job_offered_before_a_reset_and_leased_after_it_is_counted(tmp_path):
+    """Generations were stamped when a job was offered, the checkpoints read when it was leased: a job waiting
+    for an actor at its player's reset was played wholly by the reset's weights, and its results thrown away
+    (a review). A job counts with the generations of the weights it is leased to play."""
+    first = _open(tmp_path, tmp_path / "state.sqlite", RESET_AT_SNAPSHOT)
+    try:
+        first.register_worker("a", WorkerRole.ACTOR, "host", "")
+        first.register_worker("l", WorkerRole.LEARNER, "host", "127.0.0.1:1")
+        _reset_exploiter(first, tmp_path)  # its jobs were offered (launched) before, none leased yet
+        grants = [first.get_job("a", WorkerRole.ACTOR, "", wait_s=0.0) for _ in range(4)]
+        played = next(g for g in grants if g.launch_player == EXPLOITER)
+        assert played.players[0].checkpoint_version >= 1  # the reset's weights
+        assert _finish_with_losses(first, played).episodes_counted == 4
+    finally:
+        first.close()
+
+
+def test_a_job_redirected_to_a_moved_learner_waits_out_its_players_backoff(tmp_path):
+    """A player whose jobs keep failing is held back (LEASES.md); a collect job revoked because its learner moved
+    to another port was offered again at once, and leased while the player was held (a review)."""
+    overrides = {"league": {"active_players": {"main_player": 1}},
+                 "coordinator": {"max_job_attempts": 1, "job_retry_backoff_s": 5.0}}
+    clock = ManualClock()
+    coordinator = Coordinator(
+        small_league_config(overrides),
+        CoordinatorSettings(shared_root=tmp_path, state_path=tmp_path / "state.sqlite", lease_timeout_s=60.0,
+                            needs_learner=True, rng_seed=0),
+        clock=clock, expiry_thread=False,
+    )
+    coordinator.start()
+    try:
+        coordinator.register_worker("l", WorkerRole.LEARNER, "host", "127.0.0.1:1")
+        assert isinstance(coordinator.get_job("l", WorkerRole.LEARNER, "127.0.0.1:1", wait_s=0.0), JobGrant)
+        coordinator.register_worker("a", WorkerRole.ACTOR, "host", "")
+        failing, playing = (coordinator.get_job("a", WorkerRole.ACTOR, "", wait_s=0.0) for _ in range(2))
+        coordinator.finish_job(FinishReport("a", failing.job_id, JobEndStatus.FAILED, (), 0, 0, "boom"))
+        assert isinstance(coordinator.get_job("a", WorkerRole.ACTOR, "", wait_s=0.0), NoJob)  # held back 5 s
+        coordinator.register_worker("l", WorkerRole.LEARNER, "host", "127.0.0.1:2")  # restarted on another port
+        assert isinstance(coordinator.get_job("l", WorkerRole.LEARNER, "127.0.0.1:2", wait_s=0.0), JobGrant)
+        assert isinstance(coordinator.get_job("a", WorkerRole.ACTOR, "", wait_s=0.0), NoJob)  # still held
+        clock.now += 5.0
+        again = coordinator.get_job("a", WorkerRole.ACTOR, "", wait_s=0.0)
+        assert isinstance(again, JobGrant) and again.learner_endpoint == "127.0.0.1:2"
+        assert playing.job_id != again.job_id
+    finally:
+        coordinator.close()

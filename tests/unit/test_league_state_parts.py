@@ -134,7 +134,7 @@ def test_a_schema_1_store_is_read_as_is_and_replaced_by_parts(tmp_path):
         store.close()
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("4",)
         assert conn.execute("SELECT COUNT(*) FROM meta WHERE key = 'league_state'").fetchone() == (0,)
     finally:
         conn.close()

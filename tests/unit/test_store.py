@@ -216,8 +216,9 @@ def test_a_state_path_that_is_a_directory_is_refused_saying_so(tmp_path):
 
 
 def test_a_job_in_flight_keeps_its_episode_num_and_an_older_stores_jobs_load_without_one(tmp_path):
-    """The coordinator holds a collect job's finish to the episodes it was granted with, also after a restart;
-    a schema-2 store did not keep them: its jobs in flight load with None (only the wire bound holds for them)."""
+    """The coordinator holds a collect job's finish to the episodes it was granted with, and counts its results
+    only if no player was reset since it was leased (its generations), also after a restart; a schema-2 store
+    kept neither: its jobs in flight load with None (only the wire bound holds for them; counted as before)."""
     path = tmp_path / "state.sqlite"
     conn = sqlite3.connect(path)  # what a schema-2 coordinator left, with one job in flight
     conn.executescript("""
@@ -232,18 +233,19 @@ def test_a_job_in_flight_keeps_its_episode_num_and_an_older_stores_jobs_load_wit
     store = LeagueStore(path)
     try:
         with store.transaction() as tx:
-            tx.put_lease(replace(lease("new"), episode_num=4))
-        assert {x.job_id: x.episode_num for x in store.load().leases} == {"old": None, "new": 4}
+            tx.put_lease(replace(lease("new"), episode_num=4, generations=(2, 0)))
+        kept = {x.job_id: (x.episode_num, x.generations) for x in store.load().leases}
+        assert kept == {"old": (None, None), "new": (4, (2, 0))}
     finally:
         store.close()
     again = LeagueStore(path)
     try:
-        assert {x.job_id: x.episode_num for x in again.load().leases} == {"old": None, "new": 4}
+        assert {x.job_id: (x.episode_num, x.generations) for x in again.load().leases} == kept
     finally:
         again.close()
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("4",)
     finally:
         conn.close()
 

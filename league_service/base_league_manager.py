@@ -375,8 +375,8 @@ class BaseLeagueManager(ABC):
         return tuple(p.mutations if isinstance(p := self._roster.get(pid), ActivePlayer) else 0 for pid in player_ids)
 
     def _played_by_replaced_weights(self, result: JobResult) -> bool:
-        """A job made before one of its players was reset (mutated) was played, in part at least, by the weights
-        the reset replaced: its results are no record of the reset player's new weights, whose win rates
+        """A job leased before one of its players was reset (mutated) was played, in part at least, by the weights
+        the reset replaced (`result.generations`: the coordinator's lease keeps them from when it was leased): its results are no record of the reset player's new weights, whose win rates
         start afresh (`Payoff.forget_results_of`). Counted, a stuck main exploiter's last job's losses were
         its fresh record at once, and it was reset again at the next snapshot. Under the lock."""
         if not result.generations:
@@ -385,7 +385,7 @@ class BaseLeagueManager(ABC):
         if result.generations == now:
             return False
         reset = [pid for pid, then, current in zip(result.players, result.generations, now, strict=True) if then != current]
-        log.info("a job of %s made before a reset of %s finished: its %d result(s) are not counted (played by the "
+        log.info("a job of %s leased before a reset of %s finished: its %d result(s) are not counted (played by the "
                  "weights the reset replaced)", result.launch_player, ", ".join(reset), len(result.episodes))
         return True
 

@@ -132,7 +132,9 @@ class JobResult:
     launch_player: str
     players: tuple[str, ...]
     episodes: tuple[EpisodeOutcome, ...] = ()
-    # The job's `JobSpec.generations`: results of a player reset since the job was made are not counted.
+    # The players' reset generations when the job was leased (the coordinator's lease keeps them; `JobSpec.
+    # generations`, from when it was made, in the league core alone): results of a player reset since are not
+    # counted.
     generations: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:

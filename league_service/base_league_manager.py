@@ -361,7 +361,6 @@ class BaseLeagueManager(ABC):
             forward_kwargs=job.forward_kwargs,
             adder_kwargs=job.adder_kwargs,
             extra=job.extra,
-            generations=self._generations_locked(players),
         )
 
     def generations(self, player_ids: tuple[str, ...]) -> tuple[int, ...]:

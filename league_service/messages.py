@@ -70,16 +70,12 @@ class JobSpec:
     adder_kwargs: dict[str, Any] = field(default_factory=dict)
     # The rest of the player's job template.
     extra: dict[str, Any] = field(default_factory=dict)
-    # Each player's reset generation when the job was made (an active player's mutations so far, 0 for a
-    # historical one): results of weights a reset has since replaced are not counted (`JobResult`). () unknown.
-    generations: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         _require_player_ids(self.players, "players")
         _require(self.players[0] == self.launch_player, "players", "players[0] must be the launch player")
         for name in ("env_kwargs", "forward_kwargs", "adder_kwargs", "extra"):
             _require_mapping(getattr(self, name), name)
-        _require_generations(self.generations, self.players)
 
 
 def _require_generations(generations: tuple[int, ...], players: tuple[str, ...]) -> None:
@@ -132,9 +128,9 @@ class JobResult:
     launch_player: str
     players: tuple[str, ...]
     episodes: tuple[EpisodeOutcome, ...] = ()
-    # The players' reset generations when the job was leased (the coordinator's lease keeps them; `JobSpec.
-    # generations`, from when it was made, in the league core alone): results of a player reset since are not
-    # counted.
+    # Each player's reset generation when the job was leased (`BaseLeagueManager.generations`: an active player's
+    # mutations so far, 0 for a historical one; the coordinator's lease keeps them): results of weights a reset has
+    # since replaced are not counted. () unknown.
     generations: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:

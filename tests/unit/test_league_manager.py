@@ -547,7 +547,7 @@ def test_a_reset_player_is_rated_afresh(make_league):
     league = make_league(cfg, save=lambda s, d: None)
     spec = next(s for s in league.launch_ready_jobs() if s.launch_player == EXPLOITER)
     loss = battle_result((EXPLOITER, MAIN), [Outcome.LOSS] * 20)
-    league.finish_job(JobResult(loss.launch_player, loss.players, loss.episodes, spec.generations))
+    league.finish_job(JobResult(loss.launch_player, loss.players, loss.episodes, league.generations(spec.players)))
     rated = league.status().players
     before = next(p for p in rated if p.player_id == EXPLOITER)
     assert before.elo < cfg.league.elo.initial and before.trueskill_sigma < cfg.league.trueskill.sigma
@@ -566,19 +566,21 @@ def test_results_of_a_job_made_before_a_reset_are_not_the_reset_players_record(m
     cfg = _cfg(main_exploiter={"one_phase_step": 100, "strong_win_rate": None, "reset_after_steps": 100})
     league = make_league(cfg, save=lambda s, d: None)
     before = next(s for s in league.launch_ready_jobs() if s.launch_player == EXPLOITER)
-    assert before.generations == (0, 0)
+    leased_before = league.generations(before.players)  # as the coordinator's lease takes them
+    assert leased_before == (0, 0)
     _update(league, EXPLOITER, 100, "ex/v1.pt", 1)
     league.snapshot_ready_players()
     assert league.get_player(EXPLOITER).mutations == 1
     stale = battle_result((EXPLOITER, MAIN), [Outcome.LOSS] * 32)
-    assert league.finish_job(JobResult(stale.launch_player, stale.players, stale.episodes, before.generations)) == 0
+    assert league.finish_job(JobResult(stale.launch_player, stale.players, stale.episodes, leased_before)) == 0
     default = cfg.league.payoff.default_win_rate
     assert league.payoff.win_rate(EXPLOITER, MAIN) == default
     assert league.status().counters.matches == 0
     after = next(s for s in league.launch_ready_jobs() if s.launch_player == EXPLOITER)
-    assert after.generations == (1, 0)
+    leased_after = league.generations(after.players)
+    assert leased_after == (1, 0)
     fresh = battle_result((EXPLOITER, MAIN), [Outcome.LOSS] * 10)
-    assert league.finish_job(JobResult(fresh.launch_player, fresh.players, fresh.episodes, after.generations)) == 10
+    assert league.finish_job(JobResult(fresh.launch_player, fresh.players, fresh.episodes, leased_after)) == 10
     assert league.payoff.win_rate(EXPLOITER, MAIN) == 0.0
     with pytest.raises(ValueError, match="generations: must be"):
         JobResult(MAIN, (MAIN, EXPLOITER), (), (0,))

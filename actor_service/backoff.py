@@ -7,13 +7,6 @@ from dataclasses import dataclass
 
 import grpc
 
-# Failures that mean "the peer is away or overloaded for now": wait and try again. CANCELLED too: a coordinator
-# that is stopping answers it to calls it had received but not started (an actor took it for a refusal, and
-# exited 2 at a routine restart).
-TRANSIENT_CODES: frozenset[grpc.StatusCode] = frozenset(
-    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
-)
-
 
 @dataclass(frozen=True)
 class BackoffSettings:

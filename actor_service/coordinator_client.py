@@ -16,10 +16,17 @@ from pathlib import Path
 
 import grpc
 
-from actor_service.backoff import TRANSIENT_CODES, Backoff, BackoffSettings, status_code
+from actor_service.backoff import Backoff, BackoffSettings, status_code
 from actor_service.stop import StopSignal
 from common.proto.league.v1 import league_pb2, league_pb2_grpc
-from common.rpc import SERVER_FAULT_CODES, RetryPolicy, call_idempotent, check_registration, make_channel
+from common.rpc import (
+    SERVER_FAULT_CODES,
+    TRANSIENT_CODES,
+    RetryPolicy,
+    call_idempotent,
+    check_registration,
+    make_channel,
+)
 
 log = logging.getLogger(__name__)
 

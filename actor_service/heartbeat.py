@@ -25,12 +25,10 @@ import grpc
 from actor_service.backoff import status_code
 from actor_service.coordinator_client import CoordinatorClient
 from common.busy_clock import StallGate, StallWatch
-from common.rpc import SERVER_FAULT_CODES, job_heartbeat_interval
+from common.rpc import SERVER_FAULT_CODES, TRANSIENT_CODES, job_heartbeat_interval
 
 log = logging.getLogger(__name__)
 
-# Heartbeat failures that mean "try again at the next interval".
-_RETRY_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED})
 
 
 class JobHeartbeat:
@@ -101,7 +99,7 @@ class JobHeartbeat:
                 reply = self._client.heartbeat([self._job_id])
             except grpc.RpcError as err:
                 code = status_code(err)
-                if code in _RETRY_CODES:
+                if code in TRANSIENT_CODES:  # try again at the next interval
                     log.warning("heartbeat of job %s failed (%s); trying again in %.2f s", self._job_id,
                                 code.name, self._interval_s)
                     continue

@@ -586,6 +586,13 @@ def make_channel(
     return grpc.intercept_channel(channel, _ClientDefaultsInterceptor(default_deadline_s, token))
 
 
+TRANSIENT_CODES: frozenset[grpc.StatusCode] = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+)
+"""Failures that mean "the coordinator is away or overloaded for now": a worker waits and tries again. CANCELLED
+too: a coordinator that is stopping answers it to calls it had received but not started (an actor took it for a
+refusal, and exited 2 at a routine restart). Actors and learners each defined this set (three times)."""
+
 SERVER_FAULT_CODES: frozenset[grpc.StatusCode] = frozenset({grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN})
 """The server failed the call itself (an exception in a handler, a reply it could not encode), where a refusal of
 the request has a code of its own. A worker asking for work (RegisterWorker, GetJob) logs it as an error and asks

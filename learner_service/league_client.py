@@ -28,6 +28,7 @@ from common.job_limits import STATUS_MAX_BYTES
 from common.proto.league.v1 import league_pb2, league_pb2_grpc
 from common.rpc import (
     SERVER_FAULT_CODES,
+    TRANSIENT_CODES,
     RetryPolicy,
     call_idempotent,
     check_registration,
@@ -39,10 +40,8 @@ from learner_service.trainer import Progress
 
 log = logging.getLogger(__name__)
 
-# CANCELLED: what a call in flight gets from a coordinator that shuts down.
-RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED})
 # UpdatePlayer / FinishJob: a few quick retries; if the coordinator stays away the next report catches up.
-REPORT_RETRY = RetryPolicy(attempts=4, initial_backoff_s=0.2, max_backoff_s=2.0, retry_codes=RETRYABLE)
+REPORT_RETRY = RetryPolicy(attempts=4, initial_backoff_s=0.2, max_backoff_s=2.0, retry_codes=TRANSIENT_CODES)
 BINDING_REFUSED = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.ALREADY_EXISTS)
 """The coordinator says the player is not ours (any more): the lease went, or another process has our worker id."""
 LAST_WORD_TIMEOUT_S = 3.0
@@ -260,7 +259,7 @@ class LeagueClient:
         try:
             reply = call_idempotent(method, request, stop=stop if patient else None, **_attempts(patient))
         except grpc.RpcError as err:
-            if err.code() in RETRYABLE:
+            if err.code() in TRANSIENT_CODES:
                 if patient and stop is not None and stop.is_set():
                     log.warning("UpdatePlayer %s v%d: cut short by the end of its session (%s)",
                                 player_id, checkpoint_version, err.code().name)
@@ -333,14 +332,14 @@ class LeagueClient:
                 raise Interrupted()
 
     def _back_off_or_raise(self, backoff: Backoff, what: str, err: grpc.RpcError) -> None:
-        """After a failed call that asks for work: back off if the coordinator is away (`RETRYABLE`) or failed
+        """After a failed call that asks for work: back off if the coordinator is away (`TRANSIENT_CODES`) or failed
         the call itself (`SERVER_FAULT_CODES`, logged as an error); raise `err` for a refusal."""
         if err.code() in SERVER_FAULT_CODES:
             delay = backoff.next_delay()
             log.error("%s at %s failed in the coordinator (%s: %s); asking again in %.1fs", what, self.address,
                       err.code().name, err.details(), delay)
             self._wait(delay)
-        elif err.code() in RETRYABLE:
+        elif err.code() in TRANSIENT_CODES:
             self._back_off(backoff, f"{what}: {err.code().name}")
         else:
             raise err

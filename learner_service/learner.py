@@ -30,6 +30,7 @@ from common.policy_config import PolicyConfig, player_seed
 from common.proto.league.v1 import league_pb2
 from common.rpc import (
     SERVER_FAULT_CODES,
+    TRANSIENT_CODES,
     ServerOptions,
     ServerTls,
     ServingServer,
@@ -43,7 +44,6 @@ from common.timed_store import TimedCheckpointStore
 from learner_service.config import MAX_CHUNK_BYTES, LearnerSettings
 from learner_service.league_client import (
     LAST_WORD_TIMEOUT_S,
-    RETRYABLE,
     BindingLost,
     Interrupted,
     LeagueClient,
@@ -219,7 +219,7 @@ class Learner:
                 log.error("%s: the coordinator failed a call while binding (%s: %s); asking again", job.player_id,
                           err.code().name, err.details())
                 return
-            if err.code() not in RETRYABLE:
+            if err.code() not in TRANSIENT_CODES:
                 raise
             log.warning("%s: coordinator unreachable while binding (%s); asking again", job.player_id,
                         err.code().name)

@@ -28,11 +28,11 @@ from common.busy_clock import StallGate, StallWatch
 from common.checkpoint_store import CheckpointError, CheckpointRef
 from common.learner_config import LearnerConfig
 from common.proto.league.v1 import league_pb2
-from common.rpc import SERVER_FAULT_CODES, job_heartbeat_interval
+from common.rpc import SERVER_FAULT_CODES, TRANSIENT_CODES, job_heartbeat_interval
 from learner_service.chunks import PreparedChunk
 from learner_service.heap_trim import HeapTrimmer
 from learner_service.intake import ChunkQueue
-from learner_service.league_client import RETRYABLE, BindingLost, LeagueClient, LearnJob, Registration
+from learner_service.league_client import BindingLost, LeagueClient, LearnJob, Registration
 from learner_service.publisher import CheckpointPublisher
 from learner_service.servicer import DataPlane, Intake
 from learner_service.telemetry import Telemetry
@@ -192,7 +192,7 @@ class LeaseKeeper:
             except grpc.RpcError as err:
                 if self._closed.is_set():
                     return
-                if err.code() in RETRYABLE:
+                if err.code() in TRANSIENT_CODES:
                     log.info("heartbeat: %s (coordinator away?)", err.code().name)
                     continue
                 if err.code() in SERVER_FAULT_CODES:  # the coordinator failed the call: no word on the lease

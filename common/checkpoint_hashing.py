@@ -145,8 +145,9 @@ class _HashingWriter(io.RawIOBase):
     """The write end torch.save streams into: a new temp file, hashed as it is written, fsynced by `finish`.
 
     Records from inside the payload's tensors are written straight from the tensor and hashed in place (on the
-    helper thread when the tensors hold `BACKGROUND_HASH_BYTES` or more); torch's small headers are gathered into one buffer first (fewer syscalls; torch reuses its
-    own buffers once ``write`` returns, so those bytes are hashed from the gathered copy).
+    helper thread when the tensors hold `BACKGROUND_HASH_BYTES` or more); torch's small headers are gathered into
+    one buffer first (fewer syscalls; torch reuses its own buffers once ``write`` returns, so those bytes are
+    hashed from the gathered copy).
     """
 
     def __init__(self, path: Path, stable: list[tuple[int, int]]) -> None:

@@ -266,8 +266,15 @@ class LeagueServicer(league_pb2_grpc.LeagueServiceServicer):
             reason = f"the coordinator cannot encode this job: {type(err).__name__}: {err}"
             assert not isinstance(found, NoJob)  # a NoJob always encodes
             log.error("job %s for %s: %s", found.job_id, worker_id, reason)
-            self._c.finish_job(FinishReport(worker_id=worker_id, job_id=found.job_id, status=JobEndStatus.FAILED,
-                                            episodes=(), env_steps=0, agent_steps=0, error=reason))
+            try:
+                self._c.finish_job(FinishReport(worker_id=worker_id, job_id=found.job_id, status=JobEndStatus.FAILED,
+                                                episodes=(), env_steps=0, agent_steps=0, error=reason))
+            except RequestError as refusal:
+                # The lease ended while the grant was being committed (it expired in a disk stall, or the
+                # worker's leaving heartbeat released it): its end is counted already; the worker still hears
+                # why it got no job, not an UNKNOWN from the refusal escaping the handler.
+                log.warning("job %s for %s could not be failed (%s): its lease had ended", found.job_id, worker_id,
+                            refusal)
             await context.abort(grpc.StatusCode.INTERNAL, reason)
             raise
 

@@ -277,6 +277,29 @@ def test_a_job_the_server_cannot_encode_fails_at_once_with_the_reason(tmp_path):
             stub.Heartbeat(pb.HeartbeatRequest(worker_id="actor"))
 
 
+def test_a_job_that_cannot_be_encoded_after_its_lease_ended_is_still_answered_internal(tmp_path, monkeypatch):
+    """The lease of a job the server cannot encode ended while the grant was committed (here the worker's
+    leaving heartbeat released it): failing the job is refused (the worker left), and that refusal escaped the
+    handler as UNKNOWN instead of the INTERNAL that says why (a review of session 41's left-open list)."""
+    import league_service.server as server_module
+
+    with running_coordinator(small_league_config(), tmp_path, lease_timeout_s=60.0, needs_learner=False) as server:
+        def released_then_unencodable(found):
+            server.coordinator.heartbeat("actor", (), leaving=True)
+            raise ValueError("a value protobuf cannot hold")
+
+        monkeypatch.setattr(server_module.wire, "get_job_reply", released_then_unencodable)
+        channel, stub = league_stub(server.address)
+        with channel:
+            stub.RegisterWorker(pb.RegisterWorkerRequest(worker_id="actor", role=ACTOR))
+            code, details = refused(stub.GetJob, pb.GetJobRequest(worker_id="actor", role=ACTOR, wait_s=5))
+            assert code == grpc.StatusCode.INTERNAL and "cannot encode this job" in details, (code, details)
+            monkeypatch.undo()
+            assert server.coordinator.failure is None
+            status = stub.GetStatus(pb.GetStatusRequest())
+            assert not status.jobs  # released by the leaving heartbeat, not leased to anyone
+
+
 def test_a_refusal_that_echoes_a_long_request_is_cut_not_resource_exhausted(served):
     """A checkpoint path of 4,000 non-ASCII characters, echoed in the refusal, made a status detail over gRPC's
     16 KiB metadata limit: the client saw RESOURCE_EXHAUSTED (which it retries), not INVALID_ARGUMENT (a

@@ -693,6 +693,28 @@ def test_an_entry_retention_cannot_remove_stops_nothing_else(tmp_path, caplog):
     assert "cannot remove .junk.retired" in caplog.text
 
 
+def test_a_retired_files_deletion_that_fails_fails_no_publish(tmp_path, caplog, monkeypatch):
+    """Deleting retired files runs in the background after a publish; its failure (an EIO syncing the directory,
+    say) was raised by the next publish (by whatever publish came next, however much later), which then failed
+    for a fault not its own: the learner said its checkpoint was not published. Now it is logged."""
+    import common.checkpoint_store as checkpoint_store
+
+    def failing(directory, retired):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(checkpoint_store, "_delete_retired", failing)
+    store = CheckpointStore(tmp_path, keep_last=1)
+    for version in range(1, 5):
+        store.publish("p", weights(float(version)), version)
+    store.wait_for_retention()
+    assert [r.version for r in store.versions("p")] == [4]
+    assert "retired checkpoint file(s)" in caplog.text and "Input/output error" in caplog.text
+    monkeypatch.undo()
+    store.publish("p", weights(5.0), 5)
+    store.wait_for_retention()
+    assert not [n for n in os.listdir(tmp_path / "p") if n.endswith(".retired")]  # swept by a later publish
+
+
 def test_weights_a_crash_left_without_a_manifest_are_not_counted_as_versions(tmp_path):
     """kill -9 between a version's rename and its manifest leaves weights no reader sees. Retention counted them:
     a restarted learner publishing below them (a reset goes back to the job's version) had each new version

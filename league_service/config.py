@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.resources
 import logging
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -434,6 +435,16 @@ class LeagueConfig:
             except UnsafePathError:
                 raise ConfigError(f"player_category[{i}]", f"{category!r}: only letters, digits, '_', '.' and "
                                   "'-' (it is part of player ids, which name checkpoint directories)") from None
+        categories = set(self.player_category)
+        for i, category in enumerate(self.player_category):
+            numbered = re.fullmatch(r"(.+)_[0-9]+", category)
+            if numbered and numbered.group(1) in categories:
+                # main_player_<other>_0 snapshotted at step 1 is main_player_<other>_0_1, the id of
+                # main_player_<category>_1: the snapshot round failed on the taken id and closed the league.
+                other = numbered.group(1)
+                raise ConfigError(f"player_category[{i}]", f"{category!r} is category {other!r} followed by '_' "
+                                  f"and a number: its players' ids would be those of {other!r}'s snapshots "
+                                  f"(<type>_{other}_<index>_<agent steps>); rename it")
 
     def job_limit(self, player_type: str) -> int:
         """Launch slots of each player of `player_type`: its `max_job`, else max_active_player_job."""

@@ -278,6 +278,20 @@ def test_a_category_is_checked_inside_the_ids_it_is_part_of(category):
     assert list(cfg.league.player_category) == [category]
 
 
+@pytest.mark.parametrize("categories", [["a", "a_0"], ["a_12", "x", "a"]])
+def test_a_category_whose_ids_are_another_categorys_snapshots_is_refused(categories):
+    """`a` and `a_0`: main_player_a_0 snapshotted at step 1 is main_player_a_0_1, the id of `a_0`'s second main
+    player; the snapshot round failed on the taken id and the league closed (a review of the league core)."""
+    clash = next(i for i, c in enumerate(categories) if "_" in c)
+    _refused({"league": {"player_category": categories, "pretrain_checkpoint_path": {}}},
+             f"league.player_category[{clash}]", "followed by '_' and a number")
+
+
+def test_categories_that_only_look_numbered_are_fine():
+    cfg = config_from_dict({"league": {"player_category": ["a_0", "b", "b_x", "a0"], "pretrain_checkpoint_path": {}}})
+    assert len(cfg.league.player_category) == 4
+
+
 def test_the_longest_category_still_makes_safe_player_ids():
     from common.paths import check_component
 

@@ -12,7 +12,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPTS = ["bench_checkpoint", "bench_computation", "bench_coordinator", "bench_env_manager", "bench_league",
-           "bench_load", "bench_pendulum", "bench_system", "connect_four_tactics", "run_all", "sb3_reference"]
+           "bench_league_scale", "bench_load", "bench_pendulum", "bench_system", "connect_four_tactics", "run_all",
+           "sb3_reference"]
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

@@ -287,3 +287,18 @@ def test_create_payoff_by_league_type():
     assert isinstance(create_payoff("solo", PayoffConfig()), SoloSharedPayoff)
     with pytest.raises(ValueError, match="league_type"):
         create_payoff("team", PayoffConfig())
+
+
+def test_win_rates_of_many_opponents_are_each_win_rate():
+    """`win_rates` (one lock, no record copied: PFSP over thousands of historical players) is `win_rate` per
+    opponent, from either side of a record, unplayed pairs and self-play included."""
+    payoff = _battle_payoff(ids=("a", "b", "c", "d"), min_win_rate_games=2.0, default_win_rate=0.4)
+    payoff.update(battle_result(("b", "a"), [W, W, D, L]))  # recorded from a's side (a <= b)
+    payoff.update(battle_result(("b", "c"), [L, D, D]))
+    payoff.update(battle_result(("d", "b"), [W]))  # too few games: the default
+    for home in "abcd":
+        aways = list("abcd")
+        expected = [payoff.win_rate(home, away) for away in aways]
+        assert payoff.win_rates(home, aways).tolist() == expected
+    assert payoff.win_rates("b", ["a", "c", "b", "d"]).tolist() == [0.625, 1 / 3, 0.5, 0.4]
+    assert payoff.win_rates("a", []).tolist() == []

@@ -99,6 +99,8 @@ class _StreamSeqs:
     """Every seq below this was seen."""
     above: set[int] | None = None
     """Seen seqs >= below (out of order)."""
+    holes: set[int] | None = None
+    """Seqs below `below` released after all (their chunks not accepted): not seen, a resend is new."""
 
 
 MAX_OUT_OF_ORDER = 4096
@@ -135,6 +137,9 @@ class SeqDeduper:
                 while len(self._streams) > self.max_streams:
                     self._streams.popitem(last=False)
             self._streams.move_to_end(key)
+            if stream.holes and seq in stream.holes:
+                stream.holes.discard(seq)  # a resend of a chunk released below the prefix
+                return True
             if seq < stream.below or (stream.above is not None and seq in stream.above):
                 return False
             if seq == stream.below:
@@ -163,11 +168,17 @@ class SeqDeduper:
                 return
             if stream.above is not None and seq in stream.above:
                 stream.above.discard(seq)
-            elif seq == stream.below - 1:
-                stream.below -= 1
-            elif seq < stream.below:
-                # Inside the contiguous prefix: split it, keeping the seqs above as out-of-order ones.
-                stream.above = (stream.above or set()) | set(range(seq + 1, stream.below))
-                stream.below = seq
-            if stream.below == 0 and not stream.above:  # nothing of it accepted: a refused stream leaves nothing
-                del self._streams[(worker_id, job_id)]
+            elif seq < stream.below and not (stream.holes and seq in stream.holes):
+                # Inside the contiguous prefix: a hole in it. (Splitting the prefix, keeping the seqs above as
+                # out-of-order ones, enumerated them under the lock: after a gap given up on, a seq reserved
+                # before it and released made a set of every seq up to the gap's end, ~10^12 for a client that
+                # wanted it; a review.)
+                stream.holes = stream.holes or set()
+                stream.holes.add(seq)
+                if len(stream.holes) > MAX_OUT_OF_ORDER:  # (released chunks never sent again: forgotten, seen)
+                    stream.holes.discard(min(stream.holes))
+                while stream.holes and stream.below - 1 in stream.holes:
+                    stream.holes.discard(stream.below - 1)
+                    stream.below -= 1
+            if stream.below == 0 and not stream.above and not stream.holes:  # nothing of it accepted: a refused
+                del self._streams[(worker_id, job_id)]  # stream leaves nothing

@@ -101,6 +101,26 @@ def test_deduper_counts_each_seq_once_in_any_order():
     assert dedup.reserve("w", "j", 1) and not dedup.reserve("w", "j", 2)
 
 
+def test_a_release_below_a_gap_given_up_on_enumerates_nothing():
+    """A seq reserved, then a gap of 10^12 given up on (4,097 seqs past it), then the first seq released (its
+    chunk failed): the release split the prefix into a set of every seq up to the gap's end, under the
+    data plane's lock, until the learner ran out of memory (a hostile-input review). It is a hole now."""
+    dedup = SeqDeduper()
+    gap = 10**12
+    assert dedup.reserve("w", "j", 0)
+    for seq in range(gap + 1, gap + 4097):
+        assert dedup.reserve("w", "j", seq)
+    assert dedup.reserve("w", "j", gap)  # 4,097 held past the gap: seqs 1..gap-1 are given up on
+    dedup.release("w", "j", 0)
+    assert dedup.reserve("w", "j", 0)  # the released chunk's resend is new
+    assert not dedup.reserve("w", "j", 0) and not dedup.reserve("w", "j", 7) and not dedup.reserve("w", "j", gap + 5)
+    dedup.release("w", "j", gap + 4096)  # the prefix's last: the prefix shrinks
+    dedup.release("w", "j", gap + 4095)
+    dedup.release("w", "j", 3)
+    assert dedup.reserve("w", "j", gap + 4095) and dedup.reserve("w", "j", gap + 4096) and dedup.reserve("w", "j", 3)
+    assert not dedup.reserve("w", "j", gap + 4096)
+
+
 def test_a_stream_with_nothing_accepted_is_not_remembered():
     """Refused chunks (released seqs) used to leave their (worker id, job id) behind, up to 4,096 of them."""
     dedup = SeqDeduper()

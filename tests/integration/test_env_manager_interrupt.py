@@ -85,6 +85,46 @@ def test_subprocess_step_that_hangs_is_cut_short(tmp_path):
     assert alive(pids) == []
 
 
+def test_a_ctrl_c_while_close_waits_for_the_workers_still_reaps_them_and_frees_shared_memory(tmp_path):
+    """A SIGINT landing while `close` waits for a hung worker to exit: close was marked done before its wait, so
+    the interrupt left the worker running, the blocks in /dev/shm, and a second close (or the exit hook)
+    did nothing: the interpreter then hung at exit on the worker, which ignores SIGTERM (a review)."""
+    import os
+    import signal
+
+    from actor_service.envs import SubprocessEnvManager, SubprocessEnvManagerConfig
+    from actor_service.envs.env_manager import subprocess as subprocess_manager
+
+    def own_blocks() -> set[str]:  # (lg<namespace>_<creator pid>_<id>: other test processes make theirs)
+        return {name for name in os.listdir("/dev/shm") if f"_{os.getpid()}_" in name}
+
+    shm_before = own_blocks()
+    marker = tmp_path / "hung"
+    env = partial(FlakyEnv, inner="python:tests.env_doubles:CountingEnv", hang_every=3, hang_marker=str(marker))
+    manager = SubprocessEnvManager([env] * 2, SubprocessEnvManagerConfig(num_workers=1, wait_num=2,
+                                                                         close_timeout=30.0, **NO_TIMEOUTS))
+    try:
+        manager.launch()
+        pids = manager.worker_pids
+        assert own_blocks() - shm_before  # the observation blocks
+        interrupter, _ = interrupt_when(manager, marker.exists, "a step to hang")
+        with pytest.raises(EnvManagerInterrupted):
+            for _ in range(10):
+                manager.step(dict.fromkeys(manager.ready_env, 0))
+        interrupter.join(60)
+        ctrl_c = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+        ctrl_c.start()
+        with pytest.raises(KeyboardInterrupt):
+            manager.close()  # waits up to 30 s for the hung worker: cut short after 0.5 s
+        ctrl_c.join()
+        assert alive(pids) == [] and manager.closed
+        assert own_blocks() <= shm_before
+        assert manager not in subprocess_manager._open_managers
+    finally:
+        manager.close()
+    assert alive(pids) == []
+
+
 @SERIAL_TIMEOUTS
 def test_serial_launch_in_the_main_thread_is_cut_short_in_a_blocking_wait(timeouts):
     """The watchdog gets into a wait of the main thread (a signal), as it does for a hung env."""

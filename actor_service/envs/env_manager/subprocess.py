@@ -328,6 +328,7 @@ class SubprocessEnvManager(BaseEnvManager):
         self._wait_num = config.wait_num or split_size
         self._ctx = multiprocessing.get_context(config.start_method)
         self._workers: list[_Worker | None] = [None] * num_workers
+        self._closing: list[_Worker] = []  # asked to close, not reaped yet (a `close` cut short finishes them)
         self._poller = select.poll()
         self._fd_owner: dict[int, _Worker] = {}
         self._restarts = 0  # bumped whenever a worker is replaced: fd numbers may then be reused
@@ -422,31 +423,42 @@ class SubprocessEnvManager(BaseEnvManager):
         return results
 
     def close(self) -> None:
-        """Stop every worker (asked first, killed after `close_timeout`), reap them, free shared memory."""
-        if self._lifecycle is _Lifecycle.CLOSED:
+        """Stop every worker (asked first, killed after `close_timeout`), reap them, free shared memory.
+
+        Interrupted (a Ctrl-C while it waits for the workers), it still kills and reaps them and frees the
+        memory before the interrupt goes on; should even that be cut short, the manager stays registered for
+        the exit hook and a later `close` finishes it. (It was marked closed first: a second close did nothing,
+        the blocks stayed in /dev/shm, and multiprocessing's exit hook waited for ever on the workers, which
+        ignore SIGTERM; a review.)"""
+        if self._lifecycle is _Lifecycle.CLOSED and not self._closing and self._buffer is None \
+                and self._doorbells is None:
             return
         self._lifecycle = _Lifecycle.CLOSED
-        _open_managers.discard(self)
-        workers = [w for w in self._workers if w is not None]
+        fresh = [w for w in self._workers if w is not None]
         self._workers = [None] * len(self._workers)
-        for worker in workers:
+        self._closing.extend(fresh)
+        for worker in fresh:
             try:
                 worker.conn.send(CloseCommand())
             except OSError:
                 pass  # the worker is already gone; it is reaped below like the others
-        deadline = time.monotonic() + self._sconfig.close_timeout
-        for worker in workers:
-            worker.process.join(max(0.0, deadline - time.monotonic()))
-        for worker in workers:
-            self._stop(worker)
-        self._next_obs.clear()  # (observations from pool slots: the block is unmapped once nobody holds them)
-        self._results.clear()
-        if self._buffer is not None:
-            self._buffer.close()
-            self._buffer = None
-        if self._doorbells is not None:
-            self._doorbells.close()
-            self._doorbells = None
+        try:
+            deadline = time.monotonic() + self._sconfig.close_timeout
+            for worker in fresh:
+                worker.process.join(max(0.0, deadline - time.monotonic()))
+        finally:
+            while self._closing:
+                self._stop(self._closing[0])  # (killed now if the wait was cut short)
+                self._closing.pop(0)
+            self._next_obs.clear()  # (observations from pool slots: the block is unmapped once nobody holds them)
+            self._results.clear()
+            if self._buffer is not None:
+                self._buffer.close()
+                self._buffer = None
+            if self._doorbells is not None:
+                self._doorbells.close()
+                self._doorbells = None
+            _open_managers.discard(self)
 
     # ---- launch and reset ------------------------------------------------------------------------------
     def _launch(self, reset_params: Mapping[int, Mapping[str, Any]] | None) -> None:

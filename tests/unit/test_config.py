@@ -193,7 +193,8 @@ def test_user_file_merges_over_defaults(tmp_path):
     cfg = load_config(path)
     assert cfg.league.active_players == {"naive_sp_player": 2}  # replaced, not merged
     assert cfg.league.naive_sp_player.exploration.start == 0.5
-    assert cfg.league.naive_sp_player.exploration.end == 0.05
+    assert cfg.league.naive_sp_player.exploration.end == 0.1  # the fields not given: the DQN default's
+    assert cfg.league.naive_sp_player.exploration.decay_len == 10_000
     assert cfg.league.payoff.decay == 0.9
     assert cfg.league.payoff.min_win_rate_games == 8.0
     assert cfg.learner["batch_size"] == 512 and cfg.learner["publish_every"] == 1  # same algorithm: merged

@@ -248,21 +248,35 @@ class Trainer:
         if self._replay is not None:
             self._add_transitions(chunk.rows)
             return
+        # A chunk of many batches' samples is held a batch's rows at a time, each batch set ready as it fills:
+        # taken whole, one 64 MiB chunk of tiny observations (4.4M samples) was one PPO batch of ~8 GB (a review).
+        rows = len(chunk.rows["reward"])
+        rows_a_batch = max(1, -(-self.config.batch_size // max(chunk.steps, 1)))
+        for start in range(0, rows, rows_a_batch):
+            piece = chunk.rows if rows <= rows_a_batch else {k: v[start:start + rows_a_batch]
+                                                             for k, v in chunk.rows.items()}
+            self._hold(piece, chunk.steps, min(rows_a_batch, rows - start) * chunk.steps)
+            if start + rows_a_batch < rows and self._held_samples >= self.config.batch_size:
+                self._short_batches.append((self._online.take(min_rows=1, timeout=0), self._held_samples))
+                self._held_samples, self._segment_len = 0, 0
+
+    def _hold(self, rows: Mapping[str, np.ndarray], steps: int, samples: int) -> None:
+        """Hold (B, `steps`) PPO rows of `samples` samples for the next batch, padded to the held rows' length."""
         held_rows = self._online.rows
-        padded = (held_rows + len(chunk.rows["reward"])) * max(self._segment_len, chunk.steps)
-        if held_rows and padded > PAD_LIMIT * max(self._held_samples + chunk.agent_steps, self.config.batch_size):
+        padded = (held_rows + len(rows["reward"])) * max(self._segment_len, steps)
+        if held_rows and padded > PAD_LIMIT * max(self._held_samples + samples, self.config.batch_size):
             # Padding what is held and this chunk to one length would be mostly padding (many short rows and a
             # long one): the held rows train as a batch of their own first, so a batch's memory stays a small
             # multiple of its data whatever lengths actors send.
             self._short_batches.append((self._online.take(min_rows=1, timeout=0), self._held_samples))
             self._held_samples, self._segment_len, held_rows = 0, 0, 0
-        if chunk.steps > self._segment_len:
+        if steps > self._segment_len:
             held = self._online.take(min_rows=1, timeout=0) if held_rows else None
-            self._segment_len = chunk.steps
+            self._segment_len = steps
             if held is not None:
                 self._online.add(front_pad(held, self._segment_len))
-        self._online.add(front_pad(chunk.rows, self._segment_len))
-        self._held_samples += chunk.agent_steps
+        self._online.add(front_pad(rows, self._segment_len))
+        self._held_samples += samples
 
     def _add_transitions(self, rows: Mapping[str, np.ndarray]) -> None:
         assert self._replay is not None

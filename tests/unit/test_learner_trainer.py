@@ -162,6 +162,23 @@ def test_rows_of_very_different_lengths_are_not_padded_into_one_huge_batch():
     assert report.samples == 38 and report.stats["valid_fraction"] == pytest.approx(38 / 48)
 
 
+def test_a_chunk_of_many_batches_trains_as_batches_of_the_configured_size():
+    """A chunk's rows were held whole: one chunk of 4.4M tiny samples (within the 64 MiB message limit) was one
+    PPO batch of ~8 GB (a hostile-input review). Its rows now make batches of about batch_size samples."""
+    trainer = _trainer(batch_size=32)
+    trainer.add(_prepared(trainer, batch=3, steps=4, seq=0))  # 12 samples held
+    trainer.add(_prepared(trainer, batch=20, steps=4, seq=1))  # 80 samples: 8 rows make a batch
+    assert trainer.buffered_samples == 92 and trainer.progress.agent_steps == 92
+    samples = []
+    while (report := trainer.train_ready(rest=True)) is not None:
+        samples.append(report.samples)
+        assert report.stats["valid_fraction"] == 1.0
+    assert samples == [44, 32, 16] and trainer.buffered_samples == 0  # the held 12 joined the first 8 rows
+    # A chunk of one batch or less is held whole, as before.
+    trainer.add(_prepared(trainer, batch=8, steps=4, seq=2))
+    assert trainer.train_ready().samples == 32
+
+
 def test_fresh_initialisation_is_deterministic_and_weights_load_at_a_version():
     a, b = _trainer(), _trainer()
     for name, value in a.task.get_weights().items():

@@ -39,7 +39,7 @@ from common.checkpoint_store import (
     CorruptCheckpointError,
     UnreadableCheckpointError,
 )
-from common.computation.computation_task import ComputationTask
+from common.computation.computation_task import ComputationTask, WeightsMismatchError
 from common.computation.specs import ActionSpec, DiscreteActionSpec, MultiDiscreteActionSpec
 from common.envs.base import EnvInfo
 from common.envs.policy_view import policy_specs
@@ -293,7 +293,11 @@ class PolicyPool:
         if ref.version == version:
             return ref
         if _owned_by(path, player_id):
-            raise ValueError(f"{what} {player_id}: checkpoint {path!r} is version {ref.version}, the job says {version}")
+            # Refused as a damaged checkpoint is, so the fallbacks apply (an older version of the launch player,
+            # an active opponent's newest; a frozen opponent is named unloadable): a plain ValueError failed
+            # every job that named it (a review).
+            raise CorruptCheckpointError(f"{what} {player_id}: checkpoint {path!r} is version {ref.version}, the "
+                                         f"job says {version}")
         return dataclasses.replace(ref, version=version)
 
     def _build(self, player_id: str, ref: CheckpointRef | None, fresh_version: int = 0) -> Policy:
@@ -370,7 +374,14 @@ class PolicyPool:
             if checkpoint is None:
                 raise
             version = checkpoint.ref.version
-        policy.task.set_weights(checkpoint.tensors, version)
+        try:
+            policy.task.set_weights(checkpoint.tensors, version)
+        except WeightsMismatchError as err:
+            # It verifies, but is another network's (a learner run with another policy config, a pretrained
+            # checkpoint of another model): unusable as a damaged file is, so the same fallbacks apply; it
+            # failed every job that named it, and every reload tried it again (a review).
+            raise CorruptCheckpointError(f"{checkpoint.ref.path} (version {checkpoint.ref.version}) does not fit "
+                                         f"this league's network: {err}") from err
         policy.version = version
         policy.path = checkpoint.ref.path
 

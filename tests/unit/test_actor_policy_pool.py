@@ -109,11 +109,42 @@ def test_self_play_opponent_is_the_launch_policy(store):
 
 
 def test_a_job_version_that_does_not_match_the_manifest_is_refused(store):
+    """Refused as a damaged checkpoint is: a frozen opponent is named unloadable (a plain ValueError failed every
+    job naming it); an active one's newest version stands in."""
     store.publish("h", weights(1), 1)
     policies = pool(store)
     launch = policies.launch_policy(PlayerSlot("p", "", 0, True))
-    with pytest.raises(ValueError, match="version 1, the job says 7"):
+    with pytest.raises(UnloadableOpponentError, match="version 1, the job says 7"):
         policies.opponent_policy(PlayerSlot("h", "h/v0000000001.pt", 7, False), launch)
+    store.publish("a", weights(2), 1)
+    store.publish("a", weights(3), 2)
+    stand_in = policies.opponent_policy(PlayerSlot("a", "a/v0000000001.pt", 7, True), launch)
+    assert stand_in.version == 2
+
+
+def other_networks_weights(seed: int) -> dict[str, np.ndarray]:
+    inputs, actions = policy_specs(INFO)
+    other = {**POLICY, "model": {"hidden": [5]}}
+    return make_computation_task(other, inputs, actions, "cpu", seed).get_weights()
+
+
+def test_a_version_of_another_network_falls_back_like_a_damaged_one(store):
+    """A published version that verifies but does not fit the league's network (a learner run with another
+    policy config): the launch player played on with nothing (WeightsMismatchError failed every job) and each
+    reload tried it again; now it is rejected once and the version before it plays (a review)."""
+    store.publish("p", weights(1), 1)
+    policies = pool(store)
+    launch = policies.launch_policy(PlayerSlot("p", "", 0, True))
+    held = value(launch)
+    store.publish("p", other_networks_weights(2), 2)
+    assert not policies.maybe_reload(launch) and launch.version == 1
+    assert not policies.maybe_reload(launch)  # rejected: not read again
+    fresh_pool = pool(store)
+    launched = fresh_pool.launch_policy(PlayerSlot("p", "", 0, True))
+    assert launched.version == 1
+    np.testing.assert_array_equal(value(launched), held)
+    with pytest.raises(UnloadableOpponentError, match="does not fit this league's network"):
+        fresh_pool.opponent_policy(PlayerSlot("h2", "p/v0000000002.pt", 2, False), launched)
 
 
 def test_a_pretrained_checkpoint_acts_as_the_version_the_league_gives_it(store):

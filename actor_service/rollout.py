@@ -324,7 +324,7 @@ class Rollout:
                 seat = to_play(obs, self._info) if obs is not None else None
                 for player, trajectory in slot.trajectories.items():
                     if seat is not None and slot.seat_of[player] == seat:
-                        self._collect(trajectory.close_open(player_view(obs, seat, self._info)))
+                        self._collect(trajectory.close_open(_kept_view(obs, seat, self._info)))
                     else:
                         self._collect(trajectory.cut())
             self._write_rows(final=True)
@@ -387,7 +387,10 @@ class Rollout:
                 if trajectory is not None:
                     artifacts = {k: v[i] for k, v in prediction.artifacts.items()}
                     hidden_state = acted_with[i] if acted_with else NO_STATE
-                    decision = Decision(group.views[i], chosen[i], artifacts, group.policy.version, hidden_state)
+                    # The row of the batch acted on, not the env's own array: an env that reuses its observation
+                    # buffer (the serial manager hands it on) rewrote the trajectory's earlier steps (a review).
+                    observed = {k: v[i] for k, v in inputs.items()}
+                    decision = Decision(observed, chosen[i], artifacts, group.policy.version, hidden_state)
                     self._collect(trajectory.decide(decision))
         return actions
 
@@ -428,7 +431,7 @@ class Rollout:
                 slot.start_episode()
                 continue
             for trajectory, seat in recorded:
-                final = player_view(ts.obs, seat, self._info)
+                final = _kept_view(ts.obs, seat, self._info)
                 episode_return = float(slot.returns[seat])
                 self._collect(trajectory.end_episode(final, ts.terminated, ts.truncated, episode_return))
             # An env-step job reports what one FinishJob can hold (its slots start counted: their first episodes too).
@@ -474,6 +477,12 @@ class Rollout:
                 self.rows_written += len(chunk)
             if not rows:
                 del self._rows[steps]
+
+
+def _kept_view(obs: Any, seat: int, info: EnvInfo) -> dict[str, np.ndarray]:
+    """`player_view` copied, for a trajectory to keep: the serial manager hands on an env's own arrays, which an
+    env that reuses its observation buffer overwrites at its next reset or step."""
+    return {k: np.array(v) for k, v in player_view(obs, seat, info).items()}
 
 
 def _outcomes_from_returns(returns: np.ndarray) -> tuple[Outcome, ...]:

@@ -354,3 +354,42 @@ def test_a_step_budget_rollout_plays_on_the_episodes_its_predecessor_left_under_
                     stop=StopSignal(), carry=carry)  # a job of episodes reports the first started: no carry
     finally:
         manager.close()
+
+
+class ReusedBufferEnv(TenStepEnv):
+    """TenStepEnv writing every observation into one array it returns each time (as some envs do to save
+    allocations); the serial manager hands that array on as it is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._buf = np.zeros(2, np.float32)
+
+    def reset(self) -> np.ndarray:
+        self._t = 0
+        self._buf[:] = 0.0
+        return self._buf
+
+    def step(self, action: int) -> TimeStep:
+        self._t += 1
+        self._buf[:] = [self._t, action]
+        return TimeStep(self._buf, 1.0, self._t >= 10, False, NO_INFO)
+
+
+def test_an_env_reusing_its_observation_buffer_leaves_the_trajectory_as_it_was_played():
+    """The trajectory kept the env's own array for every step: each later step rewrote the earlier ones, so
+    every step of a row read the last observation (the subprocess manager, which copies, gave the real
+    ones; an env-manager review)."""
+    manager = BaseEnvManager([ReusedBufferEnv], EnvManagerConfig(episode_num=math.inf))
+    manager.launch()
+    try:
+        inputs, actions = policy_specs(ReusedBufferEnv().info())
+        task = make_computation_task({"algorithm": "ppo", "model": {"hidden": [8]}}, inputs, actions, "cpu", 0)
+        sink = InMemorySink()
+        target = RolloutTarget(("solo",), 2, 0, ForwardKwargs(), 100)
+        Rollout(manager, manager.env_info, target, [Policy("solo", task, version=1, path="")],
+                stop=StopSignal(), sink=sink).run()
+        rows = [row for traj, _ in sink.items for row in split_rows(traj)]
+        steps = [t for row in rows for t in row.observations()["observation"][0, :, 0].tolist()]
+        assert steps == [float(t) for t in range(10)] * 2, steps  # two episodes: before, all zeros
+    finally:
+        manager.close()

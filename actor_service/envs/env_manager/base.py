@@ -1,7 +1,10 @@
 """BaseEnvManager: several envs driven in this process, one after another.
 
 The bookkeeping here (env states, episode counting, auto-reset, seeds, reset params, retries) is shared with
-`SubprocessEnvManager`, so both managers give the same trajectories for the same seeds and actions.
+`SubprocessEnvManager`, so both managers give the same trajectories for the same seeds and actions. One
+difference: observations that already fit the spec are the env's own arrays here (the subprocess manager's are
+copies), so a caller that keeps them past the env's next step must copy them (the rollout keeps the batch it
+acted on): an env that reuses its observation buffer rewrites them.
 
 Hung envs: a watchdog thread (watchdog.py) interrupts an env operation that runs past `step_timeout` /
 `reset_timeout`; the env then counts as failed and is rebuilt like one that raised. That works for hangs in

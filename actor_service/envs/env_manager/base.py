@@ -129,6 +129,7 @@ class BaseEnvManager:
         self._reset_params: list[dict[str, Any]] = [{} for _ in range(n)]
         self._seeds: list[int | None] = [None] * n
         self._seeds_pending: set[int] = set()  # envs whose seed from `seed()` their next reset has not used
+        self._rebuilds = [0] * n  # each env's rebuilds since its last seed (`_rebuild_seed`)
         self._env_info: EnvInfo | None = None
         self._envs: list[Env | None] = [None] * n
         self._obs_conform: list[ObsConform | None] = [None] * n  # the serial manager's check of each env's obs
@@ -210,7 +211,9 @@ class BaseEnvManager:
         seed per env, a mapping {env_id: seed} (DI-engine's form) seeds the envs it names.
 
         A seed is used once, by the env's next reset; its later episodes go on from the env's own random
-        state (DI-engine's dynamic seed). An env rebuilt after a failure starts again from its last seed.
+        state (DI-engine's dynamic seed). An env rebuilt after a failure (or with its worker process) is seeded
+        from its last seed and the number of its rebuilds since (`_rebuild_seed`): reproducible, and not a
+        replay of the episodes it played from that seed.
         """
         self._check_not_closed()
         if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
@@ -227,6 +230,7 @@ class BaseEnvManager:
         for env_id, value in given.items():
             self._seeds[env_id] = value
             self._seeds_pending.add(env_id)
+            self._rebuilds[env_id] = 0
 
     def launch(self, reset_params: Mapping[int, Mapping[str, Any]] | None = None) -> None:
         """Build the envs and start their first episodes."""
@@ -426,7 +430,7 @@ class BaseEnvManager:
                 except Exception:
                     logger.warning("closing failed env %d raised; building a new one anyway", env_id, exc_info=True)
             try:
-                self._start_episode(env_id, self._seeds[env_id], "rebuild")
+                self._start_episode(env_id, self._rebuild_seed(env_id), "rebuild")
                 return
             except (Exception, EnvHangInterrupt) as exc:
                 failure = self._failure(env_id, "rebuild", exc)
@@ -535,6 +539,16 @@ class BaseEnvManager:
     def _set_reset_params(self, reset_params: Mapping[int, Mapping[str, Any]] | None) -> None:
         for env_id, params in (reset_params or {}).items():
             self._reset_params[env_id] = dict(params)
+
+    def _rebuild_seed(self, env_id: int) -> int | None:
+        """The seed of the env's next rebuild: derived from its last seed and its rebuilds since. Its last seed
+        again made a rebuilt env replay the episodes it had played from it (and, with the subprocess manager,
+        the healthy envs of a dead worker too): the same data again for the rest of the job (a review)."""
+        last = self._seeds[env_id]
+        if last is None:
+            return None  # never seeded: a new env starts from its own randomness
+        self._rebuilds[env_id] += 1
+        return int(np.random.SeedSequence([last % 2**63, self._rebuilds[env_id]]).generate_state(1)[0])
 
     def _take_seeds(self, env_ids: Sequence[int]) -> list[int | None]:
         """Seeds for resetting `env_ids` (by env id, None for the others): those given by `seed()` since

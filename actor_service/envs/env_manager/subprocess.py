@@ -628,7 +628,10 @@ class SubprocessEnvManager(BaseEnvManager):
             raise
         restart_reset = [env_id for env_id in restart_reset if env_id not in resetting]
         if restart_reset:
-            self._send_reset(new, restart_reset, self._seeds, rebuild=False)
+            seeds: list[int | None] = [None] * self.env_num
+            for env_id in restart_reset:
+                seeds[env_id] = self._rebuild_seed(env_id)
+            self._send_reset(new, restart_reset, seeds, rebuild=False)
 
     # ---- receiving -------------------------------------------------------------------------------------
     def _pump(self, satisfied: Callable[[], bool], wait_s: float | None) -> bool:
@@ -833,4 +836,6 @@ class SubprocessEnvManager(BaseEnvManager):
     def _rebuild(self, worker: _Worker, failure: EnvFailure) -> None:
         """An env raised: count it (may raise), then have its worker build it anew and reset it."""
         self._count_failure(failure.env_id, failure)
-        self._send_reset(worker, [failure.env_id], self._seeds, rebuild=True)
+        seeds: list[int | None] = [None] * self.env_num
+        seeds[failure.env_id] = self._rebuild_seed(failure.env_id)
+        self._send_reset(worker, [failure.env_id], seeds, rebuild=True)

@@ -61,7 +61,13 @@ from common.durable_files import (
     unlink_quietly,
     write_new_file,
 )
-from common.job_limits import MAX_CHECKPOINT_VERSION, VERSION_FILE
+from common.job_limits import (
+    MANIFEST_SUFFIX,
+    MAX_CHECKPOINT_VERSION,
+    PIN_SUFFIX,
+    TRAINING_STATE_SUFFIX,
+    VERSION_FILE,
+)
 from common.paths import SharedRoot, UnsafePathError, check_component, check_relative
 from common.trajectory import ALLOWED_DTYPES
 
@@ -77,9 +83,6 @@ FORMAT = "league-checkpoint/1"
 """The ``format`` of the dict inside a weights file (unchanged by the manifest's move to BLAKE3)."""
 TRAINING_STATE_FORMAT = "league-training-state/1"
 LATEST = "latest.json"
-MANIFEST_SUFFIX = ".json"
-PIN_SUFFIX = ".pin"
-TRAINING_STATE_SUFFIX = ".train"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _DIGEST = re.compile(r"^(blake3|sha256):[0-9a-f]{64}$")
 _MAX_MANIFEST_BYTES = 64 * 1024

@@ -20,6 +20,12 @@ pattern took Arabic-Indic digits, and `$` a trailing newline, so a planted name 
 version above every real one. Here, not in the store, so the coordinator's snapshot copier reads it without
 importing torch."""
 
+MANIFEST_SUFFIX = ".json"
+"""A published checkpoint's manifest is ``<its path>.json``; beside a version's weights may lie its training state
+(``.train``) and a pin (``.pin``). Here, not in the store, for the coordinator (no torch)."""
+TRAINING_STATE_SUFFIX = ".train"
+PIN_SUFFIX = ".pin"
+
 STATUS_MAX_BYTES = 256 * 2**20
 """Largest GetStatus reply the coordinator sends and status clients take (tools, `league run`, and learners,
 which read their player's totals from it when they bind). The status lists every player, payoff entry and

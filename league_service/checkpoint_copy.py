@@ -20,10 +20,8 @@ import tempfile
 from pathlib import Path
 
 from common.durable_files import fsync_dir, fsync_file
-from common.job_limits import VERSION_FILE
+from common.job_limits import MANIFEST_SUFFIX, VERSION_FILE
 from common.paths import SharedRoot, UnsafePathError, check_relative
-
-MANIFEST_SUFFIX = ".json"  # the checkpoint store's manifest beside each published file
 
 
 class SnapshotCopier:

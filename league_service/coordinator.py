@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from common.config import ConfigError, deep_merge
+from common.job_limits import MANIFEST_SUFFIX, PIN_SUFFIX, TRAINING_STATE_SUFFIX
 from common.paths import SharedRoot, UnsafePathError
 from league_service.checkpoint_copy import SnapshotCopier
 from league_service.config import Config, LeagueConfig, config_to_dict
@@ -554,7 +555,12 @@ class Coordinator:
                 raise InvalidArgumentError("checkpoint_path", f"{update.checkpoint_path!r}: {err.strerror}") from None
             # Raised after the binding check: a learner that lost the player (its old versions retired by the
             # player's next learner) is told it is not bound, which it handles, not that its path is bad.
-            if mode is None:
+            not_one = _not_a_checkpoint(path, self._settings.resolved_state_path)
+            if not_one is not None:
+                # Snapshotted, it would be copied as a historical player's weights (the league's own database,
+                # say), which no actor could load (a hostile-input review).
+                bad_path = InvalidArgumentError("checkpoint_path", f"{update.checkpoint_path!r} is {not_one}")
+            elif mode is None:
                 bad_path = InvalidArgumentError(
                     "checkpoint_path", f"{update.checkpoint_path!r} does not exist under the shared root"
                 )
@@ -1116,6 +1122,24 @@ def _check_checkpoints_present(players: Iterable[Player], root: SharedRoot) -> N
     log.warning("%d of the %d checkpoint(s) this league's state names are not under the shared root %s: %s; "
                 "actors cannot load those (an active player's learner names its newer version at its next report)",
                 len(missing), len(named), root.root, examples)
+
+
+_STATE_SIDECARS = ("", "-wal", "-shm", "-journal")
+
+
+def _not_a_checkpoint(path: Path, state_path: Path) -> str | None:
+    """What the (resolved) file `path` is when it is a file the league keeps beside checkpoints, which a learner
+    never reports as one: a store's manifest, training state, pin or hidden temporary/retired file, or the
+    coordinator's state database; None for anything else."""
+    name = path.name
+    if name.startswith("."):
+        return "a hidden file (a checkpoint store's temporary or retired one), not a checkpoint"
+    if name.endswith((MANIFEST_SUFFIX, TRAINING_STATE_SUFFIX, PIN_SUFFIX)):
+        return "a checkpoint's manifest, training state or pin, not the checkpoint itself"
+    state = Path(os.path.realpath(state_path))
+    if path.parent == state.parent and name in {state.name + suffix for suffix in _STATE_SIDECARS}:
+        return "the coordinator's state database, not a checkpoint"
+    return None
 
 
 def _warn_of_checkpoints_already_there(players: Iterable[Player], root: SharedRoot, state: Path) -> None:

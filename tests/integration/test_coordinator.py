@@ -229,6 +229,17 @@ def test_update_player_refusals(league):
     for name in ("v0000000010.pt", "v0000000011.pt"):
         err = update(checkpoint_path=f"main_player_default_0/{name}")
         assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "is not a regular file" in err.details()
+    # Files the league keeps beside checkpoints are no checkpoints: snapshotted, the league's own database was
+    # copied as a historical player's weights (a hostile-input review).
+    assert (root / "league_state.sqlite").is_file()
+    for name in ("ckpt.pt.json", "ckpt.pt.train", ".ckpt.pt.1234.tmp"):
+        (root / "main_player_default_0" / name).write_bytes(b"{}")
+    for path, what in (("league_state.sqlite", "the coordinator's state database"),
+                       ("main_player_default_0/ckpt.pt.json", "manifest, training state or pin"),
+                       ("main_player_default_0/ckpt.pt.train", "manifest, training state or pin"),
+                       ("main_player_default_0/.ckpt.pt.1234.tmp", "a hidden file")):
+        err = update(checkpoint_path=path)
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and what in err.details(), err.details()
     # A learner that lost the player, reporting a version its successor's retention removed, is told it is not
     # bound (which it handles by leaving the player), not that its path is bad (which stopped it with an error).
     err = update(worker_id=other, checkpoint_path="main_player_default_0/v0000000009.pt")

@@ -203,7 +203,10 @@ class DataPlane:
     def forget(self, chunks: Iterable[PreparedChunk]) -> None:
         """Chunks accepted but dropped untrained (their session ended): a resend of them is new data again, not
         a duplicate acknowledged and never trained on."""
-        for chunk in chunks:
+        # Newest first: a stream's released seqs then shrink its accepted prefix instead of each making a hole
+        # in it (holes are bounded: past MAX_OUT_OF_ORDER of them the oldest would count as seen, and its resend
+        # be answered as a duplicate and never trained on).
+        for chunk in sorted(chunks, key=lambda c: c.header.seq, reverse=True):
             header = chunk.header
             self._deduper.release(header.worker_id, header.job_id, header.seq)
 

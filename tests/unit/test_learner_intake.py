@@ -278,3 +278,20 @@ def test_data_plane_blocks_a_stream_on_a_full_queue_and_close_releases_it(plane)
     thread.start()
     thread.join(10)
     assert outcome[-1] is Accepted.DUPLICATE
+
+
+def test_forgetting_many_dropped_chunks_leaves_each_resend_new(plane):
+    """A session's dropped chunks are released to the deduper (their resends are new data). Released oldest
+    first, each made a hole below the stream's prefix, and past MAX_OUT_OF_ORDER holes the oldest counted as seen:
+    its resend answered DUPLICATE and never trained on (a review). Newest first, the prefix shrinks instead."""
+    from types import SimpleNamespace
+
+    from learner_service.intake import MAX_OUT_OF_ORDER
+
+    plane, _ = plane
+    count = MAX_OUT_OF_ORDER + 100
+    for seq in range(count):
+        assert plane._deduper.reserve("w", "j", seq)
+    dropped = [SimpleNamespace(header=SimpleNamespace(worker_id="w", job_id="j", seq=seq)) for seq in range(count)]
+    plane.forget(dropped)  # in queue order: oldest first
+    assert all(plane._deduper.reserve("w", "j", seq) for seq in range(count))

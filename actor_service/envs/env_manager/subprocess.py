@@ -434,9 +434,9 @@ class SubprocessEnvManager(BaseEnvManager):
                 and self._doorbells is None:
             return
         self._lifecycle = _Lifecycle.CLOSED
-        fresh = [w for w in self._workers if w is not None]
+        fresh = [w for w in self._workers if w is not None and w not in self._closing]
+        self._closing.extend(fresh)  # before they leave `_workers`: an interrupt between loses none
         self._workers = [None] * len(self._workers)
-        self._closing.extend(fresh)
         for worker in fresh:
             try:
                 worker.conn.send(CloseCommand())

@@ -112,11 +112,17 @@ def test_a_ctrl_c_while_close_waits_for_the_workers_still_reaps_them_and_frees_s
             for _ in range(10):
                 manager.step(dict.fromkeys(manager.ready_env, 0))
         interrupter.join(60)
+        # Python's own SIGINT handler for the signal (a test before this one in the process may have left
+        # another), which raises KeyboardInterrupt in this (the main) thread.
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
         ctrl_c = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
-        ctrl_c.start()
-        with pytest.raises(KeyboardInterrupt):
-            manager.close()  # waits up to 30 s for the hung worker: cut short after 0.5 s
-        ctrl_c.join()
+        try:
+            ctrl_c.start()
+            with pytest.raises(KeyboardInterrupt):
+                manager.close()  # waits up to 30 s for the hung worker: cut short after 0.5 s
+            ctrl_c.join()
+        finally:
+            signal.signal(signal.SIGINT, previous)
         assert alive(pids) == [] and manager.closed
         assert own_blocks() <= shm_before
         assert manager not in subprocess_manager._open_managers
@@ -174,8 +180,13 @@ def test_serial_step_spinning_in_python_code_is_cut_short_outside_the_main_threa
         assert not driver.is_alive()
         assert len(raised) == 1 and isinstance(raised[0], EnvManagerInterrupted), raised
         assert manager.failure_counts == {0: 0, 1: 0}
-        cuts = [r for r in caplog.records if "was cut short (the manager was interrupted)" in r.getMessage()]
-        assert len(cuts) == 1 and cuts[0].levelno == logging.INFO, [(r.levelname, r.getMessage()) for r in cuts]
+
+        def cuts() -> list[logging.LogRecord]:
+            return [r for r in caplog.records if "was cut short (the manager was interrupted)" in r.getMessage()]
+
+        # (The watchdog thread logs the cut after raising it in the driver, which may have ended before that.)
+        wait_until("the cut to be logged", cuts, 10)
+        assert len(cuts()) == 1 and cuts()[0].levelno == logging.INFO, [(r.levelname, r.getMessage()) for r in cuts()]
     finally:
         HANGS_RELEASED.set()
         driver.join(60)

@@ -174,8 +174,9 @@ class CheckpointStore:
 
     def wait_for_retention(self) -> None:
         """Wait until the files earlier publishes retired are deleted. Each publish waits for its predecessors',
-        and interpreter exit waits as well. A deletion's failure is logged where it happens, not raised here:
-        raised, it failed the next publish (of anything, at any later time) for a fault that was not its own."""
+        and interpreter exit waits as well. A deletion the filesystem refuses (an OSError) is logged where it
+        happens, not raised here: raised, it failed the next publish (however much later) for a fault not its own;
+        anything else it raised (a bug) is raised here."""
         with self._retiring_lock:
             retiring, self._retiring = self._retiring, []
         errors = []

@@ -87,7 +87,10 @@ def reported_returns(jobs: int, play_on: bool) -> list[float]:
 def main(argv: list[str] | None = None) -> list[BenchRow]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=30)
+    parser.add_argument("--quick", action="store_true", help="8 jobs")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.jobs = 8
     rows = []
     for play_on, name in ((False, "envs reset at every job (before)"), (True, "episodes played on (now)")):
         returns = reported_returns(args.jobs, play_on)

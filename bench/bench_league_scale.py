@@ -3,7 +3,7 @@ verification: what the launch thread runs under the league's lock for every job)
 against the same at the size of a 5-minute default league (~30 snapshots), measured in the same run.
 
 A long league keeps every snapshot (the default makes ~400 an hour on 2 cores), and opponent choice reads a win
-rate against each of them at every job. Run: `python bench/bench_league_scale.py [--players 1000 5000]`.
+rate against each of them at every job. Run: `python bench/bench_league_scale.py [--players 1000 5000] [--quick]`.
 """
 
 from __future__ import annotations
@@ -59,7 +59,10 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--players", type=int, nargs="+", default=[1000, 5000], help="historical players")
     parser.add_argument("--calls", type=int, default=50, help="get_job calls timed per player")
+    parser.add_argument("--quick", action="store_true", help="1,000 historical players only, 10 calls")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.players, args.calls = [1000], 10
     baseline = job_costs_s(BASELINE_PLAYERS, args.calls)
     rows = []
     for n in args.players:

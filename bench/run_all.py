@@ -85,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             mod = importlib.import_module(module)
             rows: list[BenchRow] | str = mod.main(["--quick"] if args.quick else [])
-        except Exception:  # a broken benchmark is reported in the file, the others still run
-            rows = traceback.format_exc()
+        except (Exception, SystemExit):  # a broken benchmark (or one refusing its arguments: argparse exits) is
+            rows = traceback.format_exc()  # reported in the file, and the others still run
             print(rows, file=sys.stderr)
         results.append((module, title, rows, time.monotonic() - start))
     command = "make bench" if not given else " ".join(["python bench/run_all.py", *given])

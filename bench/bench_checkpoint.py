@@ -8,10 +8,12 @@ memory + BLAKE3 of it + torch's weights-only unpickler handing out that memory a
 compared with its own counterpart, a dd write followed by a dd read of the same size (each round's two times
 summed); it used to be compared with the dd write alone, which charged the whole load to the store. Rounds
 alternate store and dd so that disk-speed swings hit both; medians reported. Untimed warm-up rounds until
-retention is in its steady state (`KEEP_LAST` of them): from then on every timed publish removes one old
-version, as every timed dd truncates its previous file (on this ext4, mounted with `discard` and no journal,
-removing 100 MB waits ~15 ms for the disk), and the first few 100 MB loads of a process, several times slower
-while the VM backs fresh memory, are behind us.
+retention is in its steady state (`KEEP_LAST` of them): from then on every timed publish retires one old
+version, and the first few 100 MB loads of a process, several times slower while the VM backs fresh memory, are
+behind us. Not symmetric with dd: a publish unpublishes and renames the old version and deletes its file in the
+background (on this ext4, mounted with `discard` and no journal, removing 100 MB waits ~15 ms for the disk),
+which overlaps the timed load and dd rounds here (as it overlaps training in a learner; the next publish waits
+for it at its start), where every timed dd truncates its previous file inside its own time.
 
 A last row times publishing a small network with many versions kept against the default keep_last
 (`many_versions_row`): every publish lists the player's directory.

@@ -21,7 +21,14 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_system import evaluate, league_snapshots, run_league, run_sb3, steady_rate  # noqa: E402
+from bench.bench_system import (  # noqa: E402
+    evaluate,
+    league_snapshots,
+    race_met,
+    run_league,
+    run_sb3,
+    steady_rate,
+)
 from bench.common import BenchRow, league_bench_args, print_rows  # noqa: E402
 from bench.learning_clock import first_to_reach  # noqa: E402
 from common.learner_config import MAX_KEEP_LAST  # noqa: E402
@@ -63,8 +70,7 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
                              float("nan"), goal, None))
     else:
         sb3_s = sb3["reached_s"] if sb3["reached_s"] is not None else float("nan")
-        met = None if league_reached is None and sb3["reached_s"] is None else bool(
-            league_reached and (sb3["reached_s"] is None or league_s <= sb3_s))
+        met = race_met(league_reached.seconds if league_reached else None, sb3["reached_s"])
         rows.append(BenchRow(metric, league_s, "s", "SB3 PPO, rl-zoo settings (gSDE), same judging", sb3_s, goal,
                              met))
         rows.append(BenchRow("SB3 PPO training env steps/s (context)", sb3["steps_per_s"], "steps/s",

@@ -60,3 +60,12 @@ def test_every_benchmark_takes_the_quick_flag_run_all_passes(tmp_path, monkeypat
     assert run_all.main(["--quick", "--out", str(out)]) == 1
     text = out.read_text()
     assert "Did not run:" in text and "SystemExit" in text and "get_job, 40 historical players" in text
+
+
+def test_the_race_to_the_goal_is_judged_alike_in_both_benchmarks():
+    """bench_system (CartPole) counted a league that reached the goal when SB3 never did as not met, where
+    bench_pendulum counted it met (a review): one rule now."""
+    from bench.bench_system import race_met
+
+    assert race_met(5.0, 6.0) is True and race_met(7.0, 6.0) is False
+    assert race_met(5.0, None) is True and race_met(None, 6.0) is False and race_met(None, None) is None

@@ -265,9 +265,11 @@ class PPO(Algorithm):
     def _minibatch_step(
         self, logits: torch.Tensor, new_values: torch.Tensor, actions: torch.Tensor, old_logp: torch.Tensor,
         adv: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, stats: dict[str, list[torch.Tensor]],
+        normalize: bool = True,
     ) -> None:
         """One gradient step on a minibatch of samples (flat: (N, P) policy parameters, (N, ...) actions, (N,)
-        everything else)."""
+        everything else). ``normalize``: standardise the advantages over the minibatch (where the config asks;
+        False when the caller standardised them over the whole batch)."""
         cfg = self.config
         distribution = self.model.distribution
         new_logp = distribution.log_prob(logits, actions)
@@ -276,7 +278,7 @@ class PPO(Algorithm):
         # Capped where exp() stays finite: a Gaussian's improbable draw (log-density -5e5) moves by hundreds
         # per step, and exp(300) = inf made the unclipped branch, and so the whole update, NaN.
         ratio = log_ratio.clamp(max=MAX_LOG_RATIO).exp()
-        if cfg.normalize_advantages and len(adv) > 1:
+        if normalize and cfg.normalize_advantages and len(adv) > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         policy_loss = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
         value_loss = _value_loss(new_values, old_values, returns, cfg)
@@ -314,7 +316,9 @@ class PPO(Algorithm):
             samples=float(samples),
             valid_fraction=samples / targets.valid.numel(),
             # Over the steps trained on: front padding and dropped truncated steps are no data.
-            behaviour_ratio=float(behaviour_log_ratio[targets.valid].exp().mean()) if samples else 1.0,
+            # (capped as the PPO ratio is: a stale wide Gaussian against a collapsed one made it inf)
+            behaviour_ratio=(float(behaviour_log_ratio[targets.valid].clamp(max=MAX_LOG_RATIO).exp().mean())
+                             if samples else 1.0),
             rho_mean=float(targets.rho[targets.valid].mean()) if samples else 1.0,
         )
         log_std = getattr(self.model, "log_std", None)

@@ -9,6 +9,9 @@ What changes against feed-forward PPO:
   taken with the state the row ends in.
 - Minibatches are sets of whole rows (the rows are shuffled, not the steps), so each minibatch re-runs the core
   over its sequences with gradients through time; losses are taken over the valid steps only.
+- Advantages are standardised over the whole batch's valid steps, not per minibatch: a minibatch of whole rows
+  may hold a single valid step (rows of 1, 1, 1 and 16 real steps in 4 minibatches), which then took a full
+  gradient step on its raw advantage (a review).
 """
 
 from __future__ import annotations
@@ -66,6 +69,10 @@ class RecurrentPPO(PPO):
             bootstrap = self.model.value(next_inputs, final)
             targets, old_logp, behaviour_log_ratio = self._targets(batch, logits, values, bootstrap)
 
+        advantages = targets.advantages
+        if cfg.normalize_advantages and int(targets.valid.sum()) > 1:
+            valid_adv = advantages[targets.valid]
+            advantages = (advantages - valid_adv.mean()) / (valid_adv.std() + 1e-8)
         rows = actions.shape[0]
         stats = self._start_update()
         for _epoch in range(cfg.update_epochs):
@@ -77,7 +84,7 @@ class RecurrentPPO(PPO):
                 )
                 self._minibatch_step(
                     logits[keep], new_values[keep], actions[mb][keep], old_logp[mb][keep],
-                    targets.advantages[mb][keep], values[mb][keep], targets.returns[mb][keep], stats,
+                    advantages[mb][keep], values[mb][keep], targets.returns[mb][keep], stats, normalize=False,
                 )
             if cfg.target_kl is not None and stats["approx_kl"][-1].item() > cfg.target_kl:
                 break

@@ -366,3 +366,19 @@ def test_eps_is_refused_on_a_box_too_wide_for_its_uniform_draws(bound):
     wide = DiagGaussian(BoxActionSpec((2,), -1e6, 1e6)).choose(params, torch.zeros(4), None, ForwardKwargs(eps=0.5),
                                                              torch.Generator().manual_seed(0))
     assert torch.isfinite(wide["action"]).all() and torch.isfinite(wide["logp"]).all()
+
+
+def test_the_behaviour_ratio_statistic_stays_finite_for_an_improbable_behaviour_draw():
+    """behaviour_ratio (TensorBoard) was exp() of the log ratio uncapped: a behaviour log-density of -100 for a
+    draw the learner's narrow Gaussian finds likely made it inf (an algorithms review). Capped as the PPO ratio."""
+    info = GymEnv("Pendulum-v1").info()
+    obs, action = policy_specs(info)
+    policy = PolicyConfig.from_mapping({"algorithm": "ppo", "model": {"hidden": [16], "log_std_init": -3.0},
+                                        "ppo": {"target_kl": None}})
+    task = make_computation_task(policy, obs, action, device="cpu", seed=0)
+    preparer = ChunkPreparer(policy, task.input_specs, task.learn_specs, action)
+    chunk = rollout_chunks(task, player_id="p", env_name="Pendulum-v1", env_num=4, unroll_len=8, count=1)[0]
+    key = f"/agents/{DEFAULT_AGENT}/artifacts/logp"
+    logp = decode_chunk(chunk).trajectory.tensors[key]
+    stats = task.learn(dict(preparer.prepare(edited_chunk(chunk, key, np.full_like(logp, -100.0))).rows)).stats
+    assert math.isfinite(stats["behaviour_ratio"]), stats

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 from actor_service.envs.env_manager import BaseEnvManager, EnvManagerConfig
 from actor_service.policy_pool import Policy
@@ -95,3 +96,27 @@ def test_rows_of_different_lengths_train_together_and_the_training_state_round_t
     twin.task.set_weights(trainer.task.get_weights(), trainer.version)
     twin.task.set_training_state(trainer.task.get_training_state())
     assert twin.algorithm_updates == trainer.algorithm_updates == 1
+
+
+def test_advantages_are_standardised_over_the_batch_not_over_minibatches_of_whole_rows(monkeypatch):
+    """Minibatches of whole rows can hold a single valid step (rows of 1, 1, 1 and 16 real steps in 4), which
+    then took a gradient step on its raw advantage (no spread to standardise by; an algorithms review). The
+    advantages are standardised over the batch's valid steps once."""
+    from common.algorithms.ppo import PPO
+
+    policy = {**LSTM, "ppo": {"num_minibatches": 4, "update_epochs": 1}}
+    trainer = trainer_for(policy, batch_size=10_000)
+    for chunk in collect(trainer, env_steps=120, unroll_len=16):
+        trainer.add(trainer.preparer.prepare(chunk))
+    seen: list[tuple[torch.Tensor, bool]] = []
+    real_step = PPO._minibatch_step
+
+    def recording(self, logits, new_values, actions, old_logp, adv, *rest, normalize=True):
+        seen.append((adv.detach().clone(), normalize))
+        return real_step(self, logits, new_values, actions, old_logp, adv, *rest, normalize=normalize)
+
+    monkeypatch.setattr(PPO, "_minibatch_step", recording)
+    assert trainer.train_ready(rest=True) is not None
+    assert seen and not any(normalize for _, normalize in seen)
+    everything = torch.cat([adv for adv, _ in seen])
+    assert abs(float(everything.mean())) < 1e-4 and abs(float(everything.std()) - 1.0) < 1e-3

@@ -375,8 +375,9 @@ class BaseLeagueManager(ABC):
 
     def _played_by_replaced_weights(self, result: JobResult) -> bool:
         """A job leased before one of its players was reset (mutated) was played, in part at least, by the weights
-        the reset replaced (`result.generations`: the coordinator's lease keeps them from when it was leased): its results are no record of the reset player's new weights, whose win rates
-        start afresh (`Payoff.forget_results_of`). Counted, a stuck main exploiter's last job's losses were
+        the reset replaced (`result.generations`: the coordinator's lease keeps them from when it was leased): its
+        results are no record of the reset player's new weights, whose win rates start afresh
+        (`Payoff.forget_results_of`). Counted, a stuck main exploiter's last job's losses were
         its fresh record at once, and it was reset again at the next snapshot. Under the lock."""
         if not result.generations:
             return False

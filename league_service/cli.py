@@ -223,7 +223,9 @@ def _close_unserved(coordinator: Coordinator, state_path: Path, state_existed: b
     coordinator.close()
     if state_existed:
         return
-    for path in (state_path, *(state_path.with_name(state_path.name + s) for s in ("-wal", "-shm", ".lock"))):
+    from league_service.store import STATE_SIDE_FILES
+
+    for path in (state_path, *(state_path.with_name(state_path.name + s) for s in STATE_SIDE_FILES)):
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
 

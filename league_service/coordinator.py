@@ -69,7 +69,7 @@ from league_service.leases import (
 from league_service.messages import JobResult, JobSpec, UpdateOutcome
 from league_service.metrics import LeagueFigures
 from league_service.players import Player
-from league_service.store import Counters, LeagueStore, has_trained
+from league_service.store import STATE_SIDE_FILES, Counters, LeagueStore, has_trained
 
 log = logging.getLogger(__name__)
 
@@ -555,7 +555,7 @@ class Coordinator:
                 raise InvalidArgumentError("checkpoint_path", f"{update.checkpoint_path!r}: {err.strerror}") from None
             # Raised after the binding check: a learner that lost the player (its old versions retired by the
             # player's next learner) is told it is not bound, which it handles, not that its path is bad.
-            not_one = _not_a_checkpoint(path, self._settings.resolved_state_path)
+            not_one = _not_a_checkpoint(path, self._store.real_path)
             if not_one is not None:
                 # Snapshotted, it would be copied as a historical player's weights (the league's own database,
                 # say), which no actor could load (a hostile-input review).
@@ -1124,20 +1124,16 @@ def _check_checkpoints_present(players: Iterable[Player], root: SharedRoot) -> N
                 len(missing), len(named), root.root, examples)
 
 
-_STATE_SIDECARS = ("", "-wal", "-shm", "-journal")
-
-
-def _not_a_checkpoint(path: Path, state_path: Path) -> str | None:
+def _not_a_checkpoint(path: Path, state: Path) -> str | None:
     """What the (resolved) file `path` is when it is a file the league keeps beside checkpoints, which a learner
     never reports as one: a store's manifest, training state, pin or hidden temporary/retired file, or the
-    coordinator's state database; None for anything else."""
+    coordinator's state database (`state`, resolved) or a file beside it; None for anything else."""
     name = path.name
     if name.startswith("."):
         return "a hidden file (a checkpoint store's temporary or retired one), not a checkpoint"
     if name.endswith((MANIFEST_SUFFIX, TRAINING_STATE_SUFFIX, PIN_SUFFIX)):
         return "a checkpoint's manifest, training state or pin, not the checkpoint itself"
-    state = Path(os.path.realpath(state_path))
-    if path.parent == state.parent and name in {state.name + suffix for suffix in _STATE_SIDECARS}:
+    if path.parent == state.parent and name in {state.name + suffix for suffix in ("", *STATE_SIDE_FILES)}:
         return "the coordinator's state database, not a checkpoint"
     return None
 

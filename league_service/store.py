@@ -59,6 +59,11 @@ log = logging.getLogger(__name__)
 # (NULL likewise: a restart counted a job's results played by weights a reset had replaced, a review). Older
 # stores are upgraded when opened.
 SCHEMA_VERSION = 4
+STATE_LOCK_SUFFIX = ".lock"
+"""The state file's lock (`ExclusiveLock`) is `<state file><this>`, beside the file its path resolves to."""
+STATE_SIDE_FILES = ("-wal", "-shm", "-journal", STATE_LOCK_SUFFIX)
+"""The suffixes of the files kept beside the state file: SQLite's and the lock (no checkpoint; removed with a state a
+failed start made)."""
 CHECKPOINT_EVERY = 500
 WAL_MAX_BYTES = 64 * 1024 * 1024
 """How large the WAL may grow before a checkpoint holds writers back to start it over. A PASSIVE checkpoint
@@ -452,8 +457,8 @@ class LeagueStore:
         # The lock sits beside the file the path resolves to: a --state given through a symlink (to the file or
         # to a folder above it) names the same database, WAL and all, so it must meet the same lock. A hard link
         # does not: it is refused below (_refuse_hard_links).
-        real = Path(os.path.realpath(self.path))
-        self._file_lock = ExclusiveLock(real.with_name(real.name + ".lock"), f"state {self.path}")
+        real = self.real_path = Path(os.path.realpath(self.path))
+        self._file_lock = ExclusiveLock(real.with_name(real.name + STATE_LOCK_SUFFIX), f"state {self.path}")
         self._lock = threading.Lock()
         self._checkpoint_due = threading.Condition(self._lock)
         self._commits = 0

@@ -197,10 +197,7 @@ class BattleSharedPayoff(_SharedPayoff):
 
     def win_rate(self, home: str, away: str) -> float:
         """Home's win rate against away, draws counting half; the default below min_win_rate_games."""
-        if home == away:
-            return 0.5
-        record = self.record(home, away)
-        return self._rate(record["wins"], record["draws"], record["games"])
+        return float(self.win_rates(home, (away,))[0])
 
     def _too_few(self, games: float) -> bool:
         return games < self._cfg.min_win_rate_games or games <= 0.0
@@ -214,9 +211,10 @@ class BattleSharedPayoff(_SharedPayoff):
         return min(max((wins + 0.5 * draws) / games, 0.0), 1.0)
 
     def win_rates(self, home: str, aways: Sequence[str]) -> np.ndarray:
-        """`win_rate` of home against each of `aways`, under one lock and copying no record: PFSP asks this of
-        every historical player at each job, and a copy per opponent made a league exploiter's job cost ~29 ms
-        with 5,000 historical players (a review), all of it under the league's lock."""
+        """Home's win rate against each of `aways` (draws counting half; the default below min_win_rate_games),
+        under one lock and copying no record: PFSP asks this of every historical player at each job, and a copy
+        per opponent made a league exploiter's job cost ~29 ms with 5,000 historical players (a review), all of
+        it under the league's lock."""
         rates = np.empty(len(aways), dtype=np.float64)
         with self._lock:
             data = self._data
@@ -224,8 +222,9 @@ class BattleSharedPayoff(_SharedPayoff):
                 if home == away:
                     rates[i] = 0.5
                     continue
-                # (`_key`'s order: a record is kept from the side of the smaller id)
-                record, wins = (data.get((home, away)), "wins") if home <= away else (data.get((away, home)), "losses")
+                key, reverse = self._key(home, away)
+                record = data.get(key)
+                wins = "losses" if reverse else "wins"  # (the record is kept from the other side)
                 rates[i] = (self._cfg.default_win_rate if record is None
                             else self._rate(record[wins], record["draws"], record["games"]))
         return rates

@@ -257,8 +257,7 @@ class Trainer:
                                                              for k, v in chunk.rows.items()}
             self._hold(piece, chunk.steps, min(rows_a_batch, rows - start) * chunk.steps)
             if start + rows_a_batch < rows and self._held_samples >= self.config.batch_size:
-                self._short_batches.append((self._online.take(min_rows=1, timeout=0), self._held_samples))
-                self._held_samples, self._segment_len = 0, 0
+                self._set_held_apart()
 
     def _hold(self, rows: Mapping[str, np.ndarray], steps: int, samples: int) -> None:
         """Hold (B, `steps`) PPO rows of `samples` samples for the next batch, padded to the held rows' length."""
@@ -268,8 +267,8 @@ class Trainer:
             # Padding what is held and this chunk to one length would be mostly padding (many short rows and a
             # long one): the held rows train as a batch of their own first, so a batch's memory stays a small
             # multiple of its data whatever lengths actors send.
-            self._short_batches.append((self._online.take(min_rows=1, timeout=0), self._held_samples))
-            self._held_samples, self._segment_len, held_rows = 0, 0, 0
+            self._set_held_apart()
+            held_rows = 0
         if steps > self._segment_len:
             held = self._online.take(min_rows=1, timeout=0) if held_rows else None
             self._segment_len = steps
@@ -277,6 +276,11 @@ class Trainer:
                 self._online.add(front_pad(held, self._segment_len))
         self._online.add(front_pad(rows, self._segment_len))
         self._held_samples += samples
+
+    def _set_held_apart(self) -> None:
+        """The rows held so far become a batch of their own (trained before the rest, in order); none are held."""
+        self._short_batches.append((self._online.take(min_rows=1, timeout=0), self._held_samples))
+        self._held_samples, self._segment_len = 0, 0
 
     def _add_transitions(self, rows: Mapping[str, np.ndarray]) -> None:
         assert self._replay is not None

@@ -550,6 +550,13 @@ class BaseEnvManager:
         self._rebuilds[env_id] += 1
         return int(np.random.SeedSequence([last % 2**63, self._rebuilds[env_id]]).generate_state(1)[0])
 
+    def _rebuild_seeds(self, env_ids: Sequence[int]) -> list[int | None]:
+        """`_rebuild_seed` of each of `env_ids`, by env id (None for the others), as `_take_seeds` gives them."""
+        seeds: list[int | None] = [None] * self.env_num
+        for env_id in env_ids:
+            seeds[env_id] = self._rebuild_seed(env_id)
+        return seeds
+
     def _take_seeds(self, env_ids: Sequence[int]) -> list[int | None]:
         """Seeds for resetting `env_ids` (by env id, None for the others): those given by `seed()` since
         each env's last reset."""

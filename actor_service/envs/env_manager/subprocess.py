@@ -628,10 +628,7 @@ class SubprocessEnvManager(BaseEnvManager):
             raise
         restart_reset = [env_id for env_id in restart_reset if env_id not in resetting]
         if restart_reset:
-            seeds: list[int | None] = [None] * self.env_num
-            for env_id in restart_reset:
-                seeds[env_id] = self._rebuild_seed(env_id)
-            self._send_reset(new, restart_reset, seeds, rebuild=False)
+            self._send_reset(new, restart_reset, self._rebuild_seeds(restart_reset), rebuild=False)
 
     # ---- receiving -------------------------------------------------------------------------------------
     def _pump(self, satisfied: Callable[[], bool], wait_s: float | None) -> bool:
@@ -836,6 +833,4 @@ class SubprocessEnvManager(BaseEnvManager):
     def _rebuild(self, worker: _Worker, failure: EnvFailure) -> None:
         """An env raised: count it (may raise), then have its worker build it anew and reset it."""
         self._count_failure(failure.env_id, failure)
-        seeds: list[int | None] = [None] * self.env_num
-        seeds[failure.env_id] = self._rebuild_seed(failure.env_id)
-        self._send_reset(worker, [failure.env_id], seeds, rebuild=True)
+        self._send_reset(worker, [failure.env_id], self._rebuild_seeds([failure.env_id]), rebuild=True)

@@ -15,7 +15,11 @@ from league_cli.run import RunConfig, Supervisor, learner_stop_timeout
 
 @pytest.fixture
 def supervisor(tmp_path):
+    # A worker the supervisor restarts is a real one (`league actor ...`): with no shared root it exited 2 at
+    # once, and a later check() of the test raised CannotRunLeague for it when it came after that exit (a CI
+    # race). With one, it waits for the coordinator these tests never start, until the teardown stops it.
     sup = Supervisor(tmp_path, tmp_path / "league.yaml", RunConfig(), learners=1)
+    sup.shared_root.mkdir()
     yield sup
     sup.group.stop(grace_s=5.0)
 
@@ -183,8 +187,7 @@ def test_servers_get_ports_no_outgoing_connection_can_take(supervisor):
     # Its stop fits inside league run's grace, with time for its main thread to hand the job back.
     assert float(argv[argv.index("--stop-timeout") + 1]) == supervisor.run_cfg.stop_grace_s - 3
     assert [learner_stop_timeout(g) for g in (15.0, 6.0, 4.0, 0.0)] == [12.0, 3.0, 2.0, 0.0]
-    supervisor.shared_root.mkdir()
-    supervisor.config_path.write_text("{}\n")  # the embedded league
+    supervisor.config_path.write_text("{}\n")  # the embedded league (the fixture made the shared root)
     address = supervisor.start_coordinator()
     assert 0 < int(address.rpartition(":")[2]) < low
 

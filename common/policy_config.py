@@ -206,7 +206,8 @@ class PPOConfig:
     vtrace_rho_clip: float = 1.0
     """ρ̄: truncation of the importance weights in targets and advantages."""
     vtrace_c_clip: float = 1.0
-    """c̄: truncation of the trace coefficients."""
+    """c̄: truncation of the trace coefficients; at most ρ̄ (IMPALA's analysis of V-trace assumes c̄ <= ρ̄: the
+    traces then never carry more of a step's correction than its own target takes)."""
 
     def __post_init__(self) -> None:
         # Written as `not (finite and > 0)`: a NaN passes `x <= 0`.
@@ -214,6 +215,9 @@ class PPOConfig:
                      "reward_scale"):
             _check_finite(f"ppo.{name}", getattr(self, name), minimum=0.0, inclusive=False)
         _check_at_most("ppo.learning_rate", self.learning_rate, MAX_LEARNING_RATE)
+        if self.vtrace_c_clip > self.vtrace_rho_clip:
+            raise ValueError(f"ppo.vtrace_c_clip ({self.vtrace_c_clip}) must be at most ppo.vtrace_rho_clip "
+                             f"({self.vtrace_rho_clip}): V-trace assumes c_clip <= rho_clip (IMPALA, Remark 1)")
         for name in ("value_coef", "entropy_coef"):
             _check_finite(f"ppo.{name}", getattr(self, name), minimum=0.0, inclusive=True)
         if self.target_kl is not None:  # None: never stop early (0 would stop after the first minibatch)

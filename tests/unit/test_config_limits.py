@@ -433,6 +433,9 @@ def test_run_intervals_are_checked(section, message):
         # Adam's step overflowed a float32 and the optimizer failed the learner (a rate that merely diverges is
         # rolled back).
         ({"ppo": {"learning_rate": 1e38}}, "policy.ppo", "ppo.learning_rate must be at most 1e+30, got 1e+38"),
+        # IMPALA's analysis of V-trace assumes c_clip <= rho_clip; a larger c_clip was accepted and trained on.
+        ({"ppo": {"vtrace_c_clip": 2.0}}, "policy.ppo",
+         "ppo.vtrace_c_clip (2.0) must be at most ppo.vtrace_rho_clip (1.0)"),
         ({"algorithm": "dqn", "dqn": {"learning_rate": 1e38}}, "policy.dqn", "dqn.learning_rate must be at most"),
         ({"model": {"hidden": [100_000_000]}}, "policy.model",
          f"model.hidden: widths must be within [1, {MAX_LAYER_WIDTH}], got (100000000,)"),

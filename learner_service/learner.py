@@ -314,6 +314,12 @@ class Learner:
             log.info("%s: continuing with the trainer kept in memory (version %d)", job.player_id, kept.trainer.version)
             trainer = kept.trainer
             trainer.config = config
+            # Another learner may have held the player meanwhile and reported steps it received without an update
+            # (no new version): the kept counters must not report below the league's, which refuses steps that go
+            # back, and the refusal ended this binding to be handed straight back, in a loop that never trained.
+            league = self.client.player_progress(job.player_id)
+            trainer.progress.agent_steps = max(trainer.progress.agent_steps, league.agent_steps)
+            trainer.progress.train_iteration = max(trainer.progress.train_iteration, league.train_iteration)
         else:
             league = self.client.player_progress(job.player_id)
             start = publisher.choose_start(job.checkpoint_path, job.checkpoint_version, league)
@@ -324,8 +330,10 @@ class Learner:
             except ValueError as err:  # a model the env's observations do not fit (ModelConfig, Torso)
                 raise JobSetupError(f"job {job.job_id} ({job.player_id}): {err}") from err
             trainer.restore_algorithm_updates(start.algorithm_updates)
-            if start.published is not None:  # the player's own latest version: resume its optimizer state too
-                trainer.resume_training_state(publisher.store, start.published)
+            if start.resumed is not None:  # the player's own weights: resume their optimizer state too (also
+                # those of an older version when newer ones are damaged: a fresh Adam under the restored update
+                # count had its learning-rate annealing and its step count disagree)
+                trainer.resume_training_state(publisher.store, start.resumed)
             trainer.lineage_from = start.lineage_from  # (a reset or pretrained checkpoint the league names)
             if start.lineage_from:
                 # Started from the checkpoint the league names (a reset of the player pending since its last

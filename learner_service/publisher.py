@@ -88,6 +88,10 @@ class StartPoint:
     algorithm_updates: int
     published: CheckpointRef | None
     """The store's latest version of the player when it *is* the start point (nothing to publish)."""
+    resumed: CheckpointRef | None = None
+    """The player's own version whose weights these are (the latest or, when newer ones are damaged, an older
+    one): its training state (optimizer, target network) is resumed with them. None for the league's checkpoint
+    or a fresh start."""
     lineage_from: int = 0
     """Chunks acted with an older version are not these weights' games (the trainer's `lineage_from`): the
     league's version when the session starts from the checkpoint it names (a reset, a pretrained one) or a fresh
@@ -225,7 +229,8 @@ class CheckpointPublisher:
                 # so it is the latest; resuming it resumes its training state too, and nothing is rewritten.
                 self.last = own
             latest_is_own = self.last.version == own.version
-            return StartPoint(own.version, own_weights, own.path, progress, updates, own if latest_is_own else None)
+            return StartPoint(own.version, own_weights, own.path, progress, updates, own if latest_is_own else None,
+                              resumed=own)
         if job_path:
             try:
                 weights = self.store.load(job_path).tensors
@@ -252,7 +257,8 @@ class CheckpointPublisher:
                 # best left; it is republished above the league's version, so nothing goes back.
                 log.error("%s: the league's checkpoint cannot be used (%s); resuming from %s instead", job_path,
                           err, own.path)
-                return StartPoint(max(own.version, job_version + 1), own_weights, own.path, progress, updates, None)
+                return StartPoint(max(own.version, job_version + 1), own_weights, own.path, progress, updates, None,
+                                  resumed=own)
             return StartPoint(job_version, weights, job_path, progress, 0, None, lineage_from=job_version)
         return StartPoint(job_version, None, "fresh", progress, 0, None, lineage_from=job_version)
 

@@ -268,3 +268,53 @@ def test_a_learner_starting_on_the_leagues_reset_says_so_in_its_first_report(tmp
     finally:
         learner.close()
 
+
+
+def _adam_steps(trainer) -> set[int]:
+    return {int(s["step"]) for s in trainer.task.algorithm.optimizer.state_dict()["state"].values()}
+
+
+def test_resuming_an_older_version_when_newer_ones_are_damaged_resumes_its_optimizer_too(tmp_path):
+    """Only the store's latest version had its training state resumed: with v3 damaged, v2's weights went on with
+    a fresh Adam (and DQN a fresh target network) under v2's restored update count."""
+    trainer = _trainer()
+    publisher = _publisher(tmp_path)
+    refs = []
+    for seq in range(3):
+        _train_once(trainer, seq)
+        refs.append(publisher.publish(trainer))  # v1, v2, v3
+    (tmp_path / refs[-1].path).write_bytes(b"garbage")
+    learner = Learner(LearnerSettings(coordinator="127.0.0.1:1", shared_root=tmp_path, worker_id="w", device="cpu"))
+    learner.client.player_progress = lambda player_id: Progress()
+    job = LearnJob("job-1", "p", refs[-1].path, refs[-1].version, "CartPole-v1", {}, POLICY, {}, 30.0, 0.0)
+    try:
+        session = learner._open_session(job, None, tmp_path)
+        assert session.trainer.version == 4  # v2's weights, numbered above the damaged v3
+        assert _adam_steps(session.trainer) == {2}  # v2's optimizer, two updates in
+        assert session.trainer.algorithm_updates == 2
+    finally:
+        learner.close()
+
+
+def test_a_kept_trainer_never_reports_below_the_steps_the_league_counted_meanwhile(tmp_path):
+    """A learner's lease on p lapsed (it kept its trainer); another learner held p, received samples without an
+    update and reported their steps with the same version at its release. Given p back, the kept trainer
+    reported fewer steps than the league's, was refused (steps never go back), kept again, handed the same
+    binding back, and never trained."""
+    from learner_service.learner import _Kept
+
+    trainer = _trainer()
+    publisher = _publisher(tmp_path)
+    _train_once(trainer, 0)
+    ref = publisher.publish(trainer)
+    kept_steps = trainer.progress.agent_steps
+    learner = Learner(LearnerSettings(coordinator="127.0.0.1:1", shared_root=tmp_path, worker_id="w", device="cpu"))
+    learner._kept = _Kept("p", trainer, ref.version)
+    learner.client.player_progress = lambda player_id: Progress(kept_steps + 48, 9)  # the league's count now
+    job = LearnJob("job-2", "p", ref.path, ref.version, "CartPole-v1", {}, POLICY, {"batch_size": 16}, 30.0, 0.0)
+    try:
+        session = learner._open_session(job, None, tmp_path)
+        assert session.trainer is trainer  # kept: its optimizer and untrained samples go on
+        assert (trainer.progress.agent_steps, trainer.progress.train_iteration) == (kept_steps + 48, 9)
+    finally:
+        learner.close()

@@ -602,8 +602,9 @@ def _saved_model_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str |
                 f"({config}); a league member cannot leave (bots may be added): {resume}")
     if change is not None:
         key, old, new = change
-        return (f"{key}: the league in {run_dir} was trained with {old!r}, the config ({config}) says {new!r}, "
-                f"which its checkpoints do not fit: {resume}")
+        which = ("another game than its checkpoints' and payoff's" if "game_params" in key
+                 else "which its checkpoints do not fit")
+        return f"{key}: the league in {run_dir} was trained with {old!r}, the config ({config}) says {new!r}, {which}: {resume}"
     return None
 
 

@@ -1044,7 +1044,8 @@ class Coordinator:
                 tx.put_counters(self._counters)
             return
         saved = self._store.identity()
-        change = LeagueIdentity.from_json(saved).first_change(identity) if saved is not None else None
+        saved_identity = LeagueIdentity.from_json(saved) if saved is not None else None
+        change = saved_identity.first_change(identity) if saved_identity is not None else None
         if change is not None and has_trained(stored.league_state, stored.counters):
             key, old, new = change
             raise LeagueStateError(key, f"the league in this state was made with {old!r}, the config says "
@@ -1055,7 +1056,9 @@ class Coordinator:
                         "and has no checkpoint, so it goes on with the config's", change[0], change[1], change[2])
         # A store from before stores kept it learns it from a start with the very config it was made with: from
         # any other, a wrong env given once would lock the league out of its own config for good.
-        record = change is not None or (saved is None and stored.config_digest == digest)
+        # An identity saved before it had every part learns the rest the same way.
+        record = change is not None or (
+            (saved_identity is None or not saved_identity.complete) and stored.config_digest == digest)
         if stored.config_digest != digest:
             log.warning("the configuration changed since this league's state was created (%s)", self._store.path)
         now = self._clock()

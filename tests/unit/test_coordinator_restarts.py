@@ -169,8 +169,12 @@ def test_a_state_is_not_resumed_with_a_config_of_another_env_or_network(tmp_path
         first.finish_job(FinishReport("a", grant.job_id, JobEndStatus.COMPLETED, (episode,), 5, 0, ""))
     finally:
         first.close()
+    # game_params make another game of the name (5x5 connect four: other shapes, another game's payoff): it
+    # started with a warning that "the configuration changed".
     for overrides, key in (({"env": {"name": "openspiel:tic_tac_toe"}}, "env.name"),
-                           ({"policy": {"model": {"hidden": [32]}}}, "policy.model.hidden")):
+                           ({"policy": {"model": {"hidden": [32]}}}, "policy.model.hidden"),
+                           ({"env": {"kwargs": {"game_params": {"rows": 5, "columns": 5}}}},
+                            "env.kwargs.game_params")):
         with pytest.raises(LeagueStateError, match=f"^{key}: the league in this state was made with "):
             Coordinator(small_league_config(overrides), CoordinatorSettings(shared_root=tmp_path, state_path=state),
                         expiry_thread=False)
@@ -207,6 +211,45 @@ def test_a_store_from_before_the_identity_record_learns_it_only_from_its_own_con
     assert identity() is None
     _open(tmp_path, state).close()  # the config it was made with
     assert '"env":"connect_four"' in identity()[0].replace(" ", "")
+
+
+def test_an_identity_saved_before_game_params_were_part_of_it_learns_them_from_its_own_config(tmp_path):
+    """Not compared while unknown (the league may have been made with any), recorded from the config it was made
+    with, and compared from then on."""
+    import json
+
+    import pytest
+
+    from league_service.league_errors import LeagueStateError
+
+    state = tmp_path / "state.sqlite"
+    _open(tmp_path, state).close()
+
+    def identity(value=None):
+        conn = sqlite3.connect(state)
+        with conn:
+            if value is not None:
+                conn.execute("UPDATE meta SET value = ? WHERE key = 'league_identity'", (value,))
+            row = conn.execute("SELECT value FROM meta WHERE key = 'league_identity'").fetchone()
+        conn.close()
+        return json.loads(row[0])
+
+    assert identity()["game_params"] == {"main_player": {}, "main_exploiter": {}}  # the game's defaults
+    old = identity()
+    del old["game_params"]
+    identity(json.dumps(old))
+    first = _open(tmp_path, state)
+    try:
+        first.register_worker("a", WorkerRole.ACTOR, "host", "")
+        grant = first.get_job("a", WorkerRole.ACTOR, "", wait_s=0.0)
+        home, away = (p.player_id for p in grant.players)
+        episode = EpisodeOutcome((PlayerOutcome(home, Outcome.WIN), PlayerOutcome(away, Outcome.LOSS)), 5)
+        first.finish_job(FinishReport("a", grant.job_id, JobEndStatus.COMPLETED, (episode,), 5, 0, ""))
+    finally:
+        first.close()
+    assert identity()["game_params"] == {"main_player": {}, "main_exploiter": {}}  # learned from its own config
+    with pytest.raises(LeagueStateError, match="^env.kwargs.game_params: the league"):
+        _open(tmp_path, state, {"env": {"kwargs": {"game_params": {"rows": 5, "columns": 5}}}})
 
 
 def test_an_sqlite_database_of_something_else_is_not_taken_over(tmp_path):

@@ -407,6 +407,8 @@ def test_a_resume_may_change_what_shapes_no_weights_but_not_the_env_or_the_netwo
     assert refused is not None and refused.startswith("policy.model.hidden:") and "do not fit" in refused
     refused = mismatch(lambda d: d["env"].update(name="openspiel:tic_tac_toe"))
     assert refused is not None and refused.startswith("env.name: the league in")
+    refused = mismatch(lambda d: d["env"].update(kwargs={"game_params": {"rows": 5}}))  # another game
+    assert refused is not None and refused.startswith("env.kwargs.game_params: the league in") and "another game" in refused
     # Which players the league has: refused before the coordinator (which said only "active players [...] are
     # not the configured [...]", with no word of how to resume), with the same advice.
     refused = mismatch(lambda d: d["league"]["active_players"].update(main_player=2))

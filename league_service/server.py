@@ -199,7 +199,7 @@ class LeagueServicer(league_pb2_grpc.LeagueServiceServicer):
     """Served on the event loop. Calls that only take the coordinator's lock run inline (one loop thread, no
     hand-off per call) and wait for their commit with `DurableReplies`; UpdatePlayer (checks the checkpoint
     file) and GetStatus (builds a reply that grows with the league) run on a thread so they never hold up
-    the loop."""
+    the loop; every reply waits for what was recorded before it to be committed."""
 
     def __init__(self, coordinator: Coordinator, ready: JobsReady, durable: DurableReplies) -> None:
         self._c = coordinator
@@ -300,7 +300,10 @@ class LeagueServicer(league_pb2_grpc.LeagueServiceServicer):
             context, lambda: wire.update_reply(self._c.update_player(wire.parse_update(request), process)))
 
     async def GetStatus(self, request, context):
-        return await asyncio.to_thread(lambda: wire.status_reply(self._c.status()))
+        # Durable like every reply: it showed the matches, expiries and snapshots of a commit still under way
+        # (that a crash then took back), and kept answering from memory after a failed write, where every other
+        # call said UNAVAILABLE.
+        return await self._answer_durably_in_thread(context, lambda: wire.status_reply(self._c.status()))
 
 
 @dataclass

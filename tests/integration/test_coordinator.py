@@ -157,6 +157,41 @@ def test_an_expired_lease_frees_the_slot_and_a_late_finish_is_refused(tmp_path):
             channel.close()
 
 
+def test_status_shows_only_committed_state_and_says_unavailable_once_writing_it_failed(tmp_path):
+    """GetStatus answered from memory without waiting for the commit: it showed an expiry (a match, a snapshot)
+    that a crash could take back, and went on answering after a failed write, where every other call said
+    UNAVAILABLE."""
+    import errno
+
+    from league_service.errors import StateWriteError
+
+    cfg = small_league_config({"league": {"active_players": {"main_player": 1}, "max_active_player_job": 1}})
+    failed = False
+    league = running_coordinator(cfg, tmp_path, lease_timeout_s=0.5, needs_learner=False)
+    server = league.__enter__()
+    try:
+        channel, stub = league_stub(server.address)
+        with channel:
+            register(stub, "a", ACTOR)
+            assert stub.GetJob(pb.GetJobRequest(worker_id="a", role=ACTOR, wait_s=5)).job.job_id
+            assert stub.GetStatus(pb.GetStatusRequest()).counters.jobs_expired == 0
+
+            def full_disk(*args, **kwargs):
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+            server.coordinator._commits._write = full_disk  # the disk fills up; the lease then expires unattended
+            failed = True
+            wait_until("the lease to expire", lambda: server.coordinator.status().counters.jobs_expired == 1, 30)
+            with pytest.raises(grpc.RpcError) as err:
+                stub.GetStatus(pb.GetStatusRequest(), timeout=30)
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        try:
+            league.__exit__(None, None, None)
+        except StateWriteError:
+            assert failed  # the close says the state could not be written, as it should
+
+
 def test_heartbeats_keep_a_lease_alive_past_its_timeout(tmp_path):
     cfg = small_league_config({"league": {"active_players": {"main_player": 1}, "max_active_player_job": 1}})
     # A lease short enough to outlive several times over, long enough that a CI stall between beats is no lapse.

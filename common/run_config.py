@@ -13,6 +13,7 @@ from common.config import MAX_DURATION_S, ConfigError, is_device
 from common.job_limits import MAX_ENV_NUM
 
 MAX_RUN_ACTORS = 256
+MIN_STATUS_INTERVAL_S = 0.1
 """`league run` starts its processes on this one machine: 100,000 actors (accepted before) spawned one by one
 for many minutes and drove the load average to hundreds. Beyond this, spread the league with the
 deployment files (deploy/)."""
@@ -58,9 +59,10 @@ class RunConfig:
             raise ConfigError("seconds", f"must be > 0 and at most {MAX_DURATION_S:g}, got {self.seconds}")
         if self.env_steps < 0:
             raise ConfigError("env_steps", f"must be >= 0, got {self.env_steps}")
-        # The poll loop waits status_interval_s between polls (0: a busy loop) and stop_grace_s per process.
-        if not 0 < self.status_interval_s <= MAX_DURATION_S:
-            raise ConfigError("status_interval_s", f"must be > 0 and at most {MAX_DURATION_S:g}, "
+        # The poll loop waits status_interval_s between polls (0, or 1e-300: a busy loop of status calls that
+        # each build the whole league's view) and stop_grace_s per process.
+        if not MIN_STATUS_INTERVAL_S <= self.status_interval_s <= MAX_DURATION_S:
+            raise ConfigError("status_interval_s", f"must be within [{MIN_STATUS_INTERVAL_S:g}, {MAX_DURATION_S:g}], "
                                                    f"got {self.status_interval_s}")
         if not is_device(self.learner_device):
             raise ConfigError("learner_device", f"expected auto, cpu, cuda or cuda:N, got {self.learner_device!r}")

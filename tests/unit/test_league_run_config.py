@@ -111,7 +111,21 @@ def test_step_rate_starts_from_the_first_poll_not_from_zero():
     rate = StepRate()
     assert rate.update(17_168, 100.0) == 0.0
     assert rate.update(19_168, 102.0) == 1_000.0
-    assert rate.update(19_168, 102.0) == 0.0  # no time passed: no division by zero
+    assert rate.update(19_168, 102.0) == 1_000.0  # no time passed: no division by zero
+
+
+def test_step_rate_is_taken_over_a_window_not_the_gap_between_two_polls():
+    """Polls milliseconds apart (the last one before the --seconds budget) showed 0/s, or 55,000/s when a job
+    finished in the gap, in a run going at 4,000/s."""
+    rate = StepRate(window_s=5.0)
+    steps = 0
+    for t in range(11):  # 4,000 steps/s, polled every second
+        steps = 4_000 * t
+        rate.update(steps, float(t))
+    # Over the polls since the newest one at least 5 s old (t = 5), not over the last gap.
+    assert rate.update(steps, 10.01) == pytest.approx(4_000 * 5 / 5.01, rel=1e-6)  # nothing finished: not 0/s
+    assert rate.update(steps + 4_096, 10.02) == pytest.approx((4_000 * 5 + 4_096) / 5.02, rel=1e-6)  # not 400k/s
+    assert rate.update(steps + 4_096, 20.0) == 0.0  # nothing for ten seconds
 
 
 def test_the_step_budget_counts_this_runs_steps_and_polls_sooner_near_its_end():

@@ -28,19 +28,30 @@ HISTORY_BYTES_PER_S = 16 * 1024
 class HistoryLog:
     """A write that fails (the run directory's disk is full) costs that record, never the run: `error` says
     what failed until a write works again, the line is not left torn in the file, and the newest record is
-    tried again at the next offer and at `close`."""
+    tried again at the next offer and at `close`. So does a file that cannot be opened (a directory of its
+    name, no permission): it is tried again at each write (it ended `league run` in a traceback)."""
 
     def __init__(self, path: Path, bytes_per_s: float = HISTORY_BYTES_PER_S) -> None:
         if not bytes_per_s > 0:
             raise ValueError(f"bytes_per_s must be > 0, got {bytes_per_s}")
-        _drop_torn_tail(path)
         self.path = path
-        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self._fd: int | None = None
+        self._closed = False
         self._bytes_per_s = bytes_per_s
         self._next_due = -math.inf
         self._unwritten: bytes | None = None
         self.error: str | None = None
         """Why the last write failed; None once one works (or none failed)."""
+        self._open()
+
+    def _open(self) -> bool:
+        try:
+            _drop_torn_tail(self.path)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as err:
+            self.error = f"{self.path}: status records cannot be written: {err.strerror or err}"
+            return False
+        return True
 
     def offer(self, record: dict[str, Any], now: float) -> bool:
         """Write `record` (taken at monotonic time `now`) if it is due; else keep it as the newest unwritten one.
@@ -56,14 +67,20 @@ class HistoryLog:
 
     def close(self) -> None:
         """Write the newest record if it was held back, then close (idempotent)."""
-        if self._fd is None:
+        if self._closed:
             return
         if self._unwritten is not None:
             self._write(self._unwritten)
+        self._closed = True
         fd, self._fd = self._fd, None
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
 
     def _write(self, line: bytes) -> bool:
+        assert not self._closed
+        if self._fd is None and not self._open():
+            self._unwritten = line
+            return False
         assert self._fd is not None
         size = os.fstat(self._fd).st_size
         try:

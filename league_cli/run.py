@@ -223,6 +223,9 @@ class Supervisor:
         `stop` is: with `threading.Event`, a third signal landing inside the second's `set()` waited for the
         event's lock in its own thread forever (a review hung `league run` so, and a burst of signals ended it
         in a RecursionError with nothing stopped in order)."""
+        self.killed_at_stop = False
+        """Whether a process was killed at a stop (a second Ctrl-C, a stop past its grace): `stop` then sweeps
+        the shared memory its env managers left."""
 
     def start_coordinator(self, port: int | None = None) -> str:
         """Start the coordinator and wait until it listens; returns its address. On `port` (a restart: the
@@ -370,15 +373,17 @@ class Supervisor:
             codes.update(self.group.stop(procs, self.run_cfg.stop_grace_s, self.hurry))
             for p in procs:
                 self.group.forget(p)
+        self.killed_at_stop |= -signal.SIGKILL in codes.values()
         return codes
 
     def stop(self) -> dict[str, int]:
         """Stop everything: the workers, then the coordinator. An actor killed (a second Ctrl-C, a stop past its
         grace) died with its resource tracker, and its env managers' shared-memory blocks stayed in /dev/shm
-        until some later subprocess env manager's start-up swept them: swept here, every owner being gone."""
+        until some later subprocess env manager's start-up swept them: swept here, every owner being gone (also
+        when the workers were stopped before, by `stop_workers`: only the coordinator's code was looked at)."""
         codes = self.stop_workers()
         codes.update(self.group.stop(grace_s=self.run_cfg.stop_grace_s, hurry=self.hurry))
-        if -signal.SIGKILL in codes.values():
+        if self.killed_at_stop or -signal.SIGKILL in codes.values():
             from actor_service.envs.env_manager.shm_blocks import remove_orphaned_blocks
 
             remove_orphaned_blocks()
@@ -619,20 +624,48 @@ def job_size_note(job_env_steps: int, budget_env_steps: int) -> str | None:
 
 def config_changes(saved: Path, new: dict[str, Any], shown: int = 8) -> str:
     """What `new` changes of the config saved at `saved`, as "key: old -> new" (dotted keys, the first `shown`);
-    "" when nothing (or nothing readable is saved)."""
+    "" when nothing (or nothing readable is saved).
+
+    The saved file is read as this version loads it, so a key it lacks has this version's default: a key a
+    newer version added (run.learner_device, say) is no change unless `new` sets another value, and a key the
+    user added (`env.kwargs.max_episode_steps`) is one. Read raw, every key the saved file lacked was skipped,
+    so an added kwarg replaced config.yaml silently. A saved file this version cannot load is read raw, its
+    missing keys skipped as before."""
     try:
         old = yaml.safe_load(saved.read_text())
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
         return ""
     if not isinstance(old, dict):
         return ""
-    before, after = _flat(old), _flat(new)
-    # A key the saved file lacks is one a newer version added with its default (run.learner_device, say): every
-    # plain resume of an older run reported it as "(unset) -> auto" and set the old file aside as changed.
+    loaded = _loaded_config_dict(saved)
+    before, after = _flat(loaded if loaded is not None else old), _flat(new)
+    unset = "(unset)"
     keys = [k for k in sorted(before.keys() | after.keys())
-            if k in before and before[k] != after.get(k, "(unset)")]
-    text = ", ".join(f"{k}: {before.get(k, '(unset)')} -> {after.get(k, '(unset)')}" for k in keys[:shown])
+            if before.get(k, unset) != after.get(k, unset) and (loaded is not None or k in before)
+            and not _map_filled_or_emptied(k, before, after)]
+    text = ", ".join(f"{k}: {before.get(k, unset)} -> {after.get(k, unset)}" for k in keys[:shown])
     return text + (f" and {len(keys) - shown} more" if len(keys) > shown else "")
+
+
+def _loaded_config_dict(path: Path) -> dict[str, Any] | None:
+    """The config at `path` as this version loads it (defaults filled in), or None if it does not load."""
+    from league_service.config import config_to_dict, load_config
+
+    try:
+        return config_to_dict(load_config(path))
+    except (ConfigError, OSError, ValueError):
+        return None
+
+
+def _map_filled_or_emptied(key: str, before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """Whether `key` is an empty map on one side whose entries the other side names as keys of their own
+    (`env.kwargs: {}` against `env.kwargs.max_episode_steps: 400`): the entries say the change, not a
+    "{} -> (unset)" line."""
+    prefix = key + "."
+    for mine, other in ((before, after), (after, before)):
+        if mine.get(key) == {} and key not in other and any(k.startswith(prefix) for k in other):
+            return True
+    return False
 
 
 def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -690,8 +723,14 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
         signals.append(signum)
         stop.set()
 
-    sup = Supervisor(run_dir, pending_path, run_cfg, learners=active_player_count(cfg), run_lock=run_lock,
-                     stop=stop)
+    try:
+        sup = Supervisor(run_dir, pending_path, run_cfg, learners=active_player_count(cfg), run_lock=run_lock,
+                         stop=stop)
+    except OSError as err:  # (its logs directory: `logs` a file, no room, no permission) nothing started yet
+        console.print(f"league run: {run_dir_label(run_dir, given=args.run_dir is not None)}: cannot make its logs "
+                      f"directory: {err}", style="red", markup=False, soft_wrap=True)
+        pending_path.unlink(missing_ok=True)
+        return 2
     # (Put back only once the summary is printed: a Ctrl-C during it ended the run with exit 130, no plots and
     # no lines saying where the results are.)
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -743,6 +782,14 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
             setup_error = isinstance(err, CannotRunLeague)
             reason[0] = "the league cannot run as configured" if setup_error else "a process failed"
             exit_code = 2 if setup_error else 1
+        except Exception as err:  # (a full disk under the run directory, say): every process still stops in order,
+            # the summary still says where the results are, and the stop line does not say "budget spent"
+            import traceback
+
+            console.print(f"league run: {type(err).__name__}: {err}\n{traceback.format_exc().rstrip()}", style="red",
+                          markup=False, soft_wrap=True)
+            reason[0] = f"league run failed ({type(err).__name__})"
+            exit_code = 1
         finally:
             stopping[0] = True
             if sup.group.processes:  # (each stage can take up to its grace: say what is going on)

@@ -66,6 +66,7 @@ class RunMonitor:
         self._stall = StallWatch()
         self._wait_s = run_cfg.status_interval_s  # until the next poll: shorter as the env-step budget nears
         self._budget_spent = False
+        self._history_error: str | None = None  # the history's last error said
 
     def run(self, stop: Any) -> EarlyEnd | None:
         """Watch until the budget is spent or `stop` is set (None), or the run must end early (why)."""
@@ -119,10 +120,10 @@ class RunMonitor:
         self.status = status
         now = time.monotonic()
         rate = self._step_rate.update(status.counters.env_steps, now)
-        history_error = history.error
         history.offer(history_record(status, now - self.start), now)
-        if history.error != history_error:  # once when writes start failing, once when they work again
+        if history.error != self._history_error:  # once when writes start failing, once when they work again
             self._note(history.error or f"{self.history_path}: status records are written again")
+            self._history_error = history.error
         league_steps = status.counters.env_steps
         trained = sum(p.agent_steps for p in status.players if p.active)
         if (note := self._stall.check(league_steps, now, trained)) is not None:

@@ -253,6 +253,18 @@ def test_a_second_league_run_in_the_same_run_dir_is_refused_before_it_touches_an
     assert not (run_dir / "league_state.sqlite").exists()
 
 
+def test_league_run_whose_logs_directory_cannot_be_made_says_so_and_leaves_no_pending_config(tmp_path):
+    """`logs` a file in the run directory: a FileExistsError traceback, and config.pending.yaml left behind."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "logs").write_text("not a directory\n")
+    proc = league("run", "--run-dir", str(run_dir), "--quiet", "--seconds", "5")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert "Traceback" not in said and "cannot make its logs directory" in said, said
+    assert not (run_dir / "config.pending.yaml").exists() and not (run_dir / "league_state.sqlite").exists()
+
+
 def test_league_run_with_a_bad_flag_and_no_config_creates_no_run_directory(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "league_cli", "run", "--seconds", "-1"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)

@@ -394,7 +394,10 @@ def test_a_stop_that_kills_sweeps_the_shared_memory_its_processes_left(superviso
     shm_blocks.remove_orphaned_blocks = lambda *a: swept.append(True) or real(*a)
     try:
         supervisor.run_cfg = RunConfig(stop_grace_s=0.5)
-        codes = supervisor.stop()
+        # As `league run` stops: the workers first (their codes then), then everything left. The sweep looked
+        # at the second call's codes only, which no longer held the killed actor's.
+        codes = supervisor.stop_workers()
+        codes.update(supervisor.stop())
     finally:
         shm_blocks.remove_orphaned_blocks = real
     assert codes["actor-0"] == -signal.SIGKILL and swept == [True]

@@ -546,3 +546,22 @@ def test_a_solo_league_with_a_multi_discrete_action_trains_and_learns_it(league_
     assert played.returncode == 0, played.stderr
     result = json.loads(played.stdout.strip().splitlines()[-1])
     assert result["episodes"] == 50 and result["mean_return"] > 7 / 12 + 0.5, result
+
+
+def test_an_unexpected_error_of_league_run_itself_stops_every_process_and_says_what_failed(league_run, tmp_path):
+    """Only RuntimeError was caught: any other error (here the old config's copy cannot be written: a
+    directory of its name; a full disk does the same) stopped the processes under a "budget spent" line and
+    ended in a bare traceback with no summary."""
+    config = _config(tmp_path, 60)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    saved = yaml.safe_load(config.read_text())
+    saved["policy"]["ppo"]["learning_rate"] = 0.0001  # the directory's config differs: its copy is kept
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(saved))
+    (run_dir / "config.prev.yaml").mkdir()
+    run = league_run(seconds=60, config=config)
+    assert run.finish(timeout_s=120) == 1, run.output()
+    out = run.output(tail=None)
+    assert "league run failed (IsADirectoryError); stopping" in out and "budget spent" not in out, out[-6000:]
+    assert "state:" in out  # the summary still says where the results are
+    _assert_nothing_left_running(run)

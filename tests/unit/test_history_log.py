@@ -144,3 +144,18 @@ def test_thinned_plots_still_find_where_a_resumed_run_began(tmp_path):
 
     assert newest_time(iter_history(path, max_records=100)) == newest_time(iter_history(path)) == 58 + 9998
     assert len(list(iter_history(path, max_records=100))) <= 102
+
+
+def test_a_history_that_cannot_be_opened_costs_its_records_not_the_run(tmp_path):
+    """`status_history.jsonl` a directory (or not writable): `league run` ended in an IsADirectoryError
+    traceback right after its processes started. Now it is like a failed write: said, and tried again."""
+    path = tmp_path / "h.jsonl"
+    path.mkdir()
+    log = HistoryLog(path, bytes_per_s=10_000)
+    assert log.error is not None and "status records cannot be written" in log.error
+    assert not log.offer({"t": 0}, now=0.0)
+    path.rmdir()  # fixed while the run goes on
+    assert log.offer({"t": 1}, now=1.0) and log.error is None
+    log.close()
+    log.close()
+    assert [r["t"] for r in _lines(path)] == [1]

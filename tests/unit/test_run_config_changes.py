@@ -9,15 +9,21 @@ from league_cli.run import config_changes
 
 
 def test_the_changed_keys_are_named_with_their_old_and_new_values(tmp_path):
+    from league_service.config import config_to_dict, load_config
+
     saved = tmp_path / "config.yaml"
-    old = {"policy": {"ppo": {"learning_rate": 0.001, "gamma": 0.99}}, "run": {"actors": 2}, "env": {"kwargs": {}}}
+    old = config_to_dict(load_config(None))  # what `league run` writes: the whole config
     saved.write_text(yaml.safe_dump(old))
     assert config_changes(saved, old) == ""
-    new = {"policy": {"ppo": {"learning_rate": 0.0005, "gamma": 0.99}}, "run": {"actors": 2, "seconds": 60},
-           "env": {"kwargs": {}}}
-    # run.seconds is not in the saved file, which `league run` writes whole: a key a newer version added, with
-    # its default (every plain resume of an older run said "(unset) -> ..." and set its config.yaml aside).
+    new = yaml.safe_load(yaml.safe_dump(old))
+    new["policy"]["ppo"]["learning_rate"] = 0.0005
     assert config_changes(saved, new) == "policy.ppo.learning_rate: 0.001 -> 0.0005"
+    # run.learner_device is not in a file an older version wrote: a key a newer version added, with its default
+    # (every plain resume of an older run said "(unset) -> auto" and set its config.yaml aside).
+    del old["run"]["learner_device"]
+    saved.write_text(yaml.safe_dump(old))
+    assert config_changes(saved, new) == "policy.ppo.learning_rate: 0.001 -> 0.0005"
+    # Not a config this version loads (an unknown section): read raw.
     saved.write_text(yaml.safe_dump({"a": {str(i): i for i in range(12)}}))
     many = {"a": {str(i): i + 1 for i in range(12)}}
     assert config_changes(saved, many, shown=3).endswith(" and 9 more")
@@ -28,3 +34,34 @@ def test_nothing_readable_saved_is_no_change(tmp_path):
     assert config_changes(tmp_path / "missing.yaml", {"a": 1}) == ""
     (tmp_path / "bad.yaml").write_text("[unclosed")
     assert config_changes(tmp_path / "bad.yaml", {"a": 1}) == ""
+
+
+def test_a_key_added_to_a_map_is_a_change_and_a_newer_versions_default_is_not(tmp_path):
+    """A kwarg added under env.kwargs was skipped as "a key the saved file lacks" (a newer version's default):
+    config.yaml was replaced silently and no config.prev.yaml kept; added to an empty map it read
+    "env.kwargs: {} -> (unset)"."""
+    from pathlib import Path
+
+    from league_service.config import config_to_dict, load_config
+
+    solo = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / "solo_cartpole.yaml").read_text())
+    solo["env"]["kwargs"] = {}
+    saved = tmp_path / "config.yaml"
+    saved.write_text(yaml.safe_dump(solo))
+
+    def changes(edit) -> str:
+        data = yaml.safe_load(yaml.safe_dump(solo))
+        edit(data)
+        path = tmp_path / "new.yaml"
+        path.write_text(yaml.safe_dump(data))
+        return config_changes(saved, config_to_dict(load_config(path)))
+
+    assert changes(lambda d: None) == ""
+    assert changes(lambda d: d["env"]["kwargs"].update(max_episode_steps=400)) == \
+        "env.kwargs.max_episode_steps: (unset) -> 400"
+    saved.write_text(yaml.safe_dump({**solo, "env": {**solo["env"], "kwargs": {"max_episode_steps": 400}}}))
+    assert changes(lambda d: d["env"]["kwargs"].update(max_episode_steps=400, disable_env_checker=True)) == \
+        "env.kwargs.disable_env_checker: (unset) -> True"
+    assert changes(lambda d: None) == "env.kwargs.max_episode_steps: 400 -> (unset)"  # taken out: said too
+    # A section the saved file lacks has this version's defaults: no change unless the new file sets others.
+    assert changes(lambda d: d.update(run={"actors": 1})) == "env.kwargs.max_episode_steps: 400 -> (unset), run.actors: 2 -> 1"

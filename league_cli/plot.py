@@ -276,6 +276,12 @@ def return_curves(records: list[dict[str, Any]]) -> dict[str, ReturnCurve]:
     return curves.return_curves()
 
 
+def _point_marker(points: int) -> dict[str, Any]:
+    """A marker for a curve of one point, which a line alone does not draw (a history of one record, a snapshot
+    only in the last one: an empty plot)."""
+    return {"marker": "o", "markersize": 4} if points == 1 else {}
+
+
 def _plot_returns(plt: Any, history: HistoryCurves, out_dir: Path) -> Path:
     """returns.png: each player's mean episode return against the run's time and against its agent steps."""
     assert history.newest is not None
@@ -285,6 +291,7 @@ def _plot_returns(plt: Any, history: HistoryCurves, out_dir: Path) -> Path:
     for pid, curve in curves.items():
         active = last_players.get(pid, {}).get("active", False)
         style = dict(linewidth=2.0) if active else dict(linewidth=0.8, alpha=0.6)
+        style.update(_point_marker(len(curve.seconds)))
         ax_time.plot(curve.seconds, curve.mean_return, label=pid if active else None, **style)
         ax_steps.plot(curve.agent_steps, curve.mean_return, label=pid if active else None, **style)
     ax_time.set(title="mean episode return (recent episodes)", xlabel="seconds of league run", ylabel="return")
@@ -351,6 +358,7 @@ def write_plots(history_path: Path, out_dir: Path, notes: list[str] | None = Non
     last_players = {p["player_id"]: p for p in _players(newest)}
     for pid, (xs, elo, mu) in history.ratings.items():
         label, style = rating_line(last_players.get(pid, {"player_id": pid}))
+        style = {**style, **_point_marker(len(xs))}
         ax_elo.plot(xs, elo, label=label, **style)
         ax_mu.plot(xs, mu, label=label, **style)
     ax_elo.set(title="Elo", xlabel="seconds of league run")

@@ -376,6 +376,10 @@ class SoloSharedPayoff(_SharedPayoff):
                 pid = str(row["player_id"])
                 returns = [float(r) for r in row["returns"]]
                 count = int(row["episodes"])
+                if not all(math.isfinite(r) for r in returns):  # (as the battle records': a damaged state)
+                    raise ValueError("returns must be finite")
+                if count < 0:
+                    raise ValueError(f"episodes must be >= 0, got {count}")
             except (KeyError, TypeError, ValueError) as exc:
                 raise LeagueStateError(f"payoff.records[{i}]", f"malformed record: {exc}") from None
             if not self.has_player(pid):

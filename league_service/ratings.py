@@ -246,6 +246,13 @@ class RatingBook:
                 ratings[pid] = Rating(
                     float(row["elo"]), float(row["mu"]), float(row["sigma"]), int(row["games"])
                 )
+                # (A damaged or hand-edited state: a NaN rating was shown, then the first commit, which writes
+                # the whole state after a load, refused it, and every restart failed the same way.)
+                r = ratings[pid]
+                if not all(math.isfinite(v) for v in (r.elo, r.mu, r.sigma)):
+                    raise ValueError(f"elo, mu and sigma must be finite, got {(r.elo, r.mu, r.sigma)}")
+                if r.games < 0:
+                    raise ValueError(f"games must be >= 0, got {r.games}")
             except (KeyError, TypeError, ValueError) as exc:
                 raise LeagueStateError(f"ratings.{pid}", f"malformed rating: {exc}") from None
         self._ratings, self._changed = ratings, set()

@@ -167,6 +167,29 @@ def test_plots_are_written_from_history(tmp_path):
     assert all(p.stat().st_size > 1000 for p in written)
 
 
+def test_a_curve_of_one_point_is_drawn_with_a_marker(tmp_path):
+    """A line alone draws nothing for one point: a history of one record gave a ratings.png with axes and a
+    legend and no data (and a snapshot that shows only in the last record, no point)."""
+    import matplotlib.lines
+
+    drawn: list[tuple[int, str]] = []
+    real_init = matplotlib.lines.Line2D.__init__
+
+    def record(line, xdata, ydata, *args, **kwargs):
+        real_init(line, xdata, ydata, *args, **kwargs)
+        drawn.append((len(xdata), str(line.get_marker())))
+
+    history = tmp_path / "h.jsonl"
+    history.write_text(json.dumps(_record(1, 1000, 1000, [])) + "\n")
+    matplotlib.lines.Line2D.__init__ = record
+    try:
+        write_plots(history, tmp_path / "plots")
+    finally:
+        matplotlib.lines.Line2D.__init__ = real_init
+    curves = [marker for points, marker in drawn if points == 1]
+    assert curves and all(marker == "o" for marker in curves), drawn
+
+
 def test_a_pair_whose_records_a_reset_started_afresh_is_no_observed_rate_in_the_plot():
     """A reset player's pair keeps its games played and has no decayed games: its rate is the default, which the
     plot showed as 0.50 (40) where `league status` shows "-" (a review)."""

@@ -268,6 +268,12 @@ def test_solo_payoff_keeps_a_bounded_record_of_returns():
     # The episode count adds up across results, after a restore too (the buffer forgets, the count does not).
     assert restored.update(solo_result("s", [6.0, 7.0])) == 2
     assert restored.recent_returns("s") == [5.0, 6.0, 7.0] and restored.episodes("s") == 7
+    # A damaged state: an infinite return was shown as the mean, then failed every commit (and restart).
+    for key, bad in (("returns", [1.0, math.inf]), ("returns", [math.nan]), ("episodes", -1)):
+        state = json.loads(json.dumps(payoff.state_dict()))
+        state["records"][0][key] = bad
+        with pytest.raises(LeagueStateError, match=r"payoff.records\[0\]: malformed record"):
+            restored.load_records(state)
 
 
 def test_the_mean_of_returns_near_the_float_limit_is_finite():

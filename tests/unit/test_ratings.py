@@ -88,6 +88,14 @@ def test_state_round_trips_through_json_and_is_validated():
     assert restored.state_dict() == book.state_dict()
     with pytest.raises(LeagueStateError, match="ratings"):
         restored.load_state_dict(book.state_dict(), ["a", "b", "c"])
+    # A damaged or hand-edited state: a NaN rating was shown, then failed the first commit (which writes the whole
+    # state after a load) and every restart after it.
+    for key, bad in (("elo", float("nan")), ("mu", float("inf")), ("sigma", float("-inf")), ("games", -1)):
+        state = json.loads(json.dumps(book.state_dict()))
+        state["a"][key] = bad
+        with pytest.raises(LeagueStateError, match="ratings.a: malformed rating"):
+            restored.load_state_dict(state, ["a", "b"])
+    assert restored.state_dict() == book.state_dict()  # refused before anything changed
 
 
 def test_a_draw_whose_margin_is_too_thin_for_float64_moves_the_two_together_without_dividing_by_zero():

@@ -460,9 +460,12 @@ def _print_progression(report: dict[str, Any], ladder: tuple[str, ...]) -> None:
 def _league_policy_and_env(config: Path | None) -> tuple[dict[str, Any], str, dict[str, Any]]:
     # The league config (and its embedded default) belongs to league_service; the CLI layer may read it.
     from league_service.config import load_config
+    from league_service.env_fit import view_kwargs
 
     cfg = load_config(config, for_training=False)  # an older run's league, refused now, still has its checkpoints
-    return dict(cfg.policy), cfg.env.name, dict(cfg.env.kwargs)
+    # The game and view its players trained on, also where the player types' own sections set them (a relative
+    # perspective set under league.main_player.env_kwargs was evaluated on the absolute board).
+    return dict(cfg.policy), cfg.env.name, {**cfg.env.kwargs, **view_kwargs(cfg.env.kwargs, cfg.league)}
 
 
 def _interval(bounds: tuple[float, float]) -> str:

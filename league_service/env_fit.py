@@ -180,7 +180,8 @@ def check_env_seats(name: str, env_kwargs: Mapping[str, Any], league: LeagueConf
                               "(league.league_type: one_vs_one) seats two players per match: train it in a solo "
                               f"league (league.league_type: solo), or name a two-player game{_openspiel_hint(name)}")
         return
-    for player in player_envs(env_kwargs, league):
+    players = player_envs(env_kwargs, league)
+    for player in players:
         _check_openspiel_kwargs(name, player)
         game = load_game(name, player)
         if game.unsupported is not None:
@@ -202,6 +203,42 @@ def check_env_seats(name: str, env_kwargs: Mapping[str, Any], league: LeagueConf
                               f"players and a solo league's job has one: the env's bots must take the other "
                               f"{seats - 1} seat(s), got {seated} (for {player.player_type}), e.g. env.kwargs.bots: "
                               "{1: random}; or train it in a battle league (league.league_type: one_vs_one)")
+    if battle:  # (after each type's own checks: what is wrong with one type's kwargs is said first)
+        _check_one_view(players)
+
+
+VIEW_KWARGS = ("game_params", "perspective")
+"""The env kwargs that make a player's game and what it sees. A match is played in its launch player's env, and
+every seat's network reads that env's observations: a type of its own (league.<type>.env_kwargs) reached only its
+launch seats, and as an opponent the player saw the others' game (an absolute board for a network trained on
+the relative one, or another board size)."""
+
+
+VIEW_KWARG_DEFAULTS: dict[str, Any] = {"game_params": {}, "perspective": "absolute"}
+
+
+def view_kwargs(env_kwargs: Mapping[str, Any], league: LeagueConfig) -> dict[str, Any]:
+    """The VIEW_KWARGS a battle league's players play with (one for all of them: `_check_one_view`), as set."""
+    players = player_envs(env_kwargs, league)
+    if not players:
+        return {}
+    return {key: players[0].kwargs[key] for key in VIEW_KWARGS if key in players[0].kwargs}
+
+
+def _check_one_view(players: list[PlayerEnv]) -> None:
+    """A battle league's player types, which meet in matches, must play one game seen one way."""
+    if not players:
+        return
+    first = players[0]
+    for player in players[1:]:
+        for key in VIEW_KWARGS:
+            mine, theirs = (p.kwargs.get(key) or VIEW_KWARG_DEFAULTS[key] for p in (player, first))
+            if mine != theirs:
+                where = player.sources.get(key) or first.sources.get(key) or f"env.kwargs.{key}"
+                raise ConfigError(where, f"{player.player_type}'s jobs would play with {key} "
+                                  f"{mine!r}, {first.player_type}'s with {theirs!r}: "
+                                  "the player types of a battle league meet in matches, each seen by every seat's "
+                                  f"network, so {key} is one for all of them (set it in env.kwargs)")
 
 
 def _check_openspiel_kwargs(name: str, player: PlayerEnv) -> None:

@@ -650,3 +650,15 @@ def test_against_a_checkpoint_of_another_run_where_the_image_sets_the_shared_roo
     assert eval_cli.main(parse("--checkpoint", mine, "--config", str(config), "--against", theirs,
                                "--games", "2")) == 2
     assert "--against" in capsys.readouterr().err
+
+
+def test_eval_plays_the_view_the_players_trained_on_where_the_player_types_set_it(tmp_path):
+    """A relative perspective set in each player type's env_kwargs (not env.kwargs) was evaluated on the
+    absolute board: eval read env.kwargs alone."""
+    import yaml
+
+    config = tmp_path / "league.yaml"
+    config.write_text(yaml.safe_dump({"league": {t: {"env_kwargs": {"perspective": "relative"}} for t in
+                                                 ("main_player", "main_exploiter", "league_exploiter")}}))
+    _, env_name, env_kwargs = eval_cli._league_policy_and_env(config)
+    assert env_name == "connect_four" and env_kwargs == {"perspective": "relative"}

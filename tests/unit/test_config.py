@@ -640,6 +640,14 @@ SOLO = {"league_type": "solo", "active_players": {"solo_active_player": 1}}
         ({"league": {"main_player": {"env_kwargs": {"perspectiv": "relative"}}}},
          "league.main_player.env_kwargs.perspectiv: an OpenSpiel env takes game_params, bots, perspective, not "
          "'perspectiv'"),
+        # A match is played in its launch player's env, every seat seeing its observations: a type's own view
+        # reached only its launch seats (as an opponent it saw the absolute board, or another board size).
+        ({"league": {"main_player": {"env_kwargs": {"perspective": "relative"}}}},
+         "league.main_player.env_kwargs.perspective: main_exploiter's jobs would play with perspective 'absolute', "
+         "main_player's with 'relative'"),
+        ({"league": {"league_exploiter": {"job": {"env_kwargs": {"game_params": {"rows": 5}}}}}},
+         "league.league_exploiter.job.env_kwargs.game_params: league_exploiter's jobs would play with game_params "
+         "{'rows': 5}, main_player's with {}"),
     ],
 )
 def test_a_league_whose_matches_cannot_fill_the_envs_seats_is_refused_at_load(data, message):
@@ -656,6 +664,9 @@ def test_leagues_whose_matches_fill_the_envs_seats_load():
     config_from_dict({"env": {"name": "openspiel:kuhn_poker", "kwargs": {"game_params": {"players": 2}}}})
     config_from_dict({"env": {"name": "python:tests.env_doubles:CountingEnv"}})  # known only once built
     config_from_dict({"env": {"kwargs": {"perspective": "relative"}}})
+    config_from_dict({"league": {t: {"env_kwargs": {"perspective": "relative"}}  # one view, set per type
+                                 for t in ("main_player", "main_exploiter", "league_exploiter")}})
+    config_from_dict({"league": {"main_player": {"env_kwargs": {"perspective": "absolute"}}}})  # the default
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,20 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.pop("COLUMNS", None)
 
 
+@pytest.fixture(autouse=True)
+def torch_threads_restored():
+    """The CLIs run in process (`league eval`, `league export`) set torch to one thread for the whole process:
+    every later torch test in the worker then ran on one, its speed and sums' order hanging on what ran before."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else None
+    yield
+    torch = sys.modules.get("torch")
+    if torch is not None and threads is not None and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def token_file(tmp_path: Path) -> Path:
     """A fresh bearer-token file readable by its owner only, as an operator would create one."""

@@ -159,19 +159,24 @@ IMAGE_CHANNELS = (1, 3, 4)
 
 
 def _check_not_channels_last(info: EnvInfo, what: str, shape: tuple[int, ...], dtype: Any) -> None:
-    """A uint8 (H, W, C) picture, as gymnasium's pixel envs and wrappers give (MiniGrid's (7, 7, 3)), is refused:
+    """An (H, W, C) picture, as gymnasium's pixel envs and wrappers give (MiniGrid's (7, 7, 3)), is refused:
     the conv torso reads three dimensions as (C, H, W), so it would take its rows for channels and its colours
     for a width of 3. The default conv stack then failed with advice (`conv_padding: same`) that, followed,
     trained on the misread layout without a word. A picture's channels are fewer than its rows and its columns:
     planes of a small board, channels first ((16, 4, 4), (2, 3, 3)), are no picture laid out (H, W, C)."""
-    if (len(shape) == 3 and np.dtype(dtype) == np.uint8 and shape[-1] in IMAGE_CHANNELS
+    if (len(shape) == 3 and shape[-1] in IMAGE_CHANNELS
             and shape[0] not in IMAGE_CHANNELS and shape[-1] < min(shape[0], shape[1])):
+        # (Any dtype: every 3-D observation goes through the conv torso, and a float picture (H, W, 3) passed
+        # the uint8-only check, then trained on the misread layout once `conv_padding: same` made it fit.)
+        name = np.dtype(dtype).name
+        space = (f"gymnasium.spaces.Box(0, 255, {(shape[2], shape[0], shape[1])}, numpy.uint8)" if name == "uint8"
+                 else f"gymnasium.spaces.Box(low, high, {(shape[2], shape[0], shape[1])}, numpy.{name}) (its "
+                      "bounds transposed alike)")
+        scale = " (and set policy.model.obs_scale: 0.00392 to see pixels in [0, 1])" if name == "uint8" else ""
         raise UnsupportedEnvError(
-            f"env {info.name!r}: {what} of shape {tuple(shape)} (uint8) is a picture laid out (H, W, C); the conv "
+            f"env {info.name!r}: {what} of shape {tuple(shape)} ({name}) is a picture laid out (H, W, C); the conv "
             "torso takes (C, H, W): give env.name as 'python:<module>:<callable>' returning it wrapped in "
-            "gymnasium.wrappers.TransformObservation(env, lambda obs: obs.transpose(2, 0, 1), "
-            f"gymnasium.spaces.Box(0, 255, {(shape[2], shape[0], shape[1])}, numpy.uint8)) (and set "
-            "policy.model.obs_scale: 0.00392 to see pixels in [0, 1])")
+            f"gymnasium.wrappers.TransformObservation(env, lambda obs: obs.transpose(2, 0, 1), {space}){scale}")
 
 
 def _describe(spec: Any) -> str:

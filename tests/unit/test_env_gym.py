@@ -200,6 +200,18 @@ def test_a_channels_last_picture_is_refused_and_the_advised_transpose_builds():
     transposed.close()
 
 
+def test_a_float_channels_last_picture_is_refused_too():
+    """Every 3-D observation goes through the conv torso: a float (64, 64, 3) picture passed the uint8-only check
+    and, once `conv_padding: same` made the stack fit, trained on 64 channels of width 3."""
+
+    class FloatPicture(_Picture):
+        observation_space = gymnasium.spaces.Box(0.0, 1.0, (64, 64, 3), np.float32)
+
+    with pytest.raises(UnsupportedEnvError, match=re.escape("(64, 64, 3) (float32) is a picture laid out")) as err:
+        policy_specs(GymEnv(FloatPicture).info())
+    assert "(3, 64, 64), numpy.float32)" in str(err.value) and "obs_scale" not in str(err.value)
+
+
 @pytest.mark.parametrize("shape", [(4, 84, 84), (3, 3, 3), (12, 12, 5), (16, 4, 4), (2, 3, 3)])
 def test_channels_first_or_non_picture_uint8_observations_are_not_refused(shape):
     """Stacked frames (4, 84, 84) and pictures already (C, H, W) pass, as do arrays that are no pictures, and

@@ -142,10 +142,12 @@ class CoordinatorClient:
                 return None
         return None
 
-    def heartbeat(self, job_ids: list[str]) -> league_pb2.HeartbeatResponse:
-        """One Heartbeat call (the heartbeat thread decides what a failure means)."""
+    def heartbeat(self, job_ids: list[str], timeout_s: float | None = None) -> league_pb2.HeartbeatResponse:
+        """One Heartbeat call (the heartbeat thread decides what a failure means); `timeout_s` (at most the
+        client's call timeout): the job heartbeat's interval, so one call that hangs does not cost the lease."""
         request = league_pb2.HeartbeatRequest(worker_id=self.worker_id, job_ids=job_ids)
-        return self._stub_now().Heartbeat(request, timeout=self._call_timeout_s)
+        timeout = self._call_timeout_s if timeout_s is None else min(self._call_timeout_s, timeout_s)
+        return self._stub_now().Heartbeat(request, timeout=timeout)
 
     def finish_job(
         self, request: league_pb2.FinishJobRequest, *, once_within_s: float | None = None,

@@ -96,7 +96,9 @@ class JobHeartbeat:
                 self.withheld += 1
                 continue
             try:
-                reply = self._client.heartbeat([self._job_id])
+                # A deadline of the interval: the next beat goes out on time (a fixed 10 s let one call that
+                # hung take a lease of 6 s, heartbeated every 2 s).
+                reply = self._client.heartbeat([self._job_id], timeout_s=max(1.0, self._interval_s))
             except grpc.RpcError as err:
                 code = status_code(err)
                 if code in TRANSIENT_CODES:  # try again at the next interval

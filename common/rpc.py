@@ -82,6 +82,11 @@ _KEEPALIVE_CLIENT_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
+    # A connection that goes silent (a NAT or firewall dropping it, a peer's host gone without a reset) is given
+    # up once a ping goes unanswered this long. gRPC's default is a minute, and keepalive_timeout_ms does not
+    # shorten it here: heartbeats timed out on the dead connection for 60 s, past a 30 s lease, while the
+    # coordinator was reachable on a new one.
+    ("grpc.http2.ping_timeout_ms", 10_000),
 )
 _KEEPALIVE_SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.keepalive_permit_without_calls", 1),

@@ -213,7 +213,7 @@ def test_a_stop_during_the_wait_for_a_heartbeat_in_flight_cuts_that_wait_short()
     sent, release = threading.Event(), threading.Event()
 
     class HungClient:
-        def heartbeat(self, job_ids):
+        def heartbeat(self, job_ids, timeout_s=None):
             sent.set()
             release.wait(60)
             return league_pb2.HeartbeatResponse()

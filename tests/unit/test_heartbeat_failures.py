@@ -19,7 +19,7 @@ from tests.unit.test_actor_finish_retries import Failure
 
 
 class _BrokenClient:
-    def heartbeat(self, *args):
+    def heartbeat(self, *args, **kwargs):
         raise KeyError("a field the reply lacks")
 
 
@@ -66,7 +66,7 @@ class _FaultThenAnswer:
         self.reply = reply
         self.answered = threading.Event()
 
-    def heartbeat(self, *args):
+    def heartbeat(self, *args, **kwargs):
         self.calls += 1
         if self.calls <= 2:
             code = grpc.StatusCode.INTERNAL if self.calls == 1 else grpc.StatusCode.UNKNOWN
@@ -99,3 +99,38 @@ def test_a_heartbeat_the_coordinator_fails_is_tried_again_not_taken_for_a_revoca
     finally:
         lease.close(5)
     assert ended == [] and client.calls >= 3 and lease.held
+
+
+def test_a_job_heartbeats_deadline_is_its_interval_not_the_clients_call_timeout():
+    """A fixed 10 s deadline let one hung call take a lease of 6 s (heartbeated every 2 s): the next beat waited
+    for it. With the interval as the deadline, the next beat goes out on time."""
+    from actor_service.coordinator_client import CoordinatorClient
+    from actor_service.heartbeat import JobHeartbeat
+
+    asked: list[float | None] = []
+    answered = threading.Event()
+
+    class Recording:
+        def heartbeat(self, job_ids, timeout_s=None):
+            asked.append(timeout_s)
+            answered.set()
+            return league_pb2.HeartbeatResponse(lease_timeout_s=6.0)
+
+    beat = JobHeartbeat(Recording(), "job-1", interval_s=2.0, on_revoked=lambda _r: None)
+    beat._interval_s = 0.01  # (the first beat at once; the deadline is taken from the interval in force)
+    beat.start()
+    try:
+        assert answered.wait(30)
+    finally:
+        beat.close(5)
+    assert asked[0] == 1.0  # max(1 s, the interval)
+
+    client = CoordinatorClient.__new__(CoordinatorClient)  # the client keeps its own call timeout as the cap
+    client.worker_id, client._call_timeout_s = "a", 10.0
+    seen: list[float] = []
+    client._stub_now = lambda: type("Stub", (), {"Heartbeat": staticmethod(
+        lambda request, timeout: seen.append(timeout) or league_pb2.HeartbeatResponse())})()
+    client.heartbeat(["job-1"], timeout_s=2.0)
+    client.heartbeat(["job-1"], timeout_s=60.0)
+    client.heartbeat(["job-1"])
+    assert seen == [2.0, 10.0, 10.0]

@@ -174,6 +174,14 @@ class TrajectorySender:
             self._next_seq += 1
         chunk = encode_chunk(trajectory, ChunkHeader(header.job_id, header.player_id, header.worker_id, seq,
                                                      header.policy_version))
+        if (size := chunk.ByteSize()) > _CHANNEL_MAX_MESSAGE_BYTES:
+            # Chunks are cut between rows: one row this large cannot be sent at all. gRPC's own refusal
+            # (RESOURCE_EXHAUSTED, as a learner's backpressure) was retried as transient for `unreachable_s`, and
+            # the job then failed as "learner unreachable".
+            raise SenderError(
+                f"one trajectory row of {trajectory.num_steps} steps encodes to {size:,} bytes, above the "
+                f"{_CHANNEL_MAX_MESSAGE_BYTES:,} a chunk may carry to the learner: lower the player's "
+                "adder_kwargs.unroll_len (rows are cut at it) or make the observations smaller")
         with self._cond:
             if self._aborted:  # aborted while it was encoded: dropped like the rest, not queued behind the abort
                 self._counts["dropped"] += 1

@@ -95,3 +95,19 @@ def test_retries_are_logged_at_info_for_a_moment_then_at_warning(monkeypatch, ca
     retries = [r for r in caplog.records if "chunk(s) to resend" in r.getMessage()]
     assert retries[0].levelname == "INFO"
     assert any(r.levelname == "WARNING" for r in retries)
+
+
+def test_a_row_too_large_for_any_chunk_fails_the_write_at_once_naming_unroll_len(monkeypatch):
+    """Chunks are cut between rows, so one row over the channel's 64 MiB went out whole: gRPC refused it on
+    the client (RESOURCE_EXHAUSTED), which the sender retried as a learner's backpressure for two minutes, and
+    the job then failed as "learner unreachable". (The limit is lowered here instead of writing 64 MiB.)"""
+    monkeypatch.setattr(sender_module, "_CHANNEL_MAX_MESSAGE_BYTES", 200)
+    sender = TrajectorySender(f"127.0.0.1:{_closed_port()}", ChunkHeader("job", "p", "actor", 0, 0),
+                              stop=StopSignal(), settings=SenderSettings())
+    try:
+        with pytest.raises(SenderError, match=r"one trajectory row of 4 steps encodes to .* bytes, above the 200 "
+                                              r"a chunk may carry to the learner: lower the player's "
+                                              r"adder_kwargs.unroll_len"):
+            sender.write(_trajectory(), 0)
+    finally:
+        sender.close()

@@ -18,6 +18,7 @@ import grpc
 
 from actor_service.backoff import Backoff, BackoffSettings, status_code
 from actor_service.stop import StopSignal
+from common.job_limits import STATUS_MAX_BYTES
 from common.proto.league.v1 import league_pb2, league_pb2_grpc
 from common.rpc import (
     SERVER_FAULT_CODES,
@@ -218,7 +219,10 @@ class CoordinatorClient:
     def _stub_now(self) -> league_pb2_grpc.LeagueServiceStub:
         with self._lock:
             if self._stub is None:
-                self._channel = make_channel(self.address, token=self._token, tls_ca=self._tls_ca)
+                # Replies up to what the coordinator sends (a job whose env kwargs run to megabytes): at gRPC's
+                # default 4 MiB such a job was RESOURCE_EXHAUSTED, the actor exited 2 and its lease stayed held.
+                self._channel = make_channel(self.address, token=self._token, tls_ca=self._tls_ca,
+                                             max_message_bytes=STATUS_MAX_BYTES)
                 self._stub = league_pb2_grpc.LeagueServiceStub(self._channel)
             return self._stub
 

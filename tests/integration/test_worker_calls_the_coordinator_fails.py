@@ -204,3 +204,23 @@ def test_a_status_the_coordinator_fails_while_a_learner_binds_sends_it_asking_ag
     finally:
         learner.close()
         server.stop(0)
+
+
+def test_an_actor_takes_a_job_larger_than_grpcs_default_message_limit(tmp_path):
+    """The coordinator sends replies up to 256 MiB; the actor's channel kept gRPC's 4 MiB: a job whose env
+    kwargs ran to megabytes was RESOURCE_EXHAUSTED, the actor exited 2 and the lease stayed held (a review)."""
+    from actor_service.coordinator_client import CoordinatorClient
+    from actor_service.stop import StopSignal
+    from league_service.coordinator_testing import running_coordinator, small_league_config
+
+    cfg = small_league_config({"league": {"league_type": "solo", "active_players": {"solo_active_player": 1}},
+                               "env": {"name": "python:tests.env_doubles:CountingEnv",
+                                       "kwargs": {"note": "x" * 5_000_000}}})
+    with running_coordinator(cfg, tmp_path, needs_learner=False) as server:
+        client = CoordinatorClient(server.address, "actor-1", stop=StopSignal())
+        try:
+            assert client.register() is not None
+            job = client.next_job(wait_s=5.0)
+            assert job is not None and job.ByteSize() > 4 * 2**20
+        finally:
+            client.close()

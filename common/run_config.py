@@ -13,10 +13,11 @@ from common.config import MAX_DURATION_S, ConfigError, is_device
 from common.job_limits import MAX_ENV_NUM
 
 MAX_RUN_ACTORS = 256
-MIN_STATUS_INTERVAL_S = 0.1
 """`league run` starts its processes on this one machine: 100,000 actors (accepted before) spawned one by one
 for many minutes and drove the load average to hundreds. Beyond this, spread the league with the
 deployment files (deploy/)."""
+MIN_STATUS_INTERVAL_S = 0.1
+"""The shortest wait between `league run`'s status polls: each builds the whole league's view."""
 
 MAX_ENV_MAX_RETRY = 1_000_000
 """A bound for `env_max_retry` that still fails a job whose env fails at every step (of a job of many steps)."""

@@ -21,6 +21,18 @@ from tests.manual_clock import ManualClock
 MAIN = "main_player_default_0"
 
 
+def _play_one_game(coordinator: Coordinator) -> None:
+    """One completed collect job (the league has then played: bound to its env and network), then close."""
+    try:
+        coordinator.register_worker("a", WorkerRole.ACTOR, "host", "")
+        grant = coordinator.get_job("a", WorkerRole.ACTOR, "", wait_s=0.0)
+        home, away = (p.player_id for p in grant.players)
+        episode = EpisodeOutcome((PlayerOutcome(home, Outcome.WIN), PlayerOutcome(away, Outcome.LOSS)), 5)
+        coordinator.finish_job(FinishReport("a", grant.job_id, JobEndStatus.COMPLETED, (episode,), 5, 0, ""))
+    finally:
+        coordinator.close()
+
+
 def _open(tmp_path, state, overrides=None, clock=None) -> Coordinator:
     coordinator = Coordinator(
         small_league_config(overrides),
@@ -160,15 +172,7 @@ def test_a_state_is_not_resumed_with_a_config_of_another_env_or_network(tmp_path
     # A league that played no game and has no checkpoint (its env did not build) is bound to nothing yet: a first
     # run with a typo in env.name could not be fixed in its run directory.
     _open(tmp_path, state, {"env": {"name": "python:tic_tac_tow:Env"}}).close()
-    first = _open(tmp_path, state)  # the typo fixed
-    try:
-        first.register_worker("a", WorkerRole.ACTOR, "host", "")
-        grant = first.get_job("a", WorkerRole.ACTOR, "", wait_s=0.0)
-        home, away = (p.player_id for p in grant.players)
-        episode = EpisodeOutcome((PlayerOutcome(home, Outcome.WIN), PlayerOutcome(away, Outcome.LOSS)), 5)
-        first.finish_job(FinishReport("a", grant.job_id, JobEndStatus.COMPLETED, (episode,), 5, 0, ""))
-    finally:
-        first.close()
+    _play_one_game(_open(tmp_path, state))  # the typo fixed
     # game_params make another game of the name (5x5 connect four: other shapes, another game's payoff): it
     # started with a warning that "the configuration changed".
     for overrides, key in (({"env": {"name": "openspiel:tic_tac_toe"}}, "env.name"),
@@ -238,15 +242,7 @@ def test_an_identity_saved_before_game_params_were_part_of_it_learns_them_from_i
     old = identity()
     del old["game_params"]
     identity(json.dumps(old))
-    first = _open(tmp_path, state)
-    try:
-        first.register_worker("a", WorkerRole.ACTOR, "host", "")
-        grant = first.get_job("a", WorkerRole.ACTOR, "", wait_s=0.0)
-        home, away = (p.player_id for p in grant.players)
-        episode = EpisodeOutcome((PlayerOutcome(home, Outcome.WIN), PlayerOutcome(away, Outcome.LOSS)), 5)
-        first.finish_job(FinishReport("a", grant.job_id, JobEndStatus.COMPLETED, (episode,), 5, 0, ""))
-    finally:
-        first.close()
+    _play_one_game(_open(tmp_path, state))
     assert identity()["game_params"] == {"main_player": {}, "main_exploiter": {}}  # learned from its own config
     with pytest.raises(LeagueStateError, match="^env.kwargs.game_params: the league"):
         _open(tmp_path, state, {"env": {"kwargs": {"game_params": {"rows": 5, "columns": 5}}}})

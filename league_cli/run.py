@@ -716,6 +716,12 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
     stopping = [False]
 
     def on_signal(signum: int, _frame: object) -> None:
+        if signum == signal.SIGHUP:
+            # Its terminal is gone (a closed window, a dropped ssh session): the run stops in order as for
+            # SIGTERM, writing nowhere (writes to a hung-up terminal fail, and would end the stop half way).
+            # Unhandled, it ended `league run` at once and its children on the parent-death signal, all together:
+            # actors' last results could reach a coordinator already gone.
+            console.file = open(os.devnull, "w")  # noqa: SIM115 (held until the process exits)
         if signals:  # a second Ctrl-C (or SIGTERM): what is still stopping is killed instead of waited for
             sup.hurry.set()
         elif not stopping[0]:  # (one during a stop for the budget or an error leaves the reason as it is)
@@ -733,7 +739,7 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
         return 2
     # (Put back only once the summary is printed: a Ctrl-C during it ended the run with exit 130, no plots and
     # no lines saying where the results are.)
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         status = None
         start: float | None = None

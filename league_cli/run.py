@@ -739,7 +739,10 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
         return 2
     # (Put back only once the summary is printed: a Ctrl-C during it ended the run with exit 130, no plots and
     # no lines saying where the results are.)
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    # (SIGHUP only where it is not ignored: under `nohup` a closed terminal must not stop the run.)
+    handled = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if signal.getsignal(signal.SIGHUP) is not
+                                                  signal.SIG_IGN else [])
+    previous = {s: signal.signal(s, on_signal) for s in handled}
     try:
         status = None
         start: float | None = None

@@ -95,12 +95,14 @@ class LeagueRun:
     """`league run` as a subprocess in its own session; killed with everything under it at the end."""
 
     def __init__(self, tmp_path: Path, seconds: float, env_name: str | None = None, model: dict | None = None,
-                 config: Path | None | bool = True, job_env_steps: int = 512, env: dict | None = None) -> None:
-        """`config`: True writes the solo test config, a path runs that file, None none (the run directory's)."""
+                 config: Path | None | bool = True, job_env_steps: int = 512, env: dict | None = None,
+                 prefix: tuple[str, ...] = ()) -> None:
+        """`config`: True writes the solo test config, a path runs that file, None none (the run directory's);
+        `prefix`: a command that runs it (`nohup`)."""
         self.run_dir = tmp_path / "run"
         if config is True:
             config = _config(tmp_path, seconds, env_name, model, job_env_steps)
-        argv = [sys.executable, "-m", "league_cli", "run", *([str(config)] if config else []),
+        argv = [*prefix, sys.executable, "-m", "league_cli", "run", *([str(config)] if config else []),
                 "--run-dir", str(self.run_dir), "--seconds", str(seconds), "--quiet"]
         self.log = open(tmp_path / "league_run.log", "wb")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, cwd=tmp_path,
@@ -146,8 +148,9 @@ def league_run(tmp_path):
     runs: list[LeagueRun] = []
 
     def start(seconds: float, env_name: str | None = None, model: dict | None = None,
-              config: Path | None | bool = True, job_env_steps: int = 512, env: dict | None = None) -> LeagueRun:
-        run = LeagueRun(tmp_path, seconds, env_name, model, config, job_env_steps, env)
+              config: Path | None | bool = True, job_env_steps: int = 512, env: dict | None = None,
+              prefix: tuple[str, ...] = ()) -> LeagueRun:
+        run = LeagueRun(tmp_path, seconds, env_name, model, config, job_env_steps, env, prefix)
         runs.append(run)
         return run
 
@@ -580,3 +583,16 @@ def test_a_closed_terminal_sighup_stops_the_run_in_order(league_run):
     assert "stopped by SIGHUP" not in run.output(tail=None)[said:]  # (nothing more written once it hung up)
     history = _history(run.run_dir)
     assert history and history[-1].get("jobs", []) == []  # the last record taken once every worker stopped
+
+
+def test_under_nohup_a_sighup_does_not_stop_the_run(league_run):
+    """`nohup league run ...` ignores SIGHUP so that a closed terminal leaves the run going: handled as a stop
+    regardless, it would have ended such a run."""
+    run = league_run(seconds=120, prefix=("nohup",))
+    run.wait_for(lambda r: _counter(r, "jobs_finished") >= 1, 120, "a finished job")
+    run.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        assert run.proc.poll() is None, run.output()  # still running
+        time.sleep(0.1)
+    _assert_clean_end(run, interrupt=True)

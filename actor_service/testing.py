@@ -45,10 +45,14 @@ class ChunkRecords:
 
 
 class RecordingLearnerServicer(league_pb2_grpc.LearnerServiceServicer):
-    def __init__(self, records: ChunkRecords, delay_s: float = 0.0, learner_version: int = 0) -> None:
+    def __init__(self, records: ChunkRecords, delay_s: float = 0.0, learner_version: int = 0,
+                 chunks_per_stream: int | None = None) -> None:
+        """`chunks_per_stream`: a stream is answered after this many chunks, the rest of it unread (as a
+        stopping learner answers with what it took)."""
         self.records = records
         self.delay_s = delay_s
         self.learner_version = learner_version
+        self.chunks_per_stream = chunks_per_stream
         self._pause = threading.Event()  # never set: its wait() is the per-chunk delay
 
     def PushTrajectories(self, request_iterator: Iterator[league_pb2.TrajectoryChunk], context):
@@ -56,6 +60,8 @@ class RecordingLearnerServicer(league_pb2_grpc.LearnerServiceServicer):
         with self.records.lock:
             self.records.streams += 1
         for message in request_iterator:
+            if self.chunks_per_stream is not None and accepted + duplicate >= self.chunks_per_stream:
+                break
             if self.delay_s:
                 self._pause.wait(self.delay_s)
             try:
@@ -79,10 +85,11 @@ class RecordingLearnerServicer(league_pb2_grpc.LearnerServiceServicer):
 
 
 def serve_recording_learner(
-    records: ChunkRecords, *, port: int = 0, delay_s: float = 0.0, max_receive_bytes: int = 64 * 2**20
+    records: ChunkRecords, *, port: int = 0, delay_s: float = 0.0, max_receive_bytes: int = 64 * 2**20,
+    chunks_per_stream: int | None = None,
 ) -> ServingServer:
     """A started LearnerService on 127.0.0.1:`port` (0: a free one) recording into `records`."""
-    servicer = RecordingLearnerServicer(records, delay_s)
+    servicer = RecordingLearnerServicer(records, delay_s, chunks_per_stream=chunks_per_stream)
     return make_server(
         ServerOptions(host="127.0.0.1", port=port, max_workers=8, max_receive_bytes=max_receive_bytes),
         lambda server: league_pb2_grpc.add_LearnerServiceServicer_to_server(servicer, server),

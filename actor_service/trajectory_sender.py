@@ -300,15 +300,24 @@ class TrajectorySender:
                 continue
             backoff.reset()
             failing_since = None
+            answered = summary.chunks_accepted + summary.chunks_duplicate
             with self._cond:
                 stream.dead = True
                 self._stream = None
-                self._counts["acked"] += len(stream.taken)
+                # A stopping learner answers with the chunks it took, in the stream's order: the rest are sent
+                # again, to the player's next learner.
+                rest = stream.taken[answered:] if answered < len(stream.taken) else []
+                if rest and not self._aborted:
+                    self._resend.extendleft(reversed(rest))
+                    self._counts["resent"] += len(rest)
+                self._counts["acked"] += len(stream.taken) - len(rest)
                 self._cond.notify_all()
-            answered = summary.chunks_accepted + summary.chunks_duplicate
-            if answered != len(stream.taken):
+            if answered > len(stream.taken):
                 log.warning("learner %s acknowledged %d chunk(s) of a stream of %d", self.endpoint, answered,
                             len(stream.taken))
+            elif rest:
+                log.info("learner %s took %d of the stream's %d chunk(s) (it is stopping); %d to send again",
+                         self.endpoint, answered, len(stream.taken), len(rest))
 
     def _chunks(self, stream: _Stream):
         """The request iterator of one stream (runs on gRPC's thread): resends first, then the queue."""

@@ -131,6 +131,11 @@ class DataPlane:
         with self._lock:
             self._stopping = True
 
+    @property
+    def stopping(self) -> bool:
+        with self._lock:
+            return self._stopping
+
     def close(self) -> None:
         """Stop taking data (streams get UNAVAILABLE); what the queue holds stays for its session to drain."""
         with self._lock:
@@ -270,6 +275,14 @@ class LearnerServicer(league_pb2_grpc.LearnerServiceServicer):
             try:
                 result = self._plane.accept(chunk, cancelled.is_set)
             except ChunkRefused as refused:
+                if refused.code is grpc.StatusCode.UNAVAILABLE and (accepted or duplicates) and self._plane.stopping:
+                    # The learner stops: this stream's chunks so far are its own (its stop trains them), the rest
+                    # goes to the player's next learner. Refused as a whole, the stream had the actor resend the
+                    # ones taken too, and a learner restarted on the same address (its duplicate table empty)
+                    # trained them a second time.
+                    log.info("stopping: answering a stream from %s with the %d chunk(s) it took; the rest is sent "
+                             "to the player's next learner", shown_id(chunk.worker_id), accepted + duplicates)
+                    break
                 log.info("refused a chunk from %s (job %s): %s", shown_id(chunk.worker_id), shown_id(chunk.job_id),
                          refused)
                 context.abort(refused.code, str(refused))

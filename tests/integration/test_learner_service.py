@@ -806,3 +806,45 @@ def test_progress_lines_keep_coming_when_tensorboard_writes_are_rare(tmp_path, m
         assert learner.learner.session.telemetry.writes == 1  # the first iteration's only
     lines = [r.getMessage() for r in caplog.records if "samples/s" in r.getMessage()]
     assert any(": iteration 4, version 4, 512 agent steps, " in line for line in lines), lines
+
+
+def test_a_stopping_learner_answers_a_stream_with_the_chunks_it_took(tmp_path):
+    """A stream under way when the learner stops was refused as a whole (UNAVAILABLE): the actor sent again the
+    chunks the stop trains too, and a learner restarted on the same address (its duplicate table empty) trained
+    them twice (a review: 6,352 agent steps trained for a job of 6,000). The stream is answered with what it
+    took; the rest goes to the player's next learner."""
+    cfg = solo_config(batch_size=128)
+    rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)  # 128 samples a chunk
+    try:
+        with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
+            with running_learner(coordinator.address, tmp_path, worker_id="learner-a") as learner:
+                learner.learner.wait_published(PLAYER, 0, 60)
+                chunks = rollout.chunks(acting_task(cfg, tmp_path), 3, policy_version=0)
+                stopping = threading.Event()
+
+                def stream():
+                    yield from chunks[:2]
+                    stopping.wait(60)
+                    yield chunks[2]
+
+                answer: list = []
+                pusher = threading.Thread(target=lambda: answer.append(_pushed(learner.address, stream())))
+                pusher.start()
+                eventually(lambda: learner.learner.plane.counts().chunks_accepted == 2 or None)
+                learner.learner.request_stop()
+                stopping.set()
+                pusher.join(60)
+            (summary,) = answer
+            assert isinstance(summary, league_pb2.PushSummary), summary
+            assert summary.chunks_accepted == 2
+            final = CheckpointStore(tmp_path).latest(PLAYER)
+            assert final.metadata["agent_steps"] == 256  # the two it took, trained by its stop
+    finally:
+        rollout.close()
+
+
+def _pushed(address: str, chunks):
+    try:
+        return push(address, chunks, timeout_s=60)
+    except grpc.RpcError as err:
+        return err

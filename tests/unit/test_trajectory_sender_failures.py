@@ -111,3 +111,25 @@ def test_a_row_too_large_for_any_chunk_fails_the_write_at_once_naming_unroll_len
             sender.write(_trajectory(), 0)
     finally:
         sender.close()
+
+
+def test_chunks_a_stream_was_answered_without_are_sent_again_not_counted_delivered():
+    """A stopping learner answers a stream with the chunks it took (the rest go to the player's next learner).
+    The sender counted every chunk of an answered stream as delivered: those beyond the answer were lost, and
+    `flush` said all was delivered."""
+    from actor_service.testing import ChunkRecords, serve_recording_learner
+
+    records = ChunkRecords()
+    server = serve_recording_learner(records, chunks_per_stream=2)
+    sender = TrajectorySender(server.address, ChunkHeader("job", "p", "actor", 0, 0), stop=StopSignal(),
+                              settings=SenderSettings(stream_idle_s=1.0))
+    try:
+        for _ in range(5):
+            sender.write(_trajectory(), 0)
+        assert sender.flush(timeout=60)
+        assert sorted(c.header.seq for c in records.chunks) == [0, 1, 2, 3, 4]  # each once, none lost
+        stats = sender.stats
+        assert stats.chunks_acked == 5 and stats.chunks_resent >= 1 and records.duplicates == 0
+    finally:
+        sender.close()
+        server.stop(0)

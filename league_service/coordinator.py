@@ -774,7 +774,10 @@ class Coordinator:
                 )
             ),
             env_name=env.name,
-            env_kwargs=deep_merge(env.kwargs, spec.env_kwargs) if spec is not None else dict(env.kwargs),
+            # A learn job: its player's own env kwargs too (a type's `env_kwargs`: the learner builds the env its
+            # actors play, or its model did not fit their observations).
+            env_kwargs=deep_merge(env.kwargs, spec.env_kwargs if spec is not None
+                                  else self._league.get_player(lease.launch_player).job_env_kwargs()),
             env_num=env.env_num,
             episode_num=env.episode_num,
             env_steps=env.env_steps,

@@ -194,6 +194,13 @@ def check_env_seats(name: str, env_kwargs: Mapping[str, Any], league: LeagueConf
                               "a battle league (league.league_type: one_vs_one) seats two players per match: it needs "
                               f"a two-player game{hint}")
         bots = player.kwargs.get("bots")
+        if battle and bots:
+            # The env's bots take seats in every match: each of the two league players played seat 0 against
+            # the bot, and the results were credited to the two as if they had played each other.
+            raise ConfigError(player.sources.get("bots", "env.kwargs.bots"), "a battle league seats two league "
+                              "players per match, so the env's own bots have no seat in it; a bot plays in the "
+                              "league as a reference bot (league.reference_bots, e.g. [random, 'mcts:25']), "
+                              "or train against one alone in a solo league (league.league_type: solo)")
         if bots is not None and not isinstance(bots, Mapping):  # the env reads seat -> bot (`bots.items()`)
             raise ConfigError(player.sources.get("bots", "env.kwargs.bots"), f"expected a mapping of seat -> bot, "
                               f"e.g. {{1: random}}, got {type(bots).__name__} {bots!r}")

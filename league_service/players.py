@@ -406,10 +406,15 @@ class ActivePlayer(Player):
             opponents=self._get_job_opponents(rng),
             forward_kwargs=_over_template(template, "forward_kwargs", self._get_job_forward()),
             adder_kwargs=_over_template(template, "adder_kwargs", self._get_job_adder()),
-            env_kwargs=_over_template(template, "env_kwargs", self._get_job_env()),
+            env_kwargs=self.job_env_kwargs(),
             extra={k: copy.deepcopy(v) for k, v in template.items() if k not in JOB_TEMPLATE_SECTIONS}
             if template else {},
         )
+
+    def job_env_kwargs(self) -> dict[str, Any]:
+        """The env kwargs of this player's own jobs (its type's, over its job template's), which its learner
+        builds the player's env with too."""
+        return _over_template(self._cfg.job, "env_kwargs", self._get_job_env())
 
     def _get_job_opponents(self, rng: np.random.Generator) -> tuple[Player, ...]:
         raise NotImplementedError

@@ -496,10 +496,12 @@ def test_free_form_sections_hold_plain_data_with_string_keys():
     at load, the same on a local run and over the wire."""
     cfg = config_from_dict(yaml.safe_load(
         "env: {name: connect_four, kwargs: {bots: {1: random}, game_params: {rows: 6}}}\n"
-        "league: {main_player: {env_kwargs: {bots: {0: {kind: mcts, num_simulations: 10}}}}}\n"
+        "league: {league_type: solo, active_players: {solo_active_player: 1},\n"
+        "         solo_active_player: {env_kwargs: {bots: {1: {kind: mcts, num_simulations: 10}}}}}\n"
     ))
     assert cfg.env.kwargs == {"bots": {"1": "random"}, "game_params": {"rows": 6}}
-    assert cfg.league.player_config("main_player").env_kwargs == {"bots": {"0": {"kind": "mcts", "num_simulations": 10}}}
+    assert cfg.league.player_config("solo_active_player").env_kwargs == {
+        "bots": {"1": {"kind": "mcts", "num_simulations": 10}}}
     to_struct(cfg.env.kwargs)  # what the coordinator puts into every collect job
 
 
@@ -640,6 +642,11 @@ SOLO = {"league_type": "solo", "active_players": {"solo_active_player": 1}}
         ({"league": {"main_player": {"env_kwargs": {"perspectiv": "relative"}}}},
          "league.main_player.env_kwargs.perspectiv: an OpenSpiel env takes game_params, bots, perspective, not "
          "'perspectiv'"),
+        # The env's bots in a battle league took a seat in every match: the two league players each played seat 0
+        # against the bot, credited as if they had played each other.
+        ({"env": {"kwargs": {"bots": {1: "random"}}}}, "env.kwargs.bots: a battle league seats two league players"),
+        ({"league": {"main_player": {"env_kwargs": {"bots": {1: "random"}}}}},
+         "league.main_player.env_kwargs.bots: a battle league seats two league players"),
         # A match is played in its launch player's env, every seat seeing its observations: a type's own view
         # reached only its launch seats (as an opponent it saw the absolute board, or another board size).
         ({"league": {"main_player": {"env_kwargs": {"perspective": "relative"}}}},

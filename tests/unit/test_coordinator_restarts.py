@@ -475,3 +475,27 @@ def test_a_job_redirected_to_a_moved_learner_waits_out_its_players_backoff(tmp_p
         assert playing.job_id != again.job_id
     finally:
         coordinator.close()
+
+
+def test_a_learn_job_carries_its_players_own_env_kwargs(tmp_path):
+    """A learn lease has no job spec: its grant carried env.kwargs alone, so a view set in each player type's
+    `env_kwargs` (5x5 connect four) reached the actors but not the learner, whose model then did not fit the
+    actors' observations."""
+    from league_service.coordinator_messages import JobGrant
+
+    types = ("main_player", "main_exploiter")
+    coordinator = Coordinator(
+        small_league_config({"league": {t: {"env_kwargs": {"game_params": {"rows": 5, "columns": 5}}}
+                                        for t in types}}),
+        CoordinatorSettings(shared_root=tmp_path, state_path=tmp_path / "state.sqlite", lease_timeout_s=60.0,
+                            rng_seed=0),
+        clock=ManualClock(), expiry_thread=False,
+    )
+    coordinator.start()
+    try:
+        coordinator.register_worker("l", WorkerRole.LEARNER, "host", "127.0.0.1:7000")
+        grant = coordinator.get_job("l", WorkerRole.LEARNER, "127.0.0.1:7000", wait_s=0.0)
+        assert isinstance(grant, JobGrant)
+        assert grant.env_kwargs["game_params"] == {"rows": 5, "columns": 5}
+    finally:
+        coordinator.close()

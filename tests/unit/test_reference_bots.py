@@ -66,8 +66,11 @@ def test_the_default_league_has_bots_and_a_config_for_another_game_does_not_inhe
     poker = {"env": {"name": "openspiel:kuhn_poker"}, "league": {"reference_bots": ["random"]}}
     assert config_from_dict(poker).league.reference_bots == ("random",)
     assert config_from_dict({"league": {"reference_bots": []}}).league.reference_bots == ()
+    # A battle league seating the env's own bots lost its reference bots and credited games against the env's
+    # bot to two league players: refused now (the bots play as reference bots).
     seats_own = {"league": {"main_player": {"env_kwargs": {"bots": {1: "random"}}}}}
-    assert config_from_dict(seats_own).league.reference_bots == ()
+    with pytest.raises(ConfigError, match="league.main_player.env_kwargs.bots: a battle league seats two"):
+        config_from_dict(seats_own)
 
 
 @pytest.mark.parametrize(

@@ -948,6 +948,12 @@ class Coordinator:
     def _expire_locked(self, now: float) -> None:
         if self._use_expiry_thread:  # it ticks every PAUSE_TICK_S: a longer gap is a pause (fake clocks jump)
             self._forgive_pause_locked(now)
+        if (stalled := self._commits.take_stalled_s()) > 0:
+            # The server's replies wait for the state's writes, heartbeats included (the event loop waits on
+            # them): a lease must not expire on the silence of a worker whose heartbeat waits unanswered.
+            moved = self._table.postpone_all(stalled)
+            log.warning("writing the coordinator's state stalled for %.1f s, in which heartbeats waited unanswered: "
+                        "the deadlines of %d lease(s) move on by as much", stalled, moved)
         if self._forget_workers_after_s and now >= self._next_forget_check:
             self._forget_idle_workers_locked(now)
         expired = self._table.expire_due(now)

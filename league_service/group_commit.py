@@ -52,6 +52,11 @@ from league_service.store import Counters, LeagueStore
 
 log = logging.getLogger(__name__)
 
+SLOW_WRITE_S = 1.0
+"""A write's time beyond this (an fsync on a stalled disk, NFS) holds up the server's replies, heartbeats
+included: leases are postponed by it (`take_stalled_s`), as it goes on, instead of expiring on workers whose
+heartbeats wait unanswered. Shorter writes delay a heartbeat by less than a second."""
+
 # Called under the coordinator's lock: (the league state, or what changed in it, when asked for, else None;
 # counters), as of now.
 Snapshot = Callable[[bool], tuple[dict[str, Any] | LeagueStateChanges | None, Counters]]
@@ -95,6 +100,9 @@ class GroupCommitter:
         self._recorded = 0  # changes recorded so far
         self._committed = 0  # changes durable so far
         self._committing = False  # a commit is writing (with the lock let go)
+        self._write_started: float | None = None  # time.monotonic() the write under way began (None: none)
+        self._write_taken_s = 0.0  # of the write under way, the stalled time already taken
+        self._stalled_s = 0.0  # stalled time of finished writes not yet taken
         self._unattended = False  # the batch holds changes no request waits for
         self._stopping = False
         self._failure: BaseException | None = None
@@ -104,6 +112,17 @@ class GroupCommitter:
     @property
     def failure(self) -> BaseException | None:
         return self._failure
+
+    def take_stalled_s(self) -> float:
+        """Seconds of writes beyond SLOW_WRITE_S each, since the last call, including the write under way (call
+        with the lock held): time in which the server's replies, heartbeats included, waited for the disk, by
+        which leases are postponed."""
+        stalled, self._stalled_s = self._stalled_s, 0.0
+        if self._write_started is not None:
+            so_far = max(0.0, time.monotonic() - self._write_started - SLOW_WRITE_S)
+            stalled += so_far - self._write_taken_s
+            self._write_taken_s = so_far
+        return stalled
 
     def record(
         self,
@@ -247,11 +266,14 @@ class GroupCommitter:
                 # Taken now, so they are as new as anything recorded: they win over the batch's rows.
                 batch.workers.update((info.worker_id, (info, seen)) for info, seen in self._lazy_rows())
             state, counters = self._snapshot(batch.league_state)
+            started = self._write_started = time.monotonic()
             self._lock.release()
             try:
                 self._write(batch, state, counters)
             finally:
                 self._lock.acquire()
+                self._stalled_s += max(0.0, time.monotonic() - started - SLOW_WRITE_S) - self._write_taken_s
+                self._write_started, self._write_taken_s = None, 0.0
             self._committed = target
         except BaseException as exc:
             log.exception("committing the coordinator's state failed")

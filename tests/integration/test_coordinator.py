@@ -192,6 +192,46 @@ def test_status_shows_only_committed_state_and_says_unavailable_once_writing_it_
             assert failed  # the close says the state could not be written, as it should
 
 
+def test_a_slow_write_of_the_state_expires_no_lease_of_a_worker_heartbeating_through_it(tmp_path):
+    """The server's replies wait for the state's write, heartbeats included: during a write longer than a lease
+    the heartbeats queued unread, while the expiry thread (the lock let go for the write) expired the leases as
+    "the worker went silent", counted as the player's failed attempts (a review: a 5 s write, 3 s leases)."""
+    cfg = small_league_config({"league": {"active_players": {"main_player": 1}, "max_active_player_job": 1}})
+    with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0, needs_learner=False) as server:
+        channel, stub = league_stub(server.address)
+        try:
+            register(stub, "a", ACTOR)
+            job = stub.GetJob(pb.GetJobRequest(worker_id="a", role=ACTOR, wait_s=5)).job
+            commits = server.coordinator._commits
+            real_write, stalled = commits._write, threading.Event()
+
+            def stalling_write(*args, **kwargs):
+                if not stalled.is_set():
+                    stalled.set()
+                    time.sleep(6.0)  # a disk that stalls past the 3 s lease (and past SLOW_WRITE_S)
+                return real_write(*args, **kwargs)
+
+            revoked: list[str] = []
+            stop = threading.Event()
+
+            def heartbeat() -> None:
+                while not stop.wait(0.5):
+                    beat = stub.Heartbeat(pb.HeartbeatRequest(worker_id="a", job_ids=[job.job_id]), timeout=30)
+                    revoked.extend(beat.revoked_job_ids)
+
+            beating = threading.Thread(target=heartbeat, daemon=True)
+            beating.start()
+            commits._write = stalling_write
+            register(stub, "b", ACTOR)  # a change to write: the write stalls
+            assert stalled.is_set()
+            time.sleep(1.5)  # a few heartbeats after the stall
+            stop.set()
+            beating.join(30)
+            assert revoked == [] and stub.GetStatus(pb.GetStatusRequest()).counters.jobs_expired == 0
+        finally:
+            channel.close()
+
+
 def test_heartbeats_keep_a_lease_alive_past_its_timeout(tmp_path):
     cfg = small_league_config({"league": {"active_players": {"main_player": 1}, "max_active_player_job": 1}})
     # A lease short enough to outlive several times over, long enough that a CI stall between beats is no lapse.

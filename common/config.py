@@ -301,8 +301,13 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(path, f"expected float, got {_describe(value)}")
-        if not math.isfinite(value):
-            raise ConfigError(path, f"expected a finite float, got {value!r}")
+        try:  # (an int beyond a float's range: math.isfinite and float() raise OverflowError, a traceback)
+            finite = math.isfinite(value) and math.isfinite(float(value))
+        except OverflowError:
+            finite = False
+        if not finite:
+            shown = f"{value!r}" if not isinstance(value, int) else "an integer beyond a float's range"
+            raise ConfigError(path, f"expected a finite float, got {shown}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):

@@ -399,6 +399,9 @@ def test_good_status_flags_parse():
         ({"status_interval_s": -1}, "run.status_interval_s: must be within [0.1, 1e+07]"),
         ({"status_interval_s": 1e-300}, "run.status_interval_s: must be within [0.1, 1e+07]"),  # a busy loop
         ({"status_interval_s": math.inf}, "run.status_interval_s: expected a finite float"),
+        # An integer beyond a float's range: math.isfinite raised OverflowError, a traceback from every command.
+        ({"status_interval_s": 10**400}, "run.status_interval_s: expected a finite float, got an integer beyond"),
+        ({"stop_grace_s": 10**5000}, "run.stop_grace_s: expected a finite float, got an integer beyond"),
         # Past threading.TIMEOUT_MAX the run's waits raise OverflowError.
         ({"status_interval_s": 1e10}, "run.status_interval_s: must be within [0.1, 1e+07]"),
         ({"stop_grace_s": -1}, "run.stop_grace_s: must be >= 0 and at most 1e+07"),

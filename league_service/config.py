@@ -128,7 +128,7 @@ class ActivePlayerConfig:
     adder_kwargs: dict[str, Any] = field(default_factory=dict)
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     # The job template: keys forward_kwargs / adder_kwargs / env_kwargs give defaults under the computed
-    # values, any other key travels in JobSpec.extra.
+    # values; no other key (a job carries nothing else to its worker).
     job: dict[str, Any] = field(default_factory=dict)
     # Jobs in flight for each player of this type; None: league.max_active_player_job. Actors take ready
     # jobs in turn, so a player's share of the actors (and of the data its learner gets) follows its slots:
@@ -148,6 +148,10 @@ class ActivePlayerConfig:
                 raise ConfigError(f"branch_probs.{name}", f"must be within [0, 1], got {prob}")
         if self.BRANCHES and not math.isclose(sum(self.branch_probs.values()), 1.0, abs_tol=1e-6):
             raise ConfigError("branch_probs", f"must sum to 1, got {sum(self.branch_probs.values())}")
+        for name in self.job:
+            if name not in JOB_TEMPLATE_SECTIONS:  # (a typo such as `forward_kwrags` was accepted, and dropped)
+                raise ConfigError(f"job.{name}", f"a job template holds {', '.join(JOB_TEMPLATE_SECTIONS)}; a job "
+                                  "carries nothing else to its worker")
         for name in JOB_TEMPLATE_SECTIONS:
             if name in self.job and self.job[name] is None:
                 raise ConfigError(f"job.{name}", NULL_SECTION)

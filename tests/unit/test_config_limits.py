@@ -223,8 +223,15 @@ def test_non_finite_numbers_in_the_policy_are_refused_naming_the_key(section, pa
 
 def test_non_finite_numbers_anywhere_in_free_form_data_are_refused():
     _refused({"env": {"kwargs": {"scores": [1.0, math.nan]}}}, "env.kwargs.scores[1]", "expected a finite number")
-    _refused({"league": {"main_player": {"job": {"extra": {"x": math.inf}}}}}, "league.main_player.job.extra.x",
-             "expected a finite number")
+    _refused({"league": {"main_player": {"job": {"env_kwargs": {"x": math.inf}}}}},
+             "league.main_player.job.env_kwargs.x", "expected a finite number")
+
+
+def test_a_job_template_key_other_than_its_three_sections_is_refused():
+    """Such keys went into JobSpec.extra, which no job carries to a worker: a typo (`forward_kwrags`) loaded and
+    the actor played with none of it."""
+    _refused({"league": {"main_player": {"job": {"forward_kwrags": {"eps": 0.5}}}}},
+             "league.main_player.job.forward_kwrags", "a job template holds forward_kwargs, adder_kwargs, env_kwargs")
 
 
 @pytest.mark.parametrize(

@@ -563,7 +563,7 @@ def test_get_job_merges_computed_values_over_the_job_template():
         forward_kwargs={"temperature": 1.0},
         adder_kwargs={"unroll_len": 32},
         env_kwargs={"difficulty": 2},
-        job={"forward_kwargs": {"eps": 0.5, "greedy": False}, "env_kwargs": {"seed": 1}, "priority": 3},
+        job={"forward_kwargs": {"eps": 0.5, "greedy": False}, "env_kwargs": {"seed": 1}},
     )
     player = _active(payoff, SoloActivePlayer, "solo", cfg)
     _update(player, 50)
@@ -571,7 +571,7 @@ def test_get_job_merges_computed_values_over_the_job_template():
     assert job.forward_kwargs == {"eps": pytest.approx(0.5), "greedy": False, "temperature": 1.0}
     assert job.adder_kwargs == {"unroll_len": 32}
     assert job.env_kwargs == {"seed": 1, "difficulty": 2}
-    assert job.extra == {"priority": 3}
+    assert job.extra == {}  # (a template key beside the three sections is refused at load: no job carries it)
     job.env_kwargs["difficulty"] = 99
     assert cfg.env_kwargs == {"difficulty": 2}  # jobs are copies
 

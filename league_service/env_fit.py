@@ -204,6 +204,14 @@ def check_env_seats(name: str, env_kwargs: Mapping[str, Any], league: LeagueConf
         if bots is not None and not isinstance(bots, Mapping):  # the env reads seat -> bot (`bots.items()`)
             raise ConfigError(player.sources.get("bots", "env.kwargs.bots"), f"expected a mapping of seat -> bot, "
                               f"e.g. {{1: random}}, got {type(bots).__name__} {bots!r}")
+        if isinstance(bots, Mapping) and bots:
+            from common.envs.openspiel_env import parse_bots
+
+            try:  # (a misspelt bot, a seat out of range: loaded, then failed every env build on every worker)
+                parse_bots(bots, seats)
+            except ValueError as err:
+                seats_note = f" ({name!r} seats {seats} players, numbered from 0)" if "seat" in str(err) else ""
+                raise ConfigError(player.sources.get("bots", "env.kwargs.bots"), f"{err}{seats_note}") from None
         seated = len(bots) if isinstance(bots, Mapping) else 0
         if not battle and seats - 1 > seated:
             raise ConfigError(player.sources.get("bots", "env.kwargs.bots"), f"{name!r} gives a game of {seats} "

@@ -497,11 +497,10 @@ def test_free_form_sections_hold_plain_data_with_string_keys():
     cfg = config_from_dict(yaml.safe_load(
         "env: {name: connect_four, kwargs: {bots: {1: random}, game_params: {rows: 6}}}\n"
         "league: {league_type: solo, active_players: {solo_active_player: 1},\n"
-        "         solo_active_player: {env_kwargs: {bots: {1: {kind: mcts, num_simulations: 10}}}}}\n"
+        "         solo_active_player: {env_kwargs: {bots: {1: 'mcts:10'}}}}\n"
     ))
     assert cfg.env.kwargs == {"bots": {"1": "random"}, "game_params": {"rows": 6}}
-    assert cfg.league.player_config("solo_active_player").env_kwargs == {
-        "bots": {"1": {"kind": "mcts", "num_simulations": 10}}}
+    assert cfg.league.player_config("solo_active_player").env_kwargs == {"bots": {"1": "mcts:10"}}
     to_struct(cfg.env.kwargs)  # what the coordinator puts into every collect job
 
 
@@ -634,6 +633,11 @@ SOLO = {"league_type": "solo", "active_players": {"solo_active_player": 1}}
         ({"league": SOLO, "env": {"name": "openspiel:kuhn_poker", "kwargs": {"bots": {1: "random"},
                                                                             "game_params": {"players": 3}}}},
          "env.kwargs.bots: 'openspiel:kuhn_poker' gives a game of 3 players"),
+        # A bot the env cannot seat loaded, then failed every env build on every worker.
+        ({"league": SOLO, "env": {"name": "connect_four", "kwargs": {"bots": {1: "rando"}}}},
+         "env.kwargs.bots: bot spec 'rando': unknown bot"),
+        ({"league": SOLO, "env": {"name": "connect_four", "kwargs": {"bots": {1: "random", 7: "random"}}}},
+         "env.kwargs.bots: bots: seat 7 is out of range for 2 players"),
         # An OpenSpiel env's own keyword arguments: a typo loaded fine and failed every job in the workers.
         ({"env": {"kwargs": {"perspective": "absolute_ish"}}},
          "env.kwargs.perspective: must be one of absolute, relative, got 'absolute_ish'"),

@@ -137,6 +137,35 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+# YAML 1.1 (PyYAML's) reads `010` as the octal 8 and `1:30` as the base-60 90 (`unroll_len: 010` loaded as 8,
+# `one_phase_step: 012000` as 5120, `seconds: 1:30` as 90): YAML 1.2 has neither, and nobody means them in a
+# config. They are refused, naming how to write the number.
+_LEADING_ZERO_INT = re.compile(r"^[-+]?0[0-9_]+$")
+
+
+def _construct_int(loader: yaml.SafeLoader, node: Any) -> Any:
+    text = loader.construct_scalar(node)
+    if isinstance(text, str) and (":" in text or _LEADING_ZERO_INT.match(text)):
+        what = "a base-60 number (YAML 1.1)" if ":" in text else "an octal number with a leading zero (YAML 1.1)"
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{text!r} would be read as {what}: write the number plainly (or quote it for a string)",
+            node.start_mark)
+    return yaml.SafeLoader.construct_yaml_int(loader, node)
+
+
+def _construct_float(loader: yaml.SafeLoader, node: Any) -> Any:
+    text = loader.construct_scalar(node)
+    if isinstance(text, str) and ":" in text:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{text!r} would be read as a base-60 number (YAML 1.1): write the number plainly (or quote "
+            "it for a string)", node.start_mark)
+    return yaml.SafeLoader.construct_yaml_float(loader, node)
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)
+
+
 # YAML 1.1 (PyYAML's) reads a number in exponent form as a float only with a dot in the mantissa and a sign in
 # the exponent (`1.0e-3`): `learning_rate: 1e-3` was the string '1e-3', refused as "expected a number" (a review;
 # an earlier fix only told users how to write it). YAML 1.2 and Python read `1e-3`, `1.5e3` and `1e+3` as

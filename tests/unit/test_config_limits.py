@@ -117,6 +117,18 @@ def test_a_number_with_an_exponent_and_no_dot_is_a_number():
     config = config_from_dict(parse_yaml("policy: {ppo: {learning_rate: 1e-3}}\nenv: {env_steps: 1e5}\n"))
     assert config.policy["ppo"]["learning_rate"] == 0.001 and config.env.env_steps == 100_000
 
+
+@pytest.mark.parametrize(("text", "read_as"), [("unroll_len: 010", "an octal number"),
+                                                ("one_phase_step: 012000", "an octal number"),
+                                                ("seconds: 1:30", "a base-60 number"),
+                                                ("seconds: 1:30.5", "a base-60 number")])
+def test_yaml_1_1_octal_and_base_60_numbers_are_refused(text, read_as):
+    """PyYAML read `010` as 8, `012000` as 5120 and `1:30` as 90 (YAML 1.1; YAML 1.2 has neither): refused,
+    saying how it would be read. Quoted, they are strings; 0 and 0x10 stay numbers."""
+    with pytest.raises(ConfigError, match=f"would be read as {read_as}"):
+        parse_yaml(text)
+    assert parse_yaml("a: '010'\nb: 0\nc: 0x10\nd: -0\ne: 10\n") == {"a": "010", "b": 0, "c": 16, "d": 0, "e": 10}
+
 def test_the_embedded_default_and_shipped_configs_load():
     assert default_config_dict()["league"]["league_type"] == "one_vs_one"
     for path in [*sorted((ROOT / "configs").glob("*.yaml")), ROOT / "deploy" / "league.yaml"]:

@@ -136,10 +136,16 @@ class DataPlane:
         with self._lock:
             return self._stopping
 
-    def close(self) -> None:
-        """Stop taking data (streams get UNAVAILABLE); what the queue holds stays for its session to drain."""
+    def close(self, intake: Intake | None = None) -> None:
+        """Stop taking data (streams get UNAVAILABLE); what the queue holds stays for its session to drain.
+        `intake`: only that one (a session ending closes its own): a late close of a session that had ended
+        closed the next session's intake, failing its loop (and learner), or leaving chunks acknowledged after
+        its drain untrained."""
         with self._lock:
-            intake, self._intake = self._intake, None
+            if intake is None:
+                intake, self._intake = self._intake, None
+            elif self._intake is intake:
+                self._intake = None
         if intake is not None:
             intake.queue.close()
 

@@ -239,6 +239,7 @@ class LearnSession:
                                    # past the resumed steps: a point at them is of the weights resumed from
                                    purge_from=trainer.progress.agent_steps + 1)
         self._ended = threading.Event()
+        self._intake: Intake | None = None  # this session's, once `run` opens it on the data plane
         self._end_lock = threading.Lock()
         self.end_reason: SessionEnd | None = None
         self._ended_at: float | None = None  # time.monotonic() of the first `end`
@@ -263,12 +264,18 @@ class LearnSession:
             if self.end_reason is None:
                 self.end_reason = reason
                 self._ended_at = time.monotonic()
+        # Its own intake, before the loop can see the end: a late close of whatever intake was current closed
+        # the next session's (this one's loop had ended and the learner bound again).
+        if (intake := self._intake) is not None:
+            self._context.plane.close(intake)
         self._ended.set()
-        self._context.plane.close()
 
     def run(self) -> SessionEnd:
         plane = self._context.plane
-        plane.open(Intake(self.job.player_id, self.trainer.preparer, self.queue))
+        self._intake = Intake(self.job.player_id, self.trainer.preparer, self.queue)
+        plane.open(self._intake)
+        if self._ended.is_set():  # ended while it opened: `end` found no intake of its own to close
+            plane.close(self._intake)
         if self.publisher.last is not None:
             self._context.on_published(self.job.player_id, self.publisher.last)
         log.info("taking trajectories of %s (learner version %d)", self.job.player_id, self.trainer.version)

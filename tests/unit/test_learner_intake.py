@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from common.algorithms.registry import make_computation_task
-from common.computation.specs import TensorSpec
+from common.computation.specs import DiscreteActionSpec, TensorSpec
 from common.job_limits import MAX_ID_CHARS
 from common.policy_config import PolicyConfig
 from common.proto.league.v1 import league_pb2
@@ -295,3 +295,25 @@ def test_forgetting_many_dropped_chunks_leaves_each_resend_new(plane):
     dropped = [SimpleNamespace(header=SimpleNamespace(worker_id="w", job_id="j", seq=seq)) for seq in range(count)]
     plane.forget(dropped)  # in queue order: oldest first
     assert all(plane._deduper.reserve("w", "j", seq) for seq in range(count))
+
+
+def test_closing_a_sessions_own_intake_leaves_the_next_sessions_open():
+    """A session's end closed whatever intake was current: a late close (the session's loop had ended and the
+    learner bound again) closed the next session's intake, whose loop then failed, taking the learner down."""
+    policy = PolicyConfig.from_mapping({"algorithm": "ppo", "model": {"hidden": [8]}})
+    task = make_computation_task(policy, OBS, DiscreteActionSpec(2), device="cpu", seed=0)
+
+    def intake() -> Intake:
+        preparer = ChunkPreparer(policy, task.input_specs, task.learn_specs, 2, task.state_specs)
+        return Intake("p", preparer, ChunkQueue(8, 1 << 30))
+
+    plane = DataPlane()
+    first, second = intake(), intake()
+    plane.open(first)
+    plane.open(second)  # the learner bound again before the first session's close came
+    plane.close(first)
+    assert first.queue.closed and not second.queue.closed
+    chunk = synthetic_chunk(OBS, 2, player_id="p", seq=0, worker_id="a1", job_id="job-1", seed=0)
+    assert plane.accept(chunk).status is Accepted.NEW  # the second session still takes data
+    plane.close()  # (the learner's stop closes whatever is current)
+    assert second.queue.closed

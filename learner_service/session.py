@@ -560,6 +560,11 @@ class LearnSession:
         new_version = self.publisher.next_version(version)
         self._log_pre_reset_dropped()  # (of the reset before, if any: the trainer's floor names it)
         self.pre_reset_dropped = 0
+        if held := self.trainer.untrained_samples:
+            # Played by the weights the reset replaces, as the chunks acted before it that are dropped: said, as
+            # those are (they went with the old trainer without a word).
+            log.info("%s: the reset drops %d sample(s) of the replaced weights held for their next batch",
+                     self.job.player_id, held)
         self.trainer = build_trainer(
             self.trainer.spec, self.config, self.trainer.progress, seed=self.seed,
             device=self._context.device, weights=weights, version=new_version,

@@ -469,3 +469,16 @@ def test_updates_that_diverge_while_the_stop_trains_still_release_the_job(tmp_pa
     assert client.finished == [("job-1", league_pb2.FINISH_STATUS_RELEASED)]
     assert publisher.last_version == 0 and client.reports == []  # the rolled-back weights are not published
     assert "updates made the weights non-finite" in caplog.text
+
+
+def test_samples_of_the_replaced_weights_held_for_a_batch_are_said_to_be_dropped_by_a_reset(tmp_path, caplog):
+    """They went with the old trainer without a word, while chunks acted before a reset are dropped with one."""
+    import logging
+
+    session, _, _ = _reset_session(tmp_path)
+    session.trainer.add(_prepared(session.trainer, seq=0, batch=1))  # held short of the 16-sample batch
+    held = session.trainer.untrained_samples
+    assert held > 0
+    with caplog.at_level(logging.INFO, logger="learner_service.session"):
+        session.apply_reset("", 1)
+    assert f"the reset drops {held} sample(s) of the replaced weights" in caplog.text

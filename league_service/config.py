@@ -148,6 +148,10 @@ class ActivePlayerConfig:
                 raise ConfigError(f"branch_probs.{name}", f"must be within [0, 1], got {prob}")
         if self.BRANCHES and not math.isclose(sum(self.branch_probs.values()), 1.0, abs_tol=1e-6):
             raise ConfigError("branch_probs", f"must sum to 1, got {sum(self.branch_probs.values())}")
+        if self.exploration is not None and _fixes_eps(self.forward_kwargs, self.job):
+            # (The schedule's eps went into every job over the fixed one, without a word.)
+            raise ConfigError("exploration", "sets each job's eps on a schedule, and forward_kwargs (or the job "
+                              "template's) fixes eps too: give one of them")
         for name in self.job:
             if name not in JOB_TEMPLATE_SECTIONS:  # (a typo such as `forward_kwrags` was accepted, and dropped)
                 raise ConfigError(f"job.{name}", f"a job template holds {', '.join(JOB_TEMPLATE_SECTIONS)}; a job "

@@ -660,3 +660,13 @@ def test_league_health_reports_an_unknown_argument_with_exit_1_through_the_leagu
     with pytest.raises(SystemExit) as info:  # other commands keep argparse's usual exit 2
         main(["status", "--bogus"])
     assert info.value.code == 2
+
+
+def test_an_exploration_schedule_beside_a_fixed_eps_is_refused():
+    """The schedule's eps went into every job over the fixed one (`forward_kwargs.eps: 0.05` played 0.5)."""
+    _refused({"league": {"main_player": {"exploration": {"start": 0.5, "end": 0.5},
+                                         "forward_kwargs": {"eps": 0.05}}}},
+             "league.main_player.exploration", "fixes eps too: give one of them")
+    _refused({"league": {"main_player": {"exploration": {"start": 0.5, "end": 0.5},
+                                         "job": {"forward_kwargs": {"eps": 0.05}}}}},
+             "league.main_player.exploration", "fixes eps too")

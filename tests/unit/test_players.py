@@ -563,7 +563,7 @@ def test_get_job_merges_computed_values_over_the_job_template():
         forward_kwargs={"temperature": 1.0},
         adder_kwargs={"unroll_len": 32},
         env_kwargs={"difficulty": 2},
-        job={"forward_kwargs": {"eps": 0.5, "greedy": False}, "env_kwargs": {"seed": 1}},
+        job={"forward_kwargs": {"temperature": 2.0, "greedy": False}, "env_kwargs": {"seed": 1}},
     )
     player = _active(payoff, SoloActivePlayer, "solo", cfg)
     _update(player, 50)

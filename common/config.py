@@ -20,7 +20,6 @@ import dataclasses
 import enum
 import math
 import re
-import sys
 import types
 import typing
 from collections.abc import Hashable, Mapping
@@ -349,7 +348,14 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
     raise TypeError(f"{path}: unsupported config field type {tp!r}")
 
 
-def _plain_data(value: Any, path: str) -> Any:
+MAX_FREE_FORM_DEPTH = 20
+"""Nested mappings and lists in a free-form value: each is a few messages deep in a protobuf Struct, whose reader
+gives up past ~33 (every GetJob reply then failed at the worker as INTERNAL "Exception deserializing response")."""
+MAX_EXACT_INT = 2**53
+"""Numbers travel in Structs as doubles: an integer beyond this arrives changed (2**53 + 1 as 2**53)."""
+
+
+def _plain_data(value: Any, path: str, depth: int = 0) -> Any:
     """A free-form value (env kwargs, the policy section, ...) as the plain data it travels as.
 
     These values reach actors and learners inside protobuf Structs, which hold only string keys, numbers,
@@ -360,9 +366,12 @@ def _plain_data(value: Any, path: str) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         # A Struct cannot carry NaN (every job would fail to encode), and no hyperparameter means infinity.
         raise ConfigError(path, f"expected a finite number, got {value!r}")
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > sys.float_info.max:
-        raise ConfigError(path, f"must be within ±{sys.float_info.max:.4g} (sent as a double), got an integer of "
-                                f"{value.bit_length()} bits")
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_EXACT_INT:
+        raise ConfigError(path, f"must be within ±2**53 (sent as a double, a larger integer arrives changed), got an "
+                                f"integer of {value.bit_length()} bits")
+    if depth > MAX_FREE_FORM_DEPTH:
+        raise ConfigError(path, f"nested more than {MAX_FREE_FORM_DEPTH} mappings or lists deep (a job carries it in a "
+                                "protobuf Struct, which workers cannot read that deep)")
     if isinstance(value, str):
         return _check_text(value, path)
     if value is None or isinstance(value, bool | int | float):
@@ -376,10 +385,10 @@ def _plain_data(value: Any, path: str) -> Any:
             name = _check_key(str(key), path)
             if name in out:
                 raise ConfigError(join_path(path, name), "the key is given twice (as an integer and as a string)")
-            out[name] = _plain_data(item, join_path(path, name))
+            out[name] = _plain_data(item, join_path(path, name), depth + 1)
         return out
     if isinstance(value, list | tuple):
-        return [_plain_data(item, f"{path}[{i}]") for i, item in enumerate(value)]
+        return [_plain_data(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
     raise ConfigError(path, f"expected a string, number, boolean, null, list or mapping, got "
                             f"{type(value).__name__} ({str(value)[:40]})")
 

@@ -188,9 +188,10 @@ def test_job_sizes_at_their_limits_load():
     assert cfg.env.env_num == MAX_ENV_NUM
 
 
-@pytest.mark.parametrize("seed", [1e23, -1, MAX_SEED + 1])
+@pytest.mark.parametrize("seed", [1e23, -1])
 def test_the_learner_seed_must_be_one_torch_numpy_and_a_struct_take(seed):
     _refused({"learner": {"seed": seed}}, "learner", "learner.seed must be within [0, 2**53]")
+    _refused({"learner": {"seed": MAX_SEED + 1}}, "learner.seed", "must be within ±2**53")  # (as any free-form int)
 
 
 def test_the_largest_learner_seed_seeds_torch_and_numpy():
@@ -204,8 +205,24 @@ def test_the_largest_learner_seed_seeds_torch_and_numpy():
 
 
 def test_free_form_integers_beyond_a_double_are_refused():
+    from common.config import _plain_data
+
     _refused({"env": {"kwargs": {"game_params": {"rows": 10**400}}}}, "env.kwargs.game_params.rows",
              "sent as a double")
+    # A job carries numbers as doubles: 2**53 + 1 arrived as 2**53, 2**64 + 1 as 2**64.
+    _refused({"env": {"kwargs": {"big": 2**53 + 1}}}, "env.kwargs.big", "must be within ±2**53")
+    assert _plain_data({"exact": -(2**53)}, "env.kwargs") == {"exact": -(2**53)}
+
+
+def test_free_form_values_nested_deeper_than_a_worker_reads_are_refused():
+    """A Struct nested 40 mappings deep loaded, then every GetJob reply failed at the worker (INTERNAL
+    "Exception deserializing response")."""
+    deep: dict = {}
+    inner = deep
+    for _ in range(40):
+        inner["x"] = {}
+        inner = inner["x"]
+    _refused({"env": {"kwargs": {"deep": deep}}}, "env.kwargs.deep" + ".x" * 21, "nested more than 20 mappings or lists")
 
 
 # -- 4. NaN and infinity, and the PPO/DQN ranges ------------------------------------------------------------------
@@ -496,7 +513,7 @@ def test_a_replay_that_never_holds_learning_starts_transitions_is_refused():
         ({"publish_every": 10**12}, f"learner.publish_every must be at most {MAX_PUBLISH_EVERY}"),
         ({"keep_last": 10**12}, f"learner.keep_last must be at most {MAX_KEEP_LAST}"),
         ({"queue_chunks": 10**12}, f"learner.queue_chunks must be at most {MAX_QUEUE_CHUNKS}"),
-        ({"queue_bytes": 2**60}, f"learner.queue_bytes must be at most {MAX_QUEUE_BYTES}"),
+        ({"queue_bytes": 2**50}, f"learner.queue_bytes must be at most {MAX_QUEUE_BYTES}"),
         ({"replay_ratio": 1e30}, f"learner.replay_ratio must be a finite number in (0, {MAX_REPLAY_RATIO:g}]"),
         ({"tensorboard_every_s": -1.0}, "learner.tensorboard_every_s must be a number of seconds in [0, 1e+07]"),
         ({"tensorboard_every_s": 1e300}, "learner.tensorboard_every_s must be a number of seconds in [0, 1e+07]"),

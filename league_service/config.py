@@ -36,7 +36,7 @@ from common.paths import MAX_COMPONENT_CHARS, UnsafePathError, check_component, 
 from common.policy_config import PolicyConfig
 from common.ports import split_host_port
 from common.typed_config import NULL_SECTION
-from league_service.env_fit import check_env_seats
+from league_service.env_fit import check_battle_env, check_env_seats
 
 
 def reference_bot_id(text: str) -> str:
@@ -148,14 +148,6 @@ class ActivePlayerConfig:
                 raise ConfigError(f"branch_probs.{name}", f"must be within [0, 1], got {prob}")
         if self.BRANCHES and not math.isclose(sum(self.branch_probs.values()), 1.0, abs_tol=1e-6):
             raise ConfigError("branch_probs", f"must sum to 1, got {sum(self.branch_probs.values())}")
-        if self.exploration is not None and _fixes_eps(self.forward_kwargs, self.job):
-            # (The schedule's eps went into every job over the fixed one, without a word.)
-            raise ConfigError("exploration", "sets each job's eps on a schedule, and forward_kwargs (or the job "
-                              "template's) fixes eps too: give one of them")
-        for name in self.job:
-            if name not in JOB_TEMPLATE_SECTIONS:  # (a typo such as `forward_kwrags` was accepted, and dropped)
-                raise ConfigError(f"job.{name}", f"a job template holds {', '.join(JOB_TEMPLATE_SECTIONS)}; a job "
-                                  "carries nothing else to its worker")
         for name in JOB_TEMPLATE_SECTIONS:
             if name in self.job and self.job[name] is None:
                 raise ConfigError(f"job.{name}", NULL_SECTION)
@@ -686,6 +678,22 @@ def _check_league_trains(cfg: Config, sections: _WorkerSections) -> None:
                           "naive_sp_player for self-play")
     if sections.policy.algorithm == "dqn":
         _check_n_step_fits_rows(sections.policy.dqn.n_step, cfg.league, sections.adders)
+    for player_type in PLAYER_TYPES:
+        _check_job_settings(cfg.league.player_config(player_type), f"league.{player_type}")
+    check_battle_env(cfg.env.name, cfg.env.kwargs, cfg.league)
+
+
+def _check_job_settings(section: ActivePlayerConfig, where: str) -> None:
+    """Settings a job would carry otherwise than written (only for training: `league eval` reads an older run's
+    config, which these checks are newer than)."""
+    if section.exploration is not None and _fixes_eps(section.forward_kwargs, section.job):
+        # (The schedule's eps went into every job over the fixed one, without a word.)
+        raise ConfigError(f"{where}.exploration", "sets each job's eps on a schedule, and forward_kwargs (or the "
+                          "job template's) fixes eps too: give one of them")
+    for name in section.job:
+        if name not in JOB_TEMPLATE_SECTIONS:  # (a typo such as `forward_kwrags` was accepted, and dropped)
+            raise ConfigError(f"{where}.job.{name}", f"a job template holds {', '.join(JOB_TEMPLATE_SECTIONS)}; a "
+                              "job carries nothing else to its worker")
 
 
 DQN_EXPLORATION = ExplorationConfig()

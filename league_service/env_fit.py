@@ -194,13 +194,6 @@ def check_env_seats(name: str, env_kwargs: Mapping[str, Any], league: LeagueConf
                               "a battle league (league.league_type: one_vs_one) seats two players per match: it needs "
                               f"a two-player game{hint}")
         bots = player.kwargs.get("bots")
-        if battle and bots:
-            # The env's bots take seats in every match: each of the two league players played seat 0 against
-            # the bot, and the results were credited to the two as if they had played each other.
-            raise ConfigError(player.sources.get("bots", "env.kwargs.bots"), "a battle league seats two league "
-                              "players per match, so the env's own bots have no seat in it; a bot plays in the "
-                              "league as a reference bot (league.reference_bots, e.g. [random, 'mcts:25']), "
-                              "or train against one alone in a solo league (league.league_type: solo)")
         if bots is not None and not isinstance(bots, Mapping):  # the env reads seat -> bot (`bots.items()`)
             raise ConfigError(player.sources.get("bots", "env.kwargs.bots"), f"expected a mapping of seat -> bot, "
                               f"e.g. {{1: random}}, got {type(bots).__name__} {bots!r}")
@@ -218,8 +211,23 @@ def check_env_seats(name: str, env_kwargs: Mapping[str, Any], league: LeagueConf
                               f"players and a solo league's job has one: the env's bots must take the other "
                               f"{seats - 1} seat(s), got {seated} (for {player.player_type}), e.g. env.kwargs.bots: "
                               "{1: random}; or train it in a battle league (league.league_type: one_vs_one)")
-    if battle:  # (after each type's own checks: what is wrong with one type's kwargs is said first)
-        _check_one_view(players)
+
+
+def check_battle_env(name: str, env_kwargs: Mapping[str, Any], league: LeagueConfig) -> None:
+    """What a battle league's matches need of its env kwargs beyond seats (checked for training only: `league
+    eval` reads older runs' configs, which these checks are newer than)."""
+    if league.league_type == "solo" or openspiel_game(name) is None:
+        return
+    players = player_envs(env_kwargs, league)
+    for player in players:
+        if player.kwargs.get("bots"):
+            # The env's bots take seats in every match: each of the two league players played seat 0 against
+            # the bot, and the results were credited to the two as if they had played each other.
+            raise ConfigError(player.sources.get("bots", "env.kwargs.bots"), "a battle league seats two league "
+                              "players per match, so the env's own bots have no seat in it; a bot plays in the "
+                              "league as a reference bot (league.reference_bots, e.g. [random, 'mcts:25']), "
+                              "or train against one alone in a solo league (league.league_type: solo)")
+    _check_one_view(players)
 
 
 VIEW_KWARGS = ("game_params", "perspective")

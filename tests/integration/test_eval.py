@@ -662,3 +662,20 @@ def test_eval_plays_the_view_the_players_trained_on_where_the_player_types_set_i
                                                  ("main_player", "main_exploiter", "league_exploiter")}}))
     _, env_name, env_kwargs = eval_cli._league_policy_and_env(config)
     assert env_name == "connect_four" and env_kwargs == {"perspective": "relative"}
+
+
+def test_eval_reads_an_older_runs_config_that_training_now_refuses(tmp_path):
+    """The checks added for training (one view for all player types, no env bots in a battle league, job
+    template keys, exploration beside a fixed eps) made `league eval` refuse the configs of runs made before
+    them, whose checkpoints it is there to evaluate."""
+    import yaml
+
+    from common.config import ConfigError
+
+    config = tmp_path / "league.yaml"
+    config.write_text(yaml.safe_dump({"league": {"main_player": {"env_kwargs": {"perspective": "relative"},
+                                                                 "job": {"note": "x"}}}}))
+    with pytest.raises(ConfigError):
+        load_config(config)  # for training: refused
+    _, env_name, env_kwargs = eval_cli._league_policy_and_env(config)
+    assert env_name == "connect_four" and env_kwargs == {"perspective": "relative"}  # the main player's view

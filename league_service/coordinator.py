@@ -813,6 +813,8 @@ class Coordinator:
         given_up = lease.attempt >= self._retry.max_attempts
         books = self._job_failures.get(player, PlayerJobFailures(player)).failed(error, now, self._retry, given_up)
         self._job_failures[player] = books
+        if books.held_until > now:  # every job of the player waits, also those offered before the backoff began
+            self._table.hold_pending(player, books.held_until)
         wait = f"; its jobs wait {books.held_until - now:.1f} s" if books.held_until else ""
         if not given_up and lease.payload is not None:
             retry = self._table.offer(player, lease.players, lease.payload, attempt=lease.attempt + 1,

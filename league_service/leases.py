@@ -353,6 +353,16 @@ class LeaseTable(Generic[P]):
             self._pending[job.job_id] = dataclasses.replace(job, not_before=0.0)
         return len(held)
 
+    def hold_pending(self, launch_player: str, until: float) -> int:
+        """Hold back `launch_player`'s pending jobs until `until` (its backoff began: jobs offered before it, in
+        its other launch slots, went out at once); returns how many were moved."""
+        moved = 0
+        for job in list(self._pending.values()):
+            if job.launch_player == launch_player and job.not_before < until:
+                self._pending[job.job_id] = dataclasses.replace(job, not_before=until)
+                moved += 1
+        return moved
+
     def withdraw_pending(self, naming: Collection[str]) -> list[PendingJob[P]]:
         """Take back the pending (never leased) jobs whose players include any of `naming`; returns them."""
         names = set(naming)

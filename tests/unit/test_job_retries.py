@@ -229,3 +229,19 @@ def test_long_errors_keep_their_first_line_and_their_end():
     assert len(cut) == 300
     assert cut.startswith("EnvError: env 0 failed") and cut.endswith("ValueError: the real cause")
     assert bounded_error("short") == "short"
+
+
+def test_a_backoff_holds_back_every_job_of_the_player_in_each_of_its_slots(league_factory):
+    """The backoff held only the jobs offered after it began: with two launch slots the job offered before in the
+    other slot went out at once, so a broken player cost an attempt per slot per backoff period (a review)."""
+    league = league_factory(solo_config(slots=2))
+    a, b = league.job(), league.job()
+    league.fail(a)
+    league.fail(b)
+    retry = league.job()  # one of the two retries, offered at once
+    league.fail(retry)  # the third failure in a row: the backoff begins
+    books = league.books()
+    assert books.failures_in_a_row == 3 and books.held_until == league.clock.now + 10.0
+    assert "held back after repeated failures" in league.no_job().reason  # the other retry waits too
+    league.clock.now += 10.0
+    league.job()

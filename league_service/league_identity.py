@@ -118,9 +118,36 @@ def _game_params_pairs(mine: dict[str, Any], theirs: dict[str, Any]) -> list[tup
 
 
 def _game_params(cfg: Config) -> dict[str, Any]:
-    """Each active player type's `game_params` as its jobs carry them (JSON values), for an OpenSpiel env."""
-    if openspiel_game(cfg.env.name) is None:
+    """Each active player type's `game_params` as its jobs carry them (JSON values), for an OpenSpiel env; the
+    game's defaults given explicitly are left out, as not given (`rows: 6` of connect four is the same game)."""
+    game = openspiel_game(cfg.env.name)
+    if game is None:
         return {}
+    defaults = _default_params(game)
     kwargs = cfg.env.kwargs if isinstance(cfg.env.kwargs, dict) else {}
-    return {player.player_type: json.loads(json.dumps(player.kwargs.get("game_params") or {}, default=str))
-            for player in player_envs(kwargs, cfg.league)}
+    out = {}
+    for player in player_envs(kwargs, cfg.league):
+        params = json.loads(json.dumps(player.kwargs.get("game_params") or {}, default=str))
+        if isinstance(params, dict):
+            params = {k: v for k, v in params.items() if k not in defaults or not _same_value(v, defaults[k])}
+        out[player.player_type] = params
+    return out
+
+
+def _default_params(game: str) -> dict[str, Any]:
+    """The game's parameters at their defaults (from pyspiel's registry: no game is loaded)."""
+    import pyspiel
+
+    for game_type in pyspiel.registered_games():
+        if game_type.short_name == game:
+            return dict(game_type.parameter_specification)
+    return {}
+
+
+def _same_value(given: Any, default: Any) -> bool:
+    """A parameter given as its default (an OpenSpiel float parameter may be written as a whole number)."""
+    if isinstance(default, bool) or isinstance(given, bool):
+        return given is default
+    if isinstance(default, int | float) and isinstance(given, int | float):
+        return float(given) == float(default)
+    return given == default

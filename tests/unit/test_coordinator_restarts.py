@@ -185,6 +185,8 @@ def test_a_state_is_not_resumed_with_a_config_of_another_env_or_network(tmp_path
     # What shapes no weights may change.
     _open(tmp_path, state, {"policy": {"ppo": {"learning_rate": 0.0003}}, "env": {"name": "openspiel:connect_four"}
                             }).close()
+    # The game's defaults written out are the same game (they were refused as another).
+    _open(tmp_path, state, {"env": {"kwargs": {"game_params": {"rows": 6, "columns": 7}}}}).close()
 
 
 def test_a_store_from_before_the_identity_record_learns_it_only_from_its_own_config(tmp_path):

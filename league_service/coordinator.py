@@ -948,9 +948,11 @@ class Coordinator:
                 )
 
     def _expire_locked(self, now: float) -> None:
+        paused = 0.0
         if self._use_expiry_thread:  # it ticks every PAUSE_TICK_S: a longer gap is a pause (fake clocks jump)
-            self._forgive_pause_locked(now)
-        if (stalled := self._commits.take_stalled_s()) > 0:
+            paused = self._forgive_pause_locked(now)
+        # (A pause during a write is one stall: the leases move on by it once.)
+        if (stalled := self._commits.take_stalled_s() - paused) > 0:
             # The server's replies wait for the state's writes, heartbeats included (the event loop waits on
             # them): a lease must not expire on the silence of a worker whose heartbeat waits unanswered.
             moved = self._table.postpone_all(stalled)
@@ -976,17 +978,19 @@ class Coordinator:
             else:
                 self._jobs_ready_locked(WorkerRole.LEARNER)
 
-    def _forgive_pause_locked(self, now: float) -> None:
+    def _forgive_pause_locked(self, now: float) -> float:
         """A coordinator that did not run for a while (SIGSTOP, a frozen VM, a starved host) could not take the
         heartbeats sent meanwhile: without this, every lease expired at once when it ran again, losing more work
-        than a crash (whose restart gives leases fresh deadlines). Leases move on by the pause instead."""
+        than a crash (whose restart gives leases fresh deadlines). Leases move on by the pause instead; returns
+        it (0 for none)."""
         paused = now - self._ran_at
         self._ran_at = now  # after the wall clock steps back, the gap is negative once and the next ones count
         if paused <= PAUSE_AFTER_S:
-            return
+            return 0.0
         moved = self._table.postpone_all(paused)
         log.warning("the coordinator did not run for %.1f s (paused or starved of CPU): the deadlines of %d lease(s) "
                     "move on by as much, since their workers could not be heard meanwhile", paused, moved)
+        return paused
 
     def _forget_idle_workers_locked(self, now: float) -> None:
         """Drop workers silent for coordinator.forget_workers_after_s that hold no job (checked now and then:

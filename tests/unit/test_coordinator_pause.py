@@ -77,3 +77,23 @@ def test_a_lease_of_a_silent_worker_expires_on_time_after_the_wall_clock_stepped
     expired, silent_s = done.stdout.split()
     assert int(expired) == 1
     assert float(silent_s) >= 0.0
+
+
+def test_a_pause_during_a_stalled_write_moves_the_leases_on_once(tmp_path):
+    """A coordinator stopped (SIGSTOP) while it wrote its state saw both a pause and a stalled write over the same
+    seconds: the leases moved on by twice the time, and dead workers' leases lived that much longer (a review)."""
+    clock = ManualClock(1_000_000.0)
+    coord = _coordinator(tmp_path, clock)
+    try:
+        grant = coord.get_job("actor", WorkerRole.ACTOR, "", wait_s=10.0)
+        assert isinstance(grant, JobGrant)
+        assert not coord.heartbeat("actor", [grant.job_id]).revoked_job_ids
+        (before,) = [j.lease_deadline for j in coord.status().jobs if j.job_id == grant.job_id]
+        with coord._lock:  # the 40 s the process did not run were spent in a write (as the committer counts it)
+            coord._commits._stalled_s += 40.0 - 1.0
+        clock.now += 40.0
+        coord.status()  # any call runs the expiry check
+        (after,) = [j.lease_deadline for j in coord.status().jobs if j.job_id == grant.job_id]
+        assert after - before == 40.0  # moved on by the pause once, not by the pause and the stall
+    finally:
+        coord.close()

@@ -297,9 +297,8 @@ def test_forgetting_many_dropped_chunks_leaves_each_resend_new(plane):
     assert all(plane._deduper.reserve("w", "j", seq) for seq in range(count))
 
 
-def test_closing_a_sessions_own_intake_leaves_the_next_sessions_open():
-    """A session's end closed whatever intake was current: a late close (the session's loop had ended and the
-    learner bound again) closed the next session's intake, whose loop then failed, taking the learner down."""
+def _intake_maker():
+    """Intakes of one player for a small PPO policy (each with a queue of its own)."""
     policy = PolicyConfig.from_mapping({"algorithm": "ppo", "model": {"hidden": [8]}})
     task = make_computation_task(policy, OBS, DiscreteActionSpec(2), device="cpu", seed=0)
 
@@ -307,6 +306,13 @@ def test_closing_a_sessions_own_intake_leaves_the_next_sessions_open():
         preparer = ChunkPreparer(policy, task.input_specs, task.learn_specs, 2, task.state_specs)
         return Intake("p", preparer, ChunkQueue(8, 1 << 30))
 
+    return intake
+
+
+def test_closing_a_sessions_own_intake_leaves_the_next_sessions_open():
+    """A session's end closed whatever intake was current: a late close (the session's loop had ended and the
+    learner bound again) closed the next session's intake, whose loop then failed, taking the learner down."""
+    intake = _intake_maker()
     plane = DataPlane()
     first, second = intake(), intake()
     plane.open(first)
@@ -322,13 +328,7 @@ def test_closing_a_sessions_own_intake_leaves_the_next_sessions_open():
 def test_a_stopping_learner_answers_only_for_chunks_its_stop_trains():
     """A stream whose earlier chunk went into a session that ended lost (its queue dropped and forgotten) was
     answered at the stop as if that chunk were delivered: never trained, never sent again (a review)."""
-    policy = PolicyConfig.from_mapping({"algorithm": "ppo", "model": {"hidden": [8]}})
-    task = make_computation_task(policy, OBS, DiscreteActionSpec(2), device="cpu", seed=0)
-
-    def intake() -> Intake:
-        preparer = ChunkPreparer(policy, task.input_specs, task.learn_specs, 2, task.state_specs)
-        return Intake("p", preparer, ChunkQueue(8, 1 << 30))
-
+    intake = _intake_maker()
     plane = DataPlane()
     lost, stopping = intake(), intake()
     plane.open(lost)

@@ -63,6 +63,7 @@ class SnapshotCopier:
     @staticmethod
     def _copy_tree(source: Path, target: Path, root: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
+        _sweep_stale_staging(target.parent)
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
 
         def copy_target(src: str, dst: str) -> None:
@@ -93,3 +94,35 @@ class SnapshotCopier:
             fsync_dir(target.parent)
         finally:
             shutil.rmtree(tmp)
+
+
+STALE_STAGING_S = 3600.0
+"""A staging directory this old is a copy's whose process died (a copy takes seconds to minutes)."""
+
+
+def _sweep_stale_staging(folder: Path, now: float | None = None) -> list[Path]:
+    """Remove the staging directories of copies into `folder` that a crash left (`.<name>.<random>` holding at
+    most `<name>`, older than STALE_STAGING_S): each is a whole checkpoint's size, and nothing else removed
+    them. Returns those removed; one that cannot be removed is left for the next sweep."""
+    import time
+
+    now = time.time() if now is None else now
+    removed = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        name = entry.name
+        if not name.startswith(".") or name.count(".") < 2 or not entry.is_dir(follow_symlinks=False):
+            continue
+        copied = name[1:].rsplit(".", 1)[0]  # `.<name>.<random>` -> <name>
+        try:
+            inside = os.listdir(entry.path)
+            if inside not in ([], [copied]) or now - entry.stat(follow_symlinks=False).st_mtime < STALE_STAGING_S:
+                continue
+            shutil.rmtree(entry.path)
+        except OSError:
+            continue
+        removed.append(Path(entry.path))
+    return removed

@@ -202,3 +202,27 @@ def test_a_destination_that_leaves_its_folder_is_refused(tmp_path, copier):
     for bad in ("ext/..", "ext/.", "/abs/x"):
         with pytest.raises(UnsafePathError):
             copier("ext/ckpt", bad)
+
+
+def test_the_staging_directory_a_crashed_copy_left_is_swept_by_a_later_copy(tmp_path, copier):
+    """A copy stages under `.<name>.<random>` and removes it in a `finally` that a SIGKILL skips: the directory,
+    a whole checkpoint's size, stayed for good (no sweep matched it)."""
+    import os
+    import time
+
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "ckpt.pt").write_bytes(b"weights")
+    crashed = tmp_path / "p" / ".ckpt_100.pt.abc123"  # as the coordinator died mid-copy left it
+    crashed.mkdir()
+    (crashed / "ckpt_100.pt").write_bytes(b"half a copy")
+    recent = tmp_path / "p" / ".ckpt_200.pt.def456"  # a copy under way (or just crashed): not an hour old
+    recent.mkdir()
+    kept = tmp_path / "p" / ".settings.d"  # something else hidden: not a staging directory's shape
+    kept.mkdir()
+    (kept / "notes").write_text("mine")
+    an_hour_ago = time.time() - 3700
+    for folder in (crashed, kept):
+        os.utime(folder, (an_hour_ago, an_hour_ago))
+    copier("p/ckpt.pt", "p/ckpt_300.pt")
+    assert not crashed.exists() and recent.exists() and kept.exists()
+    assert (tmp_path / "p" / "ckpt_300.pt").read_bytes() == b"weights"

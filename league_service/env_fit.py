@@ -180,8 +180,7 @@ def check_env_seats(name: str, env_kwargs: Mapping[str, Any], league: LeagueConf
                               "(league.league_type: one_vs_one) seats two players per match: train it in a solo "
                               f"league (league.league_type: solo), or name a two-player game{_openspiel_hint(name)}")
         return
-    players = player_envs(env_kwargs, league)
-    for player in players:
+    for player in player_envs(env_kwargs, league):
         _check_openspiel_kwargs(name, player)
         game = load_game(name, player)
         if game.unsupported is not None:

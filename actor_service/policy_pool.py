@@ -271,7 +271,17 @@ class PolicyPool:
         if slot.checkpoint_path and (latest is None or latest.version <= slot.checkpoint_version):
             try:
                 return self._manifest(slot.checkpoint_path, slot.checkpoint_version, slot.player_id, "launch player")
-            except (CorruptCheckpointError, CheckpointNotFoundError) as err:
+            except CheckpointNotFoundError as err:
+                # Most often retention: the learner published `keep_last` versions since `latest` was read (a
+                # fast learner does in a fraction of a second), so newer ones are there. Rejected, the version
+                # failed a fresh actor's job for want of an older one (a review).
+                newer = self.store.latest(slot.player_id)
+                if newer is not None and newer.version > slot.checkpoint_version:
+                    return newer
+                ref = CheckpointRef(slot.checkpoint_path, slot.checkpoint_version, digest="", size=0)
+                self._reject(ref, err)
+                return ref
+            except CorruptCheckpointError as err:
                 # The version the job names lost its manifest (deleted from the share, a damaged file) while
                 # older ones lie beside it: the job failed at its start, where a damaged weights file falls back
                 # to the newest older version that verifies. Rejected here, `_load_launch` walks those.

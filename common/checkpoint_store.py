@@ -513,8 +513,14 @@ class CheckpointStore:
     def verify(self, path: str) -> CheckpointRef:
         """The manifest of ``path`` once its file matches it (size and digest); raises `CheckpointError`."""
         ref = self.manifest(path)
-        with _opened(path, self.root.resolve(path), ref.size) as fd:
-            _read_hashed(fd, path, ref.digest, ref.size, keep=False)
+        resolved = self.root.resolve(path)
+        try:
+            with _opened(path, resolved, ref.size) as fd:
+                _read_hashed(fd, path, ref.digest, ref.size, keep=False)
+        except CheckpointError:  # (CheckpointNotFoundError is an OSError)
+            raise
+        except OSError as e:
+            raise _read_failure(path, resolved, e) from e
         return ref
 
     def snapshot(self, source: str, dest: str, verify: bool = True) -> CheckpointRef:
@@ -790,16 +796,29 @@ def _load_verified(where: str, resolved: Path, digest: str, size: int) -> Any:
     try:
         with _opened(where, resolved, size) as fd:
             data = _read_hashed(fd, where, digest, size, keep=True)
-    except OSError as e:
-        if e.errno == errno.ESTALE:  # NFS: retention removed it on another machine while this one read it
-            raise CheckpointNotFoundError(f"{where}: removed while being read (stale file handle)") from e
+    except CheckpointError:  # (CheckpointNotFoundError is an OSError)
         raise
+    except OSError as e:
+        raise _read_failure(where, resolved, e) from e
     from common.checkpoint_unpickle import load_weights_only  # torch: imported by loaders only
 
     try:
         return load_weights_only(data)
     except Exception as e:  # pickle errors come in many types; all mean "not a checkpoint of ours"
         raise CorruptCheckpointError(f"{where}: not a plain-tensor checkpoint ({type(e).__name__}: {e})") from e
+
+
+def _read_failure(where: str, resolved: Path, err: OSError) -> CheckpointError:
+    """What a file of a published checkpoint that cannot be opened or read means to its readers. ESTALE (NFS) on a
+    version retention removes (a player's `v<N>.pt` and its training state): removed on another machine while this
+    one read it. Anything else, ESTALE on a snapshot (never retired) included: no permission, an I/O error, a stale
+    handle now: `UnreadableCheckpointError`, so that readers walking versions skip it this time, and nothing
+    gives up on it for good (as a raw OSError it failed an actor's job where a manifest's same error was skipped;
+    as NotFound, a snapshot's ESTALE set the historical player aside for good: a review)."""
+    name = resolved.name.removesuffix(TRAINING_STATE_SUFFIX)
+    if err.errno == errno.ESTALE and VERSION_FILE.fullmatch(name):
+        return CheckpointNotFoundError(f"{where}: removed while being read (stale file handle)")
+    return UnreadableCheckpointError(f"{where}: cannot be read now ({err.strerror or type(err).__name__})")
 
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)

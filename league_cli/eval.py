@@ -271,7 +271,19 @@ def load_checkpoint(args: argparse.Namespace, command: str, flag: str = "--check
             info = env.info()
         finally:
             env.close()
-        task, ref = load_policy(store, path, policy, info, seed=args.seed)
+        for _ in range(_NEWEST_ATTEMPTS):
+            try:
+                task, ref = load_policy(store, path, policy, info, seed=args.seed)
+                break
+            except CheckpointNotFoundError:
+                # A player's folder (or latest.json) names its newest version: on a live run retention may
+                # remove the one read above before it is loaded (keep_last versions last a fraction of a
+                # second under a fast learner), then the newest is the one now.
+                if Path(args.checkpoint).name.startswith(Path(path).name):  # named by its file or manifest
+                    raise
+                store, path = resolve_checkpoint(args.checkpoint, args.shared_root)
+        else:
+            task, ref = load_policy(store, path, policy, info, seed=args.seed)
     except CheckpointNotFoundError as err:  # a file with no manifest: in which root
         raise CheckpointRefused(f"{err}, in shared root "
                                 f"{store.root.root if store is not None else args.shared_root}") from err
@@ -285,6 +297,10 @@ def load_checkpoint(args: argparse.Namespace, command: str, flag: str = "--check
                     "league the checkpoint comes from, e.g. its run directory's config.yaml)")
         raise CheckpointRefused(f"{err}{hint}") from err
     return LoadedCheckpoint(task, ref, info, env_name, env_kwargs, policy, config)
+
+
+_NEWEST_ATTEMPTS = 4
+"""Loads of a folder's newest version tried when retention removes each before it is loaded."""
 
 
 def _variable_root_for(checkpoint: str) -> Path | None:

@@ -49,13 +49,16 @@ class SnapshotCopier:
             self._copy_tree(source, target, self._root.root)
 
     def _snapshot_published(self, src: str, dst: str) -> None:
-        from common.checkpoint_store import CheckpointNotFoundError, CheckpointStore
+        from common.checkpoint_store import CheckpointNotFoundError, CheckpointStore, UnreadableCheckpointError
 
         store = CheckpointStore(self._root.root)
         try:
             existing = store.manifest(dst)
         except CheckpointNotFoundError:
-            store.snapshot(src, dst)
+            try:
+                store.snapshot(src, dst)
+            except UnreadableCheckpointError as err:  # no permission, EIO: the share's fault, as a failed copy's
+                raise OSError(str(err)) from err
             return
         if existing.digest != store.manifest(src).digest:
             raise FileExistsError(f"snapshot {dst!r} exists and holds other weights than {src!r}")

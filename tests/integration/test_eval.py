@@ -679,3 +679,29 @@ def test_eval_reads_an_older_runs_config_that_training_now_refuses(tmp_path):
         load_config(config)  # for training: refused
     _, env_name, env_kwargs = eval_cli._league_policy_and_env(config)
     assert env_name == "connect_four" and env_kwargs == {"perspective": "relative"}  # the main player's view
+
+
+def test_a_players_folder_on_a_live_run_loads_its_newest_version_when_retention_removes_the_one_read(
+        tmp_path, monkeypatch):
+    """The folder's newest version is read, then the env and the network are built before it is loaded: a fast
+    learner publishing `keep_last` versions meanwhile retired it, and the command failed with "no published
+    checkpoint (no manifest)" for a player with five versions on disk (a review). A version named by its file
+    is that version only."""
+    publish(tmp_path, DQN, player="p", version=1)
+    config = tmp_path / "league.yaml"
+    config.write_text(json.dumps({"policy": DQN}))
+    built = make_env
+
+    def make_env_while_publishing(*args, **kwargs):
+        latest = CheckpointStore(tmp_path).latest("p").version
+        for version in range(latest + 1, latest + 6):  # keep_last 5: the version read is retired
+            publish(tmp_path, DQN, player="p", version=version, seed=version)
+        return built(*args, **kwargs)
+
+    monkeypatch.setattr("common.envs.registry.make_env", make_env_while_publishing)
+    loaded = eval_cli.load_checkpoint(parse("--checkpoint", "p", "--shared-root", str(tmp_path), "--config",
+                                            str(config)), "eval")
+    assert loaded.ref.version > 1
+    with pytest.raises(eval_cli.CheckpointRefused, match="no published checkpoint"):
+        eval_cli.load_checkpoint(parse("--checkpoint", loaded.ref.path, "--shared-root", str(tmp_path),
+                                       "--config", str(config)), "eval")

@@ -430,3 +430,70 @@ def test_a_tie_that_is_no_fresh_initialisation_is_not_taken_for_the_reset(store)
     assert (launch.version, launch.path) == (3, "")
     store.publish("p", weights(2), 3)
     assert not policies.maybe_reload(launch) and launch.path == ""
+
+
+def test_a_launch_version_retired_between_latest_and_its_manifest_loads_a_newer_one(store, monkeypatch):
+    """The job names the store's newest version; before its manifest is read the learner publishes `keep_last`
+    more and retention removes it. It was rejected as "corrupt, tampered or lost", and a fresh actor (nothing
+    older to fall back to) failed the job while the newer versions lay there (a review)."""
+    store = CheckpointStore(store.root.root, keep_last=1)
+    store.publish("p", weights(1), 1)
+    manifest = store.manifest
+
+    def publish_first(path):
+        if path == "p/v0000000001.pt" and store.latest("p").version == 1:
+            store.publish("p", weights(2), 2)
+        return manifest(path)
+
+    monkeypatch.setattr(store, "manifest", publish_first)
+    launch = pool(store).launch_policy(PlayerSlot("p", "p/v0000000001.pt", 1, True))
+    assert launch.version == 2 and launch.path == "p/v0000000002.pt"
+
+
+def test_an_io_error_on_the_newest_weights_keeps_the_version_held(store, monkeypatch):
+    """EIO or EACCES on a new version's weights file (not its manifest) came out of a reload as a raw OSError
+    and failed the running job, and the next job's start; the same error on the manifest was skipped. Now both
+    are: the actor acts with the version it holds and loads the new one once it reads (a review)."""
+    import errno
+
+    import common.checkpoint_store as checkpoint_store
+
+    store.publish("p", weights(1), 1)
+    policies = pool(store)
+    launch = policies.launch_policy(PlayerSlot("p", "", 0, True))
+    store.publish("p", weights(2), 2)
+    for error in (OSError(errno.EIO, "Input/output error"), PermissionError(errno.EACCES, "Permission denied")):
+        with monkeypatch.context() as patched:
+            patched.setattr(checkpoint_store, "_open_regular", _failing_open("v0000000002.pt", error))
+            assert not policies.maybe_reload(launch) and launch.version == 1
+            assert pool(store).launch_policy(PlayerSlot("p", "p/v0000000002.pt", 2, True)).version == 1
+    assert policies.maybe_reload(launch) and launch.version == 2
+
+
+def test_a_stale_handle_on_a_snapshot_is_no_reason_to_set_it_aside(store, monkeypatch):
+    """ESTALE (NFS) on a weights file meant "retention removed it on another machine". A snapshot is never
+    retired: there it is a fault of the share, and the job named the historical player unloadable, so the
+    league set it aside for good. Now the job fails (retried); a retired version's ESTALE is still NotFound."""
+    import errno
+
+    import common.checkpoint_store as checkpoint_store
+    from common.checkpoint_store import CheckpointNotFoundError, UnreadableCheckpointError
+
+    store.publish("p", weights(1), 1)
+    store.snapshot("p/v0000000001.pt", "h/v0000000001_100.pt")
+    policies = pool(store)
+    launch = policies.launch_policy(PlayerSlot("p", "", 0, True))
+    slot = PlayerSlot("h_100", "h/v0000000001_100.pt", 1, False)
+    stale = OSError(errno.ESTALE, "Stale file handle")
+    with monkeypatch.context() as patched:
+        patched.setattr(checkpoint_store, "_open_regular", _failing_open("v0000000001_100.pt", stale))
+        with pytest.raises(UnreadableCheckpointError, match="Stale file handle") as err:
+            policies.opponent_policy(slot, launch)
+        assert not isinstance(err.value, UnloadableOpponentError)
+        with pytest.raises(UnreadableCheckpointError):
+            store.verify("h/v0000000001_100.pt")
+    with monkeypatch.context() as patched:
+        patched.setattr(checkpoint_store, "_open_regular", _failing_open("v0000000001.pt", stale))
+        with pytest.raises(CheckpointNotFoundError, match="stale file handle"):
+            store.load("p/v0000000001.pt")
+    assert policies.opponent_policy(slot, launch).version == 1

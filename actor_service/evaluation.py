@@ -27,10 +27,11 @@ from common.algorithms.registry import make_computation_task
 from common.checkpoint_store import LATEST, MANIFEST_SUFFIX, CheckpointError, CheckpointRef, CheckpointStore
 from common.computation.algorithm import ForwardKwargs
 from common.computation.computation_task import ComputationTask
-from common.envs.base import EnvInfo, Outcome
+from common.envs.base import DiscreteSpec, EnvInfo, Outcome
 from common.envs.bot_spec import REFERENCE_BOT_PREFIX
 from common.envs.policy_view import ACTION_MASK, env_action, player_view, policy_specs, to_play
 from common.envs.registry import make_env
+from common.policy_config import as_published
 
 
 def win_rate_interval(wins: int, games: int, z: float = 1.96) -> tuple[float, float]:
@@ -166,6 +167,30 @@ MAX_OPENING_DRAWS = 100
 """Openings drawn for one game before giving up: each one that ends the game is drawn again."""
 
 
+OPENINGS_PER_GAME = 4
+"""Between two players that do not sample, a game is its seat and its opening: the openings a seat can draw must
+outnumber its games this many times, or many of the games repeat (as a sample, 4x leaves ~90% distinct)."""
+
+
+def _check_openings(info: EnvInfo, opening: int, games: int, seats: int) -> None:
+    """Refuse an opening too short to make the games asked for mostly distinct: `--opening 1` on connect four has
+    7 openings a seat, so 1,000 games were 14 games replayed, under an interval for 1,000 (a review)."""
+    actions = info.action_spec.num_values if isinstance(info.action_spec, DiscreteSpec) else None
+    if actions is None or actions < 2:
+        return
+    games_a_seat = -(-games // seats)
+    wanted = OPENINGS_PER_GAME * games_a_seat
+    if actions ** opening >= wanted:
+        return
+    enough = opening
+    while actions ** enough < wanted:
+        enough += 1
+    raise ValueError(f"neither player samples its moves, so a game is its seat and its opening, and an opening of "
+                     f"{opening} random move(s) has at most {actions ** opening} a seat: {games_a_seat} games a seat "
+                     f"would mostly repeat a few (the interval would count them as {games} games); give "
+                     f"--opening {enough} or more, or fewer --games")
+
+
 def _play_opening(env: Any, reset: Callable[[], Any], info: EnvInfo, opening: int, rng: np.random.Generator,
                   game: int) -> Any:
     """The observation after `opening` uniformly random legal moves from `reset()`. An opening that ends the
@@ -221,11 +246,13 @@ def _play_games(
             raise ValueError(f"env {env_name!r}: evaluation plays two-player OpenSpiel games against reference bots "
                              "or another policy")
         searcher = None if search is None else PolicySearch(task, env, search)
-        if (opponent.task is not None and opening == 0 and not getattr(env, "has_chance", False)
-                and (searcher is not None or not samples_moves(task)) and not samples_moves(opponent.task)):
-            raise ValueError("neither player samples its moves (a DQN's argmax, a search's choice): every game of a "
-                             "seat would be the same one; give an opening of random moves (--opening K)")
         seats = info.num_players
+        if (opponent.task is not None and not getattr(env, "has_chance", False)
+                and (searcher is not None or not samples_moves(task)) and not samples_moves(opponent.task)):
+            if opening == 0:
+                raise ValueError("neither player samples its moves (a DQN's argmax, a search's choice): every game "
+                                 "of a seat would be the same one; give an opening of random moves (--opening K)")
+            _check_openings(info, opening, games, seats)
         max_length = env.game.max_game_length() if hasattr(env, "game") else None
         if opening and max_length is not None and opening >= max_length:
             raise ValueError(f"an opening of {opening} random moves (--opening) leaves nothing to play: "
@@ -412,8 +439,11 @@ def resolve_checkpoint(checkpoint: str, shared_root: Path | None) -> tuple[Check
 def load_policy(
     store: CheckpointStore, path: str, policy_config: Mapping[str, Any], info: EnvInfo, seed: int = 0
 ) -> tuple[ComputationTask, CheckpointRef]:
-    """A task built from `policy_config` for `info`'s specs, with the verified weights at `path`."""
+    """A task built from `policy_config` for `info`'s specs, with the verified weights at `path`: with the play
+    settings (activation, obs_scale, ...) the checkpoint was trained with where it records them, which a run
+    resumed with other ones, or another league file, does not change (`as_published`)."""
     inputs, actions = policy_specs(info, str(policy_config.get("algorithm", "ppo")))
+    policy_config, _ = as_published(policy_config, store.manifest(path).metadata)
     task = make_computation_task(policy_config, inputs, actions, device="cpu", seed=seed)
     checkpoint = store.load(path)
     task.set_weights(checkpoint.tensors, checkpoint.ref.version)

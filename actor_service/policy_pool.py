@@ -44,7 +44,7 @@ from common.computation.specs import ActionSpec, DiscreteActionSpec, MultiDiscre
 from common.envs.base import EnvInfo
 from common.envs.policy_view import policy_specs
 from common.paths import UnsafePathError
-from common.policy_config import FRESH_INIT_METADATA, player_seed
+from common.policy_config import FRESH_INIT_METADATA, as_published, player_seed
 
 log = logging.getLogger(__name__)
 
@@ -311,9 +311,20 @@ class PolicyPool:
         return dataclasses.replace(ref, version=version)
 
     def _build(self, player_id: str, ref: CheckpointRef | None, fresh_version: int = 0) -> Policy:
-        """The player's network: loaded from `ref`, else its fresh initialisation acting as `fresh_version`."""
+        """The player's network: loaded from `ref`, else its fresh initialisation acting as `fresh_version`.
+
+        Built with the play settings `ref` was trained with (`as_published`): an opponent is a frozen version,
+        and a league resumed with another activation or obs_scale played its snapshots as networks nobody
+        trained, under the ratings they earned as themselves (a review). The launch player (`ref` None here)
+        acts as its learner trains, with the config's."""
+        config = self.policy_config
+        if ref is not None:
+            config, changed = as_published(config, ref.metadata)
+            if changed:
+                log.info("%s version %d plays with the settings it was trained with (%s)", player_id, ref.version,
+                         "; ".join(changed))
         task = make_computation_task(
-            self.policy_config, self._inputs, self._actions, device=self._settings.device, seed=player_seed(player_id)
+            config, self._inputs, self._actions, device=self._settings.device, seed=player_seed(player_id)
         )
         task.algorithm.generator.manual_seed(int(self._acting_seeds.integers(2**62)))
         policy = Policy(player_id, task, fresh_version, "")

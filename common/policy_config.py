@@ -349,6 +349,49 @@ def _refuse_other_algorithms(mapping: Mapping[str, Any]) -> None:
                              f"(its settings are policy.{algorithm})")
 
 
+PLAY_MODEL_KEYS = ("activation", "obs_scale", "value_bound", "obs_norm_clip")
+"""The `policy.model` settings that change what a network computes but none of its weights. A league may change
+them between runs (README); a version keeps computing what it was trained to, since its checkpoint's metadata
+records them (`play_metadata`, under "model.<name>") and readers build its network with them (`as_published`)."""
+
+
+def play_metadata(policy: PolicyConfig) -> dict[str, Any]:
+    """The checkpoint metadata recording `policy`'s `PLAY_MODEL_KEYS` (a null activation as the model resolves it)."""
+    model = policy.model
+    values = {
+        "activation": model.activation or ("relu" if policy.algorithm == "dqn" else "tanh"),
+        "obs_scale": model.obs_scale,
+        "value_bound": model.value_bound,
+        "obs_norm_clip": model.obs_norm_clip,
+    }
+    return {f"model.{name}": values[name] for name in PLAY_MODEL_KEYS}
+
+
+def as_published(policy_config: Mapping[str, Any], metadata: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """`policy_config` with the play settings a checkpoint's `metadata` records in place of the config's, and those
+    that differ ("activation: tanh -> relu", the config's first); the config as it is, and [], for a checkpoint
+    that records none (published before they were recorded) or records what the config would refuse."""
+    config = dict(policy_config)
+    recorded = {name: metadata[f"model.{name}"] for name in PLAY_MODEL_KEYS if f"model.{name}" in metadata}
+    if not recorded:
+        return config, []
+    current = play_metadata(PolicyConfig.from_mapping(policy_config))
+    model = dict(config.get("model") or {})
+    changed = []
+    for name, value in recorded.items():
+        if current[f"model.{name}"] != value:
+            changed.append(f"{name}: {current[f'model.{name}']} -> {value}")
+            model[name] = value
+    if not changed:
+        return config, []
+    config["model"] = model
+    try:
+        PolicyConfig.from_mapping(config)
+    except (TypeError, ValueError):  # a value no config may have (a hand-edited manifest): the config's, then
+        return dict(policy_config), []
+    return config, changed
+
+
 FRESH_INIT_METADATA = "fresh_init"
 """Checkpoint metadata key: true on a learner's publish of its seeded fresh initialisation (untrained). Actors
 that play a player the league reset to a fresh initialisation take such a version for the reset's own: it is

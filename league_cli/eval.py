@@ -242,6 +242,7 @@ def load_checkpoint(args: argparse.Namespace, command: str, flag: str = "--check
     from common.checkpoint_store import CheckpointNotFoundError
     from common.computation import WeightsMismatchError
     from common.envs.registry import make_env
+    from common.policy_config import as_published
 
     if not Path(args.checkpoint).is_absolute() and args.shared_root is None:
         # A path from here: it exists, or its directory does (a version retired by keep_last, a typo in the
@@ -296,6 +297,10 @@ def load_checkpoint(args: argparse.Namespace, command: str, flag: str = "--check
             hint = (f" (the model of {'the embedded league' if config is None else config}; give {config_flag} with the "
                     "league the checkpoint comes from, e.g. its run directory's config.yaml)")
         raise CheckpointRefused(f"{err}{hint}") from err
+    policy, changed = as_published(policy, ref.metadata)  # what `load_policy` built
+    if changed:
+        print(f"league {command}: {ref.path} is played with the settings it was trained with, which "
+              f"{'the embedded league' if config is None else config} changes ({'; '.join(changed)})", file=sys.stderr)
     return LoadedCheckpoint(task, ref, info, env_name, env_kwargs, policy, config)
 
 

@@ -49,7 +49,11 @@ class SnapshotCopier:
             self._copy_tree(source, target, self._root.root)
 
     def _snapshot_published(self, src: str, dst: str) -> None:
-        from common.checkpoint_store import CheckpointNotFoundError, CheckpointStore, UnreadableCheckpointError
+        from common.checkpoint_store import (
+            CheckpointNotFoundError,
+            CheckpointStore,
+            UnreadableCheckpointError,
+        )
 
         store = CheckpointStore(self._root.root)
         try:

@@ -37,7 +37,7 @@ from common.checkpoint_store import (
     UnreadableCheckpointError,
     VersionConflictError,
 )
-from common.policy_config import FRESH_INIT_METADATA
+from common.policy_config import FRESH_INIT_METADATA, play_metadata
 from learner_service.league_client import BindingLost
 from learner_service.trainer import Progress, Trainer
 
@@ -165,6 +165,7 @@ class CheckpointPublisher:
             META_ALGORITHM_UPDATES: trainer.algorithm_updates,
             "worker_id": self.worker_id,
             "algorithm": trainer.spec.policy.algorithm,
+            **play_metadata(trainer.spec.policy),
         }
         if trainer.holds_fresh_init:
             # Its seed may be learner.seed: actors playing the league's reset to a fresh initialisation take this

@@ -324,6 +324,7 @@ def test_restart_resumes_where_it_left_off(tmp_path):
             later = CheckpointStore(tmp_path).latest(PLAYER)
             assert later.version == 7 and later.metadata["agent_steps"] == 896
             assert later.metadata["train_iteration"] == 7 and later.metadata["worker_id"] == "learner-b"
+            assert later.metadata["model.activation"] in ("tanh", "relu")  # what actors build its snapshots with
             status = player_status(coordinator.address)
             assert status.agent_steps == 896 and status.checkpoint_version == 7
     finally:

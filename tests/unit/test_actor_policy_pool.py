@@ -497,3 +497,27 @@ def test_a_stale_handle_on_a_snapshot_is_no_reason_to_set_it_aside(store, monkey
         with pytest.raises(CheckpointNotFoundError, match="stale file handle"):
             store.load("p/v0000000001.pt")
     assert policies.opponent_policy(slot, launch).version == 1
+
+
+def test_an_opponent_plays_with_the_activation_its_checkpoint_was_trained_with(store, caplog):
+    """A league may change `activation` or `obs_scale` between runs (README). Its snapshots were built from the
+    job's current config: frozen players rated as themselves played as networks nobody trained (a review). They
+    are built with what their checkpoints record; the launch player acts as its learner trains, with the config's."""
+    from common.policy_config import PolicyConfig, play_metadata
+
+    relu = {**POLICY, "model": {**POLICY["model"], "activation": "relu"}}
+    recorded = play_metadata(PolicyConfig.from_mapping(relu))
+    assert recorded["model.activation"] == "relu"
+    store.publish("h", weights(1), 1, metadata=recorded)
+    store.publish("p", weights(2), 1, metadata=recorded)
+    policies = pool(store)  # the config's: tanh
+    launch = policies.launch_policy(PlayerSlot("p", "p/v0000000001.pt", 1, True))
+    with caplog.at_level("INFO", logger="actor_service.policy_pool"):
+        opponent = policies.opponent_policy(PlayerSlot("h_1", "h/v0000000001.pt", 1, False), launch)
+    assert "activation: tanh -> relu" in caplog.text
+    as_trained = PolicyPool(store, relu, INFO, PolicySettings(first_checkpoint_wait_s=0.0), StopSignal())
+    np.testing.assert_array_equal(value(opponent),
+                                  value(as_trained.opponent_policy(PlayerSlot("h_1", "h/v0000000001.pt", 1, False),
+                                                                   launch)))
+    np.testing.assert_array_equal(value(launch), value(pool(store).launch_policy(PlayerSlot("p", "", 0, True))))
+    assert not np.allclose(value(launch), value(as_trained.launch_policy(PlayerSlot("p", "", 0, True))))

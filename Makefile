@@ -13,8 +13,15 @@ TEST_WORKERS ?= 2
 
 install: $(STAMP)
 
+# A $(VENV) of another interpreter than 3.11+ (one `python3 -m venv` made on an older system) is made again:
+# reused, pip fetched torch's multi-GB CUDA wheel for it, then refused the package, and PYTHON= could not help.
 $(STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@if ! $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then \
+	  $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { \
+	    echo "make: PYTHON=$(PYTHON) is not a Python 3.11+ interpreter, which this project needs: give PYTHON=python3.11" >&2; exit 1; }; \
+	  if [ -e $(VENV) ]; then echo "make: $(VENV) is not a Python 3.11+ environment; making it again with $(PYTHON)"; rm -rf $(VENV); fi; \
+	  $(PYTHON) -m venv $(VENV); \
+	fi
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)

@@ -27,6 +27,7 @@ from common.rpc import (
     call_idempotent,
     check_registration,
     make_channel,
+    not_a_coordinator_hint,
 )
 
 log = logging.getLogger(__name__)
@@ -238,7 +239,8 @@ class CoordinatorClient:
             return
         if code not in TRANSIENT_CODES:
             raise CoordinatorError(f"{what} at {self.address} failed: {code.name if code else code}: "
-                                   f"{err.details() if hasattr(err, 'details') else err}") from err
+                                   f"{err.details() if hasattr(err, 'details') else err}"
+                                   f"{not_a_coordinator_hint(code, self.address)}") from err
         delay = self._backoff.next_delay()
         log.warning("%s: coordinator %s unreachable (%s); retry %d in %.2f s", what, self.address,
                     code.name, self._backoff.failures, delay)

@@ -217,6 +217,14 @@ def check_exposure(host: str, token: str | None, insecure: bool, field: str = "-
         )
 
 
+def not_a_coordinator_hint(code: grpc.StatusCode | None, address: str) -> str:
+    """What an UNIMPLEMENTED answer to a league call most likely means: the address is a learner's (its data
+    port) or another gRPC server's, whose "Method not found!" alone did not say so."""
+    if code is not grpc.StatusCode.UNIMPLEMENTED:
+        return ""
+    return f" (is {address} a league coordinator? a learner's port serves trajectories only)"
+
+
 class RegistrationError(RuntimeError):
     """A RegisterWorker reply a worker cannot run by (not a coordinator of this version, or not ours)."""
 

@@ -151,6 +151,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _load(args: argparse.Namespace) -> tuple[Any, RunConfig, dict[str, Any]]:
     from league_service.config import config_to_dict, load_config
 
+    if args.config is not None and Path(args.config).is_dir():  # (the config file error said "Is a directory")
+        hint = (f"; to resume the run in it: league run {run_dir_arg(Path(args.config))}"
+                if (Path(args.config) / "config.yaml").is_file() else "")
+        raise ConfigError("", f"{args.config}: a directory, not a config file{hint}")
     cfg = load_config(args.config)
     run_dict = dict(cfg.run)
     try:  # the file's own section first: it is saved in the run directory, and a resume reads it with no flags
@@ -678,6 +682,29 @@ def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def stop_on_broken_pipe(console: Any, on_closed: Callable[[], None]) -> None:
+    """When the console's reader goes away (`league run | tee` at a Ctrl-C, `| head`), write nowhere from then on
+    and call `on_closed` (the run stops in order, as at SIGHUP). Rich's default raised SystemExit(1) from the next
+    print: from the one saying the workers are stopping, it skipped their ordered stop, the last status record
+    and the summary (every process got the parent-death signal at once; a review)."""
+
+    def on_broken_pipe() -> None:
+        console.quiet = True
+        try:
+            fd = console.file.fileno()
+        except (AttributeError, OSError, ValueError):  # not a file (a test's buffer): quiet is enough
+            fd = None
+        if fd is not None:  # what is still buffered for it (sys.stdout at exit too) goes nowhere, not to an error
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, fd)
+            finally:
+                os.close(devnull)
+        on_closed()
+
+    console.on_broken_pipe = on_broken_pipe
+
+
 def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, cfg_dict: dict[str, Any],
          run_dir: Path, run_lock: ExclusiveLock, token: str | None) -> int:
     """`token`: $LEAGUE_TOKEN, which the coordinator checks (it inherits the environment): without it on this
@@ -729,6 +756,12 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
         signals.append(signum)
         stop.set()
 
+    def on_output_closed() -> None:
+        if not signals and not stopping[0]:
+            reason[0] = "stopped: its output was closed"
+        stop.set()
+
+    stop_on_broken_pipe(console, on_output_closed)
     try:
         sup = Supervisor(run_dir, pending_path, run_cfg, learners=active_player_count(cfg), run_lock=run_lock,
                          stop=stop)

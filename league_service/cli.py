@@ -43,6 +43,7 @@ from common.rpc import (
     join_host_port,
     load_token,
     make_channel,
+    not_a_coordinator_hint,
     write_port_file,
 )
 from common.signal_flag import SignalFlag
@@ -375,10 +376,12 @@ def status_main(args: argparse.Namespace) -> int:
             try:
                 status = fetch()
             except grpc.RpcError as err:
-                hint = ""
+                hint = not_a_coordinator_hint(err.code(), source.address)
                 if args.run_dir is not None and err.code() == grpc.StatusCode.UNAVAILABLE:
                     hint = (f" (is a `league run` going on there? {args.run_dir / RUN_PORT_FILE} may be left from "
                             "one that was killed)")
+                elif err.code() == grpc.StatusCode.UNAVAILABLE:
+                    hint = " (for a `league run`, give --run-dir DIR: it serves on a port of its own)"
                 print(f"league status: {source.address}: {err.code().name}: {err.details()}{hint}",
                       file=sys.stderr)
                 return 1

@@ -91,8 +91,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     # Imported here so that `league --help` does not pay for torch.
     from common.computation.computation_task import describe_device, resolve_device
+    from common.rpc import RegistrationError
     from learner_service.config import LearnerSettings
-    from learner_service.learner import JobSetupError, Learner, WorkerIdTaken
+    from learner_service.learner import CoordinatorRefused, JobSetupError, Learner, WorkerIdTaken
 
     cli_args.configure_logging(args.log_level)
     if (refusal := cli_args.coordinator_refusal(args.coordinator)) is not None:
@@ -180,7 +181,7 @@ def main(args: argparse.Namespace) -> int:
             log.debug("the job's setup failed", exc_info=err)
             log.error("learner cannot run this league: %s", err)
             return SETUP_ERROR_EXIT
-        if isinstance(err, WorkerIdTaken):
+        if isinstance(err, WorkerIdTaken | CoordinatorRefused | RegistrationError):
             log.error("learner stops: %s", err)
             return SETUP_ERROR_EXIT
         log.error("learner failed", exc_info=err)

@@ -38,6 +38,7 @@ from common.rpc import (
     is_loopback,
     join_host_port,
     make_server,
+    not_a_coordinator_hint,
 )
 from common.rpc_services import add_service
 from common.timed_store import TimedCheckpointStore
@@ -64,6 +65,19 @@ class JobSetupError(Exception):
 class WorkerIdTaken(Exception):
     """Another process registered this learner's worker id after it (the same --worker-id given twice): the
     coordinator refuses this one from now on, so it stops."""
+
+
+class CoordinatorRefused(Exception):
+    """The coordinator refused to register this learner or to give it a job, for a reason a restart does not
+    change (no or a wrong token, another role under this worker id, not a coordinator at that address): the
+    learner stops with one line and exit 2, as an actor does (a traceback and exit 1 had supervisors restart it
+    for ever; a review). Transient codes are retried before this."""
+
+    def __init__(self, address: str, err: grpc.RpcError) -> None:
+        code = err.code()
+        super().__init__(f"the coordinator at {address} refused this learner: "
+                         f"{code.name if code is not None else code}: {err.details()}"
+                         f"{not_a_coordinator_hint(code, address)}")
 
 
 def model_spec(job: LearnJob) -> ModelSpec:
@@ -180,7 +194,7 @@ class Learner:
             except grpc.RpcError as err:
                 if err.code() is grpc.StatusCode.ALREADY_EXISTS:
                     raise WorkerIdTaken(err.details()) from None
-                raise
+                raise CoordinatorRefused(self.client.address, err) from err
             log.info("bound to %s (learn job %s, checkpoint %r v%d)", job.player_id, job.job_id,
                      job.checkpoint_path, job.checkpoint_version)
             lease = LeaseKeeper(self.client, job, registration, self._stall_watches()).start()

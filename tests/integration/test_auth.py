@@ -6,6 +6,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import grpc
 import pytest
@@ -21,6 +22,7 @@ from league_service.coordinator_testing import league_stub, running_coordinator,
 from learner_service.learner_testing import running_learner
 
 TOKEN = "s3cret-token"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def status_code(stub, **kw):
@@ -160,6 +162,19 @@ def test_a_learner_that_reaches_the_coordinator_over_tls_must_serve_tls(tmp_path
         )
     assert proc.returncode == 2, proc.stderr
     assert "--tls-cert/--tls-key" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_learner_the_coordinator_refuses_stops_with_one_line_and_exit_2(token_server, tmp_path):
+    """Without the token (or at an address that is no coordinator) a learner exited 1 with a traceback, which
+    supervisors restart for ever; the actor said it in one line and exited 2. Now the learner does too."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "learner_service.cli", "learner", "--coordinator", token_server.address,
+         "--shared-root", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "refused this learner: UNAUTHENTICATED" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
 def test_open_addresses_need_a_token_or_insecure():

@@ -850,3 +850,19 @@ def test_a_plot_that_cannot_be_written_keeps_the_one_before_and_names_its_file(t
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
     assert plot.read_bytes() == before
     assert [p.name for p in out.iterdir()] == ["returns.png"]  # no temporary file left either
+
+
+def test_a_run_directory_given_as_the_config_says_how_to_resume_it(tmp_path):
+    """`league run runs/cart` said only "cannot read the config file: Is a directory"."""
+    import argparse
+
+    from league_cli.run import _load
+
+    run_dir = tmp_path / "my run"
+    run_dir.mkdir()
+    with pytest.raises(ConfigError, match="a directory, not a config file$"):
+        _load(argparse.Namespace(config=run_dir, actors=None, seconds=None, env_steps=None))
+    (run_dir / "config.yaml").write_text("{}")
+    with pytest.raises(ConfigError) as info:
+        _load(argparse.Namespace(config=run_dir, actors=None, seconds=None, env_steps=None))
+    assert str(info.value).endswith(f"to resume the run in it: league run --run-dir '{run_dir}'")

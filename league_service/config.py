@@ -253,6 +253,16 @@ MAX_SOLO_BUFFER_SIZE = 1_000_000
 saved with the league's state; at 2**63 the buffer could not even be made, and every FinishJob failed."""
 
 
+def reachable_games(decay: float) -> float:
+    """Below this a pair's decayed game count (each game: count * decay + 1) gets in floating point. Its limit is
+    1 / (1 - decay), but the sums settle a few units in the last place below it (decay 0.9: 9.999999999999995
+    against a limit of 10.000000000000002, so `min_win_rate_games: 10` passed a check against the limit and no
+    win rate ever left the default; a review): a relative margin of 1e-9, wider where the limit is so large that
+    the settled sums fall further short (about limit * 2**-53 relative)."""
+    limit = 1.0 / (1.0 - decay)
+    return limit * (1.0 - max(1e-9, 4.0 * limit * 2.0**-53))
+
+
 @dataclass(frozen=True)
 class PayoffConfig:
     # Every record decays by this factor before each new game is added (1.0: no decay).
@@ -267,11 +277,11 @@ class PayoffConfig:
         if not 0.0 < self.decay <= 1.0:
             raise ConfigError("decay", f"must be within (0, 1], got {self.decay}")
         _check_at_least(self.min_win_rate_games, 0, "min_win_rate_games")
-        if self.decay < 1.0 and self.min_win_rate_games >= 1.0 / (1.0 - self.decay):
+        if self.decay < 1.0 and self.min_win_rate_games >= reachable_games(self.decay):
             # Decayed game counts stay below 1 / (1 - decay): every win rate would stay the default for ever,
             # and PFSP, snapshots and exploiter resets would never see a result.
-            raise ConfigError("min_win_rate_games", f"must be below 1 / (1 - decay) = {1.0 / (1.0 - self.decay):g} "
-                              f"(the most decayed games a pair can have), got {self.min_win_rate_games}")
+            raise ConfigError("min_win_rate_games", f"must be below 1 / (1 - decay) = {1.0 / (1.0 - self.decay):g}, "
+                              f"which a pair's decayed games approach but never reach, got {self.min_win_rate_games}")
         _check_probability(self.default_win_rate, "default_win_rate")
         _check_within(self.solo_buffer_size, 1, MAX_SOLO_BUFFER_SIZE, "solo_buffer_size")
 

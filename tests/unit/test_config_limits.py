@@ -160,6 +160,24 @@ def test_a_payoff_whose_decayed_games_never_reach_min_win_rate_games_is_refused(
     config_from_dict({"league": {"payoff": {"decay": 1.0, "min_win_rate_games": 1000}}})
 
 
+@pytest.mark.parametrize("decay", [0.7, 0.8, 0.9, 0.95, 0.97, 0.99, 0.999, 0.9999])
+def test_every_accepted_min_win_rate_games_is_reached_by_the_decayed_counts(decay):
+    """In floating point the counts settle a few units in the last place below 1 / (1 - decay): with decay 0.9,
+    9.999999999999995 against 10.000000000000002, so `min_win_rate_games: 10` passed and no win rate ever left the
+    default (a review). The largest value accepted is reached; the limit itself is refused."""
+    from league_service.config import reachable_games
+
+    limit = 1.0 / (1.0 - decay)
+    _refused({"league": {"payoff": {"decay": decay, "min_win_rate_games": limit}}},
+             "league.payoff.min_win_rate_games", "never reach")
+    accepted = math.nextafter(reachable_games(decay), 0.0)
+    config_from_dict({"league": {"payoff": {"decay": decay, "min_win_rate_games": accepted}}})
+    games, before = 0.0, -1.0
+    while games != before and games < accepted:  # (as the payoff counts: decay, then one more game)
+        before, games = games, games * decay + 1.0
+    assert games >= accepted, (decay, games, accepted)
+
+
 def test_an_elo_k_factor_that_would_overflow_the_expected_score_is_refused():
     _refused({"league": {"elo": {"k_factor": 3e5}}}, "league.elo.k_factor", f"must be within (0, {MAX_ELO_K_FACTOR:g}]")
     config_from_dict({"league": {"elo": {"k_factor": MAX_ELO_K_FACTOR}}})

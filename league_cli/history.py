@@ -15,6 +15,7 @@ import contextlib
 import json
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ class HistoryLog:
         self._closed = False
         self._bytes_per_s = bytes_per_s
         self._next_due = -math.inf
-        self._unwritten: bytes | None = None
+        self._unwritten: bytes | Callable[[], dict[str, Any]] | None = None
         self.error: str | None = None
         """Why the last write failed; None once one works (or none failed)."""
         self._open()
@@ -53,13 +54,14 @@ class HistoryLog:
             return False
         return True
 
-    def offer(self, record: dict[str, Any], now: float) -> bool:
+    def offer(self, record: dict[str, Any] | Callable[[], dict[str, Any]], now: float) -> bool:
         """Write `record` (taken at monotonic time `now`) if it is due; else keep it as the newest unwritten one.
-        False also when the write failed (see `error`)."""
-        line = (json.dumps(record) + "\n").encode()
+        False also when the write failed (see `error`). A callable is called only for a record written: a large
+        league's record took over a second of CPU to build and encode at every 2 s poll, mostly for nothing."""
         if now < self._next_due:
-            self._unwritten = line
+            self._unwritten = record if callable(record) else _line(record)
             return False
+        line = _line(record() if callable(record) else record)
         if not self._write(line):
             return False
         self._next_due = now + len(line) / self._bytes_per_s
@@ -70,7 +72,8 @@ class HistoryLog:
         if self._closed:
             return
         if self._unwritten is not None:
-            self._write(self._unwritten)
+            unwritten = self._unwritten
+            self._write(unwritten if isinstance(unwritten, bytes) else _line(unwritten()))
         self._closed = True
         fd, self._fd = self._fd, None
         if fd is not None:
@@ -102,6 +105,10 @@ class HistoryLog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _line(record: dict[str, Any]) -> bytes:
+    return (json.dumps(record) + "\n").encode()
 
 
 def newest_record(path: Path) -> dict[str, Any] | None:

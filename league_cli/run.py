@@ -413,7 +413,7 @@ def _final_status(address: str, token: str | None, history_path: Path, start: fl
         channel.close()
     now = time.monotonic()
     with HistoryLog(history_path) as history:
-        history.offer(history_record(status, now - start), now)
+        history.offer(functools.partial(history_record, status, now - start), now)
     return status
 
 

@@ -6,6 +6,7 @@ Kept apart from run.py, which starts and stops the processes: this is what happe
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections import deque
@@ -120,7 +121,7 @@ class RunMonitor:
         self.status = status
         now = time.monotonic()
         rate = self._step_rate.update(status.counters.env_steps, now)
-        history.offer(history_record(status, now - self.start), now)
+        history.offer(functools.partial(history_record, status, now - self.start), now)
         if history.error != self._history_error:  # once when writes start failing, once when they work again
             self._note(history.error or f"{self.history_path}: status records are written again")
             self._history_error = history.error

@@ -159,3 +159,22 @@ def test_a_history_that_cannot_be_opened_costs_its_records_not_the_run(tmp_path)
     log.close()
     log.close()
     assert [r["t"] for r in _lines(path)] == [1]
+
+
+def test_a_record_offered_as_a_callable_is_built_only_when_it_is_written(tmp_path):
+    """A league with thousands of historical players took over a second of CPU a poll to build and encode a
+    record the log then held back (a review): `league run`'s supervisor loop spent a core on it."""
+    path = tmp_path / "h.jsonl"
+    built = []
+
+    def record(t):
+        def build():
+            built.append(t)
+            return {"t": t}
+        return build
+
+    with HistoryLog(path, bytes_per_s=1.0) as log:
+        assert log.offer(record(0), now=0.0)
+        assert not log.offer(record(1), now=1.0) and not log.offer(record(2), now=2.0)
+        assert built == [0]
+    assert built == [0, 2] and [r["t"] for r in _lines(path)] == [0, 2]  # the newest, at close

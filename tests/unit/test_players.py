@@ -372,6 +372,21 @@ def test_strong_win_rate_rule_needs_every_reference_beaten():
     assert player.is_trained_enough()
 
 
+@pytest.mark.parametrize("weak_at", [0, 40, 69])
+def test_strong_win_rate_rule_over_many_references_reads_the_newest_first_to_the_same_answer(weak_at):
+    """The rule looks at the newest references first and at all only when it beats those (a league of thousands
+    of past players read every win rate at every report): an old reference not beaten still decides."""
+    payoff = _payoff()
+    player = _active(payoff, NaiveSpPlayer, "sp", NaiveSpPlayerConfig(one_phase_step=100, strong_win_rate=0.7))
+    past = [_historical(payoff, f"sp_{i}", player) for i in range(70)]
+    _update(player, 150)
+    for i, other in enumerate(past):
+        _set_win_rate(payoff, player, other, 0.5 if i == weak_at else 0.9)
+    assert not player.is_trained_enough()
+    _set_win_rate(payoff, player, past[weak_at], 0.8)
+    assert player.is_trained_enough()
+
+
 def test_main_exploiter_strong_rule_looks_at_main_players():
     payoff = _payoff()
     main = _active(payoff, MainPlayer, "main")

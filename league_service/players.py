@@ -276,6 +276,8 @@ class ActivePlayer(Player):
         self._train_iteration = 0
         self._last_enough_step = 0
         self._last_reset_step = 0
+        self._exploration_from = 0
+        """The agent step the exploration schedule counts from: 0, or a reset to a fresh network's step."""
         self._snapshots = 0
         self._mutations = 0
         # Set by a mutation; handed to the learner with every update until it acknowledges it.
@@ -402,6 +404,11 @@ class ActivePlayer(Player):
         # Counted from the snapshot this reset follows, not from the steps reported while it was being
         # copied: "reset after one_phase_step" then resets at every snapshot, as AlphaStar does.
         self._last_reset_step = self._last_enough_step
+        if not checkpoint_path:
+            # A fresh network explores as a new player does: its learner starts a new Q-network and replay, and
+            # a DQN exploiter reset went on at the schedule's end (eps ~0.1 where a new player has 0.95; a
+            # review). A pretrained checkpoint keeps the schedule where it is.
+            self._exploration_from = self._last_reset_step
         self._mutations += 1
         self._pending_reset = ref
         return ref
@@ -431,7 +438,7 @@ class ActivePlayer(Player):
     def _get_job_forward(self) -> dict[str, Any]:
         ret = _fresh_copy(self._cfg.forward_kwargs)
         if self._exploration is not None:
-            ret["eps"] = self._exploration(self._total_agent_step)
+            ret["eps"] = self._exploration(max(0, self._total_agent_step - self._exploration_from))
         return ret
 
     def _get_job_adder(self) -> dict[str, Any]:
@@ -453,6 +460,7 @@ class ActivePlayer(Player):
             "train_iteration": self._train_iteration,
             "last_enough_step": self._last_enough_step,
             "last_reset_step": self._last_reset_step,
+            "exploration_from": self._exploration_from,
             "snapshots": self._snapshots,
             "mutations": self._mutations,
             "pending_reset": None if pending is None else {"path": pending.path, "version": pending.version},
@@ -475,6 +483,7 @@ class ActivePlayer(Player):
                 int(state["train_iteration"]),
                 int(state["last_enough_step"]),
                 int(state["last_reset_step"]),
+                int(state.get("exploration_from", 0)),  # (states saved before it was kept: 0)
                 int(state["snapshots"]),
                 int(state["mutations"]),
                 None if pending is None else CheckpointRef(str(pending["path"]), int(pending["version"])),
@@ -488,6 +497,7 @@ class ActivePlayer(Player):
             self._train_iteration,
             self._last_enough_step,
             self._last_reset_step,
+            self._exploration_from,
             self._snapshots,
             self._mutations,
             self._pending_reset,

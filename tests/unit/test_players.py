@@ -591,6 +591,29 @@ def test_get_job_merges_computed_values_over_the_job_template():
     assert cfg.env_kwargs == {"difficulty": 2}  # jobs are copies
 
 
+def test_a_reset_to_a_fresh_network_restarts_the_exploration_schedule_and_a_restart_keeps_it():
+    """A DQN exploiter reset to a fresh network (its learner starts a new Q-network and replay) explored at the
+    schedule's end, eps ~0.1 where a new player has 0.95 (a review). A pretrained reset keeps the schedule."""
+    payoff = _payoff()
+    cfg = MainExploiterConfig(exploration=ExplorationConfig(start=0.9, end=0.1, decay_len=100, kind="linear"),
+                              reset_after_steps=1000)
+    _active(payoff, MainPlayer, "main")
+    exploiter = _active(payoff, MainExploiter, "exploiter", cfg)
+    rng = np.random.default_rng(0)
+    _update(exploiter, 1000)
+    assert exploiter.get_job(rng).forward_kwargs["eps"] == pytest.approx(0.1)
+    exploiter.record_snapshot(exploiter.snapshot())
+    exploiter.reset_checkpoint("")
+    _update(exploiter, 1050, reset_applied=exploiter.checkpoint_version)
+    assert exploiter.get_job(rng).forward_kwargs["eps"] == pytest.approx(0.5)  # 50 steps into its schedule
+    again = _active(_payoff(), MainExploiter, "exploiter", cfg)
+    again.load_state_dict(exploiter.state_dict())
+    assert again.get_job(rng).forward_kwargs["eps"] == pytest.approx(0.5)
+    exploiter.record_snapshot(exploiter.snapshot())
+    exploiter.reset_checkpoint("pre.pt")
+    assert exploiter.get_job(rng).forward_kwargs["eps"] == pytest.approx(0.5)  # a pretrained reset: as it was
+
+
 def test_create_player_gives_readable_ids():
     payoff = _payoff()
     player = create_player(LeagueConfig(), "main_exploiter", "zerg", 2, payoff)

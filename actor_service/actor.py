@@ -218,6 +218,20 @@ class Actor:
         return (f"stuck in a checkpoint read for {reading:.0f} s (--checkpoint-read-timeout {limit:g} s; its job "
                 "went back to the league): a hung network filesystem?")
 
+    def stuck_env(self) -> str | None:
+        """Whether an env call has run past its timeout, out of reach of the manager's interrupt (an in-process
+        env blocked in a wait or in C code: the watchdog breaks off only pure-Python loops on the job thread),
+        for two leases since: its job went back to the league (the heartbeat stops renewing a stalled env's
+        lease), and the actor played nothing again until someone stopped it, in silence (a review). Says how
+        long, else None. Safe from any thread."""
+        stalled = self.env_stalled_s()
+        plan = self._job
+        lease_s = plan.lease_timeout_s if plan is not None else 0.0
+        if not stalled or stalled <= 2 * lease_s:
+            return None
+        return (f"stuck in an env call {stalled:.0f} s past its timeout, which could not interrupt it (an env "
+                "blocked in a wait or in C code: use --manager subprocess for such envs, whose workers are killed)")
+
     def release_stuck_job(self) -> str | None:
         """For the process shell, when a stop could not get the job thread back from an env call (an env stuck
         in C code in this process): release the job from the calling thread, so that its slot is free now

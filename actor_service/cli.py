@@ -12,8 +12,10 @@ for `STUCK_AFTER_STOP_S` since the stop, the main thread releases the job itself
 same happens, with the job thread's stack in the log, when the job thread is still setting up or playing its job
 `--stop-timeout` seconds after the stop (stuck in a checkpoint read from a hung network filesystem, say): no
 stop waits for ever. Without a stop, a job thread stuck in a checkpoint read two leases past
-`--checkpoint-read-timeout` (its job went back to the league by then) ends the process the same way, so that a
-supervisor restarts it and the failure shows, rather than an actor that waits in silence.
+`--checkpoint-read-timeout` (its job went back to the league by then), or in an env call two leases past its
+timeout that the manager could not interrupt (`--manager base`: an env blocked in a wait or in C code), ends the
+process the same way, so that a supervisor restarts it and the failure shows, rather than an actor that waits in
+silence.
 """
 
 from __future__ import annotations
@@ -154,8 +156,8 @@ def _wait_for_jobs(worker: threading.Thread, actor, stop_timeout_s: float) -> st
         worker.join(JOIN_SLICE_S)
         if not worker.is_alive():
             return None
-        if (stuck_read := actor.stuck_read()) is not None:  # no stop needed: exit so a supervisor sees it
-            return f"{stuck_read}, at:\n{stack_of(worker)}"
+        if (stuck := actor.stuck_read() or actor.stuck_env()) is not None:  # no stop needed: exit so a
+            return f"{stuck}, at:\n{stack_of(worker)}"  # supervisor restarts it and the failure shows
         if not actor.stopping:
             continue
         if stopped_at is None:

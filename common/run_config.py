@@ -34,6 +34,11 @@ class RunConfig:
     # Failures each env may have per collect job (it is rebuilt each time) before the job fails: the actors'
     # --env-max-retry. A flaky env (a step that raises now and then) stopped the run with no way to allow it more.
     env_max_retry: int = 2
+    # Seconds an env step (and a build or reset) may take before the env counts as hung and is rebuilt: the
+    # actors' --env-step-timeout and --env-reset-timeout (null: no limit). An env whose steps rightly take
+    # longer than a minute was killed at every step under `league run`, with no way to allow it more.
+    env_step_timeout_s: float | None = 60.0
+    env_reset_timeout_s: float | None = 300.0
     # Budget: stop after this many seconds, or after this many env steps (0: no limit), both counted in this
     # run (a run resumed in the same --run-dir starts its budget afresh).
     seconds: float = 300.0
@@ -56,6 +61,11 @@ class RunConfig:
             raise ConfigError("manager", f"must be 'subprocess' or 'base', got {self.manager!r}")
         if not 0 <= self.env_max_retry <= MAX_ENV_MAX_RETRY:
             raise ConfigError("env_max_retry", f"must be within [0, {MAX_ENV_MAX_RETRY}], got {self.env_max_retry}")
+        for name in ("env_step_timeout_s", "env_reset_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and not 0 < value <= MAX_DURATION_S:
+                raise ConfigError(name, f"must be > 0 and at most {MAX_DURATION_S:g} seconds, or null (no limit), "
+                                        f"got {value}")
         if not 0 < self.seconds <= MAX_DURATION_S:
             raise ConfigError("seconds", f"must be > 0 and at most {MAX_DURATION_S:g}, got {self.seconds}")
         if self.env_steps < 0:

@@ -285,8 +285,11 @@ class Supervisor:
             if stop_timeout > 0:  # `run.stop_grace_s: 0` kills at once: no backstop fits, and 0 is no --stop-timeout
                 argv += ["--stop-timeout", f"{stop_timeout:g}"]
             return argv
-        argv = league_command("actor", *common, "--manager", self.run_cfg.manager,
-                              "--env-max-retry", str(self.run_cfg.env_max_retry))
+        run_cfg = self.run_cfg
+        argv = league_command("actor", *common, "--manager", run_cfg.manager,
+                              "--env-max-retry", str(run_cfg.env_max_retry),
+                              "--env-step-timeout", _seconds_arg(run_cfg.env_step_timeout_s),
+                              "--env-reset-timeout", _seconds_arg(run_cfg.env_reset_timeout_s))
         if self.run_cfg.manager == "subprocess":
             argv += ["--env-cpus", str(self.env_cpus_per_actor())]
         if self.run_cfg.env_num_per_actor:
@@ -680,6 +683,11 @@ def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[f"{prefix}{key}"] = value
     return out
+
+
+def _seconds_arg(seconds: float | None) -> str:
+    """A timeout as the workers' flags take it: 'none' for no limit."""
+    return "none" if seconds is None else repr(float(seconds))
 
 
 def stop_on_broken_pipe(console: Any, on_closed: Callable[[], None]) -> None:

@@ -141,12 +141,14 @@ def finished_job(stub, log: Path, job_id: str) -> tuple[int, int]:
 
 
 @contextlib.contextmanager
-def actor_playing_flaky_envs(tmp_path: Path, env_kwargs: dict, worker_id: str, *args: str):
+def actor_playing_flaky_envs(tmp_path: Path, env_kwargs: dict, worker_id: str, *args: str,
+                             lease_timeout_s: float = 30.0):
     """A coordinator of a long solo league on FlakyEnv(**env_kwargs) and an actor process that took its job;
     yields (coordinator stub, actor process, job, actor log)."""
     log = tmp_path / "actor.log"
     publish_first_checkpoint(tmp_path)
-    with running_coordinator(long_solo_config(FLAKY, env_kwargs), tmp_path, needs_learner=False) as server:
+    with running_coordinator(long_solo_config(FLAKY, env_kwargs), tmp_path, needs_learner=False,
+                             lease_timeout_s=lease_timeout_s) as server:
         channel, stub = league_stub(server.address)
         try:
             with actor_process(server.address, tmp_path, log, "--worker-id", worker_id, *args) as proc:
@@ -196,6 +198,20 @@ def test_sigterm_with_an_in_process_env_stuck_where_no_interrupt_gets_in_release
         assert "still in an env call" in text and "releasing it from outside its stuck thread" in text, text
         status = stub.GetStatus(pb.GetStatusRequest())
         assert status.counters.jobs_finished == 1 and status.counters.jobs_expired == 0, text
+        assert not [j for j in status.jobs if j.job_id == job.job_id]
+
+
+def test_an_in_process_env_stuck_where_no_interrupt_gets_in_ends_the_actor_two_leases_later(tmp_path):
+    """With no stop, an env blocked in a wait (`--manager base`, the job thread) let its job's lease expire and
+    then held the actor for good, playing nothing, alive: nothing restarted it (a review). Two leases past the
+    env's timeout it exits 1, as a job stuck in a checkpoint read does."""
+    flaky = {"hang_every": 50, "hang_kind": "wait", "hang_marker": str(tmp_path / "hung")}
+    with actor_playing_flaky_envs(tmp_path, flaky, "actor-w", "--manager", "base", "--env-step-timeout", "1",
+                                  lease_timeout_s=3.0) as (stub, proc, job, log):
+        assert proc.wait(60) == 1, log.read_text()  # 1 s + two leases of 3 s into the step
+        text = log.read_text()
+        assert "stuck in an env call" in text and "use --manager subprocess" in text, text
+        status = stub.GetStatus(pb.GetStatusRequest())
         assert not [j for j in status.jobs if j.job_id == job.job_id]
 
 

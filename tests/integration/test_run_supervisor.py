@@ -402,3 +402,22 @@ def test_a_stop_that_kills_sweeps_the_shared_memory_its_processes_left(superviso
         shm_blocks.remove_orphaned_blocks = real
     assert codes["actor-0"] == -signal.SIGKILL and swept == [True]
     assert supervisor.hurry.__class__.__name__ == "SignalFlag"  # safe to set from a signal handler
+
+
+def test_actors_get_the_runs_env_timeouts(tmp_path):
+    """An env whose steps rightly take over a minute was killed at every step under `league run`: only `league
+    actor --env-step-timeout` could allow it more (a review)."""
+    from common.config import from_dict
+    from league_cli.main import build_parser
+
+    run_cfg = from_dict(RunConfig, {"env_step_timeout_s": 120, "env_reset_timeout_s": None}, "run")
+    sup = Supervisor(tmp_path, tmp_path / "league.yaml", run_cfg, learners=1)
+    sup.address = "127.0.0.1:1"
+    argv = sup._worker_argv("actor-0")
+    args = build_parser().parse_args(argv[argv.index("actor"):])
+    assert args.env_step_timeout == 120.0 and args.env_reset_timeout is None
+    default = build_parser().parse_args(Supervisor(tmp_path, tmp_path / "l.yaml", RunConfig(), learners=1)
+                                        ._worker_argv("actor-0")[argv.index("actor"):])
+    assert default.env_step_timeout == 60.0 and default.env_reset_timeout == 300.0  # the actors' own defaults
+    with pytest.raises(ConfigError, match=r"run.env_step_timeout_s: must be > 0"):
+        from_dict(RunConfig, {"env_step_timeout_s": 0}, "run")

@@ -160,6 +160,26 @@ def test_retries_spent_raises_with_the_env_traceback_and_closes(managers, tmp_pa
         manager.step({0: 0})
 
 
+class ExitingEnv(CountingEnv):
+    """Calls sys.exit at its second step: a failure of this env, not of the process running it."""
+
+    def step(self, action: int) -> TimeStep:
+        if self._t + 1 == 2 and self._episode == 0:
+            raise SystemExit(3)
+        return super().step(action)
+
+
+def test_an_env_raising_system_exit_fails_as_an_env_not_the_process(managers):
+    """SystemExit passed the manager's `except Exception`, ended the actor's job thread and the actor (exit 1, the
+    job released uncounted: no retry, no backoff); the subprocess manager fails the same env (a review)."""
+    manager = managers([CountingEnv, ExitingEnv], max_retry=1)
+    manager.launch()
+    manager.step({0: 0, 1: 0})
+    cut = manager.step({0: 0, 1: 0})[1]
+    assert cut.truncated and "SystemExit(3)" in cut.info.failure
+    assert manager.failure_counts == {0: 0, 1: 1} and manager.env_states[1] is EnvState.RUN
+
+
 def test_lifecycle_errors_are_clear(managers):
     manager = managers([CountingEnv])
     with pytest.raises(RuntimeError, match="launch"):

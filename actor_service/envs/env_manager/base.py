@@ -295,7 +295,7 @@ class BaseEnvManager:
                 try:
                     ts = env.step(action)
                 except BaseException as exc:
-                    raise watch.raised(op, exc)  # noqa: B904 - `exc` itself, or the hang it was part of
+                    raise watch.raised(op, _as_env_error(exc))  # noqa: B904 - `exc` itself, or the hang it was part of
                 try:
                     op[-1].pop()
                 except IndexError:
@@ -441,12 +441,15 @@ class BaseEnvManager:
         watch = self._watchdog
         timeout = self._config.step_timeout if stage == "step" else self._config.reset_timeout
         if watch is None:  # (before launch, or closed)
-            return fn(*args, **kwargs)
+            try:
+                return fn(*args, **kwargs)
+            except SystemExit as exc:
+                raise _as_env_error(exc) from exc
         op = watch.begin(env_id, stage, math.inf if timeout is None else timeout)
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
-            raise watch.raised(op, exc)  # noqa: B904 - `exc` itself, or the hang it was part of
+            raise watch.raised(op, _as_env_error(exc))  # noqa: B904 - `exc` itself, or the hang it was part of
         watch.end(op)
         return result
 
@@ -656,3 +659,19 @@ def _integer(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{what}: expected an int, got {value!r}")
     return int(value)
+
+
+class EnvExitError(RuntimeError):
+    """An env raised SystemExit (`sys.exit` in its code): a failure of that env, as any exception of its. Let
+    through, it ended the actor's job thread (the actor exited 1, its job released uncounted, so no retry or
+    backoff applied) where the subprocess manager reports the same env as failed (a review)."""
+
+
+def _as_env_error(exc: BaseException) -> BaseException:
+    """What an env call raised, as the manager handles it: SystemExit as an `EnvExitError` (caused by it)."""
+    if not isinstance(exc, SystemExit):
+        return exc
+    error = EnvExitError(f"the env raised SystemExit({exc.code!r})")
+    error.__cause__ = exc
+    error.__traceback__ = exc.__traceback__
+    return error

@@ -385,6 +385,9 @@ def status_main(args: argparse.Namespace) -> int:
                 print(f"league status: {source.address}: {err.code().name}: {err.details()}{hint}",
                       file=sys.stderr)
                 return 1
+            except RunNotGoing as gone:
+                print(f"league status: {gone}", file=sys.stderr)
+                return 1
             if args.json:
                 print(status_to_json(status))
             else:
@@ -400,6 +403,8 @@ def status_main(args: argparse.Namespace) -> int:
                 status = fetch(stop)
             except grpc.RpcError as err:  # (as text: the details may hold [brackets] rich would read as markup)
                 return Text(f"{source.address}: {err.code().name}: {err.details()} (retrying)")
+            except RunNotGoing as gone:
+                return Text(f"{gone}; waiting for one")
             return None if status is None else render_status(status)
 
         previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -412,6 +417,8 @@ def status_main(args: argparse.Namespace) -> int:
                     except grpc.RpcError as err:
                         print(f"league status: {source.address}: {err.code().name}: {err.details()} "
                               "(retrying)", file=sys.stderr, flush=True)
+                    except RunNotGoing as gone:
+                        print(f"league status: {gone}; waiting for one", file=sys.stderr, flush=True)
                     stop.wait(args.watch)
                 return 0
             if not console.is_terminal:  # a pipe or a file: one frame after another
@@ -435,6 +442,10 @@ def status_main(args: argparse.Namespace) -> int:
         return 0
     finally:
         source.close()
+
+
+class RunNotGoing(Exception):
+    """A `league run` directory whose run ended since its coordinator was found."""
 
 
 class _StatusSource:
@@ -470,7 +481,12 @@ class _StatusSource:
             try:
                 moved = _status_address(self._args)
             except ValueError:
-                raise err from None
+                if (self._args.run_dir / RUN_PORT_FILE).exists():
+                    raise err from None
+                # The run ended (its port file goes with its coordinator): said so, where a watch kept showing the
+                # old port's UNAVAILABLE at every refresh (a review).
+                raise RunNotGoing(f"no `league run` is going on in {self._args.run_dir} now (it ended, or its "
+                                  "coordinator is starting)") from None
             if moved == self.address:
                 raise
             self._connect(moved)

@@ -500,6 +500,11 @@ def test_league_status_watch_of_a_run_dir_follows_the_coordinator_to_its_new_por
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
     try:
         assert "UNAVAILABLE" in errors.get(timeout=30) and "(retrying)" in errors.get(timeout=30)
+        (run_dir / RUN_PORT_FILE).unlink()  # the run ended: said so, not the old port's UNAVAILABLE again
+        deadline = time.monotonic() + 30
+        while "no `league run` is going on" not in (line := errors.get(timeout=30)):
+            assert time.monotonic() < deadline, line
+        assert "waiting for one" in line
         (run_dir / RUN_PORT_FILE).write_text(f"{server.address.rsplit(':', 1)[1]}\n")  # the league run again
         assert json.loads(lines.get(timeout=30))["players"]
         proc.send_signal(signal.SIGINT)

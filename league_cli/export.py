@@ -39,7 +39,8 @@ def main(args: argparse.Namespace) -> int:
         if out.is_dir():
             return _refuse(f"--out {out} is a directory: name the file to write")
         if not out.parent.is_dir():
-            return _refuse(f"--out {out}: its directory {out.parent} does not exist")
+            what = "is not a directory" if out.parent.exists() else "does not exist"
+            return _refuse(f"--out {out}: its directory {out.parent} {what}")
         if (out.exists() or out.is_symlink()) and not args.force:  # (a dangling link too: the write keeps it)
             return _refuse(f"--out {out} exists: give --force to replace it")
     except OSError as err:

@@ -143,6 +143,7 @@ def export_policy(model: nn.Module, algorithm: str, source: Mapping[str, Any],
         "outputs": [asdict(o) for o in outputs],
         "action": _action_metadata(model),
         "call": _call_line(inputs, outputs),
+        "max_batch": MAX_BATCH,  # rows a call may take (the traced batch dimension's bound)
         "torch": torch.__version__,
         **source,
     }

@@ -19,7 +19,9 @@ $(STAMP): pyproject.toml
 	@if ! $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then \
 	  $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { \
 	    echo "make: PYTHON=$(PYTHON) is not a Python 3.11+ interpreter, which this project needs: give PYTHON=python3.11" >&2; exit 1; }; \
-	  if [ -e $(VENV) ]; then echo "make: $(VENV) is not a Python 3.11+ environment; making it again with $(PYTHON)"; rm -rf $(VENV); fi; \
+	  if [ -e '$(VENV)' ]; then \
+	    [ -f '$(VENV)/pyvenv.cfg' ] || { echo "make: $(VENV) exists and is no virtual environment: give another VENV=, or remove it" >&2; exit 1; }; \
+	    echo "make: $(VENV) is not a Python 3.11+ environment; making it again with $(PYTHON)"; rm -rf '$(VENV)'; fi; \
 	  $(PYTHON) -m venv $(VENV); \
 	fi
 	$(PY) -m pip install --quiet torch==2.13.0

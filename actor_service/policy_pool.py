@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -47,6 +48,9 @@ from common.paths import UnsafePathError
 from common.policy_config import FRESH_INIT_METADATA, as_published, player_seed
 
 log = logging.getLogger(__name__)
+
+UNREADABLE_RETRY_S = 5.0
+"""How long a reload waits before it tries again a version that could not be read (no permission, an I/O error)."""
 
 # How often a player's first checkpoint is looked for while waiting on it. A file on a shared filesystem
 # gives no event to wait on, so this is the one place the actor polls.
@@ -138,8 +142,9 @@ class PolicyPool:
         self._last_check: dict[str, float] = {}
         self._rejected: set[tuple[str, int]] = set()
         """(path, version) of checkpoints that failed verification: never read again."""
-        self._unreadable: set[tuple[str, int]] = set()
-        """Versions that could not be read at some look (logged once each; not rejected)."""
+        self._unreadable: dict[tuple[str, int], float] = {}
+        """Versions that could not be read at some look (logged once each; not rejected), and when a reload may
+        try each again (`UNREADABLE_RETRY_S` later)."""
 
     # ---- launch player -----------------------------------------------------------------------------------
 
@@ -182,6 +187,8 @@ class PolicyPool:
         latest = self.store.latest(policy.player_id)
         if latest is None or (latest.path, latest.version) in self._rejected:
             return False
+        if now < self._unreadable.get((latest.path, latest.version), -math.inf):
+            return False  # (read in full at every 50 ms look, a bad block on a failing share was read 20x a second)
         # The learner's own publish of a fresh initialisation under the number the actor's stands in for (its
         # first version, or a reset's: built with learner.seed where the config sets one, not player_seed).
         learners_init = (latest.version == policy.version and not policy.path
@@ -375,9 +382,9 @@ class PolicyPool:
         if isinstance(err, UnreadableCheckpointError):
             key = (ref.path, ref.version)
             if key not in self._unreadable:  # once: a reload looks every 50 ms
-                self._unreadable.add(key)
                 log.warning("%s (version %d) cannot be read now (%s); acting with another version until it can",
                             ref.path, ref.version, err)
+            self._unreadable[key] = time.monotonic() + UNREADABLE_RETRY_S
             return
         self._rejected.add((ref.path, ref.version))
         log.error("%s (version %d) was not loaded and will not be read again: %s", ref.path, ref.version, err)

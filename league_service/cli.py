@@ -380,7 +380,8 @@ def status_main(args: argparse.Namespace) -> int:
                 if args.run_dir is not None and err.code() == grpc.StatusCode.UNAVAILABLE:
                     hint = (f" (is a `league run` going on there? {args.run_dir / RUN_PORT_FILE} may be left from "
                             "one that was killed)")
-                elif err.code() == grpc.StatusCode.UNAVAILABLE:
+                elif (err.code() == grpc.StatusCode.UNAVAILABLE and not args.addr
+                      and not os.environ.get(COORDINATOR_ENV_VAR)):  # the default address: no coordinator there
                     hint = " (for a `league run`, give --run-dir DIR: it serves on a port of its own)"
                 print(f"league status: {source.address}: {err.code().name}: {err.details()}{hint}",
                       file=sys.stderr)

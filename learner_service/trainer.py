@@ -36,7 +36,7 @@ import torch
 
 from common.algorithms.dqn import make_replay
 from common.algorithms.registry import make_computation_task
-from common.checkpoint_store import CheckpointError, CheckpointRef, CheckpointStore
+from common.checkpoint_store import CheckpointError, CheckpointRef, CheckpointStore, UnreadableCheckpointError
 from common.computation.agent_helpers import ExpReplayHelper, OnlineHelper
 from common.computation.computation_task import ComputationTask
 from common.computation.specs import ActionSpec, TensorSpec
@@ -206,6 +206,10 @@ class Trainer:
         """
         try:
             state = store.load_training_state(ref.path, ref.version)
+        except UnreadableCheckpointError:
+            # No permission or EIO now, not damage: going on with a fresh optimizer would publish over the
+            # intact state, and retention then deletes it. Raised, the session fails and is retried (a review).
+            raise
         except CheckpointError as err:
             log.error("%s: training state unusable (%s); going on with a fresh optimizer", ref.path, err)
             return False

@@ -403,6 +403,9 @@ def test_a_newer_version_that_cannot_be_read_now_is_loaded_once_it_can(store, mo
         launch = policies.launch_policy(PlayerSlot("p", "p/v0000000002.pt", 2, True))
         assert launch.version == 1  # the newest it can read now
         assert not policies.maybe_reload(launch)
+    assert not policies.maybe_reload(launch)  # not looked at again until UNREADABLE_RETRY_S passed
+    monkeypatch.setattr("actor_service.policy_pool.UNREADABLE_RETRY_S", 0.0)
+    policies._unreadable.clear()  # (as once the retry time has passed)
     assert policies.maybe_reload(launch) and launch.version == 2
     np.testing.assert_array_equal(value(launch), value(pool(store).launch_policy(PlayerSlot("p", "", 0, True))))
 
@@ -458,6 +461,7 @@ def test_an_io_error_on_the_newest_weights_keeps_the_version_held(store, monkeyp
 
     import common.checkpoint_store as checkpoint_store
 
+    monkeypatch.setattr("actor_service.policy_pool.UNREADABLE_RETRY_S", 0.0)  # (the retry wait: its own test)
     store.publish("p", weights(1), 1)
     policies = pool(store)
     launch = policies.launch_policy(PlayerSlot("p", "", 0, True))
@@ -521,3 +525,30 @@ def test_an_opponent_plays_with_the_activation_its_checkpoint_was_trained_with(s
                                                                    launch)))
     np.testing.assert_array_equal(value(launch), value(pool(store).launch_policy(PlayerSlot("p", "", 0, True))))
     assert not np.allclose(value(launch), value(as_trained.launch_policy(PlayerSlot("p", "", 0, True))))
+
+
+def test_a_version_that_cannot_be_read_is_not_read_again_at_every_reload_look(store, monkeypatch):
+    """A reload looks every 50 ms: a bad block in the newest weights file was read in full at each look, ~20
+    times a second on a failing share (a review). It is tried again after UNREADABLE_RETRY_S."""
+    import errno
+
+    import common.checkpoint_store as checkpoint_store
+
+    store.publish("p", weights(1), 1)
+    policies = pool(store)
+    launch = policies.launch_policy(PlayerSlot("p", "", 0, True))
+    store.publish("p", weights(2), 2)
+    opened = []
+    failing = _failing_open("v0000000002.pt", OSError(errno.EIO, "Input/output error"))
+
+    def counting(path):
+        if path.name == "v0000000002.pt":
+            opened.append(path)
+        return failing(path)
+
+    monkeypatch.setattr(checkpoint_store, "_open_regular", counting)
+    for _ in range(5):
+        assert not policies.maybe_reload(launch)
+    assert len(opened) == 1 and launch.version == 1
+    monkeypatch.setattr("actor_service.policy_pool.time.monotonic", lambda: 1e12)  # the retry time has passed
+    assert not policies.maybe_reload(launch) and len(opened) == 2

@@ -462,6 +462,31 @@ def test_a_training_state_that_does_not_fit_leaves_a_fresh_optimizer(tmp_path, c
     assert "training state unusable" in caplog.text
 
 
+def test_a_training_state_that_cannot_be_read_now_is_not_given_up_for_a_fresh_optimizer(tmp_path, monkeypatch):
+    """EIO or no permission on the .train file is the share's state now, not damage: going on with a fresh
+    optimizer published over the intact state, and retention deleted it (a review). Raised, the session fails
+    and is retried, as for the same error on a manifest."""
+    import errno
+
+    import common.checkpoint_store as checkpoint_store
+    from common.checkpoint_store import UnreadableCheckpointError
+
+    trainer = _trainer(batch_size=16)
+    trainer.add(_prepared(trainer))
+    trainer.train_ready()
+    ref = _publisher(tmp_path).publish(trainer)
+    opened = checkpoint_store._open_regular
+
+    def failing(path):
+        if path.name.endswith(".train"):
+            raise OSError(errno.EIO, "Input/output error", str(path))
+        return opened(path)
+
+    monkeypatch.setattr(checkpoint_store, "_open_regular", failing)
+    with pytest.raises(UnreadableCheckpointError, match="Input/output error"):
+        _trainer(batch_size=16).resume_training_state(CheckpointStore(tmp_path), ref)
+
+
 def test_a_publish_withdrawn_at_its_commit_is_a_warning_not_a_storage_failure(tmp_path, caplog):
     """The learner's store asks "does my lease still hold?" at the commit: a learner frozen past its lease while
     it wrote the files publishes nothing over the player's next learner, and is not put on a storage backoff."""

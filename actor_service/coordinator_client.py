@@ -28,6 +28,7 @@ from common.rpc import (
     check_registration,
     make_channel,
     not_a_coordinator_hint,
+    tls_hint,
 )
 
 log = logging.getLogger(__name__)
@@ -242,7 +243,8 @@ class CoordinatorClient:
                                    f"{err.details() if hasattr(err, 'details') else err}"
                                    f"{not_a_coordinator_hint(code, self.address)}") from err
         delay = self._backoff.next_delay()
-        log.warning("%s: coordinator %s unreachable (%s); retry %d in %.2f s", what, self.address,
-                    code.name, self._backoff.failures, delay)
+        details = err.details() if hasattr(err, "details") else str(err)
+        log.warning("%s: coordinator %s unreachable (%s: %s%s); retry %d in %.2f s", what, self.address,
+                    code.name, details, tls_hint(details), self._backoff.failures, delay)
         self.close()
         self._stop.wait(delay)

@@ -217,6 +217,21 @@ def check_exposure(host: str, token: str | None, insecure: bool, field: str = "-
         )
 
 
+_TLS_SIGNS = ("handshake", "certificate", "hostname verification", "ssl", "wrong_version_number", "tls")
+
+
+def tls_hint(details: str | None) -> str:
+    """What an UNAVAILABLE's details say of TLS: a failed handshake (a certificate expired, for another name, or
+    from another CA; TLS on one side only) looked like a network outage, retried for ever with only the code
+    logged (a review)."""
+    text = (details or "").lower()
+    if any(sign in text for sign in _TLS_SIGNS):
+        return " (a TLS failure: check --tls-ca and the server's certificate, its dates and the names it covers)"
+    if "socket closed" in text:
+        return " (a server over TLS dialled without --tls-ca does this too)"
+    return ""
+
+
 def not_a_coordinator_hint(code: grpc.StatusCode | None, address: str) -> str:
     """What an UNIMPLEMENTED answer to a league call most likely means: the address is a learner's (its data
     port) or another gRPC server's, whose "Method not found!" alone did not say so."""

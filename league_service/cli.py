@@ -44,6 +44,7 @@ from common.rpc import (
     load_token,
     make_channel,
     not_a_coordinator_hint,
+    tls_hint,
     write_port_file,
 )
 from common.signal_flag import SignalFlag
@@ -376,13 +377,7 @@ def status_main(args: argparse.Namespace) -> int:
             try:
                 status = fetch()
             except grpc.RpcError as err:
-                hint = not_a_coordinator_hint(err.code(), source.address)
-                if args.run_dir is not None and err.code() == grpc.StatusCode.UNAVAILABLE:
-                    hint = (f" (is a `league run` going on there? {args.run_dir / RUN_PORT_FILE} may be left from "
-                            "one that was killed)")
-                elif (err.code() == grpc.StatusCode.UNAVAILABLE and not args.addr
-                      and not os.environ.get(COORDINATOR_ENV_VAR)):  # the default address: no coordinator there
-                    hint = " (for a `league run`, give --run-dir DIR: it serves on a port of its own)"
+                hint = _status_hint(args, err, source.address)
                 print(f"league status: {source.address}: {err.code().name}: {err.details()}{hint}",
                       file=sys.stderr)
                 return 1
@@ -443,6 +438,19 @@ def status_main(args: argparse.Namespace) -> int:
         return 0
     finally:
         source.close()
+
+
+def _status_hint(args: argparse.Namespace, err: grpc.RpcError, address: str) -> str:
+    """What a failed GetStatus most likely means, for the one line `league status` prints."""
+    if hint := not_a_coordinator_hint(err.code(), address) or tls_hint(err.details()):
+        return hint
+    if err.code() != grpc.StatusCode.UNAVAILABLE:
+        return ""
+    if args.run_dir is not None:
+        return f" (is a `league run` going on there? {args.run_dir / RUN_PORT_FILE} may be left from one that was killed)"
+    if not args.addr and not os.environ.get(COORDINATOR_ENV_VAR):  # the default address: no coordinator there
+        return " (for a `league run`, give --run-dir DIR: it serves on a port of its own)"
+    return ""
 
 
 class RunNotGoing(Exception):

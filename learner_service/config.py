@@ -77,5 +77,14 @@ class LearnerSettings:
                 "--tls-cert: the coordinator is reached over TLS (--tls-ca), so actors reach this learner over TLS "
                 "too: give --tls-cert/--tls-key for the trajectory server"
             )
+        if self.tls_cert is not None and self.tls_ca is None:
+            # Actors have one --tls-ca for the coordinator and the learners: with a plaintext coordinator they
+            # have none, and could never stream to this learner (it bound its player, and every job's chunks were
+            # resent until the job failed; a review).
+            raise ValueError(
+                "--tls-ca: this learner serves trajectories over TLS (--tls-cert), so its actors need a CA, and they "
+                "reach the coordinator with the same one: give --tls-ca for a coordinator over TLS, or serve "
+                "without --tls-cert/--tls-key beside a plaintext coordinator"
+            )
         if not is_device(self.device):
             raise ValueError(f"device: expected auto, cpu, cuda or cuda:N, got {self.device!r}")

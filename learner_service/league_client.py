@@ -34,6 +34,7 @@ from common.rpc import (
     check_registration,
     make_channel,
     stoppable,
+    tls_hint,
 )
 from common.struct_data import struct_to_dict
 from learner_service.trainer import Progress
@@ -340,7 +341,10 @@ class LeagueClient:
                       err.code().name, err.details(), delay)
             self._wait(delay)
         elif err.code() in TRANSIENT_CODES:
-            self._back_off(backoff, f"{what}: {err.code().name}")
+            hint = tls_hint(err.details())
+            if hint:  # a handshake that fails again at every try, not an outage: said where it shows
+                log.warning("%s at %s: %s: %s%s", what, self.address, err.code().name, err.details(), hint)
+            self._back_off(backoff, f"{what}: {err.code().name}: {err.details()}")
         else:
             raise err
 

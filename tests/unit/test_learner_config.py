@@ -83,6 +83,11 @@ def test_settings_check_their_fields():
         LearnerSettings(coordinator="h:1", shared_root=Path("."), worker_id="w", tls_ca=Path("ca.pem"))
     LearnerSettings(coordinator="h:1", shared_root=Path("."), worker_id="w", tls_ca=Path("ca.pem"),
                     tls_cert=Path("c.pem"), tls_key=Path("k.pem"))
+    # ... and the reverse: a learner over TLS beside a plaintext coordinator bound its player, and no actor (with
+    # no CA, as the coordinator needs none) could ever stream to it.
+    with pytest.raises(ValueError, match="^--tls-ca: this learner serves trajectories over TLS"):
+        LearnerSettings(coordinator="h:1", shared_root=Path("."), worker_id="w", tls_cert=Path("c.pem"),
+                        tls_key=Path("k.pem"))
 
 
 def test_default_league_policy_and_learner_sections_build_a_connect_four_model():

@@ -117,15 +117,45 @@ hundred). Aliases and merges (`&defaults`, `<<: *defaults`) are fine; a chain of
 nine levels of nine aliases are 3.4 billion values) hung the CLI with growing memory when the config was walked."""
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping: two `env:` sections, say, silently kept the
-    last one."""
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
-    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (two `env:` sections, say, silently kept the last
+    one), and merges (`<<: *defaults`, `<<: [*a, *b]`) as the YAML spec says: a mapping's own keys win over merged
+    ones, and of several merged mappings the earlier wins. PyYAML 6.0.4's own merging (yaml/pyyaml#953) let which
+    value won depend on the key's length in chains and lists of merges: `lr` from the wrong mapping, silently (a
+    review)."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._flattened: set[int] = set()
+
+    def flatten_mapping(self, node: Any) -> None:
+        """Put the merged mappings' pairs before the node's own, the earlier mapping's last (dict construction
+        keeps the last of equal keys); each node once: a mapping merged in several places is an alias of one
+        node, flattened at its first use (checking it for duplicates then, before merged keys join it)."""
+        if id(node) in self._flattened:
+            return
+        self._flattened.add(id(node))
+        merged: list[Any] = []
+        own: list[Any] = []
         seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<:` (flattened by SafeLoader below)
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                for source in sources:
+                    if not isinstance(source, yaml.MappingNode):
+                        raise yaml.constructor.ConstructorError(
+                            "while constructing a mapping", node.start_mark,
+                            f"expected a mapping or a list of mappings to merge, but found {source.id}",
+                            source.start_mark)
+                    self.flatten_mapping(source)
+                for source in reversed(sources):
+                    merged.extend(source.value)
                 continue
+            if key_node.tag == "tag:yaml.org,2002:value":  # (as SafeLoader: `=` as a key is the string "=")
+                key_node.tag = "tag:yaml.org,2002:str"
             key = self.construct_object(key_node, deep=True)
             if isinstance(key, Hashable):
                 if key in seen:
@@ -133,7 +163,8 @@ class _StrictLoader(yaml.SafeLoader):
                         "while reading a mapping", node.start_mark, f"found the key {key!r} a second time",
                         key_node.start_mark)
                 seen.add(key)
-        return super().construct_mapping(node, deep)
+            own.append((key_node, value_node))
+        node.value = merged + own
 
 
 # YAML 1.1 (PyYAML's) reads `010` as the octal 8 and `1:30` as the base-60 90 (`unroll_len: 010` loaded as 8,

@@ -9,6 +9,7 @@ the server's restarts unless another program binds it on purpose.
 
 from __future__ import annotations
 
+import errno
 import random
 import socket
 from pathlib import Path
@@ -50,8 +51,15 @@ def bind_error(host: str, port: int) -> OSError | None:
         addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as err:
         return err
+    except UnicodeError as err:  # a name the IDNA codec refuses (`10.0.0..1`, a label over 63 characters): it
+        # ended the coordinator in a traceback, exit 1, restarted into the same failure (a review)
+        return OSError(errno.EINVAL, f"not a valid host name ({err})")
     for family, kind, proto, _, sockaddr in addresses:
-        with socket.socket(family, kind, proto) as probe:
+        try:
+            probe = socket.socket(family, kind, proto)
+        except OSError:  # (a family this kernel lacks, IPv6 turned off: gRPC binds the others)
+            continue
+        with probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind(sockaddr)

@@ -54,3 +54,13 @@ def test_advertised_addresses_others_can_dial_are_taken():
     for address in ("node-a:7000", "10.0.0.1:1", "[::1]:65535", "learner-0.league.svc:50061", "dns:///node-a:7000",
                     "ipv4:10.0.0.1:50061", "unix:/run/learner.sock"):
         check_host_port(address)
+
+
+def test_a_host_name_the_idna_codec_refuses_is_a_bind_error_not_a_traceback():
+    """`--host 10.0.0..1` (an empty label) made getaddrinfo raise UnicodeError, not gaierror: the coordinator ended
+    in a traceback, exit 1, restarted by its supervisor into the same failure (a review)."""
+    from common.ports import bind_error
+
+    for host in ("10.0.0..1", "a" * 64 + ".example"):
+        err = bind_error(host, 0)
+        assert isinstance(err, OSError) and "not a valid host name" in str(err)

@@ -7,20 +7,33 @@ tools poll (port files).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import io
 import os
 import secrets
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
+_MAX_NAME_BYTES = 255
+"""The longest file name most filesystems take (NAME_MAX)."""
+
+
 def temp_name(path: Path, suffix: str = ".tmp") -> Path:
-    """A hidden name beside `path`, unique to this process and call."""
-    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}{suffix}")
+    """A hidden name beside `path`, unique to this process and call; `path`'s name is shortened in it where the
+    whole would pass the file name limit (a legal name of 233-255 bytes failed every atomic write of it with
+    ENAMETOOLONG, naming the temporary file; a review)."""
+    tail = f".{os.getpid()}.{secrets.token_hex(4)}{suffix}"
+    name = path.name.encode("utf-8", "surrogateescape")
+    room = _MAX_NAME_BYTES - 1 - len(tail.encode())
+    if len(name) > room:
+        name = name[:room]
+    return path.with_name("." + name.decode("utf-8", "ignore") + tail)
 
 
 def create_new(path: Path) -> io.FileIO:
@@ -46,6 +59,8 @@ def atomic_write(path: Path, data: bytes | memoryview, sync_dir: bool = True) ->
     tmp = temp_name(path)
     try:
         write_new_file(tmp, data)
+        with contextlib.suppress(OSError):  # a file replaced keeps its mode (a private 0600 one turned 0644)
+            os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
         os.replace(tmp, path)
     except BaseException:
         unlink_quietly(tmp)

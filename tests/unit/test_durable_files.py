@@ -99,3 +99,16 @@ def test_atomic_create_writes_a_new_file_whole_and_keeps_an_existing_one(tmp_pat
     with pytest.raises(FileExistsError):
         durable_files.atomic_create(target, b"second")
     assert target.read_bytes() == b"first" and sorted(p.name for p in tmp_path.iterdir()) == ["policy.pt2"]
+
+
+def test_a_long_legal_name_is_written_atomically_and_a_replaced_file_keeps_its_mode(tmp_path):
+    """The temporary name added ~23 characters: names of 233-255 bytes failed with ENAMETOOLONG, naming the
+    temporary file. And a private (0600) file replaced became 0644, readable by all (a review)."""
+    long = tmp_path / ("é" * 100 + "x" * 50)  # 250 bytes in UTF-8
+    atomic_write(long, b"hi")
+    assert long.read_bytes() == b"hi" and [p.name for p in tmp_path.iterdir()] == [long.name]
+    private = tmp_path / "policy.pt2"
+    atomic_write(private, b"one")
+    os.chmod(private, 0o600)
+    atomic_write(private, b"two")
+    assert private.read_bytes() == b"two" and (private.stat().st_mode & 0o777) == 0o600

@@ -225,6 +225,14 @@ requests = st.one_of(
 )
 
 
+def _accounting(stub) -> tuple:
+    """What results and reports change: the counters of finished work and each player's steps and version."""
+    status = stub.GetStatus(pb.GetStatusRequest())
+    c = status.counters
+    return ((c.matches, c.jobs_finished, c.env_steps),
+            tuple(sorted((p.player_id, p.agent_steps, p.checkpoint_version, p.episodes) for p in status.players)))
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batch=st.lists(requests, min_size=1, max_size=5), real_job=st.booleans())
 def test_generated_requests_are_answered_or_refused_cleanly(served, batch, real_job):
@@ -237,10 +245,14 @@ def test_generated_requests_are_answered_or_refused_cleanly(served, batch, real_
             request.job_id = job.job_id  # garbage results for a job that exists
         if method == "GetJob":
             request.wait_s = min(request.wait_s, 0.0) if math.isfinite(request.wait_s) else request.wait_s
+        before = _accounting(stub)
         try:
             getattr(stub, method)(request, timeout=10)
         except grpc.RpcError as err:
             assert err.code() in REFUSALS, (method, err.code(), err.details())
+            # A refusal changes nothing: a FinishJob refused for its episodes that still added its env steps and a
+            # finished job passed this test (a review).
+            assert _accounting(stub) == before, (method, err.code(), err.details())
     status = stub.GetStatus(pb.GetStatusRequest())
     assert server.coordinator.failure is None
     for p in status.players:

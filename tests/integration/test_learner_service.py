@@ -319,6 +319,12 @@ def test_restart_resumes_where_it_left_off(tmp_path):
                 adam = session.trainer.task.algorithm.optimizer.state_dict()
                 assert saved["state"] and min(int(s["step"]) for s in adam["state"].values()) > 0
                 torch.testing.assert_close(adam["state"], saved["state"], rtol=0, atol=0)
+                # ... and its weights are the checkpoint's: a learner that started from a fresh network under the
+                # same version and counters passed every resume test (a review).
+                weights, published = session.trainer.task.get_weights(), CheckpointStore(tmp_path).load(first.path)
+                assert weights.keys() == published.tensors.keys()
+                for name, value in weights.items():
+                    np.testing.assert_array_equal(value, published.tensors[name], err_msg=name)
                 push(learner.address, rollout.chunks(acting_task(cfg, tmp_path), 2, policy_version=5))
                 learner.learner.wait_published(PLAYER, 6, 60)
             later = CheckpointStore(tmp_path).latest(PLAYER)

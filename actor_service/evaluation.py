@@ -443,8 +443,8 @@ def load_policy(
     settings (activation, obs_scale, ...) the checkpoint was trained with where it records them, which a run
     resumed with other ones, or another league file, does not change (`as_published`)."""
     inputs, actions = policy_specs(info, str(policy_config.get("algorithm", "ppo")))
-    policy_config, _ = as_published(policy_config, store.manifest(path).metadata)
-    task = make_computation_task(policy_config, inputs, actions, device="cpu", seed=seed)
     checkpoint = store.load(path)
+    policy_config, _ = as_published(policy_config, checkpoint.ref.metadata)
+    task = make_computation_task(policy_config, inputs, actions, device="cpu", seed=seed)
     task.set_weights(checkpoint.tensors, checkpoint.ref.version)
     return task, checkpoint.ref

@@ -513,14 +513,8 @@ class CheckpointStore:
     def verify(self, path: str) -> CheckpointRef:
         """The manifest of ``path`` once its file matches it (size and digest); raises `CheckpointError`."""
         ref = self.manifest(path)
-        resolved = self.root.resolve(path)
-        try:
-            with _opened(path, resolved, ref.size) as fd:
-                _read_hashed(fd, path, ref.digest, ref.size, keep=False)
-        except CheckpointError:  # (CheckpointNotFoundError is an OSError)
-            raise
-        except OSError as e:
-            raise _read_failure(path, resolved, e) from e
+        with _opened(path, self.root.resolve(path), ref.size) as fd:
+            _read_hashed(fd, path, ref.digest, ref.size, keep=False)
         return ref
 
     def snapshot(self, source: str, dest: str, verify: bool = True) -> CheckpointRef:
@@ -793,13 +787,8 @@ def _load_verified(where: str, resolved: Path, digest: str, size: int) -> Any:
     """Unpickle the file once its bytes are exactly ``size`` bytes hashing to ``digest``: the file is read once
     into private memory, that memory is hashed, and the tensors unpickled are that same memory (no second
     copy, and a file swapped or rewritten after the read changes nothing)."""
-    try:
-        with _opened(where, resolved, size) as fd:
-            data = _read_hashed(fd, where, digest, size, keep=True)
-    except CheckpointError:  # (CheckpointNotFoundError is an OSError)
-        raise
-    except OSError as e:
-        raise _read_failure(where, resolved, e) from e
+    with _opened(where, resolved, size) as fd:
+        data = _read_hashed(fd, where, digest, size, keep=True)
     from common.checkpoint_unpickle import load_weights_only  # torch: imported by loaders only
 
     try:
@@ -852,7 +841,8 @@ def _file_kind(mode: int) -> str:
 
 @contextlib.contextmanager
 def _opened(where: str, resolved: Path, size: int) -> Iterator[int]:
-    """The file's descriptor (never through a symlink, never a FIFO or device), once its size is the manifest's."""
+    """The file's descriptor (never through a symlink, never a FIFO or device), once its size is the manifest's.
+    Any error opening or reading it (in the block too) is a `CheckpointError` (`_read_failure`)."""
     try:
         fd = _open_regular(resolved)
     except FileNotFoundError as e:
@@ -862,12 +852,16 @@ def _opened(where: str, resolved: Path, size: int) -> Iterator[int]:
             raise CorruptCheckpointError(f"{where}: is a symlink") from e
         if e.errno in (errno.EINVAL, errno.EISDIR):
             raise CorruptCheckpointError(f"{where}: {e.strerror}") from e
-        raise
+        raise _read_failure(where, resolved, e) from e
     try:
         on_disk = os.fstat(fd).st_size
         if on_disk != size:
             raise CorruptCheckpointError(f"{where}: size {on_disk} != manifest size {size}")
         yield fd
+    except CheckpointError:  # (CheckpointNotFoundError is an OSError)
+        raise
+    except OSError as e:
+        raise _read_failure(where, resolved, e) from e
     finally:
         os.close(fd)
 

@@ -272,7 +272,7 @@ def load_checkpoint(args: argparse.Namespace, command: str, flag: str = "--check
             info = env.info()
         finally:
             env.close()
-        for _ in range(_NEWEST_ATTEMPTS):
+        for attempt in range(1, _NEWEST_ATTEMPTS + 1):
             try:
                 task, ref = load_policy(store, path, policy, info, seed=args.seed)
                 break
@@ -280,11 +280,9 @@ def load_checkpoint(args: argparse.Namespace, command: str, flag: str = "--check
                 # A player's folder (or latest.json) names its newest version: on a live run retention may
                 # remove the one read above before it is loaded (keep_last versions last a fraction of a
                 # second under a fast learner), then the newest is the one now.
-                if Path(args.checkpoint).name.startswith(Path(path).name):  # named by its file or manifest
-                    raise
+                if attempt == _NEWEST_ATTEMPTS or Path(args.checkpoint).name.startswith(Path(path).name):
+                    raise  # (named by its file or manifest: that version only)
                 store, path = resolve_checkpoint(args.checkpoint, args.shared_root)
-        else:
-            task, ref = load_policy(store, path, policy, info, seed=args.seed)
     except CheckpointNotFoundError as err:  # a file with no manifest: in which root
         raise CheckpointRefused(f"{err}, in shared root "
                                 f"{store.root.root if store is not None else args.shared_root}") from err
@@ -304,7 +302,7 @@ def load_checkpoint(args: argparse.Namespace, command: str, flag: str = "--check
     return LoadedCheckpoint(task, ref, info, env_name, env_kwargs, policy, config)
 
 
-_NEWEST_ATTEMPTS = 4
+_NEWEST_ATTEMPTS = 5
 """Loads of a folder's newest version tried when retention removes each before it is loaded."""
 
 

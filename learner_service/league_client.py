@@ -342,13 +342,10 @@ class LeagueClient:
             self._wait(delay)
         elif err.code() in TRANSIENT_CODES:
             hint = tls_hint(err.details())
-            if hint:  # a handshake that fails again at every try, not an outage: said where it shows
-                log.warning("%s at %s: %s: %s%s", what, self.address, err.code().name, err.details(), hint)
-            self._back_off(backoff, f"{what}: {err.code().name}: {err.details()}")
+            delay = backoff.next_delay()
+            # (A handshake that fails again at every try is no outage: a warning, where INFO hid it.)
+            log.log(logging.WARNING if hint else logging.INFO, "%s: %s: %s%s; coordinator %s unreachable, retrying "
+                    "in %.1fs", what, err.code().name, err.details(), hint, self.address, delay)
+            self._wait(delay)
         else:
             raise err
-
-    def _back_off(self, backoff: Backoff, why: str) -> None:
-        delay = backoff.next_delay()
-        log.info("%s; coordinator %s unreachable, retrying in %.1fs", why, self.address, delay)
-        self._wait(delay)

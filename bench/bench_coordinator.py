@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
-from bench.common import BenchRow, print_rows  # noqa: E402
+from bench.common import BenchRow, exit_on_sigterm, print_rows  # noqa: E402
 from common.aio_server import make_aio_server  # noqa: E402
 from common.proto.league.v1 import league_pb2 as pb  # noqa: E402
 from common.proto.league.v1 import league_pb2_grpc  # noqa: E402
@@ -358,6 +358,7 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
         sys.exit(serve_echo())
     if args.serve_aio_echo:
         sys.exit(serve_aio_echo())
+    exit_on_sigterm()  # its servers run in sessions of their own: a SIGTERM unwinds and stops them
     seconds = 1.0 if args.quick else 2.0
     rounds = 1 if args.quick else args.rounds
     storm_seconds = 3.0 if args.quick else 12.0

@@ -46,7 +46,7 @@ import grpc  # noqa: E402
 import yaml  # noqa: E402
 
 from bench.bench_coordinator import EchoServicer, percentile, serve_echo  # noqa: E402
-from bench.common import BenchRow, print_rows  # noqa: E402
+from bench.common import BenchRow, exit_on_sigterm, print_rows  # noqa: E402
 from common.proto.league.v1 import league_pb2 as pb  # noqa: E402
 from common.proto.league.v1 import league_pb2_grpc  # noqa: E402
 from league_service.coordinator_testing import ServerProcess, coordinator_process, server_process  # noqa: E402
@@ -616,6 +616,7 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
     args = parser.parse_args(argv)
     if args.serve_echo:
         sys.exit(serve_echo(functools.partial(LoadEchoServicer, args.echo_lease)))
+    exit_on_sigterm()  # its servers run in sessions of their own: a SIGTERM unwinds and stops them
     if args.quick:
         args.workers, args.seconds = 50, 8.0
     learners = len(ACTIVE_PLAYERS)

@@ -12,7 +12,6 @@ import os
 import platform
 import signal
 import subprocess
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,10 +58,20 @@ def print_rows(title: str, rows: list[BenchRow]) -> None:
         )
 
 
+class Terminated(SystemExit):
+    """The SystemExit of a SIGTERM (`exit_on_sigterm`): it ends `run_all` too, which goes on past a benchmark
+    that failed or exited for any other reason."""
+
+
 def exit_on_sigterm() -> None:
-    """Turn SIGTERM into SystemExit, so a benchmark stopped that way (not only by Ctrl-C) unwinds: its
-    `run_until_done` of a `league run` then stops that run and waits for it."""
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    """Turn SIGTERM into SystemExit (`Terminated`), so a benchmark stopped that way (not only by Ctrl-C)
+    unwinds: its `run_until_done` of a `league run` stops that run and waits for it, and the servers it started
+    in sessions of their own (the coordinator benchmarks') are stopped, not left running."""
+
+    def terminated(signum: int, frame: object) -> None:
+        raise Terminated(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminated)
 
 
 def league_bench_args(doc: str | None, argv: list[str] | None, quick_s: float, full_s: float) -> tuple[bool, float]:

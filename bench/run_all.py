@@ -20,7 +20,7 @@ import traceback
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import BenchRow, machine_line  # noqa: E402
+from bench.common import BenchRow, Terminated, exit_on_sigterm, machine_line  # noqa: E402
 
 # (module, title) in the order they run.
 BENCHMARKS: tuple[tuple[str, str], ...] = (
@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:  # before anything runs: a typo would overwrite --out with a file of no tables
         parser.error(f"--only {', '.join(unknown)}: no benchmark module contains it "
                      f"({', '.join(module for module, _ in BENCHMARKS)})")
+    exit_on_sigterm()
     results = []
     for module, title in BENCHMARKS:
         if args.only and not any(s in module for s in args.only):
@@ -85,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             mod = importlib.import_module(module)
             rows: list[BenchRow] | str = mod.main(["--quick"] if args.quick else [])
+        except Terminated:  # a SIGTERM: the run stops (each benchmark has stopped what it started)
+            raise
         except (Exception, SystemExit):  # a broken benchmark (or one refusing its arguments: argparse exits) is
             rows = traceback.format_exc()  # reported in the file, and the others still run
             print(rows, file=sys.stderr)

@@ -69,3 +69,39 @@ def test_the_race_to_the_goal_is_judged_alike_in_both_benchmarks():
 
     assert race_met(5.0, 6.0) is True and race_met(7.0, 6.0) is False
     assert race_met(5.0, None) is True and race_met(None, 6.0) is False and race_met(None, None) is None
+
+
+def test_a_sigterm_stops_the_whole_run_not_only_the_benchmark_it_hits(tmp_path, monkeypatch):
+    """A SIGTERM unwinds the benchmark under way (the coordinator benchmarks' servers, in sessions of their own,
+    were left running by one) and then ends run_all, which goes on past a benchmark that exits for any other
+    reason: a SIGTERM's exit must not start the next benchmark."""
+    import importlib
+    import os
+    import signal
+
+    import pytest
+
+    from bench.common import Terminated
+
+    monkeypatch.setattr(run_all, "BENCHMARKS", (("bench.bench_league_scale", "Killed"),
+                                                ("bench.bench_league_scale", "Never runs")))
+    calls = []
+    unwound = []
+
+    def killed(argv):
+        calls.append(argv)
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+        finally:
+            unwound.append(True)
+
+    monkeypatch.setattr(importlib.import_module("bench.bench_league_scale"), "main", killed)
+    previous = signal.getsignal(signal.SIGTERM)
+    out = tmp_path / "latest.md"
+    try:
+        with pytest.raises(Terminated) as exc:
+            run_all.main(["--quick", "--out", str(out)])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert exc.value.code == 128 + signal.SIGTERM
+    assert len(calls) == 1 and unwound == [True] and not out.exists()

@@ -99,10 +99,14 @@ FULL_DISK_BYTES = 1 << 20
 
 def full_disk_note(path: Path) -> str:
     """"; the disk of PATH is full (N bytes free)" when the filesystem holding `path` has (next to) no space or no
-    inodes left, else "": for the message of a failure a full disk may explain (a process whose log lies on that
-    disk, SQLite's "disk I/O error" when it cannot make its WAL files)."""
+    inodes left, or when a small write there fails for want of space (a quota: statvfs shows the filesystem's
+    space, not what a user may still write, and SQLite reports a write refused by a quota as "disk I/O error",
+    as it does a full disk's); else "". For the message of a failure a full disk may explain (a process whose log
+    lies on that disk, SQLite's "disk I/O error" when it cannot make its WAL files). `path`: a directory, or a
+    file (existing or not) whose directory is looked at."""
+    directory = path if path.is_dir() else path.parent
     try:
-        fs = os.statvfs(path)
+        fs = os.statvfs(directory)
     except OSError:
         return ""
     root = os.geteuid() == 0  # (root may use the blocks and inodes reserved for it)
@@ -111,9 +115,38 @@ def full_disk_note(path: Path) -> str:
     # blocks or 0 inodes in all, and so 0 free: not full.
     no_space = fs.f_blocks > 0 and free < FULL_DISK_BYTES
     no_inodes = fs.f_files > 0 and (fs.f_ffree if root else fs.f_favail) == 0
-    if not no_space and not no_inodes:
-        return ""
-    return f"; the disk of {path} is full ({'no inodes left' if no_inodes else f'{free:,} bytes free'})"
+    if no_space or no_inodes:
+        return f"; the disk of {path} is full ({'no inodes left' if no_inodes else f'{free:,} bytes free'})"
+    refused = _write_refused(directory)
+    return f"; the disk of {path} is full ({refused})" if refused else ""
+
+
+PROBE_BYTES = 64 << 10
+"""What `full_disk_note` writes (and removes) to learn whether writes still find space."""
+
+
+def _write_refused(directory: Path) -> str | None:
+    """Why a write of PROBE_BYTES (fsynced, then removed) in `directory` fails for want of space ("Disk quota
+    exceeded"), else None (it succeeds, or fails for another reason)."""
+    probe = directory / f".league-space-probe.{secrets.token_hex(8)}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC, 0o600)
+    except OSError as err:
+        return _for_want_of_space(err)
+    try:
+        if os.write(fd, bytes(PROBE_BYTES)) < PROBE_BYTES:  # cut short: the space ran out
+            return os.strerror(errno.ENOSPC)
+        os.fsync(fd)  # (a network filesystem may take the write, then refuse it at the flush)
+        return None
+    except OSError as err:
+        return _for_want_of_space(err)
+    finally:
+        os.close(fd)
+        unlink_quietly(probe)
+
+
+def _for_want_of_space(err: OSError) -> str | None:
+    return (err.strerror or os.strerror(err.errno)) if err.errno in (errno.ENOSPC, errno.EDQUOT) else None
 
 
 def unlink_quietly(path: Path) -> None:

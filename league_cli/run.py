@@ -16,6 +16,7 @@ import shlex
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,9 @@ PREVIOUS_CONFIG_FILE = "config.prev.yaml"  # what a resume with another file rep
 PENDING_CONFIG_FILE = "config.pending.yaml"  # the config of a run whose coordinator has not accepted it yet
 STATE_FILE = "league_state.sqlite"  # the coordinator's state: the league itself
 MAX_WORKER_RESTARTS = 5
+RESTART_WINDOW_S = 600.0
+"""A process restarted MAX_WORKER_RESTARTS times within this long and dying again ends the run (it keeps dying);
+restarts further apart are forgiven. Counted over the whole run, five crashes in a week-long run ended it."""
 FRESH_PORT_ATTEMPTS = 3  # free ports tried for the coordinator's first start (one can be taken before the bind)
 
 
@@ -218,7 +222,10 @@ class Supervisor:
         self.group = ProcessGroup(run_dir / "logs", env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
                                   pass_fds=(run_lock.fd,) if run_lock is not None else ())
         self.address = ""
-        self.restarts: dict[str, int] = {}
+        self.restarts: dict[str, deque[float]] = {}
+        """Each process's restarts (time.monotonic()) within the last RESTART_WINDOW_S."""
+        self.waiting_for_space: set[str] = set()
+        """Processes that died while the run directory's disk was full, restarted once space is back."""
         self.learner_ports: dict[str, int] = {}
         self.stop_requested = stop
         """Set by Ctrl-C or SIGTERM: a coordinator still starting is not waited for."""
@@ -313,10 +320,13 @@ class Supervisor:
             self.group.start(name, self._worker_argv(name))
 
     def check(self) -> list[str]:
-        """Restart processes that died (the coordinator too); raise for a setup error (exit 2) or too many
-        restarts. Returns what happened, for the log."""
+        """Restart processes that died (the coordinator too), or wait for space for them (`_waits_for_space`);
+        raise for a setup error (exit 2) or too many restarts. Returns what happened, for the log."""
         events = []
         for proc in self.group.dead():
+            if (waiting := self._waits_for_space(proc)) is not None:
+                events += [waiting] if waiting else []
+                continue
             if proc.name == "coordinator":
                 events.append(self._restart_coordinator(proc))
                 continue
@@ -324,11 +334,7 @@ class Supervisor:
                 raise CannotRunLeague(f"{proc.name} cannot run this league (exit {SETUP_ERROR_EXIT}: bad arguments "
                                       f"or a job it cannot set up, which a restart does not fix); last log lines:\n"
                                       f"{proc.last_words()}")
-            n = self.restarts.get(proc.name, 0)
-            if n >= MAX_WORKER_RESTARTS:
-                raise RuntimeError(f"{proc.name} died {n + 1} times{proc.full_disk_note()}; last log lines:\n"
-                                   f"{proc.last_words()}")
-            self.restarts[proc.name] = n + 1
+            counted = self._count_restart(proc)
             moved = ""
             if proc.name.startswith("learner") and proc.popen.returncode == ADDRESS_IN_USE_EXIT:
                 # Its port was taken meanwhile (by another program): on a free one, once it is bound again, the
@@ -341,25 +347,58 @@ class Supervisor:
             proc.kill_group()  # env workers a crashed actor left behind
             self.group.forget(proc)
             self.group.start(proc.name, self._worker_argv(proc.name))
-            events.append(f"{proc.name} {exited}; restarted{moved} ({n + 1})")
+            events.append(f"{proc.name} {exited}; restarted{moved} {counted}")
         return events
+
+    def _waits_for_space(self, proc: ManagedProcess) -> str | None:
+        """None when `proc` (dead) is to be restarted now. A process that died while the run directory's disk is
+        full (or its quota spent) waits instead: restarted at once, it died the same way (a coordinator at its
+        first commit), and five such restarts ended the run, while the learners wait a full disk out and the
+        budget goes on. Restarted once space is back, uncounted. Returns the event to show ("": said already)."""
+        full = proc.full_disk_note()
+        if not full:
+            return None
+        if proc.name in self.waiting_for_space:
+            return ""
+        self.waiting_for_space.add(proc.name)
+        return f"{proc.name} {proc.exit_words()}: restarted once space is free again"
+
+    def _count_restart(self, proc: ManagedProcess) -> str:
+        """Count a restart of `proc` (none after a wait for space); raise when it keeps dying. Returns what to
+        say of it: "(N)", its restarts within the window, this one included."""
+        recent = self.restarts.setdefault(proc.name, deque())
+        if proc.name in self.waiting_for_space:  # it died of the full disk
+            self.waiting_for_space.discard(proc.name)
+            return "(space is free again)"
+        now = time.monotonic()
+        while recent and now - recent[0] > RESTART_WINDOW_S:
+            recent.popleft()
+        if len(recent) >= MAX_WORKER_RESTARTS:
+            who = "the coordinator" if proc.name == "coordinator" else proc.name
+            raise RuntimeError(f"{who} died {len(recent) + 1} times in {RESTART_WINDOW_S / 60:.0f} minutes"
+                               f"{proc.full_disk_note()}; last log lines:\n{proc.last_words()}")
+        recent.append(now)
+        return f"({len(recent)})"
 
     def _restart_coordinator(self, proc: ManagedProcess) -> str:
         """A crashed coordinator comes back on the same state and port: it loses nothing it acknowledged
         (README: faults it survives), and the workers, which keep retrying that address, carry on."""
         code = proc.popen.returncode
-        if code == SETUP_ERROR_EXIT and not proc.full_disk_note():  # (see _start_coordinator_on)
+        if code == SETUP_ERROR_EXIT:  # (a full disk's "disk I/O error" waited for space: `check`)
             raise CannotRunLeague(f"the coordinator cannot run this league (exit {code}):\n{proc.last_words()}")
-        n = self.restarts.get(proc.name, 0)
-        if n >= MAX_WORKER_RESTARTS:
-            raise RuntimeError(f"the coordinator died {n + 1} times{proc.full_disk_note()}; last log lines:\n"
-                               f"{proc.last_words()}")
-        self.restarts[proc.name] = n + 1
+        counted = self._count_restart(proc)
         exited = proc.exit_words()  # (read before the restart writes its mark into the same log)
         proc.kill_group()
         self.group.forget(proc)
-        self.start_coordinator(port=int(self.address.rpartition(":")[2]))
-        return f"coordinator {exited}; restarted on the same state and port ({n + 1})"
+        try:
+            self.start_coordinator(port=int(self.address.rpartition(":")[2]))
+        except RuntimeError:  # (CannotRunLeague too)
+            restarted = self.group.get("coordinator")
+            if restarted.alive() or not restarted.full_disk_note():
+                raise
+            self.waiting_for_space.add("coordinator")  # (dead, in the group: `check` restarts it with space back)
+            return f"coordinator {exited}; its restart {restarted.exit_words()}: restarted once space is free again"
+        return f"coordinator {exited}; restarted on the same state and port {counted}"
 
     def wait_for_setup_errors(self, grace_s: float, stop: SignalFlag | threading.Event) -> list[str]:
         """Keep checking the workers for up to `grace_s`, so a setup-error exit on its way raises from `check`."""

@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.durable_files import full_disk_note
 from league_service.errors import StateWriteError
 from league_service.job_retries import PlayerJobFailures
 from league_service.league_state import LeagueStateChanges
@@ -276,7 +277,9 @@ class GroupCommitter:
                 self._write_started, self._write_taken_s = None, 0.0
             self._committed = target
         except BaseException as exc:
-            log.exception("committing the coordinator's state failed")
+            # (Named with its disk's state: SQLite says "disk I/O error" of a spent quota, with no path.)
+            log.exception("committing the coordinator's state to %s failed%s", self._store.path,
+                          full_disk_note(self._store.path))
             self._failure = exc
             raise
         finally:

@@ -87,6 +87,31 @@ def test_full_disk_note_names_a_full_disk_not_one_without_a_size_limit(tmp_path,
     assert (note in got and got) if note else got == "", got
 
 
+@pytest.mark.parametrize("failing", ["open", "fsync"])
+def test_full_disk_note_names_a_spent_quota_which_statvfs_does_not_show(tmp_path, monkeypatch, failing):
+    """Under a disk quota (EDQUOT) statvfs shows the filesystem's free space, and SQLite reports the refused write
+    as "disk I/O error": a coordinator that could not open its state on a spent quota exited 2 ("the league
+    cannot run as configured") and `league run` gave up, where a full disk is a failure space coming back mends
+    (a review injected EDQUOT with strace). A small write probes for it (some filesystems refuse at the flush);
+    the probe's file is gone after."""
+    real_open, real_fsync = os.open, os.fsync
+
+    def quota(*args):
+        raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+
+    if failing == "open":
+        monkeypatch.setattr(os, "open", lambda path, *a, **k: quota() if ".league-space-probe." in str(path)
+                            else real_open(path, *a, **k))
+    else:
+        monkeypatch.setattr(os, "fsync", quota)
+    note = durable_files.full_disk_note(tmp_path / "league_state.sqlite")  # (a file: its directory is probed)
+    assert note == f"; the disk of {tmp_path / 'league_state.sqlite'} is full (Disk quota exceeded)", note
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(os, "open", real_open)
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert durable_files.full_disk_note(tmp_path) == "" and list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("hard_links", [True, False])
 def test_atomic_create_writes_a_new_file_whole_and_keeps_an_existing_one(tmp_path, monkeypatch, hard_links):
     if not hard_links:  # a filesystem without them: checked, then renamed

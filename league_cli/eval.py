@@ -265,8 +265,8 @@ def load_checkpoint(args: argparse.Namespace, command: str, flag: str = "--check
             print(f"league {command}: the league of {config}", file=sys.stderr)
     store = None
     try:
-        policy, env_name, env_kwargs = _league_policy_and_env(config)
         store, path = resolve_checkpoint(args.checkpoint, args.shared_root)
+        policy, env_name, env_kwargs = _league_policy_and_env(config, path)
         env = make_env(env_name, **env_kwargs)
         try:
             info = env.info()
@@ -409,9 +409,9 @@ def _progression_main(args: argparse.Namespace) -> int:
     try:
         own = args.run_dir / "config.yaml"  # a --config given must be read (a typo ran the embedded league)
         config = args.config if args.config is not None else own if own.exists() else None
-        policy, env_name, env_kwargs = _league_policy_and_env(config)
         status = last_status(args.run_dir / "status_history.jsonl")
         player_id = choose_player(status, args.player)
+        policy, env_name, env_kwargs = _league_policy_and_env(config, player_id)
         points = args.points or DEFAULT_POINTS
         line = lineage(status, player_id, points)
         store = CheckpointStore(shared_root)
@@ -476,15 +476,18 @@ def _print_progression(report: dict[str, Any], ladder: tuple[str, ...]) -> None:
                       "value")
 
 
-def _league_policy_and_env(config: Path | None) -> tuple[dict[str, Any], str, dict[str, Any]]:
+def _league_policy_and_env(config: Path | None, checkpoint: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    """The league's policy, env name and the env kwargs the checkpoint at `checkpoint` (relative to the shared
+    root: `<player id>/...`) was trained with (`checkpoint_env_kwargs`)."""
     # The league config (and its embedded default) belongs to league_service; the CLI layer may read it.
     from league_service.config import load_config
-    from league_service.env_fit import view_kwargs
+    from league_service.env_fit import checkpoint_env_kwargs
 
     cfg = load_config(config, for_training=False)  # an older run's league, refused now, still has its checkpoints
-    # The game and view its players trained on, also where the player types' own sections set them (a relative
-    # perspective set under league.main_player.env_kwargs was evaluated on the absolute board).
-    return dict(cfg.policy), cfg.env.name, {**cfg.env.kwargs, **view_kwargs(cfg.env.kwargs, cfg.league)}
+    # The game and view its player trained on, also where its type's own sections set them (a relative
+    # perspective set under league.main_player.env_kwargs was evaluated on the absolute board; a solo type's
+    # env_kwargs were not played at all).
+    return dict(cfg.policy), cfg.env.name, checkpoint_env_kwargs(cfg.env.kwargs, cfg.league, checkpoint)
 
 
 def _interval(bounds: tuple[float, float]) -> str:

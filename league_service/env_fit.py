@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from common.config import ConfigError, deep_merge
@@ -59,6 +60,20 @@ def player_envs(env_kwargs: Mapping[str, Any], league: LeagueConfig) -> list[Pla
             sources.update({key: f"{path}.{key}" for key in layer})
         out.append(PlayerEnv(player_type, merged, sources))
     return out
+
+
+def checkpoint_env_kwargs(env_kwargs: Mapping[str, Any], league: LeagueConfig, checkpoint: str) -> dict[str, Any]:
+    """The env kwargs the checkpoint at `checkpoint` (relative to the shared root) was trained with: those of the
+    active player whose folder holds it (`<player id>/...`: its versions and its snapshots), merged as its jobs
+    merge them (`player_envs`); for any other (a pretrained one), env.kwargs with the view every player shares.
+    `league eval` played a solo type's checkpoint with env.kwargs alone: another env than its own `env_kwargs`."""
+    owner = PurePosixPath(checkpoint).parts[0] if checkpoint else ""
+    for player in player_envs(env_kwargs, league):
+        count = league.active_players[player.player_type]
+        if owner in {f"{player.player_type}_{category}_{i}" for category in league.player_category
+                     for i in range(count)}:  # (`active_player_id`'s ids)
+            return dict(player.kwargs)
+    return {**env_kwargs, **view_kwargs(env_kwargs, league)}
 
 
 def openspiel_game(name: str) -> str | None:

@@ -666,8 +666,42 @@ def test_eval_plays_the_view_the_players_trained_on_where_the_player_types_set_i
     config = tmp_path / "league.yaml"
     config.write_text(yaml.safe_dump({"league": {t: {"env_kwargs": {"perspective": "relative"}} for t in
                                                  ("main_player", "main_exploiter", "league_exploiter")}}))
-    _, env_name, env_kwargs = eval_cli._league_policy_and_env(config)
+    _, env_name, env_kwargs = eval_cli._league_policy_and_env(config, "main_exploiter_default_0/v0000000001.pt")
     assert env_name == "connect_four" and env_kwargs == {"perspective": "relative"}
+
+
+def test_eval_and_export_play_the_env_of_the_checkpoints_player_type(tmp_path, capsys):
+    """A solo type's own env_kwargs (README: learners build the player's env with them) were not played by
+    `league eval`, nor written by `league export`: env.kwargs alone, another env without a word (a review: a
+    player trained on 6-step episodes judged on 2-step ones). A checkpoint outside every player's folder (a
+    pretrained one) is played with env.kwargs."""
+    import yaml
+
+    from league_cli import export as export_cli
+
+    memory = "python:common.envs.cue_memory:CueMemoryEnv"
+    policy = {"algorithm": "ppo", "model": {"conv": [], "hidden": [8]}}
+    config = tmp_path / "league.yaml"
+    config.write_text(yaml.safe_dump({
+        "env": {"name": memory, "kwargs": {"num_cues": 4, "delay": 1}},
+        "league": {**SOLO_LEAGUE, "solo_active_player": {"env_kwargs": {"delay": 5}}}, "policy": policy}))
+    inputs, actions = policy_specs(make_env(memory, num_cues=4, delay=1).info())
+    merged = dict(load_config(config, for_training=False).policy)  # (over the embedded default's)
+    weights = make_computation_task(merged, inputs, actions, "cpu", 0).get_weights()
+    for player in ("solo_active_player_default_0", "pretrained"):
+        CheckpointStore(tmp_path).publish(player, weights, 1)
+    lengths = {}
+    for player in ("solo_active_player_default_0", "pretrained"):
+        common = ("--checkpoint", str(tmp_path / player), "--shared-root", str(tmp_path), "--config", str(config))
+        assert eval_cli.main(parse(*common, "--games", "4", "--json")) == 0
+        lengths[player] = json.loads(capsys.readouterr().out)["mean_length"]
+        out = tmp_path / f"{player}.pt2"
+        parser = argparse.ArgumentParser()
+        export_cli.add_arguments(parser)
+        assert export_cli.main(parser.parse_args([*common, "--out", str(out), "--json"])) == 0
+        exported = json.loads(capsys.readouterr().out)
+        assert exported["env"]["kwargs"] == {"num_cues": 4, "delay": 5 if player != "pretrained" else 1}, exported
+    assert lengths == {"solo_active_player_default_0": 6.0, "pretrained": 2.0}, lengths
 
 
 def test_eval_reads_an_older_runs_config_that_training_now_refuses(tmp_path):
@@ -683,7 +717,7 @@ def test_eval_reads_an_older_runs_config_that_training_now_refuses(tmp_path):
                                                                  "job": {"note": "x"}}}}))
     with pytest.raises(ConfigError):
         load_config(config)  # for training: refused
-    _, env_name, env_kwargs = eval_cli._league_policy_and_env(config)
+    _, env_name, env_kwargs = eval_cli._league_policy_and_env(config, "main_player_default_0")
     assert env_name == "connect_four" and env_kwargs == {"perspective": "relative"}  # the main player's view
 
 
@@ -722,7 +756,7 @@ def test_a_checkpoint_is_played_with_the_activation_it_was_trained_with(tmp_path
 
     config = tmp_path / "league.yaml"
     config.write_text(json.dumps({"policy": PPO}))  # tanh
-    tanh = eval_cli._league_policy_and_env(config)[0]  # (the file merged over the embedded league)
+    tanh = eval_cli._league_policy_and_env(config, "p")[0]  # (the file merged over the embedded league)
     relu = {**tanh, "model": {**tanh["model"], "activation": "relu"}}
     inputs, actions = policy_specs(make_env("connect_four").info())
     weights = make_computation_task(relu, inputs, actions, "cpu", 0).get_weights()

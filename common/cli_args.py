@@ -131,8 +131,11 @@ def positive_seconds_or_none(text: str) -> float | None:
 
 
 def timeout_seconds(text: str) -> float:
-    """A client call's deadline: finite, > 0 and at most MAX_TIMEOUT_S."""
-    value = positive_seconds(text)
+    """A client call's deadline: finite, > 0 and at most MAX_TIMEOUT_S (checked first: `--timeout 1e8` was told
+    the general limit, 1e+07 s, and then refused again at 3600)."""
+    value = _float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
     if value > MAX_TIMEOUT_S:
         raise argparse.ArgumentTypeError(f"must be at most {MAX_TIMEOUT_S:g} seconds, got {text}")
     return value

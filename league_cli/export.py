@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from common import cli_args
+from common.exit_codes import FAILURE_EXIT
 from common.rpc import SHARED_ROOT_ENV_VAR
 
 
@@ -79,7 +80,10 @@ def main(args: argparse.Namespace) -> int:
     except FileExistsError:
         return _refuse(f"--out {out} exists: give --force to replace it")
     except OSError as err:
-        return _refuse(f"--out {out}: {err}{full_disk_note(out)}")
+        if full := full_disk_note(out):  # space may come back: a failure (1), not a usage error (2)
+            print(f"league export: --out {out}: {err}{full}", file=sys.stderr)
+            return FAILURE_EXIT
+        return _refuse(f"--out {out}: {err}")
     meta = exported.metadata
     if args.json:
         print(json.dumps(meta))

@@ -18,6 +18,7 @@ try:  # (a Ctrl-C here, as the command starts, must say what main() says for one
     from collections.abc import Iterator
     from dataclasses import dataclass
 
+    from common.closed_output import discard_output
     from common.exit_codes import INTERRUPTED_EXIT
     from league_cli.processes import follow_supervisor
 except KeyboardInterrupt:
@@ -140,6 +141,11 @@ def _main(argv: list[str] | None) -> int:
             print(f"league {cmd.name}: not built yet in this version of the package.", file=sys.stderr)
             return 2
         return int(_resolve(cmd.entry)(args) or 0)
+    except BrokenPipeError:
+        # Its output's reader went away (`league eval --json | head -1`): nothing more to say, nowhere to say it
+        # (a traceback, or "Exception ignored" and exit 120 when the flush at exit failed again).
+        discard_output()
+        return 0
     except KeyboardInterrupt:
         # Ctrl-C before a command installs its own handler (while torch and gRPC import, which takes seconds):
         # nothing was started yet, so there is nothing to stop and no traceback worth showing. Commands that

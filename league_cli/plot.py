@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from common import cli_args
-from common.durable_files import atomic_write
-from common.exit_codes import SETUP_ERROR_EXIT
+from common.durable_files import atomic_write, full_disk_note
+from common.exit_codes import FAILURE_EXIT, SETUP_ERROR_EXIT
 from league_cli.history import HISTORY_FILE
 from league_service.status import REFERENCE_BOT_TYPE
 
@@ -441,6 +441,9 @@ def plot_main(args: argparse.Namespace) -> int:
     try:
         written = write_plots(args.history, args.out, notes)
     except OSError as err:
+        if full := full_disk_note(args.out.absolute()):  # (space may come back: a failure, not a usage error)
+            print(f"league plot: --out {args.out}: cannot write there: {err.strerror or err}{full}", file=sys.stderr)
+            return FAILURE_EXIT
         if err.filename is not None and _within(Path(err.filename), args.out):  # ("/proc/x" named no flag)
             print(f"league plot: --out {args.out}: cannot write there: {err.strerror or err}", file=sys.stderr)
         else:

@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from common import cli_args
+from common.closed_output import discard_output
 from common.config import ConfigError, from_dict
 from common.durable_files import atomic_write
 from common.exclusive_lock import ExclusiveLock, LockedError
@@ -737,16 +738,7 @@ def stop_on_broken_pipe(console: Any, on_closed: Callable[[], None]) -> None:
 
     def on_broken_pipe() -> None:
         console.quiet = True
-        try:
-            fd = console.file.fileno()
-        except (AttributeError, OSError, ValueError):  # not a file (a test's buffer): quiet is enough
-            fd = None
-        if fd is not None:  # what is still buffered for it (sys.stdout at exit too) goes nowhere, not to an error
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            try:
-                os.dup2(devnull, fd)
-            finally:
-                os.close(devnull)
+        discard_output(console.file)  # what is still buffered for it (sys.stdout at exit too) goes nowhere
         on_closed()
 
     console.on_broken_pipe = on_broken_pipe

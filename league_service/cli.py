@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from common import cli_args
+from common.closed_output import discard_output
 from common.durable_files import full_disk_note
 from common.exit_codes import ADDRESS_IN_USE_EXIT, FAILURE_EXIT, SETUP_ERROR_EXIT
 from common.ports import check_target, split_host_port
@@ -434,7 +435,7 @@ def status_main(args: argparse.Namespace) -> int:
             for s, handler in previous.items():
                 signal.signal(s, handler)
     except BrokenPipeError:  # `league status --json | head -1`: the reader has what it wanted, nothing failed
-        _stdout_to_devnull()
+        discard_output()
         return 0
     finally:
         source.close()
@@ -519,20 +520,6 @@ class _StatusSource:
 
 def _raise_broken_pipe() -> None:
     raise BrokenPipeError
-
-
-def _stdout_to_devnull() -> None:
-    """Point stdout at /dev/null once its reader is gone: the interpreter flushes stdout at exit, and what is
-    left in the buffer would raise BrokenPipeError again there ("Exception ignored", exit status 120)."""
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # not a file (captured in a test): nothing to flush at exit
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, fd)
-    finally:
-        os.close(devnull)
 
 
 def main(argv: list[str] | None = None) -> int:

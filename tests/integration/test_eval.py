@@ -774,3 +774,21 @@ def test_a_checkpoint_is_played_with_the_activation_it_was_trained_with(tmp_path
     value = loaded.task.predict(observation).artifacts["value"]
     np.testing.assert_array_equal(value, as_trained.predict(observation).artifacts["value"])
     assert not np.allclose(value, as_tanh.predict(observation).artifacts["value"])
+
+
+def test_a_reader_gone_before_the_json_is_no_traceback(tmp_path):
+    """`league eval --json | head -1` (the reader gone before the report is written) ended in a BrokenPipeError
+    traceback and exit 1 (`league status` already wrote nowhere and exited 0; a review)."""
+    path = publish(tmp_path, DQN)
+    config = tmp_path / "league.yaml"
+    config.write_text(json.dumps({"policy": DQN}))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "league_cli", "eval", "--checkpoint", path, "--shared-root", str(tmp_path),
+         "--config", str(config), "--games", "2", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc.stdout.close()  # before it writes anything
+    try:
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and b"Traceback" not in err and b"BrokenPipe" not in err, err.decode()

@@ -271,3 +271,25 @@ def test_a_checkpoint_under_a_directory_that_cannot_be_searched_is_refused_namin
         code = eval_cli.main(parse_eval("--checkpoint", checkpoint))
     assert code == 2
     assert capsys.readouterr().err == f"league {command}: --checkpoint {checkpoint!r}: Permission denied\n"
+
+
+def test_a_full_disk_at_the_write_is_a_failure_not_a_usage_error(tmp_path, capsys, monkeypatch):
+    """A full disk when the export is written exited 2, the code of a command a rerun fails the same way, and the
+    message lacked the full disk (statvfs was asked of the file not yet written; a review): 1, naming it."""
+    import errno
+    import os
+
+    from common import durable_files
+
+    root, config, path = _board_checkpoint(tmp_path)
+    out = tmp_path / "policy.pt2"
+
+    def no_space(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(durable_files, "atomic_create", no_space)
+    monkeypatch.setattr(os, "statvfs", lambda p: os.statvfs_result((4096, 4096, 512, 0, 0, 1000, 900, 900, 0, 255)))
+    assert export_cli.main(parse("--checkpoint", path, "--shared-root", str(root), "--config", str(config),
+                                 "--out", str(out))) == 1
+    err = capsys.readouterr().err
+    assert f"league export: --out {out}: [Errno 28] No space left on device; the disk of {out} is full" in err, err

@@ -175,3 +175,14 @@ def test_every_path_flag_expands_a_tilde(monkeypatch, tmp_path):
     args = parser.parse_args(["run", "--run-dir=~/runs/a", "~/league.yaml"])
     assert (args.run_dir, args.config) == (tmp_path / "runs" / "a", tmp_path / "league.yaml")
     assert parser.parse_args(["eval", "--checkpoint=~/p/v1.pt"]).checkpoint == str(tmp_path / "p" / "v1.pt")
+
+
+def test_a_timeout_over_its_limit_is_told_that_limit_first(capsys):
+    """`--timeout 1e8` was told the general limit of durations (1e+07 s), and a value under it then refused again
+    at 3600 (a review)."""
+    from league_cli.main import build_parser
+
+    for value in ("1e8", "5000"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["status", "--addr", "127.0.0.1:1", "--timeout", value])
+        assert f"must be at most 3600 seconds, got {value}" in capsys.readouterr().err

@@ -294,6 +294,11 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
 RUN_PORT_FILE = "coordinator.port"  # `league run` keeps its coordinator's port in this file of its run directory
 
 
+class RunNotGoing(ValueError):
+    """A `league run` directory with no coordinator listening: its run ended, or has not come up yet. A single
+    `league status` exits 1 on it (a matter of timing, as an address that does not answer), a watch waits."""
+
+
 def _status_address(args: argparse.Namespace) -> str:
     """--addr, or the port `league run` keeps in its run directory, or $LEAGUE_COORDINATOR, or the default."""
     if args.run_dir is not None:
@@ -305,12 +310,12 @@ def _status_address(args: argparse.Namespace) -> str:
                 raise ValueError(f"--run-dir: {args.run_dir} is not a directory") from None
             history = args.run_dir / "status_history.jsonl"
             if history.is_file():  # a run that ended: its port file goes with its coordinator
-                raise ValueError(
+                raise RunNotGoing(
                     f"--run-dir: no `league run` is going on in {args.run_dir}, or its coordinator is starting "
                     f"({port_file} is removed when a run ends, and written once its coordinator listens): for a run "
                     f"that ended, `league plot --history {history}` shows how it went, {_eval_hint(args.run_dir)}"
                 ) from None
-            raise ValueError(f"--run-dir: {port_file} does not exist (is a `league run` going on there?)") from None
+            raise RunNotGoing(f"--run-dir: {port_file} does not exist (is a `league run` going on there?)") from None
         except (OSError, ValueError) as err:
             raise ValueError(f"--run-dir: cannot read the coordinator's port from {port_file}: {err}") from None
         if not 1 <= port <= 65535:  # gRPC wraps a larger one: 99999 asked whatever listened on port 34463
@@ -364,7 +369,12 @@ def status_main(args: argparse.Namespace) -> int:
         print(f"league status: {err}", file=sys.stderr)
         return SETUP_ERROR_EXIT
     try:
-        address = _status_address(args)
+        address: str | None = _status_address(args)
+    except RunNotGoing as gone:
+        if args.watch is None:
+            print(f"league status: {gone}", file=sys.stderr)
+            return 1
+        address = None  # a watch opened as the run starts waits for its coordinator (it exited 2 at once)
     except ValueError as err:
         print(f"league status: {err}", file=sys.stderr)
         return SETUP_ERROR_EXIT
@@ -454,20 +464,19 @@ def _status_hint(args: argparse.Namespace, err: grpc.RpcError, address: str) -> 
     return ""
 
 
-class RunNotGoing(Exception):
-    """A `league run` directory whose run ended since its coordinator was found."""
-
-
 class _StatusSource:
     """GetStatus of a coordinator. One found through a `league run` directory is looked up there again when it
     does not answer: run again in the directory, the league serves on another port, and a watch kept calling
     the old one."""
 
-    def __init__(self, args: argparse.Namespace, address: str, token: str | None) -> None:
+    def __init__(self, args: argparse.Namespace, address: str | None, token: str | None) -> None:
+        """`address` None: a run directory whose coordinator is not listening yet, looked up at each fetch."""
         self._args = args
         self._token = token
         self._channel: Any = None
-        self._connect(address)
+        self.address = str(args.run_dir)
+        if address is not None:
+            self._connect(address)
 
     def _connect(self, address: str) -> None:
         from common.proto.league.v1 import league_pb2_grpc
@@ -483,6 +492,11 @@ class _StatusSource:
     def fetch(self, stop: SignalFlag | None = None) -> Any:
         """The coordinator's status; None once `stop` is set while waiting for it (a watch's Ctrl-C ended the
         watch only after the call's deadline, --timeout, when the coordinator did not answer)."""
+        if self._channel is None:
+            try:
+                self._connect(_status_address(self._args))
+            except RunNotGoing:
+                raise RunNotGoing(self._not_going()) from None
         try:
             return self._get_status(stop)
         except grpc.RpcError as err:
@@ -495,12 +509,14 @@ class _StatusSource:
                     raise err from None
                 # The run ended (its port file goes with its coordinator): said so, where a watch kept showing the
                 # old port's UNAVAILABLE at every refresh (a review).
-                raise RunNotGoing(f"no `league run` is going on in {self._args.run_dir} now (it ended, or its "
-                                  "coordinator is starting)") from None
+                raise RunNotGoing(self._not_going()) from None
             if moved == self.address:
                 raise
             self._connect(moved)
             return self._get_status(stop)
+
+    def _not_going(self) -> str:
+        return f"no `league run` is going on in {self._args.run_dir} now (it ended, or its coordinator is starting)"
 
     def _get_status(self, stop: SignalFlag | None) -> Any:
         from common.proto.league.v1 import league_pb2
@@ -515,7 +531,8 @@ class _StatusSource:
         return call.result()
 
     def close(self) -> None:
-        self._channel.close()
+        if self._channel is not None:
+            self._channel.close()
 
 
 def _raise_broken_pipe() -> None:

@@ -514,6 +514,39 @@ def test_league_status_watch_of_a_run_dir_follows_the_coordinator_to_its_new_por
         proc.wait(30)
 
 
+def test_league_status_watch_of_a_run_dir_whose_coordinator_is_not_up_yet_waits_for_it(league, tmp_path):
+    """A watch opened in the first seconds of a `league run` (no port file yet) exited 2 at once, the usage
+    code, where one already watching waits for the run (a review); a single call exits 1, as for an address
+    that does not answer: a matter of timing."""
+    from league_service.cli import RUN_PORT_FILE
+
+    server, _, _ = league
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    once = subprocess.run([sys.executable, "-m", "league_service.cli", "status", "--run-dir", str(run_dir)],
+                          capture_output=True, text=True, timeout=60)
+    assert once.returncode == 1 and "is a `league run` going on there?" in once.stderr, once.stderr
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "league_service.cli", "status", "--run-dir", str(run_dir), "--watch", "0.2", "--json",
+         "--timeout", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    errors: queue.Queue[str] = queue.Queue()
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [errors.put(line) for line in proc.stderr], daemon=True).start()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    try:
+        line = errors.get(timeout=30)
+        assert "no `league run` is going on" in line and "waiting for one" in line, line
+        (run_dir / RUN_PORT_FILE).write_text(f"{server.address.rsplit(':', 1)[1]}\n")  # its coordinator is up
+        assert json.loads(lines.get(timeout=30))["players"]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+        proc.wait(30)
+
+
 @pytest.mark.parametrize("flags", [["--json"], [], ["--watch", "0.2", "--json"], ["--watch", "0.2"]])
 def test_league_status_into_a_closed_pipe_ends_quietly(league, flags):
     """`league status --json | head -1` died with a BrokenPipeError traceback (exit 1, or 120 from the final

@@ -795,7 +795,10 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
         signals.append(signum)
         stop.set()
 
+    output_closed = [False]
+
     def on_output_closed() -> None:
+        output_closed[0] = True
         if not signals and not stopping[0]:
             reason[0] = "stopped: its output was closed"
         stop.set()
@@ -855,7 +858,9 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
         except StartupInterrupted:
             if not started_all:
                 reason[0] += " during start-up"
-                exit_code = 128 + signals[0] if signals else INTERRUPTED_EXIT  # 130 for Ctrl-C, 143 for SIGTERM
+                # 130 for Ctrl-C, 143 for SIGTERM; a reader gone (`league run | head -2`) is no interrupt: 0, as
+                # once every process started (it exited 130, the Ctrl-C code, with no signal; a review)
+                exit_code = 128 + signals[0] if signals else 0 if output_closed[0] else INTERRUPTED_EXIT
             else:  # while a crashed coordinator was restarted: a stop like any other once the league ran
                 reason[0] += " while the coordinator restarted"
         except RuntimeError as err:

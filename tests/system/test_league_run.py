@@ -11,6 +11,7 @@ ends, and minutes less of CI than waiting out each budget).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -473,6 +474,32 @@ def test_ctrl_c_during_start_up_starts_no_worker_and_exits_130(league_run):
     assert "stopped by SIGINT during start-up" in run.output(tail=None)
     assert not [p.name for p in (run.run_dir / "logs").glob("*.log") if p.name != "coordinator.log"]
     _assert_nothing_left_running(run)
+
+
+def test_a_reader_gone_during_start_up_stops_the_run_with_exit_0_not_130(tmp_path):
+    """`league run | head -2`: the reader left during start-up, and the run exited 130, the Ctrl-C code, though no
+    signal came (once every process started, the same exits 0: README). It stops as it would, exiting 0."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "league_cli", "run", str(_config(tmp_path, 60)), "--run-dir",
+                             str(run_dir), "--seconds", "60", "--quiet"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, cwd=tmp_path, start_new_session=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        first = [proc.stdout.readline() for _ in range(2)]  # what `head -2` reads, then it is gone
+        assert all(first), first
+        proc.stdout.close()
+        assert proc.wait(timeout=120) == 0
+        deadline = time.monotonic() + 10
+        while _pids_mentioning(str(run_dir)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _pids_mentioning(str(run_dir)) == [], "processes of the run outlived it"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for pid in _pids_mentioning(str(run_dir)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_resuming_with_a_model_the_checkpoints_do_not_fit_is_a_config_error(league_run, tmp_path):

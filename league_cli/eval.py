@@ -236,8 +236,14 @@ def load_checkpoint(args: argparse.Namespace, command: str, flag: str = "--check
     one. CheckpointRefused says what is wrong, naming the checkpoint as `flag` and the league as `config_flag`.
     ``args`` is left as it was (`--against` loads a second checkpoint from the same flags)."""
     args = argparse.Namespace(**vars(args))
-    if args.shared_root is None:  # the variable only where no --run-dir names the root (the image sets it)
+    from_variable = args.shared_root is None
+    if from_variable:  # the variable only where no --run-dir names the root (the image sets it)
         args.shared_root = _variable_root_for(args.checkpoint)
+    with contextlib.suppress(OSError):  # (a root that cannot be looked at: refused below, naming the checkpoint)
+        if args.shared_root is not None and not Path(args.shared_root).is_dir():
+            # Named as it was given: "shared root '/x' is not a directory" named no flag where the variable set it.
+            given = f"${SHARED_ROOT_ENV_VAR}" if from_variable else "--shared-root"
+            raise CheckpointRefused(f"{given} {args.shared_root} is not a directory")
     from actor_service.evaluation import load_policy, resolve_checkpoint
     from common.checkpoint_store import CheckpointNotFoundError
     from common.computation import WeightsMismatchError

@@ -792,3 +792,20 @@ def test_a_reader_gone_before_the_json_is_no_traceback(tmp_path):
     finally:
         proc.kill()
     assert proc.returncode == 0 and b"Traceback" not in err and b"BrokenPipe" not in err, err.decode()
+
+
+@pytest.mark.parametrize("command", ["eval", "export"])
+def test_a_shared_root_that_is_no_directory_is_named_as_it_was_given(tmp_path, capsys, monkeypatch, command):
+    """With $LEAGUE_SHARED_ROOT set to a missing directory, eval and export said only "shared root '/x' is not a
+    directory", naming nothing the user gave (a review); the actor names the variable."""
+    from league_cli import export as export_cli
+
+    module = eval_cli if command == "eval" else export_cli
+    extra = () if command == "eval" else ("--out", str(tmp_path / "policy.pt2"))
+    parser = argparse.ArgumentParser()
+    module.add_arguments(parser)
+    monkeypatch.setenv("LEAGUE_SHARED_ROOT", str(tmp_path / "nope"))
+    assert module.main(parser.parse_args(["--checkpoint", "main_player_default_0", *extra])) == 2
+    assert f"$LEAGUE_SHARED_ROOT {tmp_path / 'nope'} is not a directory" in capsys.readouterr().err
+    assert module.main(parser.parse_args(["--checkpoint", "p", "--shared-root", str(tmp_path / "nope2"), *extra])) == 2
+    assert f"--shared-root {tmp_path / 'nope2'} is not a directory" in capsys.readouterr().err

@@ -527,6 +527,9 @@ def run_main(args: argparse.Namespace) -> int:
         if args.config is None and saved.is_file():
             args.config = saved  # resuming: the league this directory holds, not the embedded default
             console.print(f"league run: resuming with {saved}", markup=False, soft_wrap=True)
+            if taken := defaults_taken(saved):
+                console.print(f"league run: {saved} does not set {taken}: this version's defaults apply (keys "
+                              "added since an earlier version wrote it)", markup=False, soft_wrap=True)
             loaded = None
         if loaded is None:
             try:
@@ -691,6 +694,24 @@ def config_changes(saved: Path, new: dict[str, Any], shown: int = 8) -> str:
             if before.get(k, unset) != after.get(k, unset) and (loaded is not None or k in before)
             and not _map_filled_or_emptied(k, before, after)]
     text = ", ".join(f"{k}: {before.get(k, unset)} -> {after.get(k, unset)}" for k in keys[:shown])
+    return text + (f" and {len(keys) - shown} more" if len(keys) > shown else "")
+
+
+def defaults_taken(saved: Path, shown: int = 8) -> str:
+    """The keys the config saved at `saved` lacks, as "key (value)" with this version's default (the first
+    `shown`); "" for none. `league run` writes every key into a run directory's config.yaml, so a key missing there
+    was added by a later version: its default changes the league resumed without a word otherwise (reference bots
+    joining the league's opponents, weight averaging starting; an upgrade review)."""
+    try:
+        raw = yaml.safe_load(saved.read_text())
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return ""
+    loaded = _loaded_config_dict(saved)
+    if not isinstance(raw, dict) or loaded is None:
+        return ""
+    given, defaults = _flat(raw), _flat(loaded)
+    keys = [k for k in defaults if k not in given and not any(k.startswith(g + ".") for g in given)]
+    text = ", ".join(f"{k} ({defaults[k]})" for k in keys[:shown])
     return text + (f" and {len(keys) - shown} more" if len(keys) > shown else "")
 
 

@@ -65,3 +65,21 @@ def test_a_key_added_to_a_map_is_a_change_and_a_newer_versions_default_is_not(tm
     assert changes(lambda d: None) == "env.kwargs.max_episode_steps: 400 -> (unset)"  # taken out: said too
     # A section the saved file lacks has this version's defaults: no change unless the new file sets others.
     assert changes(lambda d: d.update(run={"actors": 1})) == "env.kwargs.max_episode_steps: 400 -> (unset), run.actors: 2 -> 1"
+
+
+def test_a_resume_names_the_keys_its_config_yaml_lacks_that_take_this_versions_defaults(tmp_path):
+    """An older run's config.yaml lacks the keys added since: resumed, the league took their defaults without a
+    word (three reference bots joined its opponents, weight averaging started; an upgrade review)."""
+    from league_cli.run import defaults_taken
+    from league_service.config import config_to_dict, load_config
+
+    saved = tmp_path / "config.yaml"
+    whole = config_to_dict(load_config(None))  # what `league run` writes: every key
+    saved.write_text(yaml.safe_dump(whole))
+    assert defaults_taken(saved) == ""
+    del whole["league"]["reference_bots"], whole["learner"]["average_decay"]
+    saved.write_text(yaml.safe_dump(whole))
+    assert defaults_taken(saved) == ("league.reference_bots (['random', 'mcts:10', 'mcts:25']), "
+                                     "learner.average_decay (0.97)")
+    saved.write_text("not: [a, league")  # unreadable: nothing said here (loading it says what is wrong)
+    assert defaults_taken(saved) == ""

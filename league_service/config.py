@@ -660,6 +660,8 @@ def config_from_dict(data: Mapping[str, Any], *, for_training: bool = True) -> C
         # user's own it was refused as "not one of player_category", a key the file never set. An empty mapping
         # means the same for every category (`pretrain_path` gives "" to a category it does not name).
         defaults["league"]["pretrain_checkpoint_path"] = {}
+    if for_training:
+        _check_battle_only_keys(data, defaults)
     merged = merge_with_defaults(Config, defaults, data)
     _default_dqn_exploration(merged)
     cfg = from_dict(Config, merged)
@@ -667,6 +669,38 @@ def config_from_dict(data: Mapping[str, Any], *, for_training: bool = True) -> C
     if for_training:
         _check_league_trains(cfg, sections)
     return cfg
+
+
+BATTLE_ONLY_LEAGUE_KEYS: tuple[tuple[str, ...], ...] = (
+    ("elo",), ("trueskill",), ("payoff", "decay"), ("payoff", "min_win_rate_games"), ("payoff", "default_win_rate"))
+"""What only a battle league uses: ratings of matches and the payoff's win rates."""
+
+
+def _check_battle_only_keys(data: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
+    """A solo league given other values than the defaults for BATTLE_ONLY_LEAGUE_KEYS: refused, as its other
+    battle-only keys are (`strong_win_rate`, `reference_bots`). They were taken without a word and changed
+    nothing (`elo.k_factor: 999`), or refused for a reason about win rates (`payoff.decay: 0.5` alone: "must be
+    below 1 / (1 - decay)" of the default min_win_rate_games; a review). The defaults pass: a solo run's
+    config.yaml holds every key."""
+    league = data.get("league")
+    if not isinstance(league, Mapping) or league.get("league_type") != "solo":
+        return
+    for path in BATTLE_ONLY_LEAGUE_KEYS:
+        given: Any = league
+        default: Any = defaults.get("league", {})
+        for key in path:
+            given = given.get(key, _UNSET) if isinstance(given, Mapping) else _UNSET
+            default = default.get(key) if isinstance(default, Mapping) else None
+        if given is _UNSET:
+            continue
+        if isinstance(given, Mapping) and isinstance(default, Mapping):
+            given = deep_merge(default, given)
+        if given != default:
+            raise ConfigError("league." + ".".join(path), "a solo league rates no matches and keeps no win rates "
+                              "(its players are judged by their returns): leave it unset")
+
+
+_UNSET = object()
 
 
 @dataclass(frozen=True)

@@ -755,3 +755,23 @@ def test_a_number_in_exponent_form_is_a_number_as_in_yaml_1_2(tmp_path):
     path.write_text("coordinator:\n  lease_timeout_s: '1e3'\n")  # quoted: a string, as the user wrote it
     with pytest.raises(ConfigError, match=r"lease_timeout_s: expected float, got str \('1e3'\)"):
         load_config(path)
+
+
+@pytest.mark.parametrize("league, key", [
+    ({"elo": {"k_factor": 999}}, "league.elo"),
+    ({"trueskill": {"mu": 100}}, "league.trueskill"),
+    ({"payoff": {"decay": 0.5}}, "league.payoff.decay"),  # was refused as "min_win_rate_games: must be below ..."
+    ({"payoff": {"min_win_rate_games": 3}}, "league.payoff.min_win_rate_games"),
+    ({"payoff": {"default_win_rate": 0.2}}, "league.payoff.default_win_rate"),
+])
+def test_a_solo_league_refuses_ratings_and_win_rate_settings_it_never_uses(league, key):
+    """A solo league took `elo.k_factor: 999` and the like without a word, changing nothing (a review); its
+    config.yaml, which holds every key at its default, still loads, and league eval reads any."""
+    solo = {"league_type": "solo", "active_players": {"solo_active_player": 1}, "reference_bots": []}
+    data = {"env": {"name": "CartPole-v1"}, "league": {**solo, **league}}
+    with pytest.raises(ConfigError, match=rf"^{key}: a solo league rates no matches"):
+        config_from_dict(data)
+    if key != "league.payoff.decay":  # (which the payoff's own check refuses beside the default game count)
+        config_from_dict(data, for_training=False)
+    whole = config_to_dict(config_from_dict({"env": {"name": "CartPole-v1"}, "league": solo}))
+    config_from_dict(whole)  # every key, at its default

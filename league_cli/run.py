@@ -147,7 +147,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--actors", type=int, default=None, help="number of actor processes (overrides run.actors)")
     parser.add_argument("--seconds", type=cli_args.positive_seconds, default=None,
                         help="time budget, start-up included (overrides run.seconds; the default league's: 300)")
-    parser.add_argument("--env-steps", type=int, default=None, help="env-step budget (overrides run.env_steps)")
+    parser.add_argument("--env-steps", type=cli_args.non_negative_int, default=None,
+                        help="env-step budget (overrides run.env_steps; 0: no limit, the default)")
     parser.add_argument("--quiet", action="store_true",
                         help="no live table; one progress line per interval (the default when output is not a "
                              "terminal)")

@@ -21,3 +21,9 @@ def discard_output(stream: IO[Any] | None = None) -> None:
         os.dup2(devnull, fd)
     finally:
         os.close(devnull)
+
+
+def raise_broken_pipe() -> None:
+    """A rich Console's `on_broken_pipe`: rich's own exits 1 (SystemExit); this lets the command end as for any
+    closed output (`league_cli.main`: nowhere to write, exit 0)."""
+    raise BrokenPipeError

@@ -178,11 +178,10 @@ def _against_main(args: argparse.Namespace, loaded: LoadedCheckpoint, search: Se
                           "opponent_version": other.ref.version, "opening": args.opening or 0}), flush=True)
     else:
         _print_table(loaded.ref, loaded.env_name, result)
-        from rich.console import Console
 
         opening = f"after {args.opening} random opening moves, " if args.opening else ""
         searched = "; the checkpoint's chosen by search" if search is not None else ""
-        Console().print(f"{opening}moves drawn from each player's policy (a DQN's: its argmax{searched})")
+        _console().print(f"{opening}moves drawn from each player's policy (a DQN's: its argmax{searched})")
     return 0
 
 
@@ -331,12 +330,11 @@ def _games_progress(description: str, total: int) -> Iterator[Callable[..., None
     if not sys.stderr.isatty():
         yield lambda *_: None
         return
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[won]}"),
                TimeRemainingColumn())
-    with Progress(*columns, console=Console(stderr=True, emoji=False), transient=True) as progress:
+    with Progress(*columns, console=_console(stderr=True, emoji=False), transient=True) as progress:
         task = progress.add_task(description, total=total, won="")
 
         def update(played: int, won: int | None = None) -> None:
@@ -388,7 +386,6 @@ def _spelled_out(opponents: tuple[str, ...]) -> tuple[str, ...]:
 
 def _progression_main(args: argparse.Namespace) -> int:
     import torch
-    from rich.console import Console
 
     from actor_service.evaluation import load_policy, play_against_bot
     from common.checkpoint_store import CheckpointNotFoundError, CheckpointStore
@@ -405,7 +402,7 @@ def _progression_main(args: argparse.Namespace) -> int:
     )
 
     torch.set_num_threads(1)
-    console = Console(stderr=args.json, emoji=False)  # "mcts:100:" is no emoji code
+    console = _console(stderr=args.json, emoji=False)  # "mcts:100:" is no emoji code
     ladder = _opponents(",".join(DEFAULT_LADDER) if args.opponent is None else args.opponent)
     if (bad := _bad_opponent(ladder)) is not None:
         return _refuse(bad)
@@ -464,7 +461,6 @@ def _progression_main(args: argparse.Namespace) -> int:
 
 
 def _print_progression(report: dict[str, Any], ladder: tuple[str, ...]) -> None:
-    from rich.console import Console
 
     from league_service.plain_table import PlainTable
 
@@ -475,7 +471,7 @@ def _print_progression(report: dict[str, Any], ladder: tuple[str, ...]) -> None:
         kind = "snapshot" if point["snapshot"] else "latest"
         table.add_row(f"v{point['version']} ({kind})", f"{point['agent_steps']:,}",
                       *(f"{point['win_rate'][o]:.0%}" for o in ladder), point["strongest_beaten"])
-    console = Console()
+    console = _console()
     console.print(table)
     if report["search"]:
         console.print(f"each of the player's moves: a search of {report['search']} simulations over its policy and "
@@ -496,12 +492,23 @@ def _league_policy_and_env(config: Path | None, checkpoint: str) -> tuple[dict[s
     return dict(cfg.policy), cfg.env.name, checkpoint_env_kwargs(cfg.env.kwargs, cfg.league, checkpoint)
 
 
+def _console(**kwargs: Any) -> Any:
+    """A rich Console whose closed output ends the command as any other does (`league_cli.main`: exit 0, nowhere
+    to write), not with rich's exit 1."""
+    from rich.console import Console
+
+    from common.closed_output import raise_broken_pipe
+
+    console = Console(**kwargs)
+    console.on_broken_pipe = raise_broken_pipe
+    return console
+
+
 def _interval(bounds: tuple[float, float]) -> str:
     return f"{bounds[0]:.1%}-{bounds[1]:.1%}"
 
 
 def _print_table(ref: CheckpointRef, env_name: str, result: EvalResult) -> None:
-    from rich.console import Console
 
     from league_service.plain_table import PlainTable
 
@@ -514,7 +521,7 @@ def _print_table(ref: CheckpointRef, env_name: str, result: EvalResult) -> None:
                       _interval(s.win_rate_interval))
     table.add_row("total", str(result.games), str(result.wins), str(result.draws), str(result.losses),
                   f"{result.win_rate:.1%}", _interval(result.win_rate_interval), style="bold")
-    console = Console()
+    console = _console()
     console.print(table)
     console.print(f"mean game length: {result.mean_length:.1f} moves of the evaluated policy")
     if result.search:
@@ -522,7 +529,6 @@ def _print_table(ref: CheckpointRef, env_name: str, result: EvalResult) -> None:
 
 
 def _print_returns(ref: CheckpointRef, env_name: str, result: ReturnResult) -> None:
-    from rich.console import Console
 
     from league_service.plain_table import PlainTable
 
@@ -531,7 +537,7 @@ def _print_returns(ref: CheckpointRef, env_name: str, result: ReturnResult) -> N
         table.add_column(column, justify="right")
     table.add_row(str(result.episodes), f"{result.mean_return:.2f}", f"{result.std_return:.2f}",
                   f"{result.min_return:.2f}", f"{result.max_return:.2f}", f"{result.mean_length:.1f}")
-    Console().print(table)
+    _console().print(table)
 
 
 def _refuse(message: str) -> int:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from common import cli_args
-from common.closed_output import discard_output
+from common.closed_output import discard_output, raise_broken_pipe
 from common.durable_files import full_disk_note
 from common.exit_codes import ADDRESS_IN_USE_EXIT, FAILURE_EXIT, SETUP_ERROR_EXIT
 from common.ports import check_target, split_host_port
@@ -379,7 +379,7 @@ def status_main(args: argparse.Namespace) -> int:
         print(f"league status: {err}", file=sys.stderr)
         return SETUP_ERROR_EXIT
     console = status_console()
-    console.on_broken_pipe = _raise_broken_pipe  # rich's own exits 1; a closed pipe ends the command below
+    console.on_broken_pipe = raise_broken_pipe  # rich's own exits 1; a closed pipe ends the command below
     source = _StatusSource(args, address, token)
     fetch = source.fetch
 
@@ -533,10 +533,6 @@ class _StatusSource:
     def close(self) -> None:
         if self._channel is not None:
             self._channel.close()
-
-
-def _raise_broken_pipe() -> None:
-    raise BrokenPipeError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -776,15 +776,17 @@ def test_a_checkpoint_is_played_with_the_activation_it_was_trained_with(tmp_path
     assert not np.allclose(value, as_tanh.predict(observation).artifacts["value"])
 
 
-def test_a_reader_gone_before_the_json_is_no_traceback(tmp_path):
+@pytest.mark.parametrize("flags", [["--json"], []])
+def test_a_reader_gone_before_the_report_is_no_traceback(tmp_path, flags):
     """`league eval --json | head -1` (the reader gone before the report is written) ended in a BrokenPipeError
-    traceback and exit 1 (`league status` already wrote nowhere and exited 0; a review)."""
+    traceback and exit 1, the table in rich's exit 1 (`league status` already wrote nowhere and exited 0; a
+    review)."""
     path = publish(tmp_path, DQN)
     config = tmp_path / "league.yaml"
     config.write_text(json.dumps({"policy": DQN}))
     proc = subprocess.Popen(
         [sys.executable, "-m", "league_cli", "eval", "--checkpoint", path, "--shared-root", str(tmp_path),
-         "--config", str(config), "--games", "2", "--json"],
+         "--config", str(config), "--games", "2", *flags],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     proc.stdout.close()  # before it writes anything
     try:

@@ -9,6 +9,7 @@ place), and an existing file is kept unless ``--force``.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 from pathlib import Path
@@ -80,8 +81,8 @@ def main(args: argparse.Namespace) -> int:
     except FileExistsError:
         return _refuse(f"--out {out} exists: give --force to replace it")
     except OSError as err:
-        if full := full_disk_note(out):  # space may come back: a failure (1), not a usage error (2)
-            print(f"league export: --out {out}: {err}{full}", file=sys.stderr)
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):  # space may come back: a failure (1), not a usage error (2)
+            print(f"league export: --out {out}: {err}{full_disk_note(out)}", file=sys.stderr)
             return FAILURE_EXIT
         return _refuse(f"--out {out}: {err}")
     meta = exported.metadata

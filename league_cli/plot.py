@@ -8,6 +8,7 @@ everything here reads that file, so a plot can be made after the fact, on any ma
 from __future__ import annotations
 
 import argparse
+import errno
 import io
 import json
 import math
@@ -441,8 +442,9 @@ def plot_main(args: argparse.Namespace) -> int:
     try:
         written = write_plots(args.history, args.out, notes)
     except OSError as err:
-        if full := full_disk_note(args.out.absolute()):  # (space may come back: a failure, not a usage error)
-            print(f"league plot: --out {args.out}: cannot write there: {err.strerror or err}{full}", file=sys.stderr)
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):  # (space may come back: a failure, not a usage error)
+            print(f"league plot: --out {args.out}: cannot write there: {err.strerror or err}"
+                  f"{full_disk_note(args.out.absolute())}", file=sys.stderr)
             return FAILURE_EXIT
         if err.filename is not None and _within(Path(err.filename), args.out):  # ("/proc/x" named no flag)
             print(f"league plot: --out {args.out}: cannot write there: {err.strerror or err}", file=sys.stderr)

@@ -44,6 +44,8 @@ PREVIOUS_CONFIG_FILE = "config.prev.yaml"  # what a resume with another file rep
 PENDING_CONFIG_FILE = "config.pending.yaml"  # the config of a run whose coordinator has not accepted it yet
 STATE_FILE = "league_state.sqlite"  # the coordinator's state: the league itself
 MAX_WORKER_RESTARTS = 5
+SPACE_REMINDER_S = 300.0
+"""How often a process waiting for space (`Supervisor._waits_for_space`) is said to wait again."""
 RESTART_WINDOW_S = 600.0
 """A process restarted MAX_WORKER_RESTARTS times within this long and dying again ends the run (it keeps dying);
 restarts further apart are forgiven. Counted over the whole run, five crashes in a week-long run ended it."""
@@ -226,8 +228,9 @@ class Supervisor:
         self.address = ""
         self.restarts: dict[str, deque[float]] = {}
         """Each process's restarts (time.monotonic()) within the last RESTART_WINDOW_S."""
-        self.waiting_for_space: set[str] = set()
-        """Processes that died while the run directory's disk was full, restarted once space is back."""
+        self.waiting_for_space: dict[str, float] = {}
+        """Processes that died while the run directory's disk was full, restarted once space is back: when it was
+        last said (time.monotonic())."""
         self.learner_ports: dict[str, int] = {}
         self.stop_requested = stop
         """Set by Ctrl-C or SIGTERM: a coordinator still starting is not waited for."""
@@ -360,17 +363,22 @@ class Supervisor:
         full = proc.full_disk_note()
         if not full:
             return None
-        if proc.name in self.waiting_for_space:
+        now = time.monotonic()
+        said = self.waiting_for_space.get(proc.name)
+        if said is None:
+            self.waiting_for_space[proc.name] = now
+            return f"{proc.name} {proc.exit_words()}: restarted once space is free again"
+        if now - said < SPACE_REMINDER_S:
             return ""
-        self.waiting_for_space.add(proc.name)
-        return f"{proc.name} {proc.exit_words()}: restarted once space is free again"
+        self.waiting_for_space[proc.name] = now  # (a disk that stays full: said again now and then, not once)
+        return f"{proc.name} still waits for space{full}"
 
     def _count_restart(self, proc: ManagedProcess) -> str:
         """Count a restart of `proc` (none after a wait for space); raise when it keeps dying. Returns what to
         say of it: "(N)", its restarts within the window, this one included."""
         recent = self.restarts.setdefault(proc.name, deque())
         if proc.name in self.waiting_for_space:  # it died of the full disk
-            self.waiting_for_space.discard(proc.name)
+            del self.waiting_for_space[proc.name]
             return "(space is free again)"
         now = time.monotonic()
         while recent and now - recent[0] > RESTART_WINDOW_S:
@@ -386,7 +394,8 @@ class Supervisor:
         """A crashed coordinator comes back on the same state and port: it loses nothing it acknowledged
         (README: faults it survives), and the workers, which keep retrying that address, carry on."""
         code = proc.popen.returncode
-        if code == SETUP_ERROR_EXIT:  # (a full disk's "disk I/O error" waited for space: `check`)
+        # (Not after a wait for space: SQLite says "disk I/O error" where it cannot make its files, exit 2.)
+        if code == SETUP_ERROR_EXIT and proc.name not in self.waiting_for_space:
             raise CannotRunLeague(f"the coordinator cannot run this league (exit {code}):\n{proc.last_words()}")
         counted = self._count_restart(proc)
         exited = proc.exit_words()  # (read before the restart writes its mark into the same log)
@@ -398,7 +407,8 @@ class Supervisor:
             restarted = self.group.get("coordinator")
             if restarted.alive() or not restarted.full_disk_note():
                 raise
-            self.waiting_for_space.add("coordinator")  # (dead, in the group: `check` restarts it with space back)
+            # (Dead, in the group: `check` restarts it with space back.)
+            self.waiting_for_space["coordinator"] = time.monotonic()
             return f"coordinator {exited}; its restart {restarted.exit_words()}: restarted once space is free again"
         return f"coordinator {exited}; restarted on the same state and port {counted}"
 
@@ -851,10 +861,10 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
                           f"budget {run_cfg.seconds:.0f} s" + (f" / {run_cfg.env_steps:,} env steps" if run_cfg.env_steps else ""), markup=False, soft_wrap=True)
             if (note := job_size_note(cfg.env.env_steps, run_cfg.env_steps)) is not None:
                 console.print(f"league run: {note}", style="yellow", markup=False, soft_wrap=True)
-            from league_service.config import greedy_dqn_note
+            from league_service.config import battle_only_note, greedy_dqn_note
             from league_service.env_fit import cut_episodes_note
 
-            for note in (greedy_dqn_note(cfg), cut_episodes_note(cfg)):
+            for note in (greedy_dqn_note(cfg), cut_episodes_note(cfg), battle_only_note(cfg)):
                 if note is not None:
                     console.print(f"league run: {note}", style="yellow", markup=False, soft_wrap=True)
             launched = time.monotonic()  # the budget counts start-up too
@@ -938,7 +948,13 @@ def _summary(console: Any, reason: str, exit_code: int, codes: dict[str, int], s
                   f"({', '.join(f'{k}={v}' for k, v in sorted(codes.items()))})", markup=False, soft_wrap=True)
     # A worker ended by SIGTERM itself (-15) was still starting (importing) and had no handler yet: nothing of it
     # to lose. (A short run ended that way in exit 1.)
-    failed = sorted(name for name, code in codes.items() if code not in (0, -signal.SIGTERM))
+    waiting = sorted(sup.waiting_for_space)  # dead before the stop (their codes are of then), not stopped badly
+    failed = sorted(name for name, code in codes.items() if code not in (0, -signal.SIGTERM) and name not in waiting)
+    if waiting and exit_code == 0:
+        exit_code = 1
+        console.print(f"league run: {', '.join(waiting)} died while the run directory's disk was full and still "
+                      "waited for space at the stop: their last results may not be saved", style="red", markup=False,
+                      soft_wrap=True)
     if failed and exit_code == 0:
         exit_code = 1
         console.print(f"league run: {', '.join(failed)} did not exit cleanly at the stop: their last results may "

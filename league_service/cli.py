@@ -95,7 +95,7 @@ def coordinator_main(args: argparse.Namespace) -> int:
     # Imported here so `league status` does not pay for the league core.
     from common.config import ConfigError
     from common.exclusive_lock import LockedError
-    from league_service.config import greedy_dqn_note, load_config
+    from league_service.config import battle_only_note, greedy_dqn_note, load_config
     from league_service.coordinator import Coordinator, CoordinatorSettings
     from league_service.env_fit import cut_episodes_note
     from league_service.league_errors import LeagueStateError
@@ -142,7 +142,7 @@ def coordinator_main(args: argparse.Namespace) -> int:
             check_server_tls(args.tls_cert, args.tls_key)
     except ValueError as err:  # ConfigError, a bad token or TLS file, an open address without a token
         return _refuse(str(err))
-    for note in (greedy_dqn_note(cfg), cut_episodes_note(cfg)):
+    for note in (greedy_dqn_note(cfg), cut_episodes_note(cfg), battle_only_note(cfg)):
         if note is not None:
             log.warning("%s", note)
     settings = CoordinatorSettings(
@@ -495,7 +495,7 @@ class _StatusSource:
         if self._channel is None:
             try:
                 self._connect(_status_address(self._args))
-            except RunNotGoing:
+            except ValueError:  # (RunNotGoing, or the directory gone meanwhile: no run can come up there)
                 raise RunNotGoing(self._not_going()) from None
         try:
             return self._get_status(stop)

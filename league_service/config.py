@@ -277,11 +277,6 @@ class PayoffConfig:
         if not 0.0 < self.decay <= 1.0:
             raise ConfigError("decay", f"must be within (0, 1], got {self.decay}")
         _check_at_least(self.min_win_rate_games, 0, "min_win_rate_games")
-        if self.decay < 1.0 and self.min_win_rate_games >= reachable_games(self.decay):
-            # Decayed game counts stay below 1 / (1 - decay): every win rate would stay the default for ever,
-            # and PFSP, snapshots and exploiter resets would never see a result.
-            raise ConfigError("min_win_rate_games", f"must be below 1 / (1 - decay) = {1.0 / (1.0 - self.decay):g}, "
-                              f"which a pair's decayed games approach but never reach, got {self.min_win_rate_games}")
         _check_probability(self.default_win_rate, "default_win_rate")
         _check_within(self.solo_buffer_size, 1, MAX_SOLO_BUFFER_SIZE, "solo_buffer_size")
 
@@ -374,6 +369,16 @@ class LeagueConfig:
     trueskill: TrueSkillConfig = field(default_factory=TrueSkillConfig)
 
     def __post_init__(self) -> None:
+        payoff = self.payoff
+        # (A battle league's: a solo league keeps no win rates, and `payoff.decay: 0.5` alone in one was refused
+        # for this reason, the default min_win_rate_games's; a review.)
+        if (self.league_type != "solo" and payoff.decay < 1.0
+                and payoff.min_win_rate_games >= reachable_games(payoff.decay)):
+            # Decayed game counts stay below 1 / (1 - decay): every win rate would stay the default for ever,
+            # and PFSP, snapshots and exploiter resets would never see a result.
+            raise ConfigError("payoff.min_win_rate_games",
+                              f"must be below 1 / (1 - decay) = {1.0 / (1.0 - payoff.decay):g}, which a pair's "
+                              f"decayed games approach but never reach, got {payoff.min_win_rate_games}")
         if not self.player_category:
             raise ConfigError("player_category", "needs at least one category")
         if len(set(self.player_category)) != len(self.player_category):
@@ -660,8 +665,6 @@ def config_from_dict(data: Mapping[str, Any], *, for_training: bool = True) -> C
         # user's own it was refused as "not one of player_category", a key the file never set. An empty mapping
         # means the same for every category (`pretrain_path` gives "" to a category it does not name).
         defaults["league"]["pretrain_checkpoint_path"] = {}
-    if for_training:
-        _check_battle_only_keys(data, defaults)
     merged = merge_with_defaults(Config, defaults, data)
     _default_dqn_exploration(merged)
     cfg = from_dict(Config, merged)
@@ -669,38 +672,6 @@ def config_from_dict(data: Mapping[str, Any], *, for_training: bool = True) -> C
     if for_training:
         _check_league_trains(cfg, sections)
     return cfg
-
-
-BATTLE_ONLY_LEAGUE_KEYS: tuple[tuple[str, ...], ...] = (
-    ("elo",), ("trueskill",), ("payoff", "decay"), ("payoff", "min_win_rate_games"), ("payoff", "default_win_rate"))
-"""What only a battle league uses: ratings of matches and the payoff's win rates."""
-
-
-def _check_battle_only_keys(data: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
-    """A solo league given other values than the defaults for BATTLE_ONLY_LEAGUE_KEYS: refused, as its other
-    battle-only keys are (`strong_win_rate`, `reference_bots`). They were taken without a word and changed
-    nothing (`elo.k_factor: 999`), or refused for a reason about win rates (`payoff.decay: 0.5` alone: "must be
-    below 1 / (1 - decay)" of the default min_win_rate_games; a review). The defaults pass: a solo run's
-    config.yaml holds every key."""
-    league = data.get("league")
-    if not isinstance(league, Mapping) or league.get("league_type") != "solo":
-        return
-    for path in BATTLE_ONLY_LEAGUE_KEYS:
-        given: Any = league
-        default: Any = defaults.get("league", {})
-        for key in path:
-            given = given.get(key, _UNSET) if isinstance(given, Mapping) else _UNSET
-            default = default.get(key) if isinstance(default, Mapping) else None
-        if given is _UNSET:
-            continue
-        if isinstance(given, Mapping) and isinstance(default, Mapping):
-            given = deep_merge(default, given)
-        if given != default:
-            raise ConfigError("league." + ".".join(path), "a solo league rates no matches and keeps no win rates "
-                              "(its players are judged by their returns): leave it unset")
-
-
-_UNSET = object()
 
 
 @dataclass(frozen=True)
@@ -792,6 +763,33 @@ def greedy_dqn_note(cfg: Config) -> str | None:
     return (f"DQN player type(s) {', '.join(greedy)} never explore (exploration: null and no eps): their actors act "
             "greedily on the Q-values; set league.<type>.exploration (a run directory saved before DQN leagues got "
             "a default schedule holds null)")
+
+
+BATTLE_ONLY_LEAGUE_KEYS: tuple[str, ...] = (
+    "elo", "trueskill", "payoff.decay", "payoff.min_win_rate_games", "payoff.default_win_rate")
+"""What only a battle league uses: ratings of matches, and the payoff's win rates."""
+
+
+def battle_only_note(cfg: Config) -> str | None:
+    """The start-up warning of `league run` and the coordinator for a solo league given other values than the
+    defaults for BATTLE_ONLY_LEAGUE_KEYS, or None: taken without a word, they changed nothing (`elo.k_factor:
+    999`; a review). A warning, not a refusal: a solo run's config.yaml holds every key, and one an earlier
+    version accepted must still resume."""
+    if cfg.league.league_type != "solo":
+        return None
+    defaults = from_dict(LeagueConfig, default_config_dict()["league"], "league")
+    changed = []
+    for key in BATTLE_ONLY_LEAGUE_KEYS:
+        mine: Any = cfg.league
+        default: Any = defaults
+        for part in key.split("."):
+            mine, default = getattr(mine, part), getattr(default, part)
+        if mine != default:
+            changed.append(f"league.{key}")
+    if not changed:
+        return None
+    return (f"{', '.join(changed)} set, but a solo league rates no matches and keeps no win rates (its players are "
+            "judged by their returns): they change nothing")
 
 
 def _bot_seat_paths(data: Mapping[str, Any]) -> list[str]:

@@ -67,11 +67,13 @@ def checkpoint_env_kwargs(env_kwargs: Mapping[str, Any], league: LeagueConfig, c
     active player whose folder holds it (`<player id>/...`: its versions and its snapshots), merged as its jobs
     merge them (`player_envs`); for any other (a pretrained one), env.kwargs with the view every player shares.
     `league eval` played a solo type's checkpoint with env.kwargs alone: another env than its own `env_kwargs`."""
+    from league_service.player_factory import active_player_id  # (it imports the config, which imports this)
+
     owner = PurePosixPath(checkpoint).parts[0] if checkpoint else ""
     for player in player_envs(env_kwargs, league):
         count = league.active_players[player.player_type]
-        if owner in {f"{player.player_type}_{category}_{i}" for category in league.player_category
-                     for i in range(count)}:  # (`active_player_id`'s ids)
+        if owner in {active_player_id(player.player_type, category, i) for category in league.player_category
+                     for i in range(count)}:
             return dict(player.kwargs)
     return {**env_kwargs, **view_kwargs(env_kwargs, league)}
 

@@ -351,7 +351,7 @@ def test_a_process_that_dies_on_a_full_disk_waits_for_space_uncounted(tmp_path, 
     out. A process that dies while the disk is full now waits for space, said once, then comes back, its
     restart not counted; a coordinator refusing its state there (SQLite's "disk I/O error", exit 2) is no setup
     error (league run's exit 2 said a rerun fails the same way)."""
-    from league_cli.run import MAX_WORKER_RESTARTS
+    from league_cli.run import MAX_WORKER_RESTARTS, SPACE_REMINDER_S
 
     sup = Supervisor(tmp_path, tmp_path / "league.yaml", RunConfig(), learners=1)
     try:
@@ -367,10 +367,41 @@ def test_a_process_that_dies_on_a_full_disk_waits_for_space_uncounted(tmp_path, 
             assert sorted(events) == [f"coordinator exited with 2; {full}: restarted once space is free again",
                                       f"learner-0 exited with 1; {full}: restarted once space is free again"], events
             assert sup.check() == [] and not sup.group.get("learner-0").alive()  # waiting, said once
-        sup.group.forget(sup.group.get("coordinator"))  # (its restart would wait for its port: not this test's)
-        events = sup.check()  # space is back
-        assert events == ["learner-0 exited with 1; restarted (space is free again)"], events
+            sup.waiting_for_space["learner-0"] -= SPACE_REMINDER_S  # ... and again now and then
+            assert sup.check() == [f"learner-0 still waits for space; {full}"]
+        restarted_on: list[int | None] = []
+        sup.start_coordinator = lambda port=None: restarted_on.append(port) or sup.address  # (no real one here)
+        events = sup.check()  # space is back: its exit 2 was the full disk's, no setup error
+        assert sorted(events) == ["coordinator exited with 2; restarted on the same state and port (space is free "
+                                  "again)", "learner-0 exited with 1; restarted (space is free again)"], events
+        assert restarted_on == [1] and not sup.waiting_for_space
         assert sup.group.get("learner-0").alive() and len(sup.restarts["learner-0"]) == MAX_WORKER_RESTARTS
+    finally:
+        sup.group.stop(grace_s=5.0)
+
+
+def test_a_process_still_waiting_for_space_at_the_stop_is_said_so_not_an_unclean_stop(tmp_path, monkeypatch):
+    """A worker that died on the full disk and still waited for space when the budget ended was reported as "did
+    not exit cleanly at the stop" (its exit code of before; a review): said as what happened, exit 1 still."""
+    import io
+
+    from rich.console import Console
+
+    from league_cli.run import _summary
+
+    sup = Supervisor(tmp_path, tmp_path / "league.yaml", RunConfig(), learners=1)
+    try:
+        _dead(sup, "actor-0", 1)
+        with monkeypatch.context() as patch:
+            _full_disk(patch)
+            sup.check()
+        codes = sup.stop()
+        out = io.StringIO()
+        assert _summary(Console(file=out, width=300), "budget spent", 0, codes, None, sup,
+                        tmp_path / "history.jsonl") == 1
+        text = out.getvalue()
+        assert ("actor-0 died while the run directory's disk was full and still waited for space at the stop" in text
+                and "did not exit cleanly" not in text), text
     finally:
         sup.group.stop(grace_s=5.0)
 

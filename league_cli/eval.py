@@ -270,8 +270,9 @@ def load_checkpoint(args: argparse.Namespace, command: str, flag: str = "--check
             print(f"league {command}: the league of {config}", file=sys.stderr)
     store = None
     try:
+        league = _load_league(config)  # (before the checkpoint: a config error is said first)
         store, path = resolve_checkpoint(args.checkpoint, args.shared_root)
-        policy, env_name, env_kwargs = _league_policy_and_env(config, path)
+        policy, env_name, env_kwargs = _policy_and_env(league, path)
         env = make_env(env_name, **env_kwargs)
         try:
             info = env.info()
@@ -412,9 +413,10 @@ def _progression_main(args: argparse.Namespace) -> int:
     try:
         own = args.run_dir / "config.yaml"  # a --config given must be read (a typo ran the embedded league)
         config = args.config if args.config is not None else own if own.exists() else None
+        league = _load_league(config)  # (before the history: a config error is said first)
         status = last_status(args.run_dir / "status_history.jsonl")
         player_id = choose_player(status, args.player)
-        policy, env_name, env_kwargs = _league_policy_and_env(config, player_id)
+        policy, env_name, env_kwargs = _policy_and_env(league, player_id)
         points = args.points or DEFAULT_POINTS
         line = lineage(status, player_id, points)
         store = CheckpointStore(shared_root)
@@ -481,11 +483,19 @@ def _print_progression(report: dict[str, Any], ladder: tuple[str, ...]) -> None:
 def _league_policy_and_env(config: Path | None, checkpoint: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
     """The league's policy, env name and the env kwargs the checkpoint at `checkpoint` (relative to the shared
     root: `<player id>/...`) was trained with (`checkpoint_env_kwargs`)."""
+    return _policy_and_env(_load_league(config), checkpoint)
+
+
+def _load_league(config: Path | None) -> Any:
     # The league config (and its embedded default) belongs to league_service; the CLI layer may read it.
     from league_service.config import load_config
+
+    return load_config(config, for_training=False)  # an older run's league, refused now, still has its checkpoints
+
+
+def _policy_and_env(cfg: Any, checkpoint: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
     from league_service.env_fit import checkpoint_env_kwargs
 
-    cfg = load_config(config, for_training=False)  # an older run's league, refused now, still has its checkpoints
     # The game and view its player trained on, also where its type's own sections set them (a relative
     # perspective set under league.main_player.env_kwargs was evaluated on the absolute board; a solo type's
     # env_kwargs were not played at all).

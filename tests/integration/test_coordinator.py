@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 import grpc
 import pytest
@@ -479,6 +480,20 @@ def test_league_status_watch_stops_at_once_while_the_coordinator_does_not_answer
             proc.wait(30)
 
 
+def _watch_run_dir(run_dir: Path) -> tuple[subprocess.Popen[str], queue.Queue[str], queue.Queue[str]]:
+    """`league status --run-dir RUN_DIR --watch 0.2 --json` as a process: it, its stdout lines, its stderr lines."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "league_service.cli", "status", "--run-dir", str(run_dir), "--watch", "0.2", "--json",
+         "--timeout", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    errors: queue.Queue[str] = queue.Queue()
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [errors.put(line) for line in proc.stderr], daemon=True).start()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    return proc, lines, errors
+
+
 def test_league_status_watch_of_a_run_dir_follows_the_coordinator_to_its_new_port(league, tmp_path):
     """`league run` run again in a directory serves on another port: a watch started before kept calling the old
     one for ever."""
@@ -489,15 +504,7 @@ def test_league_status_watch_of_a_run_dir_follows_the_coordinator_to_its_new_por
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / RUN_PORT_FILE).write_text(f"{restartable_port()}\n")  # the run before: nothing listens there
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "league_service.cli", "status", "--run-dir", str(run_dir), "--watch", "0.2", "--json",
-         "--timeout", "2"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    errors: queue.Queue[str] = queue.Queue()
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [errors.put(line) for line in proc.stderr], daemon=True).start()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    proc, lines, errors = _watch_run_dir(run_dir)
     try:
         assert "UNAVAILABLE" in errors.get(timeout=30) and "(retrying)" in errors.get(timeout=30)
         (run_dir / RUN_PORT_FILE).unlink()  # the run ended: said so, not the old port's UNAVAILABLE again
@@ -526,15 +533,7 @@ def test_league_status_watch_of_a_run_dir_whose_coordinator_is_not_up_yet_waits_
     once = subprocess.run([sys.executable, "-m", "league_service.cli", "status", "--run-dir", str(run_dir)],
                           capture_output=True, text=True, timeout=60)
     assert once.returncode == 1 and "is a `league run` going on there?" in once.stderr, once.stderr
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "league_service.cli", "status", "--run-dir", str(run_dir), "--watch", "0.2", "--json",
-         "--timeout", "2"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    errors: queue.Queue[str] = queue.Queue()
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [errors.put(line) for line in proc.stderr], daemon=True).start()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    proc, lines, errors = _watch_run_dir(run_dir)
     try:
         line = errors.get(timeout=30)
         assert "no `league run` is going on" in line and "waiting for one" in line, line

@@ -335,7 +335,7 @@ class Supervisor:
             if proc.name == "coordinator":
                 events.append(self._restart_coordinator(proc))
                 continue
-            if proc.popen.returncode == SETUP_ERROR_EXIT:
+            if proc.popen.returncode == SETUP_ERROR_EXIT and proc.name not in self.waiting_for_space:
                 raise CannotRunLeague(f"{proc.name} cannot run this league (exit {SETUP_ERROR_EXIT}: bad arguments "
                                       f"or a job it cannot set up, which a restart does not fix); last log lines:\n"
                                       f"{proc.last_words()}")

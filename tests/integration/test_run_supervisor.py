@@ -356,7 +356,7 @@ def test_a_process_that_dies_on_a_full_disk_waits_for_space_uncounted(tmp_path, 
     sup = Supervisor(tmp_path, tmp_path / "league.yaml", RunConfig(), learners=1)
     try:
         sup.address = "127.0.0.1:1"
-        _dead(sup, "learner-0", 1)
+        _dead(sup, "learner-0", 2)  # (a setup error's code: of the full disk here, as the coordinator's)
         _dead(sup, "coordinator", 2)
         now = time.monotonic()
         sup.restarts["learner-0"] = deque([now] * MAX_WORKER_RESTARTS)  # one more counted would end the run
@@ -365,7 +365,7 @@ def test_a_process_that_dies_on_a_full_disk_waits_for_space_uncounted(tmp_path, 
             events = sup.check()
             full = f"the disk of {tmp_path / 'logs'} is full (0 bytes free), and the logs there may not say why"
             assert sorted(events) == [f"coordinator exited with 2; {full}: restarted once space is free again",
-                                      f"learner-0 exited with 1; {full}: restarted once space is free again"], events
+                                      f"learner-0 exited with 2; {full}: restarted once space is free again"], events
             assert sup.check() == [] and not sup.group.get("learner-0").alive()  # waiting, said once
             sup.waiting_for_space["learner-0"] -= SPACE_REMINDER_S  # ... and again now and then
             assert sup.check() == [f"learner-0 still waits for space; {full}"]
@@ -373,7 +373,7 @@ def test_a_process_that_dies_on_a_full_disk_waits_for_space_uncounted(tmp_path, 
         sup.start_coordinator = lambda port=None: restarted_on.append(port) or sup.address  # (no real one here)
         events = sup.check()  # space is back: its exit 2 was the full disk's, no setup error
         assert sorted(events) == ["coordinator exited with 2; restarted on the same state and port (space is free "
-                                  "again)", "learner-0 exited with 1; restarted (space is free again)"], events
+                                  "again)", "learner-0 exited with 2; restarted (space is free again)"], events
         assert restarted_on == [1] and not sup.waiting_for_space
         assert sup.group.get("learner-0").alive() and len(sup.restarts["learner-0"]) == MAX_WORKER_RESTARTS
     finally:

@@ -597,17 +597,25 @@ def test_an_unexpected_error_of_league_run_itself_stops_every_process_and_says_w
     _assert_nothing_left_running(run)
 
 
+HANGUP_DEFAULT = ("import os, signal, sys; signal.signal(signal.SIGHUP, signal.SIG_DFL); "
+                  "os.execv(sys.argv[1], sys.argv[1:])")
+"""A prefix that runs the command after it with SIGHUP's default disposition (kept across exec)."""
+
+
 def test_a_closed_terminal_sighup_stops_the_run_in_order(league_run):
     """SIGHUP (its terminal closed, an ssh session dropped) ended `league run` at once, and its children on the
     parent-death signal all together: no summary, exit -1, actors' last results racing a stopping coordinator.
     Now it stops in order, as for SIGTERM, writing nowhere."""
-    run = league_run(seconds=120)
+    # SIGHUP as a terminal leaves it, also when the tests run under `nohup` (which league run honours: the run then
+    # went on to its budget, and this test passed after 127 s without a stop by SIGHUP).
+    run = league_run(seconds=120, prefix=(sys.executable, "-c", HANGUP_DEFAULT))
     run.wait_for(lambda r: _counter(r, "jobs_finished") >= 1, 120, "a finished job")
     said = len(run.output(tail=None))
     run.proc.send_signal(signal.SIGHUP)
     assert run.finish(timeout_s=120) == 0, run.output()
     _assert_nothing_left_running(run)
-    assert "stopped by SIGHUP" not in run.output(tail=None)[said:]  # (nothing more written once it hung up)
+    after = run.output(tail=None)[said:]
+    assert "stopped by SIGHUP" not in after and "budget spent" not in after, after  # (nothing more written)
     history = _history(run.run_dir)
     assert history and history[-1].get("jobs", []) == []  # the last record taken once every worker stopped
 

@@ -7,7 +7,6 @@ ended in a traceback from deep inside the process.
 from __future__ import annotations
 
 import argparse
-import errno
 import logging
 import math
 import os
@@ -16,6 +15,7 @@ import time
 from pathlib import Path
 
 from common.config import MAX_DURATION_S, is_device
+from common.durable_files import out_of_space
 from common.job_limits import MAX_ENV_NUM
 from common.ports import check_host_port, check_target
 from common.rpc import COORDINATOR_ENV_VAR, SHARED_ROOT_ENV_VAR
@@ -230,7 +230,7 @@ def shared_root_refusal(value: Path | None, writes: str | None = None) -> str | 
             os.close(fd)
             os.unlink(probe)
         except OSError as err:
-            if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            if not out_of_space(err):
                 return (f"--shared-root (or ${SHARED_ROOT_ENV_VAR}) {value}: cannot write in it "
                         f"({err.strerror or err}); {writes}")
     return None

@@ -128,25 +128,19 @@ PROBE_BYTES = 64 << 10
 def _write_refused(directory: Path) -> str | None:
     """Why a write of PROBE_BYTES (fsynced, then removed) in `directory` fails for want of space ("Disk quota
     exceeded"), else None (it succeeds, or fails for another reason)."""
-    probe = directory / f".league-space-probe.{secrets.token_hex(8)}"
+    probe = temp_name(directory / "league-space-probe")
     try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC, 0o600)
+        write_new_file(probe, bytes(PROBE_BYTES))  # (fsynced: a network filesystem may refuse at the flush)
     except OSError as err:
-        return _for_want_of_space(err)
-    try:
-        if os.write(fd, bytes(PROBE_BYTES)) < PROBE_BYTES:  # cut short: the space ran out
-            return os.strerror(errno.ENOSPC)
-        os.fsync(fd)  # (a network filesystem may take the write, then refuse it at the flush)
-        return None
-    except OSError as err:
-        return _for_want_of_space(err)
+        return (err.strerror or os.strerror(err.errno)) if out_of_space(err) else None
     finally:
-        os.close(fd)
         unlink_quietly(probe)
+    return None
 
 
-def _for_want_of_space(err: OSError) -> str | None:
-    return (err.strerror or os.strerror(err.errno)) if err.errno in (errno.ENOSPC, errno.EDQUOT) else None
+def out_of_space(err: OSError) -> bool:
+    """Whether `err` is a write refused for want of space: the disk full, or the user's quota spent."""
+    return err.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def unlink_quietly(path: Path) -> None:

@@ -463,7 +463,6 @@ def _progression_main(args: argparse.Namespace) -> int:
 
 
 def _print_progression(report: dict[str, Any], ladder: tuple[str, ...]) -> None:
-
     from league_service.plain_table import PlainTable
 
     table = PlainTable(title=f"{report['player_id']}: win rate over {report['games']} games per cell, along the run")
@@ -480,12 +479,6 @@ def _print_progression(report: dict[str, Any], ladder: tuple[str, ...]) -> None:
                       "value")
 
 
-def _league_policy_and_env(config: Path | None, checkpoint: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
-    """The league's policy, env name and the env kwargs the checkpoint at `checkpoint` (relative to the shared
-    root: `<player id>/...`) was trained with (`checkpoint_env_kwargs`)."""
-    return _policy_and_env(_load_league(config), checkpoint)
-
-
 def _load_league(config: Path | None) -> Any:
     # The league config (and its embedded default) belongs to league_service; the CLI layer may read it.
     from league_service.config import load_config
@@ -494,6 +487,8 @@ def _load_league(config: Path | None) -> Any:
 
 
 def _policy_and_env(cfg: Any, checkpoint: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    """The league's policy, env name and the env kwargs the checkpoint at `checkpoint` (relative to the shared
+    root: `<player id>/...`) was trained with (`checkpoint_env_kwargs`)."""
     from league_service.env_fit import checkpoint_env_kwargs
 
     # The game and view its player trained on, also where its type's own sections set them (a relative
@@ -519,7 +514,6 @@ def _interval(bounds: tuple[float, float]) -> str:
 
 
 def _print_table(ref: CheckpointRef, env_name: str, result: EvalResult) -> None:
-
     from league_service.plain_table import PlainTable
 
     table = PlainTable(title=f"{ref.path} (v{ref.version}) vs {result.opponent} on {env_name}")
@@ -539,7 +533,6 @@ def _print_table(ref: CheckpointRef, env_name: str, result: EvalResult) -> None:
 
 
 def _print_returns(ref: CheckpointRef, env_name: str, result: ReturnResult) -> None:
-
     from league_service.plain_table import PlainTable
 
     table = PlainTable(title=f"{ref.path} (v{ref.version}) on {env_name}, greedy")

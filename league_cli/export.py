@@ -9,7 +9,6 @@ place), and an existing file is kept unless ``--force``.
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import sys
 from pathlib import Path
@@ -51,7 +50,7 @@ def main(args: argparse.Namespace) -> int:
     import torch
 
     from common.algorithms.policy_export import ExportError, export_policy
-    from common.durable_files import atomic_create, atomic_write, full_disk_note
+    from common.durable_files import atomic_create, atomic_write, full_disk_note, out_of_space
     from league_cli.eval import CheckpointRefused, load_checkpoint
 
     torch.set_num_threads(1)
@@ -81,7 +80,7 @@ def main(args: argparse.Namespace) -> int:
     except FileExistsError:
         return _refuse(f"--out {out} exists: give --force to replace it")
     except OSError as err:
-        if err.errno in (errno.ENOSPC, errno.EDQUOT):  # space may come back: a failure (1), not a usage error (2)
+        if out_of_space(err):  # space may come back: a failure (1), not a usage error (2)
             print(f"league export: --out {out}: {err}{full_disk_note(out)}", file=sys.stderr)
             return FAILURE_EXIT
         return _refuse(f"--out {out}: {err}")

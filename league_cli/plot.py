@@ -8,7 +8,6 @@ everything here reads that file, so a plot can be made after the fact, on any ma
 from __future__ import annotations
 
 import argparse
-import errno
 import io
 import json
 import math
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from common import cli_args
-from common.durable_files import atomic_write, full_disk_note
+from common.durable_files import atomic_write, full_disk_note, out_of_space
 from common.exit_codes import FAILURE_EXIT, SETUP_ERROR_EXIT
 from league_cli.history import HISTORY_FILE
 from league_service.status import REFERENCE_BOT_TYPE
@@ -442,7 +441,7 @@ def plot_main(args: argparse.Namespace) -> int:
     try:
         written = write_plots(args.history, args.out, notes)
     except OSError as err:
-        if err.errno in (errno.ENOSPC, errno.EDQUOT):  # (space may come back: a failure, not a usage error)
+        if out_of_space(err):  # (space may come back: a failure, not a usage error)
             print(f"league plot: --out {args.out}: cannot write there: {err.strerror or err}"
                   f"{full_disk_note(args.out.absolute())}", file=sys.stderr)
             return FAILURE_EXIT

@@ -17,7 +17,6 @@ updates ahead of the last published version meanwhile (`session.MIN_UNPUBLISHED_
 
 from __future__ import annotations
 
-import errno
 import logging
 import math
 import time
@@ -37,6 +36,7 @@ from common.checkpoint_store import (
     UnreadableCheckpointError,
     VersionConflictError,
 )
+from common.durable_files import out_of_space
 from common.policy_config import FRESH_INIT_METADATA, play_metadata
 from learner_service.league_client import BindingLost
 from learner_service.trainer import Progress, Trainer
@@ -60,7 +60,7 @@ class PublishError(Exception):
 
     @property
     def disk_full(self) -> bool:
-        return self.cause.errno in (errno.ENOSPC, errno.EDQUOT)
+        return out_of_space(self.cause)
 
 
 def storage_error(err: BaseException) -> OSError | None:

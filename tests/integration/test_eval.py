@@ -666,7 +666,7 @@ def test_eval_plays_the_view_the_players_trained_on_where_the_player_types_set_i
     config = tmp_path / "league.yaml"
     config.write_text(yaml.safe_dump({"league": {t: {"env_kwargs": {"perspective": "relative"}} for t in
                                                  ("main_player", "main_exploiter", "league_exploiter")}}))
-    _, env_name, env_kwargs = eval_cli._league_policy_and_env(config, "main_exploiter_default_0/v0000000001.pt")
+    _, env_name, env_kwargs = eval_cli._policy_and_env(eval_cli._load_league(config), "main_exploiter_default_0/v0000000001.pt")
     assert env_name == "connect_four" and env_kwargs == {"perspective": "relative"}
 
 
@@ -717,7 +717,7 @@ def test_eval_reads_an_older_runs_config_that_training_now_refuses(tmp_path):
                                                                  "job": {"note": "x"}}}}))
     with pytest.raises(ConfigError):
         load_config(config)  # for training: refused
-    _, env_name, env_kwargs = eval_cli._league_policy_and_env(config, "main_player_default_0")
+    _, env_name, env_kwargs = eval_cli._policy_and_env(eval_cli._load_league(config), "main_player_default_0")
     assert env_name == "connect_four" and env_kwargs == {"perspective": "relative"}  # the main player's view
 
 
@@ -756,7 +756,7 @@ def test_a_checkpoint_is_played_with_the_activation_it_was_trained_with(tmp_path
 
     config = tmp_path / "league.yaml"
     config.write_text(json.dumps({"policy": PPO}))  # tanh
-    tanh = eval_cli._league_policy_and_env(config, "p")[0]  # (the file merged over the embedded league)
+    tanh = eval_cli._policy_and_env(eval_cli._load_league(config), "p")[0]  # (the file merged over the embedded league)
     relu = {**tanh, "model": {**tanh["model"], "activation": "relu"}}
     inputs, actions = policy_specs(make_env("connect_four").info())
     weights = make_computation_task(relu, inputs, actions, "cpu", 0).get_weights()

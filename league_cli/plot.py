@@ -442,8 +442,9 @@ def plot_main(args: argparse.Namespace) -> int:
         written = write_plots(args.history, args.out, notes)
     except OSError as err:
         if out_of_space(err):  # (space may come back: a failure, not a usage error)
-            print(f"league plot: --out {args.out}: cannot write there: {err.strerror or err}"
-                  f"{full_disk_note(args.out.absolute())}", file=sys.stderr)
+            # (`_save` names the image: "cannot write <out>/ratings.png: No space left on device")
+            print(f"league plot: --out {args.out}: {err.strerror or err}{full_disk_note(args.out.absolute())}",
+                  file=sys.stderr)
             return FAILURE_EXIT
         if err.filename is not None and _within(Path(err.filename), args.out):  # ("/proc/x" named no flag)
             print(f"league plot: --out {args.out}: cannot write there: {err.strerror or err}", file=sys.stderr)

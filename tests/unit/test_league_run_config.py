@@ -327,6 +327,34 @@ def test_league_plot_names_the_flag_of_a_path_it_cannot_use(tmp_path, capsys):
 
 
 
+@pytest.mark.parametrize("errno_name", ["ENOSPC", "EDQUOT"])
+def test_league_plot_on_a_full_disk_is_a_failure_naming_the_disk_not_a_usage_error(tmp_path, capsys, monkeypatch,
+                                                                                   errno_name):
+    """Space may come back, so a full disk (or a spent quota) is exit 1 as `league export`'s is, with the disk
+    named; no half-written image is left."""
+    import argparse
+    import errno
+    import os
+
+    from league_cli import plot
+
+    history = tmp_path / "h.jsonl"
+    history.write_text(json.dumps(_record(0, 1000, 1000, [])) + "\n")
+    code = getattr(errno, errno_name)
+
+    def no_space(*args, **kwargs):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(plot, "atomic_write", no_space)
+    monkeypatch.setattr(os, "statvfs", lambda p: os.statvfs_result((4096, 4096, 512, 0, 0, 1000, 900, 900, 0, 255)))
+    out = tmp_path / "plots"
+    assert plot.plot_main(argparse.Namespace(history=history, out=out)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"league plot: --out {out}: cannot write {out / 'ratings.png'}: {os.strerror(code)}"), err
+    assert f"the disk of {out} is full" in err and len(err.strip().splitlines()) == 1, err
+    assert not list(out.glob("*.png"))
+
+
 def test_league_plot_reads_a_run_directory_and_says_what_a_status_snapshot_is(tmp_path, capsys):
     """A CLI review: `--history RUN_DIR` said "Is a directory", a saved `league status --json` (one indented
     document) said only "not JSON", and an --out the system refuses (/proc/x) named no flag."""

@@ -13,9 +13,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # for (a path in them split over two lines). A serial run has no COLUMNS, nor do the processes tests start.
     os.environ.pop("COLUMNS", None)
     # Each of the -n workers runs torch in process and starts learners and actors: with torch's default of a
-    # thread per core in all of them, their OpenMP threads fought for the cores (on CI's two, the DQN smoke test
-    # took 69 s under `make test` and 11 s alone). One thread each, as `league run` gives its processes; the
-    # processes tests start inherit it.
+    # thread per core in all of them, their OpenMP threads fought for the cores (on two, as CI has, the DQN
+    # smoke test took 69 s under `make test` and 11 s alone). One thread each, as `league run` gives its
+    # processes; the processes tests start inherit it.
     for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(_variable, "1")
 

@@ -21,6 +21,7 @@ import pytest
 from common.exit_codes import ADDRESS_IN_USE_EXIT
 from league_service.config import config_from_dict
 from league_service.coordinator import Coordinator, CoordinatorSettings
+from tests.full_disk import pretend_full_disk
 
 
 def league(*argv: str, timeout_s: float = 120.0) -> subprocess.CompletedProcess[str]:
@@ -326,11 +327,10 @@ def test_a_state_that_cannot_be_opened_on_a_full_disk_is_a_failure_naming_the_di
 
     damaged = files["garbage"].with_name("damaged.sqlite")
     damaged.write_bytes(SQLITE_HEADER + b"not a database page\n" * 20)
-    full = os.statvfs_result((4096, 4096, 512, 0, 0, 1000, 900, 900, 0, 255))
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         with monkeypatch.context() as patched:
-            patched.setattr(os, "statvfs", lambda path: full)
+            pretend_full_disk(patched)
             code = main(["coordinator", "--shared-root", str(files["shared"]), "--port", "0",
                          "--state", str(damaged)])
     finally:

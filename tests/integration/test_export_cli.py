@@ -19,6 +19,7 @@ from common.checkpoint_store import CheckpointStore
 from common.envs.policy_view import env_action, player_view, policy_specs, to_play
 from common.envs.registry import make_env
 from league_cli import export as export_cli
+from tests.full_disk import pretend_full_disk
 from tests.integration.test_eval import PPO, publish
 
 # A loader that must not reach this package: every module of ours is refused on import.
@@ -291,8 +292,7 @@ def test_a_full_disk_at_the_write_is_a_failure_not_a_usage_error(tmp_path, capsy
 
     monkeypatch.setattr(durable_files, "atomic_create", no_space)
     if still_full:
-        monkeypatch.setattr(os, "statvfs", lambda p: os.statvfs_result((4096, 4096, 512, 0, 0, 1000, 900, 900, 0,
-                                                                        255)))
+        pretend_full_disk(monkeypatch)
     assert export_cli.main(parse("--checkpoint", path, "--shared-root", str(root), "--config", str(config),
                                  "--out", str(out))) == 1
     err = capsys.readouterr().err

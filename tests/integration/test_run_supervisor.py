@@ -12,6 +12,7 @@ import pytest
 from common.config import ConfigError
 from common.ports import ephemeral_range
 from league_cli.run import RunConfig, Supervisor, learner_stop_timeout
+from tests.full_disk import pretend_full_disk
 
 
 @pytest.fixture
@@ -329,14 +330,6 @@ def test_env_workers_spawned_by_a_child_do_not_import_the_working_directorys_pac
     assert done.stdout.split() == ["the", "users", "env", "0"], done.stderr
 
 
-def _full_disk(monkeypatch):
-    """os.statvfs says every filesystem is full (4 KiB blocks, none free)."""
-    import os
-
-    full = os.statvfs_result((4096, 4096, 512, 0, 0, 1000, 900, 900, 0, 255))
-    monkeypatch.setattr("os.statvfs", lambda path: full)
-
-
 def _dead(sup: Supervisor, name: str, code: int) -> None:
     """Start `name` as a process that exits with `code` at once, and wait until it has."""
     sup.group.start(name, [sys.executable, "-c", f"import sys; sys.exit({code})"])
@@ -361,7 +354,7 @@ def test_a_process_that_dies_on_a_full_disk_waits_for_space_uncounted(tmp_path, 
         now = time.monotonic()
         sup.restarts["learner-0"] = deque([now] * MAX_WORKER_RESTARTS)  # one more counted would end the run
         with monkeypatch.context() as patch:
-            _full_disk(patch)
+            pretend_full_disk(patch)
             events = sup.check()
             full = f"the disk of {tmp_path / 'logs'} is full (0 bytes free), and the logs there may not say why"
             assert sorted(events) == [f"coordinator exited with 2; {full}: restarted once space is free again",
@@ -393,7 +386,7 @@ def test_a_process_still_waiting_for_space_at_the_stop_is_said_so_not_an_unclean
     try:
         _dead(sup, "actor-0", 1)
         with monkeypatch.context() as patch:
-            _full_disk(patch)
+            pretend_full_disk(patch)
             sup.check()
         codes = sup.stop()
         out = io.StringIO()

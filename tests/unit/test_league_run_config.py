@@ -13,6 +13,7 @@ from league_cli.plot import read_history, run_seconds, write_plots
 from league_cli.run import RunConfig, active_player_count
 from league_cli.run_watch import MIN_POLL_S, FailingJobsWatch, StepBudget, StepRate
 from league_service.config import config_from_dict, load_config
+from tests.full_disk import pretend_full_disk
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -346,7 +347,7 @@ def test_league_plot_on_a_full_disk_is_a_failure_naming_the_disk_not_a_usage_err
         raise OSError(code, os.strerror(code))
 
     monkeypatch.setattr(plot, "atomic_write", no_space)
-    monkeypatch.setattr(os, "statvfs", lambda p: os.statvfs_result((4096, 4096, 512, 0, 0, 1000, 900, 900, 0, 255)))
+    pretend_full_disk(monkeypatch)
     out = tmp_path / "plots"
     assert plot.plot_main(argparse.Namespace(history=history, out=out)) == 1
     err = capsys.readouterr().err

@@ -27,6 +27,7 @@ BENCHMARKS: tuple[tuple[str, str], ...] = (
     ("bench.bench_env_manager", "Env managers"),
     ("bench.bench_computation", "ComputationTask.learn"),
     ("bench.bench_checkpoint", "Checkpoint publish + load"),
+    ("bench.bench_exit", "Worker process exit"),
     ("bench.bench_coordinator", "Coordinator RPC"),
     ("bench.bench_load", "Load: 200 simulated workers against one coordinator"),
     ("bench.bench_league_scale", "Opponent choice as the league grows"),

@@ -20,6 +20,7 @@ try:  # (a Ctrl-C here, as the command starts, must say what main() says for one
 
     from common.closed_output import discard_output
     from common.exit_codes import INTERRUPTED_EXIT
+    from common.quick_exit import skip_final_collections_at_exit
     from league_cli.processes import follow_supervisor
 except KeyboardInterrupt:
     # These imports take a few tenths of a second (more on a busy machine), before main() can catch anything: a
@@ -123,6 +124,7 @@ def _sigterm_said_at_start_up(command: str | None) -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    skip_final_collections_at_exit()  # a learner, actor or eval exits ~1.5 s sooner (common/quick_exit.py)
     words = sys.argv[1:] if argv is None else argv
     with _sigterm_said_at_start_up(words[0] if words else None):
         return _main(argv)

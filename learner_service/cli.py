@@ -25,6 +25,7 @@ import time
 
 from common import cli_args
 from common.exit_codes import ADDRESS_IN_USE_EXIT, FAILURE_EXIT, SETUP_ERROR_EXIT
+from common.quick_exit import skip_final_collections_at_exit
 from common.rpc import (
     COORDINATOR_ENV_VAR,
     SHARED_ROOT_ENV_VAR,
@@ -89,6 +90,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    skip_final_collections_at_exit()  # (torch's objects) the learner's exit ~1.5 s sooner: common/quick_exit.py
     # Imported here so that `league --help` does not pay for torch.
     from common.computation.computation_task import describe_device, resolve_device
     from common.rpc import RegistrationError

@@ -52,6 +52,10 @@ def episode_starts(manager, steps: int, kill_after: int | None = None) -> dict[i
         for env_id in manager.step({env_id: 0 for env_id in manager.ready_env if taken[env_id] < steps}):
             taken[env_id] += 1
         note()
+    while len(manager.ready_env) < manager.env_num:  # a reset after the last step, landed or not: wait for it
+        assert time.monotonic() < deadline, f"the envs were not all ready again within 60 s: {manager.ready_env}"
+        manager.step({})
+    note()
     return starts
 
 

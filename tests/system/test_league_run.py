@@ -5,8 +5,8 @@ jobs flow, checkpoints publish, status shows progress, everything exits and noth
 when an actor is killed mid-run (its lease expires, training goes on) and when the learner is killed (it is
 restarted and resumes from its checkpoint: steps never go back), when the coordinator is killed (restarted
 on its state), and when a second run resumes the first's league from the same run directory. The solo run
-ends at its budget; the fault tests end with Ctrl-C once they saw what they wait for (the other way a run
-ends, and minutes less of CI than waiting out each budget).
+ends at its budget; the others end with Ctrl-C once they saw what they wait for (the other way a run ends,
+and minutes less of CI than waiting out each budget).
 """
 
 from __future__ import annotations

@@ -280,10 +280,12 @@ class Supervisor:
                            f"{proc.full_disk_note()}:\n{proc.last_words()}")
 
     def _coordinator_argv(self, port: int) -> list[str]:
+        # No drain: the coordinator is stopped after every worker (`stop`), so nothing is left to answer, and
+        # the default's second was a second of every stop.
         return league_command(
             "coordinator", _path_flag("--config", self.config_path), _path_flag("--shared-root", self.shared_root),
             _path_flag("--state", self.state_path), "--host", "127.0.0.1", "--port", str(port),
-            _path_flag("--port-file", self.run_dir / RUN_PORT_FILE))
+            _path_flag("--port-file", self.run_dir / RUN_PORT_FILE), "--drain", "0")
 
     def _worker_argv(self, name: str) -> list[str]:
         common = ["--coordinator", self.address, _path_flag("--shared-root", self.shared_root), "--worker-id", name]

@@ -59,7 +59,7 @@ log = logging.getLogger("league.coordinator")
 DEFAULT_STATUS_ADDR = "127.0.0.1:50051"
 FAILURE_POLL_S = 0.5  # how soon a failed background thread ends the process
 STOP_POLL_S = 0.1  # how soon Ctrl-C ends a `league status --watch` waiting for the coordinator's answer
-DEFAULT_DRAIN_S = 1.0  # long enough for a health probe or a worker's finish in flight, short for `league run`
+DEFAULT_DRAIN_S = 1.0  # long enough for a health probe or a worker's finish in flight (`league run`: 0)
 
 
 # ---- league coordinator -------------------------------------------------------------------------------------

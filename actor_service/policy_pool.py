@@ -44,6 +44,7 @@ from common.computation.computation_task import ComputationTask, WeightsMismatch
 from common.computation.specs import ActionSpec, DiscreteActionSpec, MultiDiscreteActionSpec
 from common.envs.base import EnvInfo
 from common.envs.policy_view import policy_specs
+from common.job_limits import VERSION_FILE
 from common.paths import UnsafePathError
 from common.policy_config import FRESH_INIT_METADATA, as_published, player_seed
 
@@ -431,5 +432,8 @@ def _reset_to_fresh(slot: PlayerSlot, newest: CheckpointRef | None) -> bool:
 
 
 def _owned_by(path: str, player_id: str) -> bool:
-    """Whether `path` lies in the player's own directory, where its learner publishes."""
-    return path.split("/", 1)[0] == player_id
+    """Whether `path` is one of the player's own versions: a version file in its directory, where its learner
+    publishes. Another file there (a snapshot's name, `v0000000006_1859.pt`, a league's pretrained start copied
+    from another run into a folder of the same player id) is not, and has a version of its own lineage."""
+    folder, _, name = path.partition("/")
+    return folder == player_id and VERSION_FILE.fullmatch(name) is not None

@@ -561,6 +561,27 @@ class CheckpointStore:
             raise
         return snap
 
+    def adopt(self, path: str) -> CheckpointRef:
+        """Record at ``path`` a checkpoint copied there with its manifest from another place (another league's
+        shared root, as a league's pretrained start): that manifest names the old path, which `manifest` refuses
+        (readers would never load the copy). The file is verified against it (size and digest), then a manifest
+        naming ``path``, the old one in its metadata (``copied_from``), replaces it; weights only, as a
+        snapshot's. A manifest that names ``path`` already is returned as it is."""
+        resolved = self.root.resolve(path)
+        manifest = resolved.with_name(resolved.name + MANIFEST_SUFFIX)
+        try:
+            ref = _parse_manifest(_read_small(manifest), path)
+        except FileNotFoundError as e:
+            raise CheckpointNotFoundError(f"{path}: no manifest ({path}{MANIFEST_SUFFIX}): copy a checkpoint "
+                                          f"with its manifest") from e
+        if ref.path == path:
+            return ref
+        with _opened(path, resolved, ref.size) as fd:
+            _read_hashed(fd, path, ref.digest, ref.size, keep=False)
+        adopted = CheckpointRef(path, ref.version, ref.digest, ref.size, {**ref.metadata, "copied_from": ref.path})
+        atomic_write(manifest, _manifest_bytes(adopted))
+        return adopted
+
     def pin(self, path: str) -> None:
         """Keep ``path`` through retention (a marker file, so every process sees it)."""
         self.manifest(path)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from common.config import ConfigError, deep_merge
-from common.job_limits import MANIFEST_SUFFIX, PIN_SUFFIX, TRAINING_STATE_SUFFIX
+from common.job_limits import MANIFEST_SUFFIX, PIN_SUFFIX, TRAINING_STATE_SUFFIX, VERSION_FILE
 from common.paths import SharedRoot, UnsafePathError
 from league_service.checkpoint_copy import SnapshotCopier
 from league_service.config import Config, LeagueConfig, config_to_dict
@@ -1165,7 +1165,8 @@ def _warn_of_checkpoints_already_there(players: Iterable[Player], root: SharedRo
     for player in players:
         folder = root.root / player.player_id
         try:
-            published = folder.is_dir() and ((folder / "latest.json").exists() or any(folder.glob("v*.pt")))
+            published = folder.is_dir() and ((folder / "latest.json").exists()
+                                             or any(VERSION_FILE.fullmatch(p.name) for p in folder.glob("v*.pt")))
         except OSError:
             published = False
         if published:
@@ -1209,3 +1210,26 @@ def _check_pretrained_checkpoints(league: LeagueConfig, root: SharedRoot) -> Non
             raise ConfigError(key, f"{relative!r} does not exist under the shared root {root.root}")
         if not regular:  # a directory (the player's directory named instead of one of its versions, say)
             raise ConfigError(key, f"{relative!r} is not a regular file (a checkpoint is one)")
+        _adopt_if_copied(key, relative, path, root)
+
+
+def _adopt_if_copied(key: str, relative: str, path: Path, root: SharedRoot) -> None:
+    """A pretrained checkpoint copied here with its manifest from another place (another run's shared root)
+    is recorded at its new place: its manifest names the old one, and every learner and actor refused to load
+    it (a review: starting a league from another run's main player failed at its first jobs)."""
+    try:
+        named = json.loads(path.with_name(path.name + MANIFEST_SUFFIX).read_bytes()).get("path")
+    except (OSError, ValueError, AttributeError):
+        return  # no manifest, or none readable here: the loaders say what is wrong with it, as before
+    if named == relative:
+        return
+    # (the store imports torch: only for a copied checkpoint)
+    from common.checkpoint_store import CheckpointError, CheckpointStore
+
+    try:
+        ref = CheckpointStore(root.root).adopt(relative)
+    except (CheckpointError, OSError) as err:
+        message = f"{relative!r}, copied from {named!r}, cannot be recorded at its new place: {err}"
+        raise ConfigError(key, message) from None
+    log.info("%s: recorded %s, a checkpoint copied from %s (version %d), at its new place", key, relative,
+             ref.metadata.get("copied_from"), ref.version)

@@ -164,6 +164,29 @@ def test_a_pretrained_checkpoint_acts_as_the_version_the_league_gives_it(store):
     np.testing.assert_array_equal(value(mutated), value(historical))
 
 
+def test_a_pretrained_checkpoint_copied_into_a_folder_of_the_same_player_id_is_not_taken_for_its_own_version(
+        store, tmp_path_factory):
+    """A new league started from another run's main player: its snapshot file and manifest copied to the same
+    place under the new root, `main_player_default_0/v0000000006_1859.pt`, the only path its manifest allows.
+    The actors took it for the new main player's own version 6 (its folder) against the job's 0 and refused it,
+    then every other player starting from it too: the league's first jobs failed (a review)."""
+    import shutil
+
+    old = CheckpointStore(tmp_path_factory.mktemp("old_run"))
+    old.publish("me", weights(7), 6)
+    snap = old.snapshot("me/v0000000006.pt", "me/v0000000006_1859.pt")
+    (store.root.root / "me").mkdir()
+    for suffix in ("", ".json"):
+        shutil.copy(old.root.root / (snap.path + suffix), store.root.root / (snap.path + suffix))
+    policies = pool(store)
+    launch = policies.launch_policy(PlayerSlot("me", snap.path, 0, True))
+    assert (launch.version, launch.path) == (0, snap.path)
+    other = policies.launch_policy(PlayerSlot("other", snap.path, 0, True))
+    assert (other.version, other.path) == (0, snap.path)
+    np.testing.assert_array_equal(value(launch), value(other))
+    np.testing.assert_array_equal(value(launch), value(pool(old).launch_policy(PlayerSlot("me", "", 0, True))))
+
+
 def test_a_reset_to_a_fresh_initialisation_is_played_before_its_learner_publishes_it(store, tmp_path_factory):
     """A mutation with no pretrained checkpoint resets the player to ("", its next version). Until its learner
     published that reset, the store's newest version holds the weights the reset threw away: actors played

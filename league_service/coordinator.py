@@ -299,12 +299,20 @@ class Coordinator:
                 raise FailedPreconditionError("role", f"worker {worker_id!r} is registered as {known.role.value}, "
                                                       f"not {role.value}")
             previous = self._table.take_over(worker_id, process, self._clock())
+            orphaned: list[str] = []
             if previous is not None:  # usually a restart (a second process with the same id is told when it calls)
                 log.info("worker id %s is used by process %s now, no longer by %s, which is refused from now on",
                          worker_id, process, previous)
+                # Its collect jobs can never be finished now: released below, not left to expire a lease later
+                # as a failed attempt of a worker "gone silent" while the slot idled (a review: a restarted
+                # container keeps its hostname and pid, so its id). A learn job stays: the learner takes its
+                # player up again.
+                leases = self._table.leases
+                orphaned = [j for j in self._table.jobs_of(worker_id) if leases[j].kind is JobKind.COLLECT]
             self._table.register(WorkerInfo(worker_id, role, hostname, data_endpoint, self._clock()))
             self._persist(workers=(self._table.worker(worker_id),))
             self._reply_waits_locked()
+        self._release(worker_id, orphaned, process, f"the process that held it, {previous}, was replaced")
         return Registration(worker_id, self.heartbeat_interval_s, self.lease_timeout_s, self.league_id)
 
     def heartbeat(
@@ -334,15 +342,20 @@ class Coordinator:
         with self._lock:
             self._table.claim(worker_id, process)  # (another process's worker id: refused, as any call of it)
             left = [job_id for job_id in self._table.jobs_of(worker_id) if job_id not in named]
-        for job_id in left:
+        self._release(worker_id, left, process, "its worker left without finishing it")
+
+    def _release(self, worker_id: str, job_ids: Iterable[str], process: str, why: str) -> None:
+        """End the worker's jobs `job_ids` as RELEASED, with no results (nobody will finish them), as `process`,
+        the one using the worker id."""
+        for job_id in job_ids:
             report = FinishReport(worker_id=worker_id, job_id=job_id, status=JobEndStatus.RELEASED, episodes=(),
                                   env_steps=0, agent_steps=0, error="")
             try:
                 self.finish_job(report, process)
             except RequestError as err:  # ended meanwhile (expired, say): nothing left to release
-                log.debug("job %s of leaving worker %s: %s", job_id, worker_id, err)
+                log.debug("job %s of worker %s: %s", job_id, worker_id, err)
                 continue
-            log.info("job %s released: its worker %s left without finishing it", job_id, worker_id)
+            log.info("job %s of worker %s released: %s", job_id, worker_id, why)
 
     def job_wait_s(self, wait_s: float) -> float:
         """How long a GetJob asking to wait `wait_s` may long-poll (checked, capped by max_wait_s)."""

@@ -501,3 +501,27 @@ def test_a_learn_job_carries_its_players_own_env_kwargs(tmp_path):
         assert grant.env_kwargs["game_params"] == {"rows": 5, "columns": 5}
     finally:
         coordinator.close()
+
+
+def test_a_worker_restarted_under_its_id_on_the_same_host_has_its_old_collect_jobs_released(tmp_path):
+    """A restarted container keeps its hostname and pid, so its worker id: the old process's collect jobs,
+    which it can never finish now (it is refused from then on), were left to expire a lease later, counted as
+    a failed attempt of a worker said to have gone silent while the player's launch slot idled (a review)."""
+    coordinator = _open(tmp_path, tmp_path / "state.sqlite")
+    try:
+        old, new = "host/pid 7/aaaa", "host/pid 7/bbbb"
+        coordinator.register_worker("a", WorkerRole.ACTOR, "host", "", process=old)
+        grants = [coordinator.get_job("a", WorkerRole.ACTOR, "", wait_s=0.0, process=old) for _ in range(4)]
+        assert all(isinstance(g, JobGrant) for g in grants)  # every launch slot (2 players x 2)
+        assert isinstance(coordinator.get_job("a", WorkerRole.ACTOR, "", wait_s=0.0, process=old), NoJob)
+        coordinator.register_worker("a", WorkerRole.ACTOR, "host", "", process=new)
+        status = coordinator.status()
+        assert status.jobs == ()
+        counters = status.counters  # ended, none of them an expiry or a failed attempt
+        assert (counters.jobs_finished, counters.jobs_expired, counters.jobs_failed) == (4, 0, 0), counters
+        assert not status.job_failures
+        assert isinstance(coordinator.get_job("a", WorkerRole.ACTOR, "", wait_s=0.0, process=new), JobGrant)
+        with pytest.raises(Exception, match="refused|used by"):  # the old process can finish nothing
+            coordinator.finish_job(FinishReport("a", grants[0].job_id, JobEndStatus.COMPLETED, (), 0, 0, ""), old)
+    finally:
+        coordinator.close()

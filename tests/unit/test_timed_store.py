@@ -14,9 +14,10 @@ from common.busy_clock import BusyClock
 from common.checkpoint_store import CheckpointStore
 from common.timed_store import TimedCheckpointStore
 
-UNTIMED = {"version_path", "wait_for_retention", "close", "pin", "unpin", "prune"}
-"""Names, retention and pins: no read of a checkpoint a worker waits on (pin/unpin/prune are the
-coordinator's, and `pin` reads through `manifest`, which is timed)."""
+UNTIMED = {"version_path", "wait_for_retention", "close", "pin", "unpin", "prune", "adopt"}
+"""Names, retention, pins and adopting a copied checkpoint: no read of a checkpoint a worker waits on
+(pin/unpin/prune are the coordinator's, as `adopt` is at its start, and `pin` reads through `manifest`, which is
+timed)."""
 
 
 class CountingClock(BusyClock):

@@ -420,14 +420,18 @@ class CheckpointStore:
 
     def manifest(self, path: str) -> CheckpointRef:
         """The published manifest of the checkpoint at ``path``."""
-        resolved = self.root.resolve(path)
-        try:
-            ref = _parse_manifest(_read_small(resolved.with_name(resolved.name + MANIFEST_SUFFIX)), path)
-        except FileNotFoundError as e:
-            raise CheckpointNotFoundError(f"{path}: no published checkpoint (no manifest)") from e
+        ref = self._manifest_as_written(path)
         if ref.path != path:
             raise CorruptCheckpointError(f"{path}: manifest describes {ref.path!r}")
         return ref
+
+    def _manifest_as_written(self, path: str) -> CheckpointRef:
+        """The manifest beside ``path``, whatever path it names (`manifest` refuses another; `adopt` records it)."""
+        resolved = self.root.resolve(path)
+        try:
+            return _parse_manifest(_read_small(resolved.with_name(resolved.name + MANIFEST_SUFFIX)), path)
+        except FileNotFoundError as e:
+            raise CheckpointNotFoundError(f"{path}: no published checkpoint (no manifest)") from e
 
     def versions(self, player_id: str, *, skip_unreadable: bool = True) -> list[CheckpointRef]:
         """Published versions of the player still on disk, oldest first. A version whose manifest is damaged is
@@ -513,9 +517,13 @@ class CheckpointStore:
     def verify(self, path: str) -> CheckpointRef:
         """The manifest of ``path`` once its file matches it (size and digest); raises `CheckpointError`."""
         ref = self.manifest(path)
+        self._check_file(path, ref)
+        return ref
+
+    def _check_file(self, path: str, ref: CheckpointRef) -> None:
+        """Raise `CheckpointError` unless the file at ``path`` has ``ref``'s size and digest."""
         with _opened(path, self.root.resolve(path), ref.size) as fd:
             _read_hashed(fd, path, ref.digest, ref.size, keep=False)
-        return ref
 
     def snapshot(self, source: str, dest: str, verify: bool = True) -> CheckpointRef:
         """Freeze ``source`` under the new name ``dest`` (hard link, or a copy where links fail)."""
@@ -567,19 +575,16 @@ class CheckpointStore:
         (readers would never load the copy). The file is verified against it (size and digest), then a manifest
         naming ``path``, the old one in its metadata (``copied_from``), replaces it; weights only, as a
         snapshot's. A manifest that names ``path`` already is returned as it is."""
-        resolved = self.root.resolve(path)
-        manifest = resolved.with_name(resolved.name + MANIFEST_SUFFIX)
         try:
-            ref = _parse_manifest(_read_small(manifest), path)
-        except FileNotFoundError as e:
-            raise CheckpointNotFoundError(f"{path}: no manifest ({path}{MANIFEST_SUFFIX}): copy a checkpoint "
-                                          f"with its manifest") from e
+            ref = self._manifest_as_written(path)
+        except CheckpointNotFoundError as e:
+            raise CheckpointNotFoundError(f"{e}: copy a checkpoint with its manifest") from e
         if ref.path == path:
             return ref
-        with _opened(path, resolved, ref.size) as fd:
-            _read_hashed(fd, path, ref.digest, ref.size, keep=False)
+        self._check_file(path, ref)
         adopted = CheckpointRef(path, ref.version, ref.digest, ref.size, {**ref.metadata, "copied_from": ref.path})
-        atomic_write(manifest, _manifest_bytes(adopted))
+        resolved = self.root.resolve(path)
+        atomic_write(resolved.with_name(resolved.name + MANIFEST_SUFFIX), _manifest_bytes(adopted))
         return adopted
 
     def pin(self, path: str) -> None:

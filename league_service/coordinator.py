@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
+from common.checkpoint_store import CheckpointError, CheckpointStore
 from common.config import ConfigError, deep_merge
 from common.job_limits import MANIFEST_SUFFIX, PIN_SUFFIX, TRAINING_STATE_SUFFIX, VERSION_FILE
 from common.paths import SharedRoot, UnsafePathError
@@ -1236,9 +1237,6 @@ def _adopt_if_copied(key: str, relative: str, path: Path, root: SharedRoot) -> N
         return  # no manifest, or none readable here: the loaders say what is wrong with it, as before
     if named == relative:
         return
-    # (the store imports torch: only for a copied checkpoint)
-    from common.checkpoint_store import CheckpointError, CheckpointStore
-
     try:
         ref = CheckpointStore(root.root).adopt(relative)
     except (CheckpointError, OSError) as err:

@@ -2,7 +2,7 @@
 
 - A checkpoint published by the checkpoint store (it has a `<path>.json` manifest) is frozen by
   `CheckpointStore.snapshot`: a hard link (a copy where linking fails) with a manifest of its own, verified
-  against the source's hash. The store (and torch with it) is imported only then.
+  against the source's hash.
 - Any other file or directory is copied under a temporary name, fsynced and renamed into place, so a reader
   never sees half a checkpoint, nor a crash leaves one. Not hard-linked: a writer of its own format may rewrite its file in place (`torch.save` to
   one fixed path opens the same inode), and every snapshot linked to it changed with it. Symlinks in a
@@ -19,6 +19,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from common.checkpoint_store import CheckpointNotFoundError, CheckpointStore, UnreadableCheckpointError
 from common.durable_files import fsync_dir, fsync_file
 from common.job_limits import MANIFEST_SUFFIX, VERSION_FILE
 from common.paths import SharedRoot, UnsafePathError, check_relative
@@ -49,12 +50,6 @@ class SnapshotCopier:
             self._copy_tree(source, target, self._root.root)
 
     def _snapshot_published(self, src: str, dst: str) -> None:
-        from common.checkpoint_store import (
-            CheckpointNotFoundError,
-            CheckpointStore,
-            UnreadableCheckpointError,
-        )
-
         store = CheckpointStore(self._root.root)
         try:
             existing = store.manifest(dst)

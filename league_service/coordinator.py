@@ -886,8 +886,6 @@ class Coordinator:
         word would take good players out of the league."""
         if not player_ids:
             return set()
-        from common.checkpoint_store import CheckpointError, CheckpointStore
-
         store = CheckpointStore(self._root.root)
         fine = set()
         for pid in player_ids:

@@ -363,6 +363,7 @@ def status_reply(s: CoordinatorStatus) -> league_pb2.LeagueStatus:
                 jobs_held_until=failures.get(p.player_id, no_failures).held_until,
                 last_job_error=failures.get(p.player_id, no_failures).last_error,
                 set_aside=p.set_aside,
+                category=p.category,
             )
             for p in league.players
         ],

@@ -271,6 +271,7 @@ def test_update_player_snapshots_a_plain_file_checkpoint_as_a_copy(league):
     wait_until("a snapshot", historical, 20)
     (snap,) = historical()
     assert snap.parent_id == "main_player_default_0" and snap.checkpoint_version == 3
+    assert snap.category == "default"  # a snapshot keeps its parent's category
     frozen = root / snap.checkpoint_path
     assert frozen.read_bytes() == b"weights" and frozen != ckpt
     assert os.stat(frozen).st_ino != os.stat(ckpt).st_ino  # a copy: its writer may rewrite ckpt.pt in place
@@ -423,6 +424,7 @@ def test_league_status_cli_prints_tables_and_json(league, capsys, monkeypatch):
     assert status_main(parser.parse_args(["--addr", server.address, "--json"])) == 0
     data = json.loads(capsys.readouterr().out)
     assert {p["player_id"] for p in data["players"]} == {"main_player_default_0", "main_exploiter_default_0"}
+    assert {p["category"] for p in data["players"]} == {"default"}
     assert data["counters"]["jobs_issued"] == 2
     monkeypatch.delenv("COLUMNS", raising=False)
     assert status_main(parser.parse_args(["--addr", server.address])) == 0

@@ -245,7 +245,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PlayerStatus(_message.Message):
-    __slots__ = ("player_id", "player_type", "active", "parent_id", "agent_steps", "train_iteration", "checkpoint_path", "checkpoint_version", "elo", "trueskill_mu", "trueskill_sigma", "slots_used", "slots_limit", "learner_worker_id", "snapshots", "mutations", "mean_return", "episodes", "failed_attempts_in_a_row", "jobs_given_up", "jobs_held_until", "last_job_error", "set_aside")
+    __slots__ = ("player_id", "player_type", "active", "parent_id", "agent_steps", "train_iteration", "checkpoint_path", "checkpoint_version", "elo", "trueskill_mu", "trueskill_sigma", "slots_used", "slots_limit", "learner_worker_id", "snapshots", "mutations", "mean_return", "episodes", "failed_attempts_in_a_row", "jobs_given_up", "jobs_held_until", "last_job_error", "set_aside", "category")
     PLAYER_ID_FIELD_NUMBER: _ClassVar[int]
     PLAYER_TYPE_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_FIELD_NUMBER: _ClassVar[int]
@@ -269,6 +269,7 @@ class PlayerStatus(_message.Message):
     JOBS_HELD_UNTIL_FIELD_NUMBER: _ClassVar[int]
     LAST_JOB_ERROR_FIELD_NUMBER: _ClassVar[int]
     SET_ASIDE_FIELD_NUMBER: _ClassVar[int]
+    CATEGORY_FIELD_NUMBER: _ClassVar[int]
     player_id: str
     player_type: str
     active: bool
@@ -292,7 +293,8 @@ class PlayerStatus(_message.Message):
     jobs_held_until: float
     last_job_error: str
     set_aside: str
-    def __init__(self, player_id: _Optional[str] = ..., player_type: _Optional[str] = ..., active: _Optional[bool] = ..., parent_id: _Optional[str] = ..., agent_steps: _Optional[int] = ..., train_iteration: _Optional[int] = ..., checkpoint_path: _Optional[str] = ..., checkpoint_version: _Optional[int] = ..., elo: _Optional[float] = ..., trueskill_mu: _Optional[float] = ..., trueskill_sigma: _Optional[float] = ..., slots_used: _Optional[int] = ..., slots_limit: _Optional[int] = ..., learner_worker_id: _Optional[str] = ..., snapshots: _Optional[int] = ..., mutations: _Optional[int] = ..., mean_return: _Optional[float] = ..., episodes: _Optional[int] = ..., failed_attempts_in_a_row: _Optional[int] = ..., jobs_given_up: _Optional[int] = ..., jobs_held_until: _Optional[float] = ..., last_job_error: _Optional[str] = ..., set_aside: _Optional[str] = ...) -> None: ...
+    category: str
+    def __init__(self, player_id: _Optional[str] = ..., player_type: _Optional[str] = ..., active: _Optional[bool] = ..., parent_id: _Optional[str] = ..., agent_steps: _Optional[int] = ..., train_iteration: _Optional[int] = ..., checkpoint_path: _Optional[str] = ..., checkpoint_version: _Optional[int] = ..., elo: _Optional[float] = ..., trueskill_mu: _Optional[float] = ..., trueskill_sigma: _Optional[float] = ..., slots_used: _Optional[int] = ..., slots_limit: _Optional[int] = ..., learner_worker_id: _Optional[str] = ..., snapshots: _Optional[int] = ..., mutations: _Optional[int] = ..., mean_return: _Optional[float] = ..., episodes: _Optional[int] = ..., failed_attempts_in_a_row: _Optional[int] = ..., jobs_given_up: _Optional[int] = ..., jobs_held_until: _Optional[float] = ..., last_job_error: _Optional[str] = ..., set_aside: _Optional[str] = ..., category: _Optional[str] = ...) -> None: ...
 
 class PayoffEntry(_message.Message):
     __slots__ = ("home", "away", "wins", "draws", "losses", "games", "win_rate", "games_played", "win_rate_is_default")

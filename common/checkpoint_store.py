@@ -142,6 +142,18 @@ class Checkpoint:
     tensors: dict[str, np.ndarray]
 
 
+def check_free_standing(path: str) -> None:
+    """Raise ValueError unless ``path`` can name a checkpoint of no player's series (`CheckpointStore.publish_at`):
+    relative, inside the root, a ``.pt`` file, and not named as a player's version, which actors would take for a
+    version of the player its folder names."""
+    check_relative(path)
+    name = path.rpartition("/")[2]
+    if not name.endswith(".pt"):
+        raise ValueError(f"checkpoint path {path!r} must end with .pt")
+    if VERSION_FILE.fullmatch(name):
+        raise ValueError(f"checkpoint path {path!r}: {name!r} is the name of a player's version; choose another")
+
+
 def snapshot_path(checkpoint_path: str, step: int) -> str:
     """The league's name for a frozen copy: ``p/v0000000012.pt`` at step 5000 -> ``p/v0000000012_5000.pt``."""
     check_relative(checkpoint_path)
@@ -586,6 +598,32 @@ class CheckpointStore:
         resolved = self.root.resolve(path)
         atomic_write(resolved.with_name(resolved.name + MANIFEST_SUFFIX), _manifest_bytes(adopted))
         return adopted
+
+    def publish_at(self, path: str, tensors: Mapping[str, np.ndarray | torch.Tensor],
+                   metadata: Mapping[str, Any] | None = None, *, replace: bool = False) -> CheckpointRef:
+        """Publish weights at the free-standing ``path`` (no player's series of versions: a league's pretrained
+        start, say), as version 0: the file, then its manifest. ``replace``: over a checkpoint published there
+        (its manifest goes first, so no reader pairs it with the new file). Weights only, as a snapshot's."""
+        check_free_standing(path)
+        folder, _, name = path.rpartition("/")
+        metadata = _check_metadata(metadata)
+        # Not the name itself: a symlink planted there would have the weights written where it points.
+        target = (self.root.resolve(folder) if folder else self.root.root) / name
+        manifest_path = target.with_name(name + MANIFEST_SUFFIX)
+        if manifest_path.exists() and not replace:
+            raise FileExistsError(f"{path} is a published checkpoint already")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = temp_name(target)
+        try:
+            written = save_hashed({"format": FORMAT, "version": 0, "tensors": _to_torch(tensors)}, tmp)
+            ref = CheckpointRef(path, 0, written.digest, written.size, metadata)
+            unlink_quietly(manifest_path)
+            os.replace(tmp, target)
+            fsync_dir(target.parent)  # the file is durable under its name before a manifest names it
+            atomic_write(manifest_path, _manifest_bytes(ref))
+        finally:
+            unlink_quietly(tmp)
+        return ref
 
     def pin(self, path: str) -> None:
         """Keep ``path`` through retention (a marker file, so every process sees it)."""

@@ -54,6 +54,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
                "league_cli.eval:add_arguments", "league_cli.eval:main"),
     Subcommand("export", "write a checkpoint's policy as a standalone file (torch.export) that runs with torch alone",
                "league_cli.export:add_arguments", "league_cli.export:main"),
+    Subcommand("import", "publish weights trained elsewhere (a state dict) as a checkpoint a league can start from",
+               "league_cli.weights_import:add_arguments", "league_cli.weights_import:main"),
     Subcommand("health", "check a server's gRPC health (exit 0 when SERVING)",
                "league_cli.health:add_arguments", "league_cli.health:main"),
     Subcommand("plot", "write PNGs of the win-rate matrix and rating curves from a run's status history",

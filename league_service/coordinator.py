@@ -1231,8 +1231,12 @@ def _adopt_if_copied(key: str, relative: str, path: Path, root: SharedRoot) -> N
     it (a review: starting a league from another run's main player failed at its first jobs)."""
     try:
         named = json.loads(path.with_name(path.name + MANIFEST_SUFFIX).read_bytes()).get("path")
+    except FileNotFoundError:
+        log.warning("%s: %s has no manifest: this package's learners and actors load only published checkpoints "
+                    "(`league import FILE --to %s` publishes weights trained elsewhere)", key, relative, relative)
+        return
     except (OSError, ValueError, AttributeError):
-        return  # no manifest, or none readable here: the loaders say what is wrong with it, as before
+        return  # a manifest not readable here: the loaders say what is wrong with it, as before
     if named == relative:
         return
     try:

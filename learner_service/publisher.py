@@ -250,9 +250,7 @@ class CheckpointPublisher:
                                   "training so far is lost", job_path, self.player_id, err, newest + 1)
                         return StartPoint(newest + 1, None, "fresh (no loadable version)", progress, 0, None)
                     if isinstance(err, CheckpointNotFoundError):
-                        raise CheckpointNotFoundError(
-                            f"{err}; the shared root {self.store.root.root} holds no readable version of "
-                            f"{self.player_id} either (is it the league's shared root?)") from err
+                        raise CheckpointNotFoundError(f"{err}; {self._not_found_hint(job_path)}") from err
                     raise
                 # A tampered, corrupt or lost file is never loaded: the newest own version that verifies is the
                 # best left; it is republished above the league's version, so nothing goes back.
@@ -262,6 +260,18 @@ class CheckpointPublisher:
                                   resumed=own)
             return StartPoint(job_version, weights, job_path, progress, 0, None, lineage_from=job_version)
         return StartPoint(job_version, None, "fresh", progress, 0, None, lineage_from=job_version)
+
+    def _not_found_hint(self, job_path: str) -> str:
+        """What a league-named checkpoint that is not published (and no own version) most likely means."""
+        try:
+            there = self.store.root.resolve(job_path).is_file()
+        except (OSError, ValueError):
+            there = False
+        if there:  # weights trained elsewhere, copied in without a manifest
+            return (f"the file is there but was never published: publish weights trained elsewhere with `league "
+                    f"import FILE --to {job_path}`")
+        return (f"the shared root {self.store.root.root} holds no readable version of {self.player_id} either (is "
+                "it the league's shared root?)")
 
     def _newest_readable(self) -> tuple[CheckpointRef | None, Mapping[str, np.ndarray] | None]:
         """The player's newest version that loads; a corrupt one is logged and skipped for the one before.

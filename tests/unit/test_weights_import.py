@@ -1,0 +1,176 @@
+"""`league import`: weights trained elsewhere (a state dict) published as a checkpoint a league can start from.
+
+Learners and actors load only published checkpoints (a manifest beside the file); a `torch.save(state_dict)`
+copied into the share failed every job naming it. The import checks that the file fits the league's network
+and publishes it, free-standing, at the path the league names."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from common.checkpoint_store import CheckpointNotFoundError, CheckpointStore
+from common.policy_config import PolicyConfig, play_metadata
+from league_cli import weights_import
+from league_service.coordinator import Coordinator, CoordinatorSettings
+from league_service.coordinator_testing import small_league_config
+from learner_service.publisher import CheckpointPublisher
+from learner_service.trainer import Progress
+from tests.full_disk import pretend_full_disk
+
+REPO = Path(__file__).resolve().parents[2]
+SOLO_CARTPOLE = "configs/solo_cartpole.yaml"
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    weights_import.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+@pytest.fixture(scope="module")
+def trained() -> dict[str, torch.Tensor]:
+    """The embedded league's network, its weights changed as a training elsewhere would."""
+    network = weights_import.league_network()
+    with torch.no_grad():
+        for p in network.parameters():
+            p.add_(0.25)
+    return {k: v.clone() for k, v in network.state_dict().items()}
+
+
+def _import(tmp_path, capsys, weights, *flags: str) -> tuple[int, str, str]:
+    torch.save(weights, tmp_path / "sl.pt")
+    code = weights_import.main(parse(str(tmp_path / "sl.pt"), "--run-dir", str(tmp_path / "run"), *flags))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_state_dict_is_published_where_the_league_names_it(tmp_path, capsys, trained):
+    code, out, _ = _import(tmp_path, capsys, trained, "--to", "pretrained/sl.pt")
+    assert code == 0, out
+    assert "league.pretrain_checkpoint_path: {default: pretrained/sl.pt}" in out
+    store = CheckpointStore(tmp_path / "run" / "shared")
+    loaded = store.load("pretrained/sl.pt")
+    assert loaded.ref.version == 0 and set(loaded.tensors) == set(trained)
+    for name, value in trained.items():
+        np.testing.assert_array_equal(loaded.tensors[name], value.numpy())
+    # Its play settings recorded as a learner's publish records them: actors build the network with them.
+    policy = weights_import.build_league_network(None).policy
+    assert play_metadata(PolicyConfig.from_mapping(policy)).items() <= loaded.ref.metadata.items()
+    assert loaded.ref.metadata["imported_from"] == str(tmp_path / "sl.pt")
+    # A learner the league starts from it takes these weights (its lineage: the league's version 0).
+    start = CheckpointPublisher(store, "main_player_default_0", "w").choose_start("pretrained/sl.pt", 0, Progress())
+    assert start.lineage_from == 0
+    np.testing.assert_array_equal(next(iter(start.weights.values())), next(iter(trained.values())).numpy())
+
+
+def test_a_wrapped_or_half_precision_state_dict_is_imported(tmp_path, capsys, trained):
+    """Training scripts often save {"state_dict": ..., "epoch": n}, and may train in half precision."""
+    halves = {k: v.half() for k, v in trained.items()}
+    code, out, _ = _import(tmp_path, capsys, {"state_dict": halves, "epoch": 3}, "--to", "sl.pt", "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert sorted(report["cast"]) == sorted(trained) and report["path"] == "sl.pt"
+    loaded = CheckpointStore(tmp_path / "run" / "shared").load("sl.pt")
+    assert all(v.dtype == np.float32 for v in loaded.tensors.values())
+
+
+def test_a_file_in_the_share_is_published_in_place(tmp_path, capsys, trained):
+    root = tmp_path / "run" / "shared"
+    (root / "pre").mkdir(parents=True)
+    torch.save(trained, root / "pre" / "sl.pt")
+    assert weights_import.main(parse(str(root / "pre" / "sl.pt"), "--shared-root", str(root), "--to", "pre/sl.pt")) == 0
+    assert CheckpointStore(root).verify("pre/sl.pt").path == "pre/sl.pt"
+
+
+@pytest.mark.parametrize("weights, flags, message", [
+    (torch.nn.Linear(2, 2), (), "Unsupported global: GLOBAL torch.nn.modules.linear.Linear; save the model's state_dict"),
+    ({"steps": 3, "lr": 0.1}, (), "holds a dict of 2 entries ('steps', 'lr'), not a state dict"),
+    (None, ("--to", "main_player_default_0/v0000000000.pt"), "is the name of a player's version"),
+    (None, ("--to", "sl.pth"), "must end with .pt"),
+    (None, ("--to", "../sl.pt"), "'..' component"),
+])
+def test_what_is_not_imported_is_said_and_nothing_is_written(tmp_path, capsys, trained, weights, flags, message):
+    code, _, err = _import(tmp_path, capsys, trained if weights is None else weights, *(flags or ("--to", "sl.pt")))
+    assert code == 2 and message in err, err
+    assert not [p for p in (tmp_path / "run").rglob("*") if p.is_file()]
+
+
+def test_weights_of_another_network_are_refused_naming_what_differs(tmp_path, capsys, trained):
+    code, _, err = _import(tmp_path, capsys, trained, "--to", "sl.pt", "--config", str(REPO / SOLO_CARTPOLE))
+    assert code == 2 and "weights do not fit the model: missing [" in err and "league_network(CONFIG)" in err
+    assert not (tmp_path / "run" / "shared" / "sl.pt").exists()
+
+
+def test_what_is_at_the_destination_is_kept_without_force(tmp_path, capsys, trained):
+    assert _import(tmp_path, capsys, trained, "--to", "sl.pt")[0] == 0
+    code, _, err = _import(tmp_path, capsys, trained, "--to", "sl.pt")
+    assert code == 2 and "is a published checkpoint already: give --force" in err
+    before = CheckpointStore(tmp_path / "run" / "shared").verify("sl.pt")
+    changed = {k: v + 1 for k, v in trained.items()}
+    assert _import(tmp_path, capsys, changed, "--to", "sl.pt", "--force")[0] == 0
+    assert CheckpointStore(tmp_path / "run" / "shared").verify("sl.pt").digest != before.digest
+    (tmp_path / "run" / "shared" / "other.pt").write_bytes(b"someone's file")
+    code, _, err = _import(tmp_path, capsys, trained, "--to", "other.pt")
+    assert code == 2 and "exists: give --force" in err
+    assert (tmp_path / "run" / "shared" / "other.pt").read_bytes() == b"someone's file"
+
+
+def test_a_shared_root_is_required(tmp_path, capsys, trained, monkeypatch):
+    monkeypatch.delenv("LEAGUE_SHARED_ROOT", raising=False)
+    torch.save(trained, tmp_path / "sl.pt")
+    assert weights_import.main(parse(str(tmp_path / "sl.pt"), "--to", "sl.pt")) == 2
+    assert "--shared-root (or $LEAGUE_SHARED_ROOT) is required (or give --run-dir)" in capsys.readouterr().err
+
+
+def test_publish_at_writes_a_free_standing_checkpoint(tmp_path):
+    store = CheckpointStore(tmp_path)
+    weights = {"w": np.ones((2, 2), np.float32)}
+    ref = store.publish_at("sl/main.pt", weights, {"note": "x"})
+    assert store.verify("sl/main.pt") == ref and ref.metadata == {"note": "x"}
+    with pytest.raises(FileExistsError):
+        store.publish_at("sl/main.pt", weights)
+    replaced = store.publish_at("sl/main.pt", {"w": np.zeros((2, 2), np.float32)}, replace=True)
+    assert store.load("sl/main.pt").tensors["w"].sum() == 0 and replaced.digest != ref.digest
+    assert sorted(p.name for p in (tmp_path / "sl").iterdir()) == ["main.pt", "main.pt.json"]  # no temp left
+    # A symlink planted at the name is replaced, never written through.
+    (tmp_path / "elsewhere.pt").write_bytes(b"keep")
+    (tmp_path / "sl" / "link.pt").symlink_to(tmp_path / "elsewhere.pt")
+    store.publish_at("sl/link.pt", weights)
+    assert (tmp_path / "elsewhere.pt").read_bytes() == b"keep" and not (tmp_path / "sl" / "link.pt").is_symlink()
+
+
+def test_a_bare_weights_file_named_as_pretrained_is_said_with_the_fix(tmp_path, caplog, trained):
+    """The coordinator warns at start, and a learner's refusal names `league import`."""
+    (tmp_path / "sl").mkdir()
+    torch.save(trained, tmp_path / "sl" / "bare.pt")
+    cfg = small_league_config({"league": {"pretrain_checkpoint_path": {"default": "sl/bare.pt"}}})
+    with caplog.at_level(logging.WARNING, logger="league_service.coordinator"):
+        Coordinator(cfg, CoordinatorSettings(shared_root=tmp_path, lease_timeout_s=60.0, needs_learner=False)).close()
+    assert "sl/bare.pt has no manifest" in caplog.text and "league import FILE --to sl/bare.pt" in caplog.text
+    publisher = CheckpointPublisher(CheckpointStore(tmp_path), "main_player_default_0", "w")
+    with pytest.raises(CheckpointNotFoundError, match="never published: publish weights trained elsewhere with "
+                                                      "`league import FILE --to sl/bare.pt`"):
+        publisher.choose_start("sl/bare.pt", 0, Progress())
+
+
+def test_a_full_disk_fails_the_import_and_leaves_nothing(tmp_path, capsys, trained, monkeypatch):
+    """Space may come back: a failure (exit 1), not a usage error, and no temporary file holds space."""
+    import common.checkpoint_store as store_module
+
+    def full(payload, tmp):
+        tmp.write_bytes(b"part")
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp))
+
+    monkeypatch.setattr(store_module, "save_hashed", full)
+    pretend_full_disk(monkeypatch)
+    code, _, err = _import(tmp_path, capsys, trained, "--to", "pre/sl.pt")
+    assert code == 1 and "No space left on device" in err and "disk" in err.split("device", 1)[1], err
+    assert not [p for p in (tmp_path / "run").rglob("*") if p.is_file()]

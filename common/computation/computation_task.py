@@ -165,15 +165,17 @@ class ComputationTask:
             missing, unknown = sorted(set(own) - set(weights)), sorted(set(weights) - set(own))
             if missing or unknown:
                 raise WeightsMismatchError(f"weights do not fit the model: missing {missing}, unknown {unknown}")
-            state = {}
+            state, problems = {}, []
             for name, target in own.items():
                 array = np.asarray(weights[name])
                 if tuple(array.shape) != tuple(target.shape):
-                    raise WeightsMismatchError(
-                        f"weights[{name!r}]: shape {array.shape} != model shape {tuple(target.shape)}")
-                if str(array.dtype) != str(target.dtype).removeprefix("torch."):
-                    raise WeightsMismatchError(f"weights[{name!r}]: dtype {array.dtype} != model dtype {target.dtype}")
-                state[name] = torch.from_numpy(array if array.flags.writeable else array.copy())
+                    problems.append(f"weights[{name!r}]: shape {array.shape} != model shape {tuple(target.shape)}")
+                elif str(array.dtype) != str(target.dtype).removeprefix("torch."):
+                    problems.append(f"weights[{name!r}]: dtype {array.dtype} != model dtype {target.dtype}")
+                else:
+                    state[name] = torch.from_numpy(array if array.flags.writeable else array.copy())
+            if problems:  # every one: weights made elsewhere (`league import`) are fixed in one go, not one a try
+                raise WeightsMismatchError("; ".join(problems))
             self.algorithm.model.load_state_dict(state)
             self.algorithm.on_weights_loaded()
             self._version = version

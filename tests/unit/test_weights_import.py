@@ -109,6 +109,13 @@ def test_weights_of_another_network_are_refused_naming_what_differs(tmp_path, ca
     assert not (tmp_path / "run" / "shared" / "sl.pt").exists()
 
 
+def test_every_tensor_of_another_shape_is_named_at_once(tmp_path, capsys, trained):
+    names = [k for k, v in trained.items() if v.dim() > 1][:2]
+    reshaped = {k: (v.flatten() if k in names else v) for k, v in trained.items()}
+    code, _, err = _import(tmp_path, capsys, reshaped, "--to", "sl.pt")
+    assert code == 2 and all(f"weights[{name!r}]: shape" in err for name in names), err
+
+
 def test_what_is_at_the_destination_is_kept_without_force(tmp_path, capsys, trained):
     assert _import(tmp_path, capsys, trained, "--to", "sl.pt")[0] == 0
     code, _, err = _import(tmp_path, capsys, trained, "--to", "sl.pt")

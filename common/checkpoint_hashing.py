@@ -97,7 +97,14 @@ def save_hashed(payload: dict[str, Any], tmp: Path) -> FileDigest:
 
     with _HashingWriter(tmp, _storage_ranges(payload)) as writer:
         with _without_zip_crc32():
-            torch.save(payload, writer)
+            try:
+                torch.save(payload, writer)
+            except Exception as err:
+                # A Ctrl-C (or SystemExit) mid-save: torch's zip writer, closing on the way out, raises a
+                # RuntimeError ("unexpected pos") of its own that took the interrupt's place.
+                if isinstance(err.__context__, (KeyboardInterrupt, SystemExit)):
+                    raise err.__context__ from None
+                raise
         return writer.finish()
 
 

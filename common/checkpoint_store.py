@@ -613,6 +613,7 @@ class CheckpointStore:
         if manifest_path.exists() and not replace:
             raise FileExistsError(f"{path} is a published checkpoint already")
         target.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temps(target)
         tmp = temp_name(target)
         try:
             written = save_hashed({"format": FORMAT, "version": 0, "tensors": _to_torch(tensors)}, tmp)
@@ -957,6 +958,20 @@ def _check_complete(fd: int, where: str, read: int, size: int, actual: str, dige
         raise CorruptCheckpointError(f"{where}: file changed size while being read")
     if actual != digest:
         raise CorruptCheckpointError(f"{where}: digest does not match the manifest (corrupt or tampered)")
+
+
+def _remove_stale_temps(target: Path) -> None:
+    """Remove the temporary files of earlier writes of `target` (`temp_name`'s) older than `_STALE_TEMP_S`: a
+    writer killed mid-write leaves one as large as the weights, which no publish of a player's versions sweeps
+    (retention does that in players' folders only)."""
+    prefix = "." + target.name + "."
+    now = time.time()
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(target.parent):
+            if entry.name.startswith(prefix) and entry.name.endswith(".tmp"):
+                with contextlib.suppress(OSError):
+                    if now - entry.stat(follow_symlinks=False).st_mtime > _STALE_TEMP_S:
+                        os.unlink(entry.path)
 
 
 def _manifest_bytes(ref: CheckpointRef) -> bytes:

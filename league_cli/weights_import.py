@@ -45,7 +45,8 @@ class LeagueNetwork:
 
 def league_network(config: str | Path | None = None) -> Any:
     """The torch module a league's learners train (the embedded league's without `config`), freshly initialised:
-    train it as you like, `torch.save(module.state_dict(), path)`, and `league import path --to ...`."""
+    train it as you like, `torch.save(module.state_dict(), path)`, and `league import path --config CONFIG
+    --to ...` with the same config."""
     return build_league_network(None if config is None else Path(config)).task.algorithm.model
 
 
@@ -79,8 +80,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where to publish it, relative to the shared root, ending in .pt (pretrained/sl.pt); "
                              "the league names it in league.pretrain_checkpoint_path")
     parser.add_argument("--config", type=cli_args.path, default=None,
-                        help="league YAML whose network the weights are for (default: the run directory's "
-                             "config.yaml with --run-dir, else the embedded league)")
+                        help="the league YAML the weights are for, which the league will run with (default with "
+                             "--run-dir: the run directory's config.yaml, if it has one)")
     root = parser.add_mutually_exclusive_group()
     root.add_argument("--shared-root", type=cli_args.path, default=None,
                       help=f"the shared root to publish under (default ${SHARED_ROOT_ENV_VAR})")
@@ -104,16 +105,23 @@ def main(args: argparse.Namespace) -> int:
         except ValueError as err:  # (UnsafePathError is one)
             raise ImportRefused(f"--to: {err} (a path relative to the shared root)") from None
         root, config = _root_and_config(args)
+        if root.is_dir():  # (a new run directory's is made only once the weights are known to fit)
+            _refuse_to_replace(args, CheckpointStore(root).root.resolve(args.to))
         tensors = read_weights(args.weights)
+        print(f"league import: the network of {config}", file=sys.stderr)
+        network = build_league_network(config, args.to)
+        _refuse_a_players_folder(args.to, network.league)
+        fitted = fit_weights(network.task, tensors)
+        metadata = {**_play_metadata(network.policy), "imported_from": str(Path(os.path.abspath(args.weights)))}
+        root.mkdir(parents=True, exist_ok=True)
         store = CheckpointStore(root)
         destination = store.root.resolve(args.to)  # (inside the root: a link out of it is refused here)
-        if not args.force:
-            _refuse_to_replace(args.weights, destination, args.to)
-        print(f"league import: the network of {config or 'the embedded league'}", file=sys.stderr)
-        network = build_league_network(config, args.to)
-        weights, cast = fit_weights(network.task, tensors)
-        metadata = {**_play_metadata(network.policy), "imported_from": str(Path(os.path.abspath(args.weights)))}
-        ref = store.publish_at(args.to, weights, metadata, replace=args.force)
+        _refuse_to_replace(args, destination)
+        try:
+            ref = store.publish_at(args.to, fitted.weights, metadata, replace=args.force)
+        except FileExistsError:  # another import published it meanwhile
+            raise ImportRefused(f"--to {args.to} is a published checkpoint already: give --force to replace "
+                                "it") from None
     except ImportRefused as err:
         return _refuse(str(err))
     except OSError as err:
@@ -121,57 +129,82 @@ def main(args: argparse.Namespace) -> int:
             note = "" if destination is None else full_disk_note(destination)
             print(f"league import: --to {args.to}: {err}{note}", file=sys.stderr)
             return FAILURE_EXIT
-        return _refuse(f"{err.filename or args.to}: {err.strerror or err}")
+        return _refuse(f"--to {args.to}: {err.strerror or err}")
     except (UnsafePathError, ValueError) as err:  # a config error, a link out of the root, a model the env refuses
         return _refuse(str(err))
     if args.json:
         print(json.dumps({"path": ref.path, "shared_root": str(store.root.root), "version": ref.version,
                           "digest": ref.digest, "size": ref.size, "metadata": dict(ref.metadata),
-                          "cast": cast}, sort_keys=True))
+                          "cast": fitted.cast, "prefix_removed": fitted.prefix_removed}, sort_keys=True))
         return 0
-    print(f"{args.weights} -> {ref.path} under {store.root.root} ({len(weights)} tensors, {ref.size / 1e6:.1f} MB, "
-          f"{network.policy.get('algorithm', 'ppo')} on {network.env_name})")
-    if cast:
-        print(f"  {len(cast)} of its tensors cast to the network's dtype ({', '.join(cast[:3])}"
-              f"{', ...' if len(cast) > 3 else ''})")
+    print(f"{args.weights} -> {ref.path} under {store.root.root} ({len(fitted.weights)} tensors, "
+          f"{ref.size / 1e6:.1f} MB, {network.policy.get('algorithm', 'ppo')} on {network.env_name})")
+    if fitted.prefix_removed:
+        print(f"  the prefix {fitted.prefix_removed!r} of every name removed (DistributedDataParallel, "
+              "torch.compile and wrappers of one's own add one)")
+    if fitted.cast:
+        print(f"  {len(fitted.cast)} of its tensors cast to the network's dtype ({', '.join(fitted.cast[:3])}"
+              f"{', ...' if len(fitted.cast) > 3 else ''})")
     categories = ", ".join(f"{c}: {ref.path}" for c in network.league.player_category)
-    print(f"  start a league from it: league.pretrain_checkpoint_path: {{{categories}}}")
+    print(f"  start the league of {config} from it: league.pretrain_checkpoint_path: {{{categories}}}")
     return 0
 
 
-def _root_and_config(args: argparse.Namespace) -> tuple[Path, Path | None]:
-    """The shared root to publish under and the league config: --run-dir gives both (RUN/shared, made if new;
-    RUN/config.yaml if the run has one)."""
+def _root_and_config(args: argparse.Namespace) -> tuple[Path, Path]:
+    """The shared root to publish under (not made yet) and the league config: --run-dir gives both (RUN/shared;
+    RUN/config.yaml if the run has one). The config is never assumed: its policy decides the network the
+    weights must fit and the play settings recorded with them (the embedded league's, taken for a league of
+    another activation, had its learners train the weights with one activation and its actors play them with
+    another; a review)."""
     config = args.config
     if args.run_dir is not None:
         root = args.run_dir / "shared"
-        try:
-            root.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise ImportRefused(f"--run-dir {args.run_dir}: cannot make {root}: {err.strerror or err}") from None
+        if args.run_dir.exists() and not args.run_dir.is_dir():
+            raise ImportRefused(f"--run-dir {args.run_dir} is not a directory")
         if config is None and (args.run_dir / "config.yaml").is_file():
             config = args.run_dir / "config.yaml"
-        return root, config
-    root = args.shared_root if args.shared_root is not None else env_path(SHARED_ROOT_ENV_VAR)
-    refusal = cli_args.shared_root_refusal(root, writes="the weights are published there")
-    if refusal is not None:
-        raise ImportRefused(f"{refusal} (or give --run-dir)" if root is None else refusal)
+    else:
+        root = args.shared_root if args.shared_root is not None else env_path(SHARED_ROOT_ENV_VAR)
+        refusal = cli_args.shared_root_refusal(root, writes="the weights are published there")
+        if refusal is not None:
+            raise ImportRefused(f"{refusal} (or give --run-dir)" if root is None else refusal)
+    if config is None:
+        raise ImportRefused("--config is required: the league config the weights are for, the one the league will "
+                            "run with (its policy decides the network they must fit and the play settings recorded "
+                            "with them)" + (f"; {args.run_dir} has no config.yaml yet" if args.run_dir else ""))
     return root, config
 
 
-def _refuse_to_replace(weights: Path, destination: Path, to: str) -> None:
+def _refuse_to_replace(args: argparse.Namespace, destination: Path) -> None:
     """Without --force, a checkpoint published at --to, or another file there, is kept. The weights file itself
     at --to (copied into the share first) is not another file: it is published in place."""
     from common.job_limits import MANIFEST_SUFFIX
 
+    if destination.is_dir():
+        raise ImportRefused(f"--to {args.to}: {destination} is a directory")
+    if args.force:
+        return
     if destination.with_name(destination.name + MANIFEST_SUFFIX).exists():
-        raise ImportRefused(f"--to {to} is a published checkpoint already: give --force to replace it")
+        raise ImportRefused(f"--to {args.to} is a published checkpoint already: give --force to replace it")
     try:
-        same = destination.exists() and destination.samefile(weights)
+        same = destination.exists() and destination.samefile(args.weights)
     except OSError:
         same = False
     if destination.exists() and not same:
-        raise ImportRefused(f"--to {to}: {destination} exists: give --force to replace it")
+        raise ImportRefused(f"--to {args.to}: {destination} exists: give --force to replace it")
+
+
+def _refuse_a_players_folder(to: str, league: Any) -> None:
+    """An active player's folder holds its versions and its snapshots, named by the league: an import there
+    could take a snapshot's name, or pass for the player's own weights."""
+    from league_service.player_factory import active_player_id
+
+    folder = to.split("/", 1)[0] if "/" in to else ""
+    players = {active_player_id(t, c, i) for c in league.player_category for t, n in league.active_players.items()
+               for i in range(n)}
+    if folder in players:
+        raise ImportRefused(f"--to {to}: {folder}/ is the folder of the league's active player {folder}, where its "
+                            "versions and snapshots go; choose another (pretrained/...)")
 
 
 def read_weights(path: Path) -> dict[str, Any]:
@@ -179,6 +212,7 @@ def read_weights(path: Path) -> dict[str, Any]:
     checkpoint store's weights file (its manifest lost). torch's weights-only unpickler: a file holding anything
     but tensors and containers raises instead of running code."""
     import pickle
+    import warnings
 
     import torch
 
@@ -187,7 +221,14 @@ def read_weights(path: Path) -> dict[str, Any]:
     try:
         if not path.is_file():
             raise ImportRefused(f"{path}: {'not a file' if path.exists() else 'no such file'}")
-        loaded = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # (a TorchScript archive warned on stderr before it was refused)
+            warnings.simplefilter("ignore")
+            try:  # mapped: a file that also holds an optimizer's state is not read into memory whole
+                loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError as err:
+                if "mmap" not in str(err):
+                    raise
+                loaded = torch.load(path, map_location="cpu", weights_only=True)  # torch's legacy format
     except ImportRefused:
         raise
     except OSError as err:
@@ -209,12 +250,15 @@ def read_weights(path: Path) -> dict[str, Any]:
 
 
 def _load_failure(err: Exception) -> str:
-    """torch's reason in a line: for a refused object, the WeightsUnpickler line naming it (the message around
-    it advises loading with weights_only=False, which runs whatever the file holds)."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    named = [line for line in lines if line.startswith("WeightsUnpickler error:")]
-    reason = (named or lines or [type(err).__name__])[0]
-    return reason.removeprefix("WeightsUnpickler error: ").split(" was not an allowed global")[0]
+    """torch's reason in a line: for a refused object, what the WeightsUnpickler names (the message around it
+    advises loading with weights_only=False, which runs whatever the file holds: never repeated here)."""
+    text = " ".join(str(err).split()).split(" Check the documentation")[0]
+    if "WeightsUnpickler error:" in text:
+        reason = text.split("WeightsUnpickler error:", 1)[1].strip()
+        return reason.split(" was not an allowed global")[0].split(". Please")[0].split(" Please")[0]
+    if text.startswith("Weights only load failed") or not text:
+        return "torch's weights-only loader refused it"
+    return text.split(". ")[0]
 
 
 def _all_tensors(mapping: dict[Any, Any]) -> bool:
@@ -230,31 +274,83 @@ def _describe(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
-def fit_weights(task: Any, tensors: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """The network's weights loaded from `tensors` (every name and shape must match; floating-point tensors of
-    another dtype are cast to the network's, and listed), as the task holds them."""
+@dataclass(frozen=True)
+class FittedWeights:
+    weights: dict[str, Any]
+    """The network's weights, as its task holds them (numpy arrays by name)."""
+    cast: list[str]
+    """The tensors cast to the network's dtype (floating point of another precision)."""
+    prefix_removed: str
+    """A prefix every name had and the network's have not ("module." of DistributedDataParallel), or ""."""
+
+
+def fit_weights(task: Any, tensors: dict[str, Any]) -> FittedWeights:
+    """The network's weights loaded from `tensors`: every name and shape must match (a prefix that every name has
+    and the network's have not is removed), floating-point tensors of another dtype are cast to the network's,
+    and nothing may be NaN or infinite (a league trained from such weights failed every job)."""
+    import numpy as np
     import torch
 
     from common.computation import WeightsMismatchError
 
     own = task.algorithm.model.state_dict()
-    cast: list[str] = []
-    arrays = {}
+    prefix = _wrapper_prefix(tensors, own)
+    tensors = {name[len(prefix):]: value for name, value in tensors.items()}
+    missing, unknown = sorted(set(own) - set(tensors)), sorted(set(tensors) - set(own))
+    if missing or unknown:
+        removed = f" (once the prefix {prefix!r} of every name is removed)" if prefix else ""
+        raise ImportRefused(f"weights do not fit the model{removed}: missing {_names(missing)}, unknown "
+                            f"{_names(unknown)} {_NETWORK_HINT}")
+    cast, arrays, problems = [], {}, []
     for name, value in tensors.items():
-        value = value.detach()
-        target = own.get(name)
-        if target is not None and value.dtype != target.dtype and value.is_floating_point() and target.is_floating_point():
-            cast.append(name)
-            value = value.to(target.dtype)
-        if value.layout != torch.strided:
-            raise ImportRefused(f"weights[{name!r}]: a {value.layout} tensor; save dense tensors")
-        arrays[name] = value.contiguous().numpy()
+        target = own[name]
+        try:
+            if value.layout != torch.strided:
+                raise TypeError(f"a {value.layout} tensor; save dense tensors")
+            value = value.detach()
+            if value.dtype != target.dtype and value.is_floating_point() and target.is_floating_point():
+                cast.append(name)
+                value = value.to(target.dtype)
+            array = value.contiguous().numpy()
+        except (TypeError, RuntimeError, NotImplementedError) as err:  # (a quantized or meta tensor, bfloat16
+            problems.append(f"weights[{name!r}]: {str(err).splitlines()[0]}")  # meant for an int layer, ...)
+            continue
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            problems.append(f"weights[{name!r}]: holds NaN or infinite values")
+            continue
+        arrays[name] = array
+    if problems:
+        raise ImportRefused("; ".join(problems))
     try:
         task.set_weights(arrays, 0)
     except WeightsMismatchError as err:
-        raise ImportRefused(f"{err} (the league's network: `league_cli.weights_import.league_network(CONFIG)` "
-                            "builds it)") from None
-    return task.get_weights(), cast
+        raise ImportRefused(f"{err} {_NETWORK_HINT}") from None
+    return FittedWeights(task.get_weights(), cast, prefix)
+
+
+_NETWORK_HINT = "(the league's network: `league_cli.weights_import.league_network(CONFIG)` builds it)"
+
+
+def _wrapper_prefix(tensors: dict[str, Any], own: dict[str, Any]) -> str:
+    """The dotted prefix every name of `tensors` has ("module." of DistributedDataParallel, "_orig_mod." of
+    torch.compile, a wrapper's own) whose removal gives more of the network's names than the names as they are
+    (then what still differs is what a refusal names), or "" for none."""
+    if not tensors:
+        return ""
+    best, matched = "", len(set(tensors) & set(own))
+    parts = next(iter(tensors)).split(".")
+    for i in range(1, len(parts)):
+        prefix = ".".join(parts[:i]) + "."
+        if not all(name.startswith(prefix) for name in tensors):
+            break
+        found = len({n[len(prefix):] for n in tensors} & set(own))
+        if found > matched:
+            best, matched = prefix, found
+    return best
+
+
+def _names(names: list[str], most: int = 8) -> str:
+    return repr(names) if len(names) <= most else f"{names[:most]!r} and {len(names) - most} more"
 
 
 def _play_metadata(policy: dict[str, Any]) -> dict[str, Any]:

@@ -27,14 +27,16 @@ import re
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from common.checkpoint_store import CheckpointError, CheckpointStore
 from common.config import ConfigError, deep_merge
 from common.job_limits import MANIFEST_SUFFIX, PIN_SUFFIX, TRAINING_STATE_SUFFIX, VERSION_FILE
 from common.paths import SharedRoot, UnsafePathError
+from common.policy_config import as_published
 from league_service.checkpoint_copy import SnapshotCopier
 from league_service.config import Config, LeagueConfig, config_to_dict
 from league_service.coordinator_messages import (
@@ -194,7 +196,7 @@ class Coordinator:
         self._forget_workers_after_s = cfg.coordinator.forget_workers_after_s
         self._next_forget_check = -math.inf
         self._root = SharedRoot(settings.shared_root)
-        _check_pretrained_checkpoints(cfg.league, self._root)
+        _check_pretrained_checkpoints(cfg.league, self._root, cfg.policy)
         self._league = create_league(
             cfg,
             SnapshotCopier(self._root),
@@ -1204,7 +1206,7 @@ def _directory_is_under(root: SharedRoot, relative: str) -> bool:
     return str(parent) not in ("", ".", "/") and _is_under(root, str(parent))
 
 
-def _check_pretrained_checkpoints(league: LeagueConfig, root: SharedRoot) -> None:
+def _check_pretrained_checkpoints(league: LeagueConfig, root: SharedRoot, policy: Mapping[str, Any]) -> None:
     """Every pretrained checkpoint the config names is a file under the shared root: actors and learners load
     it (the league starts from it, mutations reset to it), and one that is not there would fail their jobs
     later, one by one, instead of stopping the coordinator at start with its name."""
@@ -1223,6 +1225,23 @@ def _check_pretrained_checkpoints(league: LeagueConfig, root: SharedRoot) -> Non
         if not regular:  # a directory (the player's directory named instead of one of its versions, say)
             raise ConfigError(key, f"{relative!r} is not a regular file (a checkpoint is one)")
         _adopt_if_copied(key, relative, path, root)
+        _warn_of_other_play_settings(key, relative, root, policy)
+
+
+def _warn_of_other_play_settings(key: str, relative: str, root: SharedRoot, policy: Mapping[str, Any]) -> None:
+    """A pretrained checkpoint that records other play settings (activation, obs_scale, ...) than the league's
+    policy: its learners train it with the league's, its actors play it with its own (as a historical player,
+    and until a learner's first version), so the two disagree about the same weights. Said at start (a review:
+    weights imported for the embedded league, run in a league of another activation, without a word)."""
+    try:
+        metadata = CheckpointStore(root.root).manifest(relative).metadata
+    except CheckpointError:
+        return  # not published: the loaders say so
+    changed = as_published(policy, metadata)[1]
+    if changed:
+        log.warning("%s: %s was made with other play settings than the league's policy (%s, the policy's first): "
+                    "learners train it with the policy's, actors play it as it is with its own", key, relative,
+                    "; ".join(changed))
 
 
 def _adopt_if_copied(key: str, relative: str, path: Path, root: SharedRoot) -> None:

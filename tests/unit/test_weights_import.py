@@ -10,11 +10,14 @@ import argparse
 import errno
 import json
 import logging
+import os
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from common.checkpoint_store import CheckpointNotFoundError, CheckpointStore
 from common.policy_config import PolicyConfig, play_metadata
@@ -45,9 +48,18 @@ def trained() -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in network.state_dict().items()}
 
 
+def _league_file(tmp_path, **model) -> Path:
+    """The league config the weights are for, as a user writes it: the embedded league starting from them."""
+    path = tmp_path / "league.yaml"
+    path.write_text(yaml.safe_dump({"league": {"pretrain_checkpoint_path": {"default": "pretrained/sl.pt"}},
+                                    **({"policy": {"model": model}} if model else {})}))
+    return path
+
+
 def _import(tmp_path, capsys, weights, *flags: str) -> tuple[int, str, str]:
     torch.save(weights, tmp_path / "sl.pt")
-    code = weights_import.main(parse(str(tmp_path / "sl.pt"), "--run-dir", str(tmp_path / "run"), *flags))
+    config = () if "--config" in flags else ("--config", str(_league_file(tmp_path)))
+    code = weights_import.main(parse(str(tmp_path / "sl.pt"), "--run-dir", str(tmp_path / "run"), *config, *flags))
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -86,7 +98,8 @@ def test_a_file_in_the_share_is_published_in_place(tmp_path, capsys, trained):
     root = tmp_path / "run" / "shared"
     (root / "pre").mkdir(parents=True)
     torch.save(trained, root / "pre" / "sl.pt")
-    assert weights_import.main(parse(str(root / "pre" / "sl.pt"), "--shared-root", str(root), "--to", "pre/sl.pt")) == 0
+    assert weights_import.main(parse(str(root / "pre" / "sl.pt"), "--shared-root", str(root), "--to", "pre/sl.pt",
+                                     "--config", str(_league_file(tmp_path)))) == 0
     assert CheckpointStore(root).verify("pre/sl.pt").path == "pre/sl.pt"
 
 
@@ -96,11 +109,13 @@ def test_a_file_in_the_share_is_published_in_place(tmp_path, capsys, trained):
     (None, ("--to", "main_player_default_0/v0000000000.pt"), "is the name of a player's version"),
     (None, ("--to", "sl.pth"), "must end with .pt"),
     (None, ("--to", "../sl.pt"), "'..' component"),
+    (None, ("--to", "main_player_default_0/sl.pt"), "is the folder of the league's active player"),
+    ({"w": torch.zeros(2, dtype=torch.bfloat16), "x": torch.zeros(2, dtype=torch.bfloat16)}, (), "missing ["),
 ])
 def test_what_is_not_imported_is_said_and_nothing_is_written(tmp_path, capsys, trained, weights, flags, message):
     code, _, err = _import(tmp_path, capsys, trained if weights is None else weights, *(flags or ("--to", "sl.pt")))
     assert code == 2 and message in err, err
-    assert not [p for p in (tmp_path / "run").rglob("*") if p.is_file()]
+    assert not (tmp_path / "run").exists()  # (a new run directory is made only for weights that fit)
 
 
 def test_weights_of_another_network_are_refused_naming_what_differs(tmp_path, capsys, trained):
@@ -181,3 +196,73 @@ def test_a_full_disk_fails_the_import_and_leaves_nothing(tmp_path, capsys, train
     code, _, err = _import(tmp_path, capsys, trained, "--to", "pre/sl.pt")
     assert code == 1 and "No space left on device" in err and "disk" in err.split("device", 1)[1], err
     assert not [p for p in (tmp_path / "run").rglob("*") if p.is_file()]
+
+
+def test_the_league_config_is_never_assumed(tmp_path, capsys, trained):
+    """Its policy decides the network and the play settings recorded: the embedded league's, taken for a league
+    of another activation, had learners and actors disagree about the same weights (a review)."""
+    torch.save(trained, tmp_path / "sl.pt")
+    assert weights_import.main(parse(str(tmp_path / "sl.pt"), "--run-dir", str(tmp_path / "run"), "--to", "sl.pt")) == 2
+    assert "--config is required" in capsys.readouterr().err and not (tmp_path / "run").exists()
+    (tmp_path / "run").mkdir()
+    _league_file(tmp_path / "run").rename(tmp_path / "run" / "config.yaml")  # a run directory's own config
+    assert weights_import.main(parse(str(tmp_path / "sl.pt"), "--run-dir", str(tmp_path / "run"), "--to", "sl.pt")) == 0
+
+
+def test_a_wrapper_prefix_is_removed_and_bad_values_are_refused(tmp_path, capsys, trained):
+    ddp = {f"module.{k}": v for k, v in trained.items()}
+    code, out, _ = _import(tmp_path, capsys, ddp, "--to", "ddp.pt", "--json")
+    assert code == 0 and json.loads(out)["prefix_removed"] == "module."
+    name = next(iter(trained))
+    nan = {**trained, name: torch.full_like(trained[name], float("nan"))}
+    code, _, err = _import(tmp_path, capsys, nan, "--to", "nan.pt")
+    assert code == 2 and f"weights[{name!r}]: holds NaN or infinite values" in err
+    assert not (tmp_path / "run" / "shared" / "nan.pt").exists()
+
+
+def test_a_directory_at_the_destination_is_named(tmp_path, capsys, trained):
+    (tmp_path / "run" / "shared" / "sl.pt").mkdir(parents=True)
+    code, _, err = _import(tmp_path, capsys, trained, "--to", "sl.pt", "--force")
+    assert code == 2 and "sl.pt is a directory" in err and ".tmp" not in err
+
+
+def test_the_coordinator_warns_of_a_pretrained_checkpoint_of_other_play_settings(tmp_path, capsys, trained, caplog):
+    assert _import(tmp_path, capsys, trained, "--to", "pretrained/sl.pt")[0] == 0  # the default: relu
+    cfg = small_league_config({"league": {"pretrain_checkpoint_path": {"default": "pretrained/sl.pt"}},
+                               "policy": {"model": {"activation": "tanh"}}})
+    settings = CoordinatorSettings(shared_root=tmp_path / "run" / "shared", lease_timeout_s=60.0, needs_learner=False)
+    with caplog.at_level(logging.WARNING, logger="league_service.coordinator"):
+        Coordinator(cfg, settings).close()
+    assert "pretrained/sl.pt was made with other play settings than the league's policy (activation: tanh -> relu" \
+        in caplog.text
+
+
+def test_publish_at_removes_what_a_killed_write_left(tmp_path):
+    store = CheckpointStore(tmp_path)
+    (tmp_path / "sl").mkdir()
+    old, recent = tmp_path / "sl" / ".main.pt.123.abcd.tmp", tmp_path / "sl" / ".main.pt.456.ef01.tmp"
+    for leftover in (old, recent):
+        leftover.write_bytes(b"half the weights")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    store.publish_at("sl/main.pt", {"w": np.ones(2, np.float32)})
+    assert not old.exists() and recent.exists()  # (one that young may be another import's, under way)
+
+
+def test_a_ctrl_c_mid_save_is_a_keyboard_interrupt(tmp_path, monkeypatch):
+    """torch's zip writer, closing on the way out, raised a RuntimeError of its own in the interrupt's place:
+    `league import` ended in a 40-line traceback and exit 1 instead of exit 130."""
+    from common import checkpoint_hashing
+
+    writes = []
+
+    def interrupted(self, data):
+        writes.append(len(data))
+        if len(writes) == 3:
+            raise KeyboardInterrupt
+        return original(self, data)
+
+    original = checkpoint_hashing._HashingWriter.write
+    monkeypatch.setattr(checkpoint_hashing._HashingWriter, "write", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        CheckpointStore(tmp_path).publish_at("sl.pt", {f"w{i}": np.ones(1000, np.float32) for i in range(8)})
+    assert [p.name for p in tmp_path.iterdir()] == []

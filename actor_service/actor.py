@@ -448,7 +448,8 @@ class Actor:
         if isinstance(err, UnsupportedEnvError):  # a config problem, said in full by its message
             log.error("job %s failed: %s", plan.job_id, message)
         else:
-            log.error("job %s failed", plan.job_id, exc_info=err)
+            # The reason on the line itself: `league run` shows a worker's ERROR lines, not their tracebacks.
+            log.error("job %s failed: %s", plan.job_id, message.splitlines()[0], exc_info=err)
         unloadable = (err.player_id,) if isinstance(err, UnloadableOpponentError) else ()
         outcome = self._finish(plan.job_id, league_pb2.FINISH_STATUS_FAILED, (), env_steps, agent_steps,
                                failure_text(err), unloadable)

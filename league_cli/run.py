@@ -294,7 +294,8 @@ class Supervisor:
             # jobs already handed out name that endpoint.
             port = self.learner_ports.setdefault(name, restartable_port())
             device = spread_device(self.run_cfg.learner_device, int(name.removeprefix("learner-")), gpu_count)
-            argv = league_command("learner", *common, "--host", "127.0.0.1", "--port", str(port), "--device", device)
+            argv = league_command("learner", *common, "--host", "127.0.0.1", "--port", str(port), "--device", device,
+                                  "--env-build-timeout", _seconds_arg(self.run_cfg.env_reset_timeout_s))
             stop_timeout = learner_stop_timeout(self.run_cfg.stop_grace_s)
             if stop_timeout > 0:  # `run.stop_grace_s: 0` kills at once: no backstop fits, and 0 is no --stop-timeout
                 argv += ["--stop-timeout", f"{stop_timeout:g}"]

@@ -81,6 +81,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a checkpoint publish or read still under way after this long (a hung network "
                              "filesystem) lets the learn job's lease expire, so the player can go to another "
                              "learner; 'none': no limit (default 300)")
+    parser.add_argument("--env-build-timeout", type=cli_args.positive_seconds_or_none, default=300.0,
+                        metavar="SECONDS",
+                        help="building a job's env to read its spaces may take this long before the job counts as "
+                             "one the learner cannot set up (an env constructor that hangs); 'none': no limit "
+                             "(default 300)")
     parser.add_argument("--stream-idle-timeout", type=cli_args.positive_seconds, default=60.0, metavar="SECONDS",
                         help="cancel a trajectory stream whose client sent nothing for this long, so frozen or "
                              "stray clients cannot hold the learner's stream slots (actors send again) (default 60)")
@@ -127,6 +132,7 @@ def main(args: argparse.Namespace) -> int:
             device=args.device,
             publish_timeout_s=args.publish_timeout,
             stream_idle_timeout_s=args.stream_idle_timeout,
+            env_build_timeout_s=args.env_build_timeout,
             stop_train_s=min(STOP_TRAIN_S, args.stop_timeout / 4),
         )
         learner = Learner(settings)

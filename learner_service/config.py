@@ -47,6 +47,11 @@ class LearnerSettings:
     went away): the heartbeat stops renewing the learn job's lease, so the league can bind the player to another
     learner. Generous: a large checkpoint on a slow share legitimately takes seconds (None: no limit)."""
 
+    env_build_timeout_s: float | None = 300.0
+    """Building the job's env to read its observation and action spaces may take this long (None: no limit):
+    an env constructor that hangs (a simulator it waits for) left the learner silent for good, holding its
+    player, while the actors gave up on the same constructor after their reset timeout."""
+
     stop_train_s: float = 5.0
     """At a stop, the most time spent training on what was accepted before the final checkpoint; what is left
     then is dropped (logged). A DQN learner owes replay updates for every queued chunk, tens of seconds of them:

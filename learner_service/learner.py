@@ -23,7 +23,7 @@ import grpc
 
 from common.busy_clock import BusyClock, StallWatch
 from common.checkpoint_store import CheckpointError, CheckpointRef, UnreadableCheckpointError
-from common.envs import make_env
+from common.envs import EnvInfo, make_env
 from common.envs.policy_view import policy_specs
 from common.learner_config import LearnerConfig
 from common.policy_config import PolicyConfig, player_seed
@@ -80,18 +80,45 @@ class CoordinatorRefused(Exception):
                          f"{not_a_coordinator_hint(code, address)}")
 
 
-def model_spec(job: LearnJob) -> ModelSpec:
-    """The model of the job's player: policy section + the env's policy view (what actors build too)."""
+def model_spec(job: LearnJob, env_build_timeout_s: float | None = None) -> ModelSpec:
+    """The model of the job's player: policy section + the env's policy view (what actors build too). The env is
+    built (to read its spaces) within `env_build_timeout_s`, else JobSetupError names it."""
     try:
         policy = PolicyConfig.from_mapping(job.policy)
-        env = make_env(job.env_name, **job.env_kwargs)
-        try:
-            obs_specs, action_spec = policy_specs(env.info(), policy.algorithm)
-        finally:
-            env.close()
+        obs_specs, action_spec = policy_specs(_env_info(job, env_build_timeout_s), policy.algorithm)
+    except JobSetupError:
+        raise
     except Exception as err:  # a bad policy section, an unknown env or env kwargs (gymnasium has its own errors)
         raise JobSetupError(f"job {job.job_id} ({job.player_id}): {type(err).__name__}: {err}") from err
     return ModelSpec(policy, obs_specs, action_spec)
+
+
+def _env_info(job: LearnJob, timeout_s: float | None) -> EnvInfo:
+    """The job's env's `info()`, from an env built and closed in a thread of its own, waited for `timeout_s`: a
+    constructor that hangs cannot be interrupted, but the learner need not hang with it (the thread is left to
+    the process's exit, which a setup error brings)."""
+    outcome: list[EnvInfo | BaseException] = []
+
+    def build() -> None:
+        try:
+            env = make_env(job.env_name, **job.env_kwargs)
+            try:
+                outcome.append(env.info())
+            finally:
+                env.close()
+        except BaseException as err:  # (handed to the learner thread, which raises it)
+            outcome.append(err)
+
+    thread = threading.Thread(target=build, name=f"env-build-{job.job_id}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if not outcome:
+        raise JobSetupError(f"job {job.job_id} ({job.player_id}): building env {job.env_name!r} to read its spaces "
+                            f"took over {timeout_s:g} s (its constructor hangs?); the learner's --env-build-timeout "
+                            "(league run: run.env_reset_timeout_s) allows more")
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
 
 
 def learner_config(job: LearnJob) -> LearnerConfig:
@@ -297,7 +324,7 @@ class Learner:
 
     # ---- binding ----------------------------------------------------------------------------------------
     def _open_session(self, job: LearnJob, lease: LeaseKeeper, store_root: Path) -> LearnSession:
-        spec = model_spec(job)
+        spec = model_spec(job, self.settings.env_build_timeout_s)
         config = learner_config(job)
         try:
             return self._start_session(job, lease, store_root, spec, config)

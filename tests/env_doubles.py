@@ -127,6 +127,12 @@ class FlakyEnv(Env):
             spins += 1
 
 
+def hanging_constructor(**kwargs):
+    """An env whose constructor waits (for a simulator, say) until a test sets HANGS_RELEASED: a CountingEnv then."""
+    HANGS_RELEASED.wait()
+    return CountingEnv(**kwargs)
+
+
 def flat_frozen_lake(**kwargs):
     """FrozenLake-v1 (a Discrete observation no model takes) one-hot, as a user's `python:` env would give it:
     a gymnasium env, not an `Env`."""

@@ -564,11 +564,11 @@ def test_a_job_it_cannot_train_fails_with_the_field_named(tmp_path):
     _assert_the_job_fails_at_setup(cfg, tmp_path, r"learner: unknown field\(s\) \['bach_size'\]")
 
 
-def _assert_the_job_fails_at_setup(cfg, tmp_path, match: str) -> None:
+def _assert_the_job_fails_at_setup(cfg, tmp_path, match: str, **settings) -> None:
     """A learner refuses the league's learn job with JobSetupError matching `match` and hands it back."""
     with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
         learner = Learner(LearnerSettings(coordinator=coordinator.address, shared_root=tmp_path, worker_id="l",
-                                          device="cpu", get_job_wait_s=1.0))
+                                          device="cpu", get_job_wait_s=1.0, **settings))
         learner.start()
         try:
             with pytest.raises(JobSetupError, match=match):
@@ -586,6 +586,23 @@ def test_a_model_the_observations_do_not_fit_fails_the_job_with_the_key_named(tm
     config check (which does not know the env's shapes); the learner hands the job back, naming the key."""
     cfg = config_from_dict({"policy": {"algorithm": "ppo", "model": {"conv": []}}})
     _assert_the_job_fails_at_setup(cfg, tmp_path, r"model.conv: the conv stack .*does not fit observations")
+
+
+def test_an_env_whose_constructor_hangs_fails_the_job_after_the_build_timeout(tmp_path):
+    """The learner builds the env to read its spaces: a constructor that hangs left it silent for good, holding
+    its player (a review), while the actors gave up on it after their reset timeout."""
+    from tests.env_doubles import HANGS_RELEASED
+
+    data = load_yaml(REPO / "configs" / "solo_cartpole.yaml")
+    data["env"] = {**data["env"], "name": "python:tests.env_doubles:hanging_constructor"}
+    try:
+        _assert_the_job_fails_at_setup(config_from_dict(data), tmp_path, r"building env 'python:tests.env_doubles:"
+                                       r"hanging_constructor' to read its spaces took over 1 s",
+                                       env_build_timeout_s=1.0)
+    finally:
+        HANGS_RELEASED.set()  # the build thread returns (and its env is closed)
+        time.sleep(0.1)
+        HANGS_RELEASED.clear()
 
 
 def test_diverged_updates_are_rolled_back_and_never_published(tmp_path):

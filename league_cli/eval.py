@@ -374,6 +374,27 @@ def _bad_opponent(opponents: tuple[str, ...]) -> str | None:
     return None
 
 
+def _ladder_for(env_name: str, ladder: tuple[str, ...], *, given: bool) -> tuple[str, ...]:
+    """The ladder the game can be played against: in a game of imperfect information (poker) pyspiel's MCTS would
+    see the hidden cards, and the env refuses it: the default ladder keeps `random` only (it played the first
+    checkpoint, then stopped with no table at the first MCTS bot; a review), and a given one is refused before
+    any game."""
+    from common.envs.bot_spec import BotSpec
+    from league_service.config import imperfect_information
+    from league_service.env_fit import openspiel_game
+
+    game = openspiel_game(env_name)
+    searching = [o for o in ladder if BotSpec.parse(o).kind == "mcts"]
+    if game is None or not searching or not imperfect_information(game):
+        return ladder
+    if given:
+        raise ValueError(f"--opponent {','.join(searching)}: {game!r} is a game of imperfect information, which "
+                         "pyspiel's MCTS would play seeing the hidden information; play it against random")
+    print(f"league eval: {game} is a game of imperfect information: against random only (pyspiel's MCTS would see "
+          "the hidden information)", file=sys.stderr)
+    return tuple(o for o in ladder if o not in searching)
+
+
 def _opponents(text: str) -> tuple[str, ...]:
     return tuple(o.strip() for o in text.split(","))
 
@@ -437,6 +458,7 @@ def _progression_main(args: argparse.Namespace) -> int:
             return _refuse(f"{env_name} is a single-player env: --run-dir plays two-player games against bots; "
                            f"evaluate one of its checkpoints with --checkpoint {args.run_dir / 'shared' / '<player id>'} (a "
                            "checkpoint of a run directory is played with the run's own config)")
+        ladder = _ladder_for(env_name, ladder, given=args.opponent is not None)
 
         def play(point: LineagePoint, opponent: str) -> dict[str, Any]:
             task, _ = load_policy(store, point.checkpoint_path, policy, info, seed=args.seed)

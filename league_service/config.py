@@ -580,7 +580,7 @@ class Config:
                               "reference bots itself, in the jobs that name them")
         searching = [text for text in self.league.reference_bots if BotSpec.parse(text).kind == "mcts"]
         game = name.removeprefix(OPENSPIEL_PREFIX)
-        if searching and name.startswith(OPENSPIEL_PREFIX) and _imperfect_information(game):
+        if searching and name.startswith(OPENSPIEL_PREFIX) and imperfect_information(game):
             # The env refuses such a bot (pyspiel's MCTS searches the true state: it would see the hidden cards),
             # but only in the actors, one failed job after another against it for as long as the league ran.
             raise ConfigError("league.reference_bots", f"{searching} cannot play {game!r}, a game of imperfect "
@@ -589,7 +589,7 @@ class Config:
                               "cannot drop them: start a new league)")
 
 
-def _imperfect_information(game: str) -> bool:
+def imperfect_information(game: str) -> bool:
     """OpenSpiel's game `game` is one of imperfect information (False for a game it does not know: the env says)."""
     import pyspiel
 

@@ -811,3 +811,16 @@ def test_a_shared_root_that_is_no_directory_is_named_as_it_was_given(tmp_path, c
     assert f"$LEAGUE_SHARED_ROOT {tmp_path / 'nope'} is not a directory" in capsys.readouterr().err
     assert module.main(parser.parse_args(["--checkpoint", "p", "--shared-root", str(tmp_path / "nope2"), *extra])) == 2
     assert f"--shared-root {tmp_path / 'nope2'} is not a directory" in capsys.readouterr().err
+
+
+def test_the_run_dir_ladder_of_a_game_of_imperfect_information_is_random_only(capsys):
+    """pyspiel's MCTS would see the hidden cards, and the env refuses it: `eval --run-dir` on a leduc league
+    played the first checkpoint against random, then stopped with no table at the default ladder's first MCTS
+    bot (a review)."""
+    from league_cli.progression import DEFAULT_LADDER
+
+    assert eval_cli._ladder_for("openspiel:leduc_poker", DEFAULT_LADDER, given=False) == ("random",)
+    assert "a game of imperfect information: against random only" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="--opponent mcts:10: 'leduc_poker' is a game of imperfect information"):
+        eval_cli._ladder_for("openspiel:leduc_poker", ("random", "mcts:10"), given=True)
+    assert eval_cli._ladder_for("connect_four", DEFAULT_LADDER, given=False) == DEFAULT_LADDER

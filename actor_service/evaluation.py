@@ -323,9 +323,16 @@ class ReturnResult:
     min_return: float
     max_return: float
     mean_length: float
+    cut_episodes: int = 0
+    """Episodes ended at `max_steps` (the env ended none of them itself)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+DEFAULT_MAX_EPISODE_STEPS = 100_000
+"""Steps after which `play_episodes` ends an episode its env has not ended: an env without a time limit (a
+custom one without gymnasium's TimeLimit) kept `league eval` playing its first episode for good (a review)."""
 
 
 def play_episodes(
@@ -336,13 +343,15 @@ def play_episodes(
     seed: int = 0,
     greedy: bool = True,
     on_episode: Callable[[int], None] | None = None,
+    max_steps: int = DEFAULT_MAX_EPISODE_STEPS,
 ) -> ReturnResult:
-    """`episodes` episodes of `task` alone in a single-player env, each seeded from (`seed`, its index);
+    """`episodes` episodes of `task` alone in a single-player env, each seeded from (`seed`, its index), each
+    ended after `max_steps` steps if its env has not ended it (counted in `cut_episodes`);
     `on_episode(episodes played)` after each."""
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     env = make_env(env_name, **env_kwargs)
-    returns, lengths = [], []
+    returns, lengths, cut = [], [], 0
     try:
         info = env.info()
         if info.num_players != 1:
@@ -362,6 +371,9 @@ def play_episodes(
                 obs = ts.obs
                 if ts.terminated or ts.truncated:
                     break
+                if length >= max_steps:
+                    cut += 1
+                    break
             returns.append(total)
             lengths.append(length)
             if on_episode is not None:
@@ -370,7 +382,7 @@ def play_episodes(
         env.close()
     values = np.asarray(returns)
     return ReturnResult(episodes, float(values.mean()), float(values.std()), float(values.min()),
-                        float(values.max()), float(np.mean(lengths)))
+                        float(values.max()), float(np.mean(lengths)), cut)
 
 
 def _decide(

@@ -62,6 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"latest (default {DEFAULT_POINTS})")
     parser.add_argument("--games", type=cli_args.positive_int, default=20,
                         help="games to play (seats alternate); episodes, in a single-player env (default 20)")
+    parser.add_argument("--max-episode-steps", type=cli_args.positive_int, default=None, metavar="N",
+                        help="a single-player env's episode is ended after N steps if the env has not ended it (an "
+                             "env without a time limit), and counted as cut (default 100,000)")
     parser.add_argument("--config", type=cli_args.path, default=None,
                         help="league YAML whose policy and env to use (default: the config.yaml of the league run "
                              "directory the checkpoint lies in, else the embedded league)")
@@ -95,7 +98,7 @@ def main(args: argparse.Namespace) -> int:
         return _refuse("--against plays another checkpoint, --opponent reference bots: give one of them")
     import torch
 
-    from actor_service.evaluation import play_against_bot, play_episodes
+    from actor_service.evaluation import DEFAULT_MAX_EPISODE_STEPS, play_against_bot, play_episodes
 
     torch.set_num_threads(1)
     opponents = _opponents("random" if args.opponent is None else args.opponent)
@@ -114,12 +117,16 @@ def main(args: argparse.Namespace) -> int:
         if given is not None:
             return _refuse(f"{given}: {env_name} is a single-player env; eval plays --games episodes of it alone and "
                            "reports their returns")
+        max_steps = args.max_episode_steps or DEFAULT_MAX_EPISODE_STEPS
         try:
             with _games_progress(f"{env_name} alone", args.games) as on_episode:
                 returns = play_episodes(task, env_name, env_kwargs, args.games, seed=args.seed,
-                                        on_episode=on_episode)
+                                        on_episode=on_episode, max_steps=max_steps)
         except (ValueError, OSError) as err:
             return _refuse(str(err))
+        if returns.cut_episodes:
+            print(f"league eval: {returns.cut_episodes} of {returns.episodes} episodes were ended at {max_steps:,} "
+                  f"steps, which {env_name} had not ended (--max-episode-steps)", file=sys.stderr)
         if args.json:
             print(json.dumps({"checkpoint": ref.path, "version": ref.version, "env": env_name,
                               **returns.to_dict()}))

@@ -824,3 +824,14 @@ def test_the_run_dir_ladder_of_a_game_of_imperfect_information_is_random_only(ca
     with pytest.raises(ValueError, match="--opponent mcts:10: 'leduc_poker' is a game of imperfect information"):
         eval_cli._ladder_for("openspiel:leduc_poker", ("random", "mcts:10"), given=True)
     assert eval_cli._ladder_for("connect_four", DEFAULT_LADDER, given=False) == DEFAULT_LADDER
+
+
+def test_an_episode_its_env_never_ends_is_cut_at_the_step_limit():
+    """A custom env without a time limit kept `league eval` playing its first episode for good (a review)."""
+    env_name, kwargs = "python:tests.env_doubles:CountingEnv", {"length": 10**9}
+    inputs, actions = policy_specs(make_env(env_name, **kwargs).info())
+    task = make_computation_task({"algorithm": "ppo", "model": {"hidden": [8]}}, inputs, actions, "cpu", 0)
+    result = evaluation.play_episodes(task, env_name, kwargs, 3, max_steps=40)
+    assert (result.episodes, result.cut_episodes, result.mean_length) == (3, 3, 40.0)
+    ended = evaluation.play_episodes(task, env_name, {"length": 5}, 2, max_steps=40)
+    assert (ended.cut_episodes, ended.mean_length) == (0, 5.0)

@@ -38,14 +38,16 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 class PlainEnv(Env):
     """Observation [t] (or [`value`]) of float32, or of `obs_dtype` from step `bad_from` on (0: the reset on);
     endless episodes.
-    `lock_at`: at that step its info carries a lock, which cannot be pickled. `obs_none`: no observations at all."""
+    `lock_at`: at that step its info carries a lock, which cannot be pickled (and an entry that can);
+    `reward_lock_at`: at that step its reward is a lock. `obs_none`: no observations at all."""
 
     def __init__(self, obs_dtype: str = "float32", value: float | None = None, bad_from: int = 0, lock_at: int = 0,
-                 obs_none: bool = False) -> None:
+                 obs_none: bool = False, reward_lock_at: int = 0) -> None:
         self._obs_dtype = np.dtype(obs_dtype)
         self._value = value
         self._bad_from = bad_from
         self._lock_at = lock_at
+        self._reward_lock_at = reward_lock_at
         self._obs_none = obs_none
         self._t = 0
 
@@ -61,8 +63,9 @@ class PlainEnv(Env):
 
     def step(self, action: int) -> TimeStep:
         self._t += 1
-        info = StepInfo(extra={"lock": threading.Lock()}) if self._t == self._lock_at else NO_INFO
-        return TimeStep(self._obs(), 1.0, False, False, info)
+        info = StepInfo(extra={"lock": threading.Lock(), "kept": 7}) if self._t == self._lock_at else NO_INFO
+        reward = threading.Lock() if self._t == self._reward_lock_at else 1.0
+        return TimeStep(self._obs(), reward, False, False, info)
 
     def _obs(self) -> np.ndarray | None:
         if self._obs_none:
@@ -189,15 +192,16 @@ def test_an_exception_from_env_info_is_the_env_failure_with_its_traceback(launch
 
 
 def test_a_step_result_that_cannot_be_pickled_is_the_env_failure_and_its_worker_lives_on(launched):
-    """A lock in the info dict made the step reply fail to pickle, which killed the worker (SIGKILL-like: its
-    siblings lost their episodes) without a word about why. Now it is env 1's failure alone, with the pickling
-    error's traceback; env 1 is rebuilt in the same worker."""
-    manager = launched([PlainEnv, partial(PlainEnv, lock_at=2), PlainEnv], num_workers=1, max_retry=1, wait_num=3)
+    """A step reply that failed to pickle killed the worker (SIGKILL-like: its siblings lost their episodes)
+    without a word about why. Now it is env 1's failure alone, with the pickling error's traceback; env 1 is
+    rebuilt in the same worker."""
+    manager = launched([PlainEnv, partial(PlainEnv, reward_lock_at=2), PlainEnv], num_workers=1, max_retry=1,
+                       wait_num=3)
     pids = manager.worker_pids
     _step(manager)
     out = _step(manager)
     failure = out[1].info.failure
-    assert out[1].truncated and "step info cannot be pickled" in failure and "lock" in failure, out[1]
+    assert out[1].truncated and "step reward cannot be pickled" in failure and "lock" in failure, out[1]
     assert not out[0].info.failure and not out[2].info.failure and out[0].obs[0] == 2.0
     while manager.ready_env != [0, 1, 2]:
         _step(manager)
@@ -207,6 +211,17 @@ def test_a_step_result_that_cannot_be_pickled_is_the_env_failure_and_its_worker_
         _step(manager)
     assert raised.value.env_id == 1 and isinstance(raised.value.__cause__, TypeError)
     assert "Traceback" in str(raised.value) and "pickle" in str(raised.value)
+
+
+def test_a_step_info_entry_that_cannot_be_pickled_is_dropped_and_the_env_steps_on(launched):
+    """The env's own info dict (`StepInfo.extra`) with a lock in it failed the env at every step under this
+    manager, while the in-process one ran it (a review): now that entry alone is left out."""
+    manager = launched([PlainEnv, partial(PlainEnv, lock_at=2)], num_workers=1, max_retry=0, wait_num=2)
+    _step(manager)
+    out = _step(manager)
+    assert not out[1].info.failure and not out[1].truncated and dict(out[1].info.extra) == {"kept": 7}, out[1]
+    _step(manager)
+    assert manager.failure_counts == {0: 0, 1: 0}
 
 
 # ---- 7. observations that are None ---------------------------------------------------------------------

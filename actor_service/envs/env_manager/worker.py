@@ -58,7 +58,7 @@ from actor_service.envs.env_manager.failure import EnvFailure
 from actor_service.envs.env_manager.obs_check import ObsConform
 from actor_service.envs.env_manager.pipe import MessagePipe
 from actor_service.envs.env_manager.shared_memory import RESET_SLOT, ObsBuffer, ObsLayout
-from common.envs.base import NO_INFO, Env, EnvInfo
+from common.envs.base import NO_INFO, Env, EnvInfo, StepInfo
 
 logger = logging.getLogger(__name__)
 
@@ -318,6 +318,9 @@ def _without_unpicklable(reply: Any, error: Exception) -> Any:
                 lost[env_id] = failure
         for result in results:
             env_id, reward, _, _, info, obs, _, reset_obs = result
+            if isinstance(info, StepInfo) and info.extra:
+                info = _without_unpicklable_extra(env_id, info)
+                result = (*result[:4], info, *result[5:])
             failure = _pickling_failure(env_id, "step", (("reward", reward), ("info", info), ("observation", obs),
                                                          ("reset observation", reset_obs)))
             if failure is None:
@@ -337,6 +340,28 @@ def _without_unpicklable(reply: Any, error: Exception) -> Any:
                 failures.append(failure)
         return ResetReply(tuple(kept), tuple(failures))
     raise error  # not an env's doing
+
+
+_DROPPED_EXTRA: set[str] = set()
+"""Step-info keys already said to be dropped (said once per worker, not at every step)."""
+
+
+def _without_unpicklable_extra(env_id: int, info: StepInfo) -> StepInfo:
+    """`info` without the entries of its `extra` (the env's own info dict) that cannot be pickled: a lock or a
+    handle there failed the env at every step under this manager while the in-process one ran it (a review);
+    nothing of ours reads `extra`, and the entries that can go still do."""
+    kept = {}
+    for key, value in info.extra.items():
+        try:
+            pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            if str(key) not in _DROPPED_EXTRA:
+                _DROPPED_EXTRA.add(str(key))
+                logger.warning("env worker: env %d's step info %r cannot be pickled to go to the env manager (%s: "
+                               "%s); dropped from the info of its steps", env_id, key, type(exc).__name__, exc)
+            continue
+        kept[key] = value
+    return dataclasses.replace(info, extra=kept)
 
 
 def _pickling_failure(env_id: int, stage: str, parts: tuple[tuple[str, Any], ...]) -> EnvFailure | None:

@@ -294,7 +294,8 @@ def _check_openspiel_kwargs(name: str, player: PlayerEnv) -> None:
         if key not in takes:
             raise ConfigError(player.sources.get(key, f"env.kwargs.{key}"),
                               f"an OpenSpiel env takes {', '.join(takes)}, not {key!r}")
-    problem = perspective_problem(openspiel_game(name) or name, player.kwargs.get("perspective", "absolute"))
+    problem = perspective_problem(openspiel_game(name) or name, player.kwargs.get("perspective", "absolute"),
+                                  player.kwargs.get("game_params"))
     if problem is not None:
         raise ConfigError(player.sources.get("perspective", "env.kwargs.perspective"), problem)
 

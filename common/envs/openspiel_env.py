@@ -50,13 +50,19 @@ PERSPECTIVES = ("absolute", "relative")
 PIECE_PLANES: dict[str, tuple[int, int]] = {"connect_four": (0, 1), "tic_tac_toe": (2, 1)}
 
 
-def perspective_problem(game: str, perspective: str) -> str | None:
-    """What is wrong with `perspective` for `game` (None: nothing): the env's check, which config load makes too."""
+def perspective_problem(game: str, perspective: str, game_params: Mapping[str, Any] | None = None) -> str | None:
+    """What is wrong with `perspective` for `game` loaded with `game_params` (None: nothing): the env's check, which
+    config load makes too."""
     if perspective not in PERSPECTIVES:
         return f"must be one of {', '.join(PERSPECTIVES)}, got {perspective!r}"
     if perspective == "relative" and game not in PIECE_PLANES:
         return (f"'relative' is defined only for {', '.join(sorted(PIECE_PLANES))} (games whose pieces lie in one "
                 f"plane per player), not {game!r}")
+    if perspective == "relative" and (game_params or {}).get("egocentric_obs_tensor") in (True, "true", "True"):
+        # The game's tensor shows each player its own pieces first already: swapped again, the second player
+        # saw the board the other way round, with no word (a review).
+        return ("'relative' with game_params.egocentric_obs_tensor: the game's own tensor already shows each player "
+                "its own pieces first, and 'relative' would swap them back; keep one of the two")
     return None
 
 
@@ -155,7 +161,7 @@ class OpenSpielEnv(Env):
         bots: Mapping[Any, BotSpec | str] | None = None,
         perspective: str = "absolute",
     ) -> None:
-        if (problem := perspective_problem(game, perspective)) is not None:
+        if (problem := perspective_problem(game, perspective, game_params)) is not None:
             raise ValueError(f"OpenSpielEnv: perspective {problem}")
         self._piece_planes = PIECE_PLANES[game] if perspective == "relative" else None
         self._game = pyspiel.load_game(game, _typed_params(game, game_params or {}))

@@ -65,7 +65,9 @@ def _obs_converter(spec: ObsSpec) -> Callable[[Any], Any] | None:
 class GymEnv(Env):
     """Wraps a gymnasium env given by id (`GymEnv("CartPole-v1")`, kwargs go to `gymnasium.make`) or factory."""
 
-    def __init__(self, env: str | Callable[[], gymnasium.Env], **make_kwargs: Any) -> None:
+    def __init__(self, env: str | Callable[[], gymnasium.Env], *, env_name: str | None = None,
+                 **make_kwargs: Any) -> None:
+        """`env_name`: what messages call a factory's env (its league name, `python:<module>:<callable>`)."""
         if isinstance(env, str):
             self._env = gymnasium.make(env, **make_kwargs)
             name = env
@@ -73,7 +75,8 @@ class GymEnv(Env):
             if make_kwargs:
                 raise ValueError(f"GymEnv: make_kwargs {sorted(make_kwargs)} only apply to an env id")
             self._env = env()
-            name = self._env.spec.id if self._env.spec is not None else type(self._env.unwrapped).__name__
+            name = env_name or (self._env.spec.id if self._env.spec is not None
+                                else type(self._env.unwrapped).__name__)
         obs_spec = spec_from_space(self._env.observation_space)
         action_spec: Spec | None = spec_from_space(self._env.action_space)  # type: ignore[assignment]
         if isinstance(action_spec, Mapping):

@@ -84,6 +84,8 @@ def _python_env(name: str, kwargs: Mapping[str, Any]) -> Env:
             hint = ("; a module of your own must be importable wherever the env is built: add its directory to "
                     "PYTHONPATH (only `league run` also searches the directory it was started from)")
         raise ValueError(f"env name {name!r}: cannot import {attr!r} from {module_name!r}: {err}{hint}") from err
+    except Exception as err:  # the module's own code failed (a SyntaxError, an error at import): said with its name
+        raise ValueError(f"env name {name!r}: importing {module_name!r} raised {type(err).__name__}: {err}") from err
     env = factory(**kwargs)
     if not isinstance(env, Env):
         import gymnasium
@@ -93,7 +95,7 @@ def _python_env(name: str, kwargs: Mapping[str, Any]) -> Env:
             # behind `Env` like a gymnasium id.
             from common.envs.gym_env import GymEnv
 
-            return GymEnv(lambda: env)
+            return GymEnv(lambda: env, env_name=name)
         raise TypeError(f"env name {name!r}: {module_name}.{attr} returned a {type(env).__name__}, not an Env")
     return env
 

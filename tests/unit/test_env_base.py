@@ -116,6 +116,20 @@ def test_bad_openspiel_game_parameters_are_a_short_value_error():
         make_env("connect_four", game_params={"rows": "six"})
 
 
+def test_a_python_env_is_named_by_its_league_name_and_a_failing_module_by_its_own(tmp_path, monkeypatch):
+    """A module whose import fails otherwise than ImportError (a SyntaxError, an error of its own) was a bare
+    error naming neither; a gymnasium env of one's own was called by its class name only (a review)."""
+    (tmp_path / "broken_envs.py").write_text("raise RuntimeError('simulator not found')\n")
+    (tmp_path / "my_envs.py").write_text("import gymnasium\n"
+                                         "def walker():\n"
+                                         "    return gymnasium.make('CartPole-v1').unwrapped\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match=r"env name 'python:broken_envs:make': importing 'broken_envs' raised "
+                                         r"RuntimeError: simulator not found"):
+        make_env("python:broken_envs:make")
+    assert make_env("python:my_envs:walker").info().name == "python:my_envs:walker"
+
+
 def test_env_spec_is_a_picklable_factory():
     spec = EnvSpec("connect_four", {"bots": {1: "random"}})
     env = pickle.loads(pickle.dumps(spec))()

@@ -372,6 +372,7 @@ class Rollout:
         actions: dict[int, Any] = {}
         for group in groups.values():
             inputs = {k: np.stack([view[k] for view in group.views]) for k in group.views[0]}
+            self._check_finite(inputs, group.env_ids)
             acted_with = self._states_of(group)
             states = {k: np.stack([row[k] for row in acted_with]) for k in acted_with[0]} if acted_with else None
             prediction = group.policy.task.predict(inputs, states, forward_kwargs=group.kwargs)
@@ -393,6 +394,17 @@ class Rollout:
                     decision = Decision(observed, chosen[i], artifacts, group.policy.version, hidden_state)
                     self._collect(trajectory.decide(decision))
         return actions
+
+    def _check_finite(self, inputs: Mapping[str, np.ndarray], env_ids: list[int]) -> None:
+        """An env bug, as a non-finite reward is (`_observe`): the job fails naming the env and the step. The
+        learner refused the chunk ("/observations: holds NaN or infinite values"), naming neither. One check
+        of the batch, a row's only when it fails."""
+        for key, batch in inputs.items():
+            if batch.dtype.kind == "f" and not np.isfinite(batch).all():
+                row = int(np.flatnonzero(~np.isfinite(batch.reshape(len(env_ids), -1)).all(axis=1))[0])
+                env_id = env_ids[row]
+                raise RuntimeError(f"env {env_id} ({self._info.name}) gave a non-finite observation {key!r} (step "
+                                   f"{self._slots[env_id].length} of its episode)")
 
     def _states_of(self, group: _Group) -> list[State]:
         """The state each row of a recurrent policy's group acts with (empty for a feed-forward policy)."""

@@ -304,6 +304,32 @@ def test_a_non_finite_reward_fails_the_job_naming_the_env():
         manager.close()
 
 
+class NanObservationGame(TakeAwayGame):
+    """A broken env: from the second move on, its observation holds a NaN."""
+
+    def _obs(self) -> dict:
+        obs = super()._obs()
+        if self._moves >= 2:
+            obs["observation"][:, 0] = np.nan
+        return obs
+
+
+def test_a_non_finite_observation_fails_the_job_naming_the_env():
+    """The learner refused the chunk ("/observations: holds NaN or infinite values"), naming neither the env nor
+    the step (a review)."""
+    manager = BaseEnvManager([TakeAwayGame, NanObservationGame], EnvManagerConfig(episode_num=math.inf))
+    manager.launch()
+    try:
+        target = RolloutTarget(("home", "away"), 4, 0, ForwardKwargs(), 8)
+        rollout = Rollout(manager, manager.env_info, target, [make_policy("home", 1), make_policy("away", 2)],
+                          stop=StopSignal(), sink=InMemorySink())
+        with pytest.raises(RuntimeError, match=r"env 1 \(take_away\) gave a non-finite observation 'observation' "
+                                               r"\(step 2 of its episode\)"):
+            rollout.run()
+    finally:
+        manager.close()
+
+
 class TenStepEnv(Env):
     """A solo env of 10-step episodes paying 1 a step, with no episode stats of its own (the rollout counts)."""
 

@@ -14,10 +14,10 @@ from common.busy_clock import BusyClock
 from common.checkpoint_store import CheckpointStore
 from common.timed_store import TimedCheckpointStore
 
-UNTIMED = {"version_path", "wait_for_retention", "close", "pin", "unpin", "prune", "adopt"}
-"""Names, retention, pins and adopting a copied checkpoint: no read of a checkpoint a worker waits on
-(pin/unpin/prune are the coordinator's, as `adopt` is at its start, and `pin` reads through `manifest`, which is
-timed)."""
+UNTIMED = {"version_path", "wait_for_retention", "close", "pin", "unpin", "prune", "adopt", "publish_at"}
+"""Names, retention, pins, adopting a copied checkpoint and publishing a free-standing one: no read of a
+checkpoint a worker waits on (pin/unpin/prune are the coordinator's, as `adopt` is at its start, `publish_at` is
+`league import`'s, and `pin` reads through `manifest`, which is timed)."""
 
 
 class CountingClock(BusyClock):

@@ -31,6 +31,7 @@ BENCHMARKS: tuple[tuple[str, str], ...] = (
     ("bench.bench_coordinator", "Coordinator RPC"),
     ("bench.bench_load", "Load: 200 simulated workers against one coordinator"),
     ("bench.bench_league_scale", "Opponent choice as the league grows"),
+    ("bench.bench_restore", "Coordinator restart as the league grows"),
     ("bench.bench_system", "System throughput and learning"),
     ("bench.bench_episode_returns", "Returns reported by step-budget jobs"),
     ("bench.bench_pendulum", "A Box action: solo Pendulum against SB3"),

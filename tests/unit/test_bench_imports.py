@@ -12,7 +12,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPTS = ["bench_checkpoint", "bench_computation", "bench_coordinator", "bench_env_manager", "bench_exit",
-           "bench_league", "bench_league_scale", "bench_load", "bench_pendulum", "bench_system", "connect_four_tactics",
+           "bench_league", "bench_league_scale", "bench_load", "bench_pendulum", "bench_restore", "bench_system",
+           "connect_four_tactics",
            "run_all", "sb3_reference"]
 
 

@@ -246,7 +246,10 @@ def read_weights(path: Path) -> dict[str, Any]:
     if not isinstance(loaded, dict) or not loaded or not _all_tensors(loaded):
         raise ImportRefused(f"{path}: holds {_describe(loaded)}, not a state dict (a mapping of names to tensors: "
                             "torch.save(model.state_dict(), path))")
-    return dict(loaded)
+    # Copied out of the mapped file now: a training script that saves each epoch with torch.save to this path
+    # rewrites the same inode, and mapped tensors then changed under the import (a mix of two epochs published
+    # under a good digest), or a shorter file killed it with SIGBUS (a review).
+    return {name: tensor.clone() for name, tensor in loaded.items()}
 
 
 def _load_failure(err: Exception) -> str:

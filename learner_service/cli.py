@@ -84,7 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env-build-timeout", type=cli_args.positive_seconds_or_none, default=300.0,
                         metavar="SECONDS",
                         help="building a job's env to read its spaces may take this long before the job counts as "
-                             "one the learner cannot set up (an env constructor that hangs); 'none': no limit "
+                             "one the learner cannot set up, and the learner exits 2 (an env constructor that "
+                             "hangs; not one blocked in C code that holds Python's GIL); 'none': no limit "
                              "(default 300)")
     parser.add_argument("--stream-idle-timeout", type=cli_args.positive_seconds, default=60.0, metavar="SECONDS",
                         help="cancel a trajectory stream whose client sent nothing for this long, so frozen or "

@@ -98,20 +98,29 @@ def _env_info(job: LearnJob, timeout_s: float | None) -> EnvInfo:
     constructor that hangs cannot be interrupted, but the learner need not hang with it (the thread is left to
     the process's exit, which a setup error brings)."""
     outcome: list[EnvInfo | BaseException] = []
+    answered = threading.Event()
 
     def build() -> None:
         try:
             env = make_env(job.env_name, **job.env_kwargs)
-            try:
-                outcome.append(env.info())
-            finally:
-                env.close()
         except BaseException as err:  # (handed to the learner thread, which raises it)
             outcome.append(err)
+            answered.set()
+            return
+        try:
+            outcome.append(env.info())
+        except BaseException as err:
+            outcome.append(err)
+        finally:
+            answered.set()  # not waiting for the close: a close that hangs cost the whole timeout (a review)
+            try:
+                env.close()
+            except Exception:
+                log.warning("job %s: closing env %r after reading its spaces raised", job.job_id, job.env_name,
+                            exc_info=True)
 
-    thread = threading.Thread(target=build, name=f"env-build-{job.job_id}", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
+    threading.Thread(target=build, name=f"env-build-{job.job_id}", daemon=True).start()
+    answered.wait(timeout_s)
     if not outcome:
         raise JobSetupError(f"job {job.job_id} ({job.player_id}): building env {job.env_name!r} to read its spaces "
                             f"took over {timeout_s:g} s (its constructor hangs?); the learner's --env-build-timeout "

@@ -133,6 +133,13 @@ def hanging_constructor(**kwargs):
     return CountingEnv(**kwargs)
 
 
+class HangingCloseEnv(CountingEnv):
+    """A CountingEnv whose close waits until a test sets HANGS_RELEASED."""
+
+    def close(self) -> None:
+        HANGS_RELEASED.wait()
+
+
 def flat_frozen_lake(**kwargs):
     """FrozenLake-v1 (a Discrete observation no model takes) one-hot, as a user's `python:` env would give it:
     a gymnasium env, not an `Env`."""

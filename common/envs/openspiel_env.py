@@ -58,11 +58,13 @@ def perspective_problem(game: str, perspective: str, game_params: Mapping[str, A
     if perspective == "relative" and game not in PIECE_PLANES:
         return (f"'relative' is defined only for {', '.join(sorted(PIECE_PLANES))} (games whose pieces lie in one "
                 f"plane per player), not {game!r}")
-    if perspective == "relative" and (game_params or {}).get("egocentric_obs_tensor") in (True, "true", "True"):
-        # The game's tensor shows each player its own pieces first already: swapped again, the second player
-        # saw the board the other way round, with no word (a review).
-        return ("'relative' with game_params.egocentric_obs_tensor: the game's own tensor already shows each player "
-                "its own pieces first, and 'relative' would swap them back; keep one of the two")
+    if perspective == "relative" and (game_params or {}).get("egocentric_obs_tensor") is True:
+        # The game's egocentric tensor gives every player one layout already (the opponent's pieces in plane 0,
+        # its own in plane 1): swapped for the second player only, the two players saw the board differently,
+        # with no word (a review). (pyspiel takes only a bool for it.)
+        return ("'relative' with game_params.egocentric_obs_tensor: the game's egocentric tensor already gives "
+                "every player the same layout (the opponent's pieces first, its own next), and 'relative' would swap "
+                "it for the second player only; keep one of the two")
     return None
 
 

@@ -605,6 +605,24 @@ def test_an_env_whose_constructor_hangs_fails_the_job_after_the_build_timeout(tm
         HANGS_RELEASED.clear()
 
 
+def test_an_env_whose_close_hangs_does_not_hold_the_setup():
+    """The spaces are read once `info()` answers: waiting for the close too cost a hanging close the whole build
+    timeout (a review)."""
+    from learner_service.learner import _env_info
+    from tests.env_doubles import HANGS_RELEASED
+
+    job = dataclasses.make_dataclass("Job", ["job_id", "player_id", "env_name", "env_kwargs"])(
+        "j", "p", "python:tests.env_doubles:HangingCloseEnv", {})
+    try:
+        start = time.monotonic()
+        assert _env_info(job, 30.0).name == "counting"
+        assert time.monotonic() - start < 10
+    finally:
+        HANGS_RELEASED.set()
+        time.sleep(0.1)
+        HANGS_RELEASED.clear()
+
+
 def test_diverged_updates_are_rolled_back_and_never_published(tmp_path):
     data = load_yaml(REPO / "configs" / "solo_cartpole.yaml")
     data["policy"]["ppo"].update(learning_rate=1e20, target_kl=None)  # every update turns the weights into NaN

@@ -88,8 +88,8 @@ def test_relative_perspective_is_refused_where_the_planes_are_unknown():
         OpenSpielEnv("kuhn_poker", perspective="relative")
     with pytest.raises(ValueError, match="perspective must be one of"):
         OpenSpielEnv("connect_four", perspective="mine")
-    # The game's own egocentric tensor shows each player its pieces first already: 'relative' swapped them back
-    # for the second player, without a word (a review).
+    # The game's egocentric tensor gives every player one layout already: 'relative' swapped it for the second
+    # player only, without a word (a review).
     with pytest.raises(ValueError, match="'relative' with game_params.egocentric_obs_tensor"):
         OpenSpielEnv("connect_four", perspective="relative", game_params={"egocentric_obs_tensor": True})
     OpenSpielEnv("connect_four", game_params={"egocentric_obs_tensor": True})  # either alone is fine

@@ -266,3 +266,14 @@ def test_a_ctrl_c_mid_save_is_a_keyboard_interrupt(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         CheckpointStore(tmp_path).publish_at("sl.pt", {f"w{i}": np.ones(1000, np.float32) for i in range(8)})
     assert [p.name for p in tmp_path.iterdir()] == []
+
+
+def test_the_weights_read_do_not_change_when_their_file_is_rewritten(tmp_path, trained):
+    """A training script saving each epoch to one path rewrites the same inode: tensors still mapped from it
+    changed under the import, or a shorter file killed it with SIGBUS (a review)."""
+    path = tmp_path / "sl.pt"
+    torch.save(trained, path)
+    tensors = weights_import.read_weights(path)
+    torch.save({"w": torch.zeros(1)}, path)  # shorter, in place
+    for name, value in trained.items():
+        assert torch.equal(tensors[name], value)

@@ -253,7 +253,7 @@ def load_checkpoint(args: argparse.Namespace, command: str, flag: str = "--check
     from actor_service.evaluation import load_policy, resolve_checkpoint
     from common.checkpoint_store import CheckpointNotFoundError
     from common.computation import WeightsMismatchError
-    from common.envs.registry import make_env
+    from common.envs.registry import env_info
     from common.policy_config import as_published
 
     if not Path(args.checkpoint).is_absolute() and args.shared_root is None:
@@ -280,11 +280,7 @@ def load_checkpoint(args: argparse.Namespace, command: str, flag: str = "--check
         league = _load_league(config)  # (before the checkpoint: a config error is said first)
         store, path = resolve_checkpoint(args.checkpoint, args.shared_root)
         policy, env_name, env_kwargs = _policy_and_env(league, path)
-        env = make_env(env_name, **env_kwargs)
-        try:
-            info = env.info()
-        finally:
-            env.close()
+        info = env_info(env_name, **env_kwargs)
         for attempt in range(1, _NEWEST_ATTEMPTS + 1):
             try:
                 task, ref = load_policy(store, path, policy, info, seed=args.seed)
@@ -418,7 +414,7 @@ def _progression_main(args: argparse.Namespace) -> int:
 
     from actor_service.evaluation import load_policy, play_against_bot
     from common.checkpoint_store import CheckpointNotFoundError, CheckpointStore
-    from common.envs.registry import make_env
+    from common.envs.registry import env_info
     from league_cli.progression import (
         LineagePoint,
         PointResult,
@@ -456,11 +452,7 @@ def _progression_main(args: argparse.Namespace) -> int:
         if not line:
             raise ValueError(f"player {player_id!r} has no published checkpoint in the run's status, nor in shared "
                              f"root {shared_root}")
-        env = make_env(env_name, **env_kwargs)
-        try:
-            info = env.info()
-        finally:
-            env.close()
+        info = env_info(env_name, **env_kwargs)
         if info.num_players == 1:
             return _refuse(f"{env_name} is a single-player env: --run-dir plays two-player games against bots; "
                            f"evaluate one of its checkpoints with --checkpoint {args.run_dir / 'shared' / '<player id>'} (a "

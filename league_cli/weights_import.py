@@ -55,21 +55,14 @@ def build_league_network(config: Path | None, checkpoint: str = "") -> LeagueNet
     kwargs are the view every player shares unless it lies in an active player's folder)."""
     from common.algorithms.registry import make_computation_task
     from common.envs.policy_view import policy_specs
-    from common.envs.registry import make_env
-    from league_service.config import load_config
-    from league_service.env_fit import checkpoint_env_kwargs
+    from common.envs.registry import env_info
+    from league_cli.eval import _load_league, _policy_and_env
 
-    cfg = load_config(config, for_training=False)
-    policy = dict(cfg.policy)
-    env_kwargs = checkpoint_env_kwargs(cfg.env.kwargs, cfg.league, checkpoint)
-    env = make_env(cfg.env.name, **env_kwargs)
-    try:
-        info = env.info()
-    finally:
-        env.close()
-    inputs, actions = policy_specs(info, str(policy.get("algorithm", "ppo")))
+    cfg = _load_league(config)
+    policy, env_name, env_kwargs = _policy_and_env(cfg, checkpoint)
+    inputs, actions = policy_specs(env_info(env_name, **env_kwargs), str(policy.get("algorithm", "ppo")))
     task = make_computation_task(policy, inputs, actions, device="cpu", seed=0)
-    return LeagueNetwork(task, policy, cfg.env.name, env_kwargs, cfg.league)
+    return LeagueNetwork(task, policy, env_name, env_kwargs, cfg.league)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

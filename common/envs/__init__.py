@@ -16,7 +16,7 @@ from common.envs.base import (
     StepInfo,
     TimeStep,
 )
-from common.envs.registry import EnvSpec, env_factories, make_env
+from common.envs.registry import EnvSpec, env_factories, env_info, make_env
 
 __all__ = [
     "NO_INFO",
@@ -30,5 +30,6 @@ __all__ = [
     "TimeStep",
     "EnvSpec",
     "env_factories",
+    "env_info",
     "make_env",
 ]

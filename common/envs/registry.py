@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.envs.base import Env
+from common.envs.base import Env, EnvInfo
 
 OPENSPIEL_PREFIX = "openspiel:"
 # "python:package.module:Name" builds `Name(**kwargs)` from an importable module: envs of your own (and the test
@@ -59,6 +59,16 @@ def _openspiel_env(name: str, kwargs: Mapping[str, Any]) -> Env:
     except pyspiel.SpielError as err:  # bad game parameters: keep the first line, not a list that may follow
         lines = str(err).strip().splitlines() or [type(err).__name__]
         raise ValueError(f"env name {name!r}: {lines[0]}") from None
+
+
+def env_info(name: str, **kwargs: Any) -> EnvInfo:
+    """The `info()` of the env `make_env(name, **kwargs)` builds, which is closed again: its spaces, for building
+    a policy without playing it."""
+    env = make_env(name, **kwargs)
+    try:
+        return env.info()
+    finally:
+        env.close()
 
 
 def _openspiel_hint(name: str) -> str:

@@ -25,8 +25,11 @@ Episodes: with `episode_num` > 0 the job reports exactly the first `episode_num`
 once they are all finished. An env that finishes while the others play the last counted episodes keeps playing
 "surplus" episodes meanwhile: their transitions are sent (the learner can use them; the job's end cuts them),
 their results are not reported — reporting the first episodes *finished* would favour short games in the
-payoff, and parking the env would leave it idle. With `episode_num` 0 the job ends once `env_steps` env steps
-were taken; the episodes then under way go on in the actor's next job when it is one of the same shape
+payoff, and parking the env would leave it idle. A job given `env_steps` too ends at whichever bound it reaches
+first: a cap for envs whose episodes may run long, which reports the counted episodes that ended within it (the
+ones it cut, the longer, are not). An episode that runs on and on without one is warned of (`_warn_long_episode`):
+an env that never ends its episodes holds such a job for ever. With `episode_num` 0 the job ends once `env_steps`
+env steps were taken; the episodes then under way go on in the actor's next job when it is one of the same shape
 (`EnvCarry`: a solo league's are), and are reported where they end. Cut at every job's end instead, a job
 reported the episodes that ended within its steps, short ones favoured: a solo CartPole player's mean return
 read 207 where its episodes averaged 275 (a review's test). An episode cut short by an env failure is not
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +66,9 @@ from common.job_limits import MAX_EPISODES_PER_JOB
 from common.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
+
+LONG_EPISODE_STEPS = 100_000
+"""Steps of one episode past which a job of `episode_num` warns that its env may never end it."""
 
 _DEFAULT_KWARGS = ForwardKwargs()
 
@@ -285,6 +292,8 @@ class Rollout:
             id(p): {k: v[0] for k, v in p.task.initial_states(1).items()}
             for p in self._policies if p is not None and p.task.state_specs
         }
+        # An episode this long is warned of where nothing else bounds the job (then ten times as long, ...).
+        self._warn_at_length = LONG_EPISODE_STEPS if target.episode_num > 0 and not target.env_steps else math.inf
         self.episodes: list[EpisodeRecord] = []
         self.env_steps = 0
         self.agent_steps = 0
@@ -345,7 +354,8 @@ class Rollout:
 
     def _finished(self) -> bool:
         if self._target.episode_num > 0:
-            return len(self.episodes) >= self._target.episode_num
+            capped = 0 < self._target.env_steps <= self.env_steps
+            return capped or len(self.episodes) >= self._target.episode_num
         # An env-step budget ends early at the episodes one FinishJob can report.
         return self.env_steps >= self._target.env_steps or len(self.episodes) >= MAX_EPISODES_PER_JOB
 
@@ -429,6 +439,8 @@ class Rollout:
                                    f"(step {slot.length + 1} of its episode)")
             slot.returns += rewards
             slot.length += 1
+            if slot.length >= self._warn_at_length:
+                self._warn_long_episode(env_id, slot.length)
             recorded = [(trajectory, slot.seat_of[player]) for player, trajectory in slot.trajectories.items()
                         if slot.seat_of[player] is not None]
             for trajectory, seat in recorded:
@@ -454,6 +466,16 @@ class Rollout:
             slot.counted = self._to_start > 0
             if slot.counted:
                 self._to_start -= 1
+
+    def _warn_long_episode(self, env_id: int, length: int) -> None:
+        """A job of `episode_num` waits for its episodes to end; an env that never ends one (a custom env
+        without a termination or time limit) held its job, and the player's launch slot, for ever, in silence:
+        its transitions went to the learner, no result ever came."""
+        log.warning("env %d (%s) has played %d steps of one episode and not ended it: this job of %d episodes "
+                    "waits for its episodes to end, and an env that never ends one holds the job for ever (a "
+                    "time limit in the env, or env.env_steps, which also ends each job after that many env steps, "
+                    "bounds it)", env_id, self._info.name, length, self._target.episode_num)
+        self._warn_at_length = length * 10
 
     def _record(self, slot: _EnvSlot, ts: TimeStep) -> EpisodeRecord:
         ids = self._target.player_ids

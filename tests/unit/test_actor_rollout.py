@@ -382,6 +382,74 @@ def test_a_step_budget_rollout_plays_on_the_episodes_its_predecessor_left_under_
         manager.close()
 
 
+class EndlessEnv(TenStepEnv):
+    """A custom env that never ends an episode (no termination, no time limit)."""
+
+    def step(self, action: int) -> TimeStep:
+        self._t += 1
+        return TimeStep(np.array([self._t, action], np.float32), 1.0, False, False, NO_INFO)
+
+
+def solo_policy() -> Policy:
+    inputs, actions = policy_specs(TenStepEnv().info())
+    task = make_computation_task({"algorithm": "ppo", "model": {"hidden": [8]}}, inputs, actions, "cpu", 0)
+    return Policy("solo", task, version=1, path="")
+
+
+def test_a_job_of_episodes_given_env_steps_too_ends_at_whichever_bound_comes_first():
+    """`env.env_steps` beside `episode_num` was ignored: a job of episodes an env never ended never finished.
+    Now it caps the job, which reports the counted episodes that ended within it."""
+    manager = BaseEnvManager([TenStepEnv, TenStepEnv], EnvManagerConfig(episode_num=math.inf))
+    manager.launch()
+    try:
+        policy = solo_policy()
+        capped = Rollout(manager, manager.env_info, RolloutTarget(("solo",), 6, 30, ForwardKwargs(), 4), [policy],
+                         stop=StopSignal(), sink=InMemorySink())
+        result = capped.run()
+        assert result.end is RolloutEnd.COMPLETED and capped.reached_bound
+        assert result.env_steps == 30 and len(result.episodes) == 2  # 15 steps per env: one episode each
+        manager.reset()
+        episodes_first = Rollout(manager, manager.env_info, RolloutTarget(("solo",), 2, 1000, ForwardKwargs(), 4),
+                                 [policy], stop=StopSignal(), sink=InMemorySink()).run()
+        assert len(episodes_first.episodes) == 2 and episodes_first.env_steps == 20
+    finally:
+        manager.close()
+
+
+def test_an_episode_that_never_ends_is_warned_of_where_nothing_else_bounds_its_job(monkeypatch, caplog):
+    monkeypatch.setattr(rollout_module, "LONG_EPISODE_STEPS", 50)
+    manager = BaseEnvManager([EndlessEnv], EnvManagerConfig(episode_num=math.inf))
+    manager.launch()
+    try:
+        policy = solo_policy()
+        stop = StopSignal()
+        steps = 0
+
+        def reload():  # called once per loop: stands in for an actor stopped from outside after 600 steps
+            nonlocal steps
+            steps += 1
+            if steps > 600:
+                stop.set()
+
+        with caplog.at_level("WARNING", logger="actor_service.rollout"):
+            result = Rollout(manager, manager.env_info, RolloutTarget(("solo",), 4, 0, ForwardKwargs(), 4), [policy],
+                             stop=stop, sink=InMemorySink(), reload=reload).run()
+        assert result.end is RolloutEnd.STOPPED and result.episodes == ()
+        warned = [r.getMessage() for r in caplog.records if "not ended it" in r.getMessage()]
+        assert len(warned) == 2  # at 50 steps, then at 500: not every step
+        assert "env 0 (ten_steps) has played 50 steps of one episode" in warned[0]
+        assert "env.env_steps" in warned[0] and "500 steps" in warned[1]
+        caplog.clear()
+        manager.reset()
+        with caplog.at_level("WARNING", logger="actor_service.rollout"):  # a step cap bounds it: no warning
+            result = Rollout(manager, manager.env_info, RolloutTarget(("solo",), 4, 200, ForwardKwargs(), 4),
+                             [policy], stop=StopSignal(), sink=InMemorySink()).run()
+        assert result.env_steps == 200 and result.episodes == ()
+        assert not [r for r in caplog.records if "not ended it" in r.getMessage()]
+    finally:
+        manager.close()
+
+
 class ReusedBufferEnv(TenStepEnv):
     """TenStepEnv writing every observation into one array it returns each time (as some envs do to save
     allocations); the serial manager hands that array on as it is."""

@@ -884,6 +884,8 @@ _ONE_ALGORITHMS_LEARNER_KEYS: dict[str, tuple[str, str]] = {
     "batch_size": ("ppo", "a DQN learner samples policy.dqn.batch_size transitions per update"),
     "replay_ratio": ("dqn", "a PPO learner has no replay: it trains on each batch of learner.batch_size "
                               "samples as it comes, policy.ppo.update_epochs times"),
+    "max_staleness": ("ppo", "a DQN learner learns off-policy from its replay buffer, whose transitions are of many "
+                             "versions by design"),
 }
 """`learner` keys only one algorithm's learner reads: {key: (that algorithm, what the other does instead)}."""
 

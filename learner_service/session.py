@@ -250,6 +250,8 @@ class LearnSession:
         self._unloadable_reset: str | None = None  # the reset checkpoint last found unloadable (logged once)
         self.pre_reset_dropped = 0
         """Chunks dropped since the last reset for having been acted before it."""
+        self.stale_dropped = 0
+        """Chunks dropped for being older than `learner.max_staleness` versions."""
         self._last_log = time.monotonic()
         self.heap_trimmer = HeapTrimmer()
         """Gives the heap's free memory back to the OS every few seconds of training (see `heap_trim`)."""
@@ -327,6 +329,8 @@ class LearnSession:
                 if self._acted_before_reset(chunk):
                     continue
                 self.telemetry.observe(chunk, self.trainer.version)
+                if self._too_stale(chunk):
+                    continue
                 self.trainer.add(chunk)
                 self._train_ready(publish=False, deadline=deadline)
             else:
@@ -334,6 +338,10 @@ class LearnSession:
                 # the actors were told it arrived, and will not send it again.
                 self._train_ready(publish=False, rest=True, deadline=deadline)
             self._log_pre_reset_dropped()
+            if self.stale_dropped:
+                log.info("%s: %d chunk(s) dropped in this session for acting more than %s version(s) before the "
+                         "learner's (learner.max_staleness)", self.job.player_id, self.stale_dropped,
+                         self.config.max_staleness)
             if left or self.trainer.untrained_samples or self.trainer.owes_updates:
                 self._log_cut_short(train_s, left)
             if not self.lease.held:
@@ -374,8 +382,23 @@ class LearnSession:
         if self._acted_before_reset(chunk):
             return
         self.telemetry.observe(chunk, self.trainer.version)
+        if self._too_stale(chunk):
+            return
         self.trainer.add(chunk)
         self._train_ready(publish=True)
+
+    def _too_stale(self, chunk: PreparedChunk) -> bool:
+        """A chunk acted more than `learner.max_staleness` versions ago: dropped (`LearnerConfig.max_staleness`).
+        Seen by the telemetry first, which keeps its episodes' returns whole and shows the staleness received."""
+        bound = self.config.max_staleness
+        if bound is None or self.trainer.version - chunk.header.policy_version <= bound:
+            return False
+        if not self.stale_dropped:
+            log.info("%s: dropping chunks acted more than %d version(s) before the learner's (learner.max_staleness; "
+                     "TensorBoard's staleness/dropped is the share dropped)", self.job.player_id, bound)
+        self.stale_dropped += 1
+        self.telemetry.dropped_stale(chunk)
+        return True
 
     def _acted_before_reset(self, chunk: PreparedChunk) -> bool:
         """A chunk the weights thrown away by the league's last reset acted: not trained on (the reset player's

@@ -104,6 +104,9 @@ class _Window:
     """What was received and trained since the last write."""
 
     samples: int = 0
+    chunks: int = 0
+    stale_dropped: int = 0
+    """Chunks dropped for `learner.max_staleness`."""
     staleness: list[int] = field(default_factory=list)
     staleness_weights: list[int] = field(default_factory=list)
     """Each chunk's agent steps: staleness/mean is per sample (chunks run from 1 to thousands of steps)."""
@@ -160,6 +163,8 @@ class Telemetry:
         """Writes so far: the learner's progress line is logged at a write, with that write's figures."""
         self.episodes_seen = 0
         self.staleness_max = 0
+        self.stale_dropped = 0
+        """Chunks dropped for `learner.max_staleness` (all windows)."""
         self.future_versions = 0
         """Chunks whose policy version was more than one above the learner's when it trained on them."""
         self.reset_ahead = 0
@@ -169,6 +174,7 @@ class Telemetry:
     def observe(self, chunk: PreparedChunk, learner_version: int) -> None:
         staleness = learner_version - chunk.header.policy_version
         self._window.samples += chunk.agent_steps
+        self._window.chunks += 1
         if staleness >= 0:
             self._window.staleness.append(staleness)
             self._window.staleness_weights.append(chunk.agent_steps)
@@ -189,6 +195,11 @@ class Telemetry:
         returns = self._episodes.observe(chunk)
         self._window.returns.extend(returns.tolist())
         self.episodes_seen += len(returns)
+
+    def dropped_stale(self, chunk: PreparedChunk) -> None:
+        """`chunk`, observed, was dropped for its staleness (`learner.max_staleness`)."""
+        self._window.stale_dropped += 1
+        self.stale_dropped += 1
 
     def iteration(self, report: IterationReport, progress: Progress, buffered: int) -> dict[str, float]:
         """Count a train iteration; write when `every_s` has passed since the last write. Returns the scalars
@@ -242,6 +253,8 @@ class Telemetry:
             weights = window.staleness_weights if sum(window.staleness_weights) > 0 else None
             scalars["staleness/mean"] = float(np.average(window.staleness, weights=weights))
             scalars["staleness/max"] = float(np.max(window.staleness))
+        if window.stale_dropped:
+            scalars["staleness/dropped"] = window.stale_dropped / max(window.chunks, 1)
         if window.returns:
             scalars["episode/return_mean"] = float(np.mean(window.returns))
             scalars["episode/count"] = float(len(window.returns))

@@ -231,6 +231,8 @@ def test_a_section_for_the_algorithm_not_trained_is_refused(policy, message):
         ({"learner": {"replay_ratio": 4.0}}, "learner.replay_ratio", "learner.batch_size"),
         ({"policy": {"algorithm": "ppo"}, "learner": {"replay_ratio": 4.0}}, "learner.replay_ratio",
          "learner.batch_size"),
+        ({"policy": {"algorithm": "dqn"}, "learner": {"max_staleness": 4}}, "learner.max_staleness",
+         "replay buffer"),
     ],
 )
 def test_a_learner_key_only_the_other_algorithm_reads_is_refused(data, path, hint):
@@ -243,6 +245,7 @@ def test_a_learner_key_only_the_other_algorithm_reads_is_refused(data, path, hin
 
 def test_each_algorithms_own_learner_keys_still_load():
     assert config_from_dict({"learner": {"batch_size": 512}}).learner["batch_size"] == 512
+    assert config_from_dict({"learner": {"max_staleness": 4}}).learner["max_staleness"] == 4
     dqn = config_from_dict({"policy": {"algorithm": "dqn", "dqn": {"batch_size": 32}}, "learner": {"replay_ratio": 2.0}})
     assert dqn.learner == {"replay_ratio": 2.0}
     assert config_from_dict(config_to_dict(dqn)) == dqn  # a DQN run directory's saved config resumes

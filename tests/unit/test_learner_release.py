@@ -12,6 +12,7 @@ from concurrent import futures
 
 import grpc
 import numpy as np
+import pytest
 
 from common.checkpoint_store import CheckpointStore
 from common.learner_config import LearnerConfig
@@ -482,3 +483,38 @@ def test_samples_of_the_replaced_weights_held_for_a_batch_are_said_to_be_dropped
     with caplog.at_level(logging.INFO, logger="learner_service.session"):
         session.apply_reset("", 1)
     assert f"the reset drops {held} sample(s) of the replaced weights" in caplog.text
+
+
+def test_chunks_older_than_max_staleness_are_dropped_and_counted_and_fresher_ones_trained(tmp_path, caplog):
+    """`learner.max_staleness` (Sample Factory's max_policy_lag): with two actors solo CartPole's PPO trained on
+    data ~7 versions old and collapsed; a chunk acted more than the bound's versions before the learner's is
+    dropped, seen by the telemetry (its episodes' returns stay whole) and counted in staleness/dropped."""
+    trainer = _trainer(batch_size=16)
+    publisher = CheckpointPublisher(CheckpointStore(tmp_path), "p", "w")
+    context = SessionContext(_Client(), DataPlane(), tmp_path, "cpu", lambda: False, lambda *a: None)
+    job = LearnJob("job-1", "p", "", 0, "CartPole-v1", {}, {}, {}, 30.0, 0.0)
+    config = LearnerConfig(batch_size=16, publish_every=1, max_staleness=2, tensorboard_every_s=0.0)
+    session = LearnSession(context, job, _HeldLease(), trainer, publisher, config, seed=0)
+    for seq in range(4):  # versions 0 -> 4, each chunk acted by the version then current
+        session._consume(_prepared(trainer, seq=seq, policy_version=trainer.version))
+    assert trainer.version == 4 and session.stale_dropped == 0
+    with caplog.at_level(logging.INFO, logger="learner_service.session"):
+        session._consume(_prepared(trainer, seq=4, policy_version=1))  # 3 versions behind: dropped
+        session._consume(_prepared(trainer, seq=5, policy_version=1))
+        session._consume(_prepared(trainer, seq=6, policy_version=2))  # 2 behind: within the bound, trained
+    assert session.stale_dropped == 2 and session.telemetry.stale_dropped == 2
+    assert trainer.version == 5 and trainer.progress.agent_steps == 5 * 16  # the dropped chunks' steps not counted
+    assert caplog.text.count("dropping chunks acted more than 2 version(s) before the learner's") == 1
+    assert session.telemetry.last["staleness/dropped"] == 2 / 3  # the window of the last write: 3 chunks received
+
+    unbounded = LearnSession(context, job, _HeldLease(), trainer, publisher, LearnerConfig(batch_size=16), seed=0)
+    unbounded._consume(_prepared(trainer, seq=7, policy_version=0))  # the default: no bound
+    assert unbounded.stale_dropped == 0 and trainer.version == 6
+
+
+def test_max_staleness_is_a_number_of_versions_or_null():
+    assert LearnerConfig.from_mapping({"max_staleness": 0}).max_staleness == 0
+    assert LearnerConfig.from_mapping({"max_staleness": None}).max_staleness is None
+    with pytest.raises(ValueError, match=r"learner.max_staleness must be a number of versions in \[0, 2147483647\] "
+                                         r"or null \(no bound\), got -1"):
+        LearnerConfig.from_mapping({"max_staleness": -1})

@@ -326,10 +326,7 @@ class LearnSession:
                 if time.monotonic() >= deadline:
                     left = chunks[taken:]
                     break
-                if self._acted_before_reset(chunk):
-                    continue
-                self.telemetry.observe(chunk, self.trainer.version)
-                if self._too_stale(chunk):
+                if not self._trainable(chunk):
                     continue
                 self.trainer.add(chunk)
                 self._train_ready(publish=False, deadline=deadline)
@@ -379,13 +376,18 @@ class LearnSession:
             self._consume(chunk)
 
     def _consume(self, chunk: PreparedChunk) -> None:
-        if self._acted_before_reset(chunk):
-            return
-        self.telemetry.observe(chunk, self.trainer.version)
-        if self._too_stale(chunk):
+        if not self._trainable(chunk):
             return
         self.trainer.add(chunk)
         self._train_ready(publish=True)
+
+    def _trainable(self, chunk: PreparedChunk) -> bool:
+        """Whether a received chunk is trained on: not acted before the last reset (not even observed then), and
+        not older than `learner.max_staleness` (observed: its episodes' returns stay whole)."""
+        if self._acted_before_reset(chunk):
+            return False
+        self.telemetry.observe(chunk, self.trainer.version)
+        return not self._too_stale(chunk)
 
     def _too_stale(self, chunk: PreparedChunk) -> bool:
         """A chunk acted more than `learner.max_staleness` versions ago: dropped (`LearnerConfig.max_staleness`).

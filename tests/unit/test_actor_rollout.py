@@ -357,9 +357,7 @@ def test_a_step_budget_rollout_plays_on_the_episodes_its_predecessor_left_under_
     manager = BaseEnvManager([TenStepEnv, TenStepEnv], EnvManagerConfig(episode_num=math.inf))
     manager.launch()
     try:
-        inputs, actions = policy_specs(TenStepEnv().info())
-        task = make_computation_task({"algorithm": "ppo", "model": {"hidden": [8]}}, inputs, actions, "cpu", 0)
-        policy = Policy("solo", task, version=1, path="")
+        policy = solo_policy()
         target = RolloutTarget(("solo",), 0, 8, ForwardKwargs(), 4)  # 4 steps per env and job
         carry = None
         episodes = []

@@ -182,3 +182,62 @@ class SeqDeduper:
                     stream.below -= 1
             if stream.below == 0 and not stream.above and not stream.holes:  # nothing of it accepted: a refused
                 del self._streams[(worker_id, job_id)]  # stream leaves nothing
+
+    def export(self, max_streams: int | None = None) -> list[list]:
+        """The seqs seen, in plain lists (what a checkpoint's training state may hold): one
+        ``[worker_id, job_id, below, above, holes]`` per stream, the ``max_streams`` most recently used (all by
+        default), oldest first. `seed` takes it back."""
+        with self._lock:
+            streams = list(self._streams.items())
+        if max_streams is not None:
+            streams = streams[-max_streams:] if max_streams > 0 else []
+        return [[worker_id, job_id, s.below, sorted(s.above or ()), sorted(s.holes or ())]
+                for (worker_id, job_id), s in streams]
+
+    def seed(self, streams: list[list]) -> None:
+        """Count as seen every seq an `export` names, besides those seen already (a learner resuming a checkpoint
+        takes the chunks trained into it: resent, they are duplicates). Raises ValueError on a malformed entry,
+        before changing anything."""
+        parsed = [_parse_exported(entry) for entry in streams]
+        with self._lock:
+            for key, seen in parsed:
+                stream = self._streams.get(key)
+                self._streams[key] = seen if stream is None else _union(stream, seen)
+                self._streams.move_to_end(key)
+                while len(self._streams) > self.max_streams:
+                    self._streams.popitem(last=False)
+
+
+def _parse_exported(entry: object) -> tuple[tuple[str, str], _StreamSeqs]:
+    def seqs(value: object, what: str) -> set[int]:
+        if not isinstance(value, list | tuple) or len(value) > MAX_OUT_OF_ORDER or not all(
+                isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value):
+            raise ValueError(f"{what}: expected at most {MAX_OUT_OF_ORDER} seqs >= 0, got {value!r:.80}")
+        return set(value)
+
+    if not isinstance(entry, list | tuple) or len(entry) != 5:
+        raise ValueError(f"expected [worker_id, job_id, below, above, holes], got {entry!r:.80}")
+    worker_id, job_id, below, above, holes = entry
+    if not (isinstance(worker_id, str) and isinstance(job_id, str)):
+        raise ValueError(f"worker_id and job_id must be strings, got {worker_id!r:.40}, {job_id!r:.40}")
+    if not isinstance(below, int) or isinstance(below, bool) or below < 0:
+        raise ValueError(f"below must be an int >= 0, got {below!r:.40}")
+    return (worker_id, job_id), _StreamSeqs(below, seqs(above, "above") or None, seqs(holes, "holes") or None)
+
+
+def _seen(stream: _StreamSeqs, seq: int) -> bool:
+    if seq < stream.below:
+        return not (stream.holes and seq in stream.holes)
+    return bool(stream.above and seq in stream.above)
+
+
+def _union(a: _StreamSeqs, b: _StreamSeqs) -> _StreamSeqs:
+    """The seqs seen in either: below the larger prefix a seq is unseen only where both had not seen it."""
+    hi, lo = (a, b) if a.below >= b.below else (b, a)
+    holes = {seq for seq in hi.holes or () if not _seen(lo, seq)}
+    above = {seq for seq in (*(hi.above or ()), *(lo.above or ())) if seq >= hi.below}
+    merged = _StreamSeqs(hi.below, above or None, holes or None)
+    while merged.above and merged.below in merged.above:
+        merged.above.discard(merged.below)
+        merged.below += 1
+    return merged

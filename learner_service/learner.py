@@ -384,6 +384,7 @@ class Learner:
                 # those of an older version when newer ones are damaged: a fresh Adam under the restored update
                 # count had its learning-rate annealing and its step count disagree)
                 trainer.resume_training_state(publisher.store, start.resumed)
+                self.plane.seed_seen(trainer.trained.export())
             trainer.lineage_from = start.lineage_from  # (a reset or pretrained checkpoint the league names)
             if start.lineage_from:
                 # Started from the checkpoint the league names (a reset of the player pending since its last

@@ -222,6 +222,11 @@ class DataPlane:
             self._samples += prepared.agent_steps
         return AcceptResult(Accepted.NEW, prepared.agent_steps, intake)
 
+    def seed_seen(self, streams: list[list]) -> None:
+        """Count the chunks of a `SeqDeduper.export` as received (those trained into the checkpoint a session
+        resumes: the actors of a learner killed before acknowledging them send them again)."""
+        self._deduper.seed(streams)
+
     def forget(self, chunks: Iterable[PreparedChunk]) -> None:
         """Chunks accepted but dropped untrained (their session ended): a resend of them is new data again, not
         a duplicate acknowledged and never trained on."""

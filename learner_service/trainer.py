@@ -23,11 +23,18 @@ DQN's target network, the update counter, the minibatch generator) in a companio
 a learner that resumes the player's latest checkpoint adopts it (`resume_training_state`), so a restart goes
 on with the same Adam moments and step counts instead of a fresh optimizer. Replay contents are not saved
 (a restarted DQN learner refills its replay up to ``learning_starts`` first).
+
+Trained chunks: the training state also names the chunks (worker_id, job_id, seq) the published weights were
+trained on (`Trainer.trained`, the most recent `TRAINED_LEDGER_STREAMS` streams). A learner killed with a
+stream open never acknowledged that stream's chunks, so its actor sends them again to the player's next learner;
+that learner, resuming the checkpoint, counts the ones already in its weights as duplicates, and trains only
+those the killed learner had not published (held short of a batch, or trained after its last publish).
 """
 
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -43,8 +50,15 @@ from common.computation.specs import ActionSpec, TensorSpec
 from common.learner_config import LearnerConfig
 from common.policy_config import PolicyConfig
 from learner_service.chunks import ChunkPreparer, PreparedChunk
+from learner_service.intake import SeqDeduper
 
 log = logging.getLogger(__name__)
+
+TRAINED_STATE_KEY = "learner.trained_chunks"
+"""The training state's entry naming the chunks trained into the weights (`SeqDeduper.export`)."""
+TRAINED_LEDGER_STREAMS = 256
+"""Streams (worker_id, job_id) the trained-chunk ledger remembers, the most recently trained: a stream ends with
+its job, and an actor runs one job at a time, so this covers the resends of that many actors."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +135,12 @@ class Trainer:
         """The weights `build_trainer` started this trainer from, until it first publishes: what a roll-back goes
         back to meanwhile. The last published checkpoint may be the weights a league reset threw away (the reset's
         publish failed), and a roll-back to it undid the reset without a word."""
+        self.trained = SeqDeduper(max_streams=TRAINED_LEDGER_STREAMS)
+        """The chunks whose data the weights were trained on (see the module docstring)."""
+        self._published_trained: list[list] = []
+        """``trained`` as published with the weights a roll-back goes back to."""
+        self._untrained: deque[list] = deque()
+        """PPO: ``[(worker_id, job_id, seq), samples not trained yet]`` of the chunks held, in the order they train."""
 
     @property
     def version(self) -> int:
@@ -146,6 +166,8 @@ class Trainer:
         self.task = task
         average, self._averaged = self._published_average
         self._average = _clone(average)
+        self.trained = SeqDeduper(max_streams=TRAINED_LEDGER_STREAMS)
+        self.trained.seed(self._published_trained)
 
     def update_average(self) -> None:
         """Fold the weights of the update just made (a finite one) into the moving average of the parameters.
@@ -193,8 +215,11 @@ class Trainer:
 
     def publish(self, store: CheckpointStore, player_id: str, metadata: Mapping[str, object]) -> CheckpointRef:
         """Publish the weights at the trainer's version, with the training state a restart resumes."""
-        ref = self.task.publish(store, player_id, metadata, training_state=True)
+        trained = self.trained.export()
+        ref = self.task.publish(store, player_id, metadata, training_state=True,
+                                extra_state={TRAINED_STATE_KEY: trained})
         self._published_average = (_clone(self._average), self._averaged)
+        self._published_trained = trained
         self.unpublished_start = None
         return ref
 
@@ -216,6 +241,7 @@ class Trainer:
         if state is None:
             log.info("%s has no training state; going on with a fresh optimizer", ref.path)
             return False
+        self._resume_trained(ref, state.pop(TRAINED_STATE_KEY, None))
         try:
             self.task.set_training_state(state)
         except ValueError as err:
@@ -223,6 +249,20 @@ class Trainer:
                       ref.path, err)
             return False
         return True
+
+    def _resume_trained(self, ref: CheckpointRef, trained: object) -> None:
+        """Take the ledger of chunks trained into ``ref``'s weights (a checkpoint of an older learner has none)."""
+        if trained is None:
+            return
+        try:
+            if not isinstance(trained, list):
+                raise ValueError(f"expected a list, got {type(trained).__name__}")
+            self.trained.seed(trained)
+        except ValueError as err:
+            log.error("%s: its list of trained chunks is unusable (%s): chunks it trained that actors send again "
+                      "are trained again", ref.path, err)
+            self.trained = SeqDeduper(max_streams=TRAINED_LEDGER_STREAMS)
+        self._published_trained = self.trained.export()
 
     def weights_finite(self) -> bool:
         """False once an update produced NaN or infinite parameters (such weights are never published)."""
@@ -249,9 +289,12 @@ class Trainer:
     # ---- data -----------------------------------------------------------------------------------------
     def add(self, chunk: PreparedChunk) -> None:
         self.progress.agent_steps += chunk.agent_steps
+        key = (chunk.header.worker_id, chunk.header.job_id, chunk.header.seq)
         if self._replay is not None:
             self._add_transitions(chunk.rows)
+            self.trained.reserve(*key)  # in the replay every update samples from
             return
+        self._untrained.append([key, len(chunk.rows["reward"]) * chunk.steps])  # (the samples `_hold` counts)
         # A chunk of many batches' samples is held a batch's rows at a time, each batch set ready as it fills:
         # taken whole, one 64 MiB chunk of tiny observations (4.4M samples) was one PPO batch of ~8 GB (a review).
         rows = len(chunk.rows["reward"])
@@ -312,7 +355,17 @@ class Trainer:
             samples, self._held_samples = self._held_samples, 0
             self._segment_len = 0  # the next batch pads to its own longest row, not to this one's
         result = self.task.learn(batch)
+        self._mark_trained(samples)
         return self._report(result.stats, samples)
+
+    def _mark_trained(self, samples: int) -> None:
+        """``samples`` of the held chunks, the oldest first, were trained on: those trained whole join `trained`."""
+        while self._untrained and self._untrained[0][1] <= samples:
+            key, left = self._untrained.popleft()
+            samples -= left
+            self.trained.reserve(*key)
+        if self._untrained and samples:
+            self._untrained[0][1] -= samples
 
     def _train_replay(self) -> IterationReport | None:
         assert self._replay is not None

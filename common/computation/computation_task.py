@@ -195,13 +195,18 @@ class ComputationTask:
 
     def publish(
         self, store: CheckpointStore, player_id: str, metadata: Mapping[str, Any] | None = None,
-        training_state: bool = False,
+        training_state: bool = False, extra_state: Mapping[str, Any] | None = None,
     ) -> CheckpointRef:
         """Publish the current weights as version `version` of ``player_id``; with ``training_state`` (a
-        learner) also the training state, in a file of its own that actors never read."""
+        learner) also the training state, in a file of its own that actors never read. ``extra_state``: the
+        caller's own entries beside the algorithm's in that file (keys the algorithm does not use)."""
         with self._lock:
             weights, version = self.get_weights(), self._version
             state = self.get_training_state() if training_state else None
+        if state is not None and extra_state:
+            if clash := state.keys() & extra_state.keys():
+                raise ValueError(f"extra_state: {sorted(clash)} are the algorithm's own training state keys")
+            state.update(extra_state)
         return store.publish(player_id, weights, version, metadata, training_state=state)
 
     def restore(self, store: CheckpointStore, path: str) -> CheckpointRef:

@@ -7,7 +7,9 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 
+import grpc
 import yaml
 
 from common.checkpoint_store import CheckpointStore
@@ -93,6 +95,58 @@ def test_a_killed_learner_restarted_with_its_worker_id_resumes_without_going_bac
             assert (status.agent_steps, status.train_iteration, status.checkpoint_version) == (640, 5, 5)
     finally:
         rollout.close()
+
+
+def test_chunks_a_killed_learner_trained_and_published_are_duplicates_for_its_successor(tmp_path):
+    """A learner killed with a stream open never acknowledged its chunks, so the actor sends them all again. Those
+    trained into the checkpoint the next learner resumes are counted as duplicates (they were trained a second
+    time before, at most a stream's worth per actor); one held short of a batch at the kill is trained."""
+    cfg = solo_config(batch_size=256)  # two 128-sample chunks a batch
+    rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)
+    release = threading.Event()
+    try:
+        with running_coordinator(cfg, tmp_path, lease_timeout_s=5.0) as coordinator:
+            with _learner(coordinator.address, tmp_path, tmp_path / "learner-1.log", "learner-k") as proc:
+                eventually(lambda: player_status(coordinator.address).checkpoint_path)
+                chunks = rollout.chunks(acting_task(cfg, tmp_path), 3, policy_version=0)
+
+                def open_stream():
+                    yield from chunks
+                    release.wait(60)  # the stream stays open: nothing of it is acknowledged
+
+                answer: list = []
+                pusher = threading.Thread(target=lambda: answer.append(_pushed(proc.address, open_stream())))
+                pusher.start()
+                eventually(lambda: player_status(coordinator.address).checkpoint_version == 1)
+                proc.kill()
+                release.set()
+                pusher.join(60)
+            assert isinstance(answer[0], grpc.RpcError)  # the actor resends the whole stream
+            killed = CheckpointStore(tmp_path).latest(PLAYER)
+            assert killed.version == 1 and killed.metadata["agent_steps"] == 256
+
+            with _learner(coordinator.address, tmp_path, tmp_path / "learner-2.log", "learner-k") as proc:
+                eventually(lambda: "taking trajectories" in proc.log_tail(100))
+                resent = push(proc.address, chunks)
+                assert (resent.chunks_duplicate, resent.chunks_accepted) == (2, 1)
+                push(proc.address, rollout.chunks(acting_task(cfg, tmp_path), 1, policy_version=1))
+                eventually(lambda: player_status(coordinator.address).checkpoint_version == 2)
+                assert proc.terminate() == 0, proc.log_tail()
+            final = CheckpointStore(tmp_path).latest(PLAYER)
+            # The second batch: the chunk held at the kill and the new one (before: the two published ones were
+            # trained again, a batch of their own, and version 2 held 3 x 256 steps).
+            assert final.version == 2 and final.metadata["train_iteration"] == 2
+            assert final.metadata["agent_steps"] == 512
+    finally:
+        release.set()
+        rollout.close()
+
+
+def _pushed(address: str, chunks):
+    try:
+        return push(address, chunks, timeout_s=60)
+    except grpc.RpcError as err:
+        return err
 
 
 HUNG_SHARE = """

@@ -141,6 +141,57 @@ def test_deduper_forgets_the_oldest_streams_beyond_its_bound():
     assert not dedup.reserve("w", "c", 0)
 
 
+def _seen(dedup: SeqDeduper, seqs, stream=("w", "j")) -> set[int]:
+    """Which of ``seqs`` the deduper has seen (asked on a copy: `reserve` records what it is asked)."""
+    copy = SeqDeduper()
+    copy.seed(dedup.export())
+    return {seq for seq in seqs if not copy.reserve(*stream, seq)}
+
+
+def test_an_export_seeds_a_deduper_that_sees_the_same_seqs():
+    dedup = SeqDeduper()
+    for seq in (0, 1, 2, 5, 9):
+        dedup.reserve("w", "j", seq)
+    dedup.release("w", "j", 1)  # a hole in the prefix
+    dedup.reserve("w", "k", 0)
+    exported = dedup.export()
+    assert exported == [["w", "j", 3, [5, 9], [1]], ["w", "k", 1, [], []]]
+    assert _seen(dedup, range(12)) == {0, 2, 5, 9}
+    assert dedup.export(max_streams=1) == [["w", "k", 1, [], []]] and dedup.export(max_streams=0) == []
+
+
+def test_seeding_adds_to_what_a_deduper_has_seen():
+    """A learner resuming a checkpoint after a session of its own: the seqs of either count as seen."""
+    live, trained = SeqDeduper(), SeqDeduper()
+    for seq in (0, 1, 2, 3, 7):
+        live.reserve("w", "j", seq)
+    live.release("w", "j", 2)  # accepted, then dropped untrained: a resend is new ...
+    for seq in (0, 1, 2, 10):
+        trained.reserve("w", "j", seq)  # ... unless the checkpoint resumed holds it
+    live.seed(trained.export())
+    assert _seen(live, range(12)) == {0, 1, 2, 3, 7, 10}
+    other = SeqDeduper()
+    for seq in range(7):
+        other.reserve("w", "j", seq)
+    other.release("w", "j", 4)  # seen by neither: still new
+    other.release("w", "j", 3)  # seen by live
+    live.seed(other.export())
+    assert _seen(live, range(12)) == {0, 1, 2, 3, 5, 6, 7, 10}
+    assert live.export() == [["w", "j", 8, [10], [4]]]
+
+
+@pytest.mark.parametrize("entry", [
+    "w", ["w", "j", 1, []], ["w", 3, 1, [], []], ["w", "j", -1, [], []], ["w", "j", True, [], []],
+    ["w", "j", 1, [2, -3], []], ["w", "j", 1, [], "1"], ["w", "j", 1, list(range(5000)), []],
+])
+def test_a_malformed_export_is_refused_and_changes_nothing(entry):
+    dedup = SeqDeduper()
+    dedup.reserve("w", "j", 0)
+    with pytest.raises(ValueError):
+        dedup.seed([["w", "x", 4, [], []], entry])
+    assert dedup.export() == [["w", "j", 1, [], []]]
+
+
 @pytest.fixture()
 def plane():
     policy = PolicyConfig.from_mapping({"algorithm": "ppo", "model": {"hidden": [8]}})

@@ -114,6 +114,74 @@ def test_dqn_waits_for_learning_starts_then_trains_by_replay_ratio():
     assert reports[-1].version == len(reports) and "td_abs_mean" in reports[0].stats
 
 
+def _trained(trainer, seqs):
+    """Which of ``seqs`` (worker "actor-test", job "job-test", as `synthetic_chunk` names them) are in the
+    trainer's ledger of trained chunks."""
+    from learner_service.intake import SeqDeduper
+
+    copy = SeqDeduper()
+    copy.seed(trainer.trained.export())
+    return {seq for seq in seqs if not copy.reserve("actor-test", "job-test", seq)}
+
+
+def test_ppo_chunks_join_the_trained_ledger_once_a_batch_has_trained_all_of_them():
+    trainer = _trainer(batch_size=24)
+    trainer.add(_prepared(trainer, seq=0))  # 16 samples each
+    trainer.add(_prepared(trainer, seq=1))
+    assert _trained(trainer, range(3)) == set()
+    assert trainer.train_ready().samples == 32 and _trained(trainer, range(3)) == {0, 1}
+    # 32 samples in 4 rows, more than a batch: held as a batch of 3 rows and 1 row left; trained whole, it counts.
+    trainer.add(_prepared(trainer, seq=2, batch=4))
+    assert trainer.train_ready().samples == 24 and _trained(trainer, range(3)) == {0, 1}
+    assert trainer.train_ready() is None
+    assert trainer.train_ready(rest=True).samples == 8 and _trained(trainer, range(3)) == {0, 1, 2}
+
+
+def test_the_trained_ledger_is_published_resumed_and_rolled_back_with_the_weights(tmp_path):
+    store = CheckpointStore(tmp_path)
+    trainer = _trainer(batch_size=32)
+    for seq in range(2):
+        trainer.add(_prepared(trainer, seq=seq))
+    trainer.train_ready()
+    ref = trainer.publish(store, "p", {})
+    trainer.add(_prepared(trainer, seq=2))
+    trainer.add(_prepared(trainer, seq=3))
+    trainer.train_ready()
+    assert _trained(trainer, range(4)) == {0, 1, 2, 3}
+    trainer.replace_task(build_task(trainer.spec, seed=3, device="cpu", weights=store.load(ref.path).tensors,
+                                    version=trainer.version))  # a roll-back to the published weights
+    assert _trained(trainer, range(4)) == {0, 1}  # 2 and 3 are not in these weights any more
+
+    resumed = _trainer(batch_size=32, weights=store.load(ref.path).tensors, version=ref.version)
+    assert resumed.resume_training_state(store, ref)
+    assert _trained(resumed, range(4)) == {0, 1}
+    resumed.add(_prepared(resumed, seq=2))
+    resumed.add(_prepared(resumed, seq=3))
+    resumed.train_ready()
+    resumed.replace_task(build_task(resumed.spec, seed=3, device="cpu", weights=None, version=resumed.version))
+    assert _trained(resumed, range(4)) == {0, 1}  # a roll-back before its first publish: the resumed ledger
+
+
+def test_a_dqn_chunk_joins_the_ledger_as_it_enters_the_replay():
+    trainer = _trainer("dqn")
+    trainer.add(_prepared(trainer, seq=0))
+    assert _trained(trainer, range(2)) == {0}
+
+
+def test_an_unusable_trained_ledger_is_logged_and_the_optimizer_state_still_resumed(tmp_path, caplog):
+    from learner_service.trainer import TRAINED_STATE_KEY
+
+    store = CheckpointStore(tmp_path)
+    trainer = _trainer(batch_size=16)
+    trainer.add(_prepared(trainer, seq=0))
+    trainer.train_ready()
+    state = {**trainer.task.get_training_state(), TRAINED_STATE_KEY: [["w", "j", -5, [], []]]}
+    ref = store.publish("p", trainer.task.get_weights(), trainer.version, {}, training_state=state)
+    resumed = _trainer(batch_size=16, weights=store.load(ref.path).tensors, version=ref.version)
+    assert resumed.resume_training_state(store, ref)  # the optimizer's state is good
+    assert "list of trained chunks is unusable" in caplog.text and resumed.trained.export() == []
+
+
 def test_dqn_importance_weight_exponent_anneals_to_one_over_the_configured_updates():
     policy = PolicyConfig.from_mapping({
         "algorithm": "dqn", "model": {"hidden": [16]},

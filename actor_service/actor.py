@@ -97,6 +97,8 @@ class ActorSettings:
     SubprocessEnvManagerConfig.cpus."""
     token: str | None = field(default=None, repr=False)  # (never in a printed settings object)
     tls_ca: Path | None = None
+    tls_server_name: str | None = None
+    """The name the coordinator's and learners' TLS certificates are checked against (None: the host dialled)."""
     max_jobs: int | None = None
     """Return after this many jobs (None: until stopped)."""
     get_job_wait_s: float = 5.0
@@ -163,7 +165,8 @@ class Actor:
         self._stop = StopSignal()
         self._store = TimedCheckpointStore(settings.shared_root)
         self._client = CoordinatorClient(
-            settings.coordinator, settings.worker_id, stop=self._stop, token=settings.token, tls_ca=settings.tls_ca
+            settings.coordinator, settings.worker_id, stop=self._stop, token=settings.token, tls_ca=settings.tls_ca,
+            tls_server_name=settings.tls_server_name,
         )
         self._managers = EnvManagers(settings.manager, settings.env_max_retry, settings.env_step_timeout_s,
                                      settings.env_reset_timeout_s, settings.env_cpus)
@@ -354,7 +357,8 @@ class Actor:
         header = ChunkHeader(plan.job_id, plan.launch_player, self.worker_id, 0, 0)
         return TrajectorySender(plan.learner_endpoint, header, stop=self._stop,
                                 settings=self.settings.sender.within(plan.adder.chunks_in_flight),
-                                token=self.settings.token, tls_ca=self.settings.tls_ca)
+                                token=self.settings.token, tls_ca=self.settings.tls_ca,
+                                tls_server_name=self.settings.tls_server_name)
 
     def _new_rollout(
         self, plan: JobPlan, sender: TrajectorySender | None, revoked: StopSignal, carry: _Carry | None,

@@ -62,6 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--worker-id", default=None, help="worker id (default: actor-<hostname>-<pid>)")
     parser.add_argument("--token-file", type=cli_args.path, default=None, help="bearer token (else $LEAGUE_TOKEN)")
     parser.add_argument("--tls-ca", type=cli_args.path, default=None, help="PEM CA certificate: connect with TLS")
+    cli_args.add_tls_server_name(parser, "the coordinator's and the learners'")
     parser.add_argument("--max-jobs", type=cli_args.positive_int, default=None, help="exit after this many jobs")
     parser.add_argument("--env-max-retry", type=cli_args.non_negative_int, default=2,
                         help="failures each env may have per job (it is rebuilt each time) before the job fails "
@@ -86,6 +87,8 @@ def main(args: argparse.Namespace) -> int:
         return _refuse(refusal)
     if (refusal := cli_args.shared_root_refusal(args.shared_root)) is not None:
         return _refuse(refusal)
+    if (refusal := cli_args.tls_server_name_refusal(args)) is not None:
+        return _refuse(refusal)
     # Imported only now, so `league --help` and argument errors do not pay for torch.
     import torch
 
@@ -105,6 +108,7 @@ def main(args: argparse.Namespace) -> int:
             env_cpus=args.env_cpus,
             token=load_token(args.token_file),
             tls_ca=args.tls_ca,
+            tls_server_name=args.tls_server_name,
             max_jobs=args.max_jobs,
             env_max_retry=args.env_max_retry,
             env_step_timeout_s=args.env_step_timeout,

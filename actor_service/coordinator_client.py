@@ -74,6 +74,7 @@ class CoordinatorClient:
         stop: StopSignal,
         token: str | None = None,
         tls_ca: Path | None = None,
+        tls_server_name: str | None = None,
         backoff: BackoffSettings | None = None,
         call_timeout_s: float = 10.0,
     ) -> None:
@@ -84,6 +85,7 @@ class CoordinatorClient:
         self._stop = stop
         self._token = token
         self._tls_ca = tls_ca
+        self._tls_server_name = tls_server_name
         self._backoff = Backoff(backoff)
         self._call_timeout_s = call_timeout_s
         self._lock = threading.Lock()
@@ -224,6 +226,7 @@ class CoordinatorClient:
                 # Replies up to what the coordinator sends (a job whose env kwargs run to megabytes): at gRPC's
                 # default 4 MiB such a job was RESOURCE_EXHAUSTED, the actor exited 2 and its lease stayed held.
                 self._channel = make_channel(self.address, token=self._token, tls_ca=self._tls_ca,
+                                             tls_server_name=self._tls_server_name,
                                              max_message_bytes=STATUS_MAX_BYTES)
                 self._stub = league_pb2_grpc.LeagueServiceStub(self._channel)
             return self._stub

@@ -132,6 +132,7 @@ class TrajectorySender:
         settings: SenderSettings | None = None,
         token: str | None = None,
         tls_ca: Path | None = None,
+        tls_server_name: str | None = None,
     ) -> None:
         if not endpoint:
             raise ValueError("learner endpoint is empty")
@@ -140,6 +141,7 @@ class TrajectorySender:
         self._settings = settings or SenderSettings()
         self._token = token
         self._tls_ca = tls_ca
+        self._tls_server_name = tls_server_name
         self._stop = stop
         self._cond = threading.Condition()
         self._queue: deque[league_pb2.TrajectoryChunk] = deque()
@@ -348,6 +350,7 @@ class TrajectorySender:
     def _stub_locked(self) -> league_pb2_grpc.LearnerServiceStub:
         if self._channel is None:
             self._channel = make_channel(self.endpoint, token=self._token, tls_ca=self._tls_ca,
+                                         tls_server_name=self._tls_server_name,
                                          default_deadline_s=self._settings.stream_timeout_s,
                                          max_message_bytes=_CHANNEL_MAX_MESSAGE_BYTES)
         return league_pb2_grpc.LearnerServiceStub(self._channel)

@@ -10,6 +10,7 @@ import argparse
 import logging
 import math
 import os
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -65,6 +66,33 @@ def path_text(text: str) -> str:
     `--flag=~/x`: that one made a directory named `~` where the command was started. Expanded here, at parsing,
     so the processes `league run` starts get the expanded paths."""
     return os.path.expanduser(text)
+
+
+_DNS_LABEL = re.compile(r"(\*|[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)")
+
+
+def tls_server_name(text: str) -> str:
+    """A DNS name for `--tls-server-name` (what gRPC checks the server's certificate against instead of the host
+    dialled): refused here, at parsing, rather than as a handshake failure at every call."""
+    labels = text.rstrip(".").split(".")
+    if not text or len(text) > 253 or not all(_DNS_LABEL.fullmatch(label) for label in labels):
+        raise argparse.ArgumentTypeError(f"not a DNS name: {text!r:.80}")
+    return text
+
+
+def add_tls_server_name(parser: argparse.ArgumentParser, servers: str) -> None:
+    parser.add_argument(
+        "--tls-server-name", type=tls_server_name, default=None, metavar="NAME",
+        help=f"the name {servers} TLS certificates are checked against instead of the host dialled (a certificate "
+             "that names a DNS name only, reached by IP address or by another name); needs --tls-ca",
+    )
+
+
+def tls_server_name_refusal(args: argparse.Namespace) -> str | None:
+    """Why --tls-server-name cannot be used as given, or None: it only means something over TLS."""
+    if args.tls_server_name is not None and args.tls_ca is None:
+        return "--tls-server-name: needs --tls-ca (it names what the servers' TLS certificates are checked against)"
+    return None
 
 
 MAX_SEED = 2**32 - 1

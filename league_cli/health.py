@@ -30,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--timeout", type=float, default=DEFAULT_TIMEOUT_S, help=f"deadline of the check, seconds (default {DEFAULT_TIMEOUT_S:g})"
     )
     parser.add_argument("--tls-ca", type=cli_args.path, default=None, help="CA certificate to verify the server (TLS)")
+    cli_args.add_tls_server_name(parser, "the server's")
 
     def usage_error(message: str) -> NoReturn:  # argparse's own exits 2, which Docker reserves (see main)
         parser.print_usage(sys.stderr)
@@ -43,13 +44,16 @@ def main(args: argparse.Namespace) -> int:
     flag or file too: Docker reserves a healthcheck's exit 2 ("do not use"), so this probe never exits 2."""
     if not 0 < args.timeout <= cli_args.MAX_TIMEOUT_S:
         raise SystemExit(f"league health: --timeout must be > 0 and at most {cli_args.MAX_TIMEOUT_S:g} seconds, got {args.timeout}")
+    if (refusal := cli_args.tls_server_name_refusal(args)) is not None:
+        raise SystemExit(f"league health: {refusal}")
     if args.tls_ca is not None:
         try:
             check_tls_ca(args.tls_ca)
         except ValueError as err:
             raise SystemExit(f"league health: {err}") from err
         creds = grpc.ssl_channel_credentials(root_certificates=Path(args.tls_ca).read_bytes())
-        channel = grpc.secure_channel(args.addr, creds)
+        options = [] if args.tls_server_name is None else [("grpc.ssl_target_name_override", args.tls_server_name)]
+        channel = grpc.secure_channel(args.addr, creds, options=options)
     else:
         channel = grpc.insecure_channel(args.addr)
     try:

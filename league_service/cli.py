@@ -282,6 +282,7 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
                        help="the coordinator of the `league run` going on in this directory")
     parser.add_argument("--token-file", type=cli_args.path, default=None, help="bearer token (else $LEAGUE_TOKEN)")
     parser.add_argument("--tls-ca", type=cli_args.path, default=None, help="CA certificate to verify the coordinator (TLS)")
+    cli_args.add_tls_server_name(parser, "the coordinator's")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument(
         "--watch", type=cli_args.positive_seconds, nargs="?", const=2.0, default=None, metavar="SECONDS",
@@ -365,6 +366,8 @@ def status_main(args: argparse.Namespace) -> int:
         token = load_token(args.token_file)
         if args.tls_ca is not None:
             check_tls_ca(args.tls_ca)
+        if (refusal := cli_args.tls_server_name_refusal(args)) is not None:
+            raise ValueError(refusal)
     except ValueError as err:
         print(f"league status: {err}", file=sys.stderr)
         return SETUP_ERROR_EXIT
@@ -486,7 +489,7 @@ class _StatusSource:
             self._channel.close()
         self.address = address
         self._channel = make_channel(address, token=self._token, tls_ca=self._args.tls_ca,
-                                     max_message_bytes=STATUS_MAX_BYTES)
+                                     tls_server_name=self._args.tls_server_name, max_message_bytes=STATUS_MAX_BYTES)
         self._stub = league_pb2_grpc.LeagueServiceStub(self._channel)
 
     def fetch(self, stop: SignalFlag | None = None) -> Any:

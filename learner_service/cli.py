@@ -71,6 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--insecure", action="store_true",
                         help="allow a non-loopback --host without a token (trajectories then arrive unauthenticated)")
     parser.add_argument("--tls-ca", type=cli_args.path, default=None, help="CA certificate to verify the coordinator (TLS)")
+    cli_args.add_tls_server_name(parser, "the coordinator's")
     parser.add_argument("--tls-cert", type=cli_args.path, default=None,
                         help="PEM certificate chain of the trajectory server (with --tls-key; needed with --tls-ca)")
     parser.add_argument("--tls-key", type=cli_args.path, default=None, help="PEM private key (with --tls-cert)")
@@ -109,6 +110,8 @@ def main(args: argparse.Namespace) -> int:
     refusal = cli_args.shared_root_refusal(args.shared_root, writes="the learner publishes its checkpoints there")
     if refusal is not None:
         return _refuse(refusal)
+    if (refusal := cli_args.tls_server_name_refusal(args)) is not None:
+        return _refuse(refusal)
     try:
         device = resolve_device(args.device)  # `cuda` on a machine without one: refuse now, not at the first job
     except ValueError as err:
@@ -128,6 +131,7 @@ def main(args: argparse.Namespace) -> int:
             token=load_token(args.token_file),
             insecure=args.insecure,
             tls_ca=args.tls_ca,
+            tls_server_name=args.tls_server_name,
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
             device=args.device,

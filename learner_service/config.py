@@ -33,6 +33,8 @@ class LearnerSettings:
     """Serve a non-loopback host without a token (the operator said --insecure)."""
     tls_ca: Path | None = None
     """CA certificate: reach the coordinator over TLS."""
+    tls_server_name: str | None = None
+    """The name the coordinator's certificate is checked against (None: the host dialled)."""
     tls_cert: Path | None = None
     """Certificate chain and key of the trajectory server. Actors given a CA reach learners over TLS too, so a
     learner that reaches the coordinator over TLS must serve TLS itself."""

@@ -140,7 +140,7 @@ class Backoff:
 class LeagueClient:
     def __init__(
         self, address: str, worker_id: str, *, token: str | None = None, tls_ca: Path | None = None,
-        max_backoff_s: float = 10.0,
+        tls_server_name: str | None = None, max_backoff_s: float = 10.0,
     ) -> None:
         self.address = address
         self.worker_id = worker_id
@@ -148,7 +148,8 @@ class LeagueClient:
         # Replies up to the status's size: a learner binding a player reads the league's totals for it from
         # GetStatus, which outgrows gRPC's default 4 MB in a long league (~6,000 historical players), and every
         # bind then failed RESOURCE_EXHAUSTED, the learner exiting 1 (a review).
-        self._channel = make_channel(address, token=token, tls_ca=tls_ca, max_message_bytes=STATUS_MAX_BYTES)
+        self._channel = make_channel(address, token=token, tls_ca=tls_ca, tls_server_name=tls_server_name,
+                                     max_message_bytes=STATUS_MAX_BYTES)
         self._stub = league_pb2_grpc.LeagueServiceStub(self._channel)
         self._cond = threading.Condition()
         self._interrupted = False

@@ -152,7 +152,7 @@ class Learner:
         self.plane = DataPlane()
         self.client = LeagueClient(
             settings.coordinator, settings.worker_id, token=settings.token, tls_ca=settings.tls_ca,
-            max_backoff_s=settings.max_backoff_s,
+            tls_server_name=settings.tls_server_name, max_backoff_s=settings.max_backoff_s,
         )
         self.server: ServingServer | None = None
         self.servicer: LearnerServicer | None = None

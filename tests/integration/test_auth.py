@@ -89,17 +89,28 @@ def test_metrics_need_the_token_when_the_coordinator_has_one(tmp_path):
                 assert reply.status == 200 and b"league_jobs_issued_total" in reply.read()
 
 
-@pytest.fixture
-def self_signed(tmp_path):
+def _self_signed(tmp_path, subject_alt_names: str, name: str = "cert"):
     if shutil.which("openssl") is None:
         pytest.skip("needs the openssl command to make a self-signed certificate")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert, key = tmp_path / f"{name}.pem", tmp_path / f"{name}-key.pem"
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
-         "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+         "-days", "1", "-subj", f"/CN={subject_alt_names.split(',')[0].split(':')[1]}", "-addext",
+         f"subjectAltName={subject_alt_names}"],
         check=True, capture_output=True,
     )
     return cert, key
+
+
+@pytest.fixture
+def self_signed(tmp_path):
+    return _self_signed(tmp_path, "DNS:localhost,IP:127.0.0.1")
+
+
+@pytest.fixture
+def dns_only_cert(tmp_path):
+    """A certificate for a service name only (as a cluster's internal CA issues), reached here by IP address."""
+    return _self_signed(tmp_path, "DNS:league.internal", "dns-only")
 
 
 def test_an_encrypted_tls_key_is_refused_naming_it(tmp_path, self_signed):
@@ -150,6 +161,47 @@ def test_a_league_trains_over_tls_end_to_end(tmp_path, self_signed):
     for report in reports:
         assert report.sender is not None and report.sender.chunks_written > 0
         assert report.sender.chunks_acked == report.sender.chunks_written
+
+
+def test_workers_and_tools_check_certificates_against_tls_server_name(tmp_path, dns_only_cert):
+    """Without --tls-server-name a certificate that names a DNS name only fails the handshake when its server is
+    dialled by IP; with it, actors (to the coordinator and the learner), learners, status and health work."""
+    cert, key = dns_only_cert
+    config = config_from_dict({
+        "league": {"league_type": "solo", "active_players": {"solo_active_player": 1}, "max_active_player_job": 1},
+        "env": {"name": "CartPole-v1", "env_num": 2, "episode_num": 2},
+    })
+    config = dataclasses.replace(config, policy={"algorithm": "ppo"})
+    root = tmp_path / "shared"
+    root.mkdir()
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+
+    def cli(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "league_cli", *argv], capture_output=True, text=True,
+                              timeout=120, cwd=REPO)
+
+    with running_coordinator(config, root, token=TOKEN, tls=ServerTls(cert, key)) as server:
+        address = f"127.0.0.1:{server.port}"
+        status = ["status", "--addr", address, "--token-file", str(token_file), "--tls-ca", str(cert), "--json"]
+        refused = cli(*status, "--timeout", "3")
+        assert refused.returncode != 0 and "TLS" in refused.stderr, refused.stderr
+        assert cli(*status, "--tls-server-name", "league.internal").returncode == 0
+        health = ["health", "--addr", address, "--tls-ca", str(cert)]
+        assert cli(*health, "--tls-server-name", "league.internal").returncode == 0
+        assert cli(*health, "--timeout", "3").returncode == 1
+        no_ca = cli("health", "--addr", address, "--tls-server-name", "league.internal")
+        assert no_ca.returncode == 1 and "--tls-server-name: needs --tls-ca" in no_ca.stderr
+        assert "not a DNS name" in cli(*health, "--tls-server-name", "league internal").stderr
+
+        with running_learner(address, root, token=TOKEN, tls_ca=cert, tls_server_name="league.internal",
+                             tls_cert=cert, tls_key=key):
+            actor = Actor(ActorSettings(coordinator=address, shared_root=root, worker_id="actor-tls", manager="base",
+                                        token=TOKEN, tls_ca=cert, tls_server_name="league.internal", max_jobs=1,
+                                        get_job_wait_s=1.0))
+            reports = actor.run()
+    assert [r.status for r in reports] == ["completed"]
+    assert reports[0].sender.chunks_written > 0 and reports[0].sender.chunks_acked == reports[0].sender.chunks_written
 
 
 def test_a_learner_that_reaches_the_coordinator_over_tls_must_serve_tls(tmp_path, self_signed):

@@ -886,6 +886,43 @@ def test_a_stopping_learner_answers_a_stream_with_the_chunks_it_took(tmp_path):
         rollout.close()
 
 
+def test_chunks_of_a_stream_idle_at_the_stop_are_duplicates_for_the_next_learner(tmp_path):
+    """A stream open and idle when the learner stops (an actor's 50 ms quiet window) is cancelled by the server's
+    stop, unacknowledged, so the actor sends its chunks again: the stop trained them into its final checkpoint,
+    whose list of trained chunks has the next learner count them as duplicates, not train them a second time."""
+    cfg = solo_config(batch_size=128)
+    rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)  # 128 samples a chunk
+    release = threading.Event()
+    try:
+        with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
+            with running_learner(coordinator.address, tmp_path, worker_id="learner-a") as learner:
+                learner.learner.wait_published(PLAYER, 0, 60)
+                chunks = rollout.chunks(acting_task(cfg, tmp_path), 2, policy_version=0)
+
+                def idle_stream():
+                    yield from chunks
+                    release.wait(60)
+
+                answer: list = []
+                pusher = threading.Thread(target=lambda: answer.append(_pushed(learner.address, idle_stream())))
+                pusher.start()
+                eventually(lambda: learner.learner.plane.counts().chunks_accepted == 2 or None)
+            release.set()
+            pusher.join(60)
+            assert isinstance(answer[0], grpc.RpcError), answer  # never acknowledged
+            stopped = CheckpointStore(tmp_path).latest(PLAYER)
+            assert stopped.metadata["agent_steps"] == 256
+
+            with running_learner(coordinator.address, tmp_path, worker_id="learner-b") as learner:
+                eventually(lambda: learner.learner.session)
+                resent = push(learner.address, chunks)
+                assert (resent.chunks_duplicate, resent.chunks_accepted) == (2, 0)
+            assert CheckpointStore(tmp_path).latest(PLAYER).metadata["agent_steps"] == 256
+    finally:
+        release.set()
+        rollout.close()
+
+
 def _pushed(address: str, chunks):
     try:
         return push(address, chunks, timeout_s=60)

@@ -439,7 +439,7 @@ class Actor:
         env_steps = rollout.env_steps if rollout is not None else 0
         agent_steps = rollout.agent_steps if rollout is not None else 0
         env_failures = rollout.failed_episodes if rollout is not None else 0
-        message = f"{type(err).__name__}: {err}"
+        message = failure_text(err, plan.env_name, traceback_of_others=False)
         if revoked.is_set():
             log.warning("job %s revoked while failing (%s); abandoned", plan.job_id, message)
             return self._job_report(plan, "abandoned", episodes, env_steps, agent_steps, sender, message,
@@ -456,7 +456,7 @@ class Actor:
             log.error("job %s failed: %s", plan.job_id, message.splitlines()[0], exc_info=err)
         unloadable = (err.player_id,) if isinstance(err, UnloadableOpponentError) else ()
         outcome = self._finish(plan.job_id, league_pb2.FINISH_STATUS_FAILED, (), env_steps, agent_steps,
-                               failure_text(err), unloadable)
+                               failure_text(err, plan.env_name), unloadable)
         return self._job_report(plan, _ended_as("failed", outcome), (), env_steps, agent_steps, sender, message,
                                 env_failures)
 
@@ -563,11 +563,14 @@ shutdown flush (5 s) a stop takes at most ~11 s, within `league run`'s 15 s and 
 MAX_ERROR_CHARS = 4096
 
 
-def failure_text(err: BaseException) -> str:
+def failure_text(err: BaseException, env_name: str = "", traceback_of_others: bool = True) -> str:
     """What FinishJob(FAILED) says: the error and its traceback. An env manager's EnvError already carries
-    the env's own traceback (from its worker process) in its message, and an env no policy can play is a
-    config problem its message says in full; other errors get their traceback here."""
-    if isinstance(err, (EnvError, UnsupportedEnvError)):
+    the env's own traceback (from its worker process) in its message, and the env's name (``env_name``) in front,
+    since the manager knows its envs by index only; an env no policy can play is a config problem its message
+    says in full; other errors get their traceback here (unless not ``traceback_of_others``: the log line)."""
+    if isinstance(err, EnvError) and env_name:
+        return f"{type(err).__name__} ({env_name}): {err}"
+    if isinstance(err, (EnvError, UnsupportedEnvError)) or not traceback_of_others:
         return f"{type(err).__name__}: {err}"
     return "".join(traceback.format_exception(err)).rstrip()
 

@@ -351,6 +351,23 @@ def test_coordinator_without_learners_plays_and_reports_without_streaming(tmp_pa
     assert status.players[0].episodes == 3
 
 
+def test_a_job_whose_env_keeps_failing_is_failed_naming_the_env(tmp_path):
+    """The env manager knows its envs by index ("env 1 failed ..."): the actor's error names the env too."""
+    name = "python:tests.env_doubles:FlakyEnv"
+    cfg = solo_config()
+    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, name=name, kwargs={"crash_every": 1}))
+    with running_coordinator(cfg, tmp_path, needs_learner=False) as server:
+        channel, stub = league_stub(server.address)
+        try:
+            (report,) = Actor(actor_settings(server.address, tmp_path, max_jobs=1, env_max_retry=0)).run()
+            status = stub.GetStatus(pb.GetStatusRequest())
+        finally:
+            channel.close()
+    assert report.status == "failed"
+    assert report.error.startswith(f"EnvError ({name}): env ") and "InjectedEnvFault" in report.error
+    assert status.counters.jobs_failed == 1
+
+
 def test_a_job_the_actor_cannot_run_is_finished_as_failed(tmp_path):
     cfg = dataclasses.replace(solo_config(), policy={"algorithm": "ppo", "model": {"no_such_field": 1}})
     with running_coordinator(cfg, tmp_path, needs_learner=False) as server:

@@ -84,6 +84,8 @@ def test_a_failed_jobs_error_carries_the_traceback():
     assert text.startswith("Traceback") and "in deep" in text and text.endswith("KeyError: 'the missing piece'")
     env_error = EnvError("env 0 failed 3 time(s)\n--- env traceback ---\nTraceback ...\nValueError: x", 0)
     assert failure_text(env_error) == f"EnvError: {env_error}"  # the env's own traceback is in its message
+    # The manager knows its envs by index: the actor names the env.
+    assert failure_text(env_error, "python:my_envs:Racer") == f"EnvError (python:my_envs:Racer): {env_error}"
     unsupported = UnsupportedEnvError("env 'FrozenLake-v1': its observation is one integer")
     assert failure_text(unsupported) == f"UnsupportedEnvError: {unsupported}"  # a config problem, no traceback
     long = "First line\n" + "x" * 10_000 + "\nValueError: the cause"

@@ -15,8 +15,9 @@ background (on this ext4, mounted with `discard` and no journal, removing 100 MB
 which overlaps the timed load and dd rounds here (as it overlaps training in a learner; the next publish waits
 for it at its start), where every timed dd truncates its previous file inside its own time.
 
-A last row times publishing a small network with many versions kept against the default keep_last
-(`many_versions_row`): every publish lists the player's directory.
+A row times publishing a small network with many versions kept against the default keep_last
+(`many_versions_row`): every publish lists the player's directory. The last one times the same publish with a
+learner's full list of trained chunks in its training state against it without one (`trained_ledger_row`).
 
     python bench/bench_checkpoint.py [--quick] [--dir DIR]
 """
@@ -24,6 +25,7 @@ A last row times publishing a small network with many versions kept against the 
 from __future__ import annotations
 
 import argparse
+import json
 import pathlib
 import shutil
 import statistics
@@ -127,6 +129,7 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
                  "informational", None),
     ]
     rows.append(many_versions_row(500 if args.quick else 2_000, work_dir=args.dir))
+    rows.append(trained_ledger_row(work_dir=args.dir))
     print_rows("Checkpoint publish + load", rows)
     return rows
 
@@ -159,6 +162,41 @@ def many_versions_row(versions: int, work_dir: pathlib.Path | None = None, timed
     many = costs[versions + timed]
     return BenchRow(f"publish a 40 KB network with {versions:,} versions kept, CPU per publish", many, "ms",
                     f"the same with keep_last {SMALL_KEEP_LAST}", costs[SMALL_KEEP_LAST], "informational", None)
+
+
+def trained_ledger_row(work_dir: pathlib.Path | None = None, timed: int = 200) -> BenchRow:
+    """CPU per publish of the small network of `many_versions_row` whose training state carries a full list of
+    trained chunks (`learner_service.trainer.TRAINED_LEDGER_STREAMS` streams, ids as long as the coordinator's
+    and a worker id's), against the same publish without it, interleaved in the same run: the list's price on
+    every publish of a small, often-publishing learner."""
+    import torch
+
+    from learner_service.intake import SeqDeduper
+    from learner_service.trainer import TRAINED_LEDGER_STREAMS, TRAINED_STATE_KEY
+
+    weights = {"layer.weight": torch.zeros(64, 64), "layer.bias": torch.zeros(64),
+               "head.weight": torch.zeros(2, 64)}
+    state = {"exp_avg": {k: torch.zeros_like(v) for k, v in weights.items()}, "updates": 0}
+    ledger = SeqDeduper(max_streams=TRAINED_LEDGER_STREAMS)
+    for job in range(TRAINED_LEDGER_STREAMS):
+        for seq in range(40):
+            ledger.reserve(f"actor-worker-node-{job % 16:02d}-{1000 + job % 16}", f"job-{job:06d}-3f2a9c1e", seq)
+    costs: dict[bool, list[float]] = {False: [], True: []}
+    work = pathlib.Path(tempfile.mkdtemp(prefix="bench_ckpt_ledger_", dir=work_dir))
+    try:
+        store = CheckpointStore(work, keep_last=SMALL_KEEP_LAST)
+        for version in range(1, 2 * timed + 1):
+            with_ledger = version % 2 == 0
+            start = time.process_time()
+            extra = {TRAINED_STATE_KEY: json.dumps(ledger.export(), separators=(",", ":"))} if with_ledger else {}
+            store.publish("player", weights, version, training_state={**state, **extra})
+            costs[with_ledger].append(time.process_time() - start)
+        store.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    with_ms, without_ms = (statistics.mean(costs[key]) * 1e3 for key in (True, False))
+    return BenchRow(f"publish a 40 KB network with {TRAINED_LEDGER_STREAMS} streams of trained chunks, CPU per "
+                    "publish", with_ms, "ms", "the same without the list", without_ms, "informational", None)
 
 
 if __name__ == "__main__":

@@ -175,11 +175,15 @@ def test_an_unusable_trained_ledger_is_logged_and_the_optimizer_state_still_resu
     trainer = _trainer(batch_size=16)
     trainer.add(_prepared(trainer, seq=0))
     trainer.train_ready()
-    state = {**trainer.task.get_training_state(), TRAINED_STATE_KEY: [["w", "j", -5, [], []]]}
-    ref = store.publish("p", trainer.task.get_weights(), trainer.version, {}, training_state=state)
-    resumed = _trainer(batch_size=16, weights=store.load(ref.path).tensors, version=ref.version)
-    assert resumed.resume_training_state(store, ref)  # the optimizer's state is good
-    assert "list of trained chunks is unusable" in caplog.text and resumed.trained.export() == []
+    for bad in ('[["w", "j", -5, [], []]]', "[[", '{"w": 1}', [["w", "j", 1, [], []]]):
+        caplog.clear()
+        state = {**trainer.task.get_training_state(), TRAINED_STATE_KEY: bad}
+        ref = store.publish("p", trainer.task.get_weights(), trainer.version, {}, training_state=state)
+        resumed = _trainer(batch_size=16, weights=store.load(ref.path).tensors, version=ref.version)
+        assert resumed.resume_training_state(store, ref)  # the optimizer's state is good
+        assert "list of trained chunks is unusable" in caplog.text and resumed.trained.export() == []
+        trainer.add(_prepared(trainer, seq=trainer.version))
+        trainer.train_ready()
 
 
 def test_dqn_importance_weight_exponent_anneals_to_one_over_the_configured_updates():

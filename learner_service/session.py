@@ -203,6 +203,8 @@ class LeaseKeeper:
                 self._lose(SessionEnd.LOST)
                 return
             if renewal is None:
+                if self._closed.is_set():  # the learner finished the job itself meanwhile (its release): no news
+                    return
                 log.warning("the coordinator revoked learn job %s (%s)", self._job.job_id, self._job.player_id)
                 self._lose(SessionEnd.REVOKED)
                 return
@@ -360,6 +362,9 @@ class LearnSession:
             log.error("%s: %s; releasing with the last published checkpoint", self.job.player_id, err)
         finally:
             self.telemetry.close()
+        # No more heartbeats: one under way that lands after the finish is answered "revoked", which a stopping
+        # learner logged as a WARNING at the end of an ordinary run.
+        self.lease.close(wait_s=0)
         self.client.finish(self.job.job_id, league_pb2.FINISH_STATUS_RELEASED, patient=False)
         log.info("released %s at version %d (%d agent steps, %d train iterations)", self.job.player_id,
                  self.publisher.last_version, self.trainer.progress.agent_steps, self.trainer.progress.train_iteration)

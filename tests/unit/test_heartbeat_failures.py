@@ -134,3 +134,32 @@ def test_a_job_heartbeats_deadline_is_its_interval_not_the_clients_call_timeout(
     client.heartbeat(["job-1"], timeout_s=60.0)
     client.heartbeat(["job-1"])
     assert seen == [2.0, 10.0, 10.0]
+
+
+class _AnswersAfterTheFinish:
+    """The heartbeat under way when the learner finishes its job itself: answered "revoked" after the finish."""
+
+    def __init__(self) -> None:
+        self.sent = threading.Event()
+        self.finished = threading.Event()
+
+    def heartbeat(self, *args, **kwargs):
+        self.sent.set()
+        self.finished.wait(30)
+        return None  # the job is no longer leased: "revoked"
+
+
+def test_a_revoked_answer_to_a_heartbeat_sent_before_the_learner_released_its_job_is_no_news(caplog):
+    """A stopping learner's release finishes its learn job; a heartbeat already under way was answered "revoked"
+    and logged as a WARNING at the end of an ordinary `league run` (a default run, session 51)."""
+    job = LearnJob("job-1", "p", "", 0, "CartPole-v1", {}, {}, {}, 30.0, time.monotonic())
+    client = _AnswersAfterTheFinish()
+    lease = LeaseKeeper(client, job, Registration(heartbeat_interval_s=0.01, lease_timeout_s=30.0))
+    ended: list[SessionEnd] = []
+    lease.attach(ended.append)
+    lease.start()
+    assert client.sent.wait(30)
+    lease.close(wait_s=0)  # what the release does before its FinishJob
+    client.finished.set()
+    lease.close(5)
+    assert ended == [] and not [r for r in caplog.records if r.levelno >= logging.WARNING]

@@ -36,6 +36,9 @@ class _Lease:
         self.asked += 1
         return self.asked == 1
 
+    def close(self, wait_s=None) -> None:
+        pass
+
 
 class _Client:
     def __init__(self) -> None:
@@ -62,6 +65,9 @@ def test_a_withdrawn_final_publish_of_a_player_with_nothing_published_still_rele
 
 class _HeldLease:
     held = True
+
+    def close(self, wait_s=None) -> None:
+        pass
 
 
 def _dqn_session(tmp_path, client):

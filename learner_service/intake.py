@@ -187,12 +187,12 @@ class SeqDeduper:
         """The seqs seen, in plain lists (what a checkpoint's training state may hold): one
         ``[worker_id, job_id, below, above, holes]`` per stream, the ``max_streams`` most recently used (all by
         default), oldest first. `seed` takes it back."""
-        with self._lock:
+        with self._lock:  # (the sets too: a reserve on the intake's thread changes them in place)
             streams = list(self._streams.items())
-        if max_streams is not None:
-            streams = streams[-max_streams:] if max_streams > 0 else []
-        return [[worker_id, job_id, s.below, sorted(s.above or ()), sorted(s.holes or ())]
-                for (worker_id, job_id), s in streams]
+            if max_streams is not None:
+                streams = streams[-max_streams:] if max_streams > 0 else []
+            return [[worker_id, job_id, s.below, sorted(s.above or ()), sorted(s.holes or ())]
+                    for (worker_id, job_id), s in streams]
 
     def seed(self, streams: list[list]) -> None:
         """Count as seen every seq an `export` names, besides those seen already (a learner resuming a checkpoint

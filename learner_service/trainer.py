@@ -28,7 +28,9 @@ Trained chunks: the training state also names the chunks (worker_id, job_id, seq
 trained on (`Trainer.trained`, the most recent `TRAINED_LEDGER_STREAMS` streams). A learner killed with a
 stream open never acknowledged that stream's chunks, so its actor sends them again to the player's next learner;
 that learner, resuming the checkpoint, counts the ones already in its weights as duplicates, and trains only
-those the killed learner had not published (held short of a batch, or trained after its last publish).
+those the killed learner had not published (held short of a batch, or trained after its last publish). A PPO
+chunk counts as trained once the batch holding its last sample has trained; a DQN chunk once the replay updates
+owed up to it are made (its transitions had their chance to be sampled; the replay itself dies with the learner).
 """
 
 from __future__ import annotations
@@ -143,6 +145,11 @@ class Trainer:
         """``trained`` as published with the weights a roll-back goes back to."""
         self._untrained: deque[list] = deque()
         """PPO: ``[(worker_id, job_id, seq), samples not trained yet]`` of the chunks held, in the order they train."""
+        self._replay_updates = 0
+        """DQN: replay updates made by this trainer."""
+        self._unsampled: deque[tuple[tuple[str, str, int], int]] = deque()
+        """DQN: ``((worker_id, job_id, seq), replay updates)`` of the chunks in the replay that join `trained` once
+        this trainer has made that many updates (see `add`)."""
 
     @property
     def version(self) -> int:
@@ -263,7 +270,7 @@ class Trainer:
             if not isinstance(streams, list):
                 raise ValueError(f"expected a JSON list, got {type(streams).__name__}")
             self.trained.seed(streams)
-        except ValueError as err:
+        except (ValueError, RecursionError) as err:  # (RecursionError: JSON nested past the parser's depth)
             log.error("%s: its list of trained chunks is unusable (%s): chunks it trained that actors send again "
                       "are trained again", ref.path, err)
             self.trained = SeqDeduper(max_streams=TRAINED_LEDGER_STREAMS)
@@ -297,7 +304,11 @@ class Trainer:
         key = (chunk.header.worker_id, chunk.header.job_id, chunk.header.seq)
         if self._replay is not None:
             self._add_transitions(chunk.rows)
-            self.trained.reserve(*key)  # in the replay every update samples from
+            # Trained into the weights once the updates owed up to it are made, and at least one update after it
+            # entered the replay (before learning_starts none is owed): marked as it entered, a chunk no update
+            # had sampled was lost with the replay at a kill, its resend refused as a duplicate (a review).
+            owed = max(1, int(self._owed_updates))
+            self._unsampled.append((key, self._replay_updates + owed))
             return
         self._untrained.append([key, len(chunk.rows["reward"]) * chunk.steps])  # (the samples `_hold` counts)
         # A chunk of many batches' samples is held a batch's rows at a time, each batch set ready as it fills:
@@ -393,6 +404,9 @@ class Trainer:
                 if self.nonfinite_td_batches % 1000 == 1:
                     log.warning("non-finite TD errors in %d replay batch(es) so far (the network diverges?): their "
                                 "priorities were left as they were", self.nonfinite_td_batches)
+        self._replay_updates += 1
+        while self._unsampled and self._unsampled[0][1] <= self._replay_updates:
+            self.trained.reserve(*self._unsampled.popleft()[0])
         return self._report(stats, dqn.batch_size)
 
     def _report(self, stats: dict[str, float], samples: int) -> IterationReport:

@@ -162,10 +162,19 @@ def test_the_trained_ledger_is_published_resumed_and_rolled_back_with_the_weight
     assert _trained(resumed, range(4)) == {0, 1}  # a roll-back before its first publish: the resumed ledger
 
 
-def test_a_dqn_chunk_joins_the_ledger_as_it_enters_the_replay():
-    trainer = _trainer("dqn")
+def test_a_dqn_chunk_joins_the_ledger_once_the_updates_owed_up_to_it_are_made():
+    trainer = _trainer("dqn", replay_ratio=1.0)  # learning_starts 40, batch_size 8: 16 samples owe 2 updates
     trainer.add(_prepared(trainer, seq=0))
-    assert _trained(trainer, range(2)) == {0}
+    trainer.add(_prepared(trainer, seq=1))
+    assert trainer.train_ready() is None and _trained(trainer, range(4)) == set()  # replay 32 < 40: none owed
+    trainer.add(_prepared(trainer, seq=2))  # 48: owes 2 updates
+    assert _trained(trainer, range(4)) == set()  # no update has sampled the replay since they entered it
+    trainer.add(_prepared(trainer, seq=3))  # owes 4
+    assert trainer.train_ready() is not None and _trained(trainer, range(4)) == {0, 1}
+    assert trainer.train_ready() is not None and _trained(trainer, range(4)) == {0, 1, 2}
+    trainer.train_ready()
+    assert trainer.train_ready() is not None and _trained(trainer, range(4)) == {0, 1, 2, 3}
+    assert trainer.train_ready() is None
 
 
 def test_an_unusable_trained_ledger_is_logged_and_the_optimizer_state_still_resumed(tmp_path, caplog):
@@ -175,7 +184,7 @@ def test_an_unusable_trained_ledger_is_logged_and_the_optimizer_state_still_resu
     trainer = _trainer(batch_size=16)
     trainer.add(_prepared(trainer, seq=0))
     trainer.train_ready()
-    for bad in ('[["w", "j", -5, [], []]]', "[[", '{"w": 1}', [["w", "j", 1, [], []]]):
+    for bad in ('[["w", "j", -5, [], []]]', "[[", '{"w": 1}', [["w", "j", 1, [], []]], "[" * 100_000):
         caplog.clear()
         state = {**trainer.task.get_training_state(), TRAINED_STATE_KEY: bad}
         ref = store.publish("p", trainer.task.get_weights(), trainer.version, {}, training_state=state)

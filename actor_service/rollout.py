@@ -59,7 +59,7 @@ from actor_service.trajectory_sender import MAX_CHUNK_BYTES, TrajectorySink
 from actor_service.transitions import NO_STATE, Decision, Row, SeatTrajectory
 from common.algorithms.distributions import check_uniform_exploration
 from common.computation.algorithm import ForwardKwargs
-from common.computation.specs import BoxActionSpec
+from common.computation.specs import ACTION_MASK, BoxActionSpec
 from common.envs.base import EnvInfo, Outcome, TimeStep
 from common.envs.policy_view import UnsupportedEnvError, env_action, player_view, policy_specs, to_play
 from common.job_limits import MAX_EPISODES_PER_JOB
@@ -383,6 +383,7 @@ class Rollout:
         for group in groups.values():
             inputs = {k: np.stack([view[k] for view in group.views]) for k in group.views[0]}
             self._check_finite(inputs, group.env_ids)
+            self._check_legal(inputs, group.env_ids)
             acted_with = self._states_of(group)
             states = {k: np.stack([row[k] for row in acted_with]) for k in acted_with[0]} if acted_with else None
             prediction = group.policy.task.predict(inputs, states, forward_kwargs=group.kwargs)
@@ -415,6 +416,18 @@ class Rollout:
                 env_id = env_ids[row]
                 raise RuntimeError(f"env {env_id} ({self._info.name}) gave a non-finite observation {key!r} (step "
                                    f"{self._slots[env_id].length} of its episode)")
+
+    def _check_legal(self, inputs: Mapping[str, np.ndarray], env_ids: list[int]) -> None:
+        """An env bug too: a mover with no legal action. The policy refused the batch ("action_mask: row(s) [3]
+        have no legal action"), naming a row of its batch, not the env."""
+        mask = inputs.get(ACTION_MASK)
+        if mask is None or mask.dtype != np.bool_:
+            return
+        legal = mask.reshape(len(env_ids), -1).any(axis=1)
+        if not legal.all():
+            env_id = env_ids[int(np.flatnonzero(~legal)[0])]
+            raise RuntimeError(f"env {env_id} ({self._info.name}) asks for an action with no legal one in its "
+                               f"{ACTION_MASK!r} (step {self._slots[env_id].length} of its episode)")
 
     def _states_of(self, group: _Group) -> list[State]:
         """The state each row of a recurrent policy's group acts with (empty for a feed-forward policy)."""

@@ -330,6 +330,31 @@ def test_a_non_finite_observation_fails_the_job_naming_the_env():
         manager.close()
 
 
+class NoLegalMoveGame(TakeAwayGame):
+    """A broken env: at its third move, the mover's mask allows nothing."""
+
+    def _obs(self) -> dict:
+        obs = super()._obs()
+        if self._moves == 2:
+            obs["action_mask"][:] = False
+        return obs
+
+
+def test_a_mover_with_no_legal_action_fails_the_job_naming_the_env():
+    """The policy refused the batch naming a row of it ("action_mask: row(s) [1] have no legal action")."""
+    manager = BaseEnvManager([TakeAwayGame, NoLegalMoveGame], EnvManagerConfig(episode_num=math.inf))
+    manager.launch()
+    try:
+        target = RolloutTarget(("home", "away"), 4, 0, ForwardKwargs(), 8)
+        rollout = Rollout(manager, manager.env_info, target, [make_policy("home", 1), make_policy("away", 2)],
+                          stop=StopSignal(), sink=InMemorySink())
+        with pytest.raises(RuntimeError, match=r"env 1 \(take_away\) asks for an action with no legal one in its "
+                                               r"'action_mask' \(step 2 of its episode\)"):
+            rollout.run()
+    finally:
+        manager.close()
+
+
 class TenStepEnv(Env):
     """A solo env of 10-step episodes paying 1 a step, with no episode stats of its own (the rollout counts)."""
 

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from functools import partial
 
@@ -233,6 +234,23 @@ def test_an_env_without_observations_steps(launched):
     for _ in range(2):
         out = _step(manager)
         assert set(out) == {0, 1} and all(ts.obs is None and ts.reward == 1.0 for ts in out.values()), out
+
+
+class ExitsAfterClosingItsPipe(PlainEnv):
+    """At its first step the process closes its files (the pipe to the manager: EOF there), then exits with 3."""
+
+    def step(self, action: int) -> TimeStep:
+        os.closerange(3, 65536)
+        time.sleep(0.3)
+        os._exit(3)
+
+
+def test_a_worker_that_exits_on_its_own_is_reported_with_its_exit_code(launched):
+    """The manager read EOF on the pipe before the exit was done and killed the exiting process: the failure
+    said "killed by signal 9", not the worker's own code."""
+    manager = launched([ExitsAfterClosingItsPipe], num_workers=1, max_retry=0)
+    with pytest.raises(EnvError, match=r"exited with code 3$"):
+        _step(manager)
 
 
 # ---- 4, 5, 6. processes: a manager never closed, a parent killed outright ---------------------------------

@@ -88,6 +88,9 @@ _SWEEP_S = 0.05
 # The longest a wait for replies sleeps before it looks at `interrupt()`'s flag again (a caller stopping while a
 # worker builds a slow env, or hangs until its deadline a minute away, waits no longer than this).
 _INTERRUPT_CHECK_S = 0.1
+# How long a worker whose pipe closed (EOF) has to finish exiting before it is killed: its own exit code names the
+# failure (`os._exit(3)` in an extension, say), not the kill's.
+_EXIT_GRACE_S = 1.0
 
 # Held strongly until `close`: a manager dropped without `close` must still be closed at exit (its workers
 # ignore SIGTERM, and one stuck in an env, or started with `fork`, never reads EOF: multiprocessing's exit hook
@@ -560,12 +563,15 @@ class SubprocessEnvManager(BaseEnvManager):
         worker.sent("start", self._sconfig.reset_timeout)
         return worker
 
-    def _stop(self, worker: _Worker) -> int | None:
-        """Kill (if still running) and reap a worker, and forget its file descriptors; returns the exit code."""
+    def _stop(self, worker: _Worker, exit_grace_s: float = 0.0) -> int | None:
+        """Kill (if still running) and reap a worker, and forget its file descriptors; returns the exit code.
+        ``exit_grace_s``: how long a worker that is exiting on its own has to end before it is killed."""
         for fd in (worker.conn.fileno(), worker.sentinel):
             if self._fd_owner.get(fd) is worker:
                 self._poller.unregister(fd)
                 del self._fd_owner[fd]
+        if exit_grace_s > 0 and worker.process.is_alive():
+            worker.process.join(exit_grace_s)
         if worker.process.is_alive():
             worker.process.kill()
         worker.process.join()
@@ -600,7 +606,9 @@ class SubprocessEnvManager(BaseEnvManager):
         the process died (its exit code says how). `failure`: the env exception that made it give up (building
         that env, before any env of the worker ran): only that env is charged, as in the serial manager.
         `resetting`: envs a reset about to be sent will start, left to it."""
-        code = self._stop(worker)
+        # A pipe read at its end (EOF) can come before the exit it announces is done: the worker killed then was
+        # reported "killed by signal 9" instead of its own exit code.
+        code = self._stop(worker, _EXIT_GRACE_S if reason is None else 0.0)
         if reason is None:
             reason = f"exited with code {code}" + (f" (killed by signal {-code})" if code is not None and code < 0 else "")
         self._workers[worker.index] = None

@@ -3,7 +3,9 @@ transitions span its decisions (opponent replies included), episode results per 
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -288,20 +290,26 @@ class InfiniteRewardGame(TakeAwayGame):
         return ts
 
 
-def test_a_non_finite_reward_fails_the_job_naming_the_env():
-    """It went into the episode's return: FinishJob refused the job's results whole (the actor took the refusal
-    for an outage, and the job's lease expired unrenewed), and the learner refused the chunk."""
-    manager = BaseEnvManager([InfiniteRewardGame], EnvManagerConfig(episode_num=math.inf))
+@contextlib.contextmanager
+def _two_seat_rollout(*env_fns) -> Iterator[Rollout]:
+    """A rollout of take-away games between two policies on a serial manager of ``env_fns``, closed at the end."""
+    manager = BaseEnvManager(list(env_fns), EnvManagerConfig(episode_num=math.inf))
     manager.launch()
     try:
         target = RolloutTarget(("home", "away"), 4, 0, ForwardKwargs(), 8)
-        rollout = Rollout(manager, manager.env_info, target, [make_policy("home", 1), make_policy("away", 2)],
-                          stop=StopSignal(), sink=InMemorySink())
+        yield Rollout(manager, manager.env_info, target, [make_policy("home", 1), make_policy("away", 2)],
+                      stop=StopSignal(), sink=InMemorySink())
+    finally:
+        manager.close()
+
+
+def test_a_non_finite_reward_fails_the_job_naming_the_env():
+    """It went into the episode's return: FinishJob refused the job's results whole (the actor took the refusal
+    for an outage, and the job's lease expired unrenewed), and the learner refused the chunk."""
+    with _two_seat_rollout(InfiniteRewardGame) as rollout:
         with pytest.raises(RuntimeError, match=r"env 0 \(take_away\) gave a non-finite reward \[.*inf.*\] \(step \d+ of its episode\)"):
             rollout.run()
         assert not rollout.episodes
-    finally:
-        manager.close()
 
 
 class NanObservationGame(TakeAwayGame):
@@ -317,17 +325,9 @@ class NanObservationGame(TakeAwayGame):
 def test_a_non_finite_observation_fails_the_job_naming_the_env():
     """The learner refused the chunk ("/observations: holds NaN or infinite values"), naming neither the env nor
     the step (a review)."""
-    manager = BaseEnvManager([TakeAwayGame, NanObservationGame], EnvManagerConfig(episode_num=math.inf))
-    manager.launch()
-    try:
-        target = RolloutTarget(("home", "away"), 4, 0, ForwardKwargs(), 8)
-        rollout = Rollout(manager, manager.env_info, target, [make_policy("home", 1), make_policy("away", 2)],
-                          stop=StopSignal(), sink=InMemorySink())
-        with pytest.raises(RuntimeError, match=r"env 1 \(take_away\) gave a non-finite observation 'observation' "
-                                               r"\(step 2 of its episode\)"):
-            rollout.run()
-    finally:
-        manager.close()
+    with _two_seat_rollout(TakeAwayGame, NanObservationGame) as rollout, pytest.raises(
+            RuntimeError, match=r"env 1 \(take_away\) gave a non-finite observation 'observation' \(step 2 of its episode\)"):
+        rollout.run()
 
 
 class NoLegalMoveGame(TakeAwayGame):
@@ -342,17 +342,10 @@ class NoLegalMoveGame(TakeAwayGame):
 
 def test_a_mover_with_no_legal_action_fails_the_job_naming_the_env():
     """The policy refused the batch naming a row of it ("action_mask: row(s) [1] have no legal action")."""
-    manager = BaseEnvManager([TakeAwayGame, NoLegalMoveGame], EnvManagerConfig(episode_num=math.inf))
-    manager.launch()
-    try:
-        target = RolloutTarget(("home", "away"), 4, 0, ForwardKwargs(), 8)
-        rollout = Rollout(manager, manager.env_info, target, [make_policy("home", 1), make_policy("away", 2)],
-                          stop=StopSignal(), sink=InMemorySink())
-        with pytest.raises(RuntimeError, match=r"env 1 \(take_away\) asks for an action with no legal one in its "
-                                               r"'action_mask' \(step 2 of its episode\)"):
-            rollout.run()
-    finally:
-        manager.close()
+    with _two_seat_rollout(TakeAwayGame, NoLegalMoveGame) as rollout, pytest.raises(
+            RuntimeError, match=r"env 1 \(take_away\) asks for an action with no legal one in its 'action_mask' "
+                                r"\(step 2 of its episode\)"):
+        rollout.run()
 
 
 class TenStepEnv(Env):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import pickle
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -204,7 +205,6 @@ def read_weights(path: Path) -> dict[str, Any]:
     """The tensors of the weights file at `path` by name: a state dict, or one nested under a common key, or a
     checkpoint store's weights file (its manifest lost). torch's weights-only unpickler: a file holding anything
     but tensors and containers raises instead of running code."""
-    import pickle
     import warnings
 
     import torch
@@ -226,7 +226,7 @@ def read_weights(path: Path) -> dict[str, Any]:
         raise
     except OSError as err:
         raise ImportRefused(f"{path}: {err.strerror or err}") from None
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as err:
+    except Exception as err:  # pickle errors come in many types (a file of "hello": KeyError), all meaning "not ours"
         raise ImportRefused(f"{path}: not a file of tensors that torch loads safely (weights_only): "
                             f"{_load_failure(err)}; save the model's state_dict() alone (no whole module, no "
                             "objects of your own)") from None
@@ -252,8 +252,10 @@ def _load_failure(err: Exception) -> str:
     if "WeightsUnpickler error:" in text:
         reason = text.split("WeightsUnpickler error:", 1)[1].strip()
         return reason.split(" was not an allowed global")[0].split(". Please")[0].split(" Please")[0]
-    if text.startswith("Weights only load failed") or not text:
+    if text.startswith("Weights only load failed"):
         return "torch's weights-only loader refused it"
+    if not isinstance(err, RuntimeError | pickle.UnpicklingError | EOFError | ValueError) or not text:
+        return f"the unpickler failed ({type(err).__name__}{': ' + text[:80] if text else ''})"  # (KeyError: 101)
     return text.split(". ")[0]
 
 

@@ -118,6 +118,18 @@ def test_what_is_not_imported_is_said_and_nothing_is_written(tmp_path, capsys, t
     assert not (tmp_path / "run").exists()  # (a new run directory is made only for weights that fit)
 
 
+@pytest.mark.parametrize("content", [b"hello", b"j" + bytes(7), b"", b"{\"w\": [1, 2]}"],
+                         ids=["text", "opcode-j", "empty", "json"])
+def test_a_file_that_is_no_pickle_is_refused_in_a_line(tmp_path, capsys, content):
+    """A file starting with the opcode h or j (b"hello"; a safetensors file with a 104-byte header) made the
+    weights-only unpickler raise KeyError: a traceback, exit 1 (a review)."""
+    (tmp_path / "w.pt").write_bytes(content)
+    code = weights_import.main(parse(str(tmp_path / "w.pt"), "--run-dir", str(tmp_path / "run"), "--to", "sl.pt",
+                                     "--config", str(_league_file(tmp_path))))
+    err = capsys.readouterr().err
+    assert code == 2 and "not a file of tensors that torch loads safely" in err and "Traceback" not in err, err
+
+
 def test_weights_of_another_network_are_refused_naming_what_differs(tmp_path, capsys, trained):
     code, _, err = _import(tmp_path, capsys, trained, "--to", "sl.pt", "--config", str(REPO / SOLO_CARTPOLE))
     assert code == 2 and "weights do not fit the model: missing [" in err and "league_network(CONFIG)" in err

@@ -473,6 +473,8 @@ def _progression_main(args: argparse.Namespace) -> int:
     except CheckpointNotFoundError as err:  # the status names it, the root lacks it: which root was searched
         given = "--shared-root" if args.shared_root is not None else "the run's; give --shared-root for another"
         return _refuse(f"{err}, in shared root {shared_root} ({given})")
+    except BrokenPipeError:
+        raise  # the output's reader went away (`| head`): main's quiet exit, not a refusal with no text
     except (ValueError, OSError) as err:
         return _refuse(str(err))
     report = {**progression_to_dict(player_id, results, args.games), "search": args.search or 0}

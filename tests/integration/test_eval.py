@@ -796,6 +796,21 @@ def test_a_reader_gone_before_the_report_is_no_traceback(tmp_path, flags):
     assert proc.returncode == 0 and b"Traceback" not in err and b"BrokenPipe" not in err, err.decode()
 
 
+def test_a_reader_gone_during_a_runs_progression_is_no_empty_refusal(tmp_path):
+    """`league eval --run-dir RUN | head -1`: the progress line's BrokenPipeError was caught as an OSError and
+    refused with no text ("league eval: ", exit 2; a review)."""
+    run = _run_dir(tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "league_cli", "eval", "--run-dir", str(run), "--opponent", "random", "--games", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc.stdout.close()
+    try:
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and not err.strip(), err.decode()
+
+
 @pytest.mark.parametrize("command", ["eval", "export"])
 def test_a_shared_root_that_is_no_directory_is_named_as_it_was_given(tmp_path, capsys, monkeypatch, command):
     """With $LEAGUE_SHARED_ROOT set to a missing directory, eval and export said only "shared root '/x' is not a

@@ -145,6 +145,12 @@ def coordinator_main(args: argparse.Namespace) -> int:
     for note in (greedy_dqn_note(cfg), cut_episodes_note(cfg), battle_only_note(cfg)):
         if note is not None:
             log.warning("%s", note)
+    if args.state is not None and not args.state.parent.is_dir():
+        # Made for it, a mistyped or unmounted state volume started an empty league on another disk, silently
+        # (a review); the shared root is refused the same way.
+        where = "is not a directory" if args.state.parent.exists() else "does not exist"
+        return _refuse(f"--state {args.state}: its directory {args.state.parent} {where}: create it, or mount the "
+                       "state's volume, first")
     settings = CoordinatorSettings(
         shared_root=args.shared_root,
         state_path=args.state,

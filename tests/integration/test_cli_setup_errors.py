@@ -56,6 +56,11 @@ def test_coordinator_refuses_files_it_cannot_use(files):
     assert_setup_error(league(*base, "--token-file", missing), "--token-file", "No such file")
     assert_setup_error(league(*base, "--state", garbage), "state", "not an SQLite database (it begins b'not a ce")
     assert not Path(garbage + ".lock").exists()  # refused before a lock file was made beside the user's file
+    # A mistyped or unmounted state volume: the coordinator made the folders and started an empty league there.
+    nowhere = files["shared"].parent / "no" / "such" / "state.sqlite"
+    assert_setup_error(league(*base, "--state", str(nowhere)), "--state", "does not exist: create it, or mount")
+    assert not nowhere.parent.parent.exists()
+    assert_setup_error(league(*base, "--state", garbage + "/state.sqlite"), "--state", "is not a directory")
 
 
 def test_coordinator_refuses_the_state_of_another_league(files):

@@ -943,8 +943,9 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
 def _summary(console: Any, reason: str, exit_code: int, codes: dict[str, int], status: Any, sup: Supervisor,
              history_path: Path) -> int:
     """What the run ends with: how the processes stopped, the league's last status, plots, and where the results
-    are. Returns the run's exit code: 1 when a process exited non-zero at the stop (the coordinator failing to
-    write its state on a full disk, a process killed past its grace), whose last results may be lost."""
+    are. Returns the run's exit code: 2 when a process exited with a setup error the run had not seen yet, 1 when
+    one exited non-zero otherwise at the stop (the coordinator failing to write its state on a full disk, a process
+    killed past its grace), whose last results may be lost."""
     if sup.hurry.is_set() and -signal.SIGKILL in codes.values():
         reason += "; the processes still stopping were killed at the second Ctrl-C"
     console.print(f"\nleague run: {reason}; every process stopped "
@@ -952,7 +953,16 @@ def _summary(console: Any, reason: str, exit_code: int, codes: dict[str, int], s
     # A worker ended by SIGTERM itself (-15) was still starting (importing) and had no handler yet: nothing of it
     # to lose. (A short run ended that way in exit 1.)
     waiting = sorted(sup.waiting_for_space)  # dead before the stop (their codes are of then), not stopped badly
-    failed = sorted(name for name, code in codes.items() if code not in (0, -signal.SIGTERM) and name not in waiting)
+    # A setup error (exit 2) the run's last poll did not see (a short budget): the league cannot run as configured,
+    # as when the run sees it (it said "did not exit cleanly at the stop", exit 1, or exit 0; a review).
+    unrunnable = sorted(name for name, code in codes.items() if code == SETUP_ERROR_EXIT and name not in waiting)
+    if unrunnable and exit_code == 0:
+        exit_code = SETUP_ERROR_EXIT
+        console.print(f"league run: {', '.join(unrunnable)} cannot run this league (exit {SETUP_ERROR_EXIT}: bad "
+                      "arguments or a job it cannot set up, which a restart does not fix; their logs in "
+                      f"{sup.group.log_dir} say why)", style="red", markup=False, soft_wrap=True)
+    failed = sorted(name for name, code in codes.items()
+                    if code not in (0, -signal.SIGTERM) and name not in waiting and name not in unrunnable)
     if waiting and exit_code == 0:
         exit_code = 1
         console.print(f"league run: {', '.join(waiting)} died while the run directory's disk was full and still "

@@ -245,6 +245,13 @@ def test_a_process_that_exits_non_zero_at_the_stop_fails_the_run(tmp_path):
     assert "coordinator did not exit cleanly at the stop" in out.getvalue()
     assert _summary(Console(file=io.StringIO()), "budget spent", 0, {"actor-0": 0, "coordinator": 0}, None, sup,
                     tmp_path / "status_history.jsonl") == 0
+    # A learner's setup error (exit 2) the run's last poll missed, a budget of seconds ending first: exit 2, as when
+    # the run sees it, not "did not exit cleanly at the stop", exit 1 (a review).
+    out = io.StringIO()
+    assert _summary(Console(file=out, width=300), "budget spent", 0, {"learner-0": 2, "learner-1": 2, "coordinator": 0},
+                    None, sup, tmp_path / "status_history.jsonl") == 2
+    text = out.getvalue()
+    assert "learner-0, learner-1 cannot run this league (exit 2" in text and "did not exit cleanly" not in text, text
 
 
 def test_a_run_dir_that_begins_with_a_dash_reaches_every_process_as_a_path(tmp_path, monkeypatch):

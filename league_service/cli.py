@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import json
 import logging
 import os
 import signal
@@ -340,6 +341,20 @@ def _status_address(args: argparse.Namespace) -> str:
     return address
 
 
+def _history_league_id(history: Path) -> str:
+    """The league a run directory's status history begins with ("" when there is none to read yet)."""
+    try:
+        with history.open("rb") as file:
+            first = json.loads(file.readline(HISTORY_FIRST_LINE_BYTES))
+        return first["league_id"] if isinstance(first, dict) and isinstance(first.get("league_id"), str) else ""
+    except (OSError, ValueError):
+        return ""
+
+
+HISTORY_FIRST_LINE_BYTES = 64 * 2**20
+"""The most of a history's first record read for its league id (a league's first status is small)."""
+
+
 def _eval_hint(run_dir: Path) -> str:
     """How to see how strong an ended run's players grew: `league eval --run-dir` plays a battle league's
     snapshots against bots; a solo league's (single-player envs) has none to play, so its player's checkpoint."""
@@ -483,6 +498,7 @@ class _StatusSource:
         self._args = args
         self._token = token
         self._channel: Any = None
+        self._run_league_id = ""
         self.address = str(args.run_dir)
         if address is not None:
             self._connect(address)
@@ -507,7 +523,7 @@ class _StatusSource:
             except ValueError:  # (RunNotGoing, or the directory gone meanwhile: no run can come up there)
                 raise RunNotGoing(self._not_going()) from None
         try:
-            return self._get_status(stop)
+            return self._of_the_run(self._get_status(stop))
         except grpc.RpcError as err:
             if self._args.run_dir is None or err.code() != grpc.StatusCode.UNAVAILABLE:
                 raise
@@ -522,7 +538,25 @@ class _StatusSource:
             if moved == self.address:
                 raise
             self._connect(moved)
-            return self._get_status(stop)
+            return self._of_the_run(self._get_status(stop))
+
+    def _of_the_run(self, status: Any) -> Any:
+        """``status``, when it is the run directory's league's: a run killed outright leaves its port file, and
+        whatever listens on that port later (another league's coordinator) was shown as the run's, exit 0 (a
+        review). The run's league is the one its status history begins with."""
+        if status is None or self._args.run_dir is None:
+            return status
+        if not self._run_league_id:  # (read again until the history has begun)
+            self._run_league_id = _history_league_id(self._args.run_dir / "status_history.jsonl")
+        if self._run_league_id and status.league_id != self._run_league_id:
+            port_file = self._args.run_dir / RUN_PORT_FILE
+            served = self.address
+            self._channel.close()
+            self._channel = None  # looked up again at the next fetch (a watch waits for the run to come back)
+            raise RunNotGoing(f"{served} (the port in {port_file}) serves league {status.league_id}, not this run "
+                              f"directory's league {self._run_league_id}: the run that wrote it ended without "
+                              "removing it (killed?); no `league run` is going on there")
+        return status
 
     def _not_going(self) -> str:
         return f"no `league run` is going on in {self._args.run_dir} now (it ended, or its coordinator is starting)"

@@ -552,6 +552,33 @@ def test_league_status_watch_of_a_run_dir_whose_coordinator_is_not_up_yet_waits_
         proc.wait(30)
 
 
+def test_league_status_of_a_run_dir_refuses_another_leagues_coordinator_on_its_port(league, tmp_path):
+    """A run killed outright leaves its port file; another league's coordinator serving on that port later was
+    shown as the run's, exit 0 (a review). The run's league is the one its status history begins with."""
+    from league_service.cli import RUN_PORT_FILE
+
+    server, _, _ = league
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / RUN_PORT_FILE).write_text(f"{server.address.rsplit(':', 1)[1]}\n")
+    history = run_dir / "status_history.jsonl"
+
+    def status() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "league_service.cli", "status", "--run-dir", str(run_dir),
+                               "--json"], capture_output=True, text=True, timeout=60)
+
+    history.write_text(json.dumps({"league_id": "0" * 32, "players": []}) + "\n")
+    refused = status()
+    assert refused.returncode == 1 and not refused.stdout, refused.stdout
+    assert (f"serves league {server.coordinator.league_id}, not this run directory's league {'0' * 32}"
+            in refused.stderr), refused.stderr
+    history.write_text(json.dumps({"league_id": server.coordinator.league_id, "players": []}) + "\n")
+    shown = status()
+    assert shown.returncode == 0 and json.loads(shown.stdout)["league_id"] == server.coordinator.league_id
+    history.unlink()  # (a run whose history has not begun: nothing to tell its league by)
+    assert status().returncode == 0
+
+
 @pytest.mark.parametrize("flags", [["--json"], [], ["--watch", "0.2", "--json"], ["--watch", "0.2"]])
 def test_league_status_into_a_closed_pipe_ends_quietly(league, flags):
     """`league status --json | head -1` died with a BrokenPipeError traceback (exit 1, or 120 from the final

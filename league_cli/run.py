@@ -531,6 +531,11 @@ def run_main(args: argparse.Namespace) -> int:
                       f"{shell_path(run_dir / 'league_run.lock')}` lists them)", style="red", markup=False, soft_wrap=True)
         return 2
     except OSError as err:
+        # A file where a folder goes: said so (errno 17 said "File exists", errno 20 named the path below it).
+        bad = run_dir / "shared" if run_dir.is_dir() else run_dir
+        if isinstance(err, FileExistsError | NotADirectoryError) and bad.exists() and not bad.is_dir():
+            err = OSError(f"{bad} is a file, not a directory" + (": a run keeps its checkpoints there"
+                                                                  if bad != run_dir else ""))
         console.print(f"league run: {where}: {err}", style="red", markup=False, soft_wrap=True)
         return 2
     with run_lock:

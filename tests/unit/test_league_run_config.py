@@ -817,6 +817,23 @@ def test_a_run_dir_that_is_a_dangling_link_is_refused_saying_so(tmp_path, capsys
     assert not (tmp_path / "gone").exists()
 
 
+def test_a_file_where_the_run_dir_or_its_shared_folder_goes_is_named(tmp_path, capsys):
+    """They said "[Errno 17] File exists: 'D/shared'" and "[Errno 20] Not a directory: 'D/shared'" (a review)."""
+    from league_cli.main import build_parser
+    from league_cli.run import run_main
+
+    config = ROOT / "configs" / "solo_cartpole.yaml"
+    a_file = tmp_path / "run_file"
+    a_file.touch()
+    assert run_main(build_parser().parse_args(["run", str(config), "--run-dir", str(a_file)])) == 2
+    assert f"{a_file} is a file, not a directory" in capsys.readouterr().out
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "shared").touch()
+    assert run_main(build_parser().parse_args(["run", str(config), "--run-dir", str(run)])) == 2
+    assert f"{run / 'shared'} is a file, not a directory: a run keeps its checkpoints there" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("dangling", ["runs/20260102-030405", "runs"])
 def test_the_default_run_dir_through_a_dangling_link_is_refused_naming_it_not_the_flag(tmp_path, capsys, monkeypatch,
                                                                                        dangling):

@@ -121,13 +121,19 @@ def _count_records(path: Path) -> tuple[int, list[int]]:
 
 
 def _is_status_record(record: Any) -> bool:
-    """The shape the plots read: players with ids, payoff rows naming home and away."""
+    """The shape the plots read: players with ids, payoff rows naming home and away, times that are numbers."""
     if not isinstance(record, dict) or not isinstance(record.get("players"), list):
         return False
+    if any(key in record and not _is_number(record[key]) for key in ("elapsed_s", "now")):
+        return False  # (the run's clock failed on it: "could not convert string to float: 'abc'", no line named)
     if not all(isinstance(p, dict) and isinstance(p.get("player_id"), str) for p in record["players"]):
         return False
     payoff = record.get("payoff", [])
     return isinstance(payoff, list) and all(isinstance(r, dict) and {"home", "away"} <= r.keys() for r in payoff)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class RunClock:

@@ -989,6 +989,28 @@ def _manifest_bytes(ref: CheckpointRef) -> bytes:
     return json.dumps(body, sort_keys=True).encode()
 
 
+def verify_beside(path: Path) -> CheckpointRef | None:
+    """A weights file anywhere (`league import`'s input, a checkpoint copied out of a league): None when no
+    manifest of ours lies beside it (a user's own ``<file>.json`` is none), else that manifest once the file
+    matches its size and digest; `CorruptCheckpointError` when it does not (a file corrupted or tampered with
+    since its publish: imported, it was published again under a fresh, valid digest; a review)."""
+    manifest = path.with_name(path.name + MANIFEST_SUFFIX)
+    try:
+        data = _read_small(manifest)
+    except (FileNotFoundError, CorruptCheckpointError):  # (none, or no file of ours: a directory, a link)
+        return None
+    try:
+        body = json.loads(data)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if not isinstance(body, dict) or body.get("format") not in (MANIFEST_FORMAT, LEGACY_MANIFEST_FORMAT):
+        return None
+    ref = _parse_manifest(data, str(manifest))
+    with _opened(str(path), path, ref.size) as fd:
+        _read_hashed(fd, str(path), ref.digest, ref.size, keep=False)
+    return ref
+
+
 def _parse_manifest(data: bytes, where: str) -> CheckpointRef:
     try:
         body = json.loads(data)

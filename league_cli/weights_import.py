@@ -209,11 +209,16 @@ def read_weights(path: Path) -> dict[str, Any]:
 
     import torch
 
-    from common.checkpoint_store import FORMAT
+    from common.checkpoint_store import FORMAT, CheckpointError, verify_beside
 
     try:
         if not path.is_file():
             raise ImportRefused(f"{path}: {'not a file' if path.exists() else 'no such file'}")
+        try:
+            verify_beside(path.resolve())  # a league's checkpoint with its manifest: its digest still holds
+        except CheckpointError as err:
+            raise ImportRefused(f"{err}: not imported (the manifest beside it, {path.name}.json, says what it "
+                                "held when it was published)") from None
         with warnings.catch_warnings():  # (a TorchScript archive warned on stderr before it was refused)
             warnings.simplefilter("ignore")
             try:  # mapped: a file that also holds an optimizer's state is not read into memory whole

@@ -94,6 +94,35 @@ def test_a_wrapped_or_half_precision_state_dict_is_imported(tmp_path, capsys, tr
     assert all(v.dtype == np.float32 for v in loaded.tensors.values())
 
 
+def test_a_league_checkpoint_is_checked_against_its_manifest_before_it_is_imported(tmp_path, capsys, trained):
+    """A checkpoint copied out of a league with its manifest, one byte of it changed since: `league eval` refused
+    it ("digest does not match the manifest"), `league import` published it again under a fresh, valid digest (a
+    review). Intact, it imports; a user's own JSON beside a weights file is no manifest."""
+    (tmp_path / "other").mkdir()
+    other = CheckpointStore(tmp_path / "other")
+    ref = other.publish("p", {k: v.numpy() for k, v in trained.items()}, 3, {})
+    source = tmp_path / "other" / ref.path
+    config = str(_league_file(tmp_path))
+
+    def imported(to: str) -> int:
+        return weights_import.main(parse(str(source), "--run-dir", str(tmp_path / "run"), "--to", to,
+                                         "--config", config))
+
+    assert imported("intact.pt") == 0, capsys.readouterr().err
+    data = bytearray(source.read_bytes())
+    data[-100] ^= 0xFF
+    source.write_bytes(bytes(data))
+    assert imported("tampered.pt") == 2
+    err = capsys.readouterr().err
+    assert "digest does not match the manifest" in err and "not imported" in err, err
+    assert not (tmp_path / "run" / "shared" / "tampered.pt").exists()
+    mine = tmp_path / "mine.pt"
+    torch.save(trained, mine)
+    (tmp_path / "mine.pt.json").write_text('{"epochs": 3}')
+    assert weights_import.main(parse(str(mine), "--run-dir", str(tmp_path / "run"), "--to", "mine.pt",
+                                     "--config", config)) == 0, capsys.readouterr().err
+
+
 def test_a_file_in_the_share_is_published_in_place(tmp_path, capsys, trained):
     root = tmp_path / "run" / "shared"
     (root / "pre").mkdir(parents=True)

@@ -36,6 +36,7 @@ import pyspiel
 
 from common.computation.computation_task import ComputationTask
 from common.envs.base import Env
+from common.envs.bot_spec import MAX_SIMULATIONS
 from common.envs.openspiel_env import OpenSpielEnv
 from common.envs.policy_view import player_view
 
@@ -49,8 +50,10 @@ class SearchConfig:
     c_puct: float = 1.25
 
     def __post_init__(self) -> None:
-        if self.simulations < 1:
-            raise ValueError(f"search simulations must be >= 1, got {self.simulations}")
+        # (The MCTS bots' bound: the tree grows by a position a simulation; 10^8 grew by gigabytes for minutes
+        # before the first move, a review.)
+        if not 1 <= self.simulations <= MAX_SIMULATIONS:
+            raise ValueError(f"search simulations must be within [1, {MAX_SIMULATIONS:,}], got {self.simulations}")
         if not (math.isfinite(self.c_puct) and self.c_puct > 0):
             raise ValueError(f"search c_puct must be a finite number > 0, got {self.c_puct}")
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from common import cli_args
+from common.envs.bot_spec import MAX_SIMULATIONS
 from common.rpc import SHARED_ROOT_ENV_VAR, env_path
 from league_cli.progression import DEFAULT_LADDER  # light: no torch
 
@@ -71,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shared-root", type=cli_args.path, default=None,
                         help=f"the checkpoints' shared root (default: with --run-dir RUN/shared, else "
                              f"${SHARED_ROOT_ENV_VAR})")
-    parser.add_argument("--search", type=cli_args.positive_int, default=None, metavar="N",
+    parser.add_argument("--search", type=cli_args.int_within(1, MAX_SIMULATIONS), default=None, metavar="N",
                         help="play the checkpoint's moves by a search of N simulations over its own policy and "
                              "value (AlphaZero's PUCT; two-player zero-sum games of perfect information), not its "
                              "greedy moves: how strong the network is with lookahead (default: no search)")

@@ -113,7 +113,9 @@ def main(args: argparse.Namespace) -> int:
         _refuse_to_replace(args, destination)
         try:
             ref = store.publish_at(args.to, fitted.weights, metadata, replace=args.force)
-        except FileExistsError:  # another import published it meanwhile
+        except FileExistsError:  # another import published it meanwhile, or a file stands where a folder goes
+            if (blocking := _file_on_the_way(store.root.root, args.to)) is not None:
+                raise ImportRefused(f"--to {args.to}: {blocking} is a file, not a directory") from None
             raise ImportRefused(f"--to {args.to} is a published checkpoint already: give --force to replace "
                                 "it") from None
     except ImportRefused as err:
@@ -199,6 +201,17 @@ def _refuse_a_players_folder(to: str, league: Any) -> None:
     if folder in players:
         raise ImportRefused(f"--to {to}: {folder}/ is the folder of the league's active player {folder}, where its "
                             "versions and snapshots go; choose another (pretrained/...)")
+
+
+def _file_on_the_way(root: Path, relative: str) -> str | None:
+    """The first folder of ``relative`` (under ``root``) that is something else than a directory (a checkpoint file:
+    `--to pre/a.pt/x.pt`), or None."""
+    parts = relative.split("/")[:-1]
+    for depth in range(1, len(parts) + 1):
+        here = root.joinpath(*parts[:depth])
+        if here.exists() and not here.is_dir():
+            return "/".join(parts[:depth])
+    return None
 
 
 def read_weights(path: Path) -> dict[str, Any]:

@@ -123,6 +123,15 @@ def test_a_league_checkpoint_is_checked_against_its_manifest_before_it_is_import
                                      "--config", config)) == 0, capsys.readouterr().err
 
 
+@pytest.mark.parametrize("force", [(), ("--force",)], ids=["plain", "force"])
+def test_a_file_where_a_folder_of_the_destination_goes_is_named(tmp_path, capsys, trained, force):
+    """`--to pre/a.pt/x.pt` under the checkpoint pre/a.pt said "is a published checkpoint already: give --force",
+    with --force too (a review)."""
+    assert _import(tmp_path, capsys, trained, "--to", "pre/a.pt")[0] == 0
+    code, _, err = _import(tmp_path, capsys, trained, "--to", "pre/a.pt/x.pt", *force)
+    assert code == 2 and "--to pre/a.pt/x.pt: pre/a.pt is a file, not a directory" in err, err
+
+
 def test_a_file_in_the_share_is_published_in_place(tmp_path, capsys, trained):
     root = tmp_path / "run" / "shared"
     (root / "pre").mkdir(parents=True)

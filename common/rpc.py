@@ -467,21 +467,26 @@ def enable_reflection(server: grpc.Server | grpc.aio.Server, service_names: Sequ
     )
 
 
-class AddressInUseError(OSError):
-    """Another process holds the port: worth telling apart from a bad address, since trying again later or
-    on another port can work (`league run` restarts a learner whose old port was taken on a free one)."""
+class BindError(OSError):
+    """A server cannot listen where it was asked to: its message names the host or the port at fault."""
 
     def __str__(self) -> str:
-        return self.strerror or super().__str__()  # the message, without "[Errno 98] " before it
+        return self.strerror or super().__str__()  # the message, without "[Errno 99] " before it
+
+
+class AddressInUseError(BindError):
+    """Another process holds the port: worth telling apart from a bad address, since trying again later or
+    on another port can work (`league run` restarts a learner whose old port was taken on a free one)."""
 
 
 def bind_port(server: grpc.Server | grpc.aio.Server, options: ServerOptions) -> int:
     """Bind per `options` (TLS when given); the port bound (the free one picked for port 0). Raises
     AddressInUseError when another process holds the port, OSError for any other failure."""
     bind = join_host_port(options.host, options.port)
-    # A port in use is told before gRPC tries it: gRPC logs a line of its own to stderr first.
-    if options.port and isinstance(in_use := _bind_problem(options, bind), AddressInUseError):
-        raise in_use
+    # What fails is told before gRPC tries it: gRPC logs a line of its own to stderr first ("Failed to add port
+    # to server: address lookup failed ...", beside ours).
+    if (problem := _bind_problem(options, bind)) is not None:
+        raise problem
     try:
         if options.tls is not None:
             port = server.add_secure_port(bind, options.tls.credentials())
@@ -496,19 +501,27 @@ def bind_port(server: grpc.Server | grpc.aio.Server, options: ServerOptions) -> 
 
 def _bind_failure(options: ServerOptions, bind: str) -> OSError:
     """Why gRPC could not bind (it names no reason)."""
-    return _bind_problem(options, bind) or OSError(f"port: could not bind {bind}")
+    return _bind_problem(options, bind) or BindError(errno.EINVAL, f"port: could not bind {bind}")
 
 
 def _bind_problem(options: ServerOptions, bind: str) -> OSError | None:
-    """Why a server cannot listen on `bind`, found by binding a plain socket as gRPC does; None if it can."""
-    err = bind_error(options.host.strip("[]"), options.port)
+    """Why a server cannot listen on `bind`, found by binding a plain socket as gRPC does; None if it can. The
+    message names the host when it is the host's fault (a name that does not resolve, an address of another
+    machine): "port: could not bind nosuchhost:0" sent users after the port (a review)."""
+    host = options.host.strip("[]")
+    err = bind_error(host, options.port)
     if err is None:
         return None
     if isinstance(err, socket.gaierror):
-        return OSError(f"port: could not bind {bind}: {err}")
+        return BindError(errno.EINVAL, f"host {host!r}: no such address ({err.strerror}): cannot listen on {bind}")
     if err.errno == errno.EADDRINUSE:
         return AddressInUseError(err.errno, f"port: {bind} is in use by another process")
-    return OSError(err.errno, f"port: could not bind {bind}: {err.strerror}")
+    if err.errno == errno.EADDRNOTAVAIL:
+        return BindError(err.errno, f"host {host!r} is no address of this machine: cannot listen on {bind} (0.0.0.0 "
+                                    "listens on all of them)")
+    if err.errno == errno.EINVAL and err.strerror and "host name" in err.strerror:  # (bind_error's IDNA refusal)
+        return BindError(err.errno, f"host {host!r}: {err.strerror}: cannot listen on {bind}")
+    return BindError(err.errno, f"port: could not bind {bind}: {err.strerror}")
 
 
 def make_server(

@@ -35,6 +35,7 @@ from common.rpc import (
     COORDINATOR_ENV_VAR,
     SHARED_ROOT_ENV_VAR,
     AddressInUseError,
+    BindError,
     ServerOptions,
     ServerTls,
     announce_listening,
@@ -189,6 +190,9 @@ def coordinator_main(args: argparse.Namespace) -> int:
         _close_unserved(coordinator, settings.resolved_state_path, state_existed)
         print(f"league coordinator: {err}", file=sys.stderr)
         return ADDRESS_IN_USE_EXIT
+    except BindError as err:  # (it names the address)
+        _close_unserved(coordinator, settings.resolved_state_path, state_existed)
+        return _refuse(str(err))
     except (RuntimeError, OSError) as err:
         _close_unserved(coordinator, settings.resolved_state_path, state_existed)
         return _refuse(f"cannot listen on {join_host_port(host, port)}: {err}")

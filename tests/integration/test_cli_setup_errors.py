@@ -91,6 +91,19 @@ def test_coordinator_says_when_its_port_is_taken(files):
                            code=ADDRESS_IN_USE_EXIT)
 
 
+@pytest.mark.parametrize("command", ["coordinator", "learner"])
+def test_a_host_a_server_cannot_listen_on_is_named_as_the_host(files, command):
+    """It said "port: could not bind nosuchhost.invalid:0: [Errno -2] ..." after gRPC's own log line (a review)."""
+    shared = str(files["shared"])
+    head = ("coordinator", "--shared-root", shared, "--insecure") if command == "coordinator" else (
+        "learner", "--coordinator", "127.0.0.1:1", "--shared-root", shared, "--insecure")
+    for host, said in (("nosuchhost.invalid", "host 'nosuchhost.invalid': no such address"),
+                       ("192.0.2.1", "host '192.0.2.1' is no address of this machine")):
+        proc = league(*head, "--host", host, "--port", "0")
+        assert_setup_error(proc, said, f"cannot listen on {host}:0")
+        assert "add_port" not in proc.stderr and "Errno" not in proc.stderr, proc.stderr
+
+
 def test_coordinator_refuses_a_metrics_port_that_is_its_rpc_port(files):
     """Both bind on --host: it said '--metrics-port: 127.0.0.1:P is in use by another process' (exit 3, a taken
     port, which a supervisor retries) against its own RPC port."""

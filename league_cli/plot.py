@@ -428,6 +428,10 @@ def plot_main(args: argparse.Namespace) -> int:
     in_run_dir = args.history / HISTORY_FILE
     if args.history.is_dir() and in_run_dir.is_file():  # a run directory: its history
         args.history = in_run_dir
+    elif args.history.is_dir():  # (it said "cannot read it: Is a directory"; a review)
+        print(f"league plot: --history {args.history} is a directory without a {HISTORY_FILE} (a `league run` "
+              "writes one into its run directory once its coordinator is up)", file=sys.stderr)
+        return SETUP_ERROR_EXIT
     # Which flag is wrong, said before the plots are read: an OSError from write_plots named neither ("[Errno 17]
     # File exists: 'plots.png'" for an --out that is a file, "[Errno 21] Is a directory" for a --history folder).
     try:

@@ -318,7 +318,9 @@ def test_league_plot_names_the_flag_of_a_path_it_cannot_use(tmp_path, capsys):
     history.write_text(json.dumps(_record(0, 1000, 1000, [])) + "\n")
     a_file = tmp_path / "plots.png"
     a_file.write_text("")
-    for history_arg, out, message in ((tmp_path, tmp_path / "plots", f"league plot: --history {tmp_path}: "),
+    for history_arg, out, message in ((tmp_path, tmp_path / "plots",
+                                       f"league plot: --history {tmp_path} is a directory without a "
+                                       "status_history.jsonl"),
                                       (tmp_path / "missing.jsonl", tmp_path / "plots", "league plot: --history "),
                                       (history, a_file, f"league plot: --out {a_file} is not a directory"),
                                       (history, a_file / "plots", f"league plot: --out {a_file / 'plots'}: cannot "

@@ -351,7 +351,7 @@ def _history_league_id(history: Path) -> str:
         with history.open("rb") as file:
             first = json.loads(file.readline(HISTORY_FIRST_LINE_BYTES))
         return first["league_id"] if isinstance(first, dict) and isinstance(first.get("league_id"), str) else ""
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # (not JSON, or nested past the parser's depth: nothing to tell)
         return ""
 
 

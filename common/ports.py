@@ -43,10 +43,12 @@ def restartable_port(host: str = "127.0.0.1", *, attempts: int = 200, rng: rando
         return probe.getsockname()[1]
 
 
-def bind_error(host: str, port: int) -> OSError | None:
+def bind_error(host: str, port: int, *, any_address: bool = False) -> OSError | None:
     """Why a server could not listen on host:port now (None: it could), found by binding a plain socket the
     way gRPC binds (SO_REUSEADDR: a port in TIME_WAIT is free). A host that does not resolve gives the
-    resolver's error."""
+    resolver's error. A name of several addresses (`localhost`: 127.0.0.1 and ::1): the first that fails, or with
+    ``any_address`` None once one of them binds, as gRPC listens on those it can ("Only 1 addresses added out of
+    total 2 resolved")."""
     try:
         addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as err:
@@ -54,6 +56,7 @@ def bind_error(host: str, port: int) -> OSError | None:
     except UnicodeError as err:  # a name the IDNA codec refuses (`10.0.0..1`, a label over 63 characters): it
         # ended the coordinator in a traceback, exit 1, restarted into the same failure (a review)
         return OSError(errno.EINVAL, f"not a valid host name ({err})")
+    first: OSError | None = None
     for family, kind, proto, _, sockaddr in addresses:
         try:
             probe = socket.socket(family, kind, proto)
@@ -64,8 +67,13 @@ def bind_error(host: str, port: int) -> OSError | None:
             try:
                 probe.bind(sockaddr)
             except OSError as err:
-                return err
-    return None
+                if not any_address:
+                    return err
+                first = first or err
+                continue
+            if any_address:
+                return None
+    return first
 
 
 def _port_number(text: str) -> int | None:

@@ -484,8 +484,11 @@ def bind_port(server: grpc.Server | grpc.aio.Server, options: ServerOptions) -> 
     AddressInUseError when another process holds the port, OSError for any other failure."""
     bind = join_host_port(options.host, options.port)
     # What fails is told before gRPC tries it: gRPC logs a line of its own to stderr first ("Failed to add port
-    # to server: address lookup failed ...", beside ours).
-    if (problem := _bind_problem(options, bind)) is not None:
+    # to server: address lookup failed ...", beside ours). A port in use, or a host none of whose addresses binds
+    # (a name of several binds those it can, as gRPC does: `localhost` with IPv6 off; a review).
+    if options.port and isinstance(in_use := _bind_problem(options, bind), AddressInUseError):
+        raise in_use
+    if (problem := _bind_problem(options, bind, any_address=True)) is not None:
         raise problem
     try:
         if options.tls is not None:
@@ -504,12 +507,12 @@ def _bind_failure(options: ServerOptions, bind: str) -> OSError:
     return _bind_problem(options, bind) or BindError(errno.EINVAL, f"port: could not bind {bind}")
 
 
-def _bind_problem(options: ServerOptions, bind: str) -> OSError | None:
+def _bind_problem(options: ServerOptions, bind: str, *, any_address: bool = False) -> OSError | None:
     """Why a server cannot listen on `bind`, found by binding a plain socket as gRPC does; None if it can. The
     message names the host when it is the host's fault (a name that does not resolve, an address of another
     machine): "port: could not bind nosuchhost:0" sent users after the port (a review)."""
     host = options.host.strip("[]")
-    err = bind_error(host, options.port)
+    err = bind_error(host, options.port, any_address=any_address)
     if err is None:
         return None
     if isinstance(err, socket.gaierror):

@@ -231,7 +231,8 @@ def read_weights(path: Path) -> dict[str, Any]:
             verify_beside(path.resolve())  # a league's checkpoint with its manifest: its digest still holds
         except CheckpointError as err:
             raise ImportRefused(f"{err}: not imported (the manifest beside it, {path.name}.json, says what it "
-                                "held when it was published)") from None
+                                "held when it was published; weights you changed on purpose since: move the file "
+                                "away from its manifest, or the manifest away from it)") from None
         with warnings.catch_warnings():  # (a TorchScript archive warned on stderr before it was refused)
             warnings.simplefilter("ignore")
             try:  # mapped: a file that also holds an optimizer's state is not read into memory whole

@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import json
 import logging
 import os
+import re
 import signal
 import sqlite3
 import sys
@@ -346,17 +346,23 @@ def _status_address(args: argparse.Namespace) -> str:
 
 
 def _history_league_id(history: Path) -> str:
-    """The league a run directory's status history begins with ("" when there is none to read yet)."""
+    """The league of a run directory's newest status record ("" when there is none to read yet): the league the
+    run going on there (or the one killed last) serves. The newest, not the first: a run whose state was lost
+    starts a new league in the same directory, its history appended to (README: it carries that league on)."""
     try:
         with history.open("rb") as file:
-            first = json.loads(file.readline(HISTORY_FIRST_LINE_BYTES))
-        return first["league_id"] if isinstance(first, dict) and isinstance(first.get("league_id"), str) else ""
-    except (OSError, ValueError, RecursionError):  # (not JSON, or nested past the parser's depth: nothing to tell)
+            size = file.seek(0, os.SEEK_END)
+            file.seek(max(0, size - HISTORY_TAIL_BYTES))
+            tail = file.read(HISTORY_TAIL_BYTES)
+    except OSError:
         return ""
+    found = _LEAGUE_ID.findall(tail)
+    return found[-1].decode() if found else ""
 
 
-HISTORY_FIRST_LINE_BYTES = 64 * 2**20
-"""The most of a history's first record read for its league id (a league's first status is small)."""
+HISTORY_TAIL_BYTES = 4 * 2**20
+"""The end of a history searched for its newest record's league id (a record is ~3.4 KB a historical player)."""
+_LEAGUE_ID = re.compile(rb'"league_id":\s*"([0-9A-Za-z_-]{1,128})"')
 
 
 def _eval_hint(run_dir: Path) -> str:
@@ -502,7 +508,6 @@ class _StatusSource:
         self._args = args
         self._token = token
         self._channel: Any = None
-        self._run_league_id = ""
         self.address = str(args.run_dir)
         if address is not None:
             self._connect(address)
@@ -547,18 +552,17 @@ class _StatusSource:
     def _of_the_run(self, status: Any) -> Any:
         """``status``, when it is the run directory's league's: a run killed outright leaves its port file, and
         whatever listens on that port later (another league's coordinator) was shown as the run's, exit 0 (a
-        review). The run's league is the one its status history begins with."""
+        review). The run's league is the one of its status history's newest record."""
         if status is None or self._args.run_dir is None:
             return status
-        if not self._run_league_id:  # (read again until the history has begun)
-            self._run_league_id = _history_league_id(self._args.run_dir / "status_history.jsonl")
-        if self._run_league_id and status.league_id != self._run_league_id:
+        run_league = _history_league_id(self._args.run_dir / "status_history.jsonl")  # (at each call: it may move)
+        if run_league and status.league_id != run_league:
             port_file = self._args.run_dir / RUN_PORT_FILE
             served = self.address
             self._channel.close()
             self._channel = None  # looked up again at the next fetch (a watch waits for the run to come back)
             raise RunNotGoing(f"{served} (the port in {port_file}) serves league {status.league_id}, not this run "
-                              f"directory's league {self._run_league_id}: the run that wrote it ended without "
+                              f"directory's league {run_league}: the run that wrote it ended without "
                               "removing it (killed?); no `league run` is going on there")
         return status
 

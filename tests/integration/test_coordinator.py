@@ -554,7 +554,7 @@ def test_league_status_watch_of_a_run_dir_whose_coordinator_is_not_up_yet_waits_
 
 def test_league_status_of_a_run_dir_refuses_another_leagues_coordinator_on_its_port(league, tmp_path):
     """A run killed outright leaves its port file; another league's coordinator serving on that port later was
-    shown as the run's, exit 0 (a review). The run's league is the one its status history begins with."""
+    shown as the run's, exit 0 (a review). The run's league is its status history's newest record's."""
     from league_service.cli import RUN_PORT_FILE
 
     server, _, _ = league
@@ -575,6 +575,11 @@ def test_league_status_of_a_run_dir_refuses_another_leagues_coordinator_on_its_p
     history.write_text(json.dumps({"league_id": server.coordinator.league_id, "players": []}) + "\n")
     shown = status()
     assert shown.returncode == 0 and json.loads(shown.stdout)["league_id"] == server.coordinator.league_id
+    # A run whose state was lost started a new league in the same directory, its history appended to: the
+    # newest record's league is the run's (the first record's refused the live run; a review).
+    history.write_text(json.dumps({"league_id": "0" * 32, "players": []}) + "\n"
+                       + json.dumps({"league_id": server.coordinator.league_id, "players": []}) + "\n")
+    assert status().returncode == 0
     history.unlink()  # (a run whose history has not begun: nothing to tell its league by)
     assert status().returncode == 0
 

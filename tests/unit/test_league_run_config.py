@@ -285,6 +285,7 @@ def test_corrupt_history_in_the_middle_is_an_error(tmp_path):
     ('{"players": [], "payoff": [{"home": "a"}]}\n', r"h.jsonl:1: not a status record"),
     ('{"players": [], "elapsed_s": "abc"}\n', r"h.jsonl:1: not a status record"),  # ("could not convert string")
     ('{"players": [], "now": NaN}\n', r"h.jsonl:1: not a status record"),
+    ('{"players": [], "elapsed_s": 1' + "0" * 400 + '}\n', r"h.jsonl:1: not a status record"),  # (OverflowError)
     (b"\xd0\x00\xff", r"h.jsonl: not a status history \(not UTF-8"),
     ("", r"h.jsonl: no status records"),
     # Records of the right shape with values of the wrong types: a traceback, exit 1 (a review).

@@ -1,6 +1,7 @@
 """restartable_port: free ports outside the range the OS gives outgoing connections; check_host_port: an
 address a server advertises for others to dial."""
 
+import errno
 import random
 import re
 import socket
@@ -64,3 +65,19 @@ def test_a_host_name_the_idna_codec_refuses_is_a_bind_error_not_a_traceback():
     for host in ("10.0.0..1", "a" * 64 + ".example"):
         err = bind_error(host, 0)
         assert isinstance(err, OSError) and "not a valid host name" in str(err)
+
+
+def test_a_name_of_several_addresses_binds_when_one_of_them_does(monkeypatch):
+    """`--host localhost` where ::1 is not on the machine (IPv6 off): gRPC listens on 127.0.0.1, and the probe
+    before it must not refuse the name for its first address that fails (a review)."""
+    from common.ports import bind_error
+
+    stream = socket.SOCK_STREAM
+    addresses = [(socket.AF_INET, stream, 6, "", ("192.0.2.1", 0)), (socket.AF_INET, stream, 6, "", ("127.0.0.1", 0))]
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *args, **kwargs: addresses)
+    assert bind_error("two-addresses", 0, any_address=True) is None
+    first = bind_error("two-addresses", 0)
+    assert first is not None and first.errno == errno.EADDRNOTAVAIL
+    addresses.pop()
+    none = bind_error("two-addresses", 0, any_address=True)
+    assert none is not None and none.errno == errno.EADDRNOTAVAIL

@@ -39,6 +39,7 @@ import grpc
 from actor_service.coordinator_client import CoordinatorClient
 from actor_service.env_managers import EnvManagers, ManagerKind
 from actor_service.envs import EnvError
+from actor_service.envs.env_manager.failure import EnvManagerInterrupted
 from actor_service.heartbeat import JobHeartbeat
 from actor_service.job import JobError, JobKind, JobPlan
 from actor_service.job_tally import JobTally
@@ -445,7 +446,11 @@ class Actor:
             return self._job_report(plan, "abandoned", episodes, env_steps, agent_steps, sender, message,
                                     env_failures)
         if self._stop.is_set():
-            log.warning("job %s broke while stopping (%s); releasing it", plan.job_id, message)
+            if isinstance(err, EnvManagerInterrupted):  # the stop itself cut the envs short: no news (it was a
+                # WARNING at the end of an ordinary `league run`: a job taken as the budget ended)
+                log.info("job %s cut short by the stop (%s); releasing it", plan.job_id, message)
+            else:
+                log.warning("job %s broke while stopping (%s); releasing it", plan.job_id, message)
             outcome = self._finish(plan.job_id, league_pb2.FINISH_STATUS_RELEASED, episodes, env_steps, agent_steps)
             return self._job_report(plan, _ended_as("released", outcome), episodes, env_steps, agent_steps, sender,
                                     message, env_failures)

@@ -167,7 +167,8 @@ def test_sigterm_during_a_slow_env_start_up_releases_the_job_at_once(tmp_path):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, log.read_text()
         assert finished_job(stub, log, job.job_id) == (0, 0)
-    assert "broke while stopping (EnvManagerInterrupted" in log.read_text()
+    said = [line for line in log.read_text().splitlines() if "cut short by the stop (EnvManagerInterrupted" in line]
+    assert said and " INFO " in said[0], said  # the stop itself cut the envs short: no WARNING
     wait_until("env workers to be gone", lambda: not any(alive(pid) for pid in workers), 10)
 
 

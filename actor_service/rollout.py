@@ -383,10 +383,13 @@ class Rollout:
         for group in groups.values():
             inputs = {k: np.stack([view[k] for view in group.views]) for k in group.views[0]}
             self._check_finite(inputs, group.env_ids)
-            self._check_legal(inputs, group.env_ids)
             acted_with = self._states_of(group)
             states = {k: np.stack([row[k] for row in acted_with]) for k in acted_with[0]} if acted_with else None
-            prediction = group.policy.task.predict(inputs, states, forward_kwargs=group.kwargs)
+            try:
+                prediction = group.policy.task.predict(inputs, states, forward_kwargs=group.kwargs)
+            except ValueError:
+                self._check_legal(inputs, group.env_ids)  # (the policy's own check, its refusal told of the env)
+                raise
             chosen = prediction.actions["action"]
             for i, (env_id, player) in enumerate(zip(group.env_ids, group.players, strict=True)):
                 actions[env_id] = env_action(self._action_spec, chosen[i], self._info)
@@ -418,8 +421,9 @@ class Rollout:
                                    f"{self._slots[env_id].length} of its episode)")
 
     def _check_legal(self, inputs: Mapping[str, np.ndarray], env_ids: list[int]) -> None:
-        """An env bug too: a mover with no legal action. The policy refused the batch ("action_mask: row(s) [3]
-        have no legal action"), naming a row of its batch, not the env."""
+        """An env bug too: a mover with no legal action. The policy refuses the batch ("action_mask: row(s) [3]
+        have no legal action"), naming a row of its batch, not the env: looked for once it has refused, so the
+        policy's check is the only one on every step."""
         mask = inputs.get(ACTION_MASK)
         if mask is None or mask.dtype != np.bool_:
             return

@@ -7,6 +7,7 @@ get an error, never a file. Lexical checks catch the first two; resolving the re
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from pathlib import Path, PurePosixPath
@@ -89,3 +90,29 @@ class SharedRoot:
         if not resolved.is_relative_to(self._root):
             raise UnsafePathError(f"path {str(path)!r} is outside the shared root")
         return resolved.relative_to(self._root).as_posix()
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def open_beneath(root: Path, path: Path) -> int:
+    """A read descriptor of `path` (absolute, inside `root`, its symlinks already resolved), opened one component
+    at a time from `root` with none followed as a symlink: OSError (ELOOP or ENOTDIR) where one is a symlink now.
+
+    Why: `SharedRoot.resolve` checks a path, and opening it later by name follows whatever symlink was put in its
+    place meanwhile (a peer with write access to the share swapping a file or a folder for a link out of it).
+    Opening beneath the root without following links makes the check and the open one step. The file is opened
+    without blocking (a FIFO opens at once; callers check what they got with fstat)."""
+    parts = path.relative_to(root).parts
+    if not parts:
+        raise IsADirectoryError(errno.EISDIR, "the shared root itself", str(path))
+    dir_fd = os.open(root, _DIR_FLAGS & ~os.O_NOFOLLOW)  # the root is the operator's: a link to it is fine
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, _DIR_FLAGS, dir_fd=dir_fd)
+            os.close(dir_fd)
+            dir_fd = inner
+        return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0) | os.O_NONBLOCK,
+                       dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)

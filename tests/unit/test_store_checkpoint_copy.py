@@ -1,4 +1,8 @@
 
+import errno
+import os
+import stat
+
 import numpy as np
 import pytest
 
@@ -226,3 +230,96 @@ def test_the_staging_directory_a_crashed_copy_left_is_swept_by_a_later_copy(tmp_
     copier("p/ckpt.pt", "p/ckpt_300.pt")
     assert not crashed.exists() and recent.exists() and kept.exists()
     assert (tmp_path / "p" / "ckpt_300.pt").read_bytes() == b"weights"
+
+
+def _swap_after_check(monkeypatch, swap):
+    """The attacker's move at the worst moment: right after the copier checked the path (a peer with write access
+    to the share swapping names in a loop hit it 15 times in 3,000 snapshots; a review)."""
+    checked, swaps = SharedRoot.resolve, [swap]
+
+    def resolve_then_swap(self, relative):
+        resolved = checked(self, relative)
+        while swaps:
+            swaps.pop()()
+        return resolved
+
+    monkeypatch.setattr(SharedRoot, "resolve", resolve_then_swap)
+
+
+@pytest.mark.parametrize("swapped", ["the file", "its folder"])
+def test_a_file_swapped_for_a_symlink_out_of_the_root_after_the_check_is_not_copied(tmp_path, monkeypatch, swapped):
+    """shutil.copy2 opened the checked path by name again and followed the link put there meanwhile: a file from
+    outside the root became a historical player's checkpoint inside it."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "p").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "ckpt.pt").write_bytes(b"a secret outside the root")
+    (root / "p" / "ckpt.pt").write_bytes(b"weights")
+
+    def swap():
+        if swapped == "the file":
+            (root / "p" / "ckpt.pt").unlink()
+            (root / "p" / "ckpt.pt").symlink_to(outside / "ckpt.pt")
+        else:
+            (root / "p").rename(root / "q")
+            (root / "p").symlink_to(outside)
+
+    copier = SnapshotCopier(SharedRoot(root))
+    _swap_after_check(monkeypatch, swap)
+    with pytest.raises(UnsafePathError, match="changed while being copied"):
+        copier("p/ckpt.pt", "x/ckpt_100.pt" if swapped == "its folder" else "p/ckpt_100.pt")
+    copies = [p for p in root.rglob("*") if not p.is_symlink() and p.is_file()
+              and p.read_bytes() == b"a secret outside the root"]
+    assert copies == [] and list(root.rglob(".ckpt_100.pt.*")) == []  # nor a staging folder left
+
+
+def test_a_file_in_a_directory_checkpoint_swapped_for_a_symlink_after_the_check_is_not_copied(tmp_path, monkeypatch):
+    import league_service.checkpoint_copy as checkpoint_copy
+
+    root, outside = tmp_path / "root", tmp_path / "outside.bin"
+    (root / "p" / "ckpt").mkdir(parents=True)
+    (root / "p" / "ckpt" / "w.bin").write_bytes(b"w")
+    outside.write_bytes(b"a secret outside the root")
+    copy_beneath = checkpoint_copy._copy_beneath
+
+    def swap_then_copy(root_path, source, dst):
+        source.unlink()
+        source.symlink_to(outside)
+        copy_beneath(root_path, source, dst)
+
+    monkeypatch.setattr(checkpoint_copy, "_copy_beneath", swap_then_copy)
+    with pytest.raises(UnsafePathError, match="changed while being copied"):
+        SnapshotCopier(SharedRoot(root))("p/ckpt", "p/ckpt_100")
+    assert not (root / "p" / "ckpt_100").exists()
+
+
+def test_a_plain_file_copy_keeps_its_mode_and_times(tmp_path, copier):
+    (tmp_path / "p").mkdir()
+    source = tmp_path / "p" / "ckpt.pt"
+    source.write_bytes(b"w")
+    source.chmod(0o640)
+    os.utime(source, ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
+    copier("p/ckpt.pt", "p/ckpt_100.pt")
+    frozen = (tmp_path / "p" / "ckpt_100.pt").stat()
+    assert stat.S_IMODE(frozen.st_mode) == 0o640 and frozen.st_mtime_ns == 1_600_000_000_000_000_000
+
+
+def test_open_beneath_follows_no_symlink_below_the_root(tmp_path):
+    from common.paths import open_beneath
+
+    real_root, outside = tmp_path / "share", tmp_path / "outside"
+    (real_root / "a").mkdir(parents=True)
+    outside.mkdir()
+    (real_root / "a" / "f").write_bytes(b"inside")
+    (outside / "f").write_bytes(b"outside")
+    linked_root = tmp_path / "root-link"  # the operator's own link to the share: followed
+    linked_root.symlink_to(real_root)
+    fd = open_beneath(linked_root, linked_root / "a" / "f")
+    with open(fd, "rb") as f:
+        assert f.read() == b"inside"
+    (real_root / "b").symlink_to(outside)
+    (real_root / "a" / "g").symlink_to(outside / "f")
+    for path in (real_root / "b" / "f", real_root / "a" / "g"):
+        with pytest.raises(OSError) as err:
+            open_beneath(real_root, path)
+        assert err.value.errno in (errno.ELOOP, errno.ENOTDIR)

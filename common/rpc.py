@@ -23,10 +23,13 @@ import logging
 import math
 import os
 import random
+import re
 import secrets
 import socket
 import ssl
+import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -122,7 +125,10 @@ def load_token(token_file: str | os.PathLike[str] | None) -> str | None:
         if not token:
             raise ValueError(f"--token-file: {token_file} is empty")
         return _sendable_token(token, f"--token-file: {token_file}")
-    token = os.environ.get(TOKEN_ENV_VAR, "").strip()
+    raw = os.environ.get(TOKEN_ENV_VAR, "")
+    token = raw.strip()
+    if raw and not token:  # set to blanks (an env file's `LEAGUE_TOKEN= `): no auth, said nowhere (a review)
+        raise ValueError(f"${TOKEN_ENV_VAR} holds only whitespace: give the token, or unset it for no auth")
     return _sendable_token(token, f"${TOKEN_ENV_VAR}") if token else None
 
 
@@ -170,6 +176,14 @@ def check_server_tls(cert_path: str | os.PathLike[str], key_path: str | os.PathL
             f"--tls-cert/--tls-key: {cert_path} and {key_path} are not a PEM certificate chain and its private key"
             f"{_ssl_detail(err)}"
         ) from err
+    dates = _certificate_dates(cert_path)[:1]  # the server's own certificate comes first in its chain
+    if dates:
+        not_before, not_after = dates[0]
+        _refuse_out_of_dates("--tls-cert", cert_path, "its certificate", not_before, not_after)
+        left_s = not_after - time.time()
+        if left_s < CERT_EXPIRY_WARNING_S:
+            log.warning("--tls-cert: %s expires in %.1f days (%s): clients refuse it from then on",
+                        cert_path, left_s / 86400, _utc(not_after))
 
 
 def check_tls_ca(ca_path: str | os.PathLike[str]) -> None:
@@ -179,6 +193,63 @@ def check_tls_ca(ca_path: str | os.PathLike[str]) -> None:
         ssl.create_default_context(cafile=os.fspath(ca_path))
     except ssl.SSLError as err:
         raise ValueError(f"--tls-ca: {ca_path} holds no PEM CA certificate{_ssl_detail(err)}") from err
+    dates = _certificate_dates(ca_path)
+    now = time.time()
+    if dates and not any(not_before <= now <= not_after for not_before, not_after in dates):
+        # (One valid CA among expired ones, as in a system bundle, still verifies the servers it signed.)
+        not_before, not_after = max(dates, key=lambda d: d[1])
+        what = "its certificate" if len(dates) == 1 else (
+            f"every one of its {len(dates)} certificates is out of its dates, the latest")
+        _refuse_out_of_dates("--tls-ca", ca_path, what, not_before, not_after)
+
+
+CERT_EXPIRY_WARNING_S = 7 * 86400.0
+"""A server certificate expiring sooner than this is said at start (a WARNING): every client refuses it once
+it has expired, and the servers keep it until they restart."""
+
+_PEM_CERT = re.compile(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.S)
+
+
+def _certificate_dates(path: str | os.PathLike[str]) -> list[tuple[float, float]]:
+    """(notBefore, notAfter) of each PEM certificate in `path`, in epoch seconds; [] where this Python cannot
+    decode certificates (CPython's ssl has no public parser; its test hook is used where it exists).
+
+    Why: a certificate out of its dates passes every start-up check (it loads, it pairs with its key) and then
+    fails every handshake, which clients see as UNAVAILABLE and retry for ever."""
+    decode = getattr(getattr(ssl, "_ssl", None), "_test_decode_cert", None)
+    if decode is None:
+        return []
+    try:
+        blocks = _PEM_CERT.findall(Path(path).read_bytes())
+    except OSError:
+        return []
+    dates = []
+    with tempfile.TemporaryDirectory(prefix="league-cert-") as tmp:
+        one = Path(tmp) / "cert.pem"
+        for block in blocks:
+            one.write_bytes(block + b"\n")
+            try:
+                fields = decode(str(one))
+                dates.append((ssl.cert_time_to_seconds(fields["notBefore"]),
+                              ssl.cert_time_to_seconds(fields["notAfter"])))
+            except (ssl.SSLError, KeyError, ValueError, TypeError):
+                continue  # not decodable here: OpenSSL's own load above has judged the file
+    return dates
+
+
+def _refuse_out_of_dates(flag: str, path: str | os.PathLike[str], what: str, not_before: float,
+                         not_after: float) -> None:
+    now = time.time()
+    if now > not_after:
+        raise ValueError(f"{flag}: {path}: {what} expired on {_utc(not_after)} (this machine's clock says "
+                         f"{_utc(now)}): every TLS handshake with it fails; renew it")
+    if now < not_before:
+        raise ValueError(f"{flag}: {path}: {what} is not valid before {_utc(not_before)} (this machine's clock "
+                         f"says {_utc(now)}): every TLS handshake with it fails until then")
+
+
+def _utc(epoch_s: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch_s))
 
 
 def _check_readable(flag: str, path: str | os.PathLike[str]) -> None:

@@ -278,6 +278,11 @@ def test_token_comes_from_file_or_environment(tmp_path, monkeypatch):
     path.write_text("  \n")
     with pytest.raises(ValueError, match="empty"):
         load_token(path)
+    monkeypatch.setenv("LEAGUE_TOKEN", "")  # set and empty, as compose writes an unset variable: no auth
+    assert load_token(None) is None
+    monkeypatch.setenv("LEAGUE_TOKEN", "   \n")  # blanks turned auth off without a word (a review)
+    with pytest.raises(ValueError, match=r"\$LEAGUE_TOKEN holds only whitespace"):
+        load_token(None)
 
 
 @pytest.mark.parametrize(("token", "says"), [

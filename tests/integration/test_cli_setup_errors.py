@@ -358,3 +358,66 @@ def test_a_state_that_cannot_be_opened_on_a_full_disk_is_a_failure_naming_the_di
     err = capsys.readouterr().err
     assert code == 1, err
     assert f"state {damaged}: file is not a database; the disk of {damaged.parent} is full" in err
+
+
+def _certificate_with_dates(folder: Path, name: str, start: str, end: str) -> tuple[Path, Path]:
+    """A self-signed certificate valid from `start` to `end` (YYYYMMDDHHMMSSZ): `openssl ca` sets any dates,
+    `openssl req -x509` only a number of days from now."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make certificates")
+    ca = folder / f"{name}-ca"
+    ca.mkdir()
+    (ca / "index.txt").write_text("")
+    (ca / "serial").write_text("01\n")
+    (ca / "ca.cnf").write_text(
+        "[ca]\ndefault_ca = d\n[d]\ndatabase = index.txt\nnew_certs_dir = .\nserial = serial\ndefault_md = sha256\n"
+        "policy = p\ncopy_extensions = copy\nunique_subject = no\n[p]\ncommonName = supplied\n"
+    )
+    cert, key = folder / f"{name}.pem", folder / f"{name}-key.pem"
+    subprocess.run(["openssl", "req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(ca / "req.csr"), "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    subprocess.run(["openssl", "ca", "-batch", "-config", "ca.cnf", "-selfsign", "-keyfile", str(key), "-in",
+                    "req.csr", "-out", str(cert), "-startdate", start, "-enddate", end, "-notext"],
+                   check=True, capture_output=True, cwd=ca)
+    return cert, key
+
+
+def test_a_certificate_out_of_its_dates_is_refused_at_start_naming_them(files, tmp_path):
+    """It loaded, paired with its key and served; then every handshake failed, which clients saw as UNAVAILABLE
+    and retried for ever (their hint says to check the dates, the server said nothing)."""
+    expired = _certificate_with_dates(tmp_path, "expired", "20200101000000Z", "20210101000000Z")
+    future = _certificate_with_dates(tmp_path, "future", "20900101000000Z", "20910101000000Z")
+    shared = str(files["shared"])
+    proc = league("coordinator", "--shared-root", shared, "--port", "0", "--tls-cert", str(expired[0]),
+                  "--tls-key", str(expired[1]))
+    assert_setup_error(proc, "--tls-cert", "its certificate expired on 2021-01-01 00:00:00 UTC",
+                       "this machine's clock says")
+    proc = league("learner", "--coordinator", "127.0.0.1:1", "--shared-root", shared, "--tls-ca", str(future[0]),
+                  "--tls-cert", str(future[0]), "--tls-key", str(future[1]))
+    assert_setup_error(proc, "--tls-ca", "its certificate is not valid before 2090-01-01 00:00:00 UTC")
+    assert_setup_error(league("status", "--addr", "127.0.0.1:1", "--tls-ca", str(expired[0])),
+                       "--tls-ca", "expired on 2021-01-01")
+    bundle = tmp_path / "bundle.pem"  # an expired CA beside a valid one, as in a system bundle: fine
+    bundle.write_bytes(expired[0].read_bytes() + future[0].read_bytes())
+    assert_setup_error(league("status", "--addr", "127.0.0.1:1", "--tls-ca", str(bundle)), "--tls-ca",
+                       "every one of its 2 certificates is out of its dates, the latest is not valid before 2090")
+    valid = _certificate_with_dates(tmp_path, "valid", "20200101000000Z", "20900101000000Z")
+    bundle.write_bytes(expired[0].read_bytes() + valid[0].read_bytes())
+    from common.rpc import check_server_tls, check_tls_ca
+
+    check_tls_ca(bundle)
+    check_server_tls(*valid)
+
+
+def test_a_certificate_that_expires_within_a_week_is_said_at_start(tmp_path, caplog):
+    from common.rpc import check_server_tls
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make certificates")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "2", "-subj", "/CN=localhost"], check=True, capture_output=True)
+    with caplog.at_level(logging.WARNING, logger="common.rpc"):
+        check_server_tls(cert, key)
+    assert f"--tls-cert: {cert} expires in 2.0 days" in caplog.text

@@ -64,6 +64,16 @@ float64 holds: at 60 (0.6 written as a percentage) the importance weights of all
 rounded to 0, so a CartPole DQN stayed at a return of ~12 with nothing said, and a priority that underflows to 0
 is refused by the priority tree, which failed the learner."""
 
+MAX_SCALE = 1e6
+"""The largest multiplier `model.obs_scale`, `ppo.reward_scale`, `ppo.value_coef`, `ppo.entropy_coef` and
+`dqn.priority_eps` may be (useful ones are 1e-3 to 10): the networks and losses compute in float32, whose largest
+number is 3.4e38, and 1e39 passed the float64 check to become infinite in every forward (every collect job failed,
+or every update rolled back, the errors naming no key; a review). At 1e305 `priority_eps` overflowed DQN's
+priority sums and crash-looped the learner."""
+MAX_VALUE_BOUND = 1e30
+"""The largest `model.value_bound`: far above any return, and within float32 (at 1e39 it is infinite, and
+`bound * tanh(v / bound)` is NaN)."""
+
 
 def _check_at_most(name: str, value: float, maximum: float) -> None:
     if value > maximum:
@@ -130,8 +140,11 @@ class ModelConfig:
                              f"got {self.log_std_init!r}")
         if not (math.isfinite(self.obs_scale) and self.obs_scale > 0):
             raise ValueError(f"model.obs_scale must be a finite number > 0, got {self.obs_scale!r}")
+        _check_at_most("model.obs_scale", self.obs_scale, MAX_SCALE)
         if self.value_bound is not None and not (math.isfinite(self.value_bound) and self.value_bound > 0):
             raise ValueError(f"model.value_bound must be a finite number > 0 or null, got {self.value_bound!r}")
+        if self.value_bound is not None:
+            _check_at_most("model.value_bound", self.value_bound, MAX_VALUE_BOUND)
         if any(h < 1 for h in self.hidden):
             raise ValueError(f"model.hidden: widths must be >= 1, got {self.hidden}")
         if self.recurrent_size < 1:
@@ -220,6 +233,8 @@ class PPOConfig:
                              f"({self.vtrace_rho_clip}): V-trace assumes c_clip <= rho_clip (IMPALA, Remark 1)")
         for name in ("value_coef", "entropy_coef"):
             _check_finite(f"ppo.{name}", getattr(self, name), minimum=0.0, inclusive=True)
+        for name in ("reward_scale", "value_coef", "entropy_coef"):
+            _check_at_most(f"ppo.{name}", getattr(self, name), MAX_SCALE)
         if self.target_kl is not None:  # None: never stop early (0 would stop after the first minibatch)
             _check_finite("ppo.target_kl", self.target_kl, minimum=0.0, inclusive=False, null_ok=True)
         for name in ("gamma", "gae_lambda"):
@@ -282,6 +297,7 @@ class DQNConfig:
         for name in ("learning_rate", "adam_eps", "max_grad_norm", "target_update_tau", "priority_eps"):
             _check_finite(f"dqn.{name}", getattr(self, name), minimum=0.0, inclusive=False)
         _check_at_most("dqn.learning_rate", self.learning_rate, MAX_LEARNING_RATE)
+        _check_at_most("dqn.priority_eps", self.priority_eps, MAX_SCALE)
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"dqn.gamma must be in [0, 1], got {self.gamma}")
         if self.target_update_tau > 1.0:

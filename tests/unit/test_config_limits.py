@@ -511,6 +511,15 @@ def test_run_intervals_are_checked(section, message):
         ({"ppo": {"vtrace_c_clip": 2.0}}, "policy.ppo",
          "ppo.vtrace_c_clip (2.0) must be at most ppo.vtrace_rho_clip (1.0)"),
         ({"algorithm": "dqn", "dqn": {"learning_rate": 1e38}}, "policy.dqn", "dqn.learning_rate must be at most"),
+        # Finite in float64 and infinite in the float32 networks: every collect job failed ("logp holds NaN") or
+        # every update rolled back, naming no key (a review); the same for the PPO loss terms.
+        ({"model": {"obs_scale": 1e39}}, "policy.model", "model.obs_scale must be at most 1000000.0, got 1e+39"),
+        ({"model": {"value_bound": 1e39}}, "policy.model", "model.value_bound must be at most 1e+30, got 1e+39"),
+        ({"ppo": {"reward_scale": 1e39}}, "policy.ppo", "ppo.reward_scale must be at most 1000000.0"),
+        ({"ppo": {"value_coef": 1e39}}, "policy.ppo", "ppo.value_coef must be at most 1000000.0"),
+        ({"ppo": {"entropy_coef": 1e39}}, "policy.ppo", "ppo.entropy_coef must be at most 1000000.0"),
+        # Its priority sums overflowed: the learner crash-looped on ZeroDivisionError.
+        ({"algorithm": "dqn", "dqn": {"priority_eps": 1e305}}, "policy.dqn", "dqn.priority_eps must be at most"),
         ({"model": {"hidden": [100_000_000]}}, "policy.model",
          f"model.hidden: widths must be within [1, {MAX_LAYER_WIDTH}], got (100000000,)"),
         ({"model": {"hidden": [64] * (MAX_LAYERS + 1)}}, "policy.model",

@@ -640,7 +640,7 @@ def _saved_model_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str |
     out, after the coordinator had accepted the config and the directory's config.yaml had been replaced by it,
     so running the directory again failed the same way. Settings that shape no weights (activation, obs_scale,
     value_bound, the algorithm's hyperparameters) may change."""
-    from league_service.config import load_config
+    from league_service.config import load_config, reference_bot_id
     from league_service.league_identity import LeagueIdentity
     from league_service.store import stored_league_trained
 
@@ -670,7 +670,10 @@ def _saved_model_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str |
                 sorted(new) if key == "player_category" else {t: n for t, n in new.items() if n}):
             return (f"league.{key}: the league in {run_dir} has {old!r}, the config ({config}) says {new!r}; a "
                     f"league's active players are fixed when it starts: {resume}")
-    dropped = [bot for bot in old_league.reference_bots if bot not in new_league.reference_bots]
+    # By the bot each names, as the coordinator compares them: `mcts:025` is `mcts:25`, `mcts` is `mcts:100`
+    # (compared as text, the same bot respelled was refused as "gone"; a review).
+    kept = {reference_bot_id(bot) for bot in new_league.reference_bots}
+    dropped = [bot for bot in old_league.reference_bots if reference_bot_id(bot) not in kept]
     if dropped:
         return (f"league.reference_bots: {dropped} play in the league in {run_dir} but not in the config "
                 f"({config}); a league member cannot leave (bots may be added): {resume}")

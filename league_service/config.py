@@ -651,7 +651,7 @@ def config_from_dict(data: Mapping[str, Any], *, for_training: bool = True) -> C
     if _names_other(data, defaults, "policy", "algorithm"):
         defaults.pop("policy", None)
         defaults.pop("learner", None)
-    if (_names_other(data, defaults, "env", "name") or _names_other(data, defaults, "league", "league_type")
+    if (_names_other_env(data, defaults) or _names_other(data, defaults, "league", "league_type")
             or _bot_seat_paths(data)):
         defaults.get("league", {}).pop("reference_bots", None)
     if _sets_own_conv(data) and isinstance(defaults.get("policy"), dict):
@@ -827,6 +827,17 @@ def _names_other(data: Mapping[str, Any], defaults: Mapping[str, Any], section: 
     """Whether `data` sets `section.key` to something other than the defaults' value."""
     user = data.get(section)
     return isinstance(user, Mapping) and key in user and user[key] != defaults.get(section, {}).get(key)
+
+
+def _names_other_env(data: Mapping[str, Any], defaults: Mapping[str, Any]) -> bool:
+    """`_names_other` for `env.name`, where `openspiel:connect_four` is the default's `connect_four` (as league
+    identities compare them): the prefix alone dropped the default's reference bots, silently (a review)."""
+    user, default = data.get("env"), defaults.get("env", {}).get("name")
+    if not (isinstance(user, Mapping) and "name" in user):
+        return False
+    name = user["name"]
+    return not (isinstance(name, str) and isinstance(default, str)
+                and name.removeprefix(OPENSPIEL_PREFIX) == default.removeprefix(OPENSPIEL_PREFIX))
 
 
 def _check_worker_sections(cfg: Config) -> _WorkerSections:

@@ -491,6 +491,9 @@ def test_a_resume_may_change_what_shapes_no_weights_but_not_the_env_or_the_netwo
     refused = mismatch(lambda d: d["league"].update(reference_bots=["random"]))
     assert refused is not None and refused.startswith("league.reference_bots: ['mcts:10', 'mcts:25'] play in")
     assert mismatch(lambda d: d["league"].update(reference_bots=["random", "mcts:10", "mcts:25", "mcts:50"])) is None
+    # The same bots spelled otherwise are the same players (bot_mcts_25), as the coordinator takes them: compared
+    # as text, `mcts:025` was refused as a bot gone (a review).
+    assert mismatch(lambda d: d["league"].update(reference_bots=["random", "mcts:010", "mcts:025"])) is None
     # A league that played no game and has no checkpoint (a first run whose env.name had a typo) is bound to no
     # env or network yet: the fixed config is taken, where the advice was to resume what cannot run.
     from league_service.coordinator import Coordinator, CoordinatorSettings

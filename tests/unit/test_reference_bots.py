@@ -59,6 +59,10 @@ def test_bot_ids_are_the_canonical_spec():
 def test_the_default_league_has_bots_and_a_config_for_another_game_does_not_inherit_them():
     assert config_from_dict({}).league.reference_bots == ("random", "mcts:10", "mcts:25")
     assert config_from_dict({"env": {"name": "openspiel:tic_tac_toe"}}).league.reference_bots == ()
+    # The default's game with OpenSpiel's prefix is the default's game: its bots stay (they went, silently, and a
+    # resume of a default league with such a file was refused as "bots gone"; a review).
+    assert config_from_dict({"env": {"name": "openspiel:connect_four"}}).league.reference_bots == (
+        "random", "mcts:10", "mcts:25")
     solo = {"league_type": "solo", "active_players": {"solo_active_player": 1}}
     assert config_from_dict({"env": {"name": "CartPole-v1"}, "league": solo}).league.reference_bots == ()
     named = {"env": {"name": "openspiel:tic_tac_toe"}, "league": {"reference_bots": ["mcts:5"]}}

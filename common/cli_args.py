@@ -62,6 +62,14 @@ def path(text: str) -> Path:
     return Path(path_text(text))
 
 
+def file_path(text: str) -> Path:
+    """`path` for a flag naming a file to write: a value ending in "/" names a directory, which Path() forgets
+    (`--out exports/` wrote a file named `exports`; a review)."""
+    if text.endswith("/"):
+        raise argparse.ArgumentTypeError(f"{text!r} ends in '/', a directory: name the file to write")
+    return path(text)
+
+
 def path_text(text: str) -> str:
     """A path flag's value with a leading `~` or `~user` expanded, as the shell does for `--flag ~/x` but not for
     `--flag=~/x`: that one made a directory named `~` where the command was started. Expanded here, at parsing,

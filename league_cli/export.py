@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", type=cli_args.path_text, required=True,
                         help="checkpoint path relative to --shared-root, or an absolute path inside a shared root; "
                              "a player's folder stands for its newest version")
-    parser.add_argument("--out", type=cli_args.path, required=True,
+    parser.add_argument("--out", type=cli_args.file_path, required=True,
                         help="the file to write (torch.export's archive; .pt2 by convention)")
     parser.add_argument("--config", type=cli_args.path, default=None,
                         help="league YAML whose policy and env the checkpoint belongs to (default: the config.yaml "

@@ -46,6 +46,11 @@ def main(args: argparse.Namespace) -> int:
         raise SystemExit(f"league health: --timeout must be > 0 and at most {cli_args.MAX_TIMEOUT_S:g} seconds, got {args.timeout}")
     if (refusal := cli_args.tls_server_name_refusal(args)) is not None:
         raise SystemExit(f"league health: {refusal}")
+    try:
+        request = health_pb2.HealthCheckRequest(service=args.service)
+    except ValueError as err:  # bytes that are no UTF-8 text ($'\xff'): a UnicodeEncodeError traceback
+        reason = getattr(err, "reason", err)
+        raise SystemExit(f"league health: --service {args.service!r}: not a service name ({reason})") from err
     if args.tls_ca is not None:
         try:
             check_tls_ca(args.tls_ca)
@@ -57,9 +62,7 @@ def main(args: argparse.Namespace) -> int:
     else:
         channel = grpc.insecure_channel(args.addr)
     try:
-        reply = health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
-        )
+        reply = health_pb2_grpc.HealthStub(channel).Check(request, timeout=args.timeout)
     except grpc.RpcError as err:
         details = err.details() or (f"the server has no health status for service {args.service!r}"
                                     if err.code() == grpc.StatusCode.NOT_FOUND else "no details")

@@ -54,11 +54,16 @@ def iter_history(path: Path, max_records: int | None = None) -> Iterator[dict[st
         return
     wanted: set[int] | None = None
     if max_records is not None and count > max_records:
-        step = (count - 1) / (max(2, max_records) - 1)
-        wanted = {round(i * step) for i in range(max(2, max_records))}
+        keep = max(2, max_records)
         # The last record of each run and the first of the next: RunClock finds where a resumed run began
-        # only from two such records (without them it drew the runs over each other).
-        wanted.update(i for first in restarts for i in (first - 1, first))
+        # only from two such records (without them it drew the runs over each other). The newest restarts, in
+        # half of the records at most: each added two beyond `max_records` (1,330 records of a run directory
+        # resumed 200 times; a review).
+        kept = restarts[max(0, len(restarts) - keep // 4):] if keep >= 4 else []
+        spaced = max(2, keep - 2 * len(kept))
+        step = (count - 1) / (spaced - 1)
+        wanted = {round(i * step) for i in range(spaced)}
+        wanted.update(i for first in kept for i in (first - 1, first))
     with open(path, "rb") as fh:
         n = 0
         for number, raw in enumerate(fh, 1):
@@ -211,7 +216,7 @@ def _ordered_names(record: dict[str, Any], payoff: list[dict[str, Any]]) -> list
 
     def key(name: str) -> tuple[bool, str, int, str]:
         p = players.get(name, {})
-        return (not p.get("active", False), p.get("parent_id", ""), int(p.get("agent_steps", 0) or 0), name)
+        return (not p.get("active", False), p.get("parent_id", ""), _count(p.get("agent_steps")), name)
 
     return sorted(names, key=key)
 
@@ -260,10 +265,10 @@ class HistoryCurves:
             mu.append(_number(p.get("trueskill_mu", 0.0)))
             # A record from before a player's first episode is left out of its returns: the coordinator reports
             # its mean return as 0.0 then, which is no return.
-            if int(p.get("episodes", 0) or 0) > 0:
+            if _count(p.get("episodes")) > 0:
                 seconds, steps, returns = self._returns.setdefault(pid, (array("d"), array("q"), array("d")))
                 seconds.append(t)
-                steps.append(int(p.get("agent_steps", 0) or 0))
+                steps.append(_count(p.get("agent_steps")))
                 returns.append(_number(p.get("mean_return", 0.0)))
         self.newest = rec
 
@@ -278,6 +283,19 @@ def _number(value: Any) -> float:
         return float(value)
     except (TypeError, ValueError):
         return math.nan
+
+
+def _count(value: Any) -> int:
+    """A count of a record (steps, episodes) as an int (0 for none); TypeError, which `plot_main` says is a
+    malformed record, for one that is no count or beyond int64 (an `array("q")` holds it): 1e400 reads as
+    infinity, whose int() raised OverflowError, a traceback (a review)."""
+    try:
+        count = int(value or 0)
+    except (TypeError, ValueError, OverflowError):
+        raise TypeError(f"{value!r} is not a count") from None
+    if not -(2**63) <= count < 2**63:
+        raise TypeError(f"{value!r} is beyond any count")
+    return count
 
 
 def return_curves(records: list[dict[str, Any]]) -> dict[str, ReturnCurve]:
@@ -402,7 +420,7 @@ def write_plots(history_path: Path, out_dir: Path, notes: list[str] | None = Non
             i, j = row_index.get(row["home"]), index[row["away"]]
             if i is not None and _decayed_games(row) > 0:  # (none: a reset player's pair, as `league status`)
                 # A default rate (too few recent games) is no measure: left blank, its games still said.
-                rate[i, j] = np.nan if row.get("win_rate_is_default") else row.get("win_rate", np.nan)
+                rate[i, j] = np.nan if row.get("win_rate_is_default") else _number(row.get("win_rate", np.nan))
                 games[i, j] = _games_played(row)
         per_column = 0.6 if rows is names else 0.3  # a strip of a few rows reads fine with narrower cells
         width = min(MAX_FIGURE_INCHES, max(5.0, per_column * len(names) + 2))

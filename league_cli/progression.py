@@ -80,6 +80,17 @@ def choose_player(status: dict[str, Any], player_id: str | None) -> str:
     return (main or active)[0]["player_id"]
 
 
+def _count(player: dict[str, Any], key: str) -> int:
+    """A player's count in a status record; a value that is none (1e400 reads as infinity, "x") is refused as a
+    malformed record, naming the player and the key (int() of infinity raised OverflowError, a traceback)."""
+    value = player.get(key, 0)
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"a malformed status record: player {player.get('player_id')!r} has {key} {value!r}, "
+                         "not a count") from None
+
+
 def lineage(status: dict[str, Any], player_id: str, points: int) -> list[LineagePoint]:
     """Snapshots of `player_id` by agent steps, thinned to `points` evenly spaced ones ending at its latest
     ([] when the status names none: a run stopped before its first checkpoint was in a status record).
@@ -90,8 +101,8 @@ def lineage(status: dict[str, Any], player_id: str, points: int) -> list[Lineage
     for p in status.get("players", []):
         mine = p["player_id"] == player_id if p.get("active") else p.get("parent_id") == player_id
         if mine and p.get("checkpoint_path") and not p.get("set_aside"):
-            found.append(LineagePoint(p["player_id"], int(p.get("agent_steps", 0)), p["checkpoint_path"],
-                                      int(p.get("checkpoint_version", 0)), bool(p.get("active"))))
+            found.append(LineagePoint(p["player_id"], _count(p, "agent_steps"), p["checkpoint_path"],
+                                      _count(p, "checkpoint_version"), bool(p.get("active"))))
     # The active player's latest checkpoint comes after every snapshot taken from it, unless a snapshot
     # froze that very version (then the snapshot stands for it).
     snapshot_versions = {pt.checkpoint_version for pt in found if not pt.active}

@@ -152,6 +152,11 @@ def test_an_existing_file_is_kept_unless_forced_and_bad_arguments_say_what_is_wr
     assert "does not exist" in capsys.readouterr().err
     assert export_cli.main(parse(*base, "--out", str(tmp_path))) == 2
     assert "is a directory" in capsys.readouterr().err
+    # A directory yet to be made: Path() dropped the slash, and a file named `exports` was written (a review).
+    with pytest.raises(SystemExit) as usage:
+        parse(*base, "--out", str(tmp_path / "exports") + "/")
+    assert usage.value.code == 2 and "ends in '/', a directory: name the file to write" in capsys.readouterr().err
+    assert not (tmp_path / "exports").exists()
     assert export_cli.main(parse("--checkpoint", "q", "--shared-root", str(root), "--out", str(out), "--force")) == 2
     assert "league export: checkpoint 'q' does not exist" in capsys.readouterr().err
     assert out.read_bytes() == b"keep me"

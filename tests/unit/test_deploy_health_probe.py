@@ -39,6 +39,14 @@ def test_a_service_the_server_does_not_know_is_named_in_the_failure(server, caps
     assert "NOT_FOUND: the server has no health status for service 'bogus'" in capsys.readouterr().err
 
 
+def test_a_service_name_that_is_no_text_is_said_in_one_line(server, capsys):
+    """Bytes that are no UTF-8 (`--service $'\\xff'`, which Python reads as a surrogate) raised UnicodeEncodeError
+    out of the probe, a traceback (a review)."""
+    with pytest.raises(SystemExit) as refused:
+        health.cli(["--addr", server.address, "--service", "\udcff"])
+    assert refused.value.code == "league health: --service '\\udcff': not a service name (surrogates not allowed)"
+
+
 def test_unreachable_server_fails_within_the_timeout(server, capsys):
     address = server.address
     server.stop(0)

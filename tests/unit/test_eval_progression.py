@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from league_cli.progression import LineagePoint, PointResult, lineage, with_latest_published
 
 STATUS = {
@@ -69,3 +71,13 @@ def test_snapshots_the_league_set_aside_are_left_out():
     players[1]["set_aside"] = "digest does not match the manifest (corrupt or tampered)"
     line = lineage({"players": players}, "main_player_default_0", points=4)
     assert [p.checkpoint_version for p in line] == [6, 9]
+
+
+def test_a_count_that_is_no_count_is_a_malformed_record_naming_the_player_and_key():
+    """A version of Infinity (JSON as Python reads it) raised OverflowError out of `league eval --run-dir`, a
+    traceback (a review); a ValueError is the command's refusal."""
+    players = [dict(p) for p in STATUS["players"]]
+    players[1]["checkpoint_version"] = float("inf")
+    with pytest.raises(ValueError, match="a malformed status record: player 'main_player_default_0_3' has "
+                                         "checkpoint_version inf, not a count"):
+        lineage({"players": players}, "main_player_default_0", points=4)

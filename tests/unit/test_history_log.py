@@ -143,7 +143,21 @@ def test_thinned_plots_still_find_where_a_resumed_run_began(tmp_path):
         return [clock.time(r) for r in records][-1]
 
     assert newest_time(iter_history(path, max_records=100)) == newest_time(iter_history(path)) == 58 + 9998
-    assert len(list(iter_history(path, max_records=100))) <= 102
+    assert len(list(iter_history(path, max_records=100))) <= 100
+
+
+def test_a_history_resumed_many_times_is_still_read_within_the_limit(tmp_path):
+    """Each resume added its two records beyond the limit: 200 resumes made 1,330 records of 1,000 (a review).
+    The newest resumes are kept, within half the records."""
+    from league_cli.plot import iter_history
+
+    path = tmp_path / "h.jsonl"
+    path.write_text("".join(json.dumps({"players": [], "payoff": [], "run": run, "elapsed_s": float(t)}) + "\n"
+                            for run in range(200) for t in range(0, 46, 2)))
+    read = list(iter_history(path, max_records=100))
+    assert len(read) <= 100 and read[-1]["run"] == 199 and read[-1]["elapsed_s"] == 44.0
+    firsts = {r["run"] for r in read if r["elapsed_s"] == 0.0}
+    assert set(range(175, 200)) <= firsts  # the newest 25 resumes, each with the record before it
 
 
 def test_a_history_that_cannot_be_opened_costs_its_records_not_the_run(tmp_path):

@@ -286,6 +286,13 @@ def test_corrupt_history_in_the_middle_is_an_error(tmp_path):
     ('{"players": [], "elapsed_s": "abc"}\n', r"h.jsonl:1: not a status record"),  # ("could not convert string")
     ('{"players": [], "now": NaN}\n', r"h.jsonl:1: not a status record"),
     ('{"players": [], "elapsed_s": 1' + "0" * 400 + '}\n', r"h.jsonl:1: not a status record"),  # (OverflowError)
+    # A win rate that is no number was "could not convert string to float: 'zz'", naming no file (a review).
+    ('{"players": [{"player_id": "a", "active": true}, {"player_id": "b", "active": false}], "payoff": [{"home": '
+     '"a", "away": "b", "wins": 1, "draws": 0, "losses": 0, "games": 1, "win_rate": "zz"}]}\n', None),
+    # Counts that read as infinity (1e400) raised OverflowError, a traceback (a review).
+    ('{"players": [{"player_id": "a", "active": true, "agent_steps": 1e400, "episodes": 1e400}, {"player_id": "b",'
+     ' "active": false}], "payoff": [{"home": "a", "away": "b", "wins": 1, "draws": 0, "losses": 0, "games": 1, '
+     '"win_rate": 0.5}]}\n', r"malformed status record \(inf is not a count\)"),
     (b"\xd0\x00\xff", r"h.jsonl: not a status history \(not UTF-8"),
     ("", r"h.jsonl: no status records"),
     # Records of the right shape with values of the wrong types: a traceback, exit 1 (a review).
@@ -301,6 +308,10 @@ def test_league_plot_refuses_a_file_that_is_not_a_status_history_in_one_line(tmp
 
     history = tmp_path / "h.jsonl"
     history.write_bytes(content if isinstance(content, bytes) else content.encode())
+    if message is None:  # values that are no figure: left out of the drawing, not an error
+        assert plot_main(argparse.Namespace(history=history, out=tmp_path / "plots")) == 0
+        assert "win_rates.png" in capsys.readouterr().out
+        return
     assert plot_main(argparse.Namespace(history=history, out=tmp_path / "plots")) == 2
     err = capsys.readouterr().err
     assert err.startswith("league plot: ") and len(err.strip().splitlines()) == 1 and re.search(message, err), err

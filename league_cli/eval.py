@@ -445,11 +445,16 @@ def _progression_main(args: argparse.Namespace) -> int:
         points = args.points or DEFAULT_POINTS
         line = lineage(status, player_id, points)
         store = CheckpointStore(shared_root)
-        latest = store.latest(player_id)
-        if latest is not None:
+
+        def with_newest(line: list[LineagePoint]) -> list[LineagePoint]:
+            latest = store.latest(player_id)
+            if latest is None:
+                return line
             steps = latest.metadata.get("agent_steps")
             steps = int(steps) if isinstance(steps, int) else None
-            line = with_latest_published(line, player_id, latest.version, latest.path, steps, points)
+            return with_latest_published(line, player_id, latest.version, latest.path, steps, points)
+
+        line = with_newest(line)
         if not line:
             raise ValueError(f"player {player_id!r} has no published checkpoint in the run's status, nor in shared "
                              f"root {shared_root}")
@@ -459,9 +464,31 @@ def _progression_main(args: argparse.Namespace) -> int:
                            f"evaluate one of its checkpoints with --checkpoint {args.run_dir / 'shared' / '<player id>'} (a "
                            "checkpoint of a run directory is played with the run's own config)")
         ladder = _ladder_for(env_name, ladder, given=args.opponent is not None)
+        # Each point is loaded once for its whole ladder, the active one first: on a live run retention retires
+        # an active player's versions within seconds (keep_last), and loaded again for each rung, minutes later, it
+        # was gone, which failed the whole evaluation (a review). Retired before its first load, the newest is
+        # taken instead, as --checkpoint does.
+        loaded: dict[str, ComputationTask] = {}
+        for attempt in range(1, _NEWEST_ATTEMPTS + 1):
+            if not line[-1].active:
+                break
+            try:
+                loaded[line[-1].checkpoint_path], _ = load_policy(store, line[-1].checkpoint_path, policy, info,
+                                                                  seed=args.seed)
+                break
+            except CheckpointNotFoundError:
+                if attempt == _NEWEST_ATTEMPTS:
+                    raise
+                line = with_newest(line)
+        active = line[-1].checkpoint_path if line[-1].active else None
 
         def play(point: LineagePoint, opponent: str) -> dict[str, Any]:
-            task, _ = load_policy(store, point.checkpoint_path, policy, info, seed=args.seed)
+            if point.checkpoint_path not in loaded:
+                for path in [p for p in loaded if p != active]:  # the previous snapshot's: done with it
+                    del loaded[path]
+                loaded[point.checkpoint_path], _ = load_policy(store, point.checkpoint_path, policy, info,
+                                                               seed=args.seed)
+            task = loaded[point.checkpoint_path]
             with _games_progress(f"v{point.checkpoint_version} vs {opponent}", args.games) as on_game:
                 return play_against_bot(task, env_name, env_kwargs, opponent, args.games, seed=args.seed,
                                         on_game=on_game, search=search).to_dict()

@@ -851,3 +851,41 @@ def test_an_episode_its_env_never_ends_is_cut_at_the_step_limit():
     assert (result.episodes, result.cut_episodes, result.mean_length) == (3, 3, 40.0)
     ended = evaluation.play_episodes(task, env_name, {"length": 5}, 2, max_steps=40)
     assert (ended.cut_episodes, ended.mean_length) == (0, 5.0)
+
+
+def test_run_dir_of_a_live_run_loads_the_active_version_once_for_its_whole_ladder(tmp_path, capsys, monkeypatch):
+    """On a live run retention retires an active player's versions within seconds: loaded again for each rung,
+    minutes after the first, the version was gone and the whole evaluation failed (a review). It is loaded once;
+    retired before that, the newest is played."""
+    run = _run_dir(tmp_path)
+    store = CheckpointStore(run / "shared", keep_last=1)
+    weights = store.load(store.latest("main").path).tensors
+    real_play = evaluation.play_against_bot
+    versions = iter(range(2, 100))
+
+    def play_while_the_learner_publishes(*args, **kwargs):
+        store.publish("main", weights, next(versions))  # keep_last 1: the version before is retired
+        return real_play(*args, **kwargs)
+
+    monkeypatch.setattr(evaluation, "play_against_bot", play_while_the_learner_publishes)
+    argv = ("--run-dir", str(run), "--opponent", "random,mcts:2", "--games", "2", "--json")
+    assert eval_cli.main(parse(*argv)) == 0, capsys.readouterr().err
+    report = json.loads(capsys.readouterr().out)
+    assert [p["version"] for p in report["points"]] == [1] and set(report["points"][0]["win_rate"]) == {
+        "random", "mcts:2"}
+    # The version the status and the store name retired before the first load: the newest then is played.
+    real_load = evaluation.load_policy
+    first = []
+
+    def load_after_a_publish(store_, path, *args, **kwargs):
+        if not first:
+            first.append(path)
+            store.publish("main", weights, next(versions))
+        return real_load(store_, path, *args, **kwargs)
+
+    monkeypatch.setattr(evaluation, "play_against_bot", real_play)
+    monkeypatch.setattr(evaluation, "load_policy", load_after_a_publish)
+    assert eval_cli.main(parse(*argv)) == 0, capsys.readouterr().err
+    newest = CheckpointStore(run / "shared").latest("main").version
+    assert [p["version"] for p in json.loads(capsys.readouterr().out)["points"]] == [newest]
+    assert first[0] != CheckpointStore(run / "shared").latest("main").path

@@ -73,11 +73,20 @@ class CoordinatorRefused(Exception):
     learner stops with one line and exit 2, as an actor does (a traceback and exit 1 had supervisors restart it
     for ever; a review). Transient codes are retried before this."""
 
-    def __init__(self, address: str, err: grpc.RpcError) -> None:
+    def __init__(self, address: str, err: grpc.RpcError, hint: str = "") -> None:
         code = err.code()
         super().__init__(f"the coordinator at {address} refused this learner: "
                          f"{code.name if code is not None else code}: {err.details()}"
-                         f"{not_a_coordinator_hint(code, address)}")
+                         f"{not_a_coordinator_hint(code, address)}{hint}")
+
+
+def _refusal_hint(err: grpc.RpcError, shared_root: Path) -> str:
+    """What a refused UpdatePlayer most likely means: a checkpoint the coordinator does not find under its shared
+    root is one this learner published under another (a share mounted on one side only, or another path)."""
+    if err.code() is grpc.StatusCode.INVALID_ARGUMENT and "shared root" in (err.details() or ""):
+        return (f" (this learner published it under its --shared-root {shared_root}: the coordinator's must be "
+                "the same share)")
+    return ""
 
 
 def model_spec(job: LearnJob, env_build_timeout_s: float | None = None) -> ModelSpec:
@@ -281,6 +290,12 @@ class Learner:
         except UpdatesDiverge as err:  # the league's settings for the player, not a bug: a setup error
             self.client.finish(job.job_id, league_pb2.FINISH_STATUS_FAILED, str(err))
             raise JobSetupError(str(err)) from err
+        except grpc.RpcError as err:
+            # UpdatePlayer refused for a reason no retry changes (the client retries transient codes and ends the
+            # session on binding ones): a token rotated away, a checkpoint the coordinator cannot see. A traceback
+            # and exit 1 had supervisors restart the learner for ever (a review); one line and exit 2.
+            self.client.finish(job.job_id, league_pb2.FINISH_STATUS_FAILED, f"UpdatePlayer refused: {err.details()}")
+            raise CoordinatorRefused(self.client.address, err, _refusal_hint(err, store_root)) from err
         except BaseException as err:
             self.client.finish(job.job_id, league_pb2.FINISH_STATUS_FAILED, f"{type(err).__name__}: {err}")
             raise

@@ -928,3 +928,30 @@ def _pushed(address: str, chunks):
         return push(address, chunks, timeout_s=60)
     except grpc.RpcError as err:
         return err
+
+
+def test_a_learner_on_another_share_than_the_coordinators_stops_with_one_line_and_exit_2(tmp_path):
+    """The coordinator refuses UpdatePlayer for a checkpoint it does not find under its own shared root (the
+    share mounted on one side only): the learner died with a traceback, exit 1, which supervisors restart for
+    ever (a review). One line naming both roots, exit 2, and its learn job handed back as failed."""
+    import subprocess
+
+    from learner_service.learner_testing import learner_command
+
+    coordinator_root, learner_root = tmp_path / "a", tmp_path / "b"
+    coordinator_root.mkdir()
+    learner_root.mkdir()
+    with running_coordinator(solo_config(batch_size=128), coordinator_root) as server:
+        proc = subprocess.run(
+            learner_command("--coordinator", server.address, "--shared-root", str(learner_root), "--worker-id",
+                            "learner-elsewhere", "--device", "cpu"),
+            capture_output=True, text=True, timeout=120, cwd=REPO,
+        )
+        channel, stub = league_stub(server.address)
+        with channel:
+            counters = stub.GetStatus(league_pb2.GetStatusRequest()).counters
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert "refused this learner: INVALID_ARGUMENT" in proc.stderr and "under the shared root" in proc.stderr
+    assert f"this learner published it under its --shared-root {learner_root}" in proc.stderr, proc.stderr
+    assert counters.jobs_finished >= 1 or counters.jobs_failed >= 1

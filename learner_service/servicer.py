@@ -61,8 +61,6 @@ class Accepted(enum.Enum):
 class AcceptResult:
     status: Accepted
     samples: int = 0
-    intake: Intake | None = None
-    """The intake a NEW chunk went into (a stopping learner answers for the chunks its stop trains only)."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +113,6 @@ class DataPlane:
         self._intake: Intake | None = None
         self._stopping = False
         """Set for good by `mark_stopping`: no session opens again, and refused streams are told why."""
-        self._stop_closed: Intake | None = None  # the intake closed first once stopping (`stop_trains`)
         self._deduper = deduper or SeqDeduper()
         self._receiving: set[tuple[str, str, int]] = set()
         """Chunks reserved in the de-duplicator but not yet queued (waiting for room, or being checked)."""
@@ -139,12 +136,6 @@ class DataPlane:
         with self._lock:
             return self._stopping
 
-    def stop_trains(self, intakes: Iterable[Intake]) -> bool:
-        """Whether the learner is stopping and every one of `intakes` is the one its stop closed, whose session's
-        stop trains what it took (not one a lost session dropped before)."""
-        with self._lock:
-            return self._stopping and all(intake is self._stop_closed for intake in intakes)
-
     def close(self, intake: Intake | None = None) -> None:
         """Stop taking data (streams get UNAVAILABLE); what the queue holds stays for its session to drain.
         `intake`: only that one (a session ending closes its own): a late close of a session that had ended
@@ -155,8 +146,6 @@ class DataPlane:
                 intake, self._intake = self._intake, None
             elif self._intake is intake:
                 self._intake = None
-            if intake is not None and self._stopping and self._stop_closed is None:
-                self._stop_closed = intake  # its session's stop trains what it took
         if intake is not None:
             intake.queue.close()
 
@@ -220,7 +209,7 @@ class DataPlane:
         with self._lock:
             self._accepted += 1
             self._samples += prepared.agent_steps
-        return AcceptResult(Accepted.NEW, prepared.agent_steps, intake)
+        return AcceptResult(Accepted.NEW, prepared.agent_steps)
 
     def seed_seen(self, streams: list[list]) -> None:
         """Count the chunks of a `SeqDeduper.export` as received (those trained into the checkpoint a session
@@ -293,20 +282,15 @@ class LearnerServicer(league_pb2_grpc.LearnerServiceServicer):
 
         context.add_callback(on_done)
         accepted = duplicates = samples = 0
-        taken_by: list[Intake] = []  # the intake of each chunk accepted (one, unless a session ended meanwhile)
         for chunk in self.idle_streams.watch(request_iterator, context.cancel, context.peer()):
             try:
                 result = self._plane.accept(chunk, cancelled.is_set)
             except ChunkRefused as refused:
-                if (refused.code is grpc.StatusCode.UNAVAILABLE and (accepted or duplicates)
-                        and self._plane.stop_trains(taken_by)):
-                    # The learner stops: this stream's chunks so far are its own (its stop trains them), the rest
-                    # goes to the player's next learner. Refused as a whole, the stream had the actor resend the
-                    # ones taken too, and a learner restarted on the same address (its duplicate table empty)
-                    # trained them a second time.
-                    log.info("stopping: answering a stream from %s with the %d chunk(s) it took; the rest is sent "
-                             "to the player's next learner", shown_id(chunk.worker_id), accepted + duplicates)
-                    break
+                # A stopping learner refuses a stream under way as a whole, the chunks it took included: its stop
+                # may not train them all in time (a quarter of --stop-timeout) nor publish them (a full disk, a lease gone), and
+                # answered, they were lost (a review). Sent again to the player's next learner (or this one
+                # restarted), those the final checkpoint was trained on are duplicates there (its ledger of
+                # trained chunks), the rest are trained.
                 log.info("refused a chunk from %s (job %s): %s", shown_id(chunk.worker_id), shown_id(chunk.job_id),
                          refused)
                 context.abort(refused.code, str(refused))
@@ -318,8 +302,6 @@ class LearnerServicer(league_pb2_grpc.LearnerServiceServicer):
             else:
                 accepted += 1
                 samples += result.samples
-                if result.intake is not None:
-                    taken_by.append(result.intake)
         return league_pb2.PushSummary(
             chunks_accepted=accepted,
             chunks_duplicate=duplicates,

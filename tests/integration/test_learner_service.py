@@ -851,19 +851,20 @@ def test_progress_lines_keep_coming_when_tensorboard_writes_are_rare(tmp_path, m
     assert any(": iteration 4, version 4, 512 agent steps, " in line for line in lines), lines
 
 
-def test_a_stopping_learner_answers_a_stream_with_the_chunks_it_took(tmp_path):
-    """A stream under way when the learner stops was refused as a whole (UNAVAILABLE): the actor sent again the
-    chunks the stop trains too, and a learner restarted on the same address (its duplicate table empty) trained
-    them twice (a review: 6,352 agent steps trained for a job of 6,000). The stream is answered with what it
-    took; the rest goes to the player's next learner."""
+def test_a_stopping_learner_refuses_a_stream_under_way_whose_chunks_the_next_learner_does_not_train_twice(tmp_path):
+    """A stream under way when the learner stops was answered with the chunks it took: lost when the stop could
+    not train them in time or publish them (a full disk, a lease gone; a review). It is refused as a whole; the
+    actor sends it again, and the next learner counts what the final checkpoint was trained on as duplicates (its
+    ledger of trained chunks), so nothing is trained twice (before the ledger, 6,352 agent steps were trained for
+    a job of 6,000) and the rest is trained."""
     cfg = solo_config(batch_size=128)
     rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)  # 128 samples a chunk
+    stopping = threading.Event()
     try:
         with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
             with running_learner(coordinator.address, tmp_path, worker_id="learner-a") as learner:
                 learner.learner.wait_published(PLAYER, 0, 60)
                 chunks = rollout.chunks(acting_task(cfg, tmp_path), 3, policy_version=0)
-                stopping = threading.Event()
 
                 def stream():
                     yield from chunks[:2]
@@ -877,12 +878,18 @@ def test_a_stopping_learner_answers_a_stream_with_the_chunks_it_took(tmp_path):
                 learner.learner.request_stop()
                 stopping.set()
                 pusher.join(60)
-            (summary,) = answer
-            assert isinstance(summary, league_pb2.PushSummary), summary
-            assert summary.chunks_accepted == 2
-            final = CheckpointStore(tmp_path).latest(PLAYER)
-            assert final.metadata["agent_steps"] == 256  # the two it took, trained by its stop
+            (refused,) = answer
+            assert isinstance(refused, grpc.RpcError) and refused.code() is grpc.StatusCode.UNAVAILABLE, refused
+            assert CheckpointStore(tmp_path).latest(PLAYER).metadata["agent_steps"] == 256  # its stop trained two
+
+            with running_learner(coordinator.address, tmp_path, worker_id="learner-b") as learner:
+                eventually(lambda: learner.learner.session)
+                resent = push(learner.address, chunks)
+                assert (resent.chunks_duplicate, resent.chunks_accepted) == (2, 1)
+                learner.learner.wait_published(PLAYER, learner.learner.session.trainer.version + 1, 60)
+            assert CheckpointStore(tmp_path).latest(PLAYER).metadata["agent_steps"] == 384
     finally:
+        stopping.set()
         rollout.close()
 
 

@@ -376,18 +376,3 @@ def test_closing_a_sessions_own_intake_leaves_the_next_sessions_open():
     assert second.queue.closed
 
 
-def test_a_stopping_learner_answers_only_for_chunks_its_stop_trains():
-    """A stream whose earlier chunk went into a session that ended lost (its queue dropped and forgotten) was
-    answered at the stop as if that chunk were delivered: never trained, never sent again (a review)."""
-    intake = _intake_maker()
-    plane = DataPlane()
-    lost, stopping = intake(), intake()
-    plane.open(lost)
-    result = plane.accept(synthetic_chunk(OBS, 2, player_id="p", seq=0, worker_id="a1", job_id="job-1", seed=0))
-    assert result.intake is lost
-    plane.close(lost)  # its session ended lost (not a stop)
-    plane.open(stopping)
-    plane.mark_stopping()
-    plane.close(stopping)  # the stop: this session's stop trains what it took
-    assert plane.stop_trains([stopping]) and plane.stop_trains([])
-    assert not plane.stop_trains([lost]) and not plane.stop_trains([lost, stopping])

@@ -300,11 +300,7 @@ class LearnSession:
         finally:
             self._ended.set()
             if self.end_reason is not SessionEnd.STOPPED:
-                dropped = self.queue.drain()
-                self._context.plane.forget(dropped)
-                if dropped:
-                    log.info("%s: %d received chunks not trained on (session %s)", self.job.player_id, len(dropped),
-                             self.end_reason.value if self.end_reason else "failed")
+                self._keep_queued()
                 self.telemetry.close()
         assert self.end_reason is not None
         return self.end_reason
@@ -385,6 +381,25 @@ class LearnSession:
             return
         self.trainer.add(chunk)
         self._train_ready(publish=True)
+
+    def _keep_queued(self) -> None:
+        """The chunks still queued when the session ended otherwise than by a stop go to its trainer, which the
+        learner keeps: trained if the league binds the player here again (as a partition's revoked lease does,
+        first of all), dropped with the trainer if it binds another. They were dropped with the queue, and those
+        of streams already answered were never sent again: up to `queue_chunks` lost at each revocation (a
+        review). A session that failed (no end reason) drops them, and their resends are new data again."""
+        queued = self.queue.drain()
+        if not queued:
+            return
+        if self.end_reason is None:
+            self._context.plane.forget(queued)
+            log.info("%s: %d received chunks not trained on (session failed)", self.job.player_id, len(queued))
+            return
+        kept = [chunk for chunk in queued if self._trainable(chunk)]
+        for chunk in kept:
+            self.trainer.add(chunk)
+        log.info("%s: %d received chunk(s) not trained on yet (session %s) stay with the trainer", self.job.player_id,
+                 len(kept), self.end_reason.value)
 
     def _trainable(self, chunk: PreparedChunk) -> bool:
         """Whether a received chunk is trained on: not acted before the last reset (not even observed then), and

@@ -524,3 +524,32 @@ def test_max_staleness_is_a_number_of_versions_or_null():
     with pytest.raises(ValueError, match=r"learner.max_staleness must be a number of versions in \[0, 2147483647\] "
                                          r"or null \(no bound\), got -1"):
         LearnerConfig.from_mapping({"max_staleness": -1})
+
+
+class _RevokedLease:
+    """A lease the coordinator took back (a partition longer than the lease timeout)."""
+
+    held = False
+
+    def attach(self, on_lost) -> None:
+        on_lost(SessionEnd.REVOKED)
+
+    def close(self, wait_s=None) -> None:
+        pass
+
+
+def test_chunks_queued_when_the_lease_is_revoked_stay_with_the_trainer_the_learner_keeps(tmp_path, caplog):
+    """A revoked session dropped its queue: the chunks of streams already answered were never sent again, so up to
+    `queue_chunks` acknowledged chunks were lost although the league gives the player back to this learner first
+    and the learner keeps the trainer (a review: 8 chunks lost per partition). They go to the trainer."""
+    trainer = _trainer(batch_size=1024)  # nothing trains: what the queue holds stays untrained
+    publisher = CheckpointPublisher(CheckpointStore(tmp_path), "p", "w")
+    context = SessionContext(_Client(), DataPlane(), tmp_path, "cpu", lambda: False, lambda *a: None)
+    job = LearnJob("job-1", "p", "", 0, "CartPole-v1", {}, {}, {}, 30.0, 0.0)
+    session = LearnSession(context, job, _RevokedLease(), trainer, publisher, LearnerConfig(), seed=0)
+    for seq in range(3):
+        assert session.queue.put(_prepared(trainer, batch=2, steps=8, seq=seq))  # 16 samples each
+    with caplog.at_level(logging.INFO, logger="learner_service.session"):
+        assert session.run() is SessionEnd.REVOKED
+    assert trainer.untrained_samples == 48 and session.queue.drain() == []
+    assert "3 received chunk(s) not trained on yet (session revoked) stay with the trainer" in caplog.text

@@ -284,6 +284,8 @@ class Actor:
                 log.info("%s", summary)
             try:
                 self._managers.close()
+            except Exception as err:  # an env's own close failing: its job is over, the stop is not a failure
+                log.warning("closing the envs: %s: %s", type(err).__name__, err)
             finally:
                 self._client.leave()  # its jobs are finished or released by now (else their leases stay)
                 self._client.close()
@@ -581,7 +583,11 @@ def failure_text(err: BaseException, env_name: str = "", traceback_of_others: bo
 
 
 def bounded_text(text: str, limit: int) -> str:
-    """`text` cut to `limit` characters, keeping its first line and its end (a traceback's last frames)."""
+    """`text` cut to `limit` characters, keeping its first line and its end (a traceback's last frames), as
+    UTF-8 a protobuf string takes: an env's error naming a file whose name is no UTF-8 (decoded with surrogate
+    escapes) made FinishJob's request raise UnicodeEncodeError, which ended the actor; restarted, it played the
+    job again and died the same way, the league seeing no failure (a review)."""
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     if len(text) <= limit:
         return text
     head = text.split("\n", 1)[0][: limit // 2]

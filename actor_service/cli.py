@@ -31,7 +31,7 @@ import time
 from common import cli_args
 from common.exit_codes import FAILURE_EXIT, SETUP_ERROR_EXIT
 from common.quick_exit import skip_final_collections_at_exit
-from common.rpc import COORDINATOR_ENV_VAR, SHARED_ROOT_ENV_VAR, env_path
+from common.rpc import COORDINATOR_ENV_VAR, SHARED_ROOT_ENV_VAR, RegistrationError, env_path
 from common.thread_stack import stack_of
 
 log = logging.getLogger("league.actor")
@@ -147,7 +147,7 @@ def main(args: argparse.Namespace) -> int:
             os._exit(FAILURE_EXIT)
     if failure:
         err = failure[0]
-        if isinstance(err, CoordinatorError):
+        if isinstance(err, CoordinatorError | RegistrationError):  # (the learner's too: a reply no retry changes)
             return _refuse(str(err))
         log.error("the actor stopped on an error", exc_info=err)
         return FAILURE_EXIT

@@ -6,6 +6,7 @@ in an importable module so spawned env workers can unpickle it.
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -170,3 +171,18 @@ def copy_digits(**kwargs):
             return self.reset()[0], reward, True, False, {}
 
     return CopyDigits(**kwargs)
+
+
+class UndecodableErrorEnv(CountingEnv):
+    """A CountingEnv whose step fails naming a file whose name is no UTF-8 (os.fsdecode keeps the byte as a
+    surrogate escape), as an env reading `caf\\xe9.bin` from a Latin-1 disk does."""
+
+    def step(self, action) -> TimeStep:
+        raise FileNotFoundError(f"no such file: /data/{os.fsdecode(b'caf' + bytes([0xE9]) + b'.bin')}")
+
+
+class FailingCloseEnv(CountingEnv):
+    """A CountingEnv whose close raises (a simulator's handle already gone)."""
+
+    def close(self) -> None:
+        raise RuntimeError("the simulator's handle is gone")

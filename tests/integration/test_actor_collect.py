@@ -536,3 +536,35 @@ def test_a_subprocess_env_worker_that_died_between_jobs_is_not_played_on(tmp_pat
         assert all(n == 0 for n in manager.failure_counts.values())
     finally:
         managers.close()
+
+
+def test_an_env_error_naming_a_file_that_is_no_utf8_fails_the_job_and_the_actor_goes_on(tmp_path):
+    """FinishJob's error is a protobuf string: the surrogate of an undecodable byte raised UnicodeEncodeError out
+    of the finish, the actor died (exit 1) and, restarted, played the job again; the league saw no failure, only
+    a worker leaving (a review). The error is sent with the byte escaped, the job counts as failed."""
+    name = "python:tests.env_doubles:UndecodableErrorEnv"
+    cfg = solo_config()
+    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, name=name))
+    with running_coordinator(cfg, tmp_path, needs_learner=False) as server:
+        channel, stub = league_stub(server.address)
+        try:
+            reports = Actor(actor_settings(server.address, tmp_path, max_jobs=2, env_max_retry=0)).run()
+            status = stub.GetStatus(pb.GetStatusRequest())
+        finally:
+            channel.close()
+    assert [r.status for r in reports] == ["failed", "failed"]
+    assert "no such file: /data/caf\\udce9.bin" in reports[0].error
+    assert status.counters.jobs_failed == 2
+
+
+def test_an_env_whose_close_fails_ends_the_actor_cleanly(tmp_path, caplog):
+    """The base manager raised the env's close error out of the actor's run (exit 1 at the end of every `league
+    run` with such an env, its in-process envs the default): a WARNING now."""
+    name = "python:tests.env_doubles:FailingCloseEnv"
+    cfg = solo_config(episode_num=1)
+    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, name=name, kwargs={"length": 3}))
+    with running_coordinator(cfg, tmp_path, needs_learner=False) as server:
+        with caplog.at_level(logging.WARNING, logger="actor_service.actor"):
+            reports = Actor(actor_settings(server.address, tmp_path, max_jobs=1)).run()
+    assert [r.status for r in reports] == ["completed"]
+    assert "closing the envs: " in caplog.text and "the simulator's handle is gone" in caplog.text

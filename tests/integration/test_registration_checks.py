@@ -41,3 +41,25 @@ def test_workers_refuse_a_registration_they_cannot_time_heartbeats_by(interval, 
         actor.close()
         learner.close()
         server.stop(0)
+
+
+def test_an_actor_given_a_registration_it_cannot_time_stops_with_one_line_and_exit_2(tmp_path):
+    """The learner's CLI took RegistrationError as a setup error; the actor's died with a traceback, exit 1, which
+    supervisors restart for ever (a review)."""
+    import subprocess
+    import sys
+
+    server = make_server(
+        ServerOptions(host="127.0.0.1", port=0),
+        lambda s: league_pb2_grpc.add_LeagueServiceServicer_to_server(OddCoordinator(0.0, 30.0), s),
+        ["league.v1.LeagueService"],
+    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "league_cli", "actor", "--coordinator", server.address, "--shared-root",
+             str(tmp_path)], capture_output=True, text=True, timeout=120,
+        )
+    finally:
+        server.stop(0)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and "heartbeat_interval_s=" in proc.stderr.strip().splitlines()[-1]

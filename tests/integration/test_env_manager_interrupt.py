@@ -15,7 +15,7 @@ import pytest
 
 from actor_service.env_managers import EnvManagers
 from actor_service.envs import BaseEnvManager, EnvManagerConfig, EnvManagerInterrupted
-from tests.env_doubles import HANGS_RELEASED, FlakyEnv
+from tests.env_doubles import HANGS_RELEASED, FlakyEnv, HangingCloseEnv
 from tests.env_manager_launcher import alive
 from tests.polling import wait_until
 
@@ -248,3 +248,23 @@ def test_env_managers_discard_a_manager_interrupted_in_a_reset():
         assert first.closed and managers.current is None
     finally:
         managers.close()
+
+
+@SERIAL_TIMEOUTS
+def test_the_closes_of_an_interrupted_serial_manager_share_a_short_budget(timeouts, caplog):
+    """Each close was watched with the whole reset_timeout, one env after another: a stop with envs whose close
+    hangs took minutes (67 s for two at 30 s; a review), or for ever with no timeout. Interrupted, the manager
+    gives all its closes INTERRUPTED_CLOSE_S and leaves an env still closing as it is."""
+    import time
+
+    from actor_service.envs.env_manager.base import INTERRUPTED_CLOSE_S
+
+    manager = BaseEnvManager([partial(HangingCloseEnv)] * 3, EnvManagerConfig(**timeouts))
+    manager.launch()
+    manager.interrupt()
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING):
+        manager.close()
+    assert time.monotonic() - started < INTERRUPTED_CLOSE_S + 1.0
+    assert caplog.text.count("hung in close") == 3
+    assert manager.closed

@@ -21,6 +21,7 @@ import logging
 import math
 import numbers
 import threading
+import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -50,6 +51,11 @@ class EnvState(enum.Enum):
     DONE = "done"  # played its `episode_num` episodes
     ERROR = "error"  # failed; being rebuilt
 
+
+INTERRUPTED_CLOSE_S = 2.0
+"""What the closes of an interrupted manager's envs (its caller is stopping) get together: each close was watched
+with the whole `reset_timeout`, one env after another, so a stop with hanging closes took minutes (67 s for two envs
+at 30 s; a review), past any supervisor's grace. An env still closing then is left as it is, as a hung one is."""
 
 _BOOLS = (bool, np.bool_)  # True == 1 as a dict key: a bool env id would step env 1
 
@@ -135,6 +141,7 @@ class BaseEnvManager:
         self._obs_conform: list[ObsConform | None] = [None] * n  # the serial manager's check of each env's obs
         self._watchdog: Watchdog | None = None  # the serial manager's, from launch to close
         self._interrupted = False  # by `interrupt()`, from any thread: only `close` is left
+        self._close_by: float | None = None  # time.monotonic() by which an interrupted manager's closes end
 
     # ---- read-only views -------------------------------------------------------------------------------
     @property
@@ -355,6 +362,8 @@ class BaseEnvManager:
         self._lifecycle = _Lifecycle.CLOSED
         envs, self._envs = self._envs, [None] * self.env_num
         errors = []
+        if self._interrupted:
+            self._close_by = time.monotonic() + INTERRUPTED_CLOSE_S
         try:
             for env_id, env in enumerate(envs):
                 if env is None:
@@ -440,6 +449,8 @@ class BaseEnvManager:
         reset); raises EnvHangInterrupt when it ran past it (then call `_failure` or `_settle_hang`)."""
         watch = self._watchdog
         timeout = self._config.step_timeout if stage == "step" else self._config.reset_timeout
+        if stage == "close" and self._close_by is not None:  # an interrupted manager's closes share a budget
+            timeout = max(0.01, self._close_by - time.monotonic())
         if watch is None:  # (before launch, or closed)
             try:
                 return fn(*args, **kwargs)

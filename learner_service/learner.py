@@ -251,6 +251,10 @@ class Learner:
                 with self._lock:
                     self._job = None
                 lease.close(LAST_WORD_TIMEOUT_S if self.stopping else None)
+        if self._kept is not None and (untrained := self._kept.trainer.untrained_samples):
+            # (Said where the kept trainer is dropped at a rebind; a stop before any dropped it without a word.)
+            log.warning("%s: dropping %d received samples not trained on: the learner stops before the league bound "
+                        "the player here again", self._kept.player_id, untrained)
         self.client.leave()  # stopping: its learn job was released (or the leave releases it)
 
     def _stall_watches(self) -> list[StallWatch]:

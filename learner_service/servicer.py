@@ -287,10 +287,10 @@ class LearnerServicer(league_pb2_grpc.LearnerServiceServicer):
                 result = self._plane.accept(chunk, cancelled.is_set)
             except ChunkRefused as refused:
                 # A stopping learner refuses a stream under way as a whole, the chunks it took included: its stop
-                # may not train them all in time (a quarter of --stop-timeout) nor publish them (a full disk, a lease gone), and
-                # answered, they were lost (a review). Sent again to the player's next learner (or this one
-                # restarted), those the final checkpoint was trained on are duplicates there (its ledger of
-                # trained chunks), the rest are trained.
+                # may not train them all in time (a quarter of --stop-timeout) nor publish them (a full disk, a
+                # lease gone), and answered, they were lost (a review). Sent again to the player's next learner
+                # (or this one restarted), those the final checkpoint was trained on are duplicates there (its
+                # ledger of trained chunks), the rest are trained.
                 log.info("refused a chunk from %s (job %s): %s", shown_id(chunk.worker_id), shown_id(chunk.job_id),
                          refused)
                 context.abort(refused.code, str(refused))

@@ -375,10 +375,14 @@ class Learner:
             kept is not None and kept.player_id == job.player_id and kept.trainer.spec == spec
             and publisher.last_version <= kept.published_version and job.checkpoint_version <= kept.published_version
         )
-        if kept is not None and not reuse and (untrained := kept.trainer.untrained_samples):
-            log.info("%s: dropping %d received samples not trained on: %s", kept.player_id, untrained,
-                     f"this learner now trains {job.player_id}" if kept.player_id != job.player_id
-                     else "the player's checkpoints moved on without this learner")
+        if kept is not None and not reuse:
+            # Their resends are new data again: answered as duplicates, chunks of a stream never acknowledged
+            # were never trained anywhere (a review).
+            self.plane.forget_keys(kept.trainer.untrained_keys())
+            if untrained := kept.trainer.untrained_samples:
+                log.info("%s: dropping %d received samples not trained on: %s", kept.player_id, untrained,
+                         f"this learner now trains {job.player_id}" if kept.player_id != job.player_id
+                         else "the player's checkpoints moved on without this learner")
         if reuse:
             log.info("%s: continuing with the trainer kept in memory (version %d)", job.player_id, kept.trainer.version)
             trainer = kept.trainer

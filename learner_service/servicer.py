@@ -222,9 +222,12 @@ class DataPlane:
         # Newest first: a stream's released seqs then shrink its accepted prefix instead of each making a hole
         # in it (holes are bounded: past MAX_OUT_OF_ORDER of them the oldest would count as seen, and its resend
         # be answered as a duplicate and never trained on).
-        for chunk in sorted(chunks, key=lambda c: c.header.seq, reverse=True):
-            header = chunk.header
-            self._deduper.release(header.worker_id, header.job_id, header.seq)
+        self.forget_keys([(c.header.worker_id, c.header.job_id, c.header.seq) for c in chunks])
+
+    def forget_keys(self, keys: Iterable[tuple[str, str, int]]) -> None:
+        """`forget` by (worker_id, job_id, seq)."""
+        for worker_id, job_id, seq in sorted(keys, key=lambda key: key[2], reverse=True):
+            self._deduper.release(worker_id, job_id, seq)
 
     def wake(self) -> None:
         """Wake blocked streams so they notice their cancellation."""

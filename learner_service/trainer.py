@@ -298,6 +298,11 @@ class Trainer:
         """Samples received and never trained on (PPO's held rows; a DQN replay's samples have been sampled)."""
         return 0 if self._replay is not None else self.buffered_samples
 
+    def untrained_keys(self) -> list[tuple[str, str, int]]:
+        """(worker_id, job_id, seq) of the chunks received and not yet trained into the weights (not in the ledger):
+        what a learner dropping this trainer must forget, so that their resends are new data again."""
+        return [key for key, _ in (self._unsampled if self._replay is not None else self._untrained)]
+
     # ---- data -----------------------------------------------------------------------------------------
     def add(self, chunk: PreparedChunk) -> None:
         self.progress.agent_steps += chunk.agent_steps

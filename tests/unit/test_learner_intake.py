@@ -348,6 +348,17 @@ def test_forgetting_many_dropped_chunks_leaves_each_resend_new(plane):
     assert all(plane._deduper.reserve("w", "j", seq) for seq in range(count))
 
 
+def test_forgotten_keys_are_new_data_again(plane):
+    """A learner dropping a kept trainer forgets the chunks it held untrained by their keys."""
+    plane, queue = plane
+    assert plane.accept(_chunk(0)).status is Accepted.NEW
+    assert plane.accept(_chunk(0)).status is Accepted.DUPLICATE
+    assert len(queue.drain()) == 1  # (the queue holds one chunk)
+    header = _chunk(0)
+    plane.forget_keys([(header.worker_id, header.job_id, 0)])
+    assert plane.accept(_chunk(0)).status is Accepted.NEW
+
+
 def _intake_maker():
     """Intakes of one player for a small PPO policy (each with a queue of its own)."""
     policy = PolicyConfig.from_mapping({"algorithm": "ppo", "model": {"hidden": [8]}})

@@ -767,3 +767,18 @@ def test_no_average_is_kept_or_adopted_without_a_decay():
     assert trainer.train_ready() is not None
     trainer.update_average()
     assert not trainer.adopt_average() and trainer.version == 1
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "dqn"])
+def test_untrained_keys_name_the_chunks_received_and_not_yet_in_the_ledger(algorithm):
+    """What a learner dropping a kept trainer forgets in its duplicate table, so that their resends are new data
+    again (answered as duplicates, chunks of a stream never acknowledged were never trained anywhere)."""
+    trainer = _trainer(algorithm, batch_size=32) if algorithm == "ppo" else _trainer(algorithm)
+    for seq in range(2):
+        trainer.add(_prepared(trainer, seq=seq))  # 16 samples each: PPO holds them short of its batch of 32
+    header = _prepared(trainer, seq=0).header
+    assert trainer.untrained_keys() == [(header.worker_id, header.job_id, 0), (header.worker_id, header.job_id, 1)]
+    if algorithm == "ppo":
+        trainer.add(_prepared(trainer, seq=2))
+        assert trainer.train_ready() is not None  # what it held trained into the weights: in the ledger now
+        assert trainer.untrained_keys() == []

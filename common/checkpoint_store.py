@@ -68,7 +68,7 @@ from common.job_limits import (
     TRAINING_STATE_SUFFIX,
     VERSION_FILE,
 )
-from common.paths import SharedRoot, UnsafePathError, check_component, check_relative
+from common.paths import READ_FLAGS, SharedRoot, UnsafePathError, check_component, check_relative
 from common.trajectory import ALLOWED_DTYPES
 
 if TYPE_CHECKING:  # torch is imported where tensors are saved or loaded: the coordinator only snapshots
@@ -875,16 +875,10 @@ def _read_failure(where: str, resolved: Path, err: OSError) -> CheckpointError:
     return UnreadableCheckpointError(f"{where}: cannot be read now ({err.strerror or type(err).__name__})")
 
 
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
-"""How every file of the store is opened for reading: never through a symlink, and without blocking, so a FIFO
-put where a file should be (whose plain open waits for a writer for ever) opens at once and `_open_regular`
-refuses it. On a regular file O_NONBLOCK changes nothing."""
-
-
 def _open_regular(path: Path) -> int:
     """A read descriptor of `path`; OSError(EINVAL) when it is no regular file (a FIFO, a device, a directory):
     nothing of the store is, and reading one could block or never end."""
-    fd = os.open(path, _READ_FLAGS)
+    fd = os.open(path, READ_FLAGS)
     try:
         mode = os.fstat(fd).st_mode
     except BaseException:
@@ -1083,7 +1077,7 @@ def _drop_page_cache(path: Path) -> None:
     if not hasattr(os, "posix_fadvise"):
         return
     try:
-        fd = os.open(path, _READ_FLAGS)  # (non-blocking: a FIFO planted under an old version's name hung the
+        fd = os.open(path, READ_FLAGS)  # (non-blocking: a FIFO planted under an old version's name hung the
     except FileNotFoundError:  # gone meanwhile: nothing to drop     publish here, holding the commit lock)
         return
     except OSError as e:

@@ -92,6 +92,11 @@ class SharedRoot:
         return resolved.relative_to(self._root).as_posix()
 
 
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+"""How files of the shared root are opened for reading (the checkpoint store's, and `open_beneath`'s last
+component): never through a symlink, and without blocking, so a FIFO put where a file should be (whose plain open
+waits for a writer for ever) opens at once and its reader's fstat refuses it. On a regular file O_NONBLOCK changes
+nothing."""
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -112,7 +117,6 @@ def open_beneath(root: Path, path: Path) -> int:
             inner = os.open(part, _DIR_FLAGS, dir_fd=dir_fd)
             os.close(dir_fd)
             dir_fd = inner
-        return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0) | os.O_NONBLOCK,
-                       dir_fd=dir_fd)
+        return os.open(parts[-1], READ_FLAGS, dir_fd=dir_fd)
     finally:
         os.close(dir_fd)

@@ -387,13 +387,10 @@ class LearnSession:
         learner keeps: trained if the league binds the player here again (as a partition's revoked lease does,
         first of all), dropped with the trainer if it binds another. They were dropped with the queue, and those
         of streams already answered were never sent again: up to `queue_chunks` lost at each revocation (a
-        review). A session that failed (no end reason) drops them, and their resends are new data again."""
+        review). (`run` has set the end reason by now: a session that failed ended LOST.)"""
+        assert self.end_reason is not None
         queued = self.queue.drain()
         if not queued:
-            return
-        if self.end_reason is None:
-            self._context.plane.forget(queued)
-            log.info("%s: %d received chunks not trained on (session failed)", self.job.player_id, len(queued))
             return
         kept = [chunk for chunk in queued if self._trainable(chunk)]
         for chunk in kept:

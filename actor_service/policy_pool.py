@@ -52,6 +52,11 @@ log = logging.getLogger(__name__)
 
 UNREADABLE_RETRY_S = 5.0
 """How long a reload waits before it tries again a version that could not be read (no permission, an I/O error)."""
+UNREADABLE_FORGET_S = 60.0
+"""How long after its last failed read a version no reload tries any more (a newer one came) is remembered: while
+any version of a player is remembered, another one that cannot be read is logged at DEBUG, not WARNING."""
+REJECTED_KEPT = 1024
+"""How many rejected versions an actor remembers; an older one named again is read (and rejected) once more."""
 
 # How often a player's first checkpoint is looked for while waiting on it. A file on a shared filesystem
 # gives no event to wait on, so this is the one place the actor polls.
@@ -141,11 +146,11 @@ class PolicyPool:
         self._frozen: OrderedDict[tuple[str, int] | str, Policy] = OrderedDict()
         self._waited_for: set[str] = set()
         self._last_check: dict[str, float] = {}
-        self._rejected: set[tuple[str, int]] = set()
-        """(path, version) of checkpoints that failed verification: never read again."""
+        self._rejected: OrderedDict[tuple[str, int], None] = OrderedDict()
+        """(path, version) of checkpoints that failed verification: not read again (the newest `REJECTED_KEPT`)."""
         self._unreadable: dict[tuple[str, int], float] = {}
-        """Versions that could not be read at some look (logged once each; not rejected), and when a reload may
-        try each again (`UNREADABLE_RETRY_S` later)."""
+        """Versions that could not be read at some look (not rejected), and when a reload may try each again
+        (`UNREADABLE_RETRY_S` later); forgotten `UNREADABLE_FORGET_S` after that."""
 
     # ---- launch player -----------------------------------------------------------------------------------
 
@@ -381,13 +386,22 @@ class PolicyPool:
         """Never read `ref` again, unless it only cannot be read *now* (no permission, an I/O error: it may read
         once the share is fixed), which is skipped this time and tried again at the next look."""
         if isinstance(err, UnreadableCheckpointError):
+            now = time.monotonic()
+            for old in [old for old, retry in self._unreadable.items() if retry + UNREADABLE_FORGET_S < now]:
+                del self._unreadable[old]  # (a version no reload looks at any more: one per publish on a bad share)
             key = (ref.path, ref.version)
-            if key not in self._unreadable:  # once: a reload looks every 50 ms
-                log.warning("%s (version %d) cannot be read now (%s); acting with another version until it can",
-                            ref.path, ref.version, err)
-            self._unreadable[key] = time.monotonic() + UNREADABLE_RETRY_S
+            folder = _folder(ref.path)
+            # Once per player while its versions keep failing: a reload looks every 50 ms, and a learner writing
+            # to a failing share publishes a new version every few seconds (one WARNING each, a review).
+            known = any(_folder(path) == folder for path, _ in self._unreadable)
+            log.log(logging.DEBUG if known else logging.WARNING,
+                    "%s (version %d) cannot be read now (%s); acting with another version until it can",
+                    ref.path, ref.version, err)
+            self._unreadable[key] = now + UNREADABLE_RETRY_S
             return
-        self._rejected.add((ref.path, ref.version))
+        self._rejected[(ref.path, ref.version)] = None
+        while len(self._rejected) > REJECTED_KEPT:
+            self._rejected.popitem(last=False)
         log.error("%s (version %d) was not loaded and will not be read again: %s", ref.path, ref.version, err)
 
     def _load_into(self, policy: Policy, ref: CheckpointRef) -> None:
@@ -429,6 +443,11 @@ def _reset_to_fresh(slot: PlayerSlot, newest: CheckpointRef | None) -> bool:
         # its seed, which is learner.seed where the config sets one, not the actors' player_seed.
         return newest.version == slot.checkpoint_version and not newest.metadata.get(FRESH_INIT_METADATA)
     return False
+
+
+def _folder(path: str) -> str:
+    """A checkpoint's player folder (a pretrained checkpoint's own folder) from its path under the root."""
+    return path.partition("/")[0]
 
 
 def _owned_by(path: str, player_id: str) -> bool:

@@ -575,3 +575,49 @@ def test_a_version_that_cannot_be_read_is_not_read_again_at_every_reload_look(st
     assert len(opened) == 1 and launch.version == 1
     monkeypatch.setattr("actor_service.policy_pool.time.monotonic", lambda: 1e12)  # the retry time has passed
     assert not policies.maybe_reload(launch) and len(opened) == 2
+
+
+def test_a_share_that_keeps_failing_warns_once_per_player_and_is_not_remembered_for_ever(store, monkeypatch,
+                                                                                      caplog):
+    """Under a persistent EIO every new version the learner publishes (one every few seconds) logged a WARNING of
+    its own, and each stayed in the actor's memory for its life (a review). One WARNING per player while its
+    versions keep failing; a version no reload looks at any more is forgotten."""
+    import errno
+
+    import actor_service.policy_pool as policy_pool
+    import common.checkpoint_store as checkpoint_store
+
+    clock = [1000.0]
+    monkeypatch.setattr(policy_pool.time, "monotonic", lambda: clock[0])
+    store.publish("p", weights(1), 1)
+    policies = pool(store)
+    launch = policies.launch_policy(PlayerSlot("p", "", 0, True))
+    opened = checkpoint_store._open_regular
+
+    def eio(path):
+        if path.name.startswith("v") and path.name != "v0000000001.pt" and path.name != "v0000000001.pt.json":
+            raise OSError(errno.EIO, "Input/output error", str(path))
+        return opened(path)
+
+    monkeypatch.setattr(checkpoint_store, "_open_regular", eio)
+    with caplog.at_level("DEBUG", logger="actor_service.policy_pool"):
+        for version in range(2, 40):
+            store.publish("p", weights(1), version)
+            assert not policies.maybe_reload(launch) and launch.version == 1
+            clock[0] += 3.0  # a publish every 3 s
+    warnings = [r for r in caplog.records if r.levelname == "WARNING" and "cannot be read now" in r.message]
+    assert len(warnings) == 1
+    assert len(policies._unreadable) <= policy_pool.UNREADABLE_FORGET_S / 3.0 + 2
+
+
+def test_rejected_versions_are_remembered_up_to_a_bound(store, monkeypatch):
+    """Each corrupt version stayed in the actor's rejected set for its life; the newest REJECTED_KEPT are kept."""
+    monkeypatch.setattr("actor_service.policy_pool.REJECTED_KEPT", 3)
+    store.publish("p", weights(1), 1)
+    policies = pool(store)
+    launch = policies.launch_policy(PlayerSlot("p", "", 0, True))
+    for version in range(2, 8):
+        ref = store.publish("p", weights(version), version)
+        (store.root.root / ref.path).write_bytes(b"not a checkpoint")
+        assert not policies.maybe_reload(launch) and launch.version == 1
+    assert list(policies._rejected) == [("p/v0000000005.pt", 5), ("p/v0000000006.pt", 6), ("p/v0000000007.pt", 7)]

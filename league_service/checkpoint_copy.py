@@ -9,12 +9,16 @@
   directory are frozen as the files they name, which must lie inside the shared root.
 
 Both paths go through the shared-root guard. Freezing again onto an existing snapshot of the same bytes is a
-no-op, so a restart that repeats a snapshot whose league state was not yet saved does not fail.
+no-op, so a restart that repeats a snapshot whose league state was not yet saved does not fail; onto one of other
+bytes it is refused (`FileExistsError`), since that file may be another historical player's frozen checkpoint (a
+client naming a checkpoint beside it could have replaced it). The snapshot is retried at the player's next update,
+whose step names another file.
 """
 
 from __future__ import annotations
 
 import errno
+import filecmp
 import os
 import shutil
 import stat
@@ -84,12 +88,15 @@ class SnapshotCopier:
                 shutil.copytree(source, staged, copy_function=copy_target, symlinks=False)
                 for folder, _, _ in os.walk(staged):  # the copies' names, durable before the rename names them
                     fsync_dir(Path(folder))
-                if target.is_symlink():
-                    target.unlink()
-                elif target.is_dir():
-                    shutil.rmtree(target)
             else:
                 _copy_beneath(root, source, staged)
+            if target.is_symlink():  # (planted: never followed, replaced like a stale name)
+                target.unlink()
+            elif target.exists():
+                if not _same_content(staged, target):
+                    raise FileExistsError(f"snapshot {target.relative_to(root)} exists and holds other bytes than "
+                                          f"{source.relative_to(root)}; not replaced")
+                return  # frozen before (a restart repeating a snapshot its state had not saved)
             # Durable before it is named (and after): a crash must not leave a snapshot the league's state names
             # whose bytes never reached the disk.
             os.replace(staged, target)
@@ -119,6 +126,18 @@ def _copy_beneath(root: Path, source: Path, dst: Path) -> None:
     os.chmod(dst, stat.S_IMODE(st.st_mode))
     os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
     fsync_file(dst)
+
+
+def _same_content(staged: Path, existing: Path) -> bool:
+    """Whether `existing` holds what `staged` does: the same regular files and folders with the same bytes. A
+    symlink in `existing` is no match (not followed: it may lead out of the shared root)."""
+    if existing.is_symlink() or staged.is_dir() != existing.is_dir():
+        return False
+    if staged.is_dir():
+        names = sorted(os.listdir(staged))
+        return names == sorted(os.listdir(existing)) and all(
+            _same_content(staged / name, existing / name) for name in names)
+    return existing.is_file() and filecmp.cmp(staged, existing, shallow=False)
 
 
 STALE_STAGING_S = 3600.0

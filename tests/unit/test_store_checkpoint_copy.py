@@ -323,3 +323,32 @@ def test_open_beneath_follows_no_symlink_below_the_root(tmp_path):
         with pytest.raises(OSError) as err:
             open_beneath(real_root, path)
         assert err.value.errno in (errno.ELOOP, errno.ENOTDIR)
+
+
+@pytest.mark.parametrize("kind", ["file", "directory"])
+def test_an_existing_snapshot_of_other_bytes_is_never_replaced(tmp_path, copier, kind):
+    """A plain checkpoint's snapshot replaced whatever lay at its name: a client naming a checkpoint beside a
+    historical player's (`h/ckpt.pt` at step 500 freezes to `h/ckpt_500.pt`) rewrote that player's frozen
+    weights. Other bytes there are refused (the snapshot is retried at the next update, under another step's
+    name); the same bytes are the same snapshot again (a restart), a no-op."""
+    (tmp_path / "h").mkdir()
+    if kind == "file":
+        source, frozen = tmp_path / "h" / "ckpt.pt", tmp_path / "h" / "ckpt_500.pt"
+        frozen.write_bytes(b"historical player's weights")
+        source.write_bytes(b"a client's weights")
+        names = ("h/ckpt.pt", "h/ckpt_500.pt")
+    else:
+        source, frozen = tmp_path / "h" / "ckpt", tmp_path / "h" / "ckpt_500"
+        (frozen / "sub").mkdir(parents=True)
+        (frozen / "sub" / "w.bin").write_bytes(b"historical player's weights")
+        (source / "sub").mkdir(parents=True)
+        (source / "sub" / "w.bin").write_bytes(b"a client's weights")
+        names = ("h/ckpt", "h/ckpt_500")
+    with pytest.raises(FileExistsError, match="holds other bytes"):
+        copier(*names)
+    held = frozen if kind == "file" else frozen / "sub" / "w.bin"
+    assert held.read_bytes() == b"historical player's weights"
+    assert sorted(p.name for p in (tmp_path / "h").iterdir()) == sorted([source.name, frozen.name])
+    (source if kind == "file" else source / "sub" / "w.bin").write_bytes(b"historical player's weights")
+    copier(*names)  # the same bytes: frozen before
+    assert held.read_bytes() == b"historical player's weights"

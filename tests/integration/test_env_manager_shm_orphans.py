@@ -40,6 +40,35 @@ def test_only_blocks_of_gone_processes_of_this_namespace_are_removed(tmp_path):
     assert remove_orphaned_blocks(str(tmp_path / "missing")) == []
 
 
+
+def test_a_block_another_user_left_or_one_that_cannot_be_removed_never_fails_the_sweep(tmp_path, monkeypatch):
+    """/dev/shm is sticky: an orphan of another user's killed actor (or a file any local user names so) made
+    unlink raise PermissionError, and every SubprocessEnvManager launch of this user failed (a review). Another
+    user's block is left alone; a block this user cannot remove is skipped."""
+    import errno
+
+    import actor_service.envs.env_manager.shm_blocks as shm_blocks
+
+    ns, dead = _pid_namespace(), _dead_pid()
+    others, mine = tmp_path / f"lg{ns}_{dead}_0123abcd", tmp_path / f"lg{ns}_{dead}_4567cdef"
+    others.write_bytes(b"x")
+    mine.write_bytes(b"x")
+    me = os.stat(mine).st_uid
+    monkeypatch.setattr(shm_blocks.os, "geteuid", lambda: me + 1)  # every block is another user's
+    assert remove_orphaned_blocks(str(tmp_path)) == [] and others.exists() and mine.exists()
+    monkeypatch.setattr(shm_blocks.os, "geteuid", lambda: me)
+    real_unlink = os.unlink
+
+    def refused(path, *args, **kwargs):
+        if path.endswith(others.name):
+            raise PermissionError(errno.EPERM, "Operation not permitted", path)
+        return real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(shm_blocks.os, "unlink", refused)
+    assert remove_orphaned_blocks(str(tmp_path)) == [mine.name]
+    assert others.exists() and not mine.exists()
+
+
 CHILD = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, sys.argv[1])

@@ -80,9 +80,17 @@ def remove_orphaned_blocks(directory: str = SHM_DIR) -> list[str]:
         match = _NAME.match(name)
         if match is None or match.group(1) != namespace or pid_alive(int(match.group(2))):
             continue
+        path = os.path.join(directory, name)
         try:
-            os.unlink(os.path.join(directory, name))
+            # Another user's (/dev/shm is sticky: unlink refuses it): raised, it failed every launch of this
+            # user's env managers (a review), as any block a local user names so could.
+            if os.stat(path, follow_symlinks=False).st_uid != os.geteuid():
+                continue
+            os.unlink(path)
         except FileNotFoundError:  # removed by another process's sweep meanwhile
+            continue
+        except OSError as err:  # a sweep is housekeeping: it never fails a launch
+            logger.debug("could not remove the orphaned shared-memory block %s: %s", path, err)
             continue
         removed.append(name)
     if removed:

@@ -9,6 +9,7 @@ behind, also when it fails.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import multiprocessing
 import os
 import pathlib
@@ -223,6 +224,91 @@ def test_a_step_info_entry_that_cannot_be_pickled_is_dropped_and_the_env_steps_o
     assert not out[1].info.failure and not out[1].truncated and dict(out[1].info.extra) == {"kept": 7}, out[1]
     _step(manager)
     assert manager.failure_counts == {0: 0, 1: 0}
+
+
+class NeedsTwoArguments(Exception):
+    """Pickles, but cannot be built again from its pickle (`__init__` takes two arguments, `args` holds one)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(f"{message} (code {code})")
+
+
+class UnpicklableInfoAt(PlainEnv):
+    """At step `at` its info carries an object that pickles but does not unpickle."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self._at = at
+
+    def step(self, action: int) -> TimeStep:
+        step = super().step(action)
+        if self._t == self._at:
+            return dataclasses.replace(step, info=StepInfo(extra={"last_error": NeedsTwoArguments("said no", 42)}))
+        return step
+
+
+def test_a_step_reply_that_cannot_be_unpickled_fails_its_worker_at_once_not_at_a_hang(launched):
+    """The reply was read and lost (a raw TypeError out of step), its envs stayed in flight, and the next call
+    killed the worker as hung at the step timeout, or, with none, waited for ever (a review). Now its worker is
+    failed at once, naming why."""
+    manager = launched([PlainEnv, partial(UnpicklableInfoAt, 2)], num_workers=1, max_retry=1, wait_num=2,
+                       step_timeout=None)
+    _step(manager)
+    out = _step(manager)
+    assert set(out) == {0, 1} and all(step.truncated for step in out.values()), out
+    assert "cannot be unpickled" in out[1].info.failure and "NeedsTwoArguments" in out[1].info.failure
+    assert manager.failure_counts == {0: 1, 1: 1}
+    while manager.ready_env != [0, 1]:
+        _step(manager)
+    _step(manager)  # its rebuilt envs step on
+
+
+def test_an_action_that_pickles_but_cannot_be_unpickled_is_refused_before_it_is_sent(launched):
+    """It crashed the worker as it read the command, and the worker's other envs were charged with a failure
+    that did not name the action (a review)."""
+    manager = launched([PlainEnv, PlainEnv], num_workers=1, wait_num=2)
+    pids = manager.worker_pids
+    with pytest.raises(ValueError, match="action of env 1 cannot be sent .*NeedsTwoArguments"):
+        manager.step({0: 0, 1: NeedsTwoArguments("an action", 1)})
+    assert manager.ready_env == [0, 1] and manager.worker_pids == pids
+    with pytest.raises(ValueError, match="reset_params of env 0 cannot be sent"):
+        manager.reset({0: {"hint": NeedsTwoArguments("a reset argument", 2)}})
+    _step(manager)
+    assert manager.failure_counts == {0: 0, 1: 0}
+
+
+class StartsAServerThenHangs(PlainEnv):
+    """Starts a process of its own (a game server) when built, writes its pid to `marker`, and hangs at its
+    first step."""
+
+    def __init__(self, marker: str) -> None:
+        super().__init__()
+        self._server = subprocess.Popen(["sleep", "1000"])
+        pathlib.Path(marker).write_text(str(self._server.pid))
+
+    def step(self, action: int) -> TimeStep:
+        threading.Event().wait()
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self._server.kill()
+        self._server.wait()
+
+
+def test_the_processes_of_a_worker_killed_as_hung_are_killed_with_it(launched, tmp_path):
+    """A worker killed at a hang never ran its envs' close: the processes they had started (a game server, a
+    simulator) outlived it, reparented, one more at each hang of a long run (a review)."""
+    marker = tmp_path / "server.pid"
+    manager = launched([partial(StartsAServerThenHangs, str(marker))], num_workers=1, max_retry=1, step_timeout=1.0)
+    server = int(marker.read_text())
+    assert _running([server]) == [server]
+    try:
+        out = _step(manager)
+        assert "hung" in out[0].info.failure
+        wait_until("the hung env's server to be killed with its worker", lambda: not _running([server]), 10)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(server, signal.SIGKILL)
 
 
 # ---- 7. observations that are None ---------------------------------------------------------------------

@@ -23,6 +23,12 @@ _FIRST_READ = 4096
 _MORE_READ = 1 << 16
 
 
+class UnreadableMessageError(Exception):
+    """A message arrived whole but could not be unpickled (an object that pickles but whose class cannot be built
+    again from its pickle: an exception whose __init__ takes other arguments than its args). The pipe stays in
+    step: the next message is read as usual."""
+
+
 class MessagePipe:
     """One end of a two-way channel carrying length-prefixed pickles: `reader` receives, `writer` sends
     (one duplex connection may be both). `channel` makes the two one-way OS pipes the env manager uses:
@@ -90,14 +96,18 @@ class MessagePipe:
         return self.has_message() or self._reader.poll(0)
 
     def recv(self) -> Any:
-        """The next message; blocks until it has arrived. EOFError once the other end is closed."""
+        """The next message; blocks until it has arrived. EOFError once the other end is closed;
+        `UnreadableMessageError` for a message that arrived but cannot be unpickled."""
         if not self._buffer:  # the usual case: exactly one message arrives in one read
             chunk = os.read(self._fd, _FIRST_READ)
             if not chunk:
                 raise EOFError("the other end of the pipe is closed")
             if len(chunk) >= 4 and len(chunk) == 4 + self._HEADER.unpack_from(chunk)[0]:
                 self._received += 1
-                return pickle.loads(memoryview(chunk)[4:])
+                try:
+                    return pickle.loads(memoryview(chunk)[4:])
+                except Exception as err:
+                    raise UnreadableMessageError(f"{type(err).__name__}: {err}") from err
             self._buffer += chunk
         while not self.has_message():
             chunk = os.read(self._fd, _MORE_READ)
@@ -108,7 +118,10 @@ class MessagePipe:
         data = bytes(self._buffer[4 : 4 + size])
         del self._buffer[: 4 + size]
         self._received += 1
-        return pickle.loads(data)
+        try:
+            return pickle.loads(data)
+        except Exception as err:
+            raise UnreadableMessageError(f"{type(err).__name__}: {err}") from err
 
     def close(self) -> None:
         self._doorbell = None

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
+import contextlib
 import logging
 import math
 import multiprocessing
@@ -58,7 +59,7 @@ from actor_service.envs.env_manager.base import (
 )
 from actor_service.envs.env_manager.doorbell import Doorbells, SpinBudget
 from actor_service.envs.env_manager.failure import EnvFailure
-from actor_service.envs.env_manager.pipe import MessagePipe
+from actor_service.envs.env_manager.pipe import MessagePipe, UnreadableMessageError
 from actor_service.envs.env_manager.shared_memory import RESET_SLOT, STEP_SLOT, ObsBuffer, pool_size_for
 from actor_service.envs.env_manager.shm_blocks import remove_orphaned_blocks
 from actor_service.envs.env_manager.worker import (
@@ -573,7 +574,13 @@ class SubprocessEnvManager(BaseEnvManager):
         if exit_grace_s > 0 and worker.process.is_alive():
             worker.process.join(exit_grace_s)
         if worker.process.is_alive():
+            # Its envs' own processes (a game server, a simulator) first listed: killed, the worker never ran
+            # their close, and they outlived it, reparented, one more at each hang (a review).
+            children = _descendants(worker.process.pid)
             worker.process.kill()
+            for pid in children:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         worker.process.join()
         code = worker.process.exitcode
         worker.process.close()
@@ -587,7 +594,10 @@ class SubprocessEnvManager(BaseEnvManager):
         if isinstance(value, np.ndarray) and value.dtype.kind != "O":
             return
         try:
-            pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+            # Loaded too: an object that pickles but cannot be built again from its pickle (an exception whose
+            # __init__ takes other arguments than its args) crashed the worker, which took its other envs with
+            # it, charged with a failure that did not name the value (a review).
+            pickle.loads(pickle.dumps(value, pickle.HIGHEST_PROTOCOL))
         except Exception as err:
             raise ValueError(f"{what} of env {env_id} cannot be sent to its worker process (it is pickled): "
                              f"{type(err).__name__}: {err}") from None
@@ -664,7 +674,7 @@ class SubprocessEnvManager(BaseEnvManager):
                 if worker.deadline < first_deadline:
                     first_deadline = worker.deadline
             if buffered is not None:
-                self._on_reply(buffered, buffered.conn.recv())
+                self._on_readable(buffered)
                 continue
             now = time.monotonic()
             if now >= self._sweep_at:
@@ -759,6 +769,9 @@ class SubprocessEnvManager(BaseEnvManager):
         except (EOFError, OSError):
             self._worker_failed(worker, None)
             return
+        except UnreadableMessageError as err:
+            self._worker_failed(worker, _unreadable_reply(err))
+            return
         if type(reply) is tuple:  # a step reply: the hot path, without _on_reply's dispatch
             worker.answered()
             self._on_step_reply(worker, reply[1], reply[2], reply[3])
@@ -772,6 +785,9 @@ class SubprocessEnvManager(BaseEnvManager):
                 reply = worker.conn.recv()
             except (EOFError, OSError):
                 break
+            except UnreadableMessageError as err:
+                self._worker_failed(worker, _unreadable_reply(err))
+                return
             self._on_reply(worker, reply)
             if self._workers[worker.index] is not worker:
                 return
@@ -842,3 +858,32 @@ class SubprocessEnvManager(BaseEnvManager):
         """An env raised: count it (may raise), then have its worker build it anew and reset it."""
         self._count_failure(failure.env_id, failure)
         self._send_reset(worker, [failure.env_id], self._rebuild_seeds([failure.env_id]), rebuild=True)
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes `pid` started and theirs, from /proc (Linux; [] elsewhere, or for a process gone). One that
+    left its parent (a daemon's double fork) is not found."""
+    found: list[int] = []
+    parents = [pid]
+    while parents:
+        parent = parents.pop()
+        try:
+            threads = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for thread in threads:
+            try:
+                with open(f"/proc/{parent}/task/{thread}/children") as listing:
+                    children = [int(child) for child in listing.read().split()]
+            except (OSError, ValueError):
+                continue
+            found.extend(children)
+            parents.extend(children)
+    return found
+
+
+def _unreadable_reply(err: UnreadableMessageError) -> str:
+    """The failure reason of a worker whose reply could not be unpickled: its envs stayed in flight, and the next
+    call killed the worker as hung, or waited for ever without a step timeout (a review)."""
+    return (f"sent a reply that cannot be unpickled here ({err}): an env's observation, reward or step info holds "
+            "an object that pickles but cannot be built again from its pickle; killed it")

@@ -86,6 +86,10 @@ LATEST = "latest.json"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _DIGEST = re.compile(r"^(blake3|sha256):[0-9a-f]{64}$")
 _MAX_MANIFEST_BYTES = 64 * 1024
+MAX_CHECKPOINT_BYTES = 16 << 30
+"""The largest weights or training-state file a manifest may name: 4x what the largest network a config allows
+takes with its Adam state in float64. A load allocates the manifest's size before the digest can fail: a sparse
+file of 8 TiB under a forged manifest raised a raw MemoryError out of every reader (a review)."""
 _STALE_TEMP_S = 3600.0
 _RETIRED_SUFFIX = ".retired"
 """Hidden name of a retired version's file until its deletion (in the background after a publish) is done."""
@@ -504,8 +508,7 @@ class CheckpointStore:
         payload = _load_verified(where, resolved, ref.training_state.digest, ref.training_state.size)
         if not isinstance(payload, dict) or payload.get("format") != TRAINING_STATE_FORMAT:
             raise CorruptCheckpointError(f"{where}: not a {TRAINING_STATE_FORMAT} payload")
-        if payload.get("version") != ref.version:
-            raise CorruptCheckpointError(f"{where}: payload version {payload.get('version')} != manifest {ref.version}")
+        _check_payload_version(payload, ref, where)
         state = payload.get("state")
         if not isinstance(state, dict):
             raise CorruptCheckpointError(f"{where}: state must be a dict")
@@ -771,6 +774,8 @@ def _to_torch(tensors: Mapping[str, np.ndarray | torch.Tensor]) -> dict[str, tor
         if not isinstance(name, str) or not name:
             raise ValueError(f"tensor name {name!r} must be a non-empty string")
         if isinstance(value, torch.Tensor):
+            if value.layout == torch.strided:  # a lazy negated or conjugated view is stored as its values
+                value = value.resolve_neg().resolve_conj()
             problem = _tensor_problem(value)
             if problem is not None:  # a load could not give it back (bfloat16, sparse) or it is not allowed
                 raise ValueError(f"tensors[{name!r}]: {problem}")
@@ -790,8 +795,7 @@ def _from_payload(payload: Any, ref: CheckpointRef, path: str) -> dict[str, np.n
 
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CorruptCheckpointError(f"{path}: not a {FORMAT} payload")
-    if payload.get("version") != ref.version:
-        raise CorruptCheckpointError(f"{path}: payload version {payload.get('version')} != manifest {ref.version}")
+    _check_payload_version(payload, ref, path)
     tensors = payload.get("tensors")
     if not isinstance(tensors, dict) or not all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in tensors.items()
@@ -801,7 +805,19 @@ def _from_payload(payload: Any, ref: CheckpointRef, path: str) -> dict[str, np.n
         problem = _tensor_problem(value) or ("needs gradients" if value.requires_grad else None)
         if problem is not None:
             raise CorruptCheckpointError(f"{path}: tensors[{name!r}]: {problem}")
-    return {k: v.numpy() for k, v in tensors.items()}
+    try:
+        return {k: v.numpy() for k, v in tensors.items()}
+    except (RuntimeError, TypeError) as e:  # whatever else numpy cannot take is a damaged checkpoint too
+        raise CorruptCheckpointError(f"{path}: a tensor cannot be read as an array ({e})") from e
+
+
+def _check_payload_version(payload: dict, ref: CheckpointRef, where: str) -> None:
+    """The payload's version is the manifest's: compared as an int (a tensor there made the comparison raise a raw
+    RuntimeError, which readers did not take for a damaged checkpoint: a review)."""
+    version = payload.get("version")
+    if type(version) is not int or version != ref.version:
+        shown = version if type(version) is int else type(version).__name__
+        raise CorruptCheckpointError(f"{where}: payload version {shown} != manifest {ref.version}")
 
 
 def _tensor_problem(value: Any) -> str | None:
@@ -811,6 +827,8 @@ def _tensor_problem(value: Any) -> str | None:
 
     if value.layout != torch.strided:
         return f"a {value.layout} tensor; only dense tensors are stored"
+    if value.is_neg() or value.is_conj():  # (lazy views: `.numpy()` refuses them at every load)
+        return "a negated or conjugated view; resolve it (resolve_neg, resolve_conj) first"
     name = str(value.dtype).removeprefix("torch.")
     if name not in ALLOWED_DTYPES:
         return f"dtype {name} is not allowed"
@@ -853,7 +871,10 @@ def _load_verified(where: str, resolved: Path, digest: str, size: int) -> Any:
     into private memory, that memory is hashed, and the tensors unpickled are that same memory (no second
     copy, and a file swapped or rewritten after the read changes nothing)."""
     with _opened(where, resolved, size) as fd:
-        data = _read_hashed(fd, where, digest, size, keep=True)
+        try:
+            data = _read_hashed(fd, where, digest, size, keep=True)
+        except MemoryError as e:  # not damage: a machine short of memory now (a retry may load it)
+            raise UnreadableCheckpointError(f"{where}: cannot be read now (no memory for its {size:,} bytes)") from e
     from common.checkpoint_unpickle import load_weights_only  # torch: imported by loaders only
 
     try:
@@ -1048,6 +1069,9 @@ def _check_digest(digest: Any, size: Any, where: str) -> None:
         raise CorruptCheckpointError(f"{where} digest {digest!r} invalid (want blake3:<64 hex>)")
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise CorruptCheckpointError(f"{where} size {size!r} invalid")
+    if size > MAX_CHECKPOINT_BYTES:
+        raise CorruptCheckpointError(f"{where} size {size:,} bytes is more than a checkpoint may hold "
+                                     f"({MAX_CHECKPOINT_BYTES:,})")
 
 
 def _read_small(path: Path) -> bytes:

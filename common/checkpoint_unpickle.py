@@ -92,7 +92,26 @@ def _load_sharing(buffer: np.ndarray) -> Any:
         if _serialization._is_torchscript_zip(zip_file):
             raise RuntimeError("a TorchScript archive is not a weights-only checkpoint")
         return _serialization._load(zip_file, "cpu", _serialization._weights_only_unpickler,
-                                    overall_storage=storage, encoding="utf-8")
+                                    overall_storage=_RecordBounds(storage, zip_file), encoding="utf-8")
+
+
+class _RecordBounds:
+    """The buffer's storage as `_load` cuts tensor storages from it (`storage[offset:offset + nbytes]`, the offset
+    a record's, nbytes the pickle's), refusing a cut that is not one whole `data/` record. `torch.load` checks the
+    pickle's sizes against the records; `_load` does not: a crafted pickle naming more bytes than its record
+    handed out the zip's own headers as weights (and overlapping storages; a review)."""
+
+    def __init__(self, storage: torch.UntypedStorage, zip_file: Any) -> None:
+        self._storage = storage
+        self._records = {zip_file.get_record_offset(name): zip_file.get_record_size(name)
+                         for name in zip_file.get_all_records() if name.startswith("data/")}
+
+    def __getitem__(self, cut: slice) -> torch.UntypedStorage:
+        size = self._records.get(cut.start)
+        if cut.step is not None or size is None or cut.stop - cut.start != size:
+            raise RuntimeError(f"a tensor's storage of {cut.stop - cut.start} bytes at offset {cut.start} is not "
+                               "one whole record of the archive")
+        return self._storage[cut]
 
 
 def _load_copying(buffer: np.ndarray) -> Any:

@@ -820,3 +820,82 @@ def test_a_publish_lists_the_directory_once_whatever_the_versions_kept(tmp_path,
     assert few["listdir"] == many["listdir"] == 1
     assert many["stat"] == few["stat"]
     assert [r.version for r in store.versions("p")] == list(range(1, 61))
+
+
+# ---- payloads that verify but no reader can use ------------------------------------------------------------
+def _saved(payload) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    return buffer.getvalue()
+
+
+def test_a_negated_view_is_published_as_its_values_and_one_planted_is_a_damaged_checkpoint(store):
+    """A tensor with torch's negative bit (a lazy `-x`) was published as such, and every load of it raised a raw
+    RuntimeError out of `.numpy()`, which readers did not take for a damaged checkpoint: an actor failed every job
+    naming it instead of setting it aside (a review). Published, it is stored as its values; planted, it is
+    corrupt."""
+    ref = store.publish("p0", {"w": torch.ones(3)._neg_view()}, 1)
+    np.testing.assert_array_equal(store.load(ref.path).tensors["w"], -np.ones(3, np.float32))
+    plant(store, "odd/v0000000001.pt", _saved({"format": "league-checkpoint/1", "version": 1,
+                                                "tensors": {"w": torch.ones(3)._neg_view()}}))
+    with pytest.raises(CorruptCheckpointError, match="negated"):
+        store.load("odd/v0000000001.pt")
+
+
+def test_a_payload_version_that_is_no_number_is_a_damaged_checkpoint(store):
+    """A tensor of two values as the payload's version made the comparison raise a raw RuntimeError."""
+    plant(store, "odd/v0000000001.pt", _saved({"format": "league-checkpoint/1", "version": torch.tensor([1, 1]),
+                                                "tensors": {}}))
+    with pytest.raises(CorruptCheckpointError, match="payload version Tensor != manifest 1"):
+        store.load("odd/v0000000001.pt")
+
+
+def test_a_manifest_naming_an_impossible_size_is_damaged_and_no_memory_is_unreadable_now(store, monkeypatch):
+    """A load allocates the manifest's size before the digest can fail: a sparse file of 8 TiB under a forged
+    manifest raised a raw MemoryError out of every reader (a review). Such a size is a damaged manifest; a size
+    this process cannot allocate now is a checkpoint that cannot be read now (tried again later)."""
+    import common.checkpoint_store as checkpoint_store
+
+    ref = store.publish("p0", weights(1.0), 1)
+    manifest_path = store.root.resolve(ref.path + ".json")
+    manifest = json.loads(manifest_path.read_text())
+    huge = dict(manifest, size=checkpoint_store.MAX_CHECKPOINT_BYTES + 1)
+    manifest_path.write_text(json.dumps(huge))
+    with pytest.raises(CorruptCheckpointError, match="more than a checkpoint may hold"):
+        store.load(ref.path)
+    manifest_path.write_text(json.dumps(manifest))
+
+    def no_memory(size):
+        raise MemoryError(f"Unable to allocate {size} bytes")
+
+    monkeypatch.setattr(checkpoint_store._LOAD_BUFFERS, "take", no_memory)
+    with pytest.raises(checkpoint_store.UnreadableCheckpointError, match="no memory"):
+        store.load(ref.path)
+
+
+def test_a_pickle_naming_more_bytes_than_its_record_is_refused_on_both_load_routes(store, monkeypatch):
+    """The zero-copy route cut each storage from the verified buffer by the pickle's byte count, unchecked:
+    a pickle claiming 1,100 elements of a 1,000-element record loaded the zip's next headers as weights, where
+    torch.load (the copying route) refuses it (a review)."""
+    import zipfile
+
+    import common.checkpoint_unpickle as checkpoint_unpickle
+
+    saved = zipfile.ZipFile(io.BytesIO(_saved({"format": "league-checkpoint/1", "version": 1,
+                                                "tensors": {"w": torch.arange(1000, dtype=torch.int32)}})))
+    crafted = io.BytesIO()
+    with zipfile.ZipFile(crafted, "w", zipfile.ZIP_STORED) as out:
+        for info in saved.infolist():
+            data = saved.read(info.filename)
+            if info.filename.endswith("data.pkl"):  # storage numel and shape 1000 (BININT2) -> 1100
+                assert b"M\xe8\x03t" in data and b"M\xe8\x03\x85" in data
+                data = data.replace(b"M\xe8\x03t", b"ML\x04t", 1).replace(b"M\xe8\x03\x85", b"ML\x04\x85", 1)
+            out.writestr(info.filename, data)
+    plant(store, "odd/v0000000001.pt", crafted.getvalue())
+    assert checkpoint_unpickle.zero_copy_available()
+    with pytest.raises(CorruptCheckpointError, match="not one whole record"):
+        store.load("odd/v0000000001.pt")
+    assert checkpoint_unpickle.zero_copy_available()  # (bad data: the route stays)
+    monkeypatch.setattr(checkpoint_unpickle, "_zero_copy", False)
+    with pytest.raises(CorruptCheckpointError, match="record size"):
+        store.load("odd/v0000000001.pt")

@@ -440,10 +440,16 @@ def test_telemetry_writes_the_mean_of_the_iterations_between_writes(tmp_path):
     assert [v for _, v in written["learner/train_iteration"]] == [1.0, 4.0, 5.0]
 
 
-def test_a_resumed_learners_curves_hide_the_points_a_crashed_one_wrote_past_its_checkpoint(tmp_path):
+def test_a_resumed_learners_curves_hide_the_points_a_crashed_one_wrote_past_its_checkpoint(tmp_path, monkeypatch):
     """The steps past the last checkpoint are trained again after a restart: the curves ran back to them and
     overlapped the old points in a zig-zag ((100, 1), (200, 2), (300, 3), then (250, 3), (350, 4); a review)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.summary.writer import event_file_writer
+
+    # Both files are named in the same second, and then by a counter of the writers this process made: from the
+    # 10th on, "...9" sorted after "...10" and the older file was read last (a flaky test under xdist). A
+    # restarted learner is another process, whose files are named in a later second.
+    monkeypatch.setattr(event_file_writer, "_global_uid", event_file_writer.AtomicCounter(0))
 
     from learner_service.trainer import IterationReport
 

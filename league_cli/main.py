@@ -125,7 +125,26 @@ def _sigterm_said_at_start_up(command: str | None) -> Iterator[None]:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def _standard_streams_open() -> None:
+    """Open /dev/null onto standard descriptors the command was started without (`league run <&- >&-`). Closed,
+    the next file opened took its number: the run lock took fd 0, and every process `league run` started had
+    its stdin (/dev/null) put there, so none of them held the lock and a second run in the directory was let in
+    after a kill; with stdout closed, `sys.stdout` is None and the first print raised (a review)."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)  # the lowest free number: `fd` itself, unless a lower one is too
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+    for name, fd, mode in (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w")):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, mode, closefd=False))  # noqa: SIM115 (the process's own, for its life)
+
+
 def main(argv: list[str] | None = None) -> int:
+    _standard_streams_open()
     skip_final_collections_at_exit()  # a learner, actor or eval exits ~1.3 s sooner (common/quick_exit.py)
     words = sys.argv[1:] if argv is None else argv
     with _sigterm_said_at_start_up(words[0] if words else None):

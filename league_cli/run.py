@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from common import cli_args
-from common.closed_output import discard_output
+from common.closed_output import GuardedOutput
 from common.config import ConfigError, from_dict
 from common.durable_files import atomic_write
 from common.exclusive_lock import ExclusiveLock, LockedError
@@ -109,10 +109,12 @@ RUN_ENTRIES = frozenset({
 
 
 def _foreign_entries(run_dir: Path) -> list[str]:
-    """The entries of an existing `run_dir` that holds something and nothing of a run (hidden files aside):
-    a mistyped --run-dir (a run's `shared` folder, a project's) started a new league inside it. Else []."""
+    """The entries of an existing `run_dir` that holds something and nothing of a run (hidden files aside, not
+    hidden folders): a mistyped --run-dir (a run's `shared` folder, a project's; a home directory, whose `.ssh`
+    and `.config` were all it held on a fresh account) started a new league inside it. Else []."""
     try:
-        names = sorted(e.name for e in os.scandir(run_dir) if not e.name.startswith("."))
+        names = sorted(e.name for e in os.scandir(run_dir)
+                       if not e.name.startswith(".") or e.is_dir(follow_symlinks=False))
     except OSError:
         return []  # new (made below), or an error the checks below word (a loop of links, a file)
     return [] if RUN_ENTRIES.intersection(names) else names
@@ -479,6 +481,7 @@ def run_main(args: argparse.Namespace) -> int:
     from league_service.status_view import status_console
 
     console = status_console()
+    console.file = GuardedOutput(console.file)  # (guarded from its first line: see stop_on_closed_output)
     loaded = None
     fresh = args.run_dir is None  # a new directory of its own under runs/ (made below, once the config is read)
     run_dir = args.run_dir or Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -515,7 +518,8 @@ def run_main(args: argparse.Namespace) -> int:
                       "nothing of a run is written among them; give the directory of a run to resume, or a new or "
                       "empty one", style="red", markup=False, soft_wrap=True)
         return 2
-    if (link := _dangling_link(run_dir)) is not None:  # (mkdir said only "[Errno 17] File exists")
+    # (mkdir said only "[Errno 17] File exists"; `shared` too: a link to a checkpoint disk not mounted)
+    if (link := _dangling_link(run_dir / "shared")) is not None:
         console.print(f"league run: {where}{'' if link == run_dir else f': {link}'} is a link to "
                       f"{os.readlink(link)}, which does not exist", style="red", markup=False, soft_wrap=True)
         return 2
@@ -773,18 +777,17 @@ def _seconds_arg(seconds: float | None) -> str:
     return "none" if seconds is None else repr(float(seconds))
 
 
-def stop_on_broken_pipe(console: Any, on_closed: Callable[[], None]) -> None:
-    """When the console's reader goes away (`league run | tee` at a Ctrl-C, `| head`), write nowhere from then on
-    and call `on_closed` (the run stops in order, as at SIGHUP). Rich's default raised SystemExit(1) from the next
-    print: from the one saying the workers are stopping, it skipped their ordered stop, the last status record
-    and the summary (every process got the parent-death signal at once; a review)."""
-
-    def on_broken_pipe() -> None:
-        console.quiet = True
-        discard_output(console.file)  # what is still buffered for it (sys.stdout at exit too) goes nowhere
-        on_closed()
-
-    console.on_broken_pipe = on_broken_pipe
+def stop_on_closed_output(console: Any, on_closed: Callable[[], None]) -> None:
+    """When the console's reader goes away (`league run | tee` at a Ctrl-C, `| head`) or its terminal does (EIO),
+    write nowhere from then on and call `on_closed` (the run stops in order, as at SIGHUP); a full disk under a
+    redirected output loses lines, not the run (`GuardedOutput`). Rich's default raised SystemExit(1) from the
+    next print, and any other write error escaped it: from the print saying the workers are stopping, it skipped
+    their ordered stop, the last status record and the summary (every process got the parent-death signal at
+    once; reviews)."""
+    output = console.file
+    if not isinstance(output, GuardedOutput):
+        output = console.file = GuardedOutput(output)
+    output.on_closed(on_closed)
 
 
 def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, cfg_dict: dict[str, Any],
@@ -846,7 +849,7 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
             reason[0] = "stopped: its output was closed"
         stop.set()
 
-    stop_on_broken_pipe(console, on_output_closed)
+    stop_on_closed_output(console, on_output_closed)
     try:
         sup = Supervisor(run_dir, pending_path, run_cfg, learners=active_player_count(cfg), run_lock=run_lock,
                          stop=stop)

@@ -639,6 +639,11 @@ def test_a_run_dir_that_holds_other_things_and_no_run_is_refused(tmp_path, capsy
     (tmp_path / "empty" / ".nfs0001").write_text("")
     assert _foreign_entries(tmp_path / "empty") == []
     assert _foreign_entries(tmp_path / "run") == []
+    # A home directory of a fresh account (`--run-dir ~`) holds hidden folders only: not a run's (a review).
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".bashrc").write_text("")
+    assert _foreign_entries(home) == [".ssh"]
 
 
 def test_a_pending_config_that_cannot_be_written_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
@@ -834,6 +839,21 @@ def test_a_run_dir_that_is_a_dangling_link_is_refused_saying_so(tmp_path, capsys
     assert run_main(build_parser().parse_args(["run", str(config), "--run-dir", str(link)])) == 2
     assert f"--run-dir {link} is a link to {tmp_path / 'gone'}, which does not exist" in capsys.readouterr().out
     assert not (tmp_path / "gone").exists()
+
+
+def test_a_shared_folder_that_is_a_dangling_link_is_refused_saying_so(tmp_path, capsys):
+    """`shared` may be there before the first run (a pretrained checkpoint): a link to a disk not mounted said only
+    "[Errno 17] File exists: 'D/shared'" (a review)."""
+    from league_cli.main import build_parser
+    from league_cli.run import run_main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "shared").symlink_to(tmp_path / "checkpoints")
+    config = ROOT / "configs" / "solo_cartpole.yaml"
+    assert run_main(build_parser().parse_args(["run", str(config), "--run-dir", str(run)])) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"--run-dir {run}: {run / 'shared'} is a link to {tmp_path / 'checkpoints'}, which does not exist" in out
 
 
 def test_a_file_where_the_run_dir_or_its_shared_folder_goes_is_named(tmp_path, capsys):

@@ -763,11 +763,13 @@ class Coordinator:
         self._counters = self._counters.plus(jobs_expired=len(stale))
         self._persist(ends=ends)
         for lease in stale:
-            if lease.payload is not None:  # (within the player's backoff, if its jobs are held back: LEASES.md)
+            if lease.payload is not None and not self._plays_set_aside(lease):  # (within the player's backoff, if
+                # its jobs are held back: LEASES.md)
                 books = self._job_failures.get(lease.launch_player)
                 self._table.offer(lease.launch_player, lease.players, lease.payload, attempt=lease.attempt,
                                   not_before=books.held_until if books is not None else 0.0)
-            else:  # restored after a restart (its spec is not stored): the league matches anew
+            else:  # restored after a restart (its spec is not stored), or an opponent set aside since it was
+                # matched: the league matches anew
                 self._league.release_job(lease.launch_player)
         self._refill_locked()
         self._jobs_ready_locked(WorkerRole.ACTOR, everyone=True)
@@ -810,6 +812,8 @@ class Coordinator:
         if self._league.failure is not None:
             return f"the league stopped launching jobs: {self._league.failure!r}"
         if role is WorkerRole.LEARNER:
+            if not self._settings.needs_learner:
+                return "this coordinator runs without learners (--without-learners): it has no learn jobs"
             return "every active player that trains with a learner has one"
         waiting = sum(1 for job in self._table.pending if not self._table.collect_ready(job.launch_player))
         held = [job for job in self._table.pending if job.not_before > now]
@@ -832,7 +836,7 @@ class Coordinator:
         if books.held_until > now:  # every job of the player waits, also those offered before the backoff began
             self._table.hold_pending(player, books.held_until)
         wait = f"; its jobs wait {books.held_until - now:.1f} s" if books.held_until else ""
-        if not given_up and lease.payload is not None:
+        if not given_up and lease.payload is not None and not self._plays_set_aside(lease):
             retry = self._table.offer(player, lease.players, lease.payload, attempt=lease.attempt + 1,
                                       not_before=books.held_until)
             self._jobs_ready_locked(WorkerRole.ACTOR)
@@ -840,7 +844,8 @@ class Coordinator:
                         player, lease.attempt, self._retry.max_attempts, retry.job_id, wait,
                         _error_summary(books.last_error))
         else:
-            # Given up, or a job restored after a restart (its spec is not stored): the league launches anew.
+            # Given up, a job restored after a restart (its spec is not stored), or one playing an opponent set
+            # aside since it was matched (LEASES.md: never issued again): the league launches anew.
             self._league.release_job(player)
             self._refill_locked()
             if given_up:
@@ -901,6 +906,12 @@ class Coordinator:
             except (CheckpointError, UnsafePathError, OSError, KeyError, ValueError):
                 continue  # unloadable here too, or not a player: `_check_unloadable` says which
         return fine
+
+    def _plays_set_aside(self, lease: Lease[JobSpec]) -> bool:
+        """Whether the job's match has a player set aside since it was matched: `_set_aside_locked` withdraws
+        the jobs still waiting, not those out with an actor, which a failure or a learner's move offered again
+        with the same opponent (a review)."""
+        return any(self._league.get_player(pid).set_aside for pid in lease.players[1:])
 
     def _set_aside_locked(self, lease: Lease[JobSpec], report: FinishReport, loads_here: set[str]) -> bool:
         """A job failed because opponents' checkpoints cannot be loaded: a frozen player has no other version,

@@ -199,6 +199,7 @@ class LeagueClient:
             worker_id=self.worker_id, role=league_pb2.WORKER_ROLE_LEARNER, data_endpoint=data_endpoint, wait_s=wait_s,
         )
         backoff = Backoff(max_s=self.max_backoff_s)
+        said = None
         while True:
             requested_at = time.monotonic()
             try:
@@ -213,7 +214,11 @@ class LeagueClient:
             backoff.reset()
             if reply.HasField("job"):
                 return LearnJob.from_proto(reply.job, requested_at)
-            log.debug("no learn job (%s); asking again in %.1fs", reply.reason, reply.retry_after_s)
+            # Why, once at INFO (and when it changes): a learner idle for ever (a spare one, one started against a
+            # coordinator without learners) said so only at DEBUG.
+            log.log(logging.DEBUG if reply.reason == said else logging.INFO, "no learn job (%s); asking again in "
+                    "%.1fs", reply.reason, reply.retry_after_s)
+            said = reply.reason
             self._wait(max(reply.retry_after_s, 0.05))
 
     # ---- session calls --------------------------------------------------------------------------------

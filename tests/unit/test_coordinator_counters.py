@@ -162,3 +162,17 @@ def test_a_workers_multi_line_error_is_logged_as_continuation_lines():
     forged = "Traceback (most recent call last):\n2026-11-29 12:00:00 ERROR league: all jobs lost\nValueError: x"
     assert _continued(forged).splitlines()[1:] == ["    | 2026-11-29 12:00:00 ERROR league: all jobs lost",
                                                    "    | ValueError: x"]
+
+
+def test_a_learner_asking_a_coordinator_without_learners_is_told_so(tmp_path):
+    """It was told "every active player that trains with a learner has one", wrong under --without-learners,
+    and asked again every second for ever with nothing useful to see (a review)."""
+    from league_service.coordinator_messages import NoJob
+
+    coordinator = _open(tmp_path, ManualClock(), tmp_path / "state.sqlite")
+    try:
+        coordinator.register_worker("l", WorkerRole.LEARNER, "host", "127.0.0.1:1")
+        answer = coordinator.get_job("l", WorkerRole.LEARNER, "127.0.0.1:1", wait_s=0.0)
+        assert isinstance(answer, NoJob) and "--without-learners" in answer.reason, answer
+    finally:
+        coordinator.close()

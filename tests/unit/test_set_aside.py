@@ -118,6 +118,38 @@ def test_waiting_jobs_that_play_a_player_set_aside_are_matched_anew(tmp_path):
         coord.close()
 
 
+def test_a_job_out_with_another_actor_that_plays_a_player_set_aside_is_not_offered_again(tmp_path):
+    """Only jobs still waiting were withdrawn: a job out with another actor at the set-aside, whose attempt then
+    failed (or expired, or its learner moved), was offered again with the same opponent, and failed alike (a
+    review). Its slot is matched anew."""
+    coord = _open(tmp_path, slots=2)
+    try:
+        coord.register_worker("actor2", WorkerRole.ACTOR, "host", "")
+        frozen = _historical(coord)
+        first, second = _job(coord), coord.get_job("actor2", WorkerRole.ACTOR, "", wait_s=10.0)
+        for _ in range(50):  # (seeded matchmaking: until both actors hold a job against it)
+            if frozen not in [p.player_id for p in first.players]:
+                _complete(coord, first)
+                first = _job(coord)
+            elif frozen not in [p.player_id for p in second.players]:
+                coord.finish_job(FinishReport("actor2", second.job_id, JobEndStatus.COMPLETED, (), 0, 0, ""))
+                second = coord.get_job("actor2", WorkerRole.ACTOR, "", wait_s=10.0)
+            else:
+                break
+        assert frozen in [p.player_id for p in first.players] and frozen in [p.player_id for p in second.players]
+        coord.finish_job(FinishReport("actor", first.job_id, JobEndStatus.FAILED, (), 0, 0,
+                                      f"UnloadableOpponentError: {frozen}: digest mismatch", (frozen,)))
+        coord.finish_job(FinishReport("actor2", second.job_id, JobEndStatus.FAILED, (), 0, 0,
+                                      "RuntimeError: its manifest cannot be read"))
+        assert all(frozen not in job.players for job in coord._table.pending)
+        for _ in range(12):
+            grant = _job(coord)
+            assert frozen not in [p.player_id for p in grant.players]
+            _complete(coord, grant)
+    finally:
+        coord.close()
+
+
 def test_only_a_failed_jobs_historical_opponents_can_be_named_unloadable(tmp_path):
     coord = _open(tmp_path)
     try:

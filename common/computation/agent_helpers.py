@@ -161,6 +161,8 @@ class ExpReplayHelper:
                     raw = np.full(rows, self._max_priority)
                 else:
                     raw = self._check_priorities(priorities, rows)
+                    if rows:  # (given ones count as seen: later rows without any start at least this high)
+                        self._max_priority = max(self._max_priority, float(raw.max()))
                 self._tree.update(slots, raw**self.alpha)
             return slots
 

@@ -151,6 +151,15 @@ def test_priority_updates_change_sampling_and_skip_overwritten_slots():
         replay.update_priorities(stale, np.full(4, np.nan))
 
 
+def test_given_priorities_count_as_seen_for_the_rows_added_after_them():
+    """`add` gives new rows "the largest priority seen so far", but given priorities did not count: rows added after
+    ones of priority 50 came in at 1.0 (a review)."""
+    replay = ExpReplayHelper(capacity=4, prioritized=True, alpha=1.0, priority_eps=1e-9, seed=0)
+    replay.add(rows(0, 2), priorities=np.array([50.0, 100.0]))
+    replay.add(rows(2, 2))
+    np.testing.assert_allclose(replay.probabilities(), np.array([50, 100, 100, 100]) / 350, rtol=1e-6)
+
+
 def test_replay_is_safe_across_threads():
     replay = ExpReplayHelper(capacity=1000, prioritized=True, seed=0)
     replay.add(rows(0, 10))

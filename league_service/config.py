@@ -858,6 +858,7 @@ def _check_worker_sections(cfg: Config) -> _WorkerSections:
             raise ConfigError(section, message) from None
     policy, learner = parsed
     _refuse_other_algorithms_learner_keys(policy.algorithm, cfg.learner)
+    _refuse_unread_model_keys(policy.algorithm, cfg.policy.get("model") or {})
     if policy.algorithm == "ppo" and policy.ppo.num_minibatches > learner.batch_size:
         # A batch of batch_size samples cut into more minibatches than that: minibatches of one sample.
         raise ConfigError("policy.ppo.num_minibatches", f"must be at most learner.batch_size ({learner.batch_size}), "
@@ -910,6 +911,26 @@ def _refuse_other_algorithms_learner_keys(algorithm: str, learner: Mapping[str, 
         if key in learner and algorithm != reader:
             raise ConfigError(f"learner.{key}", f"set, but only {reader} reads it and policy.algorithm is "
                               f"{algorithm!r} ({instead}); remove it")
+
+
+def _refuse_unread_model_keys(algorithm: str, model: Mapping[str, Any]) -> None:
+    """A `policy.model` key the network built does not read (`recurrent_size` of a feed-forward network) was parsed,
+    checked and silently did nothing: a user tuning it saw no effect and no word. Checked on the section as merged
+    with the embedded default's, whose model sets `shared_torso: true` alone (what every recurrent model does)."""
+    recurrent = model.get("recurrent")
+    unread = []
+    if recurrent is None:
+        unread += [("recurrent_size", "only a recurrent model reads it (policy.model.recurrent is null)")]
+    if not model.get("obs_norm"):
+        unread += [("obs_norm_clip", "only observation normalisation reads it (policy.model.obs_norm is off)")]
+    if algorithm == "dqn":
+        unread += [("shared_torso", "DQN's Q-network has one torso, with no critic to share it")]
+    elif recurrent is not None and model.get("shared_torso", True) is False:
+        unread += [("shared_torso", f"a recurrent model ({recurrent}) always shares its torso and core: both "
+                    "heads read the one memory")]
+    for key, why in unread:
+        if key in model:
+            raise ConfigError(f"policy.model.{key}", f"set, but {why}; remove it")
 
 
 def _check_job_kwargs(league: LeagueConfig) -> dict[str, AdderConfig]:

@@ -714,17 +714,37 @@ def test_a_run_directory_saved_with_the_earlier_default_network_resumes_with_it(
     assert refused is not None and refused.startswith("policy.model.conv:"), refused
 
 
+@pytest.mark.parametrize("policy, key", [
+    ({"model": {"recurrent_size": 32}}, "recurrent_size"),
+    ({"model": {"obs_norm_clip": 5.0}}, "obs_norm_clip"),
+    ({"algorithm": "dqn", "model": {"shared_torso": True}}, "shared_torso"),
+    ({"model": {"recurrent": "gru", "shared_torso": False}}, "shared_torso"),
+])
+def test_a_model_key_the_network_does_not_read_is_refused_naming_it(policy, key):
+    """`recurrent_size` without `recurrent`, `obs_norm_clip` without `obs_norm`, `shared_torso` for DQN (one torso)
+    or an unshared recurrent model (always shared) were parsed, checked and silently did nothing (a review)."""
+    with pytest.raises(ConfigError) as refused:
+        config_from_dict({"policy": policy})
+    assert refused.value.path == f"policy.model.{key}" and "remove it" in str(refused.value)
+    config_from_dict({"policy": {"model": {"recurrent": "gru", "recurrent_size": 32, "shared_torso": True}}})
+    config_from_dict({"policy": {"model": {"obs_norm": True, "obs_norm_clip": 5.0}}})
+
+
 def test_a_resume_may_change_a_model_key_its_network_does_not_read():
     """A feed-forward network has no recurrent core (its `recurrent_size` shapes nothing), a recurrent one always
     shares its torso and DQN's Q-network has one torso (their `shared_torso` shapes nothing): `league run` and the
     coordinator refused such a change, saying the checkpoints did not fit, though every weight has the same
-    shape."""
+    shape. (A config giving such a key is refused since; a league saved before may hold one.)"""
+    import dataclasses
+
     from common.algorithms.registry import make_computation_task
     from common.computation.specs import TensorSpec
     from league_service.league_identity import LeagueIdentity
 
     def identity(model: dict, algorithm: str = "ppo") -> LeagueIdentity:
-        return LeagueIdentity.of(config_from_dict({"policy": {"algorithm": algorithm, "model": model}}))
+        saved = dataclasses.replace(config_from_dict({"policy": {"algorithm": algorithm}}),
+                                    policy={"algorithm": algorithm, "model": model})  # (as loaded before)
+        return LeagueIdentity.of(saved)
 
     def shapes(model: dict, algorithm: str = "ppo") -> dict:
         task = make_computation_task({"algorithm": algorithm, "model": model}, TensorSpec("observation", (5,)), 3,

@@ -13,6 +13,7 @@ from actor_service.envs.env_manager.doorbell import Doorbells, SpinBudget
 from actor_service.envs.env_manager.pipe import MessagePipe
 from actor_service.envs.env_manager.shared_memory import RESET_SLOT, STEP_SLOT, ObsBuffer, supports
 from common.envs import ArraySpec, DiscreteSpec
+from tests.polling import wait_until
 
 
 @pytest.fixture(params=["one-way pipes", "duplex"])
@@ -102,7 +103,8 @@ def test_doorbell_rings_before_a_large_message_is_fully_written(rung_pair):
     big = np.arange(300_000, dtype=np.int64)
     sender = threading.Thread(target=parent.send, args=(big,))
     sender.start()
-    assert SpinBudget(10.0).spin(worker.signalled)
+    # (Polled, not one spin: a spin gives up at the first preemption, which a busy machine makes likely.)
+    wait_until("the doorbell to ring while the message is still being written", worker.signalled, 10.0)
     np.testing.assert_array_equal(worker.recv(), big)
     sender.join()
 

@@ -71,6 +71,9 @@ class EnvInfo:
     action_spec: Spec | None
     reward_spec: ArraySpec = ArraySpec((), np.float32)
     num_players: int = 1
+    channels_first: bool = False
+    """Its 3-D observations are (C, H, W) by construction (an OpenSpiel board's planes): the check for pictures
+    laid out (H, W, C), a guess from the shape, is skipped (it took a 4-column board's 5 planes for rows)."""
 
 
 class Outcome(enum.Enum):

@@ -193,6 +193,7 @@ class OpenSpielEnv(Env):
             action_spec=DiscreteSpec(self._num_actions),
             reward_spec=ArraySpec(players, np.float32),
             num_players=self._num_players,
+            channels_first=True,  # (OpenSpiel's tensors are planes first; the seat planes are added as such)
         )
         self._perfect_information = self._game.get_type().information == pyspiel.GameType.Information.PERFECT_INFORMATION
         self._bot_specs = self._fitting_bots(parse_bots(bots, self._num_players))

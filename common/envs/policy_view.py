@@ -163,8 +163,9 @@ def _check_not_channels_last(info: EnvInfo, what: str, shape: tuple[int, ...], d
     the conv torso reads three dimensions as (C, H, W), so it would take its rows for channels and its colours
     for a width of 3. The default conv stack then failed with advice (`conv_padding: same`) that, followed,
     trained on the misread layout without a word. A picture's channels are fewer than its rows and its columns:
-    planes of a small board, channels first ((16, 4, 4), (2, 3, 3)), are no picture laid out (H, W, C)."""
-    if (len(shape) == 3 and shape[-1] in IMAGE_CHANNELS
+    planes of a small board, channels first ((16, 4, 4), (2, 3, 3)), are no picture laid out (H, W, C); nor is
+    anything of an env that says its observations are channels first (`EnvInfo.channels_first`)."""
+    if (not info.channels_first and len(shape) == 3 and shape[-1] in IMAGE_CHANNELS
             and shape[0] not in IMAGE_CHANNELS and shape[-1] < min(shape[0], shape[1])):
         # (Any dtype: every 3-D observation goes through the conv torso, and a float picture (H, W, 3) passed
         # the uint8-only check, then trained on the misread layout once `conv_padding: same` made it fit.)

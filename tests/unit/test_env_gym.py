@@ -224,6 +224,23 @@ def test_channels_first_or_non_picture_uint8_observations_are_not_refused(shape)
     assert inputs["observation"].shape == shape
 
 
+@pytest.mark.parametrize("game, params", [("dots_and_boxes", {}), ("connect_four", {"columns": 4}),
+                                          ("breakthrough", {"columns": 4})])
+def test_an_openspiel_board_of_three_or_four_columns_is_no_picture_laid_out_hwc(game, params):
+    """The seat planes make connect four on 4 columns (5, 6, 4): the shape guess took its 5 planes for rows and
+    refused dots_and_boxes and every 3- or 4-column board, on every job, with advice no OpenSpiel env can follow
+    (a review). OpenSpiel's observations are channels first by construction."""
+    pytest.importorskip("pyspiel")
+    from common.envs.openspiel_env import OpenSpielEnv
+
+    env = OpenSpielEnv(game, game_params=params)
+    try:
+        inputs, _ = policy_specs(env.info())
+        assert inputs["observation"].shape[-1] in (3, 4)
+    finally:
+        env.close()
+
+
 def _dict_env(spaces: dict) -> type[gymnasium.Env]:
     class DictObs(_Picture):
         observation_space = gymnasium.spaces.Dict(spaces)

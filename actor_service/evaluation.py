@@ -172,23 +172,58 @@ OPENINGS_PER_GAME = 4
 outnumber its games this many times, or many of the games repeat (as a sample, 4x leaves ~90% distinct)."""
 
 
-def _check_openings(info: EnvInfo, opening: int, games: int, seats: int) -> None:
+OPENING_WALK_POSITIONS = 100_000
+"""Positions one depth of the opening count walks at most: past it, that depth and deeper count as enough."""
+
+
+def _check_openings(info: EnvInfo, game: Any, opening: int, games: int, seats: int) -> None:
     """Refuse an opening too short to make the games asked for mostly distinct: `--opening 1` on connect four has
-    7 openings a seat, so 1,000 games were 14 games replayed, under an interval for 1,000 (a review)."""
+    7 openings a seat, so 1,000 games were 14 games replayed, under an interval for 1,000 (a review). Counted as
+    the distinct positions the opening's legal moves reach: the number of distinct actions to the power of its
+    length passed othello's 2-move openings as 4,225 a seat, where 12 exist (a review)."""
     actions = info.action_spec.num_values if isinstance(info.action_spec, DiscreteSpec) else None
     if actions is None or actions < 2:
         return
     games_a_seat = -(-games // seats)
     wanted = OPENINGS_PER_GAME * games_a_seat
-    if actions ** opening >= wanted:
+    if game is not None:
+        counts = _opening_positions(game, wanted, game.max_game_length() - 1)
+    else:  # (no game tree to walk: at most the distinct actions to the power of its length, without big numbers)
+        depth = math.ceil(math.log(wanted) / math.log(actions)) + 1  # (one past where the power reaches `wanted`)
+        counts = [min(actions ** d, wanted) for d in range(depth + 1)]
+    count = counts[min(opening, len(counts) - 1)]
+    if count >= wanted:
         return
-    enough = opening
-    while actions ** enough < wanted:
-        enough += 1
+    enough = next((d for d in range(opening + 1, len(counts)) if counts[d] >= wanted), None)
+    advice = (f"give --opening {enough} or more, or fewer --games" if enough is not None
+              else f"no opening of this game reaches that many; give at most {count * seats // OPENINGS_PER_GAME} "
+                   "--games")
     raise ValueError(f"neither player samples its moves, so a game is its seat and its opening, and an opening of "
-                     f"{opening} random move(s) has at most {actions ** opening} a seat: {games_a_seat} games a seat "
-                     f"would mostly repeat a few (the interval would count them as {games} games); give "
-                     f"--opening {enough} or more, or fewer --games")
+                     f"{opening} random move(s) reaches {count} distinct position(s): {games_a_seat} games a seat "
+                     f"would mostly repeat a few (the interval would count them as {games} games); {advice}")
+
+
+def _opening_positions(game: Any, wanted: int, depth: int) -> list[int]:
+    """The distinct positions d legal moves from the start reach without ending the game, for d = 0, 1, ... up to
+    `depth`, or up to the first count at or past `wanted` (any deeper one is taken as enough too). A depth of more
+    than OPENING_WALK_POSITIONS positions counts as `wanted`."""
+    level = {str(start): start for start in (game.new_initial_state(),)}
+    counts = [1]
+    while len(counts) <= depth and 0 < counts[-1] < wanted:
+        deeper: dict[str, Any] = {}
+        for state in level.values():
+            for action in state.legal_actions():
+                child = state.child(action)
+                if not child.is_terminal():
+                    deeper.setdefault(str(child), child)
+            if len(deeper) > OPENING_WALK_POSITIONS:
+                break
+        if len(deeper) > OPENING_WALK_POSITIONS:
+            counts.append(wanted)
+            break
+        counts.append(len(deeper))
+        level = deeper
+    return counts
 
 
 def _play_opening(env: Any, reset: Callable[[], Any], info: EnvInfo, opening: int, rng: np.random.Generator,
@@ -247,16 +282,16 @@ def _play_games(
                              "or another policy")
         searcher = None if search is None else PolicySearch(task, env, search)
         seats = info.num_players
+        max_length = env.game.max_game_length() if hasattr(env, "game") else None
+        if opening and max_length is not None and opening >= max_length:  # (first: the count below walks it)
+            raise ValueError(f"an opening of {opening} random moves (--opening) leaves nothing to play: "
+                             f"{env_name} lasts at most {max_length} moves")
         if (opponent.task is not None and not getattr(env, "has_chance", False)
                 and (searcher is not None or not samples_moves(task)) and not samples_moves(opponent.task)):
             if opening == 0:
                 raise ValueError("neither player samples its moves (a DQN's argmax, a search's choice): every game "
                                  "of a seat would be the same one; give an opening of random moves (--opening K)")
-            _check_openings(info, opening, games, seats)
-        max_length = env.game.max_game_length() if hasattr(env, "game") else None
-        if opening and max_length is not None and opening >= max_length:
-            raise ValueError(f"an opening of {opening} random moves (--opening) leaves nothing to play: "
-                             f"{env_name} lasts at most {max_length} moves")
+            _check_openings(info, getattr(env, "game", None), opening, games, seats)
         tallies = {seat: [0, 0, 0, 0] for seat in range(seats)}  # games, wins, draws, losses
         lengths = []
         for game in range(games):

@@ -528,9 +528,15 @@ def test_players_that_do_not_sample_need_an_opening_of_random_moves(tmp_path, ca
     # A seat's games are its openings then: 7 of one move cannot make 6 games a seat mostly distinct (--opening 1
     # with 1,000 games was 14 games replayed, under an interval for 1,000).
     assert eval_cli.main(parse(*common, "--opening", "1")) == 2
-    assert "an opening of 1 random move(s) has at most 7 a seat" in capsys.readouterr().err
+    assert "an opening of 1 random move(s) reaches 7 distinct position(s)" in capsys.readouterr().err
+    # Distinct positions, not sequences: 4 moves reach 1,120 (not 7**4 = 2,401), too few for 1,000 games a seat.
     assert eval_cli.main(parse(*common[:-3], "--games", "2000", "--opening", "4")) == 2
-    assert "give --opening 5 or more" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "reaches 1120 distinct position(s)" in err and "give --opening 5 or more" in err
+    # An opening past the game's length is refused at once: counted first, 7**1e9 was computed for ever, deaf to
+    # Ctrl-C (a review).
+    assert eval_cli.main(parse(*common, "--opening", "1000000000")) == 2
+    assert "leaves nothing to play: connect_four lasts at most 42 moves" in capsys.readouterr().err
 
     # The same loop with the games' moves recorded: an opening gives distinct games, none gives one a seat.
     store, relative = resolve_checkpoint(mine, tmp_path)
@@ -889,3 +895,21 @@ def test_run_dir_of_a_live_run_loads_the_active_version_once_for_its_whole_ladde
     newest = CheckpointStore(run / "shared").latest("main").version
     assert [p["version"] for p in json.loads(capsys.readouterr().out)["points"]] == [newest]
     assert first[0] != CheckpointStore(run / "shared").latest("main").path
+
+
+def test_openings_are_counted_as_the_positions_the_games_legal_moves_reach():
+    """Othello has 65 distinct actions and 4 legal first moves: 2-move openings passed as 4,225 a seat, and 400
+    games between two argmax players were 24 games replayed (a review). Its 12 two-move positions are counted;
+    tic-tac-toe, whose positions run out, names the most games any opening allows."""
+    import pyspiel
+
+    from actor_service.evaluation import _check_openings
+
+    othello = pyspiel.load_game("othello")
+    info = make_env("openspiel:othello").info()
+    with pytest.raises(ValueError, match=r"reaches 12 distinct position\(s\).*give --opening 5 or more"):
+        _check_openings(info, othello, 2, 400, 2)
+    _check_openings(info, othello, 5, 400, 2)
+    tic_tac_toe = pyspiel.load_game("tic_tac_toe")
+    with pytest.raises(ValueError, match="no opening of this game reaches that many; give at most 686 --games"):
+        _check_openings(make_env("openspiel:tic_tac_toe").info(), tic_tac_toe, 6, 1000, 2)

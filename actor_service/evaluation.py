@@ -63,6 +63,16 @@ class SeatTally:
     def win_rate_interval(self) -> tuple[float, float]:
         return win_rate_interval(self.wins, self.games)
 
+    @property
+    def score(self) -> float:
+        return game_score(self.wins, self.draws, self.games)
+
+
+def game_score(wins: int, draws: int, games: int) -> float:
+    """Wins plus half the draws, per game: what the league's payoff counts (`league status`, PFSP). The win rate
+    alone took a tic-tac-toe player that never lost (3 wins, 7 draws) for one beaten 70% of the time."""
+    return (wins + draws / 2) / games if games else 0.0
+
 
 @dataclass(frozen=True)
 class EvalResult:
@@ -97,13 +107,18 @@ class EvalResult:
         """The 95% interval of the win rate (`win_rate_interval`)."""
         return win_rate_interval(self.wins, self.games)
 
+    @property
+    def score(self) -> float:
+        """Wins plus half the draws, per game (`game_score`)."""
+        return game_score(self.wins, self.draws, self.games)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "opponent": self.opponent, "games": self.games, "wins": self.wins, "draws": self.draws,
             "losses": self.losses, "win_rate": self.win_rate, "win_rate_95": list(self.win_rate_interval),
-            "mean_length": self.mean_length, "search": self.search,
-            "by_seat": [{**asdict(s), "win_rate": s.win_rate, "win_rate_95": list(s.win_rate_interval)}
-                        for s in self.seats],
+            "score": self.score, "mean_length": self.mean_length, "search": self.search,
+            "by_seat": [{**asdict(s), "win_rate": s.win_rate, "win_rate_95": list(s.win_rate_interval),
+                         "score": s.score} for s in self.seats],
         }
 
 

@@ -568,16 +568,18 @@ def _print_table(ref: CheckpointRef, env_name: str, result: EvalResult) -> None:
     from league_service.plain_table import PlainTable
 
     table = PlainTable(title=f"{ref.path} (v{ref.version}) vs {result.opponent} on {env_name}")
-    for column in ("seat", "games", "wins", "draws", "losses", "win rate", "95% interval"):
+    for column in ("seat", "games", "wins", "draws", "losses", "win rate", "95% interval", "score"):
         table.add_column(column, justify="left" if column == "seat" else "right")
     for s in result.seats:
         table.add_row("first" if s.seat == 0 else f"seat {s.seat}" if s.seat > 1 else "second", str(s.games),
                       str(s.wins), str(s.draws), str(s.losses), f"{s.win_rate:.1%}",
-                      _interval(s.win_rate_interval))
+                      _interval(s.win_rate_interval), f"{s.score:.1%}")
     table.add_row("total", str(result.games), str(result.wins), str(result.draws), str(result.losses),
-                  f"{result.win_rate:.1%}", _interval(result.win_rate_interval), style="bold")
+                  f"{result.win_rate:.1%}", _interval(result.win_rate_interval), f"{result.score:.1%}", style="bold")
     console = _console()
     console.print(table)
+    if result.draws:  # (the league's payoff counts a draw as half a win, as the score does)
+        console.print("score: wins plus half the draws, as the league's payoff counts them")
     console.print(f"mean game length: {result.mean_length:.1f} moves of the evaluated policy")
     if result.search:
         console.print(f"each of its moves: a search of {result.search} simulations over its policy and value")

@@ -35,10 +35,12 @@ class PointResult:
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def strongest_beaten(self) -> str:
-        """The strongest opponent this checkpoint beats more than half the time ("-": none): random below every
+        """The strongest opponent this checkpoint scores more than half against ("-": none): random below every
         MCTS bot, MCTS bots by their simulations, whatever order `--opponent` listed them in (the last one
         beaten in that order was taken once: `mcts:5,random` said random for a player beating both)."""
-        beaten = [opponent for opponent, r in self.results.items() if r["win_rate"] > 0.5]
+        # By score (a draw half a win, as the league's payoff counts it): by win rate alone, a tic-tac-toe player
+        # that never lost to an opponent (3 wins, 7 draws) beat nothing (a review).
+        beaten = [opponent for opponent, r in self.results.items() if r.get("score", r["win_rate"]) > 0.5]
         return max(beaten, key=bot_strength) if beaten else "-"
 
 

@@ -913,3 +913,19 @@ def test_openings_are_counted_as_the_positions_the_games_legal_moves_reach():
     tic_tac_toe = pyspiel.load_game("tic_tac_toe")
     with pytest.raises(ValueError, match="no opening of this game reaches that many; give at most 686 --games"):
         _check_openings(make_env("openspiel:tic_tac_toe").info(), tic_tac_toe, 6, 1000, 2)
+
+
+def test_a_draw_counts_half_in_the_score_and_in_the_strongest_bot_beaten():
+    """A tic-tac-toe player that never lost (3 wins, 7 draws) had a win rate of 30% in `league eval`, 65% in the
+    league's payoff, and beat nothing along `--run-dir` (a review). The score counts a draw half, as the payoff
+    does, and decides which bots a snapshot beats; old records without a score keep the win rate."""
+    from actor_service.evaluation import EvalResult, SeatTally
+    from league_cli.progression import PointResult
+
+    result = EvalResult("mcts:200", (SeatTally(0, 5, 2, 3, 0), SeatTally(1, 5, 1, 4, 0)), 8.0)
+    assert result.win_rate == 0.3 and result.score == 0.65
+    record = result.to_dict()
+    assert record["score"] == 0.65 and [s["score"] for s in record["by_seat"]] == [0.7, 0.6]
+    assert PointResult(None, {"mcts:200": record}).strongest_beaten() == "mcts:200"
+    old = {k: v for k, v in record.items() if k != "score"}
+    assert PointResult(None, {"mcts:200": old}).strongest_beaten() == "-"

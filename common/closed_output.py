@@ -65,6 +65,9 @@ class GuardedOutput:
     def _guarded(self, call: Callable[..., Any], *args: Any) -> None:
         try:
             call(*args)
+        except UnicodeEncodeError:  # a character its encoding lacks (LANG=C): that line, legibly, not the run
+            encoding = getattr(self._stream, "encoding", None) or "ascii"
+            self._guarded(call, *(a.encode(encoding, "replace").decode(encoding) for a in args))
         except (OSError, ValueError) as err:  # (ValueError: a write to a closed file)
             if isinstance(err, OSError) and err.errno not in self._GONE:
                 return  # ENOSPC and the like: this write is lost, later ones are tried

@@ -89,3 +89,16 @@ def test_a_command_started_without_standard_descriptors_gets_them_on_dev_null():
                 f"sys.exit(subprocess.call([sys.executable, '-c', {probe!r}], close_fds=False))")
         done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0 and done.stderr.split() == ["3", "True", "True"], (closed, done.stderr)
+
+
+def test_a_character_the_output_cannot_encode_costs_that_character_not_the_run():
+    """UnicodeEncodeError is a ValueError, as a write to a closed file is: it must not be taken for a closed
+    output (the run would stop)."""
+    import io
+
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding="ascii")
+    guarded = GuardedOutput(stream)
+    guarded.write("league run: runs/x \u00b7 2 learner(s)\n")
+    guarded.flush()
+    assert not guarded.gone and raw.getvalue() == b"league run: runs/x ? 2 learner(s)\n"

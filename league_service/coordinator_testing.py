@@ -166,9 +166,9 @@ class ServerProcess:
         self.popen.wait(30)
 
     def _signal(self, sig: int) -> None:
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, sig)
+        """To the whole group, whether or not its leader still runs: what it started may outlive it."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, sig)
 
     def log_tail(self, lines: int = 30) -> str:
         try:

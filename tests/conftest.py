@@ -20,6 +20,52 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ.setdefault(_variable, "1")
 
 
+PROCESS_MARK = "LEAGUE_TESTS_OF"
+"""Set in each pytest process (an xdist worker too) to a value of its own, and so in every process its tests start,
+whatever their session or group, also once their parent died: how the session finds what they left running."""
+os.environ[PROCESS_MARK] = f"{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def _marked_processes() -> dict[int, str]:
+    """Running processes (not zombies) that carry this pytest process's mark, but itself and multiprocessing's
+    helpers that live as long as it does (its resource tracker, a fork server)."""
+    needle = f"{PROCESS_MARK}={os.environ[PROCESS_MARK]}".encode()
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and "resource_tracker" not in command and "forkserver" not in command:
+            found[int(entry.name)] = command
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_process_left_behind():
+    """Processes the tests started must be gone when the session ends, also after a failed test: a leak (a group
+    killed only while its leader ran, a process started outside a try) fails the session, naming what was left,
+    which is killed (a review found leaks nothing reported)."""
+    yield
+    import signal
+    import time
+
+    deadline = time.monotonic() + 10  # (some are still exiting: a SIGTERM's stop)
+    while (left := _marked_processes()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not left, f"processes the tests started were still running when the session ended (killed now): {left}"
+
+
 @pytest.fixture(autouse=True)
 def torch_threads_restored():
     """The CLIs run in process (`league eval`, `league export`) set torch to one thread for the whole process:

@@ -155,7 +155,7 @@ def test_an_actor_stuck_in_an_env_it_cannot_interrupt_lets_its_lease_expire(tmp_
         )
         actor = Actor(settings)
         reports: list[JobReport] = []
-        thread = threading.Thread(target=lambda: reports.extend(actor.run()), name="actor-stuck")
+        thread = threading.Thread(target=lambda: reports.extend(actor.run()), name="actor-stuck", daemon=True)
         thread.start()
         try:
             wait_until("the heartbeat to let the lease go", lambda: "no longer renewing the lease" in caplog.text,

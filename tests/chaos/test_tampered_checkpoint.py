@@ -143,9 +143,8 @@ def _evals(share: Path, checkpoints: list[str]) -> Iterator[list[subprocess.Pope
         yield procs
     finally:
         for proc in procs:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # (whether or not it still runs: what it started)
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate(timeout=30)
 
 
@@ -260,9 +259,8 @@ def _actor(address: str, share: Path, log: Path) -> Iterator[subprocess.Popen[by
     try:
         yield proc
     finally:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # (whether or not it still runs: what it started)
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
 
 

@@ -279,13 +279,16 @@ def test_the_league_config_bounds_the_chunks_an_actor_holds(tmp_path):
 def _actor_thread(actor: Actor, reports: list[JobReport]) -> Iterator[threading.Thread]:
     """`actor.run()` on a started thread, its reports into `reports`; stopped and joined at the end of the block,
     whatever happened in it."""
-    thread = threading.Thread(target=lambda: reports.extend(actor.run()))
+    # A daemon: one a stop cannot reach would hang the interpreter's exit, out of pytest-timeout's reach (a review).
+    thread = threading.Thread(target=lambda: reports.extend(actor.run()), daemon=True)
     thread.start()
     try:
         yield thread
     finally:
         actor.request_stop()
         thread.join(timeout=30)
+        if thread.is_alive():
+            pytest.fail("the actor's thread did not stop within 30 s of its stop")
 
 
 def test_learner_away_mid_job_then_back_gets_every_chunk(tmp_path):

@@ -88,11 +88,11 @@ def actor_process(address: str, root: Path, log: Path, *args: str, script: str |
     try:
         yield proc
     finally:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGCONT)
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
+        # The group whether or not the actor still runs: its env workers may outlive it (a review).
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGCONT)
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
 
 
 def job_of(stub, worker_id: str):

@@ -158,7 +158,7 @@ def playing_in_a_thread(manager: BaseEnvManager) -> tuple[threading.Thread, list
         except BaseException as err:
             raised.append(err)
 
-    driver = threading.Thread(target=drive)
+    driver = threading.Thread(target=drive, daemon=True)  # (one that never ends must not hang the exit)
     driver.start()
     return driver, raised
 

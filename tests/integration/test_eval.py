@@ -4,10 +4,12 @@ W/D/L as a table or JSON, checkpoints only from inside a shared root."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pty
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -401,21 +403,30 @@ def run_with_stderr_on_a_terminal(argv: list[str]) -> tuple[int, str, str]:
     """`league eval ARGV` as a process whose stderr is a pseudo-terminal (stdout a pipe): (exit code, stdout,
     what the terminal showed, control codes included)."""
     main_fd, terminal_fd = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "league_cli", "eval", *argv], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=terminal_fd, text=True, env={**os.environ, "TERM": "xterm", "COLUMNS": "120"})
-    os.close(terminal_fd)
-    shown = bytearray()
-    while True:
-        try:
-            chunk = os.read(main_fd, 4096)
-        except OSError:  # EIO: the process closed its end
-            break
-        if not chunk:
-            break
-        shown += chunk
-    os.close(main_fd)
-    out = proc.stdout.read()
-    return proc.wait(60), out, shown.decode(errors="replace")
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "league_cli", "eval", *argv], cwd=REPO,
+                                stdout=subprocess.PIPE, stderr=terminal_fd, text=True, start_new_session=True,
+                                env={**os.environ, "TERM": "xterm", "COLUMNS": "120"})
+    finally:
+        os.close(terminal_fd)
+    try:
+        shown = bytearray()
+        while True:
+            try:
+                chunk = os.read(main_fd, 4096)
+            except OSError:  # EIO: the process closed its end
+                break
+            if not chunk:
+                break
+            shown += chunk
+        out = proc.stdout.read()
+        return proc.wait(60), out, shown.decode(errors="replace")
+    finally:  # (a failure or a timeout above left a hung eval running for ever, reparented: a review)
+        os.close(main_fd)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        proc.stdout.close()
 
 
 def test_games_show_progress_on_a_terminal_and_nothing_elsewhere(tmp_path, capsys):

@@ -823,6 +823,7 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
 
     stop = SignalFlag()
     reason = ["budget spent"]
+    previous_config: bytes | None = None  # config.yaml as it was, once a CONFIG that changes it replaced it
 
     signals: list[int] = []
     stopping = [False]
@@ -884,7 +885,8 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
             launched = time.monotonic()  # the budget counts start-up too
             address = sup.start_coordinator()
             if changes:
-                atomic_write(run_dir / PREVIOUS_CONFIG_FILE, config_path.read_bytes())
+                previous_config = config_path.read_bytes()
+                atomic_write(run_dir / PREVIOUS_CONFIG_FILE, previous_config)
             os.replace(pending_path, config_path)
             sup.config_path = config_path
             start = launched  # (None until the coordinator is up: then there is a final status to record)
@@ -945,10 +947,29 @@ def _run(args: argparse.Namespace, console: Any, cfg: Any, run_cfg: RunConfig, c
             # `league status --run-dir` then says no run is going on, instead of dialling a port another program
             # may have taken since.
             (run_dir / RUN_PORT_FILE).unlink(missing_ok=True)
-        return _summary(console, reason[0], exit_code, codes, status, sup, history_path)
+        exit_code = _summary(console, reason[0], exit_code, codes, status, sup, history_path)
+        if exit_code == SETUP_ERROR_EXIT and previous_config is not None:
+            _put_back_config(console, config_path, previous_config, args.config)
+        return exit_code
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def _put_back_config(console: Any, config_path: Path, previous: bytes, given: Path | None) -> None:
+    """A resume whose CONFIG the league could not run with (exit 2: a worker's setup error, as checkpoints that do
+    not fit an env whose kwargs changed its spaces, which no check at start can see) left that CONFIG as the
+    directory's config.yaml: a resume with no CONFIG failed alike for ever, and the next one with another CONFIG
+    replaced config.prev.yaml, the last config the league ran with (a review). The directory's config is put back."""
+    try:
+        atomic_write(config_path, previous)
+    except OSError as err:
+        console.print(f"league run: {config_path} could not be put back as it was ({err}); {PREVIOUS_CONFIG_FILE} "
+                      "beside it holds it", style="red", markup=False, soft_wrap=True)
+        return
+    console.print(f"league run: the league could not run with {given}: {config_path.name} is back to the config "
+                  f"it ran with (`league run {run_dir_arg(config_path.parent)}` resumes that one)", style="yellow",
+                  markup=False, soft_wrap=True)
 
 
 def _summary(console: Any, reason: str, exit_code: int, codes: dict[str, int], status: Any, sup: Supervisor,

@@ -531,6 +531,46 @@ def test_resuming_with_a_model_the_checkpoints_do_not_fit_is_a_config_error(leag
     _assert_nothing_left_running(run)
 
 
+def test_a_resume_whose_env_kwargs_the_checkpoints_do_not_fit_puts_the_saved_config_back(league_run, tmp_path):
+    """Env kwargs that change a `python:` env's spaces pass every check at start (only OpenSpiel's game_params are
+    compared): the learner found the checkpoints did not fit only once the run directory's config.yaml had been
+    replaced, so a resume with no CONFIG failed for ever, and the next CONFIG tried replaced config.prev.yaml, the
+    last config the league ran with (a review). The saved config is put back at such an exit 2."""
+    from common.algorithms.registry import make_computation_task
+    from common.checkpoint_store import CheckpointStore
+    from common.envs.policy_view import policy_specs
+    from common.envs.registry import make_env
+
+    def config(map_name: str) -> dict:
+        cfg = yaml.safe_load(_config(tmp_path, 20, env_name="python:tests.env_doubles:flat_frozen_lake").read_text())
+        cfg["env"]["kwargs"] = {"map_name": map_name}
+        return cfg
+
+    run_dir = tmp_path / "run"
+    small = tmp_path / "small.yaml"
+    small.write_text(yaml.safe_dump(config("4x4")))
+    _league_made_by(small, run_dir)
+    _count_a_game(run_dir / "league_state.sqlite")
+    (run_dir / "config.yaml").write_text(small.read_text())
+    saved = small.read_text()
+    env = make_env("python:tests.env_doubles:flat_frozen_lake", map_name="4x4")
+    inputs, actions = policy_specs(env.info())
+    env.close()
+    policy = config("4x4")["policy"]
+    weights = make_computation_task(policy, inputs, actions, "cpu", 0).get_weights()
+    CheckpointStore(run_dir / "shared").publish("solo_active_player_default_0", weights, 1)  # the 16-cell network's
+    large = tmp_path / "large.yaml"
+    large.write_text(yaml.safe_dump(config("8x8")))
+    run = league_run(seconds=20, config=large, env={"PYTHONPATH": str(ROOT)})  # (where tests.env_doubles is)
+    assert run.finish(timeout_s=90) == 2, run.output()
+    out = " ".join(run.output().split())
+    assert "env.kwargs.map_name: 4x4 -> 8x8" in out and "!= model shape" in out, out
+    assert "could not run with" in out, out
+    assert (run_dir / "config.yaml").read_text() == saved
+    assert (run_dir / "config.prev.yaml").read_text() == saved
+    _assert_nothing_left_running(run)
+
+
 def _errors(logs: str) -> list[str]:
     return [line for line in logs.splitlines() if " ERROR " in line]
 

@@ -763,8 +763,8 @@ class Coordinator:
         self._counters = self._counters.plus(jobs_expired=len(stale))
         self._persist(ends=ends)
         for lease in stale:
-            if lease.payload is not None and not self._plays_set_aside(lease):  # (within the player's backoff, if
-                # its jobs are held back: LEASES.md)
+            # Offered again within the player's backoff, if its jobs are held back (LEASES.md).
+            if lease.payload is not None and not self._plays_set_aside(lease):
                 books = self._job_failures.get(lease.launch_player)
                 self._table.offer(lease.launch_player, lease.players, lease.payload, attempt=lease.attempt,
                                   not_before=books.held_until if books is not None else 0.0)

@@ -23,6 +23,7 @@ from common.proto.league.v1 import league_pb2, league_pb2_grpc
 from common.rpc import (
     SERVER_FAULT_CODES,
     TRANSIENT_CODES,
+    FirstContactTlsCounter,
     RetryPolicy,
     call_idempotent,
     check_registration,
@@ -87,6 +88,7 @@ class CoordinatorClient:
         self._tls_ca = tls_ca
         self._tls_server_name = tls_server_name
         self._backoff = Backoff(backoff)
+        self._first_contact = FirstContactTlsCounter()
         self._call_timeout_s = call_timeout_s
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
@@ -107,6 +109,7 @@ class CoordinatorClient:
                 self._on_failure("RegisterWorker", err)
                 continue
             self._backoff.reset()
+            self._first_contact.answered = True
             check_registration(self.address, reply.heartbeat_interval_s, reply.lease_timeout_s)
             self.registration = Registration(
                 reply.worker_id or self.worker_id, reply.heartbeat_interval_s, reply.lease_timeout_s, reply.league_id
@@ -245,8 +248,9 @@ class CoordinatorClient:
             raise CoordinatorError(f"{what} at {self.address} failed: {code.name if code else code}: "
                                    f"{err.details() if hasattr(err, 'details') else err}"
                                    f"{not_a_coordinator_hint(code, self.address)}") from err
-        delay = self._backoff.next_delay()
         details = err.details() if hasattr(err, "details") else str(err)
+        self._first_contact.check(what, self.address, details)  # (raises once TLS keeps failing before any answer)
+        delay = self._backoff.next_delay()
         log.warning("%s: coordinator %s unreachable (%s: %s%s); retry %d in %.2f s", what, self.address,
                     code.name, details, tls_hint(details), self._backoff.failures, delay)
         self.close()

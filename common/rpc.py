@@ -315,6 +315,33 @@ class RegistrationError(RuntimeError):
     """A RegisterWorker reply a worker cannot run by (not a coordinator of this version, or not ours)."""
 
 
+TLS_FAILURES_BEFORE_CONTACT = 5
+"""Failed TLS handshakes in a row, before any coordinator ever answered a worker, after which it stops (exit 2): no
+outage fails so, its TLS settings do (no --tls-ca, a CA that did not sign the server's certificate). Retried for
+ever, a worker that could never join showed only warnings, where a wrong token stops it (a review)."""
+
+
+class FirstContactTlsCounter:
+    """Counts the handshakes a worker's registration failed, until a coordinator first answers it."""
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self.answered = False
+
+    def check(self, what: str, address: str, details: str | None) -> None:
+        """Count a transient failure of `what`; raise `RegistrationError` once TLS failed too often before any
+        answer (a failure that is no handshake's starts the count again)."""
+        hint = tls_hint(details)
+        if self.answered or not hint:
+            self.failures = 0
+            return
+        self.failures += 1
+        if self.failures >= TLS_FAILURES_BEFORE_CONTACT:
+            raise RegistrationError(f"{what} at {address}: {details}{hint}; {self.failures} tries in a row failed so "
+                                    "before any coordinator answered this worker: its TLS settings do not fit the "
+                                    "coordinator's")
+
+
 def check_registration(address: str, heartbeat_interval_s: float, lease_timeout_s: float) -> None:
     """The heartbeat interval and lease of a RegisterWorker reply, checked: workers time their heartbeats and
     leases by them, and a zero or NaN would fail them later, far from the cause."""

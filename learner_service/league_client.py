@@ -29,6 +29,7 @@ from common.proto.league.v1 import league_pb2, league_pb2_grpc
 from common.rpc import (
     SERVER_FAULT_CODES,
     TRANSIENT_CODES,
+    FirstContactTlsCounter,
     RetryPolicy,
     call_idempotent,
     check_registration,
@@ -145,6 +146,7 @@ class LeagueClient:
         self.address = address
         self.worker_id = worker_id
         self.max_backoff_s = max_backoff_s
+        self._first_contact = FirstContactTlsCounter()
         # Replies up to the status's size: a learner binding a player reads the league's totals for it from
         # GetStatus, which outgrows gRPC's default 4 MB in a long league (~6,000 historical players), and every
         # bind then failed RESOURCE_EXHAUSTED, the learner exiting 1 (a review).
@@ -187,9 +189,12 @@ class LeagueClient:
         while True:
             try:
                 reply = self._call(self._stub.RegisterWorker, request, timeout=10.0)
+                self._first_contact.answered = True
                 check_registration(self.address, reply.heartbeat_interval_s, reply.lease_timeout_s)
                 return Registration(reply.heartbeat_interval_s, reply.lease_timeout_s)
             except grpc.RpcError as err:
+                if err.code() in TRANSIENT_CODES:  # (raises once TLS keeps failing before any answer)
+                    self._first_contact.check("RegisterWorker", self.address, err.details())
                 self._back_off_or_raise(backoff, "RegisterWorker", err)
 
     def next_learn_job(self, data_endpoint: str, wait_s: float) -> LearnJob:

@@ -337,3 +337,24 @@ def test_settings_objects_never_print_the_token():
                      LearnerSettings("127.0.0.1:1", Path("/tmp"), "w", token="s3cret-token"),
                      ActorSettings("127.0.0.1:1", Path("/tmp"), token="s3cret-token")):
         assert "s3cret-token" not in repr(settings) and settings.token == "s3cret-token"
+
+
+@pytest.mark.parametrize("worker", ["actor", "learner"])
+def test_a_worker_whose_tls_never_fits_stops_with_exit_2_before_any_answer(tmp_path, self_signed, worker):
+    """Without --tls-ca against a coordinator over TLS, a worker retried its registration for ever, logging
+    warnings, where a wrong token stops it with exit 2 (a review). Handshakes that fail again and again before any
+    coordinator ever answered are its settings, not an outage."""
+    import time
+
+    cert, key = self_signed
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "LEAGUE_TOKEN": TOKEN}
+    with running_coordinator(small_league_config(), tmp_path, token=TOKEN, tls=ServerTls(cert, key)) as server:
+        started = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-m", f"{worker}_service.cli", worker, "--coordinator", server.address,
+             "--shared-root", str(tmp_path)],
+            capture_output=True, text=True, timeout=180, env=env,
+        )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "TLS settings do not fit the coordinator's" in proc.stderr and "Traceback" not in proc.stderr
+    assert time.monotonic() - started < 120

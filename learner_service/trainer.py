@@ -289,6 +289,11 @@ class Trainer:
         return self._held_samples + sum(samples for _, samples in self._short_batches)
 
     @property
+    def replays(self) -> bool:
+        """Whether it trains from a replay buffer (DQN), which a stop loses whole (it is in no checkpoint)."""
+        return self._replay is not None
+
+    @property
     def owes_updates(self) -> bool:
         """DQN: replay updates owed for samples received (replay_ratio) not all made yet."""
         return self._replay is not None and self._owed_updates >= 1.0

@@ -60,6 +60,8 @@ class Registration:
     heartbeat_interval_s: float
     lease_timeout_s: float
     league_id: str
+    shared_root_id: str = ""
+    """The coordinator's shared-root marker id ("": not checked): see common/root_marker.py."""
 
 
 class CoordinatorError(RuntimeError):
@@ -112,7 +114,8 @@ class CoordinatorClient:
             self._first_contact.answered = True
             check_registration(self.address, reply.heartbeat_interval_s, reply.lease_timeout_s)
             self.registration = Registration(
-                reply.worker_id or self.worker_id, reply.heartbeat_interval_s, reply.lease_timeout_s, reply.league_id
+                reply.worker_id or self.worker_id, reply.heartbeat_interval_s, reply.lease_timeout_s, reply.league_id,
+                reply.shared_root_id,
             )
             log.info(
                 "registered %s with league %s at %s (heartbeat every %.2f s, lease %.2f s)",

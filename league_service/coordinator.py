@@ -37,6 +37,7 @@ from common.config import ConfigError, deep_merge
 from common.job_limits import MANIFEST_SUFFIX, PIN_SUFFIX, TRAINING_STATE_SUFFIX, VERSION_FILE
 from common.paths import SharedRoot, UnsafePathError
 from common.policy_config import as_published
+from common.root_marker import ensure_root_id
 from league_service.checkpoint_copy import SnapshotCopier
 from league_service.config import Config, LeagueConfig, config_to_dict
 from league_service.coordinator_messages import (
@@ -196,6 +197,7 @@ class Coordinator:
         self._forget_workers_after_s = cfg.coordinator.forget_workers_after_s
         self._next_forget_check = -math.inf
         self._root = SharedRoot(settings.shared_root)
+        self._root_id = _shared_root_id(self._root.root)
         _check_pretrained_checkpoints(cfg.league, self._root, cfg.policy)
         self._league = create_league(
             cfg,
@@ -316,7 +318,8 @@ class Coordinator:
             self._persist(workers=(self._table.worker(worker_id),))
             self._reply_waits_locked()
         self._release(worker_id, orphaned, process, f"the process that held it, {previous}, was replaced")
-        return Registration(worker_id, self.heartbeat_interval_s, self.lease_timeout_s, self.league_id)
+        return Registration(worker_id, self.heartbeat_interval_s, self.lease_timeout_s, self.league_id,
+                            self._root_id)
 
     def heartbeat(
         self, worker_id: str, job_ids: Iterable[str], process: str = "", leaving: bool = False
@@ -1276,3 +1279,14 @@ def _adopt_if_copied(key: str, relative: str, path: Path, root: SharedRoot) -> N
         raise ConfigError(key, message) from None
     log.info("%s: recorded %s, a checkpoint copied from %s (version %d), at its new place", key, relative,
              ref.metadata.get("copied_from"), ref.version)
+
+
+def _shared_root_id(root: Path) -> str:
+    """The shared root's marker id, which workers check their own --shared-root against ("" when the root takes no
+    marker: a read-only share; workers then check nothing)."""
+    try:
+        return ensure_root_id(root)
+    except OSError as err:
+        log.warning("no shared-root marker in %s (%s): workers cannot check that their --shared-root is this one",
+                    root, err)
+        return ""

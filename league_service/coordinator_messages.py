@@ -22,6 +22,7 @@ class Registration:
     heartbeat_interval_s: float
     lease_timeout_s: float
     league_id: str
+    shared_root_id: str = ""
 
 
 @dataclass(frozen=True)

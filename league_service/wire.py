@@ -266,6 +266,7 @@ def registration_reply(r: Registration) -> league_pb2.RegisterWorkerResponse:
         heartbeat_interval_s=r.heartbeat_interval_s,
         lease_timeout_s=r.lease_timeout_s,
         league_id=r.league_id,
+        shared_root_id=r.shared_root_id,
     )
 
 

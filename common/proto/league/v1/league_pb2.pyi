@@ -63,16 +63,18 @@ class RegisterWorkerRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., role: _Optional[_Union[WorkerRole, str]] = ..., hostname: _Optional[str] = ..., data_endpoint: _Optional[str] = ...) -> None: ...
 
 class RegisterWorkerResponse(_message.Message):
-    __slots__ = ("worker_id", "heartbeat_interval_s", "lease_timeout_s", "league_id")
+    __slots__ = ("worker_id", "heartbeat_interval_s", "lease_timeout_s", "league_id", "shared_root_id")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     LEASE_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     LEAGUE_ID_FIELD_NUMBER: _ClassVar[int]
+    SHARED_ROOT_ID_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     heartbeat_interval_s: float
     lease_timeout_s: float
     league_id: str
-    def __init__(self, worker_id: _Optional[str] = ..., heartbeat_interval_s: _Optional[float] = ..., lease_timeout_s: _Optional[float] = ..., league_id: _Optional[str] = ...) -> None: ...
+    shared_root_id: str
+    def __init__(self, worker_id: _Optional[str] = ..., heartbeat_interval_s: _Optional[float] = ..., lease_timeout_s: _Optional[float] = ..., league_id: _Optional[str] = ..., shared_root_id: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("worker_id", "job_ids", "leaving")

@@ -1,0 +1,57 @@
+"""Which directory is the league's shared root, as workers can check it.
+
+The coordinator names checkpoints by their paths under its shared root; a worker reads them under its own
+`--shared-root`. A worker given another directory (a share mounted on one side only, a typo) found no checkpoint
+the league named: an actor played an old version it found there, or failed every job, and nothing said why (a
+review). The coordinator keeps a random id in a marker file at its root's top and sends it at registration; a
+worker compares it with its own root's marker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import tempfile
+from pathlib import Path
+
+from common.durable_files import fsync_dir, fsync_file
+
+ROOT_MARKER = ".league_root.json"
+"""The marker's name at the top of a shared root."""
+
+
+def ensure_root_id(root: Path) -> str:
+    """The id in `root`'s marker, written first when there is none (created once: of two coordinators starting on
+    one root, the second reads the first's). Raises OSError when it can be neither read nor written."""
+    marker = Path(root) / ROOT_MARKER
+    found = read_root_id(root)
+    if found is not None:
+        return found
+    fd, temp = tempfile.mkstemp(dir=root, prefix=f".{ROOT_MARKER}.")
+    try:
+        with os.fdopen(fd, "w") as out:
+            json.dump({"root_id": secrets.token_hex(16)}, out)
+        fsync_file(Path(temp))
+        try:
+            os.link(temp, marker)  # (never replaces one there: a concurrent start's stays)
+        except FileExistsError:
+            pass
+        fsync_dir(Path(root))
+    finally:
+        os.unlink(temp)
+    found = read_root_id(root)
+    if found is None:
+        raise OSError(f"{marker}: written, but it does not read back as a shared-root marker")
+    return found
+
+
+def read_root_id(root: Path) -> str | None:
+    """The id in `root`'s marker; None when there is none, or it cannot be read or is not one."""
+    try:
+        with open(Path(root) / ROOT_MARKER, "rb") as marker:
+            data = json.loads(marker.read(4096))
+    except (OSError, ValueError):
+        return None
+    root_id = data.get("root_id") if isinstance(data, dict) else None
+    return root_id if isinstance(root_id, str) and root_id else None

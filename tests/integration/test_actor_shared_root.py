@@ -1,0 +1,45 @@
+"""An actor whose --shared-root is not the coordinator's stops with one line (exit 2 in the CLI): it played an old
+version found there, or failed every job, and nothing said why (a review)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from actor_service.actor import Actor, ActorSettings
+from common.proto.league.v1 import league_pb2 as pb
+from common.root_marker import ROOT_MARKER, ensure_root_id, read_root_id
+from common.rpc import RegistrationError
+from league_service.coordinator_testing import league_stub, running_coordinator, small_league_config
+
+
+def test_a_root_is_marked_once_and_a_damaged_marker_reads_as_none(tmp_path):
+    first = ensure_root_id(tmp_path)
+    assert ensure_root_id(tmp_path) == first == read_root_id(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == [ROOT_MARKER]  # (its temporary file removed)
+    (tmp_path / ROOT_MARKER).write_text("[1, 2]")
+    assert read_root_id(tmp_path) is None
+    assert read_root_id(tmp_path / "missing") is None
+
+
+@pytest.mark.parametrize("other_root", ["empty", "another league's"])
+def test_an_actor_whose_shared_root_is_not_the_coordinators_stops_naming_it(tmp_path, monkeypatch, other_root):
+    monkeypatch.setattr("actor_service.actor.ROOT_MARKER_WAIT_S", 0.5)
+    league_root, actor_root = tmp_path / "league", tmp_path / "elsewhere"
+    league_root.mkdir()
+    actor_root.mkdir()
+    if other_root != "empty":
+        (actor_root / ROOT_MARKER).write_text(json.dumps({"root_id": "another"}))
+    with running_coordinator(small_league_config(), league_root, needs_learner=False) as server:
+        actor = Actor(ActorSettings(coordinator=server.address, shared_root=actor_root, worker_id="actor-x",
+                                    manager="base", max_jobs=1, get_job_wait_s=1.0))
+        with pytest.raises(RegistrationError, match="is not the coordinator's shared root") as refused:
+            actor.run()
+        assert str(actor_root) in str(refused.value)
+        assert ("has no" if other_root == "empty" else "holds id another") in str(refused.value)
+        # The id it checks against is the league root's marker (every other test runs actors on their league's root).
+        channel, stub = league_stub(server.address)
+        with channel:
+            reply = stub.RegisterWorker(pb.RegisterWorkerRequest(worker_id="probe", role=pb.WORKER_ROLE_ACTOR))
+        assert reply.shared_root_id == read_root_id(league_root) != "another"

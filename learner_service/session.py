@@ -441,10 +441,10 @@ class LearnSession:
         # INFO for a replay learner: its replay, every sample of which is as lost, goes at every stop (README), and
         # this WARNING showed in every clean stop of a DQN league (a review).
         log.log(logging.INFO if self.trainer.replays else logging.WARNING,
-                "%s: the stop's %.1f s of training ran out: %d accepted sample(s) not trained on%s",
+                "%s: the stop's %.1f s of training ran out: %d accepted sample(s) not trained on%s%s",
                 self.job.player_id, train_s, samples,
-                " (replay updates they owed skipped; the replay is not kept across a stop either)"
-                if self.trainer.replays else "")
+                " (replay updates they owed skipped)" if self.trainer.owes_updates else "",
+                " (the replay is not kept across a stop either)" if self.trainer.replays else "")
 
     def _train_ready(self, publish: bool, rest: bool = False, deadline: float = math.inf) -> None:
         """Train while a batch is ready; publish + report every ``publish_every`` iterations when ``publish``.

@@ -29,7 +29,6 @@ import json
 import logging
 import os
 import socket
-import time
 import traceback
 from collections import deque
 from dataclasses import dataclass, field
@@ -66,16 +65,12 @@ from common.busy_clock import StallWatch
 from common.envs.base import EnvInfo, Outcome
 from common.envs.policy_view import UnsupportedEnvError
 from common.proto.league.v1 import league_pb2
-from common.root_marker import ROOT_MARKER, read_root_id
+from common.root_marker import ROOT_MARKER_WAIT_S, shared_root_mismatch
 from common.rpc import RegistrationError, job_heartbeat_interval
 from common.tensor_codec import ChunkHeader
 from common.timed_store import TimedCheckpointStore
 
 log = logging.getLogger(__name__)
-
-ROOT_MARKER_WAIT_S = 30.0
-"""How long an actor waits for its --shared-root's marker to show before it says the root is not the league's: on
-NFS a file another machine created may show seconds late."""
 
 _OUTCOMES = {
     None: league_pb2.OUTCOME_UNSPECIFIED,
@@ -261,24 +256,11 @@ class Actor:
         return self._finish(plan.job_id, league_pb2.FINISH_STATUS_RELEASED, episodes, env_steps, agent_steps,
                             once=True)
 
-    def _same_shared_root(self, expected: str) -> bool:
-        """Raise `RegistrationError` when this actor's --shared-root is not the coordinator's (its marker holds
-        another id, or none after `ROOT_MARKER_WAIT_S`: a new file may show late on NFS); False when stopped while
-        waiting for it. An empty id (an older coordinator, or a root it could not mark) is not checked."""
-        root = Path(self.settings.shared_root)
-        deadline = time.monotonic() + ROOT_MARKER_WAIT_S
-        found = read_root_id(root)
-        while expected and found is None and time.monotonic() < deadline:
-            if self._stop.wait(1.0):
-                return False
-            found = read_root_id(root)
-        if not expected or found == expected:
-            return True
-        held = (f"it has no {ROOT_MARKER}" if found is None
-                else f"its {ROOT_MARKER} holds id {found}, the coordinator's root {expected}")
-        raise RegistrationError(f"--shared-root {root} is not the coordinator's shared root ({held}): the checkpoints "
-                                "the league names would not be found there; give the directory where the "
-                                "coordinator's shared root is mounted")
+    def _check_shared_root(self, expected: str) -> None:
+        """Raise `RegistrationError` when this actor's --shared-root is not the coordinator's."""
+        if (mismatch := shared_root_mismatch(Path(self.settings.shared_root), expected, self._stop.wait,
+                                             ROOT_MARKER_WAIT_S)) is not None:
+            raise RegistrationError(mismatch)
 
     def run(self) -> list[JobReport]:
         """Serve jobs until stopped (or `max_jobs` are done); returns the reports of the last `KEPT_REPORTS` jobs
@@ -286,8 +268,9 @@ class Actor:
         tally = JobTally()
         try:
             registration = self._client.register()
-            if registration is None or not self._same_shared_root(registration.shared_root_id):
+            if registration is None:
                 return list(self.reports)
+            self._check_shared_root(registration.shared_root_id)
             while not self._stop.is_set():
                 if self.settings.max_jobs is not None and self.jobs_run >= self.settings.max_jobs:
                     break

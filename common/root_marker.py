@@ -13,12 +13,17 @@ import json
 import os
 import secrets
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from common.durable_files import fsync_dir, fsync_file
 
 ROOT_MARKER = ".league_root.json"
 """The marker's name at the top of a shared root."""
+ROOT_MARKER_WAIT_S = 30.0
+"""How long a worker waits for its --shared-root's marker to show before it says the root is not the league's: on
+NFS a file another machine created may show seconds late."""
 
 
 def ensure_root_id(root: Path) -> str:
@@ -55,3 +60,22 @@ def read_root_id(root: Path) -> str | None:
         return None
     root_id = data.get("root_id") if isinstance(data, dict) else None
     return root_id if isinstance(root_id, str) and root_id else None
+
+
+def shared_root_mismatch(root: Path, expected: str, stopped: Callable[[float], bool],
+                         wait_s: float = ROOT_MARKER_WAIT_S) -> str | None:
+    """Why a worker's `root` is not the coordinator's, whose marker id is `expected` (another id in its marker, or
+    none after `wait_s`: a new file may show late on NFS); None when it is, when `expected` is empty (an older
+    coordinator, or a root it could not mark: not checked), or when `stopped(1.0)` (waits up to that many seconds,
+    True once the worker stops) says the worker stopped while waiting."""
+    deadline = time.monotonic() + wait_s
+    found = read_root_id(root)
+    while expected and found is None and time.monotonic() < deadline:
+        if stopped(1.0):
+            return None
+        found = read_root_id(root)
+    if not expected or found == expected:
+        return None
+    held = f"it has no {ROOT_MARKER}" if found is None else f"its {ROOT_MARKER} holds id {found}, the coordinator's root {expected}"
+    return (f"--shared-root {root} is not the coordinator's shared root ({held}): the checkpoints the league names "
+            "would not be found there; give the directory where the coordinator's shared root is mounted")

@@ -73,6 +73,8 @@ class BindingLost(Exception):
 class Registration:
     heartbeat_interval_s: float
     lease_timeout_s: float
+    shared_root_id: str = ""
+    """The coordinator's shared-root marker id ("": not checked): see common/root_marker.py."""
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,10 @@ class LeagueClient:
     def close(self) -> None:
         self._channel.close()
 
+    def wait_interrupted(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s`; True once `interrupt` was called."""
+        return self._stopped.wait(timeout_s)
+
     def interrupt(self) -> None:
         """End every waiting call (register, next_learn_job, backoff) now; they raise `Interrupted`."""
         with self._cond:
@@ -191,7 +197,7 @@ class LeagueClient:
                 reply = self._call(self._stub.RegisterWorker, request, timeout=10.0)
                 self._first_contact.answered = True
                 check_registration(self.address, reply.heartbeat_interval_s, reply.lease_timeout_s)
-                return Registration(reply.heartbeat_interval_s, reply.lease_timeout_s)
+                return Registration(reply.heartbeat_interval_s, reply.lease_timeout_s, reply.shared_root_id)
             except grpc.RpcError as err:
                 if err.code() in TRANSIENT_CODES:  # (raises once TLS keeps failing before any answer)
                     self._first_contact.check("RegisterWorker", self.address, err.details())

@@ -28,9 +28,11 @@ from common.envs.policy_view import policy_specs
 from common.learner_config import LearnerConfig
 from common.policy_config import PolicyConfig, player_seed
 from common.proto.league.v1 import league_pb2
+from common.root_marker import ROOT_MARKER_WAIT_S, shared_root_mismatch
 from common.rpc import (
     SERVER_FAULT_CODES,
     TRANSIENT_CODES,
+    RegistrationError,
     ServerOptions,
     ServerTls,
     ServingServer,
@@ -230,9 +232,13 @@ class Learner:
         if self.server is None:
             raise RuntimeError("Learner.start() first")
         store_root = Path(self.settings.shared_root)
+        root_checked = ""
         while not self.stopping:
             try:
                 registration = self.client.register(self.data_endpoint)
+                if registration.shared_root_id != root_checked:  # (once: a restarted coordinator keeps its root)
+                    self._check_shared_root(store_root, registration.shared_root_id)
+                    root_checked = registration.shared_root_id
                 job = self.client.next_learn_job(self.data_endpoint, self.settings.get_job_wait_s)
             except Interrupted:
                 break
@@ -256,6 +262,13 @@ class Learner:
             log.warning("%s: dropping %d received samples not trained on: the learner stops before the league bound "
                         "the player here again", self._kept.player_id, untrained)
         self.client.leave()  # stopping: its learn job was released (or the leave releases it)
+
+    def _check_shared_root(self, root: Path, expected: str) -> None:
+        """Raise `RegistrationError` when this learner's --shared-root is not the coordinator's: it resumed its
+        player from no checkpoint (or an old one found there) and trained until its first publish was refused."""
+        if (mismatch := shared_root_mismatch(root, expected, self.client.wait_interrupted,
+                                             ROOT_MARKER_WAIT_S)) is not None:
+            raise RegistrationError(mismatch)
 
     def _stall_watches(self) -> list[StallWatch]:
         """What the session may be stuck in where nothing breaks it off: the lease keeper lets the lease go past

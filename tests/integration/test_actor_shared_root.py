@@ -12,6 +12,8 @@ from common.proto.league.v1 import league_pb2 as pb
 from common.root_marker import ROOT_MARKER, ensure_root_id, read_root_id
 from common.rpc import RegistrationError
 from league_service.coordinator_testing import league_stub, running_coordinator, small_league_config
+from learner_service.config import LearnerSettings
+from learner_service.learner import Learner
 
 
 def test_a_root_is_marked_once_and_a_damaged_marker_reads_as_none(tmp_path):
@@ -43,3 +45,27 @@ def test_an_actor_whose_shared_root_is_not_the_coordinators_stops_naming_it(tmp_
         with channel:
             reply = stub.RegisterWorker(pb.RegisterWorkerRequest(worker_id="probe", role=pb.WORKER_ROLE_ACTOR))
         assert reply.shared_root_id == read_root_id(league_root) != "another"
+
+
+def test_a_learner_whose_shared_root_is_not_the_coordinators_stops_before_binding(tmp_path, monkeypatch):
+    """It resumed its player from no checkpoint (or an old one found there) and trained until its first publish
+    was refused."""
+    monkeypatch.setattr("learner_service.learner.ROOT_MARKER_WAIT_S", 0.5)
+    league_root, learner_root = tmp_path / "league", tmp_path / "elsewhere"
+    league_root.mkdir()
+    learner_root.mkdir()
+    (learner_root / ROOT_MARKER).write_text(json.dumps({"root_id": "another"}))
+    with running_coordinator(small_league_config(), league_root) as server:
+        learner = Learner(LearnerSettings(coordinator=server.address, shared_root=learner_root, worker_id="learner-x",
+                                          device="cpu", get_job_wait_s=1.0, max_backoff_s=1.0))
+        try:
+            learner.start()
+            with pytest.raises(RegistrationError, match="holds id another") as refused:
+                learner.run()
+        finally:
+            learner.close(grace_s=1.0)
+        assert str(learner_root) in str(refused.value)
+        channel, stub = league_stub(server.address)
+        with channel:
+            status = stub.GetStatus(pb.GetStatusRequest())
+        assert status.counters.jobs_issued == 0 and not status.jobs  # no learn job was taken

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import threading
 import time
@@ -937,17 +938,29 @@ def _pushed(address: str, chunks):
         return err
 
 
-def test_a_learner_on_another_share_than_the_coordinators_stops_with_one_line_and_exit_2(tmp_path):
-    """The coordinator refuses UpdatePlayer for a checkpoint it does not find under its own shared root (the
-    share mounted on one side only): the learner died with a traceback, exit 1, which supervisors restart for
-    ever (a review). One line naming both roots, exit 2, and its learn job handed back as failed."""
+@pytest.mark.parametrize("marked", [True, False], ids=["marked root", "unmarked root"])
+def test_a_learner_on_another_share_than_the_coordinators_stops_with_one_line_and_exit_2(tmp_path, monkeypatch,
+                                                                                         marked):
+    """A learner on another share than the coordinator's (mounted on one side only) died with a traceback, exit 1,
+    which supervisors restart for ever (a review). One line naming its root, exit 2: at registration, where the
+    coordinator's root holds a marker (common/root_marker.py) and the learner's another; else at its first report,
+    which the coordinator refuses for a checkpoint it does not find under its own root, naming both roots, and its
+    learn job handed back as failed."""
     import subprocess
 
+    from common.root_marker import ROOT_MARKER
     from learner_service.learner_testing import learner_command
 
     coordinator_root, learner_root = tmp_path / "a", tmp_path / "b"
     coordinator_root.mkdir()
     learner_root.mkdir()
+    if marked:
+        (learner_root / ROOT_MARKER).write_text(json.dumps({"root_id": "another"}))
+    else:  # a coordinator that could not write its marker (a read-only share): workers check nothing
+        def unwritable(root):
+            raise PermissionError(f"{root}: read-only")
+
+        monkeypatch.setattr("league_service.coordinator.ensure_root_id", unwritable)
     with running_coordinator(solo_config(batch_size=128), coordinator_root) as server:
         proc = subprocess.run(
             learner_command("--coordinator", server.address, "--shared-root", str(learner_root), "--worker-id",
@@ -959,6 +972,10 @@ def test_a_learner_on_another_share_than_the_coordinators_stops_with_one_line_an
             counters = stub.GetStatus(league_pb2.GetStatusRequest()).counters
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
+    if marked:
+        assert f"--shared-root {learner_root} is not the coordinator's shared root" in proc.stderr, proc.stderr
+        assert counters.jobs_issued == 0
+        return
     assert "refused this learner: INVALID_ARGUMENT" in proc.stderr and "under the shared root" in proc.stderr
     assert f"this learner published it under its --shared-root {learner_root}" in proc.stderr, proc.stderr
     assert counters.jobs_finished >= 1 or counters.jobs_failed >= 1

@@ -27,7 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
-from common.rpc import AddressInUseError, bearer_refusal, bearer_token, join_host_port
+from common.rpc import AddressInUseError, BindError, bearer_refusal, bearer_token, join_host_port
 
 # Unary calls here take ~0.1-10 ms; long-polling GetJob up to the call's deadline.
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -274,7 +274,7 @@ class MetricsServer:
             where = f"--metrics-port: {join_host_port(host, port)}"
             if err.errno == errno.EADDRINUSE:
                 raise AddressInUseError(err.errno, f"{where} is in use by another process") from err
-            raise OSError(err.errno, f"{where}: {err.strerror or err}") from err
+            raise BindError(err.errno, f"{where}: {err.strerror or err}") from err
         self._thread = threading.Thread(target=self._server.serve_forever, name="metrics-http", daemon=True)
         self._thread.start()
         self.port: int = self._server.server_port

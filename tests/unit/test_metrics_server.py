@@ -108,3 +108,24 @@ def test_a_trickling_client_is_dropped_and_connections_are_capped(monkeypatch, c
         stop.set()
         server.close()
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_metrics_port_refused_for_another_reason_than_in_use_is_named_alone(monkeypatch):
+    """A port below 1024 for a user without the right to it: the coordinator said "cannot listen on
+    127.0.0.1:0: [Errno 13] --metrics-port: 127.0.0.1:80: Permission denied", the RPC address first (a review).
+    A BindError is printed as it is, naming the metrics port only."""
+    import errno
+
+    from common.rpc import BindError
+
+    bind = socket.socket.bind
+
+    def refuse_80(sock, address):
+        if isinstance(address, tuple) and address[1] == 80:
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return bind(sock, address)
+
+    monkeypatch.setattr(socket.socket, "bind", refuse_80)
+    with pytest.raises(BindError) as refused:
+        MetricsServer(CollectorRegistry(), "127.0.0.1", 80)
+    assert str(refused.value) == "--metrics-port: 127.0.0.1:80: Permission denied"

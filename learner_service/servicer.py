@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 SERVICE = league_pb2.DESCRIPTOR.services_by_name["LearnerService"]
 
 
+STOPPING_REFUSAL = "the learner is stopping; retry (the player's next learner takes the data)"
+
+
 class ChunkRefused(Exception):
     """A chunk the learner does not take; ``code`` is the status the stream ends with."""
 
@@ -159,8 +162,7 @@ class DataPlane:
             intake, stopping = self._intake, self._stopping
         if intake is None:
             if stopping:
-                raise ChunkRefused(grpc.StatusCode.UNAVAILABLE,
-                                   "the learner is stopping; retry (the player's next learner takes the data)")
+                raise ChunkRefused(grpc.StatusCode.UNAVAILABLE, STOPPING_REFUSAL)
             raise ChunkRefused(grpc.StatusCode.UNAVAILABLE, "the learner is not bound to a player yet; retry")
         for name in ("worker_id", "job_id"):  # first: the refusals below name them in the log
             if not getattr(chunk, name):
@@ -305,6 +307,11 @@ class LearnerServicer(league_pb2_grpc.LearnerServiceServicer):
             else:
                 accepted += 1
                 samples += result.samples
+        if self._plane.stopping:
+            # The stop came while the stream waited for its client's next chunk, and the client then ended it:
+            # refused as a whole as above (answered, its chunks counted as delivered and were lost when the stop
+            # could not train or publish them; a review).
+            context.abort(grpc.StatusCode.UNAVAILABLE, STOPPING_REFUSAL)
         return league_pb2.PushSummary(
             chunks_accepted=accepted,
             chunks_duplicate=duplicates,

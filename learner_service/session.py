@@ -410,7 +410,10 @@ class LearnSession:
         """A chunk acted more than `learner.max_staleness` versions ago: dropped (`LearnerConfig.max_staleness`).
         Seen by the telemetry first, which keeps its episodes' returns whole and shows the staleness received."""
         bound = self.config.max_staleness
-        if bound is None or self.trainer.version - chunk.header.policy_version <= bound:
+        # One version ahead: played under a reset the learner applies at its next report (telemetry.observe).
+        # More: a version this learner never reached, whose staleness is unknown (a wrong version, another
+        # league's checkpoint): trained under the bound all the same (a review).
+        if bound is None or -1 <= self.trainer.version - chunk.header.policy_version <= bound:
             return False
         if not self.stale_dropped:
             log.info("%s: dropping chunks acted more than %d version(s) before the learner's (learner.max_staleness; "

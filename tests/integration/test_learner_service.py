@@ -894,6 +894,38 @@ def test_a_stopping_learner_refuses_a_stream_under_way_whose_chunks_the_next_lea
         rollout.close()
 
 
+def test_a_stream_its_client_ends_after_the_stop_is_refused_with_the_chunks_it_took(tmp_path):
+    """The stop came while the stream waited for its client's next chunk, and the client then ended the stream:
+    it was answered OK with the chunks it took, which the actor counted as delivered, though the stop might not
+    train or publish them (a review). Refused as a whole, as a stream that sends a chunk after the stop is."""
+    cfg = solo_config(batch_size=100_000)  # nothing trained before the stop
+    rollout = Rollout(player_id=PLAYER, env_num=4, unroll_len=8)
+    stopped = threading.Event()
+    try:
+        with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
+            with running_learner(coordinator.address, tmp_path) as learner:
+                learner.learner.wait_published(PLAYER, 0, 60)
+                chunks = rollout.chunks(acting_task(cfg, tmp_path), 3, policy_version=0)
+
+                def stream():
+                    yield from chunks
+                    stopped.wait(60)  # then the client ends it: no chunk after the stop
+
+                answer: list = []
+                pusher = threading.Thread(target=lambda: answer.append(_pushed(learner.address, stream())))
+                pusher.start()
+                eventually(lambda: learner.learner.plane.counts().chunks_accepted == 3 or None)
+                learner.learner.request_stop()
+                stopped.set()
+                pusher.join(60)
+        (refused,) = answer
+        assert isinstance(refused, grpc.RpcError), refused
+        assert refused.code() is grpc.StatusCode.UNAVAILABLE and "the learner is stopping" in refused.details()
+    finally:
+        stopped.set()
+        rollout.close()
+
+
 def test_chunks_of_a_stream_idle_at_the_stop_are_duplicates_for_the_next_learner(tmp_path):
     """A stream open and idle when the learner stops (an actor's 50 ms quiet window) is cancelled by the server's
     stop, unacknowledged, so the actor sends its chunks again: the stop trained them into its final checkpoint,

@@ -521,6 +521,23 @@ def test_chunks_older_than_max_staleness_are_dropped_and_counted_and_fresher_one
     assert unbounded.stale_dropped == 0 and trainer.version == 6
 
 
+def test_under_max_staleness_a_chunk_of_a_version_the_learner_never_reached_is_dropped(tmp_path):
+    """Its staleness is unknown (an actor reporting a wrong version, another league's checkpoint): it was trained
+    even under `max_staleness: 0` (a review). One version ahead is a reset's (the learner applies it at its next
+    report): trained."""
+    trainer = _trainer(batch_size=16)
+    publisher = CheckpointPublisher(CheckpointStore(tmp_path), "p", "w")
+    context = SessionContext(_Client(), DataPlane(), tmp_path, "cpu", lambda: False, lambda *a: None)
+    job = LearnJob("job-1", "p", "", 0, "CartPole-v1", {}, {}, {}, 30.0, 0.0)
+    config = LearnerConfig(batch_size=16, publish_every=1, max_staleness=0, tensorboard_every_s=0.0)
+    session = LearnSession(context, job, _HeldLease(), trainer, publisher, config, seed=0)
+    session._consume(_prepared(trainer, seq=0, policy_version=10**15))
+    session._consume(_prepared(trainer, seq=1, policy_version=2))
+    assert session.stale_dropped == 2 and trainer.version == 0
+    session._consume(_prepared(trainer, seq=2, policy_version=1))  # a reset's, one ahead
+    assert session.stale_dropped == 2 and trainer.version == 1
+
+
 def test_max_staleness_is_a_number_of_versions_or_null():
     assert LearnerConfig.from_mapping({"max_staleness": 0}).max_staleness == 0
     assert LearnerConfig.from_mapping({"max_staleness": None}).max_staleness is None

@@ -77,7 +77,8 @@ def render_status(status: league_pb2.LeagueStatus, workers: bool = True) -> Grou
     parts = [_header(status), *_players(status)]
     if status.payoff:
         parts.append(_FirstThatFits([lambda: _win_rates(status), lambda: _win_rates_of_active_players(status),
-                                     lambda: _win_rates_of_active_players(status, least=False)]))
+                                     lambda: _win_rates_of_active_players(status, least=False),
+                                     lambda: _win_rates_of_active_players(status, least=False, per_opponent=False)]))
     parts.append(_jobs(status))
     if workers:
         parts.append(_workers(status))
@@ -163,10 +164,10 @@ def _fitted(title: str, players: list[league_pb2.PlayerStatus], columns: list[st
             drop_order: list[str]) -> _FirstThatFits:
     """The players' table with every column if it fits the width it is printed at; else without the columns
     of `drop_order`, one at a time in that order, and a caption naming what was left out."""
-    def build(dropped: tuple[str, ...]) -> Callable[[], Table]:
+    def build(dropped: tuple[str, ...], fold_ids: bool = False) -> Callable[[], Table]:
         def table() -> Table:
             kept = [i for i, name in enumerate(columns) if name not in dropped]
-            t = _table(title, players, [columns[i] for i in kept])
+            t = _table(title, players, [columns[i] for i in kept], fold_ids)
             if dropped:
                 t.caption = f"left out at this width: {', '.join(dropped)} (a wider terminal or --json has them)"
                 t.caption_justify = "left"
@@ -176,13 +177,22 @@ def _fitted(title: str, players: list[league_pb2.PlayerStatus], columns: list[st
         return table
 
     drop_order = [name for name in drop_order if name in columns]
-    return _FirstThatFits([build(tuple(drop_order[:n])) for n in range(len(drop_order) + 1)])
+    # Last, ids too long for the width even alone with the steps (ids run to 256 characters): folded onto more
+    # lines. Kept whole on one line, rich cut the table at the terminal's edge: a step count of 123,456,789 read
+    # "123", the other columns were gone, and 150-character ids left nothing to tell the players apart (a review).
+    return _FirstThatFits([*(build(tuple(drop_order[:n])) for n in range(len(drop_order) + 1)),
+                           build(tuple(drop_order), fold_ids=True)])
 
 
-def _table(title: str, players: list[league_pb2.PlayerStatus], columns: list[str]) -> Table:
+def _table(title: str, players: list[league_pb2.PlayerStatus], columns: list[str], fold_ids: bool = False) -> Table:
     table = PlainTable(title=title, title_justify="left")
-    # Ids are what people search for: never cut short; the other columns give way instead.
-    table.add_column("player", no_wrap=True, min_width=max((len(p.player_id) for p in players), default=6))
+    # Ids are what people search for: never cut short; the other columns give way instead (and where even that
+    # does not fit, `fold_ids`: an id folds onto more lines, whole).
+    longest = max((len(p.player_id) for p in players), default=6)
+    if fold_ids:
+        table.add_column("player", overflow="fold", min_width=min(longest, FOLDED_ID_WIDTH))
+    else:
+        table.add_column("player", no_wrap=True, min_width=longest)
     for name in columns:
         numeric = name in _NUMERIC
         # A checkpoint is shown whole or not at all (_fitted leaves the column out where it does not fit): cut at
@@ -194,6 +204,8 @@ def _table(title: str, players: list[league_pb2.PlayerStatus], columns: list[str
 
 
 _UNBOUNDED = 100_000
+FOLDED_ID_WIDTH = 24
+"""The player column's width where ids are folded onto more lines to fit the terminal."""
 
 
 class _FirstThatFits:
@@ -262,36 +274,48 @@ def _win_rates(status: league_pb2.LeagueStatus) -> Table:
     return table
 
 
-def _win_rates_of_active_players(status: league_pb2.LeagueStatus, least: bool = True) -> Table:
-    """One row per active player: its win rate against each active player, against all historical players
-    (games-weighted) and (`least`) against the historical player it beats least."""
+def _win_rates_of_active_players(status: league_pb2.LeagueStatus, least: bool = True,
+                                 per_opponent: bool = True) -> Table:
+    """One row per active player: its win rate against each active player (`per_opponent`; else against all of
+    them, games-weighted), against all historical players (games-weighted) and (`least`) against the historical
+    player it beats least."""
     active = sorted(p.player_id for p in status.players if p.active)
     historical = {p.player_id for p in status.players if not p.active}
     cells = {(e.home, e.away): e for e in status.payoff if e.games > 0}
     table = PlainTable(title=f"win rate (games played) of the active players; the whole matrix of {len(status.players)} players: "
                   "--json or league plot", title_justify="left")
-    table.add_column("player", no_wrap=True, min_width=max(map(len, active), default=6))
+    if per_opponent:
+        table.add_column("player", no_wrap=True, min_width=max(map(len, active), default=6))
+    else:
+        table.add_column("player", overflow="fold", min_width=min(max(map(len, active), default=6), FOLDED_ID_WIDTH))
     opponents = [a for a in active if any((home, a) in cells for home in active)]
-    for away in opponents:  # narrow: a rate and its count wrap onto two lines, a long id folds; nothing is cut
-        table.add_column(away, justify="right", overflow="fold")
+    if per_opponent:
+        for away in opponents:  # narrow: a rate and its count wrap onto two lines, a long id folds; nothing is cut
+            table.add_column(away, justify="right", overflow="fold")
+    else:
+        # A column per active opponent left every cell empty with 20 of them at 80 columns, and nothing said so
+        # (a review): their games taken together instead.
+        table.add_column(f"vs {len(active)} active", justify="right", overflow="fold")
     table.add_column(f"vs {len(historical)} historical", justify="right", overflow="fold")
+    left_out = [*([] if least else ["the historical player each beats least"]),
+                *([] if per_opponent else ["the rate against each active player"])]
     if least:
         table.add_column("historical it beats least", no_wrap=True, overflow="ellipsis", max_width=60)
-    else:
-        table.caption = "left out at this width: the historical player each beats least (--json has it)"
+    if left_out:
+        table.caption = f"left out at this width: {' and '.join(left_out)} (--json has them)"
         table.caption_justify = "left"
     shown: list[league_pb2.PayoffEntry] = []
     for home in active:
         row = [home]
-        for away in opponents:
-            e = cells.get((home, away))
-            row.append(_rate_cell(e) if e is not None else "-")
-            shown += [e] if e is not None else []
+        if per_opponent:
+            for away in opponents:
+                e = cells.get((home, away))
+                row.append(_rate_cell(e) if e is not None else "-")
+                shown += [e] if e is not None else []
+        else:
+            row.append(_pooled_rate([e for (h, a), e in cells.items() if h == home and a in opponents]))
         past = [e for (h, a), e in cells.items() if h == home and a in historical]
-        games = sum(e.games for e in past)  # over the decayed counts, as PFSP weighs the games
-        played = sum(e.games_played for e in past)
-        scored = sum(e.wins + 0.5 * e.draws for e in past)  # (not the rates: a default would count as played)
-        row.append(f"{min(max(scored / games, 0.0), 1.0):.0%} ({played:,})" if past else "-")
+        row.append(_pooled_rate(past))
         if least:  # among the pairs with a rate of their own: a default 50% is no measure of the weakest
             worst = min((e for e in past if not e.win_rate_is_default), key=lambda e: (e.win_rate, -e.games),
                         default=None)
@@ -299,6 +323,16 @@ def _win_rates_of_active_players(status: league_pb2.LeagueStatus, least: bool = 
         table.add_row(*row)
     _note_defaults(table, shown)
     return table
+
+
+def _pooled_rate(entries: Sequence[league_pb2.PayoffEntry]) -> str:
+    """The games-weighted win rate (draws half) over `entries` (over the decayed counts, as PFSP weighs the
+    games: not the rates, where a default would count as played) and the games played."""
+    if not entries:
+        return "-"
+    games = sum(e.games for e in entries)
+    scored = sum(e.wins + 0.5 * e.draws for e in entries)
+    return f"{min(max(scored / games, 0.0), 1.0):.0%} ({sum(e.games_played for e in entries):,})"
 
 
 def _jobs(status: league_pb2.LeagueStatus) -> _FirstThatFits:

@@ -251,3 +251,42 @@ def test_columns_that_is_not_a_positive_width_is_ignored(monkeypatch):
         assert status_console().width == PIPED_WIDTH  # stdout is not a terminal under pytest
     monkeypatch.setenv("COLUMNS", "120")
     assert status_console().width == 120
+
+
+def _printed(status: league_pb2.LeagueStatus, width: int) -> str:
+    console = Console(width=width, record=True, file=open("/dev/null", "w"))
+    console.print(render_status(status))
+    return console.export_text()
+
+
+def test_ids_too_long_for_the_terminal_fold_and_the_numbers_stay_whole():
+    """Ids run to 256 characters: kept whole on one line, rich cut the table at the terminal's edge, a step count
+    of 123,456,789 read "123" and the other columns were gone (a review). Folded onto more lines instead."""
+    status = league_pb2.LeagueStatus(league_id="L", league_type="one_vs_one")
+    for i in range(3):
+        status.players.add(player_id=f"main_player_{'x' * 58}_{i}", player_type="main_player", active=True,
+                           agent_steps=123_456_789 + i)
+    text = _printed(status, 80)
+    assert max(map(len, text.splitlines())) <= 80
+    for p in status.players:
+        assert f"{p.agent_steps:,}" in text, text
+    flat = "".join(line.split("│")[1].strip() for line in text.splitlines() if line.startswith("│"))
+    assert all(p.player_id in flat for p in status.players)  # whole, over more lines
+
+
+def test_many_active_players_pool_their_rates_against_each_other_where_a_column_each_does_not_fit():
+    """A column per active opponent left every cell empty with 20 active players at 80 columns, and nothing said
+    so (a review): their games against the active players taken together instead, and the caption says so."""
+    status = league_pb2.LeagueStatus(league_id="L", league_type="one_vs_one")
+    ids = [f"main_player_default_{i}" for i in range(20)]
+    for player in ids:
+        status.players.add(player_id=player, player_type="main_player", active=True)
+    for home in ids:
+        for away in ids:
+            if home != away:
+                status.payoff.add(home=home, away=away, wins=3, losses=1, games=4, win_rate=0.75, games_played=40)
+    text = _printed(status, 80)
+    assert max(map(len, text.splitlines())) <= 80
+    assert "vs 20 active" in text and "the rate against each active player" in text
+    rows = [line for line in text.split("of the active players")[1].splitlines() if "main_player_default_" in line]
+    assert len(rows) == 20 and all("75% (760)" in row for row in rows), text

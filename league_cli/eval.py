@@ -516,13 +516,21 @@ def _progression_main(args: argparse.Namespace) -> int:
 def _print_progression(report: dict[str, Any], ladder: tuple[str, ...]) -> None:
     from league_service.plain_table import PlainTable
 
+    def cell(point: dict[str, Any], opponent: str) -> str:
+        rate, score = point["win_rate"][opponent], point["score"][opponent]
+        return f"{rate:.0%}" if f"{rate:.0%}" == f"{score:.0%}" else f"{rate:.0%} / {score:.0%}"
+
     table = PlainTable(title=f"{report['player_id']}: win rate over {report['games']} games per cell, along the run")
     for column in ("version", "agent steps", *ladder, "strongest beaten > 50%"):
         table.add_column(column, justify="left" if column == "version" else "right")
     for point in report["points"]:
         kind = "snapshot" if point["snapshot"] else "latest"
         table.add_row(f"v{point['version']} ({kind})", f"{point['agent_steps']:,}",
-                      *(f"{point['win_rate'][o]:.0%}" for o in ladder), point["strongest_beaten"])
+                      *(cell(point, o) for o in ladder), point["strongest_beaten"])
+    if any(cell(point, o) != f"{point['win_rate'][o]:.0%}" for point in report["points"] for o in ladder):
+        table.caption = ("win rate / score where they differ: the score (wins plus half the draws) is what "
+                         "\"beaten > 50%\" goes by")
+        table.caption_justify = "left"
     console = _console()
     console.print(table)
     if report["search"]:

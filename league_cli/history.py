@@ -156,3 +156,25 @@ def _drop_torn_tail(path: Path) -> None:
             cut = 0
         if cut < end:
             file.truncate(cut)
+
+
+def is_status_record(record: Any) -> bool:
+    """The shape `league plot` and `league eval --run-dir` read: players with ids, payoff rows naming home and away, times that are numbers."""
+    if not isinstance(record, dict) or not isinstance(record.get("players"), list):
+        return False
+    if any(key in record and not _is_number(record[key]) for key in ("elapsed_s", "now")):
+        return False  # (the run's clock failed on it: "could not convert string to float: 'abc'", no line named)
+    if not all(isinstance(p, dict) and isinstance(p.get("player_id"), str) for p in record["players"]):
+        return False
+    payoff = record.get("payoff", [])
+    return isinstance(payoff, list) and all(isinstance(r, dict) and {"home", "away"} <= r.keys() for r in payoff)
+
+
+def _is_number(value: Any) -> bool:
+    """A finite number a float holds (an int of 400 digits overflows one: OverflowError; a review)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False

@@ -22,7 +22,7 @@ from typing import Any
 from common import cli_args
 from common.durable_files import atomic_write, full_disk_note, out_of_space
 from common.exit_codes import FAILURE_EXIT, SETUP_ERROR_EXIT
-from league_cli.history import HISTORY_FILE
+from league_cli.history import HISTORY_FILE, is_status_record
 from league_service.status import REFERENCE_BOT_TYPE
 
 
@@ -83,7 +83,7 @@ def iter_history(path: Path, max_records: int | None = None) -> Iterator[dict[st
                             "one status record a line: a run's status_history.jsonl, or `league status --watch N "
                             "--json`")
                 raise ValueError(f"{path}:{number}: not JSON ({err}){hint}") from err
-            if not _is_status_record(record):
+            if not is_status_record(record):
                 raise ValueError(f"{path}:{number}: not a status record (`league run` writes them, as does "
                                  f"`league status --watch --json`)")
             yield record
@@ -123,28 +123,6 @@ def _count_records(path: Path) -> tuple[int, list[int]]:
     except json.JSONDecodeError:
         count -= 1  # a run killed mid-write leaves a torn last line
     return count, [i for i in restarts if i < count]
-
-
-def _is_status_record(record: Any) -> bool:
-    """The shape the plots read: players with ids, payoff rows naming home and away, times that are numbers."""
-    if not isinstance(record, dict) or not isinstance(record.get("players"), list):
-        return False
-    if any(key in record and not _is_number(record[key]) for key in ("elapsed_s", "now")):
-        return False  # (the run's clock failed on it: "could not convert string to float: 'abc'", no line named)
-    if not all(isinstance(p, dict) and isinstance(p.get("player_id"), str) for p in record["players"]):
-        return False
-    payoff = record.get("payoff", [])
-    return isinstance(payoff, list) and all(isinstance(r, dict) and {"home", "away"} <= r.keys() for r in payoff)
-
-
-def _is_number(value: Any) -> bool:
-    """A finite number a float holds (an int of 400 digits overflows one: OverflowError; a review)."""
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 class RunClock:

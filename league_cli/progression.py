@@ -58,13 +58,16 @@ def bot_strength(opponent: str) -> tuple[int, int]:
 
 def last_status(history_path: Path) -> dict[str, Any]:
     """The newest record of a run's status_history.jsonl (a torn last line, from a live run, is skipped)."""
-    from league_cli.history import newest_record
+    from league_cli.history import is_status_record, newest_record
 
     if not history_path.is_file():
         raise ValueError(f"{history_path}: no status history (is this a `league run` directory?)")
     record = newest_record(history_path)
     if record is None:
         raise ValueError(f"{history_path}: no complete status record yet")
+    if not is_status_record(record):  # (another program's JSON: `.get` of a list was a traceback; a review)
+        raise ValueError(f"{history_path}: its newest line is not a status record (`league run` writes them, as "
+                         "does `league status --watch --json`)")
     return record
 
 
@@ -165,7 +168,10 @@ def progression_to_dict(player_id: str, results: Sequence[PointResult], games: i
             {"checkpoint": r.point.checkpoint_path, "version": r.point.checkpoint_version,
              "agent_steps": r.point.agent_steps, "snapshot": r.point.player_id if not r.point.active else None,
              "strongest_beaten": r.strongest_beaten(),
-             "win_rate": {opp: res["win_rate"] for opp, res in r.results.items()}}
+             "win_rate": {opp: res["win_rate"] for opp, res in r.results.items()},
+             # What `strongest_beaten` goes by (draws half): with the win rates alone a reader could not tell
+             # why a 30% opponent was named beaten (a review).
+             "score": {opp: res.get("score", res["win_rate"]) for opp, res in r.results.items()}}
             for r in results
         ],
     }

@@ -81,3 +81,37 @@ def test_a_count_that_is_no_count_is_a_malformed_record_naming_the_player_and_ke
     with pytest.raises(ValueError, match="a malformed status record: player 'main_player_default_0_3' has "
                                          "checkpoint_version inf, not a count"):
         lineage({"players": players}, "main_player_default_0", points=4)
+
+
+def test_the_score_that_names_an_opponent_beaten_is_shown_beside_the_win_rate(capsys):
+    """A tic-tac-toe point read "30%" against mcts:10 and named mcts:10 beaten (a score of 60%: draws half), and
+    the JSON held no score to tell why (a review)."""
+    import json
+
+    from league_cli.eval import _print_progression
+    from league_cli.progression import progression_to_dict
+
+    result = PointResult(LineagePoint("p", 100, "p/v1.pt", 1, True))
+    result.results = {"random": {"win_rate": 1.0, "score": 1.0}, "mcts:10": {"win_rate": 0.3, "score": 0.6}}
+    report = {**progression_to_dict("p", [result], 10), "search": 0}
+    (point,) = json.loads(json.dumps(report))["points"]
+    assert point["strongest_beaten"] == "mcts:10" and point["score"] == {"random": 1.0, "mcts:10": 0.6}
+    _print_progression(report, ("random", "mcts:10"))
+    out = capsys.readouterr().out
+    assert "30% / 60%" in out and "the score (wins plus half the draws)" in out
+
+
+def test_a_history_whose_newest_line_is_no_status_record_is_refused_naming_the_file(tmp_path):
+    """`league status --json >> status_history.jsonl` or another program's file: `.get` of a list was a traceback
+    out of `league eval --run-dir` (a review)."""
+    import json
+
+    from league_cli.progression import last_status
+
+    history = tmp_path / "status_history.jsonl"
+    history.write_text(json.dumps({"players": [], "payoff": []}) + "\n[1, 2]\n")
+    with pytest.raises(ValueError, match="its newest line is not a status record"):
+        last_status(history)
+    history.write_text(json.dumps({"players": [{"active": True}]}) + "\n")  # a player without an id
+    with pytest.raises(ValueError, match="its newest line is not a status record"):
+        last_status(history)

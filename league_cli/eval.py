@@ -233,6 +233,8 @@ class LoadedCheckpoint:
     policy: dict[str, Any]
     config: Path | None
     """The league file whose policy and env were used (None: the embedded league)."""
+    file: Path | None = None
+    """The checkpoint's file (its manifest beside it, `<file>.json`)."""
 
 
 def load_checkpoint(args: argparse.Namespace, command: str, flag: str = "--checkpoint",
@@ -309,7 +311,7 @@ def load_checkpoint(args: argparse.Namespace, command: str, flag: str = "--check
     if changed:
         print(f"league {command}: {ref.path} is played with the settings it was trained with, which "
               f"{'the embedded league' if config is None else config} changes ({'; '.join(changed)})", file=sys.stderr)
-    return LoadedCheckpoint(task, ref, info, env_name, env_kwargs, policy, config)
+    return LoadedCheckpoint(task, ref, info, env_name, env_kwargs, policy, config, store.root.resolve(ref.path))
 
 
 _NEWEST_ATTEMPTS = 5

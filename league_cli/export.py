@@ -59,6 +59,10 @@ def main(args: argparse.Namespace) -> int:
     except CheckpointRefused as err:
         return _refuse(str(err))
     ref = loaded.ref
+    if loaded.file is not None and _same_file(out, loaded.file, loaded.file.with_name(loaded.file.name + ".json")):
+        # --force replaced the published checkpoint (or its manifest) with the export: the league's jobs then
+        # failed on it (a review). Never, whatever the flags.
+        return _refuse(f"--out {out} is the checkpoint being exported (or its manifest): name another file")
     source = {
         "checkpoint": {"path": ref.path, "version": ref.version,
                        **{k: ref.metadata[k] for k in ("agent_steps", "worker_id") if k in ref.metadata}},
@@ -92,6 +96,17 @@ def main(args: argparse.Namespace) -> int:
     print(f"  {meta['call']}")
     print("  load it with torch alone: policy = torch.export.load(PATH).module(); the greedy action comes first")
     return 0
+
+
+def _same_file(out: Path, *files: Path) -> bool:
+    """Whether `out` is one of `files` (by inode: a link or another spelling of the path is the same file)."""
+    for file in files:
+        try:
+            if out.samefile(file):
+                return True
+        except OSError:  # one of them is not there
+            continue
+    return False
 
 
 def _refuse(message: str) -> int:

@@ -313,14 +313,20 @@ def fit_weights(task: Any, tensors: dict[str, Any]) -> FittedWeights:
     own = task.algorithm.model.state_dict()
     prefix = _wrapper_prefix(tensors, own)
     tensors = {name[len(prefix):]: value for name, value in tensors.items()}
+    # Every problem in one go (a review: the names first, then, fixed, the shapes in a second round).
     missing, unknown = sorted(set(own) - set(tensors)), sorted(set(tensors) - set(own))
+    cast, arrays, problems = [], {}, []
     if missing or unknown:
         removed = f" (once the prefix {prefix!r} of every name is removed)" if prefix else ""
-        raise ImportRefused(f"weights do not fit the model{removed}: missing {_names(missing)}, unknown "
-                            f"{_names(unknown)} {_NETWORK_HINT}")
-    cast, arrays, problems = [], {}, []
+        named = [f"{which} {_names(names)}" for which, names in (("missing", missing), ("unknown", unknown)) if names]
+        problems.append(f"weights do not fit the model{removed}: {', '.join(named)}")
     for name, value in tensors.items():
-        target = own[name]
+        target = own.get(name)
+        if target is None:
+            continue
+        if tuple(value.shape) != tuple(target.shape):
+            problems.append(f"weights[{name!r}]: shape {tuple(value.shape)} != model shape {tuple(target.shape)}")
+            continue
         try:
             if value.layout != torch.strided:
                 raise TypeError(f"a {value.layout} tensor; save dense tensors")
@@ -335,9 +341,15 @@ def fit_weights(task: Any, tensors: dict[str, Any]) -> FittedWeights:
         if array.dtype.kind == "f" and not np.isfinite(array).all():
             problems.append(f"weights[{name!r}]: holds NaN or infinite values")
             continue
+        if name.rsplit(".", 2)[-2:] in (["obs_norm", "var"], ["obs_norm", "count"]) and (array < 0).any():
+            # sqrt(var) of the observation's standardisation: every output NaN, and nothing said why (a review)
+            problems.append(f"weights[{name!r}]: a negative running {name.rsplit('.', 1)[-1]} of the observation "
+                            "statistics")
+            continue
         arrays[name] = array
     if problems:
-        raise ImportRefused("; ".join(problems))
+        raise ImportRefused("; ".join(problems) + (f" {_NETWORK_HINT}" if missing or unknown or any(
+            "model shape" in problem for problem in problems) else ""))
     try:
         task.set_weights(arrays, 0)
     except WeightsMismatchError as err:

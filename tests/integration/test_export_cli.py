@@ -167,6 +167,20 @@ def test_an_existing_file_is_kept_unless_forced_and_bad_arguments_say_what_is_wr
     assert out.read_bytes() != b"keep me" and not list(tmp_path.glob("*.tmp"))
 
 
+def test_the_checkpoint_being_exported_is_never_its_out_even_forced(tmp_path, capsys):
+    """`--out` the published checkpoint with --force replaced it with the export: its manifest no longer matched,
+    and the league's jobs failed on it (a review)."""
+    root, config, path = _board_checkpoint(tmp_path)
+    source = root / path
+    before = {f: f.read_bytes() for f in (source, source.with_name(source.name + ".json"))}
+    base = ("--checkpoint", path, "--shared-root", str(root), "--config", str(config), "--force")
+    for target in before:
+        assert export_cli.main(parse(*base, "--out", str(target))) == 2
+        assert "is the checkpoint being exported (or its manifest)" in capsys.readouterr().err
+    assert {f: f.read_bytes() for f in before} == before
+    CheckpointStore(root).load(path)  # still a published checkpoint
+
+
 @pytest.mark.parametrize("argv", [["export", "--help"]])
 def test_the_command_is_listed(argv):
     done = subprocess.run([sys.executable, "-m", "league_cli", *argv], capture_output=True, text=True, timeout=60)

@@ -181,6 +181,30 @@ def test_every_tensor_of_another_shape_is_named_at_once(tmp_path, capsys, traine
     assert code == 2 and all(f"weights[{name!r}]: shape" in err for name in names), err
 
 
+def test_a_missing_name_and_a_shape_that_differs_are_named_at_once(tmp_path, capsys, trained):
+    """The names were said first and the shapes, once they were fixed, in a second round (a review)."""
+    dropped, reshaped = [k for k, v in trained.items() if v.dim() > 1][:2]
+    weights = {k: (v.flatten() if k == reshaped else v) for k, v in trained.items() if k != dropped}
+    code, _, err = _import(tmp_path, capsys, weights, "--to", "sl.pt")
+    assert code == 2, err
+    assert f"missing ['{dropped}']" in err and "unknown" not in err and f"weights[{reshaped!r}]: shape" in err
+
+
+def test_negative_observation_statistics_are_refused(tmp_path, capsys):
+    """A negative running variance made every output NaN (sqrt of the standardisation), and the import, eval and
+    the league took it without a word (a review)."""
+    config = _league_file(tmp_path, obs_norm=True)
+    weights = weights_import.league_network(config).state_dict()
+    (var,) = [name for name in weights if name.endswith("obs_norm.var")]
+    (count,) = [name for name in weights if name.endswith("obs_norm.count")]
+    weights[var] = torch.full_like(weights[var], -5.0)
+    weights[count] = torch.tensor(-3.0, dtype=weights[count].dtype)
+    code, _, err = _import(tmp_path, capsys, weights, "--to", "sl.pt", "--config", str(config))
+    assert code == 2, err
+    assert f"weights[{var!r}]: a negative running var" in err and f"weights[{count!r}]: a negative running count" in err
+    assert not (tmp_path / "run" / "shared" / "sl.pt").exists()
+
+
 def test_what_is_at_the_destination_is_kept_without_force(tmp_path, capsys, trained):
     assert _import(tmp_path, capsys, trained, "--to", "sl.pt")[0] == 0
     code, _, err = _import(tmp_path, capsys, trained, "--to", "sl.pt")

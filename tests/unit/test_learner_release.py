@@ -494,16 +494,22 @@ def test_samples_of_the_replaced_weights_held_for_a_batch_are_said_to_be_dropped
     assert f"the reset drops {held} sample(s) of the replaced weights" in caplog.text
 
 
-def test_chunks_older_than_max_staleness_are_dropped_and_counted_and_fresher_ones_trained(tmp_path, caplog):
-    """`learner.max_staleness` (Sample Factory's max_policy_lag): with two actors solo CartPole's PPO trained on
-    data ~7 versions old and collapsed; a chunk acted more than the bound's versions before the learner's is
-    dropped, seen by the telemetry (its episodes' returns stay whole) and counted in staleness/dropped."""
+def _staleness_bounded_session(tmp_path, max_staleness: int) -> LearnSession:
+    """A session of player "p" on a fresh trainer (batches of 16), under `learner.max_staleness`."""
     trainer = _trainer(batch_size=16)
     publisher = CheckpointPublisher(CheckpointStore(tmp_path), "p", "w")
     context = SessionContext(_Client(), DataPlane(), tmp_path, "cpu", lambda: False, lambda *a: None)
     job = LearnJob("job-1", "p", "", 0, "CartPole-v1", {}, {}, {}, 30.0, 0.0)
-    config = LearnerConfig(batch_size=16, publish_every=1, max_staleness=2, tensorboard_every_s=0.0)
-    session = LearnSession(context, job, _HeldLease(), trainer, publisher, config, seed=0)
+    config = LearnerConfig(batch_size=16, publish_every=1, max_staleness=max_staleness, tensorboard_every_s=0.0)
+    return LearnSession(context, job, _HeldLease(), trainer, publisher, config, seed=0)
+
+
+def test_chunks_older_than_max_staleness_are_dropped_and_counted_and_fresher_ones_trained(tmp_path, caplog):
+    """`learner.max_staleness` (Sample Factory's max_policy_lag): with two actors solo CartPole's PPO trained on
+    data ~7 versions old and collapsed; a chunk acted more than the bound's versions before the learner's is
+    dropped, seen by the telemetry (its episodes' returns stay whole) and counted in staleness/dropped."""
+    session = _staleness_bounded_session(tmp_path, 2)
+    trainer, context, job, publisher = (session.trainer, session._context, session.job, session.publisher)
     for seq in range(4):  # versions 0 -> 4, each chunk acted by the version then current
         session._consume(_prepared(trainer, seq=seq, policy_version=trainer.version))
     assert trainer.version == 4 and session.stale_dropped == 0
@@ -525,12 +531,8 @@ def test_under_max_staleness_a_chunk_of_a_version_the_learner_never_reached_is_d
     """Its staleness is unknown (an actor reporting a wrong version, another league's checkpoint): it was trained
     even under `max_staleness: 0` (a review). One version ahead is a reset's (the learner applies it at its next
     report): trained."""
-    trainer = _trainer(batch_size=16)
-    publisher = CheckpointPublisher(CheckpointStore(tmp_path), "p", "w")
-    context = SessionContext(_Client(), DataPlane(), tmp_path, "cpu", lambda: False, lambda *a: None)
-    job = LearnJob("job-1", "p", "", 0, "CartPole-v1", {}, {}, {}, 30.0, 0.0)
-    config = LearnerConfig(batch_size=16, publish_every=1, max_staleness=0, tensorboard_every_s=0.0)
-    session = LearnSession(context, job, _HeldLease(), trainer, publisher, config, seed=0)
+    session = _staleness_bounded_session(tmp_path, 0)
+    trainer = session.trainer
     session._consume(_prepared(trainer, seq=0, policy_version=10**15))
     session._consume(_prepared(trainer, seq=1, policy_version=2))
     assert session.stale_dropped == 2 and trainer.version == 0

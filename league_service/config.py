@@ -169,7 +169,8 @@ class SoloActivePlayerConfig(ActivePlayerConfig):
 @dataclass(frozen=True)
 class NaiveSpPlayerConfig(ActivePlayerConfig):
     """Self-play against itself (sp) or PFSP over the league's historical players (pfsp): its own past
-    versions, and the reference bots and pretrained players when the league has them (as DI-engine's)."""
+    versions and other players' (another naive_sp_player's, in a league of several), and the reference bots and
+    pretrained players when the league has them (as DI-engine's)."""
 
     BRANCHES: ClassVar[tuple[str, ...]] = ("pfsp", "sp")
 

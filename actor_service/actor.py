@@ -277,6 +277,16 @@ class Actor:
                 job = self._client.next_job(self.settings.get_job_wait_s)
                 if job is None:
                     break
+                if (again := self._client.registration) is not registration and again is not None:
+                    # Registered again (a coordinator that forgot this worker, or a new one at the address): the
+                    # root was checked only at the first, and a league on another root had its jobs played (a
+                    # review); its heartbeat interval is the one now.
+                    if again.league_id != registration.league_id:
+                        log.warning("the coordinator at %s now serves league %s, not %s", self._client.address,
+                                    again.league_id, registration.league_id)
+                    if again.shared_root_id != registration.shared_root_id:
+                        self._check_shared_root(again.shared_root_id)
+                    registration = again
                 report = self._run_job(job, registration.heartbeat_interval_s)
                 usual = report.status == "completed" and not report.error and not report.env_failures
                 log.log(logging.DEBUG if usual else logging.INFO,

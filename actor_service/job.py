@@ -7,6 +7,7 @@ the actor never meets a half-valid job (the job is then finished as FAILED with 
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -104,6 +105,10 @@ class JobPlan:
         if job.episode_num > MAX_EPISODES_PER_JOB:
             raise JobError("episode_num", f"must be at most {MAX_EPISODES_PER_JOB} (the episodes one FinishJob can "
                            f"report), got {job.episode_num}")
+        if not (math.isfinite(job.lease_timeout_s) and job.lease_timeout_s >= 0):
+            # (A NaN made every checkpoint read and env call under way look stuck past two leases: the actor
+            # exited 1 as if its filesystem hung; a review.) 0: a coordinator that does not say.
+            raise JobError("lease_timeout_s", f"must be a number of seconds >= 0, got {job.lease_timeout_s}")
         env_kwargs = _plain(job.env_kwargs, "env_kwargs")
         if "bots" in env_kwargs and any(p.bot for p in players):
             raise JobError("env_kwargs.bots", "the job seats reference-bot players: the env's own bots would take "

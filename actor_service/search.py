@@ -11,8 +11,8 @@ Each simulation walks down from the root, taking at every position the move with
 first visit), P the policy's probability of it, n its visits. At the first position not yet searched it stops:
 a final position is scored with the game's returns, any other is shown to the network once, for its move
 probabilities (the priors of its own moves later) and its value; that value is backed up the path, negated for
-the other player's moves. The move played is the root's most visited (of equals, the more probable). There is no
-noise and no sampling: the same weights and position give the same move.
+the other player's moves. The move played is the root's most visited (of equals, the better mean value, then the
+more probable). There is no noise and no sampling: the same weights and position give the same move.
 
 Two departures from AlphaZero, both for a policy's blind spots: the root tries every move once before the
 priors steer (PUCT alone never visits a move the policy gives ~0 probability, however bad the alternatives), and

@@ -269,6 +269,7 @@ class TrajectorySender:
                 stream = self._stream = _Stream()
                 self._counts["streams"] += 1
                 stub = self._stub_locked()
+            opened = time.monotonic()
             try:
                 summary = stub.PushTrajectories(self._chunks(stream), timeout=self._settings.stream_timeout_s)
             except grpc.RpcError as err:
@@ -282,7 +283,10 @@ class TrajectorySender:
                     self._counts["resent"] += len(stream.taken)
                     self._counts["failed"] += 1
                 now = time.monotonic()
-                failing_since = failing_since or now
+                # A stream that ran out its deadline had no answer since it was opened (a frozen or wedged
+                # learner): counted from then, the job was held stream_timeout_s + unreachable_s, and the error
+                # said unreachable_s (a review).
+                failing_since = failing_since or (opened if code is grpc.StatusCode.DEADLINE_EXCEEDED else now)
                 details = err.details() if hasattr(err, "details") else str(err)
                 if code not in _RETRY_CODES:
                     self._fail(f"learner {self.endpoint} refused the trajectories: "

@@ -160,6 +160,9 @@ class LeagueClient:
         self._stopped = threading.Event()  # set with `_interrupted`: cuts the backoff of retried calls short
         # player id -> reset_checkpoint_version of the latest reset the caller applied (`ack_reset`).
         self._resets_handed_out: dict[str, int] = {}
+        self.registration: Registration | None = None
+        """The latest registration's answer (`next_learn_job` registers again when the coordinator forgot this
+        worker)."""
 
     def leave(self) -> None:
         """Tell the coordinator this learner exits (one short Heartbeat(leaving), no retry): the status stops
@@ -197,7 +200,9 @@ class LeagueClient:
                 reply = self._call(self._stub.RegisterWorker, request, timeout=10.0)
                 self._first_contact.answered = True
                 check_registration(self.address, reply.heartbeat_interval_s, reply.lease_timeout_s)
-                return Registration(reply.heartbeat_interval_s, reply.lease_timeout_s, reply.shared_root_id)
+                self.registration = Registration(reply.heartbeat_interval_s, reply.lease_timeout_s,
+                                                 reply.shared_root_id)
+                return self.registration
             except grpc.RpcError as err:
                 if err.code() in TRANSIENT_CODES:  # (raises once TLS keeps failing before any answer)
                     self._first_contact.check("RegisterWorker", self.address, err.details())

@@ -246,6 +246,17 @@ class Learner:
                 if err.code() is grpc.StatusCode.ALREADY_EXISTS:
                     raise WorkerIdTaken(err.details()) from None
                 raise CoordinatorRefused(self.client.address, err) from err
+            if (again := self.client.registration) is not None and again is not registration:
+                # Registered again while it waited for a job (a coordinator that forgot this worker, or a new one
+                # at the address): its root is checked as at the first, the job handed back if it is another.
+                registration = again
+                if registration.shared_root_id != root_checked:
+                    try:
+                        self._check_shared_root(store_root, registration.shared_root_id)
+                    except RegistrationError:
+                        self.client.finish(job.job_id, league_pb2.FINISH_STATUS_RELEASED, patient=False)
+                        raise
+                    root_checked = registration.shared_root_id
             log.info("bound to %s (learn job %s, checkpoint %r v%d)", job.player_id, job.job_id,
                      job.checkpoint_path, job.checkpoint_version)
             lease = LeaseKeeper(self.client, job, registration, self._stall_watches()).start()

@@ -4,6 +4,7 @@ version found there, or failed every job, and nothing said why (a review)."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -69,3 +70,110 @@ def test_a_learner_whose_shared_root_is_not_the_coordinators_stops_before_bindin
         with channel:
             status = stub.GetStatus(pb.GetStatusRequest())
         assert status.counters.jobs_issued == 0 and not status.jobs  # no learn job was taken
+
+
+def _serve(cfg, root, port: int = 0, needs_learner: bool = True):
+    from common.rpc import ServerOptions
+    from league_service.coordinator import Coordinator, CoordinatorSettings
+    from league_service.server import serve_coordinator
+
+    coordinator = Coordinator(cfg, CoordinatorSettings(shared_root=root, needs_learner=needs_learner, rng_seed=0))
+    return serve_coordinator(coordinator, ServerOptions(host="127.0.0.1", port=port))
+
+
+def test_an_actor_registered_again_by_a_coordinator_on_another_root_stops_naming_it(tmp_path):
+    """The root was checked at the first registration only: a coordinator that did not know the actor (a new one
+    at the address, on another state and root) registered it again, and the actor played its jobs (a review)."""
+    import threading
+
+    first_root, second_root = tmp_path / "first", tmp_path / "second"
+    first_root.mkdir()
+    second_root.mkdir()
+    first = _serve(small_league_config(), first_root)  # no learner: no job, the actor waits in GetJob
+    port = first.port
+    actor = Actor(ActorSettings(coordinator=f"127.0.0.1:{port}", shared_root=first_root, worker_id="actor-x",
+                                manager="base", max_jobs=1, get_job_wait_s=0.5))
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            actor.run()
+        except BaseException as err:
+            failure.append(err)
+
+    thread = threading.Thread(target=run, daemon=True)
+    second = None
+    try:
+        thread.start()
+        deadline = time.monotonic() + 30
+        while actor._client.registration is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert actor._client.registration is not None
+        first.stop(grace_s=0.5)
+        second = _serve(small_league_config(), second_root, port=port, needs_learner=False)  # jobs at once
+        thread.join(60)
+        assert not thread.is_alive()
+    finally:
+        actor.request_stop()
+        thread.join(30)
+        first.stop(grace_s=0.5)
+        if second is not None:
+            second.stop(grace_s=0.5)
+    (refused,) = failure
+    assert isinstance(refused, RegistrationError) and "is not the coordinator's shared root" in str(refused)
+    assert actor.jobs_run == 0
+
+
+def test_a_learner_registered_again_by_a_coordinator_on_another_root_hands_the_job_back_and_stops(tmp_path):
+    """As an actor: `next_learn_job` registers again with a coordinator that does not know the learner, whose
+    root was not checked."""
+    import threading
+
+    first_root, second_root = tmp_path / "first", tmp_path / "second"
+    first_root.mkdir()
+    second_root.mkdir()
+    first = _serve(small_league_config(), first_root)
+    port = first.port
+    channel, stub = league_stub(first.address)
+    with channel:  # other learners hold both players: ours waits in GetJob
+        for other in ("other-0", "other-1"):
+            stub.RegisterWorker(pb.RegisterWorkerRequest(worker_id=other, role=pb.WORKER_ROLE_LEARNER,
+                                                         data_endpoint="127.0.0.1:1"))
+            assert stub.GetJob(pb.GetJobRequest(worker_id=other, role=pb.WORKER_ROLE_LEARNER,
+                                                data_endpoint="127.0.0.1:1")).HasField("job")
+    learner = Learner(LearnerSettings(coordinator=f"127.0.0.1:{port}", shared_root=first_root, worker_id="learner-x",
+                                      device="cpu", get_job_wait_s=0.5, max_backoff_s=0.5))
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            learner.run()
+        except BaseException as err:
+            failure.append(err)
+
+    thread = threading.Thread(target=run, daemon=True)
+    second = None
+    try:
+        learner.start()
+        thread.start()
+        deadline = time.monotonic() + 30
+        while learner.client.registration is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert learner.client.registration is not None
+        first.stop(grace_s=0.5)
+        second = _serve(small_league_config(), second_root, port=port)
+        thread.join(60)
+        assert not thread.is_alive()
+        (refused,) = failure
+        assert isinstance(refused, RegistrationError) and "is not the coordinator's shared root" in str(refused)
+        channel, stub = league_stub(second.address)
+        with channel:
+            status = stub.GetStatus(pb.GetStatusRequest())
+        assert status.counters.jobs_issued == 1 and not status.jobs  # handed back at once
+    finally:
+        learner.request_stop()
+        thread.join(30)
+        learner.close(grace_s=1.0)
+        first.stop(grace_s=0.5)
+        if second is not None:
+            second.stop(grace_s=0.5)

@@ -91,6 +91,10 @@ def test_chunks_in_flight_bounds_the_actors_sender():
         ({"env_kwargs": struct({"game_params": {"rows": float("nan")}})}, "env_kwargs"),
         ({"policy": struct({"ppo": {"learning_rate": float("inf")}})}, "policy"),
         ({"forward_kwargs": struct({"eps": float("nan")})}, "forward_kwargs"),
+        # (A NaN lease made every checkpoint read look stuck past two leases: the actor exited 1; a review.)
+        ({"lease_timeout_s": float("nan")}, "lease_timeout_s"),
+        ({"lease_timeout_s": float("inf")}, "lease_timeout_s"),
+        ({"lease_timeout_s": -1.0}, "lease_timeout_s"),
     ],
 )
 def test_bad_fields_are_named(overrides, field):

@@ -133,3 +133,38 @@ def test_chunks_a_stream_was_answered_without_are_sent_again_not_counted_deliver
     finally:
         sender.close()
         server.stop(0)
+
+
+def test_a_learner_that_never_answers_fails_the_sender_after_unreachable_s_from_the_streams_opening():
+    """A frozen or wedged learner takes the stream and never answers: the clock started when the stream ran out
+    its deadline, so the job was held stream_timeout_s + unreachable_s (240 s by default) while the error said
+    unreachable_s (a review)."""
+    from concurrent import futures
+
+    import grpc
+
+    from actor_service.backoff import BackoffSettings
+    from common.proto.league.v1 import league_pb2_grpc
+
+    class Wedged(league_pb2_grpc.LearnerServiceServicer):
+        def PushTrajectories(self, request_iterator, context):
+            for _ in request_iterator:  # reads the chunks, never answers
+                pass
+            while context.is_active():
+                time.sleep(0.05)
+
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    league_pb2_grpc.add_LearnerServiceServicer_to_server(Wedged(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    sender = TrajectorySender(f"127.0.0.1:{port}", ChunkHeader("job", "p", "actor", 0, 0), stop=StopSignal(),
+                              settings=SenderSettings(stream_timeout_s=1.5, unreachable_s=1.0,
+                                                      backoff=BackoffSettings(0.01, 0.02)))
+    try:
+        sender.write(_trajectory(), 0)
+        with pytest.raises(SenderError, match="unreachable for 2 s"):
+            sender.flush(timeout=30)
+        assert sender.stats.failed_streams == 1  # failed at the first stream's deadline, not a second one's
+    finally:
+        sender.close()
+        server.stop(0)

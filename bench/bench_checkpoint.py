@@ -41,7 +41,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 # would otherwise shadow the project's `common` package.
 sys.path.insert(0, str(ROOT))
 
-from bench.common import BenchRow, print_rows  # noqa: E402
+from bench.common import BenchRow, exit_on_sigterm, print_rows  # noqa: E402
 from common.checkpoint_store import CheckpointStore  # noqa: E402
 
 GOAL = 0.7
@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
     parser.add_argument("--dir", type=pathlib.Path, default=None, help="where to write (default: a temp dir)")
     parser.add_argument("--rounds", type=int, default=None)
     args = parser.parse_args(argv)
+    exit_on_sigterm()  # (its temporary files are removed when stopped so, not only at Ctrl-C)
     total = 20_000_000 if args.quick else 100_000_000
     rounds = args.rounds or (2 if args.quick else 5)
     work = pathlib.Path(tempfile.mkdtemp(prefix="bench_ckpt_", dir=args.dir))

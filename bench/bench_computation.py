@@ -28,7 +28,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 # would otherwise shadow the project's `common` package.
 sys.path.insert(0, str(ROOT))
 
-from bench.common import BenchRow, print_rows  # noqa: E402
+from bench.common import BenchRow, exit_on_sigterm, print_rows  # noqa: E402
 from common.algorithms import PPOConfig, make_computation_task  # noqa: E402
 from common.algorithms.models import ActorCriticModel, ModelConfig  # noqa: E402
 from common.computation import TensorSpec  # noqa: E402
@@ -172,6 +172,7 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (framework and plain loop alike)")
     parser.add_argument("--obs", type=_obs_shape, default=(8,), help="observation shape: 8 (default) or 4x84x84")
     args = parser.parse_args(argv)
+    exit_on_sigterm()  # (its temporary files are removed when stopped so, not only at Ctrl-C)
     device = resolve_device(args.device)
     rounds = 3 if args.quick else 8
     calls = 3 if args.quick else 5

@@ -35,7 +35,7 @@ from actor_service.envs.env_manager import (  # noqa: E402
     SubprocessEnvManager,
     SubprocessEnvManagerConfig,
 )
-from bench.common import BenchRow, machine_line, print_rows  # noqa: E402
+from bench.common import BenchRow, exit_on_sigterm, machine_line, print_rows  # noqa: E402
 from common.envs.gym_env import GymEnv  # noqa: E402
 
 NUM_ENVS = 8
@@ -303,6 +303,7 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
     parser.add_argument("--workload", choices=("all", "cartpole", "heavy"), default="all",
                         help="measure only (a) CartPole or only (b) the 84x84x4 env")
     args = parser.parse_args(argv)
+    exit_on_sigterm()  # (its temporary files are removed when stopped so, not only at Ctrl-C)
     # Many short rounds: on a shared machine each variant is likely to meet a quiet moment in one of them.
     seconds = args.seconds or 0.5
     rounds = args.rounds or (1 if args.quick else 10)

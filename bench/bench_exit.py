@@ -22,7 +22,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 # would otherwise shadow the project's `common` package.
 sys.path.insert(0, str(ROOT))
 
-from bench.common import BenchRow  # noqa: E402
+from bench.common import BenchRow, exit_on_sigterm  # noqa: E402
 
 CHILD = """
 import sys, torch
@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
     parser.add_argument("--quick", action="store_true", help="3 rounds")
     parser.add_argument("--rounds", type=int, default=None, help="rounds of each kind (default 7)")
     args = parser.parse_args(argv)
+    exit_on_sigterm()  # (its temporary files are removed when stopped so, not only at Ctrl-C)
     rounds = args.rounds or (3 if args.quick else 7)
     times: dict[str, list[float]] = {"quick": [], "plain": []}
     for _ in range(rounds):

@@ -56,6 +56,10 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
     parser.add_argument("--config", type=pathlib.Path, default=None,
                         help="a league config merged over the default (to compare a variant; default: none)")
     args = parser.parse_args(argv)
+    if args.keep is not None and args.keep.exists() and (not args.keep.is_dir() or any(args.keep.iterdir())):
+        # league run resumes a directory that holds a league: the rows would time the second run only, as if
+        # fresh (a review)
+        parser.error(f"--keep {args.keep} exists and is not an empty directory: league run would resume it")
     exit_on_sigterm()
     seconds = args.seconds or (60.0 if args.quick else None)
     games = args.games or (20 if args.quick else 100)
@@ -104,7 +108,8 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
     rows.append(BenchRow("largest MCTS simulation count the final main player beats > 50% (0: random only)",
                          strongest_last, "simulations", "the same for the first snapshot", strongest_first,
                          "reported (and not below the first snapshot's)", strongest_last >= strongest_first))
-    searched_beaten = max((_mcts_sims(r["opponent"]) for r in searched_ladder if r["win_rate"] > 0.5), default=0)
+    searched_beaten = max((_mcts_sims(r["opponent"]) for r in searched_ladder if r.get("score", r["win_rate"]) > 0.5),
+                          default=0)  # (by score, draws half, as the greedy row's strongest_beaten)
     rows.append(BenchRow(f"largest MCTS count the final main player beats > 50% with `--search {SEARCH}` ({games} "
                          "games each: " + ", ".join(f"{r['opponent']} {r['win_rate']:.0%}" for r in searched_ladder)
                          + ")", searched_beaten, "simulations", "greedy (the row above)", max(strongest_last, 0),

@@ -624,6 +624,10 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
     with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp:
         report = run_load(settings, pathlib.Path(tmp) / "league")
         echo = run_load(settings, pathlib.Path(tmp) / "echo", echo=True)  # the same clients for as long
+    if echo.unexpected_errors:
+        # A baseline whose calls failed: its rates and latencies are of the calls that did not (a review).
+        raise RuntimeError(f"the echo baseline had {echo.unexpected_errors} unexpected errors, e.g. "
+                           f"{'; '.join(echo.error_samples[:5])}")
     return report_rows(report, echo)
 
 

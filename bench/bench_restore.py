@@ -18,7 +18,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # before bench/ (its common.py would shadow the project's `common`)
 
-from bench.common import BenchRow, print_rows  # noqa: E402
+from bench.common import BenchRow, exit_on_sigterm, print_rows  # noqa: E402
 from league_service.config import config_from_dict, default_config_dict  # noqa: E402
 from league_service.coordinator import Coordinator, CoordinatorSettings  # noqa: E402
 from league_service.messages import Outcome  # noqa: E402
@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
     parser.add_argument("--players", type=int, nargs="+", default=[1000, 5000], help="historical players")
     parser.add_argument("--quick", action="store_true", help="1,000 historical players only")
     args = parser.parse_args(argv)
+    exit_on_sigterm()  # (its temporary files are removed when stopped so, not only at Ctrl-C)
     if args.quick:
         args.players = [1000]
     baseline = restore_s(BASELINE_PLAYERS)

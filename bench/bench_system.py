@@ -235,8 +235,9 @@ def main(argv: list[str] | None = None) -> list[BenchRow]:
         rows.append(BenchRow("seconds from launch to a greedy mean ≥ 475 (100 episodes)", league_s, "s",
                              "SB3 PPO, rl-zoo settings, same judging", sb3_s, goal,
                              race_met(league_reached.seconds if league_reached else None, sb3["reached_s"])))
-        rows.append(BenchRow("SB3 PPO training env steps/s (context)", sb3["steps_per_s"], "steps/s",
-                             "league run env steps/s", system, "(context)", None))
+        # (The league's figure first, as in every row: SB3's as the value read its ratio backwards; a review.)
+        rows.append(BenchRow("league run env steps/s (context)", system, "steps/s",
+                             "SB3 PPO training env steps/s", sb3["steps_per_s"], "(context)", None))
     rows.append(costly_env_throughput(config, 30.0 if quick else 60.0))
     print_rows("System throughput and learning", rows)
     return rows

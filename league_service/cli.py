@@ -450,21 +450,33 @@ def status_main(args: argparse.Namespace) -> int:
 
         previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
+            # A line saying why there is no status is said once until it changes (or a status comes): said at
+            # every interval, an idle watch at 2 s wrote ~43k of them a day (a review).
+            said: str | None = None
             if args.json:  # JSON Lines for programs: one status per line, plain (no wrapping, no markup)
                 while not stop.is_set():
+                    line = None
                     try:
                         if (status := fetch(stop)) is not None:
                             print(status_to_json(status, compact=True), flush=True)
+                            said = None
                     except grpc.RpcError as err:
-                        print(f"league status: {source.address}: {err.code().name}: {err.details()} "
-                              "(retrying)", file=sys.stderr, flush=True)
+                        line = f"league status: {source.address}: {err.code().name}: {err.details()} (retrying)"
                     except RunNotGoing as gone:
-                        print(f"league status: {gone}; waiting for one", file=sys.stderr, flush=True)
+                        line = f"league status: {gone}; waiting for one"
+                    if line is not None and line != said:
+                        print(line, file=sys.stderr, flush=True)
+                        said = line
                     stop.wait(args.watch)
                 return 0
             if not console.is_terminal:  # a pipe or a file: one frame after another
                 while not stop.is_set():
-                    if (shown := frame()) is not None:
+                    shown = frame()
+                    if isinstance(shown, Text) and shown.plain == said:
+                        shown = None
+                    elif shown is not None:
+                        said = shown.plain if isinstance(shown, Text) else None
+                    if shown is not None:
                         console.print(shown)
                         sys.stdout.flush()
                     stop.wait(args.watch)

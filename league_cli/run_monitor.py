@@ -131,7 +131,11 @@ class RunMonitor:
             self._note(note)
         if self.quiet:
             c = status.counters
-            self.console.print(f"[{now - self.start:6.0f}s] env steps {c.env_steps:,} ({rate:,.0f}/s) "
+            # The league's env steps count from its start; an env-step budget counts this run's (a resumed run's
+            # line showed the league's total only, so not how much of the budget was left; a review).
+            budget = (f" (this run {self._step_budget.steps(league_steps):,}/{self.run_cfg.env_steps:,})"
+                      if self.run_cfg.env_steps else "")
+            self.console.print(f"[{now - self.start:6.0f}s] env steps {c.env_steps:,}{budget} ({rate:,.0f}/s) "
                                f"matches {c.matches:,} snapshots {c.snapshots}", markup=False, soft_wrap=True)
         else:
             live.update(progress_table(status, now - self.start, self.run_cfg, self._step_budget.steps(league_steps),

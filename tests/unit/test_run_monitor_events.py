@@ -59,3 +59,27 @@ def test_the_live_view_shows_the_newest_events() -> None:
     console.print(progress_table(status, 1.0, monitor.run_cfg, 0, 0.0, monitor.events))
     text = console.export_text()
     assert [f"event {i}" in text for i in range(10)] == [False] * 7 + [True] * 3
+
+
+def test_a_quiet_line_shows_this_runs_steps_against_an_env_step_budget(tmp_path) -> None:
+    """A resumed run's line showed the league's env steps since its start only, not how much of this run's
+    budget was left (a review)."""
+    from common.proto.league.v1 import league_pb2
+    from league_cli.history import HistoryLog
+
+    class _Stub:
+        def __init__(self) -> None:
+            self.steps = iter([1_000, 1_500])
+
+        def GetStatus(self, *args, **kwargs):  # noqa: N802 (the gRPC method's name)
+            return league_pb2.LeagueStatus(counters=league_pb2.Counters(env_steps=next(self.steps)))
+
+    console = _Console()
+    monitor = RunMonitor(sup=None, stub=_Stub(), console=console,
+                         run_cfg=SimpleNamespace(env_steps=2_000, status_interval_s=2.0, seconds=1e9),
+                         history_path=tmp_path / "history.jsonl", start=time.monotonic(), quiet=True, log_errors=None)
+    with HistoryLog(tmp_path / "history.jsonl") as history:
+        for _ in range(2):
+            monitor._poll(history=history, live=None, stop=None)
+    assert "env steps 1,000 (this run 0/2,000)" in console.lines[0]
+    assert "env steps 1,500 (this run 500/2,000)" in console.lines[1]

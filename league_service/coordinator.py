@@ -350,6 +350,14 @@ class Coordinator:
             left = [job_id for job_id in self._table.jobs_of(worker_id) if job_id not in named]
         self._release(worker_id, left, process, "its worker left without finishing it")
 
+    def release_undelivered(self, worker_id: str, job_id: str, process: str = "") -> None:
+        """A GetJob whose reply cannot reach its worker (the call's deadline passed, or it was cancelled, while
+        its lease was being committed): the job is released, with no results. Left leased to a worker that never
+        heard of it, its lease expired later as a failed attempt of the player, "worker went silent", though
+        the worker was calling all along (a review)."""
+        self._release(worker_id, [job_id], process, "its GetJob reply could not be delivered (the call's deadline "
+                      "passed or it was cancelled)")
+
     def _release(self, worker_id: str, job_ids: Iterable[str], process: str, why: str) -> None:
         """End the worker's jobs `job_ids` as RELEASED, with no results (nobody will finish them), as `process`,
         the one using the worker id."""

@@ -52,6 +52,9 @@ SERVICE = league_pb2.DESCRIPTOR.services_by_name["LeagueService"]
 SERVICE_NAME = SERVICE.full_name
 # A long-polling GetJob answers this long before the caller's deadline, so the reply still arrives in time.
 DEADLINE_MARGIN_S = 0.2
+UNDELIVERABLE_S = 0.02
+"""A GetJob grant with less than this left of its call's deadline is released, not sent: the reply would arrive
+after the worker gave up on the call."""
 MAX_PROCESS_CHARS = 256
 
 _STATUS_CODES: tuple[tuple[type[RequestError], grpc.StatusCode], ...] = (
@@ -256,7 +259,17 @@ class LeagueServicer(league_pb2_grpc.LeagueServiceServicer):
         except RequestError as err:
             await _refuse(context, err)
             raise
-        await self._wait_durable(context)  # the lease (or what a NoJob answer saw) is committed before the reply
+        try:
+            await self._wait_durable(context)  # the lease (or what a NoJob answer saw) is committed before the reply
+        except asyncio.CancelledError:  # the call ended meanwhile (its deadline, the client's cancel)
+            if not isinstance(found, NoJob):
+                self._c.release_undelivered(worker_id, found.job_id, process)
+            raise
+        remaining = context.time_remaining()
+        if remaining is not None and remaining <= UNDELIVERABLE_S and not isinstance(found, NoJob):
+            self._c.release_undelivered(worker_id, found.job_id, process)
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                "the job was leased too close to the call's deadline to be delivered: released")
         try:
             return wire.get_job_reply(found)
         except (TypeError, ValueError) as err:

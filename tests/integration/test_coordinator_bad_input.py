@@ -321,3 +321,34 @@ def test_a_refusal_that_echoes_a_long_request_is_cut_not_resource_exhausted(serv
         worker_id="actor", player_id="main_player_default_0", checkpoint_path="\u00e9" * 4000 + "/.."))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("checkpoint_path:"), (code, details)
     assert len(details) < 1100 and "characters)" in details
+
+
+def test_a_job_whose_getjob_reply_cannot_be_delivered_is_released_not_left_to_expire(tmp_path, monkeypatch):
+    """The call's deadline passed while the grant was committed (a disk stall): the job stayed leased to a
+    worker that never heard of it, and its lease expired as a failed attempt of the player, "worker went silent",
+    though the worker was calling all along (a review). Released at once, with no failure counted."""
+    import time
+
+    with running_coordinator(small_league_config(), tmp_path, lease_timeout_s=60.0, needs_learner=False) as server:
+        commit_until = server.coordinator.commit_until
+
+        def stalled(*args, **kwargs):  # a commit on the loop that takes longer than the call has left
+            time.sleep(1.0)
+            return commit_until(*args, **kwargs)
+
+        channel, stub = league_stub(server.address)
+        with channel:
+            stub.RegisterWorker(pb.RegisterWorkerRequest(worker_id="actor", role=ACTOR))
+            monkeypatch.setattr(server.coordinator, "commit_until", stalled)
+            with pytest.raises(grpc.RpcError) as late:
+                stub.GetJob(pb.GetJobRequest(worker_id="actor", role=ACTOR, wait_s=5), timeout=0.5)
+            assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            monkeypatch.undo()
+            deadline = time.monotonic() + 10
+            while (status := stub.GetStatus(pb.GetStatusRequest())).jobs and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not [job for job in status.jobs if job.worker_id == "actor"]
+            assert not any(p.failed_attempts_in_a_row for p in status.players)
+            assert status.counters.jobs_expired == 0
+            # The worker's next call gets a job as usual.
+            assert stub.GetJob(pb.GetJobRequest(worker_id="actor", role=ACTOR, wait_s=5), timeout=10).HasField("job")

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import itertools
 import threading
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -33,6 +35,10 @@ from common.rpc import (
 )
 
 T = TypeVar("T")
+
+CALL_THREAD_PREFIX = "grpc-aio-call"
+"""The names of the threads calls run in (`asyncio.to_thread`), before the server's number."""
+_numbers = itertools.count()
 
 
 class AioBearerTokenInterceptor(grpc.aio.ServerInterceptor):
@@ -72,7 +78,22 @@ class AioServingServer:
     port: int
     health: Any  # grpc_health.v1.health.aio.HealthServicer
     service_names: tuple[str, ...]
+    call_threads: str = CALL_THREAD_PREFIX
+    """The name prefix of this server's call threads."""
     _stopped: bool = field(default=False, repr=False)
+
+    def stuck_calls(self, wait_s: float = 0.0) -> list[threading.Thread]:
+        """The threads of calls (`asyncio.to_thread`: a status, a checkpoint check) still running after `stop`,
+        waited for up to `wait_s` in all: a read of a hung filesystem never returns, and the interpreter's exit
+        joins them (a stop took as long as the stuck read, however short its grace; a review)."""
+        deadline = time.monotonic() + wait_s
+        stuck = []
+        for thread in threading.enumerate():
+            if thread.name.startswith(self.call_threads):
+                thread.join(max(0.0, deadline - time.monotonic()))
+                if thread.is_alive():
+                    stuck.append(thread)
+        return stuck
 
     @property
     def address(self) -> str:
@@ -124,6 +145,11 @@ def make_aio_server(
     `options.interceptors` must be grpc.aio.ServerInterceptor instances.
     """
     loop = asyncio.new_event_loop()
+    # Its own, so that the stop need not wait for a call stuck in a thread (loop.shutdown_default_executor joins
+    # every one of them, with no bound).
+    call_threads = f"{CALL_THREAD_PREFIX}-{next(_numbers)}-"
+    executor = concurrent.futures.ThreadPoolExecutor(thread_name_prefix=call_threads)
+    loop.set_default_executor(executor)
     started: concurrent.futures.Future[AioServingServer] = concurrent.futures.Future()
     names = tuple(service_names)
 
@@ -150,14 +176,15 @@ def make_aio_server(
             server, port, health_servicer = loop.run_until_complete(start())
         except BaseException as err:
             started.set_exception(err)
+            executor.shutdown(wait=False, cancel_futures=True)
             loop.close()
             return
         started.set_result(AioServingServer(server, loop, threading.current_thread(), options.host, port,
-                                            health_servicer, names))
+                                            health_servicer, names, call_threads))
         try:
             loop.run_forever()
         finally:
-            _cancel_leftovers(loop)
+            _cancel_leftovers(loop, executor)
             loop.close()
 
     thread = threading.Thread(target=run, name="grpc-aio", daemon=True)
@@ -167,12 +194,13 @@ def make_aio_server(
     return serving
 
 
-def _cancel_leftovers(loop: asyncio.AbstractEventLoop) -> None:
-    """Cancel tasks still pending when the loop stops (calls cut off after the grace) and let them unwind."""
+def _cancel_leftovers(loop: asyncio.AbstractEventLoop, executor: concurrent.futures.ThreadPoolExecutor) -> None:
+    """Cancel tasks still pending when the loop stops (calls cut off after the grace) and let them unwind; calls
+    running in threads are not waited for (`AioServingServer.stuck_calls` names them)."""
     pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
     for task in pending:
         task.cancel()
     if pending:
         loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
     loop.run_until_complete(loop.shutdown_asyncgens())
-    loop.run_until_complete(loop.shutdown_default_executor())
+    executor.shutdown(wait=False, cancel_futures=True)

@@ -51,6 +51,7 @@ from common.rpc import (
     write_port_file,
 )
 from common.signal_flag import SignalFlag
+from common.thread_stack import stack_of
 
 if TYPE_CHECKING:
     from league_service.coordinator import Coordinator
@@ -62,6 +63,7 @@ DEFAULT_STATUS_ADDR = "127.0.0.1:50051"
 FAILURE_POLL_S = 0.5  # how soon a failed background thread ends the process
 STOP_POLL_S = 0.1  # how soon Ctrl-C ends a `league status --watch` waiting for the coordinator's answer
 DEFAULT_DRAIN_S = 1.0  # long enough for a health probe or a worker's finish in flight (`league run`: 0)
+STUCK_CALL_WAIT_S = 1.0  # how long the stop waits for calls still running in threads once the grace is over
 
 
 # ---- league coordinator -------------------------------------------------------------------------------------
@@ -227,7 +229,17 @@ def coordinator_main(args: argparse.Namespace) -> int:
         closed = _stop_server(server, args.grace, 0.0 if failure is not None else args.drain, failure)
         if args.port_file is not None:
             _remove_port_file(args.port_file, server.port)
-    return 0 if failure is None and closed else FAILURE_EXIT
+    code = 0 if failure is None and closed else FAILURE_EXIT
+    if stuck := server.serving.stuck_calls(STUCK_CALL_WAIT_S):
+        # The interpreter's exit would join them: a call stuck in a read of a hung filesystem held the exit for
+        # as long, whatever --grace said (a review). Their replies were cut off at the grace, the state is closed.
+        log.error("exiting without %d call(s) still running in threads after the stop, at:\n%s", len(stuck),
+                  "\n".join(stack_of(thread) for thread in stuck))
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _close_unserved(coordinator: Coordinator, state_path: Path, state_existed: bool) -> None:

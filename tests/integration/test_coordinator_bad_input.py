@@ -352,3 +352,41 @@ def test_a_job_whose_getjob_reply_cannot_be_delivered_is_released_not_left_to_ex
             assert status.counters.jobs_expired == 0
             # The worker's next call gets a job as usual.
             assert stub.GetJob(pb.GetJobRequest(worker_id="actor", role=ACTOR, wait_s=5), timeout=10).HasField("job")
+
+
+def test_a_call_stuck_in_a_thread_does_not_hold_the_stop_past_its_grace(tmp_path, monkeypatch):
+    """A GetStatus (or a checkpoint check) stuck in a read of a hung filesystem held the stop for as long as the
+    read, whatever the grace: the loop's executor shutdown joined every call thread (a review). The stop now
+    takes the grace, and the stuck call's thread is named for the CLI, which exits without it."""
+    import threading
+    import time
+
+    from league_service.coordinator_testing import small_league_config as config
+
+    release = threading.Event()
+    cm = running_coordinator(config(), tmp_path, needs_learner=False)
+    server = cm.__enter__()
+    try:
+        status = server.coordinator.status
+
+        def hung(*args, **kwargs):
+            release.wait(60)
+            return status(*args, **kwargs)
+
+        monkeypatch.setattr(server.coordinator, "status", hung)
+        channel, stub = league_stub(server.address)
+        with channel:
+            call = stub.GetStatus.future(pb.GetStatusRequest(), timeout=30)
+            time.sleep(0.5)
+            started = time.monotonic()
+            server.stop(grace_s=0.5, drain_s=0.0)
+            stopped_in = time.monotonic() - started
+            with pytest.raises(grpc.RpcError):
+                call.result()
+        stuck = server.serving.stuck_calls()
+        assert len(stuck) == 1 and stuck[0].is_alive()
+        assert stopped_in < 10, stopped_in  # (it was as long as the stuck call: 60 s here)
+    finally:
+        release.set()
+        cm.__exit__(None, None, None)
+    assert not server.serving.stuck_calls(wait_s=10)

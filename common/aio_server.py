@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -134,6 +135,30 @@ class AioServingServer:
         return not self.thread.is_alive()
 
 
+class _ReplyToGoneClientFilter(logging.Filter):
+    """grpc.aio logs ERROR with a traceback when a reply cannot be sent because its client has gone (a call's
+    deadline passed or it was cancelled meanwhile: "ExecuteBatchError raised in core by servicer method"); the
+    client's doing, not a fault of the server, and read as one in its log (a review: a storm of short deadlines
+    left nine). Said at DEBUG instead."""
+
+    PREFIX = "ExecuteBatchError raised in core by servicer method"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not (isinstance(record.msg, str) and record.msg.startswith(self.PREFIX)):
+            return True
+        record.levelno, record.levelname, record.exc_info, record.exc_text = logging.DEBUG, "DEBUG", None, None
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+_GRPC_CORE_LOGGER = "grpc._cython.cygrpc"
+
+
+def _quiet_replies_to_gone_clients() -> None:
+    core = logging.getLogger(_GRPC_CORE_LOGGER)
+    if not any(isinstance(f, _ReplyToGoneClientFilter) for f in core.filters):
+        core.addFilter(_ReplyToGoneClientFilter())
+
+
 def make_aio_server(
     options: ServerOptions,
     register: Callable[[grpc.aio.Server, asyncio.AbstractEventLoop], None],
@@ -144,6 +169,7 @@ def make_aio_server(
     `register(server, loop)` adds the servicers (it runs on the loop thread, so it may create asyncio objects).
     `options.interceptors` must be grpc.aio.ServerInterceptor instances.
     """
+    _quiet_replies_to_gone_clients()
     loop = asyncio.new_event_loop()
     # Its own, so that the stop need not wait for a call stuck in a thread (loop.shutdown_default_executor joins
     # every one of them, with no bound).

@@ -178,3 +178,26 @@ def test_the_bearer_scheme_is_matched_in_any_case_and_the_token_exactly(refusal)
     for wrong in (TOKEN, f"Bearer {TOKEN.upper()}", f"Bearer {TOKEN}x", f"Basic {TOKEN}", f"Bearerx {TOKEN}",
                   f"Bearer{TOKEN}", "Bearer", "Bearer ", f"Bearer {TOKEN} ", f"{TOKEN} Bearer"):
         assert refusal(wrong) == "wrong bearer token", wrong
+
+
+def test_grpcs_error_for_a_reply_to_a_client_gone_is_said_at_debug(caplog):
+    """grpc.aio logs ERROR with a traceback when a reply finds its client gone (a deadline that passed, a cancel):
+    a coordinator under short-deadline calls logged them as if it had failed (a review)."""
+    import logging
+
+    from common.aio_server import _quiet_replies_to_gone_clients
+
+    _quiet_replies_to_gone_clients()
+    core = logging.getLogger("grpc._cython.cygrpc")
+    message = "ExecuteBatchError raised in core by servicer method [/league.v1.LeagueService/GetStatus]"
+    try:
+        raise RuntimeError("Failed execute_batch")
+    except RuntimeError:
+        with caplog.at_level(logging.INFO):
+            core.exception(message)
+            core.error("something else")
+        assert [(r.levelname, r.getMessage()) for r in caplog.records] == [("ERROR", "something else")]
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="grpc._cython.cygrpc"):
+            core.exception(message)
+        assert [(r.levelname, r.exc_info) for r in caplog.records] == [("DEBUG", None)]

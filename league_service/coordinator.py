@@ -161,6 +161,12 @@ def config_digest(cfg: Config) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def config_section_digests(cfg: Config) -> dict[str, str]:
+    """A digest of each config section the coordinator serves (`run`, `league run`'s own, left out)."""
+    return {section: hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+            for section, value in config_to_dict(cfg).items() if section != "run"}
+
+
 class Coordinator:
     """The league served to workers: typed calls in, typed replies out, every change durable before replying."""
 
@@ -1090,6 +1096,7 @@ class Coordinator:
             _warn_of_checkpoints_already_there(self._league.active_players, self._root, self._store.path)
             self._store.initialise(digest, now=self._clock())
             self._store.put_identity(identity.to_json())
+            self._store.put_config_sections(config_section_digests(self._cfg))
             with self._store.transaction() as tx:
                 tx.put_league_changes(self._league.take_state_changes())  # the first changes: all of it
                 tx.put_counters(self._counters)
@@ -1110,8 +1117,20 @@ class Coordinator:
         # An identity saved before it had every part learns the rest the same way.
         record = change is not None or (
             (saved_identity is None or not saved_identity.complete) and stored.config_digest == digest)
-        if stored.config_digest != digest:
-            log.warning("the configuration changed since this league's state was created (%s)", self._store.path)
+        # Said once per change, naming the sections: compared with the state's first config, every start after an
+        # allowed change (a learning rate; even `run.seconds`, which the coordinator never reads) warned, naming
+        # nothing (a review). `league run` names each key it changed.
+        sections, last_sections = config_section_digests(self._cfg), self._store.config_sections()
+        if last_sections is None:
+            if stored.config_digest != digest:
+                log.info("the configuration differs from the one this league's state was created with (%s)",
+                         self._store.path)
+        elif changed := sorted(k for k in sections.keys() | last_sections.keys()
+                               if sections.get(k) != last_sections.get(k)):
+            log.info("the config's %s changed since this league's last start (%s)", ", ".join(changed),
+                     self._store.path)
+        if sections != last_sections:
+            self._store.put_config_sections(sections)
         now = self._clock()
         # Times stored ahead of now: the wall clock was stepped back while the coordinator was down (or the state
         # moved to a host whose clock is behind). Taken as they were, a dead worker stayed alive, with a negative

@@ -89,6 +89,8 @@ failed with SQLite's bare "unable to open database file", which does not say why
 _WHOLE_STATE = "league_state"
 # meta key of what the league's checkpoints and payoff are bound to (league_identity.LeagueIdentity, as JSON).
 _IDENTITY = "league_identity"
+# meta key of a digest per section of the config the league last started with (JSON), to say which changed.
+_CONFIG_SECTIONS = "config_sections"
 # state_parts: the parts besides the league's collections (key ""), and which parts make up the league state.
 _COUNTERS = "counters"
 _HEADER = "header"
@@ -617,6 +619,24 @@ class LeagueStore:
     def put_identity(self, identity: str) -> None:
         with self._sql_transaction():
             self._conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (_IDENTITY, identity))
+
+    def config_sections(self) -> dict[str, str] | None:
+        """A digest per section of the config the league last started with, or None: a new store, or one written
+        before stores kept them (or a value that is not one)."""
+        with self._lock:
+            text = self._meta(_CONFIG_SECTIONS)
+        try:
+            sections = json.loads(text) if text is not None else None
+        except ValueError:
+            return None
+        if not (isinstance(sections, dict) and all(isinstance(v, str) for v in sections.values())):
+            return None
+        return sections
+
+    def put_config_sections(self, sections: dict[str, str]) -> None:
+        with self._sql_transaction():
+            self._conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                               (_CONFIG_SECTIONS, json.dumps(sections, sort_keys=True)))
 
     def load(self, recent_ends: int = 100_000) -> StoredState | None:
         """Everything stored (of the ended jobs, the `recent_ends` latest), or None for a fresh store."""

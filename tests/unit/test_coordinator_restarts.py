@@ -189,6 +189,27 @@ def test_a_state_is_not_resumed_with_a_config_of_another_env_or_network(tmp_path
     _open(tmp_path, state, {"env": {"kwargs": {"game_params": {"rows": 6, "columns": 7}}}}).close()
 
 
+def test_a_config_change_is_said_once_naming_its_sections_and_run_changes_not_at_all(tmp_path, caplog):
+    """Compared with the config the state was created with, every start after an allowed change (a learning rate)
+    warned "the configuration changed", naming nothing, for good; a change of `run.seconds`, which the
+    coordinator never reads, too (a review). Said once per change, at INFO, naming the sections."""
+    state = tmp_path / "state.sqlite"
+    _play_one_game(_open(tmp_path, state))
+
+    def start_says(overrides) -> list[str]:
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="league_service.coordinator"):
+            _open(tmp_path, state, overrides).close()
+        return [r.getMessage() for r in caplog.records if "config" in r.getMessage() and "changed" in r.getMessage()]
+
+    changed = {"policy": {"ppo": {"learning_rate": 0.0003}}, "run": {"seconds": 60}}
+    (line,) = start_says(changed)
+    assert "the config's policy changed since this league's last start" in line
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert start_says(changed) == []  # the same config again
+    assert start_says({**changed, "run": {"seconds": 30}}) == []  # `league run`'s own section
+
+
 def test_a_store_from_before_the_identity_record_learns_it_only_from_its_own_config(tmp_path):
     """A store written before stores kept what their league is bound to: recorded from whatever config came
     first, a wrong env given once (even in a start refused for other reasons) locked the league out of its own."""

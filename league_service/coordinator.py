@@ -1117,20 +1117,6 @@ class Coordinator:
         # An identity saved before it had every part learns the rest the same way.
         record = change is not None or (
             (saved_identity is None or not saved_identity.complete) and stored.config_digest == digest)
-        # Said once per change, naming the sections: compared with the state's first config, every start after an
-        # allowed change (a learning rate; even `run.seconds`, which the coordinator never reads) warned, naming
-        # nothing (a review). `league run` names each key it changed.
-        sections, last_sections = config_section_digests(self._cfg), self._store.config_sections()
-        if last_sections is None:
-            if stored.config_digest != digest:
-                log.info("the configuration differs from the one this league's state was created with (%s)",
-                         self._store.path)
-        elif changed := sorted(k for k in sections.keys() | last_sections.keys()
-                               if sections.get(k) != last_sections.get(k)):
-            log.info("the config's %s changed since this league's last start (%s)", ", ".join(changed),
-                     self._store.path)
-        if sections != last_sections:
-            self._store.put_config_sections(sections)
         now = self._clock()
         # Times stored ahead of now: the wall clock was stepped back while the coordinator was down (or the state
         # moved to a host whose clock is behind). Taken as they were, a dead worker stayed alive, with a negative
@@ -1160,11 +1146,31 @@ class Coordinator:
         self._job_failures = {r.player_id: _failures_not_ahead(r, now) for r in stored.job_failures
                               if r.player_id in self._active_ids}
         _check_checkpoints_present(self._league.active_players + self._league.historical_players, self._root)
+        self._note_config_change(stored.config_digest != digest)  # (the start is taken: nothing refuses it now)
         _, active, historical = self._league.sizes()
         log.info(
             "restored league %s: %d players, %d jobs in flight, %d workers",
             self.league_id, active + historical, len(stored.leases), len(stored.workers),
         )
+
+
+    def _note_config_change(self, unlike_the_first: bool) -> None:
+        """Say which config sections changed since the league's last start, once per change, and keep this
+        start's. Compared with the state's first config, every start after an allowed change (a learning rate;
+        even `run.seconds`, which the coordinator never reads) warned, naming nothing (a review). `league run`
+        names each key it changed. `unlike_the_first`: this config is not the one the state was created with
+        (said for a state that keeps no section digests yet)."""
+        sections, last_sections = config_section_digests(self._cfg), self._store.config_sections()
+        if last_sections is None:
+            if unlike_the_first:
+                log.info("the configuration differs from the one this league's state was created with (%s)",
+                         self._store.path)
+        elif changed := sorted(k for k in sections.keys() | last_sections.keys()
+                               if sections.get(k) != last_sections.get(k)):
+            log.info("the config's %s changed since this league's last start (%s)", ", ".join(changed),
+                     self._store.path)
+        if sections != last_sections:
+            self._store.put_config_sections(sections)
 
 
 def _failures_not_ahead(books: PlayerJobFailures, now: float) -> PlayerJobFailures:

@@ -189,12 +189,24 @@ def test_a_state_is_not_resumed_with_a_config_of_another_env_or_network(tmp_path
     _open(tmp_path, state, {"env": {"kwargs": {"game_params": {"rows": 6, "columns": 7}}}}).close()
 
 
-def test_a_config_change_is_said_once_naming_its_sections_and_run_changes_not_at_all(tmp_path, caplog):
+def test_a_config_change_is_said_once_naming_its_sections_and_run_changes_not_at_all(tmp_path, caplog,
+                                                                                    monkeypatch):
     """Compared with the config the state was created with, every start after an allowed change (a learning rate)
     warned "the configuration changed", naming nothing, for good; a change of `run.seconds`, which the
-    coordinator never reads, too (a review). Said once per change, at INFO, naming the sections."""
+    coordinator never reads, too (a review). Said once per change, at INFO, naming the sections; a start refused
+    after it records nothing (the next start says it)."""
+    import league_service.coordinator as coordinator_module
+
     state = tmp_path / "state.sqlite"
     _play_one_game(_open(tmp_path, state))
+
+    def refused(players, root):
+        raise LeagueStateError("shared_root", "none of the checkpoints is under the shared root")
+
+    monkeypatch.setattr(coordinator_module, "_check_checkpoints_present", refused)
+    with pytest.raises(LeagueStateError):
+        _open(tmp_path, state, {"policy": {"ppo": {"learning_rate": 0.0003}}})
+    monkeypatch.undo()
 
     def start_says(overrides) -> list[str]:
         caplog.clear()

@@ -84,7 +84,9 @@ class SenderSettings:
     stream_timeout_s: float = 120.0
     """Deadline of one stream (a slow learner may take long to read `stream_chunks` chunks)."""
     unreachable_s: float = 120.0
-    """The sender fails once the learner has refused or been unreachable this long without a success."""
+    """The sender fails once the learner has refused or been unreachable this long without a success, counted
+    from the end of the first failed stream: a learner that takes streams and never answers (wedged, frozen) is
+    given up on up to `stream_timeout_s` later, and the error says how long it answered nothing."""
     backoff: BackoffSettings = BackoffSettings(initial_s=0.1, max_s=2.0)
 
     def within(self, chunks_in_flight: int) -> SenderSettings:
@@ -263,6 +265,7 @@ class TrajectorySender:
     def _run(self) -> None:
         backoff = Backoff(self._settings.backoff)
         failing_since: float | None = None
+        silent_since: float | None = None  # the opening of the first failed stream in a row
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._queue or self._resend or self._aborted)
@@ -285,17 +288,20 @@ class TrajectorySender:
                     self._counts["resent"] += len(stream.taken)
                     self._counts["failed"] += 1
                 now = time.monotonic()
-                # A stream that ran out its deadline had no answer since it was opened (a frozen or wedged
-                # learner): counted from then, the job was held stream_timeout_s + unreachable_s, and the error
-                # said unreachable_s (a review).
-                failing_since = failing_since or (opened if code is grpc.StatusCode.DEADLINE_EXCEEDED else now)
+                # The clock starts at the first failure's end: a learner that is only slow (a stream past its
+                # deadline once: a pause, a disk stall) gets retried, however stream_timeout_s compares with
+                # unreachable_s. What the error says is counted from that stream's opening, since when nothing
+                # was answered: a wedged learner holds the job for up to stream_timeout_s + unreachable_s, and the
+                # error said unreachable_s (a review).
+                failing_since = failing_since or now
+                silent_since = silent_since or opened
                 details = err.details() if hasattr(err, "details") else str(err)
                 if code not in _RETRY_CODES:
                     self._fail(f"learner {self.endpoint} refused the trajectories: "
                                f"{code.name if code else code}: {details}")
                     return
                 if now - failing_since > self._settings.unreachable_s:
-                    self._fail(f"learner {self.endpoint} unreachable for {now - failing_since:.0f} s "
+                    self._fail(f"learner {self.endpoint} unreachable for {now - silent_since:.0f} s "
                                f"(last: {code.name}: {details})")
                     return
                 delay = backoff.next_delay()
@@ -307,7 +313,7 @@ class TrajectorySender:
                     self._cond.wait_for(lambda: self._aborted, delay)
                 continue
             backoff.reset()
-            failing_since = None
+            failing_since = silent_since = None
             answered = summary.chunks_accepted + summary.chunks_duplicate
             with self._cond:
                 stream.dead = True

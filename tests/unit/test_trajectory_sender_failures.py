@@ -135,36 +135,63 @@ def test_chunks_a_stream_was_answered_without_are_sent_again_not_counted_deliver
         server.stop(0)
 
 
-def test_a_learner_that_never_answers_fails_the_sender_after_unreachable_s_from_the_streams_opening():
-    """A frozen or wedged learner takes the stream and never answers: the clock started when the stream ran out
-    its deadline, so the job was held stream_timeout_s + unreachable_s (240 s by default) while the error said
-    unreachable_s (a review)."""
+def _learner_answering_after(stall_s: list[float]):
+    """A LearnerService that reads each stream's chunks, then waits the next of `stall_s` (for ever once they
+    are used up) before it answers: a learner slow once, or wedged."""
     from concurrent import futures
 
     import grpc
 
-    from actor_service.backoff import BackoffSettings
-    from common.proto.league.v1 import league_pb2_grpc
+    from common.proto.league.v1 import league_pb2, league_pb2_grpc
 
-    class Wedged(league_pb2_grpc.LearnerServiceServicer):
+    class Stalling(league_pb2_grpc.LearnerServiceServicer):
         def PushTrajectories(self, request_iterator, context):
-            for _ in request_iterator:  # reads the chunks, never answers
-                pass
-            while context.is_active():
+            taken = sum(1 for _ in request_iterator)
+            stall = stall_s.pop(0) if stall_s else None
+            started = time.monotonic()
+            while context.is_active() and (stall is None or time.monotonic() - started < stall):
                 time.sleep(0.05)
+            return league_pb2.PushSummary(chunks_accepted=taken)
 
     server = grpc.server(futures.ThreadPoolExecutor(4))
-    league_pb2_grpc.add_LearnerServiceServicer_to_server(Wedged(), server)
+    league_pb2_grpc.add_LearnerServiceServicer_to_server(Stalling(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
+    return server, port
+
+
+def test_a_learner_that_never_answers_is_said_silent_since_its_first_streams_opening():
+    """A frozen or wedged learner takes the stream and never answers: the error said unreachable_s while the job
+    had been held stream_timeout_s longer (a review); it says how long the learner answered nothing."""
+    from actor_service.backoff import BackoffSettings
+
+    server, port = _learner_answering_after([])
     sender = TrajectorySender(f"127.0.0.1:{port}", ChunkHeader("job", "p", "actor", 0, 0), stop=StopSignal(),
                               settings=SenderSettings(stream_timeout_s=1.5, unreachable_s=1.0,
                                                       backoff=BackoffSettings(0.01, 0.02)))
     try:
         sender.write(_trajectory(), 0)
-        with pytest.raises(SenderError, match="unreachable for 2 s"):
+        with pytest.raises(SenderError, match="unreachable for 3 s"):  # two streams' deadlines, from the first's
             sender.flush(timeout=30)
-        assert sender.stats.failed_streams == 1  # failed at the first stream's deadline, not a second one's
+        assert sender.stats.failed_streams == 2
+    finally:
+        sender.close()
+        server.stop(0)
+
+
+def test_a_learner_slow_once_past_a_streams_deadline_is_retried_whatever_unreachable_s():
+    """With stream_timeout_s as long as unreachable_s (the defaults), counting from the stream's opening failed
+    the sender at its first timed-out stream: a learner that paused once lost the job (a review of the change)."""
+    from actor_service.backoff import BackoffSettings
+
+    server, port = _learner_answering_after([2.0, 0.0])
+    sender = TrajectorySender(f"127.0.0.1:{port}", ChunkHeader("job", "p", "actor", 0, 0), stop=StopSignal(),
+                              settings=SenderSettings(stream_timeout_s=1.5, unreachable_s=1.5,
+                                                      backoff=BackoffSettings(0.01, 0.02)))
+    try:
+        sender.write(_trajectory(), 0)
+        sender.flush(timeout=30)
+        assert (sender.stats.failed_streams, sender.stats.chunks_acked) == (1, 1)
     finally:
         sender.close()
         server.stop(0)

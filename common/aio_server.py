@@ -136,18 +136,22 @@ class AioServingServer:
 
 
 class _ReplyToGoneClientFilter(logging.Filter):
-    """grpc.aio logs ERROR with a traceback when a reply cannot be sent because its client has gone (a call's
-    deadline passed or it was cancelled meanwhile: "ExecuteBatchError raised in core by servicer method"); the
-    client's doing, not a fault of the server, and read as one in its log (a review: a storm of short deadlines
-    left nine). Said at DEBUG instead."""
+    """grpc.aio logs ERROR with a traceback when a reply cannot be sent ("ExecuteBatchError raised in core by
+    servicer method"): its client gone (a call's deadline passed or it was cancelled meanwhile), the client's
+    doing, read as a fault of the server in its log (a review: a storm of short deadlines left nine). The same
+    comes of a reply larger than the send limit (the server's own fault: the coordinator's limit is set by its
+    largest reply), which must not vanish. One INFO line without the traceback, naming both."""
 
     PREFIX = "ExecuteBatchError raised in core by servicer method"
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not (isinstance(record.msg, str) and record.msg.startswith(self.PREFIX)):
             return True
-        record.levelno, record.levelname, record.exc_info, record.exc_text = logging.DEBUG, "DEBUG", None, None
-        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        record.msg = (f"{record.getMessage().replace(self.PREFIX, 'a reply of', 1)} could not be sent: its client had "
+                      "gone (its deadline passed, or it cancelled), or the reply was larger than the send limit")
+        record.args = None
+        record.levelno, record.levelname, record.exc_info, record.exc_text = logging.INFO, "INFO", None, None
+        return logging.getLogger(record.name).isEnabledFor(logging.INFO)
 
 
 _GRPC_CORE_LOGGER = "grpc._cython.cygrpc"

@@ -211,19 +211,19 @@ def coordinator_main(args: argparse.Namespace) -> int:
                 failure = err
                 log.error("--port-file %s: cannot write the port (%s); exiting: nobody could find this "
                           "coordinator", args.port_file, err.strerror or err)
-                return FAILURE_EXIT
-        announce_listening("coordinator", server.address)
-        log.info(
-            "serving league %s on %s (%s, %s)%s", server.coordinator.league_id, server.address,
-            "TLS" if tls else "plaintext", "token auth" if token else "no auth",
-            f", metrics on :{server.metrics.port}" if server.metrics else "",
-        )
-        failure = _wait_for_stop_or_failure(stop, server.coordinator)
-        if failure is None:
-            log.info("shutting down (drain %.1fs, grace %.1fs)", args.drain, args.grace)
-        else:
-            log.error("the coordinator cannot go on (%r); exiting: restarted on the same state, it continues from "
-                      "everything it acknowledged", failure)
+        if failure is None:  # (else exit 1, through the same stop as any other)
+            announce_listening("coordinator", server.address)
+            log.info(
+                "serving league %s on %s (%s, %s)%s", server.coordinator.league_id, server.address,
+                "TLS" if tls else "plaintext", "token auth" if token else "no auth",
+                f", metrics on :{server.metrics.port}" if server.metrics else "",
+            )
+            failure = _wait_for_stop_or_failure(stop, server.coordinator)
+            if failure is None:
+                log.info("shutting down (drain %.1fs, grace %.1fs)", args.drain, args.grace)
+            else:
+                log.error("the coordinator cannot go on (%r); exiting: restarted on the same state, it continues "
+                          "from everything it acknowledged", failure)
     finally:
         # No drain after a failure: a coordinator that cannot keep its books must stop answering at once.
         closed = _stop_server(server, args.grace, 0.0 if failure is not None else args.drain, failure)

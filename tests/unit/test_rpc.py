@@ -180,9 +180,10 @@ def test_the_bearer_scheme_is_matched_in_any_case_and_the_token_exactly(refusal)
         assert refusal(wrong) == "wrong bearer token", wrong
 
 
-def test_grpcs_error_for_a_reply_to_a_client_gone_is_said_at_debug(caplog):
+def test_grpcs_error_for_a_reply_that_could_not_be_sent_is_one_info_line(caplog):
     """grpc.aio logs ERROR with a traceback when a reply finds its client gone (a deadline that passed, a cancel):
-    a coordinator under short-deadline calls logged them as if it had failed (a review)."""
+    a coordinator under short-deadline calls logged them as if it had failed (a review). One INFO line, without
+    the traceback, naming the other cause too (a reply over the send limit), which must not vanish."""
     import logging
 
     from common.aio_server import _quiet_replies_to_gone_clients
@@ -196,8 +197,8 @@ def test_grpcs_error_for_a_reply_to_a_client_gone_is_said_at_debug(caplog):
         with caplog.at_level(logging.INFO):
             core.exception(message)
             core.error("something else")
-        assert [(r.levelname, r.getMessage()) for r in caplog.records] == [("ERROR", "something else")]
-        caplog.clear()
-        with caplog.at_level(logging.DEBUG, logger="grpc._cython.cygrpc"):
-            core.exception(message)
-        assert [(r.levelname, r.exc_info) for r in caplog.records] == [("DEBUG", None)]
+    (said, other) = caplog.records
+    assert (said.levelname, said.exc_info, other.levelname) == ("INFO", None, "ERROR")
+    assert said.getMessage().startswith("a reply of [/league.v1.LeagueService/GetStatus] could not be sent: its "
+                                        "client had gone")
+    assert "larger than the send limit" in said.getMessage()

@@ -88,13 +88,11 @@ class AioServingServer:
         waited for up to `wait_s` in all: a read of a hung filesystem never returns, and the interpreter's exit
         joins them (a stop took as long as the stuck read, however short its grace; a review)."""
         deadline = time.monotonic() + wait_s
-        stuck = []
-        for thread in threading.enumerate():
-            if thread.name.startswith(self.call_threads):
-                thread.join(max(0.0, deadline - time.monotonic()))
-                if thread.is_alive():
-                    stuck.append(thread)
-        return stuck
+        while True:  # (all of them at once: idle ones end as soon as they see the pool shut down)
+            stuck = [t for t in threading.enumerate() if t.name.startswith(self.call_threads) and t.is_alive()]
+            if not stuck or time.monotonic() >= deadline:
+                return stuck
+            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
     @property
     def address(self) -> str:

@@ -383,7 +383,7 @@ def test_a_call_stuck_in_a_thread_does_not_hold_the_stop_past_its_grace(tmp_path
             stopped_in = time.monotonic() - started
             with pytest.raises(grpc.RpcError):
                 call.result()
-        stuck = server.serving.stuck_calls()
+        stuck = server.serving.stuck_calls(wait_s=1.0)  # (idle call threads end once they see the shutdown)
         assert len(stuck) == 1 and stuck[0].is_alive()
         assert stopped_in < 10, stopped_in  # (it was as long as the stuck call: 60 s here)
     finally:

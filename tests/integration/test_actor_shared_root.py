@@ -4,6 +4,7 @@ version found there, or failed every job, and nothing said why (a review)."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -81,11 +82,31 @@ def _serve(cfg, root, port: int = 0, needs_learner: bool = True):
     return serve_coordinator(coordinator, ServerOptions(host="127.0.0.1", port=port))
 
 
+def _started(run) -> tuple[threading.Thread, list[BaseException]]:
+    """`run` on a daemon thread, and the exception it raises, if any."""
+    failure: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            run()
+        except BaseException as err:
+            failure.append(err)
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    return thread, failure
+
+
+def _wait_registered(client) -> None:
+    deadline = time.monotonic() + 30
+    while client.registration is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert client.registration is not None
+
+
 def test_an_actor_registered_again_by_a_coordinator_on_another_root_stops_naming_it(tmp_path):
     """The root was checked at the first registration only: a coordinator that did not know the actor (a new one
     at the address, on another state and root) registered it again, and the actor played its jobs (a review)."""
-    import threading
-
     first_root, second_root = tmp_path / "first", tmp_path / "second"
     first_root.mkdir()
     second_root.mkdir()
@@ -93,22 +114,10 @@ def test_an_actor_registered_again_by_a_coordinator_on_another_root_stops_naming
     port = first.port
     actor = Actor(ActorSettings(coordinator=f"127.0.0.1:{port}", shared_root=first_root, worker_id="actor-x",
                                 manager="base", max_jobs=1, get_job_wait_s=0.5))
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            actor.run()
-        except BaseException as err:
-            failure.append(err)
-
-    thread = threading.Thread(target=run, daemon=True)
     second = None
+    thread, failure = _started(actor.run)
     try:
-        thread.start()
-        deadline = time.monotonic() + 30
-        while actor._client.registration is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert actor._client.registration is not None
+        _wait_registered(actor._client)
         first.stop(grace_s=0.5)
         second = _serve(small_league_config(), second_root, port=port, needs_learner=False)  # jobs at once
         thread.join(60)
@@ -127,8 +136,6 @@ def test_an_actor_registered_again_by_a_coordinator_on_another_root_stops_naming
 def test_a_learner_registered_again_by_a_coordinator_on_another_root_hands_the_job_back_and_stops(tmp_path):
     """As an actor: `next_learn_job` registers again with a coordinator that does not know the learner, whose
     root was not checked."""
-    import threading
-
     first_root, second_root = tmp_path / "first", tmp_path / "second"
     first_root.mkdir()
     second_root.mkdir()
@@ -143,23 +150,11 @@ def test_a_learner_registered_again_by_a_coordinator_on_another_root_hands_the_j
                                                 data_endpoint="127.0.0.1:1")).HasField("job")
     learner = Learner(LearnerSettings(coordinator=f"127.0.0.1:{port}", shared_root=first_root, worker_id="learner-x",
                                       device="cpu", get_job_wait_s=0.5, max_backoff_s=0.5))
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            learner.run()
-        except BaseException as err:
-            failure.append(err)
-
-    thread = threading.Thread(target=run, daemon=True)
     second = None
+    learner.start()
+    thread, failure = _started(learner.run)
     try:
-        learner.start()
-        thread.start()
-        deadline = time.monotonic() + 30
-        while learner.client.registration is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert learner.client.registration is not None
+        _wait_registered(learner.client)
         first.stop(grace_s=0.5)
         second = _serve(small_league_config(), second_root, port=port)
         thread.join(60)

@@ -333,7 +333,9 @@ class Rollout:
                 seat = to_play(obs, self._info) if obs is not None else None
                 for player, trajectory in slot.trajectories.items():
                     if seat is not None and slot.seat_of[player] == seat:
-                        self._collect(trajectory.close_open(_kept_view(obs, seat, self._info)))
+                        view = _kept_view(obs, seat, self._info)
+                        self._check_finite_view(view, slot.env_id)  # (never acted on: not checked at `_act`)
+                        self._collect(trajectory.close_open(view))
                     else:
                         self._collect(trajectory.cut())
             self._write_rows(final=True)
@@ -420,6 +422,10 @@ class Rollout:
                 raise RuntimeError(f"env {env_id} ({self._info.name}) gave a non-finite observation {key!r} (step "
                                    f"{self._slots[env_id].length} of its episode)")
 
+    def _check_finite_view(self, view: Mapping[str, np.ndarray], env_id: int) -> None:
+        """`_check_finite` of one env's view (an observation no policy acts on: an episode's last)."""
+        self._check_finite({key: np.asarray(value)[None] for key, value in view.items()}, [env_id])
+
     def _check_legal(self, inputs: Mapping[str, np.ndarray], env_ids: list[int]) -> None:
         """An env bug too: a mover with no legal action. The policy refuses the batch ("action_mask: row(s) [3]
         have no legal action"), naming a row of its batch, not the env: looked for once it has refused, so the
@@ -473,6 +479,9 @@ class Rollout:
                 continue
             for trajectory, seat in recorded:
                 final = _kept_view(ts.obs, seat, self._info)
+                # An episode's last observation is acted on by nobody, so `_act` never checked it: a NaN there
+                # reached the learner, which refused the chunk naming neither the env nor the step (a review).
+                self._check_finite_view(final, env_id)
                 episode_return = float(slot.returns[seat])
                 self._collect(trajectory.end_episode(final, ts.terminated, ts.truncated, episode_return))
             # An env-step job reports what one FinishJob can hold (its slots start counted: their first episodes too).

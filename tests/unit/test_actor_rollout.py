@@ -330,6 +330,24 @@ def test_a_non_finite_observation_fails_the_job_naming_the_env():
         rollout.run()
 
 
+class NanFinalObservationGame(TakeAwayGame):
+    """A broken env: its observation holds a NaN once the pile is empty (the episode's last, acted on by nobody)."""
+
+    def _obs(self) -> dict:
+        obs = super()._obs()
+        if self._left == 0:
+            obs["observation"][:, 0] = np.nan
+        return obs
+
+
+def test_a_non_finite_final_observation_fails_the_job_naming_the_env():
+    """Only observations about to be acted on were checked: an episode's last went into the trajectory, and the
+    learner refused the chunk naming neither the env nor the step (a review)."""
+    with _two_seat_rollout(TakeAwayGame, NanFinalObservationGame) as rollout, pytest.raises(
+            RuntimeError, match=r"env 1 \(take_away\) gave a non-finite observation 'observation' \(step \d+ of"):
+        rollout.run()
+
+
 class NoLegalMoveGame(TakeAwayGame):
     """A broken env: at its third move, the mover's mask allows nothing."""
 

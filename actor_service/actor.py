@@ -65,8 +65,8 @@ from common.busy_clock import StallWatch
 from common.envs.base import EnvInfo, Outcome
 from common.envs.policy_view import UnsupportedEnvError
 from common.proto.league.v1 import league_pb2
-from common.root_marker import ROOT_MARKER_WAIT_S, shared_root_mismatch
-from common.rpc import RegistrationError, job_heartbeat_interval
+from common.root_marker import ROOT_MARKER_WAIT_S, check_shared_root
+from common.rpc import job_heartbeat_interval
 from common.tensor_codec import ChunkHeader
 from common.timed_store import TimedCheckpointStore
 
@@ -257,10 +257,7 @@ class Actor:
                             once=True)
 
     def _check_shared_root(self, expected: str) -> None:
-        """Raise `RegistrationError` when this actor's --shared-root is not the coordinator's."""
-        if (mismatch := shared_root_mismatch(Path(self.settings.shared_root), expected, self._stop.wait,
-                                             ROOT_MARKER_WAIT_S)) is not None:
-            raise RegistrationError(mismatch)
+        check_shared_root(Path(self.settings.shared_root), expected, self._stop.wait, ROOT_MARKER_WAIT_S)
 
     def run(self) -> list[JobReport]:
         """Serve jobs until stopped (or `max_jobs` are done); returns the reports of the last `KEPT_REPORTS` jobs

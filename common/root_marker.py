@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from common.durable_files import fsync_dir, fsync_file
+from common.rpc import RegistrationError
 
 ROOT_MARKER = ".league_root.json"
 """The marker's name at the top of a shared root."""
@@ -62,20 +63,21 @@ def read_root_id(root: Path) -> str | None:
     return root_id if isinstance(root_id, str) and root_id else None
 
 
-def shared_root_mismatch(root: Path, expected: str, stopped: Callable[[float], bool],
-                         wait_s: float = ROOT_MARKER_WAIT_S) -> str | None:
-    """Why a worker's `root` is not the coordinator's, whose marker id is `expected` (another id in its marker, or
-    none after `wait_s`: a new file may show late on NFS); None when it is, when `expected` is empty (an older
-    coordinator, or a root it could not mark: not checked), or when `stopped(1.0)` (waits up to that many seconds,
-    True once the worker stops) says the worker stopped while waiting."""
+def check_shared_root(root: Path, expected: str, stopped: Callable[[float], bool],
+                      wait_s: float = ROOT_MARKER_WAIT_S) -> None:
+    """Raise `RegistrationError` when a worker's `root` is not the coordinator's, whose marker id is `expected`
+    (another id in its marker, or none after `wait_s`: a new file may show late on NFS). Nothing is checked when
+    `expected` is empty (an older coordinator, or a root it could not mark), nor once `stopped(1.0)` (waits up to
+    that many seconds, True once the worker stops) says the worker stopped while waiting."""
     deadline = time.monotonic() + wait_s
     found = read_root_id(root)
     while expected and found is None and time.monotonic() < deadline:
         if stopped(1.0):
-            return None
+            return
         found = read_root_id(root)
     if not expected or found == expected:
-        return None
+        return
     held = f"it has no {ROOT_MARKER}" if found is None else f"its {ROOT_MARKER} holds id {found}, the coordinator's root {expected}"
-    return (f"--shared-root {root} is not the coordinator's shared root ({held}): the checkpoints the league names "
-            "would not be found there; give the directory where the coordinator's shared root is mounted")
+    raise RegistrationError(f"--shared-root {root} is not the coordinator's shared root ({held}): the checkpoints "
+                            "the league names would not be found there; give the directory where the coordinator's "
+                            "shared root is mounted")

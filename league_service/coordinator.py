@@ -1153,7 +1153,6 @@ class Coordinator:
             self.league_id, active + historical, len(stored.leases), len(stored.workers),
         )
 
-
     def _note_config_change(self, unlike_the_first: bool) -> None:
         """Say which config sections changed since the league's last start, once per change, and keep this
         start's. Compared with the state's first config, every start after an allowed change (a learning rate;

@@ -28,7 +28,7 @@ from common.envs.policy_view import policy_specs
 from common.learner_config import LearnerConfig
 from common.policy_config import PolicyConfig, player_seed
 from common.proto.league.v1 import league_pb2
-from common.root_marker import ROOT_MARKER_WAIT_S, shared_root_mismatch
+from common.root_marker import ROOT_MARKER_WAIT_S, check_shared_root
 from common.rpc import (
     SERVER_FAULT_CODES,
     TRANSIENT_CODES,
@@ -51,6 +51,7 @@ from learner_service.league_client import (
     Interrupted,
     LeagueClient,
     LearnJob,
+    Registration,
 )
 from learner_service.publisher import CheckpointPublisher
 from learner_service.servicer import RESERVED_SERVER_THREADS, SERVICE, DataPlane, LearnerServicer
@@ -233,12 +234,21 @@ class Learner:
             raise RuntimeError("Learner.start() first")
         store_root = Path(self.settings.shared_root)
         root_checked = ""
+
+        def check_root(registration: Registration) -> None:
+            """Once per root id (a restarted coordinator keeps its root): `RegistrationError` when this learner's
+            --shared-root is not the coordinator's (it resumed its player from no checkpoint, or an old one found
+            there, and trained until its first publish was refused)."""
+            nonlocal root_checked
+            if registration.shared_root_id != root_checked:
+                check_shared_root(store_root, registration.shared_root_id, self.client.wait_interrupted,
+                                  ROOT_MARKER_WAIT_S)
+                root_checked = registration.shared_root_id
+
         while not self.stopping:
             try:
                 registration = self.client.register(self.data_endpoint)
-                if registration.shared_root_id != root_checked:  # (once: a restarted coordinator keeps its root)
-                    self._check_shared_root(store_root, registration.shared_root_id)
-                    root_checked = registration.shared_root_id
+                check_root(registration)
                 job = self.client.next_learn_job(self.data_endpoint, self.settings.get_job_wait_s)
             except Interrupted:
                 break
@@ -246,17 +256,15 @@ class Learner:
                 if err.code() is grpc.StatusCode.ALREADY_EXISTS:
                     raise WorkerIdTaken(err.details()) from None
                 raise CoordinatorRefused(self.client.address, err) from err
-            if (again := self.client.registration) is not None and again is not registration:
+            if (again := self.client.registration) is not registration:
                 # Registered again while it waited for a job (a coordinator that forgot this worker, or a new one
                 # at the address): its root is checked as at the first, the job handed back if it is another.
                 registration = again
-                if registration.shared_root_id != root_checked:
-                    try:
-                        self._check_shared_root(store_root, registration.shared_root_id)
-                    except RegistrationError:
-                        self.client.finish(job.job_id, league_pb2.FINISH_STATUS_RELEASED, patient=False)
-                        raise
-                    root_checked = registration.shared_root_id
+                try:
+                    check_root(registration)
+                except RegistrationError:
+                    self.client.finish(job.job_id, league_pb2.FINISH_STATUS_RELEASED, patient=False)
+                    raise
             log.info("bound to %s (learn job %s, checkpoint %r v%d)", job.player_id, job.job_id,
                      job.checkpoint_path, job.checkpoint_version)
             lease = LeaseKeeper(self.client, job, registration, self._stall_watches()).start()
@@ -273,13 +281,6 @@ class Learner:
             log.warning("%s: dropping %d received samples not trained on: the learner stops before the league bound "
                         "the player here again", self._kept.player_id, untrained)
         self.client.leave()  # stopping: its learn job was released (or the leave releases it)
-
-    def _check_shared_root(self, root: Path, expected: str) -> None:
-        """Raise `RegistrationError` when this learner's --shared-root is not the coordinator's: it resumed its
-        player from no checkpoint (or an old one found there) and trained until its first publish was refused."""
-        if (mismatch := shared_root_mismatch(root, expected, self.client.wait_interrupted,
-                                             ROOT_MARKER_WAIT_S)) is not None:
-            raise RegistrationError(mismatch)
 
     def _stall_watches(self) -> list[StallWatch]:
         """What the session may be stuck in where nothing breaks it off: the lease keeper lets the lease go past

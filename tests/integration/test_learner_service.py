@@ -860,26 +860,12 @@ def test_a_stopping_learner_refuses_a_stream_under_way_whose_chunks_the_next_lea
     a job of 6,000) and the rest is trained."""
     cfg = solo_config(batch_size=128)
     rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)  # 128 samples a chunk
-    stopping = threading.Event()
     try:
         with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
             with running_learner(coordinator.address, tmp_path, worker_id="learner-a") as learner:
                 learner.learner.wait_published(PLAYER, 0, 60)
                 chunks = rollout.chunks(acting_task(cfg, tmp_path), 3, policy_version=0)
-
-                def stream():
-                    yield from chunks[:2]
-                    stopping.wait(60)
-                    yield chunks[2]
-
-                answer: list = []
-                pusher = threading.Thread(target=lambda: answer.append(_pushed(learner.address, stream())))
-                pusher.start()
-                eventually(lambda: learner.learner.plane.counts().chunks_accepted == 2 or None)
-                learner.learner.request_stop()
-                stopping.set()
-                pusher.join(60)
-            (refused,) = answer
+                refused = _streamed_across_the_stop(learner, chunks[:2], chunks[2:])
             assert isinstance(refused, grpc.RpcError) and refused.code() is grpc.StatusCode.UNAVAILABLE, refused
             assert CheckpointStore(tmp_path).latest(PLAYER).metadata["agent_steps"] == 256  # its stop trained two
 
@@ -890,7 +876,6 @@ def test_a_stopping_learner_refuses_a_stream_under_way_whose_chunks_the_next_lea
                 learner.learner.wait_published(PLAYER, learner.learner.session.trainer.version + 1, 60)
             assert CheckpointStore(tmp_path).latest(PLAYER).metadata["agent_steps"] == 384
     finally:
-        stopping.set()
         rollout.close()
 
 
@@ -900,29 +885,15 @@ def test_a_stream_its_client_ends_after_the_stop_is_refused_with_the_chunks_it_t
     train or publish them (a review). Refused as a whole, as a stream that sends a chunk after the stop is."""
     cfg = solo_config(batch_size=100_000)  # nothing trained before the stop
     rollout = Rollout(player_id=PLAYER, env_num=4, unroll_len=8)
-    stopped = threading.Event()
     try:
         with running_coordinator(cfg, tmp_path, lease_timeout_s=3.0) as coordinator:
             with running_learner(coordinator.address, tmp_path) as learner:
                 learner.learner.wait_published(PLAYER, 0, 60)
                 chunks = rollout.chunks(acting_task(cfg, tmp_path), 3, policy_version=0)
-
-                def stream():
-                    yield from chunks
-                    stopped.wait(60)  # then the client ends it: no chunk after the stop
-
-                answer: list = []
-                pusher = threading.Thread(target=lambda: answer.append(_pushed(learner.address, stream())))
-                pusher.start()
-                eventually(lambda: learner.learner.plane.counts().chunks_accepted == 3 or None)
-                learner.learner.request_stop()
-                stopped.set()
-                pusher.join(60)
-        (refused,) = answer
+                refused = _streamed_across_the_stop(learner, chunks, [])  # the client ends it: no chunk after
         assert isinstance(refused, grpc.RpcError), refused
         assert refused.code() is grpc.StatusCode.UNAVAILABLE and "the learner is stopping" in refused.details()
     finally:
-        stopped.set()
         rollout.close()
 
 
@@ -961,6 +932,29 @@ def test_chunks_of_a_stream_idle_at_the_stop_are_duplicates_for_the_next_learner
     finally:
         release.set()
         rollout.close()
+
+
+def _streamed_across_the_stop(learner, before, after):
+    """One stream: `before`, then the learner's stop (once it took them), then `after` (none: its client ends it
+    there); its answer, a PushSummary or the RpcError it ended with."""
+    stopping = threading.Event()
+
+    def stream():
+        yield from before
+        stopping.wait(60)
+        yield from after
+
+    answer: list = []
+    pusher = threading.Thread(target=lambda: answer.append(_pushed(learner.address, stream())))
+    pusher.start()
+    try:
+        eventually(lambda: learner.learner.plane.counts().chunks_accepted == len(before) or None)
+        learner.learner.request_stop()
+    finally:
+        stopping.set()
+        pusher.join(60)
+    (result,) = answer
+    return result
 
 
 def _pushed(address: str, chunks):

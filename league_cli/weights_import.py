@@ -316,6 +316,7 @@ def fit_weights(task: Any, tensors: dict[str, Any]) -> FittedWeights:
     # Every problem in one go (a review: the names first, then, fixed, the shapes in a second round).
     missing, unknown = sorted(set(own) - set(tensors)), sorted(set(tensors) - set(own))
     cast, arrays, problems = [], {}, []
+    other_network = bool(missing or unknown)  # (then the problems end with how to build the league's network)
     if missing or unknown:
         removed = f" (once the prefix {prefix!r} of every name is removed)" if prefix else ""
         named = [f"{which} {_names(names)}" for which, names in (("missing", missing), ("unknown", unknown)) if names]
@@ -326,6 +327,7 @@ def fit_weights(task: Any, tensors: dict[str, Any]) -> FittedWeights:
             continue
         if tuple(value.shape) != tuple(target.shape):
             problems.append(f"weights[{name!r}]: shape {tuple(value.shape)} != model shape {tuple(target.shape)}")
+            other_network = True
             continue
         try:
             if value.layout != torch.strided:
@@ -348,8 +350,7 @@ def fit_weights(task: Any, tensors: dict[str, Any]) -> FittedWeights:
             continue
         arrays[name] = array
     if problems:
-        raise ImportRefused("; ".join(problems) + (f" {_NETWORK_HINT}" if missing or unknown or any(
-            "model shape" in problem for problem in problems) else ""))
+        raise ImportRefused("; ".join(problems) + (f" {_NETWORK_HINT}" if other_network else ""))
     try:
         task.set_weights(arrays, 0)
     except WeightsMismatchError as err:

@@ -606,22 +606,32 @@ class Coordinator:
         with self._lock:
             now = self._clock()
             self._expire_locked(now)
-            self._table.claim(request.worker_id, process)
-            player = self._league.get_player(update.player_id)
-            if not player.is_active:
-                raise NotActivePlayerError("player_id", f"{update.player_id!r} is a historical (frozen) player")
-            if self._settings.needs_learner:
-                binding = self._table.learner_lease(update.player_id)
-                if binding is None or binding.worker_id != request.worker_id:
-                    raise FailedPreconditionError(
-                        "worker_id", f"worker {request.worker_id!r} holds no learn job of player {update.player_id!r}"
-                    )
-            if bad_path is not None:
-                raise bad_path
+            try:
+                self._check_update_locked(request, process, bad_path)
+            except RequestError:
+                self._reply_waits_locked()  # its learn lease may have expired just now: see _check_finish_locked
+                raise
             outcome = self._league.update_active_player(update)
             self._persist(league_state=True)
             self._reply_waits_locked()
             return outcome
+
+    def _check_update_locked(self, request: PlayerUpdateRequest, process: str,
+                             bad_path: InvalidArgumentError | None) -> None:
+        """Raises as `update_player` refuses."""
+        update = request.update
+        self._table.claim(request.worker_id, process)
+        player = self._league.get_player(update.player_id)
+        if not player.is_active:
+            raise NotActivePlayerError("player_id", f"{update.player_id!r} is a historical (frozen) player")
+        if self._settings.needs_learner:
+            binding = self._table.learner_lease(update.player_id)
+            if binding is None or binding.worker_id != request.worker_id:
+                raise FailedPreconditionError(
+                    "worker_id", f"worker {request.worker_id!r} holds no learn job of player {update.player_id!r}"
+                )
+        if bad_path is not None:
+            raise bad_path
 
     def status(self) -> CoordinatorStatus:
         """The whole view, of one moment: the league's values are copied under the coordinator's lock with the
@@ -890,8 +900,15 @@ class Coordinator:
         first, the worker's process checked. Raises as `finish_job` refuses."""
         now = self._clock()
         self._expire_locked(now)
-        self._table.claim(report.worker_id, process)
-        return now, self._table.check_finish(report.worker_id, report.job_id, now)
+        try:
+            self._table.claim(report.worker_id, process)
+            return now, self._table.check_finish(report.worker_id, report.job_id, now)
+        except RequestError:
+            # A refusal waits for its commit like a reply: "the lease expired" may rest on the expiry recorded just
+            # now. Sent before it was durable, a crash took the expiry back, and the restarted coordinator would
+            # have counted the results the worker had dropped on hearing it (a review).
+            self._reply_waits_locked()
+            raise
 
     def _check_unloadable(self, report: FinishReport, players: tuple[str, ...]) -> None:
         """Before anything changes: the named players are this job's frozen opponents with checkpoints."""

@@ -66,15 +66,6 @@ _STATUS_CODES: tuple[tuple[type[RequestError], grpc.StatusCode], ...] = (
 )
 
 
-async def _answer(context: grpc.aio.ServicerContext, call: Callable[[], T]) -> T:
-    """Run `call`; a RequestError aborts the RPC with its status code and message."""
-    try:
-        return call()
-    except RequestError as err:
-        await _refuse(context, err)
-        raise  # context.abort always raises; this keeps the type checker informed
-
-
 MAX_DETAIL_CHARS = 1000
 """The longest status detail a refusal sends. Details echo what the request held (a checkpoint path of 4,096
 characters, a list of players): over gRPC's 16 KiB metadata limit (non-ASCII is percent-encoded, ~6 bytes a
@@ -210,10 +201,23 @@ class LeagueServicer(league_pb2_grpc.LeagueServiceServicer):
         self._durable = durable
 
     async def _answer_durably(self, context: grpc.aio.ServicerContext, call: Callable[[], T]) -> T:
-        """`_answer`, and the reply waits until everything recorded before it is committed."""
-        reply = await _answer(context, call)
+        """Run `call`; its reply, or its refusal (`_refuse_durably`), waits until everything recorded before it
+        is committed."""
+        try:
+            reply = call()
+        except RequestError as err:
+            await self._refuse_durably(context, err)
+            raise  # context.abort always raises; this keeps the type checker informed
         await self._wait_durable(context)
         return reply
+
+    async def _refuse_durably(self, context: grpc.aio.ServicerContext, err: RequestError) -> None:
+        """Abort with `err` once everything recorded before it is committed. A refusal can rest on a change its
+        own call made: a FinishJob finds its lease expired, records the expiry and is refused. Sent before that
+        commit, a crash took the expiry back, the restarted coordinator would have counted the finish, and the
+        worker had already dropped its results (a review). A commit that failed makes it UNAVAILABLE instead."""
+        await self._wait_durable(context)
+        await _refuse(context, err)
 
     async def _wait_durable(self, context: grpc.aio.ServicerContext) -> None:
         """Until everything recorded so far is committed; a commit that failed aborts with UNAVAILABLE."""
@@ -257,7 +261,7 @@ class LeagueServicer(league_pb2_grpc.LeagueServiceServicer):
                         timeout = min(timeout, found.recheck_in_s)
                     await self._ready.wait(event, timeout)
         except RequestError as err:
-            await _refuse(context, err)
+            await self._refuse_durably(context, err)
             raise
         try:
             await self._wait_durable(context)  # the lease (or what a NoJob answer saw) is committed before the reply
@@ -296,7 +300,7 @@ class LeagueServicer(league_pb2_grpc.LeagueServiceServicer):
         try:
             reply = await asyncio.to_thread(call)
         except RequestError as err:
-            await _refuse(context, err)
+            await self._refuse_durably(context, err)
             raise
         await self._wait_durable(context)
         return reply

@@ -558,3 +558,47 @@ def test_a_worker_restarted_under_its_id_on_the_same_host_has_its_old_collect_jo
             coordinator.finish_job(FinishReport("a", grants[0].job_id, JobEndStatus.COMPLETED, (), 0, 0, ""), old)
     finally:
         coordinator.close()
+
+
+def _job_rows(path) -> list[tuple[str]]:
+    connection = sqlite3.connect(path)
+    try:
+        return connection.execute("SELECT job_id FROM jobs").fetchall()
+    finally:
+        connection.close()
+
+
+def test_a_finish_refused_for_an_expiry_it_recorded_waits_until_the_expiry_is_committed(tmp_path):
+    """"The lease expired" made the worker drop its results. Sent before the expiry was committed, a crash took
+    the expiry back, and the restarted coordinator counted the same finish (a review)."""
+    clock = ManualClock()
+    coordinator = _open(tmp_path, tmp_path / "state.sqlite", clock=clock)
+    try:
+        coordinator.register_worker("a", WorkerRole.ACTOR, "host", "")
+        grant = coordinator.get_job("a", WorkerRole.ACTOR, "", wait_s=0.0)
+        assert isinstance(grant, JobGrant)
+        home, away = (p.player_id for p in grant.players)
+        episode = EpisodeOutcome((PlayerOutcome(home, Outcome.WIN), PlayerOutcome(away, Outcome.LOSS)), 5)
+        clock.now += 61.0  # past the 60 s lease
+        refused: list[BaseException] = []
+
+        def finish() -> None:
+            try:
+                coordinator.finish_job(FinishReport("a", grant.job_id, JobEndStatus.COMPLETED, (episode,), 5, 0, ""))
+            except Exception as err:  # noqa: BLE001 - the refusal is what the test looks at
+                refused.append(err)
+
+        with coordinator._store._lock:  # a stalled disk: no commit can finish
+            caller = threading.Thread(target=finish)
+            caller.start()
+            caller.join(0.5)
+            assert caller.is_alive(), f"refused before the expiry it rests on was committed: {refused}"
+            _crash_copy(tmp_path / "state.sqlite", tmp_path / "crashed.sqlite")
+            assert _job_rows(tmp_path / "crashed.sqlite") == [(grant.job_id,)]  # what a crash now would keep
+        caller.join(10.0)
+        assert not caller.is_alive()
+        assert len(refused) == 1 and "expired" in str(refused[0]), refused
+        _crash_copy(tmp_path / "state.sqlite", tmp_path / "crashed.sqlite")
+        assert _job_rows(tmp_path / "crashed.sqlite") == []
+    finally:
+        coordinator.close()

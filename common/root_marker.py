@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +33,11 @@ def ensure_root_id(root: Path) -> str:
     found = read_root_id(root)
     if found is not None:
         return found
-    fd, temp = tempfile.mkstemp(dir=root, prefix=f".{ROOT_MARKER}.")
+    # Readable by all (0o644 less the umask, as every file the store writes): tempfile.mkstemp's 0o600 kept
+    # workers running as another user than the coordinator from reading it, and they stopped saying the root had
+    # no marker (a review).
+    temp = str(Path(root) / f".{ROOT_MARKER}.{secrets.token_hex(8)}")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     try:
         with os.fdopen(fd, "w") as out:
             json.dump({"root_id": secrets.token_hex(16)}, out)
@@ -55,8 +58,19 @@ def ensure_root_id(root: Path) -> str:
 def read_root_id(root: Path) -> str | None:
     """The id in `root`'s marker; None when there is none, or it cannot be read or is not one."""
     try:
+        return _read_marker(root)
+    except PermissionError:
+        return None
+
+
+def _read_marker(root: Path) -> str | None:
+    """`read_root_id`, except that a marker this process may not read raises PermissionError: it is there, and
+    waiting for it to show would only delay the same refusal."""
+    try:
         with open(Path(root) / ROOT_MARKER, "rb") as marker:
             data = json.loads(marker.read(4096))
+    except PermissionError:
+        raise
     except (OSError, ValueError):
         return None
     root_id = data.get("root_id") if isinstance(data, dict) else None
@@ -69,13 +83,19 @@ def check_shared_root(root: Path, expected: str, stopped: Callable[[float], bool
     (another id in its marker, or none after `wait_s`: a new file may show late on NFS). Nothing is checked when
     `expected` is empty (an older coordinator, or a root it could not mark), nor once `stopped(1.0)` (waits up to
     that many seconds, True once the worker stops) says the worker stopped while waiting."""
+    if not expected:
+        return
     deadline = time.monotonic() + wait_s
-    found = read_root_id(root)
-    while expected and found is None and time.monotonic() < deadline:
-        if stopped(1.0):
-            return
-        found = read_root_id(root)
-    if not expected or found == expected:
+    try:
+        found = _read_marker(root)
+        while found is None and time.monotonic() < deadline:
+            if stopped(1.0):
+                return
+            found = _read_marker(root)
+    except PermissionError as err:
+        raise RegistrationError(f"--shared-root {root}: its {ROOT_MARKER} cannot be read ({err.strerror}): this worker "
+                                f"runs as uid {os.getuid()}, which must be able to read the shared root's files") from None
+    if found == expected:
         return
     held = f"it has no {ROOT_MARKER}" if found is None else f"its {ROOT_MARKER} holds id {found}, the coordinator's root {expected}"
     raise RegistrationError(f"--shared-root {root} is not the coordinator's shared root ({held}): the checkpoints "

@@ -4,8 +4,15 @@ version found there, or failed every job, and nothing said why (a review)."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +32,42 @@ def test_a_root_is_marked_once_and_a_damaged_marker_reads_as_none(tmp_path):
     (tmp_path / ROOT_MARKER).write_text("[1, 2]")
     assert read_root_id(tmp_path) is None
     assert read_root_id(tmp_path / "missing") is None
+
+
+def test_the_marker_is_readable_by_workers_running_as_another_user(tmp_path):
+    """mkstemp's 0o600 kept them out: they waited 30 s and said the root had no marker (a review)."""
+    umask = os.umask(0o022)
+    try:
+        ensure_root_id(tmp_path)
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE((tmp_path / ROOT_MARKER).stat().st_mode) == 0o644
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the check as another user")
+def test_a_marker_a_worker_may_not_read_is_named_at_once_not_waited_for():
+    root = Path(tempfile.mkdtemp(prefix="marker-", dir="/tmp"))  # (pytest's tmp_path is closed to other users)
+    try:
+        root.chmod(0o755)
+        root_id = ensure_root_id(root)
+        (root / ROOT_MARKER).chmod(0o600)  # as an older coordinator wrote it
+        script = ("import os, sys\n"
+                  "from pathlib import Path\n"
+                  "from common.root_marker import check_shared_root\n"
+                  "os.setgid(65534); os.setuid(65534)\n"
+                  "try:\n"
+                  f"    check_shared_root(Path({str(root)!r}), {root_id!r}, lambda s: False, wait_s=60.0)\n"
+                  "except Exception as err:\n"
+                  "    print(type(err).__name__, err); sys.exit(0)\n"
+                  "print('accepted')\n")
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        assert time.monotonic() - started < 30  # not the 60 s wait for a marker to show
+        assert done.stdout.startswith("RegistrationError") and "cannot be read (Permission denied)" in done.stdout, (
+            done.stdout, done.stderr)
+        assert "uid 65534" in done.stdout
+    finally:
+        shutil.rmtree(root)
 
 
 @pytest.mark.parametrize("other_root", ["empty", "another league's"])

@@ -190,6 +190,15 @@ def test_a_missing_name_and_a_shape_that_differs_are_named_at_once(tmp_path, cap
     assert f"missing ['{dropped}']" in err and "unknown" not in err and f"weights[{reshaped!r}]: shape" in err
 
 
+def test_an_integer_tensor_for_a_float_parameter_is_named_with_the_shapes(tmp_path, capsys, trained):
+    """It was named by set_weights in a second round, once the shapes were fixed (a review)."""
+    reshaped, integer = list(trained)[:2]
+    weights = {k: (v.flatten() if k == reshaped else v.long() if k == integer else v) for k, v in trained.items()}
+    code, _, err = _import(tmp_path, capsys, weights, "--to", "sl.pt")
+    assert code == 2, err
+    assert f"weights[{reshaped!r}]: shape" in err and f"weights[{integer!r}]: dtype torch.int64" in err, err
+
+
 def test_negative_observation_statistics_are_refused(tmp_path, capsys):
     """A negative running variance made every output NaN (sqrt of the standardisation), and the import, eval and
     the league took it without a word (a review)."""

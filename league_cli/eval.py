@@ -235,6 +235,8 @@ class LoadedCheckpoint:
     """The league file whose policy and env were used (None: the embedded league)."""
     file: Path | None = None
     """The checkpoint's file (its manifest beside it, `<file>.json`)."""
+    shared_root: Path | None = None
+    """The shared root it was found in."""
 
 
 def load_checkpoint(args: argparse.Namespace, command: str, flag: str = "--checkpoint",
@@ -311,7 +313,8 @@ def load_checkpoint(args: argparse.Namespace, command: str, flag: str = "--check
     if changed:
         print(f"league {command}: {ref.path} is played with the settings it was trained with, which "
               f"{'the embedded league' if config is None else config} changes ({'; '.join(changed)})", file=sys.stderr)
-    return LoadedCheckpoint(task, ref, info, env_name, env_kwargs, policy, config, store.root.resolve(ref.path))
+    return LoadedCheckpoint(task, ref, info, env_name, env_kwargs, policy, config, store.root.resolve(ref.path),
+                            Path(store.root.root))
 
 
 _NEWEST_ATTEMPTS = 5

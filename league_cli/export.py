@@ -63,6 +63,11 @@ def main(args: argparse.Namespace) -> int:
         # --force replaced the published checkpoint (or its manifest) with the export: the league's jobs then
         # failed on it (a review). Never, whatever the flags.
         return _refuse(f"--out {out} is the checkpoint being exported (or its manifest): name another file")
+    if args.force and loaded.shared_root is not None and _replaces_inside(out, loaded.shared_root):
+        # Another version, its training state, another player's checkpoint: each one replaced made the league's
+        # jobs (or a learner's resume) fail on it as the checkpoint above did (a review).
+        return _refuse(f"--out {out} would replace a file inside the league's shared root {loaded.shared_root}: "
+                       "--force replaces files outside it only (what is inside is the league's)")
     source = {
         "checkpoint": {"path": ref.path, "version": ref.version,
                        **{k: ref.metadata[k] for k in ("agent_steps", "worker_id") if k in ref.metadata}},
@@ -107,6 +112,17 @@ def _same_file(out: Path, *files: Path) -> bool:
         except OSError:  # one of them is not there
             continue
     return False
+
+
+def _replaces_inside(out: Path, root: Path) -> bool:
+    """Whether writing `out` replaces a file that is there, inside `root` (by real path: a link into it counts)."""
+    if not (out.exists() or out.is_symlink()):
+        return False
+    try:
+        where = out.parent.resolve(strict=True) / out.name
+        return where.is_relative_to(root.resolve(strict=True))
+    except OSError:
+        return False
 
 
 def _refuse(message: str) -> int:

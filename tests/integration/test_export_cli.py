@@ -181,6 +181,25 @@ def test_the_checkpoint_being_exported_is_never_its_out_even_forced(tmp_path, ca
     CheckpointStore(root).load(path)  # still a published checkpoint
 
 
+def test_force_never_replaces_a_file_inside_the_shared_root(tmp_path, capsys):
+    """Another version's checkpoint, a training state, any file of the league: replaced by an export, the league's
+    jobs (or a learner's resume) failed on it (a review). A new file there, or --force outside, is fine."""
+    root, config, path = _board_checkpoint(tmp_path)
+    others = [root / "p" / "v0000000009.pt", root / "p" / "v0000000001.pt.train", root / "other.bin"]
+    for other in others:
+        other.write_bytes(b"the league's")
+    (tmp_path / "link").symlink_to(root)  # the same files by another spelling
+    base = ("--checkpoint", path, "--shared-root", str(root), "--config", str(config), "--force")
+    for target in [*others, tmp_path / "link" / "other.bin"]:
+        assert export_cli.main(parse(*base, "--out", str(target))) == 2
+        assert "would replace a file inside the league's shared root" in capsys.readouterr().err
+    assert all(other.read_bytes() == b"the league's" for other in others)
+    assert export_cli.main(parse(*base, "--out", str(root / "new.pt2"))) == 0
+    (tmp_path / "mine.pt2").write_bytes(b"old export")
+    assert export_cli.main(parse(*base, "--out", str(tmp_path / "mine.pt2"))) == 0
+    assert (tmp_path / "mine.pt2").read_bytes() != b"old export"
+
+
 @pytest.mark.parametrize("argv", [["export", "--help"]])
 def test_the_command_is_listed(argv):
     done = subprocess.run([sys.executable, "-m", "league_cli", *argv], capture_output=True, text=True, timeout=60)

@@ -546,6 +546,9 @@ def run_main(args: argparse.Namespace) -> int:
         if from_pending:
             console.print(f"league run: {run_dir} holds no league yet; starting with {pending}, the config of the "
                           "run that created the directory (it stopped before its coordinator was up)", markup=False, soft_wrap=True)
+        if (half := _half_a_league(run_dir, given_config=args.config is not None)) is not None:
+            console.print(f"league run: {half}", style="red", markup=False, soft_wrap=True)
+            return 2
         saved = run_dir / CONFIG_FILE
         if args.config is None and saved.is_file():
             args.config = saved  # resuming: the league this directory holds, not the embedded default
@@ -611,6 +614,40 @@ def _uses_pending_config(args: argparse.Namespace, run_dir: Path) -> bool:
     except (sqlite3.DatabaseError, OSError):
         return False  # no league state at all: the coordinator's refusal says so
     return not stored_league_trained(state)
+
+
+def _half_a_league(run_dir: Path, given_config: bool) -> str | None:
+    """Why `run_dir` holds half a league, which a run must not take for a whole one; None when it does not.
+
+    - Its config.yaml (written once a coordinator took the config, so the directory held a league) without a
+      league in its state (deleted, emptied): the run started a new league over the old one's checkpoints and
+      history, said only in the coordinator's log, and said "resuming" for an emptied file (a review).
+    - A league in its state without its config.yaml, and no CONFIG: the run went on with the embedded default's
+      settings (learning, snapshot and PFSP rules: what the state does not hold), unsaid, and wrote them as the
+      directory's config.yaml (a review)."""
+    import sqlite3
+
+    from league_service.store import stored_league_type
+
+    state, own = run_dir / STATE_FILE, run_dir / CONFIG_FILE
+    try:
+        league_type = stored_league_type(state)
+    except (sqlite3.DatabaseError, OSError, ValueError):
+        return None  # not a state file the coordinator can use: it says what is wrong with it
+    if own.is_file() and league_type is None:
+        what = "missing" if not state.exists() else "empty" if state.stat().st_size == 0 else "without a league"
+        return (f"{run_dir} held a league (it has its {CONFIG_FILE}), but its state {state} is {what}: its payoff, "
+                f"ratings and historical players are gone, and this run would start a new league over its "
+                f"checkpoints and history. To do that anyway, move its {CONFIG_FILE} aside and give it as CONFIG: `mv "
+                f"{shell_path(own)} {shell_path(own.with_name('config.old.yaml'))} && league run "
+                f"{shell_path(own.with_name('config.old.yaml'))} {run_dir_arg(run_dir)}`; or use a new --run-dir")
+    if league_type is not None and not own.is_file() and not given_config:
+        others = [name for name in (PENDING_CONFIG_FILE, PREVIOUS_CONFIG_FILE) if (run_dir / name).is_file()]
+        where = f" ({' or '.join(str(run_dir / n) for n in others)} may be it)" if others else ""
+        return (f"{run_dir} holds a league (its state {state}) but not its {CONFIG_FILE}: give the league's config "
+                f"as CONFIG{where}, `league run CONFIG {run_dir_arg(run_dir)}`; without it the run would go on with "
+                "the embedded league's settings")
+    return None
 
 
 def _saved_league_mismatch(run_dir: Path, config: Path | None, cfg: Any) -> str | None:

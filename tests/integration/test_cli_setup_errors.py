@@ -23,6 +23,8 @@ from league_service.config import config_from_dict
 from league_service.coordinator import Coordinator, CoordinatorSettings
 from tests.full_disk import pretend_full_disk
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def league(*argv: str, timeout_s: float = 120.0) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -421,3 +423,41 @@ def test_a_certificate_that_expires_within_a_week_is_said_at_start(tmp_path, cap
     with caplog.at_level(logging.WARNING, logger="common.rpc"):
         check_server_tls(cert, key)
     assert f"--tls-cert: {cert} expires in 2.0 days" in caplog.text
+
+
+@pytest.mark.parametrize("state", ["missing", "empty"])
+def test_league_run_refuses_a_run_dir_whose_league_state_is_gone(tmp_path, state):
+    """It started a new league over the old one's checkpoints and history, said only in the coordinator's log
+    (and "resuming" for an emptied state file; a review)."""
+    run_dir = tmp_path / "run"
+    (run_dir / "shared").mkdir(parents=True)
+    (run_dir / "config.yaml").write_text((ROOT / "configs" / "solo_cartpole.yaml").read_text())
+    if state == "empty":
+        (run_dir / "league_state.sqlite").write_bytes(b"")
+    proc = league("run", "--run-dir", str(run_dir), "--seconds", "5", "--quiet")
+    assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert f"held a league (it has its config.yaml), but its state {run_dir / 'league_state.sqlite'} is {state}" in (
+        proc.stdout), proc.stdout
+    assert "resuming" not in proc.stdout and not (run_dir / "logs").exists()  # nothing started
+    assert (state == "empty") == (run_dir / "league_state.sqlite").exists()
+
+
+def test_league_run_refuses_a_league_without_its_config_unless_given_one(tmp_path):
+    """It went on with the embedded league's settings (what the state does not hold: learning, snapshot and PFSP
+    rules), unsaid, and wrote them as the directory's config.yaml (a review)."""
+    from league_cli.run import _half_a_league
+    from league_service.config import load_config
+
+    run_dir = tmp_path / "run"
+    (run_dir / "shared").mkdir(parents=True)
+    solo = ROOT / "configs" / "solo_cartpole.yaml"
+    Coordinator(load_config(solo), CoordinatorSettings(shared_root=run_dir / "shared",
+                                                       state_path=run_dir / "league_state.sqlite")).close()
+    (run_dir / "config.prev.yaml").write_text(solo.read_text())
+    proc = league("run", "--run-dir", str(run_dir), "--seconds", "5", "--quiet")
+    assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert "holds a league (its state" in proc.stdout and "but not its config.yaml" in proc.stdout, proc.stdout
+    assert str(run_dir / "config.prev.yaml") in proc.stdout and not (run_dir / "config.yaml").exists()
+    assert _half_a_league(run_dir, given_config=True) is None  # `league run CONFIG --run-dir` goes on
+    (run_dir / "config.yaml").write_text(solo.read_text())
+    assert _half_a_league(run_dir, given_config=False) is None  # a whole league

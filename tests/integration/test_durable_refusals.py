@@ -39,7 +39,7 @@ def test_a_finish_refused_for_an_expired_lease_is_not_sent_before_the_expiry_is_
             except grpc.FutureTimeoutError:
                 pass  # still waiting for the commit: right
             except grpc.RpcError as err:
-                raise AssertionError(f"refused before the expiry it rests on was committed: {err.details()}")
+                raise AssertionError(f"refused before the expiry it rests on was committed: {err.details()}") from None
             else:
                 raise AssertionError("a late finish was accepted")
         try:

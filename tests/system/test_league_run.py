@@ -423,8 +423,9 @@ def _count_a_game(state: Path) -> None:
 @pytest.mark.parametrize(
     ("made_by", "resumed_with", "saved", "given"),
     [
-        (SOLO, None, "solo", "one_vs_one"),  # no config.yaml there: the embedded default
         (None, SOLO, "one_vs_one", "solo"),
+        # No config.yaml there and no CONFIG: the league's config is asked for (the embedded default was taken).
+        (SOLO, None, "solo", None),
     ],
 )
 def test_resuming_a_league_with_a_config_of_another_league_type_is_a_config_error(
@@ -436,8 +437,11 @@ def test_resuming_a_league_with_a_config_of_another_league_type_is_a_config_erro
     run = league_run(seconds=20, config=resumed_with)
     assert run.finish(timeout_s=60) == 2, run.output()
     out = " ".join(run.output().split())  # rich wraps long lines
-    assert f"league run: config error: league.league_type: the saved league is '{saved}'" in out, out
-    assert f"says '{given}'" in out, out
+    if given is None:
+        assert "holds a league (its state" in out and "but not its config.yaml: give the league's config" in out, out
+    else:
+        assert f"league run: config error: league.league_type: the saved league is '{saved}'" in out, out
+        assert f"says '{given}'" in out, out
     assert "coordinator listening" not in out and not (tmp_path / "run" / "logs").exists()
     assert not (tmp_path / "run" / "config.yaml").exists() and not (tmp_path / "run" / "config.pending.yaml").exists()
     assert (tmp_path / "run" / "league_state.sqlite").read_bytes() == state_before
@@ -633,7 +637,7 @@ def test_an_unexpected_error_of_league_run_itself_stops_every_process_and_says_w
     ended in a bare traceback with no summary."""
     config = _config(tmp_path, 60)
     run_dir = tmp_path / "run"
-    run_dir.mkdir()
+    _league_made_by(config, run_dir)  # (a config.yaml with no league beside it is refused before anything starts)
     saved = yaml.safe_load(config.read_text())
     saved["policy"]["ppo"]["learning_rate"] = 0.0001  # the directory's config differs: its copy is kept
     (run_dir / "config.yaml").write_text(yaml.safe_dump(saved))

@@ -405,18 +405,30 @@ class PolicyPool:
         log.error("%s (version %d) was not loaded and will not be read again: %s", ref.path, ref.version, err)
 
     def _load_into(self, policy: Policy, ref: CheckpointRef) -> None:
+        try:
+            self._load_exactly(policy, ref)
+        except CheckpointNotFoundError as gone:
+            # Retention removed it between lookup and load: the player's newest version is the next best. A fault
+            # of that one is said and remembered as its own, and this load fails as `ref`'s, not found: the
+            # deleted version was named for the newer one's bad digest, and the newer one, not remembered, was
+            # read in full again at the next look (a review).
+            newest = self.store.latest(policy.player_id)
+            key = None if newest is None else (newest.path, newest.version)
+            if (newest is None or key == (ref.path, ref.version) or key in self._rejected
+                    or time.monotonic() < self._unreadable.get(key, -math.inf)):
+                raise
+            try:
+                self._load_exactly(policy, newest)
+            except (CorruptCheckpointError, CheckpointNotFoundError) as err:
+                self._reject(newest, err)
+                raise gone from err
+
+    def _load_exactly(self, policy: Policy, ref: CheckpointRef) -> None:
         # A pretrained checkpoint acts as the version the league gave it (`_manifest`); its digest is checked
         # against its own manifest all the same.
         expected = ref.version if _owned_by(ref.path, policy.player_id) else None
-        try:
-            checkpoint = self.store.load(ref.path, expected)
-            version = ref.version
-        except CheckpointNotFoundError:
-            # Retention removed it between lookup and load: the player's newest version is the next best.
-            checkpoint = self.store.load_latest(policy.player_id)
-            if checkpoint is None:
-                raise
-            version = checkpoint.ref.version
+        checkpoint = self.store.load(ref.path, expected)
+        version = ref.version
         try:
             policy.task.set_weights(checkpoint.tensors, version)
         except WeightsMismatchError as err:

@@ -476,6 +476,35 @@ def test_a_launch_version_retired_between_latest_and_its_manifest_loads_a_newer_
     assert launch.version == 2 and launch.path == "p/v0000000002.pt"
 
 
+def test_a_retired_versions_stand_in_that_fails_is_named_and_remembered_as_itself(store, monkeypatch, caplog):
+    """A reload read `latest.json` naming v10; retention removed v10 before its load, and the newest, v15, which
+    the pool loads instead, does not match its digest. The error blamed v10, and v15, not remembered, was read in
+    full again at the next look (a review)."""
+    store = CheckpointStore(store.root.root, keep_last=1)
+    store.publish("p", weights(5), 5)
+    policies = pool(store)
+    launch = policies.launch_policy(PlayerSlot("p", "p/v0000000005.pt", 5, True))
+    store.publish("p", weights(10), 10)
+    stale = store.latest("p")
+    store.publish("p", weights(15), 15)  # v10 retired
+    newest = store.root.resolve("p/v0000000015.pt")
+    data = bytearray(newest.read_bytes())
+    data[-1] ^= 0xFF
+    newest.write_bytes(bytes(data))
+    latest, load, loaded = store.latest, store.load, []
+    stale_once = [stale]
+    monkeypatch.setattr(store, "latest", lambda player: stale_once.pop() if stale_once else latest(player))
+    monkeypatch.setattr(store, "load", lambda path, *a, **k: loaded.append(path) or load(path, *a, **k))
+    with caplog.at_level("ERROR"):
+        assert not policies.maybe_reload(launch)
+        assert not policies.maybe_reload(launch)
+    assert launch.version == 5  # acting with the version held
+    assert loaded == ["p/v0000000010.pt", "p/v0000000015.pt"]  # v15 read once, not again at the second look
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any(m.startswith("p/v0000000015.pt (version 15) was not loaded") for m in errors), errors
+    assert not any(m.startswith("p/v0000000010.pt") and "v0000000015" in m for m in errors), errors
+
+
 def test_an_io_error_on_the_newest_weights_keeps_the_version_held(store, monkeypatch):
     """EIO or EACCES on a new version's weights file (not its manifest) came out of a reload as a raw OSError
     and failed the running job, and the next job's start; the same error on the manifest was skipped. Now both

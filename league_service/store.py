@@ -479,6 +479,10 @@ class LeagueStore:
             self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             try:
                 self._open_schema(fsync)
+                # A short busy timeout: a RESTART checkpoint waits for readers (an operator's sqlite3 shell, a
+                # backup) while it holds the store's writers back; past it, it gives up until the next one.
+                # (Opened in here: one that failed, out of file descriptors, left the store's lock held.)
+                checkpoint_conn = sqlite3.connect(self.path, timeout=0.2, check_same_thread=False)
             except BaseException:
                 self._conn.close()
                 raise
@@ -486,10 +490,7 @@ class LeagueStore:
             self._file_lock.release()
             raise
         self._checkpointer = threading.Thread(
-            # A short busy timeout: a RESTART checkpoint waits for readers (an operator's sqlite3 shell, a
-            # backup) while it holds the store's writers back; past it, it gives up until the next one.
-            target=self._checkpoint_loop, args=(sqlite3.connect(self.path, timeout=0.2, check_same_thread=False),),
-            name="sqlite-checkpoint", daemon=True,
+            target=self._checkpoint_loop, args=(checkpoint_conn,), name="sqlite-checkpoint", daemon=True,
         )
         self._checkpointer.start()
         self._closed = False

@@ -291,3 +291,22 @@ def test_a_newer_coordinators_store_is_refused_before_anything_of_it_changes(tmp
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal"
         assert [name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["meta"]
     conn.close()
+
+
+def test_a_store_whose_second_connection_fails_lets_go_of_its_lock(tmp_path, monkeypatch):
+    """The checkpointer's connection was opened after the store's lock was taken and outside its cleanup: one
+    that failed (out of file descriptors) kept the state locked for the rest of the process."""
+    path = tmp_path / "state.sqlite"
+    connect, calls = sqlite3.connect, []
+
+    def second_fails(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 2:
+            raise sqlite3.OperationalError("unable to open database file")
+        return connect(*args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(sqlite3, "connect", second_fails)
+        with pytest.raises(sqlite3.OperationalError):
+            LeagueStore(path)
+    LeagueStore(path).close()  # not "in use"

@@ -1213,7 +1213,8 @@ def _check_checkpoints_present(players: Iterable[Player], root: SharedRoot) -> N
     if len(missing) == len(named) and not any(_directory_is_under(root, path) for _, path in missing):
         raise LeagueStateError(
             "shared_root", f"none of the {len(named)} checkpoint(s) this league's state names is under the shared "
-                           f"root {root.root} (such as {examples}): give the --shared-root the league trained in")
+                           f"root {root.root} (such as {examples}): give the --shared-root the league trained in "
+                           "(`league run`: its run directory's shared/, which must be put back)")
     log.warning("%d of the %d checkpoint(s) this league's state names are not under the shared root %s: %s; "
                 "actors cannot load those (an active player's learner names its newer version at its next report)",
                 len(missing), len(named), root.root, examples)

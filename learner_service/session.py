@@ -234,6 +234,7 @@ class LearnSession:
         self.config = config
         self._publish_every = config.publish_period(trainer.spec.policy.algorithm)
         self._waiting_to_publish = False
+        self._report_unanswered = False  # the last UpdatePlayer went unanswered: nothing newer is published
         self.seed = seed
         self.queue = ChunkQueue(config.queue_chunks, config.queue_bytes)
         self.telemetry = Telemetry(Path(context.shared_root) / "tensorboard" / job.player_id,
@@ -473,9 +474,7 @@ class LearnSession:
             if publish and not self._ended.is_set() and self.publisher.due(report.train_iteration,
                                                                             self._publish_every):
                 if self.lease.held:  # else the player may be another learner's by now: never two writers
-                    ref = self._publish()
-                    if ref is not None:  # else storage failed (logged); the publisher retries on a backoff
-                        self._report(ref)
+                    self._publish_and_report()
             if written:  # else the scalars are those of an earlier iteration (up to tensorboard_every_s old)
                 self._log_progress(scalars)
             elif self.telemetry.every_s > PROGRESS_LOG_EVERY_S:  # no write may come for that long: the line
@@ -489,7 +488,7 @@ class LearnSession:
         is as far ahead of the actors' version as training may go. (Cut off from its coordinator, with actors
         still pushing, a learner trained without bound on ever older data: a review.)"""
         limit = max(MIN_UNPUBLISHED_UPDATES, 2 * self._publish_every)
-        return ((self.publisher.failing or not self.lease.held)
+        return ((self.publisher.failing or not self.lease.held or self._report_unanswered)
                 and self.trainer.version - self.publisher.last_version >= limit)
 
     def _wait_to_publish(self) -> None:
@@ -499,15 +498,16 @@ class LearnSession:
             log.warning("%s: training waits until %s: %d updates are not published (actors act with version %d), "
                         "and training further ahead of them would learn from ever older data", self.job.player_id,
                         "publishing works again" if self.publisher.failing else
-                        "the coordinator confirms the lease again (publishing waits for it)",
+                        "the coordinator confirms the lease again (publishing waits for it)" if not self.lease.held
+                        else "the coordinator answers its report of version "
+                             f"{self.publisher.last_version} (publishing waits for it)",
                         self.trainer.version - self.publisher.last_version, self.publisher.last_version)
         if self._ended.wait(max(WAIT_TO_PUBLISH_MIN_S, self.publisher.retry_in())):
             return
         if self.lease.held:  # else the player may be another learner's by now: never two writers
-            ref = self._publish()
-            if ref is not None:
+            self._publish_and_report()
+            if not self._held_back():
                 self._waiting_to_publish = False
-                self._report(ref)
 
     def _log_progress(self, scalars: dict[str, float] | None) -> None:
         """The progress line, at most every PROGRESS_LOG_EVERY_S, at an iteration whose scalars were just written:
@@ -567,6 +567,23 @@ class LearnSession:
             self._context.on_published(self.job.player_id, ref)
         return ref
 
+    def _publish_and_report(self) -> CheckpointRef | None:
+        """Publish the trainer's weights and report them; the version published, None when none was (storage
+        failed: logged, and the publisher retries on a backoff).
+
+        While the last report went unanswered, that version is reported again instead, and nothing newer is
+        published until the league answers: the lost answer may have been a reset. Published on meanwhile, the
+        weights the reset throws away went out under versions above the reset's number, which actors of jobs
+        leased after the reset took for the reset player's newer weights and played, and their games counted as
+        the reset player's (a review)."""
+        if self._report_unanswered:
+            self._report(self._current_ref())
+            return None
+        ref = self._publish()
+        if ref is not None:
+            self._report(ref)
+        return ref
+
     def _current_ref(self) -> CheckpointRef:
         if self.publisher.last is None:
             raise RuntimeError(f"{self.job.player_id}: nothing published yet")
@@ -578,6 +595,7 @@ class LearnSession:
         for _ in range(MAX_RESETS_PER_REPORT):
             reply = self.client.update_player(self.job.player_id, self.trainer.progress, ref.path, ref.version,
                                               patient=patient, stop=self._ended)
+            self._report_unanswered = reply is None
             if reply is None or not reply.mutated:
                 return
             try:

@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 from concurrent import futures
+from types import SimpleNamespace
 
 import grpc
 import numpy as np
@@ -21,7 +22,7 @@ from learner_service.league_client import Interrupted, LeagueClient, LearnJob
 from learner_service.publisher import CheckpointPublisher
 from learner_service.servicer import DataPlane
 from learner_service.session import DIVERGED_WINDOW, LearnSession, SessionContext, SessionEnd
-from learner_service.trainer import Progress
+from learner_service.trainer import Progress, build_trainer
 from tests.unit.test_learner_trainer import _prepared, _trainer
 
 
@@ -356,6 +357,10 @@ class _ResetClient(_Client):
     def ack_reset(self, player_id, version):
         self.acked.append(version)
 
+    def update_player(self, *args, **kwargs):
+        self.reports.append(args)
+        return SimpleNamespace(mutated=False)  # answered (None: unanswered, and nothing newer is published)
+
 
 def _reset_session(tmp_path, guard=lambda: True):
     trainer = _trainer(batch_size=16)
@@ -389,6 +394,38 @@ def test_chunks_of_the_weights_a_reset_threw_away_are_dropped_and_the_floor_goes
                          LearnerConfig(batch_size=16, publish_every=1), seed=0)
     again._consume(_prepared(again.trainer, seq=4, policy_version=1))
     assert again.pre_reset_dropped == 1 and again.trainer.progress.agent_steps == steps + 16
+
+
+class _LostReplyClient(_ResetClient):
+    """Answers the reports with `replies` in turn (None: the reply was lost), then plainly."""
+
+    def __init__(self, replies) -> None:
+        super().__init__()
+        self.replies = list(replies)
+
+    def update_player(self, player_id, progress, path, version, **kwargs):
+        self.reports.append(version)
+        return self.replies.pop(0) if self.replies else SimpleNamespace(mutated=False)
+
+
+def test_nothing_newer_is_published_while_the_last_report_is_unanswered(tmp_path):
+    """The league reset the player as v1 and the reply to the report of v1 was lost. The learner published the
+    weights the reset throws away on, as v2, which actors of jobs leased after the reset took for the reset
+    player's newer weights (their games counted as its own; a review). Now it reports v1 again instead, and the
+    reset, heard then, is what v2 holds."""
+    reset = SimpleNamespace(mutated=True, reset_checkpoint_path="", reset_checkpoint_version=1)
+    session, publisher, _ = _reset_session(tmp_path)
+    client = _LostReplyClient([None, reset])
+    session._context = SessionContext(client, DataPlane(), tmp_path, "cpu", lambda: False, lambda *a: None)
+    for seq in range(3):
+        session._consume(_prepared(session.trainer, seq=seq))  # one update each, a publish due after each
+    assert client.reports[:2] == [1, 1]  # v1's report lost, then v1 again: no v2 of the old weights
+    assert client.acked == [1] and client.reports[2] == 2  # the reset, published as v2
+    assert session.trainer.lineage_from == 2 and publisher.store.versions("p")[-1].version >= 2
+    fresh = build_trainer(session.trainer.spec, session.config, Progress(), seed=session.seed, device="cpu",
+                          weights=publisher.load_reset(""), version=2).task.get_weights()  # the reset's weights
+    v2 = publisher.store.load("p/v0000000002.pt").tensors
+    assert all(np.array_equal(v2[k], fresh[k]) for k in fresh), "v2 holds other weights than the reset's"
 
 
 def test_a_reset_whose_publish_failed_trains_on_the_games_actors_play_it_under_the_leagues_number(tmp_path):

@@ -5,7 +5,8 @@
   against the source's hash.
 - Any other file or directory is copied under a temporary name, fsynced and renamed into place, so a reader
   never sees half a checkpoint, nor a crash leaves one. Not hard-linked: a writer of its own format may rewrite its file in place (`torch.save` to
-  one fixed path opens the same inode), and every snapshot linked to it changed with it. Symlinks in a
+  one fixed path opens the same inode), and every snapshot linked to it changed with it. A file that changes
+  while it is copied is not frozen (the snapshot is retried at the player's next update). Symlinks in a
   directory are frozen as the files they name, which must lie inside the shared root.
 
 Both paths go through the shared-root guard. Freezing again onto an existing snapshot of the same bytes is a
@@ -25,7 +26,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from common.checkpoint_store import CheckpointNotFoundError, CheckpointStore, UnreadableCheckpointError
+from common.checkpoint_store import CheckpointNotFoundError, CheckpointStore, CorruptCheckpointError
 from common.durable_files import fsync_dir, fsync_file
 from common.job_limits import MANIFEST_SUFFIX, VERSION_FILE
 from common.paths import SharedRoot, UnsafePathError, check_relative, open_beneath
@@ -62,8 +63,8 @@ class SnapshotCopier:
         except CheckpointNotFoundError:
             try:
                 store.snapshot(src, dst)
-            except UnreadableCheckpointError as err:  # no permission, EIO: the share's fault, as a failed copy's
-                raise OSError(str(err)) from err
+            except CorruptCheckpointError as err:  # no permission, EIO, a damaged file: one line, as a failed
+                raise OSError(str(err)) from err  # copy's, not a traceback at every update of the player
             return
         if existing.digest != store.manifest(src).digest:
             raise FileExistsError(f"snapshot {dst!r} exists and holds other weights than {src!r}")
@@ -123,6 +124,12 @@ def _copy_beneath(root: Path, source: Path, dst: Path) -> None:
             raise OSError(errno.EINVAL, "not a regular file", str(source))
         with open(dst, "xb") as out:
             shutil.copyfileobj(src_file, out, 1 << 20)
+        after = os.fstat(src_file.fileno())
+    if (after.st_size, after.st_mtime_ns, after.st_ctime_ns) != (st.st_size, st.st_mtime_ns, st.st_ctime_ns):
+        # A writer of its own format rewriting the file in place (`torch.save` to one path): the copy mixed two
+        # versions, and the league froze it as a historical player's weights (a review).
+        raise OSError(errno.EAGAIN, "it changed while being copied (a writer rewriting it in place: it is frozen "
+                                    "between writes)", str(source))
     os.chmod(dst, stat.S_IMODE(st.st_mode))
     os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
     fsync_file(dst)

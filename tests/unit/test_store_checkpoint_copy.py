@@ -352,3 +352,45 @@ def test_an_existing_snapshot_of_other_bytes_is_never_replaced(tmp_path, copier,
     (source if kind == "file" else source / "sub" / "w.bin").write_bytes(b"historical player's weights")
     copier(*names)  # the same bytes: frozen before
     assert held.read_bytes() == b"historical player's weights"
+
+
+def test_a_plain_file_rewritten_while_it_is_copied_is_not_frozen(tmp_path, copier, monkeypatch):
+    """A writer rewriting its file in place (torch.save to one path) during the copy: the snapshot mixed two
+    versions' bytes, and the league recorded it as a historical player's weights (a review)."""
+    import shutil
+
+    import league_service.checkpoint_copy as checkpoint_copy
+
+    (tmp_path / "p").mkdir()
+    source = tmp_path / "p" / "ckpt.pt"
+    source.write_bytes(b"A" * (3 << 20))
+    copy = shutil.copyfileobj
+
+    def rewritten_meanwhile(src, dst, length=0):
+        dst.write(src.read(1 << 20))
+        with open(source, "r+b") as writer:  # the next version, written over the same inode
+            writer.write(b"B" * (4 << 20))
+        copy(src, dst, length)
+
+    monkeypatch.setattr(checkpoint_copy.shutil, "copyfileobj", rewritten_meanwhile)
+    with pytest.raises(OSError, match="changed while being copied") as raised:
+        copier("p/ckpt.pt", "p/ckpt_100.pt")
+    assert raised.value.errno == errno.EAGAIN
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["ckpt.pt"]  # nothing frozen, no staging left
+    monkeypatch.setattr(checkpoint_copy.shutil, "copyfileobj", copy)
+    copier("p/ckpt.pt", "p/ckpt_100.pt")  # between writes: frozen
+    assert (tmp_path / "p" / "ckpt_100.pt").read_bytes() == b"B" * (4 << 20)
+
+
+def test_a_published_checkpoint_that_fails_its_digest_is_one_line_not_a_traceback(tmp_path, copier):
+    """A CorruptCheckpointError is a ValueError: the snapshot thread logged it with a traceback at every update
+    of the player; as an OSError it is the one ERROR line of a failed copy."""
+    from common.checkpoint_store import CheckpointStore
+
+    ref = CheckpointStore(tmp_path).publish("main", {"w": np.arange(4, dtype=np.float32)}, version=3)
+    path = tmp_path / ref.path
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(OSError, match="digest"):
+        copier(ref.path, ref.path[:-3] + "_500.pt")

@@ -358,8 +358,11 @@ class Rollout:
         if self._target.episode_num > 0:
             capped = 0 < self._target.env_steps <= self.env_steps
             return capped or len(self.episodes) >= self._target.episode_num
-        # An env-step budget ends early at the episodes one FinishJob can report.
-        return self.env_steps >= self._target.env_steps or len(self.episodes) >= MAX_EPISODES_PER_JOB
+        # An env-step budget ends early at the episodes one FinishJob can report: before a step whose endings (one
+        # an env at most) could pass them. Ended at them, the episodes a step ended beyond were dropped, neither
+        # reported nor carried to the next job, though their steps were trained on (a review).
+        return (self.env_steps >= self._target.env_steps
+                or len(self.episodes) > max(MAX_EPISODES_PER_JOB - len(self._slots), 0))
 
     def _act(self, ready: Mapping[int, Any]) -> dict[int, Any]:
         groups: dict[int, _Group] = {}

@@ -494,7 +494,8 @@ class EnvConfig:
     # Environments per collect job.
     env_num: int = 1
     # Episodes per collect job (at most MAX_EPISODES_PER_JOB); 0 means until env_steps are spent (a job also
-    # ends once it played MAX_EPISODES_PER_JOB episodes: its FinishJob reports each of them).
+    # ends before a step whose endings, one an env at most, could take it past MAX_EPISODES_PER_JOB episodes:
+    # its FinishJob reports each of them).
     episode_num: int = 8
     # Env steps per collect job; 0 means no step budget (episode_num bounds the job). Beside an episode_num, a
     # cap: a job ends at whichever bound it reaches first (actor_service/rollout.py).

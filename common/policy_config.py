@@ -408,6 +408,40 @@ def as_published(policy_config: Mapping[str, Any], metadata: Mapping[str, Any]) 
     return config, changed
 
 
+OBS_NORM_SUFFIXES = ("obs_norm.count", "obs_norm.mean", "obs_norm.var")
+"""The names (suffixes) of `model.obs_norm`'s running statistics among a network's weights."""
+
+
+def obs_norm_in_scale(tensors: Mapping[str, Any], metadata: Mapping[str, Any],
+                      policy: PolicyConfig) -> tuple[Mapping[str, Any], float | None]:
+    """A checkpoint's weights with `obs_norm`'s statistics carried into `policy`'s `obs_scale`, and the factor
+    they were carried by (None: nothing to carry: no `obs_norm`, the same scale, nothing recorded, no update yet).
+
+    The statistics are of the observations after `obs_scale` (`Torso`): a learner that went on from a checkpoint
+    trained with another `obs_scale` (a league resumed with it changed, which the README allows) standardised
+    every entry against a mean and spread in the old units, pinned most of them at ±`obs_norm_clip`, and
+    trained on that (a review). With the mean times k and the variance times k² (k = new / old scale), the
+    network computes what it did."""
+    recorded = metadata.get("model.obs_scale")
+    new = policy.model.obs_scale
+    if (not policy.model.obs_norm or not isinstance(recorded, int | float) or isinstance(recorded, bool)
+            or not (math.isfinite(recorded) and recorded > 0) or recorded == new):
+        return tensors, None
+    factor = new / recorded
+    carried = dict(tensors)
+    count_suffix, mean_suffix, var_suffix = OBS_NORM_SUFFIXES
+    for name in tensors:
+        if not name.endswith(mean_suffix):
+            continue
+        prefix = name[: -len(mean_suffix)]
+        count, var = tensors.get(prefix + count_suffix), tensors.get(prefix + var_suffix)
+        if count is None or var is None or not float(count) > 0:  # never updated: the identity, kept as it is
+            continue
+        carried[name] = tensors[name] * factor
+        carried[prefix + var_suffix] = var * (factor * factor)
+    return carried, factor
+
+
 FRESH_INIT_METADATA = "fresh_init"
 """Checkpoint metadata key: true on a learner's publish of its seeded fresh initialisation (untrained). Actors
 that play a player the league reset to a fresh initialisation take such a version for the reset's own: it is

@@ -26,7 +26,7 @@ from common.checkpoint_store import CheckpointError, CheckpointRef, UnreadableCh
 from common.envs import EnvInfo, make_env
 from common.envs.policy_view import policy_specs
 from common.learner_config import LearnerConfig
-from common.policy_config import PolicyConfig, player_seed
+from common.policy_config import PolicyConfig, obs_norm_in_scale, player_seed
 from common.proto.league.v1 import league_pb2
 from common.root_marker import ROOT_MARKER_WAIT_S, check_shared_root
 from common.rpc import (
@@ -422,9 +422,16 @@ class Learner:
             league = self.client.player_progress(job.player_id)
             start = publisher.choose_start(job.checkpoint_path, job.checkpoint_version, league)
             version = start.version if start.published is not None else publisher.next_version(start.version)
+            weights = start.weights
+            if weights is not None:
+                weights, factor = obs_norm_in_scale(weights, start.metadata, spec.policy)
+                if factor is not None:
+                    log.info("%s: %s was trained with model.obs_scale %s, the config says %s: its observation "
+                             "statistics are carried over (times %g)", job.player_id, start.source,
+                             start.metadata.get("model.obs_scale"), spec.policy.model.obs_scale, factor)
             try:
                 trainer = build_trainer(spec, config, start.progress, seed=seed, device=self.settings.device,
-                                        weights=start.weights, version=version)
+                                        weights=weights, version=version)
             except ValueError as err:  # a model the env's observations do not fit (ModelConfig, Torso)
                 raise JobSetupError(f"job {job.job_id} ({job.player_id}): {err}") from err
             trainer.restore_algorithm_updates(start.algorithm_updates)

@@ -21,7 +21,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -37,7 +37,7 @@ from common.checkpoint_store import (
     VersionConflictError,
 )
 from common.durable_files import out_of_space
-from common.policy_config import FRESH_INIT_METADATA, play_metadata
+from common.policy_config import FRESH_INIT_METADATA, PolicyConfig, obs_norm_in_scale, play_metadata
 from learner_service.league_client import BindingLost
 from learner_service.trainer import Progress, Trainer
 
@@ -96,6 +96,8 @@ class StartPoint:
     """Chunks acted with an older version are not these weights' games (the trainer's `lineage_from`): the
     league's version when the session starts from the checkpoint it names (a reset, a pretrained one) or a fresh
     start under its number; 0 when it resumes the player's own weights, whose older versions actors may play."""
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    """The metadata of the checkpoint the weights come from (the play settings it was trained with)."""
 
 
 _MAX_META_INT = 2**63 - 1  # UpdatePlayer's int64 fields
@@ -231,10 +233,11 @@ class CheckpointPublisher:
                 self.last = own
             latest_is_own = self.last.version == own.version
             return StartPoint(own.version, own_weights, own.path, progress, updates, own if latest_is_own else None,
-                              resumed=own)
+                              resumed=own, metadata=own.metadata)
         if job_path:
             try:
-                weights = self.store.load(job_path).tensors
+                checkpoint = self.store.load(job_path)
+                weights, metadata = checkpoint.tensors, checkpoint.ref.metadata
             except UnreadableCheckpointError:
                 raise  # (see `_newest_readable`)
             except CheckpointError as err:
@@ -257,8 +260,9 @@ class CheckpointPublisher:
                 log.error("%s: the league's checkpoint cannot be used (%s); resuming from %s instead", job_path,
                           err, own.path)
                 return StartPoint(max(own.version, job_version + 1), own_weights, own.path, progress, updates, None,
-                                  resumed=own)
-            return StartPoint(job_version, weights, job_path, progress, 0, None, lineage_from=job_version)
+                                  resumed=own, metadata=own.metadata)
+            return StartPoint(job_version, weights, job_path, progress, 0, None, lineage_from=job_version,
+                              metadata=metadata)
         return StartPoint(job_version, None, "fresh", progress, 0, None, lineage_from=job_version)
 
     def _not_found_hint(self, job_path: str) -> str:
@@ -292,8 +296,15 @@ class CheckpointPublisher:
             return checkpoint.ref, checkpoint.tensors
         return None, None
 
-    def load_reset(self, path: str) -> Mapping[str, np.ndarray] | None:
-        """The weights a mutation resets to: the checkpoint at ``path``, or None (fresh) for an empty path."""
+    def load_reset(self, path: str, policy: PolicyConfig) -> Mapping[str, np.ndarray] | None:
+        """The weights a mutation resets to: the checkpoint at ``path``, or None (fresh) for an empty path; its
+        observation statistics carried into `policy`'s `obs_scale` (`obs_norm_in_scale`)."""
         if not path:
             return None
-        return self.store.load(path).tensors
+        return self.load_for(path, policy)
+
+    def load_for(self, path: str, policy: PolicyConfig) -> Mapping[str, np.ndarray]:
+        """The weights of the checkpoint at ``path`` for a network of `policy` (`obs_norm_in_scale`)."""
+        checkpoint = self.store.load(path)
+        weights, _ = obs_norm_in_scale(checkpoint.tensors, checkpoint.ref.metadata, policy)
+        return weights

@@ -537,7 +537,8 @@ class LearnSession:
         start = self.trainer.unpublished_start
         if start is None:
             ref = self._current_ref()
-            weights, origin = self.publisher.store.load(ref.path).tensors, f"the weights of version {ref.version}"
+            weights = self.publisher.load_for(ref.path, self.trainer.spec.policy)
+            origin = f"the weights of version {ref.version}"
         else:
             weights, origin = start.weights, "the weights it started from (not published yet)"
         log.error("%s: train iteration %d diverged (non-finite weights; stats %s): back to %s with a fresh "
@@ -622,7 +623,7 @@ class LearnSession:
     def apply_reset(self, path: str, version: int) -> CheckpointRef | None:
         """Continue from the league's reset checkpoint (``""``: the seeded fresh initialisation) with a fresh
         optimizer and empty buffers, numbered at least ``version`` and above everything published; publish it."""
-        weights = self.publisher.load_reset(path)
+        weights = self.publisher.load_reset(path, self.trainer.spec.policy)
         self._unloadable_reset = None
         new_version = self.publisher.next_version(version)
         self._log_pre_reset_dropped()  # (of the reset before, if any: the trainer's floor names it)

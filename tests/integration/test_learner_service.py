@@ -339,6 +339,36 @@ def test_restart_resumes_where_it_left_off(tmp_path):
         rollout.close()
 
 
+def test_a_player_resumed_with_another_obs_scale_carries_its_observation_statistics_over(tmp_path):
+    """obs_norm's statistics are of observations after obs_scale, which a league may change between runs: the
+    resumed learner standardised against the old units (most entries pinned at the clip) and trained on that
+    (a review). It now carries them over, so its first version computes what the last one did."""
+    def cfg(scale):
+        config = solo_config(batch_size=128)
+        model = {**config.policy["model"], "obs_norm": True, "obs_scale": scale}
+        return dataclasses.replace(config, policy={**config.policy, "model": model})
+
+    rollout = Rollout(player_id=PLAYER, env_num=8, unroll_len=16)
+    try:
+        with running_coordinator(cfg(1.0), tmp_path, lease_timeout_s=3.0) as coordinator:
+            with running_learner(coordinator.address, tmp_path, worker_id="learner-a") as learner:
+                learner.learner.wait_published(PLAYER, 0, 60)
+                push(learner.address, rollout.chunks(acting_task(cfg(1.0), tmp_path), 2, policy_version=0))
+                learner.learner.wait_published(PLAYER, 2, 60)
+        trained = CheckpointStore(tmp_path).load_latest(PLAYER)
+        (mean_name,) = [n for n in trained.tensors if n.endswith("obs_norm.mean")][:1]
+        assert trained.tensors[mean_name.replace("mean", "count")] > 0
+        with running_coordinator(cfg(0.5), tmp_path, lease_timeout_s=3.0) as coordinator:
+            with running_learner(coordinator.address, tmp_path, worker_id="learner-b") as learner:
+                session = eventually(lambda: learner.learner.session)
+                resumed = session.trainer.task.get_weights()
+        np.testing.assert_allclose(resumed[mean_name], trained.tensors[mean_name] * 0.5)
+        var_name = mean_name.replace("mean", "var")
+        np.testing.assert_allclose(resumed[var_name], trained.tensors[var_name] * 0.25)
+    finally:
+        rollout.close()
+
+
 def test_a_stopping_learner_trains_on_what_is_held_short_of_a_batch(tmp_path):
     """The actors were told the chunks arrived and will not send them again: a stop trains the rest as a last,
     smaller batch before the final checkpoint (it was dropped, with no log line)."""

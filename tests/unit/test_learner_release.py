@@ -423,7 +423,7 @@ def test_nothing_newer_is_published_while_the_last_report_is_unanswered(tmp_path
     assert client.acked == [1] and client.reports[2] == 2  # the reset, published as v2
     assert session.trainer.lineage_from == 2 and publisher.store.versions("p")[-1].version >= 2
     fresh = build_trainer(session.trainer.spec, session.config, Progress(), seed=session.seed, device="cpu",
-                          weights=publisher.load_reset(""), version=2).task.get_weights()  # the reset's weights
+                          weights=publisher.load_reset("", session.trainer.spec.policy), version=2).task.get_weights()  # the reset's weights
     v2 = publisher.store.load("p/v0000000002.pt").tensors
     assert all(np.array_equal(v2[k], fresh[k]) for k in fresh), "v2 holds other weights than the reset's"
 

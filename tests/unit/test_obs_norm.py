@@ -95,3 +95,44 @@ def test_a_league_saved_before_obs_norm_existed_resumes_and_a_changed_setting_is
     assert saved.first_change(same) is None
     normalised = LeagueIdentity("CartPole-v1", "ppo", {**saved.model, "obs_norm": True})
     assert saved.first_change(normalised) == ("policy.model.obs_norm", False, True)
+
+
+def test_a_checkpoint_of_another_obs_scale_is_carried_into_the_configs_and_computes_what_it_did(tmp_path):
+    """The statistics are of observations after obs_scale: a learner resumed with obs_scale changed (the README
+    allows it) standardised every entry against a mean and spread in the old units, pinning most at the clip, and
+    trained on that (a review). Carried over, the network computes what it did; the learner's start, a reset and a
+    roll-back load them so (CheckpointPublisher.choose_start's metadata, load_for)."""
+    from common.checkpoint_store import CheckpointStore
+    from common.policy_config import obs_norm_in_scale
+    from learner_service.publisher import CheckpointPublisher
+    from learner_service.trainer import Progress
+
+    def task(scale):
+        return make_computation_task({"algorithm": "ppo", "model": {"hidden": [8], "obs_norm": True,
+                                                                    "obs_scale": scale}}, OBS, 2, device="cpu", seed=0)
+
+    old = task(1.0)
+    rng = np.random.default_rng(0)
+    obs = np.stack([rng.normal(101.6, 1.3, 64), np.full(64, 5.0)], -1).astype(np.float32).reshape(8, 8, 2)
+    old.learn(_batch(obs, np.zeros((8, 8), np.int64), np.zeros((8, 8), np.float32), np.full((8, 8), -0.69,
+                                                                                             np.float32)))
+    store = CheckpointStore(tmp_path)
+    store.publish("p", old.get_weights(), 1, metadata={"model.obs_scale": 1.0})
+    new_policy = PolicyConfig.from_mapping({"algorithm": "ppo", "model": {"hidden": [8], "obs_norm": True,
+                                                                          "obs_scale": 0.01}})
+    start = CheckpointPublisher(store, "p", "w").choose_start("", 0, Progress())
+    carried, factor = obs_norm_in_scale(start.weights, start.metadata, new_policy)
+    assert factor == pytest.approx(0.01)
+    probe = {"observation": obs[0, :3]}
+    greedy = {"greedy": True}
+    before = old.predict(probe, forward_kwargs=greedy).artifacts
+    for weights, same in ((carried, True), (start.weights, False)):
+        new = task(0.01)
+        new.set_weights(weights, 2)
+        after = new.predict(probe, forward_kwargs=greedy).artifacts
+        assert np.allclose(after["value"], before["value"], atol=1e-4) == same, (after["value"], before["value"])
+    loaded = CheckpointPublisher(store, "p", "w").load_for("p/v0000000001.pt", new_policy)
+    assert all(np.array_equal(loaded[k], carried[k]) for k in carried)
+    # Nothing to carry: the same scale, no obs_norm, nothing recorded.
+    assert obs_norm_in_scale(start.weights, {"model.obs_scale": 0.01}, new_policy)[1] is None
+    assert obs_norm_in_scale(start.weights, {}, new_policy)[1] is None

@@ -360,7 +360,15 @@ class Coordinator:
         """A GetJob whose reply cannot reach its worker (the call's deadline passed, or it was cancelled, while
         its lease was being committed): the job is released, with no results. Left leased to a worker that never
         heard of it, its lease expired later as a failed attempt of the player, "worker went silent", though
-        the worker was calling all along (a review)."""
+        the worker was calling all along (a review).
+
+        Not a learn job: a learner's next GetJob hands it its binding back, and the reply lost may have been that
+        very hand-back, of a job it held and trained on already (released, its player lost its learner, whose next
+        heartbeat ended its session; a review)."""
+        with self._lock:
+            lease = self._table.leases.get(job_id)
+            if lease is not None and lease.kind is JobKind.LEARN:
+                return
         self._release(worker_id, [job_id], process, "its GetJob reply could not be delivered (the call's deadline "
                       "passed or it was cancelled)")
 

@@ -1,5 +1,6 @@
 """Malformed and hostile requests against a real coordinator on 127.0.0.1: clear refusals, no damage."""
 
+import contextlib
 import dataclasses
 import datetime
 import math
@@ -352,6 +353,24 @@ def test_a_job_whose_getjob_reply_cannot_be_delivered_is_released_not_left_to_ex
             assert status.counters.jobs_expired == 0
             # The worker's next call gets a job as usual.
             assert stub.GetJob(pb.GetJobRequest(worker_id="actor", role=ACTOR, wait_s=5), timeout=10).HasField("job")
+
+
+def test_a_learners_getjob_that_cannot_be_delivered_leaves_the_binding_it_held(tmp_path):
+    """A bound learner's GetJob hands its own binding back; that reply lost (a short deadline, a cancel) released
+    the job it was training on: its player lost its learner, whose next heartbeat ended its session (a review)."""
+    with running_coordinator(small_league_config(), tmp_path, lease_timeout_s=60.0) as server:
+        channel, stub = league_stub(server.address)
+        with channel:
+            stub.RegisterWorker(pb.RegisterWorkerRequest(worker_id="L", role=pb.WORKER_ROLE_LEARNER,
+                                                         data_endpoint="127.0.0.1:7000"))
+            job = stub.GetJob(pb.GetJobRequest(worker_id="L", role=pb.WORKER_ROLE_LEARNER), timeout=10).job
+            for _ in range(5):
+                with contextlib.suppress(grpc.RpcError):
+                    stub.GetJob(pb.GetJobRequest(worker_id="L", role=pb.WORKER_ROLE_LEARNER), timeout=0.002)
+            beat = stub.Heartbeat(pb.HeartbeatRequest(worker_id="L", job_ids=[job.job_id]))
+            assert list(beat.revoked_job_ids) == []
+            bound = {p.player_id: p.learner_worker_id for p in stub.GetStatus(pb.GetStatusRequest()).players}
+            assert bound[job.launch_player] == "L"
 
 
 def test_a_call_stuck_in_a_thread_does_not_hold_the_stop_past_its_grace(tmp_path, monkeypatch):

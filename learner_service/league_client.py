@@ -16,7 +16,6 @@ import math
 import random
 import socket
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 import grpc
 
 from common.job_limits import STATUS_MAX_BYTES
+from common.lease_clock import lease_now
 from common.proto.league.v1 import league_pb2, league_pb2_grpc
 from common.rpc import (
     SERVER_FAULT_CODES,
@@ -99,7 +99,7 @@ class LearnJob:
     learner_kwargs: Mapping[str, Any]
     lease_timeout_s: float
     requested_at: float
-    """`time.monotonic()` when the GetJob that granted it was sent: the lease runs from no earlier than this."""
+    """`lease_now()` when the GetJob that granted it was sent: the lease runs from no earlier than this."""
 
     @classmethod
     def from_proto(cls, job: league_pb2.Job, requested_at: float) -> LearnJob:
@@ -217,7 +217,7 @@ class LeagueClient:
         backoff = Backoff(max_s=self.max_backoff_s)
         said = None
         while True:
-            requested_at = time.monotonic()
+            requested_at = lease_now()
             try:
                 reply = self._call(self._stub.GetJob, request, timeout=wait_s + 5.0)
             except grpc.RpcError as err:

@@ -27,6 +27,7 @@ import grpc
 from common.busy_clock import StallGate, StallWatch
 from common.checkpoint_store import CheckpointError, CheckpointRef
 from common.learner_config import LearnerConfig
+from common.lease_clock import lease_now
 from common.proto.league.v1 import league_pb2
 from common.rpc import SERVER_FAULT_CODES, TRANSIENT_CODES, job_heartbeat_interval
 from learner_service.chunks import PreparedChunk
@@ -109,7 +110,7 @@ class LeaseKeeper:
                                "the league can bind the player to another learner", log)
         self._registered_interval = registration.heartbeat_interval_s
         self._pace(job.lease_timeout_s if job.lease_timeout_s > 0 else registration.lease_timeout_s)
-        self._confirmed_at = job.requested_at  # time.monotonic() of the last renewal the coordinator confirmed
+        self._confirmed_at = job.requested_at  # lease_now() of the last renewal the coordinator confirmed
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._lost: SessionEnd | None = None
@@ -153,7 +154,7 @@ class LeaseKeeper:
         """Neither revoked nor refused, and renewed within the lease: publishing is safe."""
         with self._lock:
             lost = self._lost
-        return lost is None and time.monotonic() < self._confirmed_at + self._lease_s
+        return lost is None and lease_now() < self._confirmed_at + self._lease_s
 
     def _lose(self, reason: SessionEnd) -> None:
         with self._lock:
@@ -175,18 +176,18 @@ class LeaseKeeper:
     def _run(self) -> None:
         lapsed = False
         while True:
-            remaining = self._confirmed_at + self._lease_s - time.monotonic()
+            remaining = self._confirmed_at + self._lease_s - lease_now()
             if remaining <= 0 and not lapsed:
                 lapsed = True
                 log.error("no heartbeat of learn job %s (%s) confirmed for %.1f s: the coordinator may have let the "
                           "lease expire and given the player to another learner; publishing nothing until it "
                           "confirms the lease again", self._job.job_id, self._job.player_id,
-                          time.monotonic() - self._confirmed_at)
+                          lease_now() - self._confirmed_at)
             if self._closed.wait(self._interval if lapsed else min(self._interval, remaining)):
                 return
             if self._gate.stuck() is not None:
                 continue
-            sent = time.monotonic()
+            sent = lease_now()
             try:
                 renewal = self._client.heartbeat(self._job.job_id, self._call_timeout)
             except grpc.RpcError as err:

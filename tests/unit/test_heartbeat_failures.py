@@ -12,6 +12,7 @@ import time
 import grpc
 
 from actor_service.heartbeat import JobHeartbeat
+from common.lease_clock import lease_now
 from common.proto.league.v1 import league_pb2
 from learner_service.league_client import LearnJob, Registration, Renewal
 from learner_service.session import LeaseKeeper, SessionEnd
@@ -42,7 +43,7 @@ def test_an_actor_job_whose_heartbeat_breaks_is_abandoned(caplog):
 
 
 def test_a_learn_session_whose_heartbeat_breaks_ends_as_lost(caplog):
-    job = LearnJob("job-1", "p", "", 0, "CartPole-v1", {}, {}, {}, 30.0, time.monotonic())
+    job = LearnJob("job-1", "p", "", 0, "CartPole-v1", {}, {}, {}, 30.0, lease_now())
     lease = LeaseKeeper(_BrokenClient(), job, Registration(heartbeat_interval_s=0.01, lease_timeout_s=30.0))
     ended: list[SessionEnd] = []
     called = threading.Event()
@@ -88,7 +89,7 @@ def test_a_heartbeat_the_coordinator_fails_is_tried_again_not_taken_for_a_revoca
     assert revoked == [] and client.calls >= 3
     assert "failed in the coordinator (INTERNAL: a bug in the coordinator's handler)" in caplog.text
 
-    job = LearnJob("job-1", "p", "", 0, "CartPole-v1", {}, {}, {}, 30.0, time.monotonic())
+    job = LearnJob("job-1", "p", "", 0, "CartPole-v1", {}, {}, {}, 30.0, lease_now())
     client = _FaultThenAnswer(Renewal(None))
     lease = LeaseKeeper(client, job, Registration(heartbeat_interval_s=0.01, lease_timeout_s=30.0))
     ended: list[SessionEnd] = []
@@ -152,7 +153,7 @@ class _AnswersAfterTheFinish:
 def test_a_revoked_answer_to_a_heartbeat_sent_before_the_learner_released_its_job_is_no_news(caplog):
     """A stopping learner's release finishes its learn job; a heartbeat already under way was answered "revoked"
     and logged as a WARNING at the end of an ordinary `league run` (a default run, session 51)."""
-    job = LearnJob("job-1", "p", "", 0, "CartPole-v1", {}, {}, {}, 30.0, time.monotonic())
+    job = LearnJob("job-1", "p", "", 0, "CartPole-v1", {}, {}, {}, 30.0, lease_now())
     client = _AnswersAfterTheFinish()
     lease = LeaseKeeper(client, job, Registration(heartbeat_interval_s=0.01, lease_timeout_s=30.0))
     ended: list[SessionEnd] = []
@@ -163,3 +164,20 @@ def test_a_revoked_answer_to_a_heartbeat_sent_before_the_learner_released_its_jo
     client.finished.set()
     lease.close(5)
     assert ended == [] and not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_learners_lease_counts_the_time_its_machine_was_suspended(monkeypatch):
+    """CLOCK_MONOTONIC stands still in a suspend: a learner resumed after one longer than its lease counted the
+    lease as held and published, though the coordinator had expired it (a review). The lease clock goes on."""
+    import common.lease_clock as lease_clock
+
+    if hasattr(time, "CLOCK_BOOTTIME"):
+        assert lease_clock.lease_now is lease_clock._boottime
+        assert abs(lease_now() - time.clock_gettime(time.CLOCK_BOOTTIME)) < 1.0
+    now = [1000.0]
+    monkeypatch.setattr("learner_service.session.lease_now", lambda: now[0])
+    job = LearnJob("job-1", "p", "", 0, "CartPole-v1", {}, {}, {}, 30.0, now[0])
+    lease = LeaseKeeper(_BrokenClient(), job, Registration(heartbeat_interval_s=60.0, lease_timeout_s=30.0))
+    assert lease.held
+    now[0] += 3600.0  # a suspend: the boot-time clock moved on, the monotonic one did not
+    assert not lease.held

@@ -131,20 +131,31 @@ class RunClock:
     before it stopped instead of drawing its curves back over the earlier ones.
 
     `league status --watch --json` records have no `elapsed_s`: their time is the coordinator's `now` since the
-    first record's (wall clock, so a coordinator restart mid-watch, which resets `uptime_s`, does not jump back)."""
+    first record of its start (`started_at`), a new start going on from the last record of the one before by the
+    time between them (the coordinator's downtime), or by none when its clock reads earlier: the wall clock is
+    read afresh at every start, and counted from the watch's first record, a clock set back while the
+    coordinator was down (or its state moved to a host whose clock is behind) drew the later points at negative
+    times, back over the earlier ones (a review)."""
 
     def __init__(self) -> None:
         self._offset = self._previous = 0.0
         self._first_now: float | None = None
+        self._last_now = 0.0
+        self._started_at: Any = None
 
     def time(self, rec: dict[str, Any]) -> float:
         """The time of `rec`, the record after the ones this clock was given before."""
         if "elapsed_s" in rec:
             elapsed = float(rec["elapsed_s"])
         elif "now" in rec:
-            if self._first_now is None:
-                self._first_now = float(rec["now"])
-            elapsed = float(rec["now"]) - self._first_now
+            now, started = float(rec["now"]), rec.get("started_at")
+            if self._first_now is None or started != self._started_at:  # the first record, or a new start
+                if self._first_now is not None:
+                    self._offset += self._previous + max(0.0, now - self._last_now)
+                    self._previous = 0.0
+                self._first_now, self._started_at = now, started
+            self._last_now = now
+            elapsed = now - self._first_now
         else:
             elapsed = 0.0
         if elapsed < self._previous:  # a new run began

@@ -422,6 +422,20 @@ def test_a_status_watch_history_is_plotted_on_the_coordinators_clock(tmp_path):
     assert [p.name for p in write_plots(history, tmp_path / "plots")] == ["ratings.png"]  # no games: no matrix
 
 
+def test_a_watch_across_a_restart_with_the_clock_set_back_goes_on_from_where_it_was():
+    """The coordinator reads the wall clock afresh at its start: set back an hour while it was down, the points
+    after the restart were drawn at negative times, back over the earlier ones (a review)."""
+    def record(now, started_at):
+        return {"now": now, "started_at": started_at}
+
+    t = 1.7e9
+    before = [record(t + i * 10, t - 5) for i in range(3)]
+    back = [record(t - 3600 + i * 10, t - 3601) for i in range(3)]
+    assert run_seconds(before + back) == pytest.approx([0.0, 10.0, 20.0, 20.0, 30.0, 40.0])
+    later = [record(t + 100 + i * 10, t + 95) for i in range(2)]  # a restart 80 s after the last record
+    assert run_seconds(before + later) == pytest.approx([0.0, 10.0, 20.0, 100.0, 110.0])
+
+
 def _status(finished: int, given_up: int, error: str = "") -> league_pb2.LeagueStatus:
     status = league_pb2.LeagueStatus()
     status.counters.jobs_finished = finished

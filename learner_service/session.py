@@ -341,9 +341,18 @@ class LearnSession:
                          self.config.max_staleness)
             if left or self.trainer.untrained_samples or self.trainer.owes_updates:
                 self._log_cut_short(train_s, left)
+            if self._report_unanswered and self.publisher.last is not None and self.lease.held:
+                # Asked again first, as training does before it publishes anything newer (`_publish_and_report`):
+                # the lost answer may have been a reset, and a final version above it would be played as the
+                # reset player's weights (a review).
+                self._report(self.publisher.last, patient=False)
             if not self.lease.held:
                 log.warning("%s: no final checkpoint: no heartbeat was confirmed within the lease, so the player may "
                             "be another learner's by now", self.job.player_id)
+            elif self._report_unanswered:
+                log.warning("%s: no final checkpoint: the coordinator answered no report of version %d (its answer "
+                            "may hold a reset); the player's next learner resumes from that version",
+                            self.job.player_id, self.publisher.last_version)
             else:
                 if self.trainer.adopt_average():
                     log.info("%s: its last checkpoint, version %d, is the moving average of its weights "

@@ -428,6 +428,25 @@ def test_nothing_newer_is_published_while_the_last_report_is_unanswered(tmp_path
     assert all(np.array_equal(v2[k], fresh[k]) for k in fresh), "v2 holds other weights than the reset's"
 
 
+def test_a_stop_publishes_nothing_newer_while_the_last_report_is_unanswered(tmp_path, caplog):
+    """The stop published its final version regardless: with the answer holding a reset lost, that version of
+    the thrown-away weights was the player's newest, played as the reset player's (a review of this session's
+    change). It asks again first; unanswered, it publishes nothing; answered, it goes on as before."""
+    for replies, published in (([None, None, None], [0, 1]), ([None, None], [0, 1, 2])):
+        root = tmp_path / str(len(replies))
+        root.mkdir()
+        session, publisher, _ = _reset_session(root)
+        client = _LostReplyClient(replies)  # v1's answer lost, then v1 again (held back), then the stop's ask
+        session._context = SessionContext(client, DataPlane(), root, "cpu", lambda: True, lambda *a: None)
+        session._consume(_prepared(session.trainer, seq=0))
+        session._consume(_prepared(session.trainer, seq=1))
+        with caplog.at_level(logging.WARNING, logger="learner_service.session"):
+            session.release()
+        assert [r.version for r in publisher.store.versions("p")] == published, client.reports
+        assert client.reports[:3] == [1, 1, 1]
+    assert "no final checkpoint: the coordinator answered no report of version 1" in caplog.text
+
+
 def test_a_reset_whose_publish_failed_trains_on_the_games_actors_play_it_under_the_leagues_number(tmp_path):
     """The league numbers a reset one past the version it last heard of (v1 here: the learner's own publish of
     the weights thrown away is v1 too), so the learner continues at v2. Its publish of v2 failed (a lapsed lease,

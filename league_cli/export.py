@@ -15,6 +15,8 @@ from pathlib import Path
 
 from common import cli_args
 from common.exit_codes import FAILURE_EXIT
+from common.job_limits import MANIFEST_SUFFIX, PIN_SUFFIX, TRAINING_STATE_SUFFIX
+from common.root_marker import ROOT_MARKER
 from common.rpc import SHARED_ROOT_ENV_VAR
 
 
@@ -63,11 +65,11 @@ def main(args: argparse.Namespace) -> int:
         # --force replaced the published checkpoint (or its manifest) with the export: the league's jobs then
         # failed on it (a review). Never, whatever the flags.
         return _refuse(f"--out {out} is the checkpoint being exported (or its manifest): name another file")
-    if args.force and loaded.shared_root is not None and _replaces_inside(out, loaded.shared_root):
+    if args.force and loaded.shared_root is not None and (kept := _league_file(out, loaded.shared_root)):
         # Another version, its training state, another player's checkpoint: each one replaced made the league's
         # jobs (or a learner's resume) fail on it as the checkpoint above did (a review).
-        return _refuse(f"--out {out} would replace a file inside the league's shared root {loaded.shared_root}: "
-                       "--force replaces files outside it only (what is inside is the league's)")
+        return _refuse(f"--out {out} is {kept} of the league in {loaded.shared_root}: --force does not replace "
+                       "the league's files; name another file")
     source = {
         "checkpoint": {"path": ref.path, "version": ref.version,
                        **{k: ref.metadata[k] for k in ("agent_steps", "worker_id") if k in ref.metadata}},
@@ -114,15 +116,34 @@ def _same_file(out: Path, *files: Path) -> bool:
     return False
 
 
-def _replaces_inside(out: Path, root: Path) -> bool:
-    """Whether writing `out` replaces a file that is there, inside `root` (by real path: a link into it counts)."""
+def _league_file(out: Path, root: Path) -> str:
+    """What of the league's files `out` is, when it is one there inside `root` (by real path: a link into it
+    counts); "" when it is none (an earlier export, say: `--force` replaces it). The league's: a player's folder's
+    files (it has a `latest.json`), a checkpoint with its manifest beside it (a snapshot, a pretrained one), a
+    manifest, training state or pin beside a file, the root's marker, the coordinator's state."""
+    from league_service.coordinator import STATE_FILE_NAME
+
     if not (out.exists() or out.is_symlink()):
-        return False
+        return ""
     try:
         where = out.parent.resolve(strict=True) / out.name
-        return where.is_relative_to(root.resolve(strict=True))
+        if not where.is_relative_to(root.resolve(strict=True)):
+            return ""
     except OSError:
-        return False
+        return ""
+    name, folder = where.name, where.parent
+    if (folder / "latest.json").exists():
+        return "a file of a player's folder"
+    if Path(f"{where}{MANIFEST_SUFFIX}").exists():
+        return "a published checkpoint"
+    for suffix, what in ((MANIFEST_SUFFIX, "a checkpoint's manifest"), (TRAINING_STATE_SUFFIX, "a training state"),
+                         (PIN_SUFFIX, "a checkpoint's pin")):
+        if name.endswith(suffix) and (folder / name[: -len(suffix)]).exists():
+            return what
+    if name == ROOT_MARKER or name.startswith(STATE_FILE_NAME):
+        return "the shared root's marker" if name == ROOT_MARKER else "the coordinator's state"
+    return ""
+
 
 
 def _refuse(message: str) -> int:

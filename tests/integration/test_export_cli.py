@@ -181,23 +181,31 @@ def test_the_checkpoint_being_exported_is_never_its_out_even_forced(tmp_path, ca
     CheckpointStore(root).load(path)  # still a published checkpoint
 
 
-def test_force_never_replaces_a_file_inside_the_shared_root(tmp_path, capsys):
-    """Another version's checkpoint, a training state, any file of the league: replaced by an export, the league's
-    jobs (or a learner's resume) failed on it (a review). A new file there, or --force outside, is fine."""
+def test_force_never_replaces_a_file_of_the_league(tmp_path, capsys):
+    """Another version's checkpoint, a training state, a snapshot: replaced by an export, the league's jobs (or a
+    learner's resume) failed on it (a review). An earlier export there, or anywhere, is replaced (the diff review:
+    a guessed shared root, the checkpoint's grandparent, refused --force for every file under it)."""
+    from common.checkpoint_store import CheckpointStore
+
     root, config, path = _board_checkpoint(tmp_path)
-    others = [root / "p" / "v0000000009.pt", root / "p" / "v0000000001.pt.train", root / "other.bin"]
-    for other in others:
+    store = CheckpointStore(root)
+    snapshot = "hist/q_500.pt"  # another player's snapshot, outside any player's folder
+    store.snapshot(store.publish("q", {"w": np.zeros(2, np.float32)}, version=1).path, snapshot)
+    (root / "p" / "v0000000001.pt.train").write_bytes(b"the league's")
+    league = [root / "p" / "v0000000009.pt", root / "p" / "v0000000001.pt.train", root / "league_state.sqlite"]
+    for other in league[::2]:
         other.write_bytes(b"the league's")
     (tmp_path / "link").symlink_to(root)  # the same files by another spelling
     base = ("--checkpoint", path, "--shared-root", str(root), "--config", str(config), "--force")
-    for target in [*others, tmp_path / "link" / "other.bin"]:
+    for target in [*league, root / snapshot, tmp_path / "link" / "league_state.sqlite"]:
         assert export_cli.main(parse(*base, "--out", str(target))) == 2
-        assert "would replace a file inside the league's shared root" in capsys.readouterr().err
-    assert all(other.read_bytes() == b"the league's" for other in others)
-    assert export_cli.main(parse(*base, "--out", str(root / "new.pt2"))) == 0
-    (tmp_path / "mine.pt2").write_bytes(b"old export")
-    assert export_cli.main(parse(*base, "--out", str(tmp_path / "mine.pt2"))) == 0
-    assert (tmp_path / "mine.pt2").read_bytes() != b"old export"
+        assert "--force does not replace the league's files" in capsys.readouterr().err
+    assert all(other.read_bytes() == b"the league's" for other in league)
+    for mine in (root / "exports" / "mine.pt2", tmp_path / "mine.pt2"):
+        mine.parent.mkdir(exist_ok=True)
+        mine.write_bytes(b"old export")
+        assert export_cli.main(parse(*base, "--out", str(mine))) == 0
+        assert mine.read_bytes() != b"old export"
 
 
 @pytest.mark.parametrize("argv", [["export", "--help"]])

@@ -83,6 +83,16 @@ def running_coordinator(
         server.stop(grace_s=1.0)
 
 
+def run_dir_holding(run_dir: Path, config: Path) -> None:
+    """`run_dir` as a `league run` directory holding the league of `config` in its state (made and closed by a
+    coordinator, as a first run does), with its checkpoints' `shared` folder and nothing else."""
+    from league_service.config import load_config
+
+    (run_dir / "shared").mkdir(parents=True)
+    Coordinator(load_config(config), CoordinatorSettings(shared_root=run_dir / "shared",
+                                                         state_path=run_dir / "league_state.sqlite")).close()
+
+
 def league_stub(address: str, **channel_kwargs: Any) -> tuple[grpc.Channel, league_pb2_grpc.LeagueServiceStub]:
     channel = make_channel(address, **channel_kwargs)
     return channel, league_pb2_grpc.LeagueServiceStub(channel)

@@ -446,13 +446,11 @@ def test_league_run_refuses_a_league_without_its_config_unless_given_one(tmp_pat
     """It went on with the embedded league's settings (what the state does not hold: learning, snapshot and PFSP
     rules), unsaid, and wrote them as the directory's config.yaml (a review)."""
     from league_cli.run import _half_a_league
-    from league_service.config import load_config
+    from league_service.coordinator_testing import run_dir_holding
 
     run_dir = tmp_path / "run"
-    (run_dir / "shared").mkdir(parents=True)
     solo = ROOT / "configs" / "solo_cartpole.yaml"
-    Coordinator(load_config(solo), CoordinatorSettings(shared_root=run_dir / "shared",
-                                                       state_path=run_dir / "league_state.sqlite")).close()
+    run_dir_holding(run_dir, solo)
     (run_dir / "config.prev.yaml").write_text(solo.read_text())
     proc = league("run", "--run-dir", str(run_dir), "--seconds", "5", "--quiet")
     assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr

@@ -86,13 +86,11 @@ def test_a_bad_flag_is_named_as_typed(flags, message):
 def test_the_refusal_to_resume_another_league_type_says_how_to_resume_it(tmp_path):
     """Its hint was pasted after "resume it with" and read as garbage."""
     from league_cli.run import _saved_league_mismatch
-    from league_service.coordinator import Coordinator, CoordinatorSettings
+    from league_service.coordinator_testing import run_dir_holding
 
     run_dir = tmp_path / "run"
-    (run_dir / "shared").mkdir(parents=True)
     solo = ROOT / "configs" / "solo_cartpole.yaml"
-    Coordinator(load_config(solo), CoordinatorSettings(shared_root=run_dir / "shared",
-                                                       state_path=run_dir / "league_state.sqlite")).close()
+    run_dir_holding(run_dir, solo)
     (run_dir / "config.yaml").write_text(solo.read_text())
     message = _saved_league_mismatch(run_dir, None, load_config(None))
     assert f"says 'one_vs_one': resume it with `league run --run-dir {run_dir}` and no CONFIG (it resumes with its " \

@@ -134,6 +134,9 @@ def main(args: argparse.Namespace) -> int:
         else:
             _print_returns(ref, env_name, returns)
         return 0
+    if args.max_episode_steps is not None:  # (taken and ignored: a game's length is its rules'; a review)
+        return _refuse(f"--max-episode-steps: {env_name} is a game of {info.num_players} players, whose games end "
+                       "by its rules; the flag bounds a single-player env's episodes")
     if args.against is not None:
         return _against_main(args, loaded, search)
     for opponent in opponents:

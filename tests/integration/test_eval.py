@@ -144,6 +144,9 @@ def test_cli_prints_a_table_and_json(tmp_path, capsys):
         (["--checkpoint", "p/v0000000001.pt", "--opponent", "mcts:0"], "simulations must be within [1, 100,000]"),
         (["--checkpoint", "p/v0000000001.pt", "--opponent", "mcts:-3"], "simulations must be within [1, 100,000]"),
         (["--checkpoint", "p/v0000000001.pt", "--opponent", "foo"], "'foo': unknown bot; one of 'random', 'mcts:"),
+        # Taken and ignored in a game (a review): its length is the game's rules'.
+        (["--checkpoint", "p/v0000000001.pt", "--shared-root", "{root}", "--max-episode-steps", "9"],
+         "--max-episode-steps: connect_four is a game of 2 players"),
     ],
 )
 def test_cli_refuses_bad_input_with_a_message(tmp_path, capsys, monkeypatch, argv, message):

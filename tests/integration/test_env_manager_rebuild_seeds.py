@@ -106,3 +106,33 @@ def test_the_healthy_envs_of_a_dead_worker_do_not_replay_their_episodes():
             assert len(firsts) == 2 and firsts[0] != firsts[1], (env_id, env_starts)
     finally:
         manager.close()
+
+
+def fails_its_first_build(marker: str) -> FlakyEnv:
+    """A CountingEnv whose first build (in any process: `marker` remembers it) raises."""
+    if not os.path.exists(marker):
+        with open(marker, "w"):
+            pass
+        raise RuntimeError("the first build fails")
+    return FlakyEnv(inner=COUNTING)
+
+
+@pytest.mark.parametrize("kind", ["base", "subprocess"])
+def test_an_env_whose_build_failed_at_launch_starts_from_its_seed_in_both_managers(kind, tmp_path):
+    """It had played nothing from its seed: the subprocess manager started it from that seed, the serial one from
+    a seed derived for rebuilds, so the two managers' trajectories differed after such a failure (a review)."""
+    def first_start(fails: bool) -> tuple[int, float]:
+        marker = tmp_path / f"{kind}-{fails}"
+        if not fails:
+            marker.touch()
+        env = partial(fails_its_first_build, str(marker))
+        manager = (BaseEnvManager([env], EnvManagerConfig(max_retry=2)) if kind == "base" else
+                   SubprocessEnvManager([env], SubprocessEnvManagerConfig(num_workers=1, max_retry=2)))
+        try:
+            manager.seed(42)
+            manager.launch()
+            return episode_starts(manager, 1)[0][0]
+        finally:
+            manager.close()
+
+    assert first_start(fails=True) == first_start(fails=False)

@@ -403,7 +403,7 @@ class BaseEnvManager:
             try:
                 self._start_episode(env_id, seeds[env_id], "reset")
             except (Exception, EnvHangInterrupt) as exc:
-                self._recover(env_id, self._failure(env_id, "reset", exc))
+                self._recover(env_id, self._failure(env_id, "reset", exc), unplayed_seed=seeds[env_id])
         for env_id in env_ids:
             self._results.pop(env_id, None)
 
@@ -425,8 +425,11 @@ class BaseEnvManager:
         conform = self._obs_conform[env_id]
         return obs if conform is None or conform.fits(obs) else conform(obs, env_id)
 
-    def _recover(self, env_id: int, failure: EnvFailure) -> None:
-        """Count the failure (raises once retries are spent), then rebuild the env until it starts."""
+    def _recover(self, env_id: int, failure: EnvFailure, unplayed_seed: int | None = None) -> None:
+        """Count the failure (raises once retries are spent), then rebuild the env until it starts.
+        `unplayed_seed`: the seed from `seed()` the failed reset was to start from; the rebuild starts from it (it
+        played nothing from it to replay), as the subprocess manager's does. A seed derived for rebuilds made the
+        two managers' trajectories differ after a failed build at launch (a review)."""
         while True:
             self._count_failure(env_id, failure)
             env, self._envs[env_id] = self._envs[env_id], None
@@ -438,8 +441,9 @@ class BaseEnvManager:
                     logger.warning("closing failed env %d hung; building a new one anyway", env_id)
                 except Exception:
                     logger.warning("closing failed env %d raised; building a new one anyway", env_id, exc_info=True)
+            seed = unplayed_seed if unplayed_seed is not None else self._rebuild_seed(env_id)
             try:
-                self._start_episode(env_id, self._rebuild_seed(env_id), "rebuild")
+                self._start_episode(env_id, seed, "rebuild")
                 return
             except (Exception, EnvHangInterrupt) as exc:
                 failure = self._failure(env_id, "rebuild", exc)

@@ -136,3 +136,45 @@ def test_an_env_whose_build_failed_at_launch_starts_from_its_seed_in_both_manage
             manager.close()
 
     assert first_start(fails=True) == first_start(fails=False)
+
+
+class FailsASeededReset(FlakyEnv):
+    """A CountingEnv whose first reset after `seed(100)` raises, once in any process (`marker` remembers it)."""
+
+    def __init__(self, marker: str) -> None:
+        super().__init__(inner=COUNTING)
+        self._marker, self._seeded = marker, False
+
+    def seed(self, seed: int) -> None:
+        super().seed(seed)
+        self._seeded = seed == 100
+
+    def reset(self, **kwargs):
+        if self._seeded and not os.path.exists(self._marker):
+            with open(self._marker, "w"):
+                pass
+            raise RuntimeError("the seeded reset fails")
+        return super().reset(**kwargs)
+
+
+@pytest.mark.parametrize("kind", ["base", "subprocess"])
+def test_an_env_whose_seeded_reset_failed_starts_from_that_seed_in_both_managers(kind, tmp_path):
+    """The serial manager rebuilt it from that seed, the subprocess manager from one derived for rebuilds (the
+    diff review of the fix above)."""
+    def first_obs_after_reset(fails: bool) -> float:
+        marker = tmp_path / f"{kind}-{fails}"
+        if not fails:
+            marker.touch()
+        env = partial(FailsASeededReset, str(marker))
+        manager = (BaseEnvManager([env], EnvManagerConfig(max_retry=2)) if kind == "base" else
+                   SubprocessEnvManager([env], SubprocessEnvManagerConfig(num_workers=1, max_retry=2)))
+        try:
+            manager.seed(42)
+            manager.launch()
+            manager.seed(100)
+            manager.reset()
+            return round(float(manager.next_obs[0][2]), 6)
+        finally:
+            manager.close()
+
+    assert first_obs_after_reset(fails=True) == first_obs_after_reset(fails=False)

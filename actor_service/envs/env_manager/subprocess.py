@@ -339,6 +339,9 @@ class SubprocessEnvManager(BaseEnvManager):
         self._buffer: ObsBuffer | None = None
         self._doorbells: Doorbells | None = None
         self._step_slot = [STEP_SLOT] * self.env_num  # where each env's step in flight writes its observation
+        # The seed from `seed()` each env's reset in flight was sent with: a failed one is rebuilt from it (it
+        # played nothing from it), as the serial manager's is (`BaseEnvManager._recover`).
+        self._unplayed_seeds: dict[int, int] = {}
         self._waiting_until = math.inf  # the reply deadline `_pump` is waiting towards (inf: not waiting)
         self._sweep_at = 0.0  # when `_pump` next looks for dead and hung workers (_sweep)
         _open_managers.add(self)
@@ -497,6 +500,7 @@ class SubprocessEnvManager(BaseEnvManager):
         finally:
             self._uncounted = frozenset()
         seeds = self._take_seeds(env_ids)
+        self._unplayed_seeds.update({env_id: seeds[env_id] for env_id in env_ids if seeds[env_id] is not None})
         self._start_reset(env_ids)
         wanted = set(env_ids)
         for worker in self._workers:
@@ -799,6 +803,7 @@ class SubprocessEnvManager(BaseEnvManager):
             self._on_step_reply(worker, reply[1], reply[2], reply[3])
         elif type(reply) is ResetReply:
             for env_id, obs in reply.observations:
+                self._unplayed_seeds.pop(env_id, None)
                 self._on_reset(env_id, self._buffer.read(env_id, RESET_SLOT) if self._buffer is not None else obs)
             for failure in reply.failures:
                 self._rebuild(worker, failure)
@@ -858,6 +863,14 @@ class SubprocessEnvManager(BaseEnvManager):
         """An env raised: count it (may raise), then have its worker build it anew and reset it."""
         self._count_failure(failure.env_id, failure)
         self._send_reset(worker, [failure.env_id], self._rebuild_seeds([failure.env_id]), rebuild=True)
+
+    def _rebuild_seeds(self, env_ids: Sequence[int]) -> list[int | None]:
+        """As the base's, but an env whose seeded reset failed starts from that seed again."""
+        seeds = super()._rebuild_seeds([env_id for env_id in env_ids if env_id not in self._unplayed_seeds])
+        for env_id in env_ids:
+            if env_id in self._unplayed_seeds:
+                seeds[env_id] = self._unplayed_seeds[env_id]
+        return seeds
 
 
 def _descendants(pid: int) -> list[int]:

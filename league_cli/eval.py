@@ -85,7 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.run_dir is not None:
         for flag, value in (("--against", args.against), ("--against-config", args.against_config),
-                            ("--opening", args.opening)):
+                            ("--opening", args.opening), ("--max-episode-steps", args.max_episode_steps)):
             if value is not None:
                 return _refuse(f"{flag} goes with --checkpoint (--run-dir plays the player's snapshots against bots)")
         return _progression_main(args)

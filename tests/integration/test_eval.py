@@ -512,6 +512,9 @@ def test_against_plays_another_checkpoint_both_sampling(tmp_path, capsys):
         assert message in err, (extra, err)
     assert eval_cli.main(parse("--run-dir", str(tmp_path), "--against", theirs)) == 2
     assert "--against goes with --checkpoint" in capsys.readouterr().err
+    # Taken and ignored with --run-dir too (the diff review): its snapshots play games, whose rules end them.
+    assert eval_cli.main(parse("--run-dir", str(tmp_path), "--max-episode-steps", "9")) == 2
+    assert "--max-episode-steps goes with --checkpoint" in capsys.readouterr().err
 
 
 def test_against_a_checkpoint_of_another_network_names_against_config(tmp_path, capsys):

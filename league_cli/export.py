@@ -134,16 +134,29 @@ def _league_file(out: Path, root: Path) -> str:
     name, folder = where.name, where.parent
     if (folder / "latest.json").exists():
         return "a file of a player's folder"
-    if Path(f"{where}{MANIFEST_SUFFIX}").exists():
+    if where.relative_to(root.resolve()).parts[0] == "tensorboard":
+        return "a file of the learners' TensorBoard logs"
+    if _is_manifest(Path(f"{where}{MANIFEST_SUFFIX}")):
         return "a published checkpoint"
     for suffix, what in ((MANIFEST_SUFFIX, "a checkpoint's manifest"), (TRAINING_STATE_SUFFIX, "a training state"),
                          (PIN_SUFFIX, "a checkpoint's pin")):
-        if name.endswith(suffix) and (folder / name[: -len(suffix)]).exists():
+        if name.endswith(suffix) and _is_manifest(folder / (name[: -len(suffix)] + MANIFEST_SUFFIX)):
             return what
     if name == ROOT_MARKER or name.startswith(STATE_FILE_NAME):
         return "the shared root's marker" if name == ROOT_MARKER else "the coordinator's state"
     return ""
 
+
+
+def _is_manifest(path: Path) -> bool:
+    """Whether `path` is a checkpoint store's manifest (a JSON object with the file's size and digest), not any
+    JSON file a user keeps beside an export of theirs (the diff review: such an export was refused)."""
+    try:
+        with open(path, "rb") as file:
+            data = json.loads(file.read(1 << 20))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and ("digest" in data or "sha256" in data) and "size" in data  # (sha256: older)
 
 
 def _refuse(message: str) -> int:

@@ -201,9 +201,14 @@ def test_force_never_replaces_a_file_of_the_league(tmp_path, capsys):
         assert export_cli.main(parse(*base, "--out", str(target))) == 2
         assert "--force does not replace the league's files" in capsys.readouterr().err
     assert all(other.read_bytes() == b"the league's" for other in league)
+    (root / "tensorboard" / "p").mkdir(parents=True)
+    (root / "tensorboard" / "p" / "events.out.tfevents.1").write_bytes(b"the league's")
+    assert export_cli.main(parse(*base, "--out", str(root / "tensorboard" / "p" / "events.out.tfevents.1"))) == 2
+    assert "--force does not replace the league's files" in capsys.readouterr().err
     for mine in (root / "exports" / "mine.pt2", tmp_path / "mine.pt2"):
         mine.parent.mkdir(exist_ok=True)
         mine.write_bytes(b"old export")
+        mine.with_name(mine.name + ".json").write_text('{"notes": "my own, not a manifest"}')  # (the diff review)
         assert export_cli.main(parse(*base, "--out", str(mine))) == 0
         assert mine.read_bytes() != b"old export"
 

@@ -136,7 +136,10 @@ def main(args: argparse.Namespace) -> int:
         stuck = _wait_for_jobs(worker, actor, args.stop_timeout)  # signal handlers run here while it waits
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            # After a stop, the rest of a burst (Ctrl-C twice; one SIGTERM per thread of a supervisor killed
+            # outright) is ignored until the process exits: with the handlers put back, a repeat killed it in its
+            # interpreter's shutdown, exit -2 or -15 after a clean stop (a review).
+            signal.signal(sig, signal.SIG_IGN if actor.stopping else handler)
     if stuck is not None:
         log.error("the job thread is %s; exiting without it", stuck)
         try:

@@ -501,7 +501,9 @@ def status_main(args: argparse.Namespace) -> int:
             return 0
         finally:
             for s, handler in previous.items():
-                signal.signal(s, handler)
+                # After a Ctrl-C, its repeat is ignored until the process exits (put back, it was a
+                # KeyboardInterrupt in the shutdown; as the actor's, a review).
+                signal.signal(s, signal.SIG_IGN if stop.is_set() else handler)
     except BrokenPipeError:  # `league status --json | head -1`: the reader has what it wanted, nothing failed
         discard_output()
         return 0

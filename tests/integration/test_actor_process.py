@@ -129,6 +129,28 @@ def test_sigterm_releases_the_job_and_leaves_no_env_process(tmp_path):
     wait_until("env workers to be gone", lambda: not any(alive(pid) for pid in workers), 10)
 
 
+def test_a_burst_of_stop_signals_still_exits_0(tmp_path):
+    """Ctrl-C twice (or a supervisor's SIGTERM per thread): a repeat that came after the stop had put the default
+    handlers back killed the actor in its interpreter's shutdown, exit -2 after a clean stop (a review)."""
+    log = tmp_path / "actor.log"
+    publish_first_checkpoint(tmp_path)
+    with running_coordinator(long_solo_config(), tmp_path, needs_learner=False) as server:
+        channel, stub = league_stub(server.address)
+        try:
+            with actor_process(server.address, tmp_path, log, "--manager", "base", "--worker-id", "actor-b") as proc:
+                job = wait_until("the actor's job", lambda: job_of(stub, "actor-b"), 60)
+                wait_until("the job to play", lambda: playing(log, job.job_id), 60, log.read_text)
+                deadline = time.monotonic() + 60
+                while proc.poll() is None and time.monotonic() < deadline:
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.send_signal(signal.SIGINT)
+                    time.sleep(0.005)
+                assert proc.wait(10) == 0, log.read_text()
+        finally:
+            channel.close()
+    assert f"job {job.job_id} released" in log.read_text()
+
+
 def finished_job(stub, log: Path, job_id: str) -> tuple[int, int]:
     """(episodes the actor says it released the job with, episodes the coordinator counted); the job is done."""
     text = log.read_text()

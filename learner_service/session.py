@@ -179,10 +179,13 @@ class LeaseKeeper:
             remaining = self._confirmed_at + self._lease_s - lease_now()
             if remaining <= 0 and not lapsed:
                 lapsed = True
-                log.error("no heartbeat of learn job %s (%s) confirmed for %.1f s: the coordinator may have let the "
-                          "lease expire and given the player to another learner; publishing nothing until it "
-                          "confirms the lease again", self._job.job_id, self._job.player_id,
-                          lease_now() - self._confirmed_at)
+                # A WARNING: a coordinator restarted (by `league run`, say) restores its leases, and this learner
+                # goes on; one that let the lease go says so when reached (revoked). At ERROR, every restart put
+                # one alarming line per learner in the run's output (a review).
+                log.warning("no heartbeat of learn job %s (%s) confirmed for %.1f s: the coordinator may have let "
+                            "the lease expire and given the player to another learner; publishing nothing until it "
+                            "confirms the lease again", self._job.job_id, self._job.player_id,
+                            lease_now() - self._confirmed_at)
             if self._closed.wait(self._interval if lapsed else min(self._interval, remaining)):
                 return
             if self._gate.stuck() is not None:

@@ -181,3 +181,22 @@ def test_a_learners_lease_counts_the_time_its_machine_was_suspended(monkeypatch)
     assert lease.held
     now[0] += 3600.0  # a suspend: the boot-time clock moved on, the monotonic one did not
     assert not lease.held
+
+
+def test_a_lapsed_lease_is_a_warning_not_an_error(monkeypatch, caplog):
+    """A coordinator restarted (by league run, say) restores its leases and the learner goes on: the lapse it sees
+    meanwhile put one ERROR line per learner in the run's output at every restart (a review)."""
+    now = [1000.0]
+    monkeypatch.setattr("learner_service.session.lease_now", lambda: now[0])
+    job = LearnJob("job-1", "p", "", 0, "CartPole-v1", {}, {}, {}, 30.0, now[0])
+    lease = LeaseKeeper(_BrokenClient(), job, Registration(heartbeat_interval_s=0.01, lease_timeout_s=30.0))
+    now[0] += 60.0  # no heartbeat confirmed for two leases
+    ended = threading.Event()
+    lease.attach(lambda reason: ended.set())
+    lease.start()
+    try:
+        assert ended.wait(30)  # (the broken client ends it after the lapse is said)
+    finally:
+        lease.close(5)
+    (lapse,) = [r for r in caplog.records if "no heartbeat of learn job job-1" in r.getMessage()]
+    assert lapse.levelno == logging.WARNING

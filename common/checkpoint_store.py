@@ -1010,8 +1010,25 @@ def verify_beside(path: Path) -> CheckpointRef | None:
     matches its size and digest; `CorruptCheckpointError` when it does not (a file corrupted or tampered with
     since its publish: imported, it was published again under a fresh, valid digest; a review)."""
     manifest = path.with_name(path.name + MANIFEST_SUFFIX)
+    data = _manifest_of_ours(manifest)
+    if data is None:
+        return None
+    ref = _parse_manifest(data, str(manifest))
+    with _opened(str(path), path, ref.size) as fd:
+        _read_hashed(fd, str(path), ref.digest, ref.size, keep=False)
+    return ref
+
+
+def is_manifest(path: Path) -> bool:
+    """Whether `path` is a checkpoint manifest of ours (not any JSON file, such as a user's own ``<file>.json``)."""
+    return _manifest_of_ours(path) is not None
+
+
+def _manifest_of_ours(path: Path) -> bytes | None:
+    """The bytes of the manifest at `path`; None when there is none of ours there (no file, no regular file, or
+    JSON of another format)."""
     try:
-        data = _read_small(manifest)
+        data = _read_small(path)
     except (FileNotFoundError, CorruptCheckpointError):  # (none, or no file of ours: a directory, a link)
         return None
     try:
@@ -1020,10 +1037,7 @@ def verify_beside(path: Path) -> CheckpointRef | None:
         return None
     if not isinstance(body, dict) or body.get("format") not in (MANIFEST_FORMAT, LEGACY_MANIFEST_FORMAT):
         return None
-    ref = _parse_manifest(data, str(manifest))
-    with _opened(str(path), path, ref.size) as fd:
-        _read_hashed(fd, str(path), ref.digest, ref.size, keep=False)
-    return ref
+    return data
 
 
 def _parse_manifest(data: bytes, where: str) -> CheckpointRef:

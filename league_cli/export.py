@@ -121,42 +121,34 @@ def _league_file(out: Path, root: Path) -> str:
     counts); "" when it is none (an earlier export, say: `--force` replaces it). The league's: a player's folder's
     files (it has a `latest.json`), a checkpoint with its manifest beside it (a snapshot, a pretrained one), a
     manifest, training state or pin beside a file, the root's marker, the coordinator's state."""
+    from common.checkpoint_store import is_manifest
     from league_service.coordinator import STATE_FILE_NAME
 
     if not (out.exists() or out.is_symlink()):
         return ""
     try:
-        where = out.parent.resolve(strict=True) / out.name
-        if not where.is_relative_to(root.resolve(strict=True)):
-            return ""
+        where, top = out.parent.resolve(strict=True) / out.name, root.resolve(strict=True)
     except OSError:
+        return ""
+    if not where.is_relative_to(top):
         return ""
     name, folder = where.name, where.parent
     if (folder / "latest.json").exists():
         return "a file of a player's folder"
-    if where.relative_to(root.resolve()).parts[0] == "tensorboard":
+    if where.relative_to(top).parts[0] == "tensorboard":
         return "a file of the learners' TensorBoard logs"
-    if _is_manifest(Path(f"{where}{MANIFEST_SUFFIX}")):
+    if is_manifest(Path(f"{where}{MANIFEST_SUFFIX}")):
         return "a published checkpoint"
     for suffix, what in ((MANIFEST_SUFFIX, "a checkpoint's manifest"), (TRAINING_STATE_SUFFIX, "a training state"),
                          (PIN_SUFFIX, "a checkpoint's pin")):
-        if name.endswith(suffix) and _is_manifest(folder / (name[: -len(suffix)] + MANIFEST_SUFFIX)):
+        if name.endswith(suffix) and is_manifest(folder / (name[: -len(suffix)] + MANIFEST_SUFFIX)):
             return what
-    if name == ROOT_MARKER or name.startswith(STATE_FILE_NAME):
-        return "the shared root's marker" if name == ROOT_MARKER else "the coordinator's state"
+    if name == ROOT_MARKER:
+        return "the shared root's marker"
+    if name.startswith(STATE_FILE_NAME):
+        return "the coordinator's state"
     return ""
 
-
-
-def _is_manifest(path: Path) -> bool:
-    """Whether `path` is a checkpoint store's manifest (a JSON object with the file's size and digest), not any
-    JSON file a user keeps beside an export of theirs (the diff review: such an export was refused)."""
-    try:
-        with open(path, "rb") as file:
-            data = json.loads(file.read(1 << 20))
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and ("digest" in data or "sha256" in data) and "size" in data  # (sha256: older)
 
 
 def _refuse(message: str) -> int:

@@ -581,9 +581,9 @@ class LearnSession:
             self._context.on_published(self.job.player_id, ref)
         return ref
 
-    def _publish_and_report(self) -> CheckpointRef | None:
-        """Publish the trainer's weights and report them; the version published, None when none was (storage
-        failed: logged, and the publisher retries on a backoff).
+    def _publish_and_report(self) -> None:
+        """Publish the trainer's weights and report them (storage failing: logged, and the publisher retries on a
+        backoff).
 
         While the last report went unanswered, that version is reported again instead, and nothing newer is
         published until the league answers: the lost answer may have been a reset. Published on meanwhile, the
@@ -592,11 +592,10 @@ class LearnSession:
         the reset player's (a review)."""
         if self._report_unanswered:
             self._report(self._current_ref())
-            return None
+            return
         ref = self._publish()
         if ref is not None:
             self._report(ref)
-        return ref
 
     def _current_ref(self) -> CheckpointRef:
         if self.publisher.last is None:

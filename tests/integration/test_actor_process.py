@@ -132,22 +132,14 @@ def test_sigterm_releases_the_job_and_leaves_no_env_process(tmp_path):
 def test_a_burst_of_stop_signals_still_exits_0(tmp_path):
     """Ctrl-C twice (or a supervisor's SIGTERM per thread): a repeat that came after the stop had put the default
     handlers back killed the actor in its interpreter's shutdown, exit -2 after a clean stop (a review)."""
-    log = tmp_path / "actor.log"
-    publish_first_checkpoint(tmp_path)
-    with running_coordinator(long_solo_config(), tmp_path, needs_learner=False) as server:
-        channel, stub = league_stub(server.address)
-        try:
-            with actor_process(server.address, tmp_path, log, "--manager", "base", "--worker-id", "actor-b") as proc:
-                job = wait_until("the actor's job", lambda: job_of(stub, "actor-b"), 60)
-                wait_until("the job to play", lambda: playing(log, job.job_id), 60, log.read_text)
-                deadline = time.monotonic() + 60
-                while proc.poll() is None and time.monotonic() < deadline:
-                    with contextlib.suppress(ProcessLookupError):
-                        proc.send_signal(signal.SIGINT)
-                    time.sleep(0.005)
-                assert proc.wait(10) == 0, log.read_text()
-        finally:
-            channel.close()
+    with actor_with_its_job(tmp_path, long_solo_config(), "actor-b", "--manager", "base") as (_, proc, job, log):
+        wait_until("the job to play", lambda: playing(log, job.job_id), 60, log.read_text)
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGINT)
+            time.sleep(0.005)
+        assert proc.wait(10) == 0, log.read_text()
     assert f"job {job.job_id} released" in log.read_text()
 
 
@@ -162,15 +154,20 @@ def finished_job(stub, log: Path, job_id: str) -> tuple[int, int]:
     return int(released.group(1)), status.players[0].episodes
 
 
-@contextlib.contextmanager
 def actor_playing_flaky_envs(tmp_path: Path, env_kwargs: dict, worker_id: str, *args: str,
                              lease_timeout_s: float = 30.0):
-    """A coordinator of a long solo league on FlakyEnv(**env_kwargs) and an actor process that took its job;
-    yields (coordinator stub, actor process, job, actor log)."""
+    """`actor_with_its_job` of a long solo league on FlakyEnv(**env_kwargs)."""
+    return actor_with_its_job(tmp_path, long_solo_config(FLAKY, env_kwargs), worker_id, *args,
+                              lease_timeout_s=lease_timeout_s)
+
+
+@contextlib.contextmanager
+def actor_with_its_job(tmp_path: Path, config, worker_id: str, *args: str, lease_timeout_s: float = 30.0):
+    """A coordinator of `config` (a league whose first checkpoint is published) and an actor process that took its
+    job; yields (coordinator stub, actor process, job, actor log)."""
     log = tmp_path / "actor.log"
     publish_first_checkpoint(tmp_path)
-    with running_coordinator(long_solo_config(FLAKY, env_kwargs), tmp_path, needs_learner=False,
-                             lease_timeout_s=lease_timeout_s) as server:
+    with running_coordinator(config, tmp_path, needs_learner=False, lease_timeout_s=lease_timeout_s) as server:
         channel, stub = league_stub(server.address)
         try:
             with actor_process(server.address, tmp_path, log, "--worker-id", worker_id, *args) as proc:

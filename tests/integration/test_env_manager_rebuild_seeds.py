@@ -66,11 +66,17 @@ def fresh_flaky_counts():
     FlakyEnv._process_steps = 0
 
 
+def one_env_manager(kind: str, env, max_retry: int):
+    """A manager of the one env `env`: the serial one ("base") or the subprocess one (one worker)."""
+    if kind == "base":
+        return BaseEnvManager([env], EnvManagerConfig(max_retry=max_retry))
+    return SubprocessEnvManager([env], SubprocessEnvManagerConfig(num_workers=1, max_retry=max_retry))
+
+
 @pytest.mark.parametrize("kind", ["base", "subprocess"])
 def test_a_rebuilt_env_does_not_replay_the_episodes_of_its_seed(kind):
     env = partial(FlakyEnv, inner=COUNTING, crash_every=7)  # episodes of 3 steps: a crash every 2-3 episodes
-    manager = (BaseEnvManager([env], EnvManagerConfig(max_retry=100)) if kind == "base" else
-               SubprocessEnvManager([env], SubprocessEnvManagerConfig(num_workers=1, max_retry=100)))
+    manager = one_env_manager(kind, env, max_retry=100)
     try:
         manager.seed(42)
         manager.launch()
@@ -82,8 +88,7 @@ def test_a_rebuilt_env_does_not_replay_the_episodes_of_its_seed(kind):
         manager.close()
     # Reproducible: the same seed and failures give the same episodes.
     FlakyEnv._process_steps = 0
-    again = (BaseEnvManager([env], EnvManagerConfig(max_retry=100)) if kind == "base" else
-             SubprocessEnvManager([env], SubprocessEnvManagerConfig(num_workers=1, max_retry=100)))
+    again = one_env_manager(kind, env, max_retry=100)
     try:
         again.seed(42)
         again.launch()
@@ -121,21 +126,27 @@ def fails_its_first_build(marker: str) -> FlakyEnv:
 def test_an_env_whose_build_failed_at_launch_starts_from_its_seed_in_both_managers(kind, tmp_path):
     """It had played nothing from its seed: the subprocess manager started it from that seed, the serial one from
     a seed derived for rebuilds, so the two managers' trajectories differed after such a failure (a review)."""
-    def first_start(fails: bool) -> tuple[int, float]:
+    failed, clean = with_and_without_its_failure(kind, tmp_path, fails_its_first_build,
+                                                 lambda manager: episode_starts(manager, 1)[0][0])
+    assert failed == clean
+
+
+def with_and_without_its_failure(kind: str, tmp_path, env_of_marker, play) -> list:
+    """What `play(manager)` gives on a manager (seeded 42, launched) of `env_of_marker(marker)`, an env that fails
+    once unless its `marker` file is there: first where it fails, then where it does not."""
+    played = []
+    for fails in (True, False):
         marker = tmp_path / f"{kind}-{fails}"
         if not fails:
             marker.touch()
-        env = partial(fails_its_first_build, str(marker))
-        manager = (BaseEnvManager([env], EnvManagerConfig(max_retry=2)) if kind == "base" else
-                   SubprocessEnvManager([env], SubprocessEnvManagerConfig(num_workers=1, max_retry=2)))
+        manager = one_env_manager(kind, partial(env_of_marker, str(marker)), max_retry=2)
         try:
             manager.seed(42)
             manager.launch()
-            return episode_starts(manager, 1)[0][0]
+            played.append(play(manager))
         finally:
             manager.close()
-
-    assert first_start(fails=True) == first_start(fails=False)
+    return played
 
 
 class FailsASeededReset(FlakyEnv):
@@ -161,20 +172,10 @@ class FailsASeededReset(FlakyEnv):
 def test_an_env_whose_seeded_reset_failed_starts_from_that_seed_in_both_managers(kind, tmp_path):
     """The serial manager rebuilt it from that seed, the subprocess manager from one derived for rebuilds (the
     diff review of the fix above)."""
-    def first_obs_after_reset(fails: bool) -> float:
-        marker = tmp_path / f"{kind}-{fails}"
-        if not fails:
-            marker.touch()
-        env = partial(FailsASeededReset, str(marker))
-        manager = (BaseEnvManager([env], EnvManagerConfig(max_retry=2)) if kind == "base" else
-                   SubprocessEnvManager([env], SubprocessEnvManagerConfig(num_workers=1, max_retry=2)))
-        try:
-            manager.seed(42)
-            manager.launch()
-            manager.seed(100)
-            manager.reset()
-            return round(float(manager.next_obs[0][2]), 6)
-        finally:
-            manager.close()
+    def first_obs_after_reset(manager) -> float:
+        manager.seed(100)
+        manager.reset()
+        return round(float(manager.next_obs[0][2]), 6)
 
-    assert first_obs_after_reset(fails=True) == first_obs_after_reset(fails=False)
+    failed, clean = with_and_without_its_failure(kind, tmp_path, FailsASeededReset, first_obs_after_reset)
+    assert failed == clean
